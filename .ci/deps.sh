@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Installs the Debian (bookworm) packages gradmesh needs when they are missing,
+# or, when not root, prints the exact apt-get line and fails.
+#   .ci/deps.sh          build + test dependencies
+#   .ci/deps.sh bench    also the benchmark peers (python3-torch)
+set -euo pipefail
+
+pkgs=(gcc make pkg-config clang libclang-rt-14-dev
+      libopenblas-dev libinih-dev zlib1g-dev libpng-dev libjpeg-dev
+      libssl-dev libsodium-dev libuv1-dev openssl iproute2
+      python3 python3-numpy dataset-fashion-mnist)
+if [ "${1:-}" = bench ]; then
+    pkgs+=(python3-torch)
+fi
+
+missing=()
+for p in "${pkgs[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+        missing+=("$p")
+    fi
+done
+
+if [ ${#missing[@]} -gt 0 ]; then
+    line="apt-get install -y --no-install-recommends ${missing[*]}"
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "gradmesh: missing Debian packages; run as root:" >&2
+        echo "  apt-get update && $line" >&2
+        exit 1
+    fi
+    echo "deps: installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# The Python reader of our checkpoints (PyPI: safetensors) for the tests, in the
+# python3 first on PATH.  Debian's own numpy/torch live under /usr/bin/python3.
+if ! python3 -c 'import safetensors.numpy, numpy' 2>/dev/null; then
+    echo "deps: pip install safetensors numpy"
+    python3 -m pip install -q safetensors numpy 2>&1 | grep -v -i 'warning: running pip as' || true
+    python3 -c 'import safetensors.numpy, numpy'
+fi

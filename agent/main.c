@@ -1,0 +1,54 @@
+/*
+ * agent/main.c - the gradmesh command line: a table of subcommands, each a
+ * function (argc, argv) -> exit code.  Exit codes: 0 success, 1 runtime
+ * failure, 2 usage, 78 configuration error (../shared/DESIGN.md).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "agent/cli.h"
+#include "common/err.h"
+#include "common/log.h"
+
+struct subcommand {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *synopsis;
+};
+
+static const struct subcommand commands[] = {
+    {"train", gm_cli_train, "train --local JOB.ini [--summary-json FILE] [--out FILE]"},
+};
+
+static void usage(FILE *f)
+{
+    size_t i;
+
+    fprintf(f, "usage: gradmesh COMMAND [ARGS]\n\ncommands:\n");
+    for (i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+        fprintf(f, "  gradmesh %s\n", commands[i].synopsis);
+    fprintf(f, "\n'gradmesh COMMAND --help' describes one command.\n");
+}
+
+int main(int argc, char **argv)
+{
+    size_t i;
+
+    gm_log_init();
+    if (argc < 2) {
+        usage(stderr);
+        return GM_EXIT_USAGE;
+    }
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
+        strcmp(argv[1], "help") == 0) {
+        usage(stdout);
+        return GM_EXIT_OK;
+    }
+    for (i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
+        if (strcmp(argv[1], commands[i].name) == 0)
+            return commands[i].run(argc - 1, argv + 1);
+    }
+    fprintf(stderr, "gradmesh: unknown command '%s'\n", argv[1]);
+    usage(stderr);
+    return GM_EXIT_USAGE;
+}
