@@ -14,7 +14,7 @@ CC ?= cc
 SAN ?=
 CUDA ?= auto
 V ?= 0
-OPT ?= -O3 -march=native
+OPT ?= -O3 -march=native -fno-math-errno
 FUZZ_SECONDS ?= 10
 
 ifeq ($(V),1)
@@ -24,7 +24,7 @@ Q := @
 endif
 
 BUILD := build$(if $(SAN),-san)
-PKGS := openblas zlib libpng libjpeg inih libuv libsodium openssl
+PKGS := openblas zlib libpng libjpeg inih libuv libsodium openssl jansson
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 

@@ -7,7 +7,7 @@ set -euo pipefail
 
 pkgs=(gcc make pkg-config clang libclang-rt-14-dev
       libopenblas-dev libinih-dev zlib1g-dev libpng-dev libjpeg-dev
-      libssl-dev libsodium-dev libuv1-dev openssl iproute2
+      libssl-dev libsodium-dev libuv1-dev libjansson-dev openssl iproute2
       python3 python3-numpy dataset-fashion-mnist)
 if [ "${1:-}" = bench ]; then
     pkgs+=(python3-torch)
