@@ -1,0 +1,39 @@
+/*
+ * train/kernels/conv2d.h - 2-D convolution, stride 1, square kernel, zero
+ * padding, on NHWC activations.
+ *
+ * Layouts (chosen for speed; the checkpoint exporter converts to PyTorch's):
+ *   x    (N, H, W, C)            input, NHWC
+ *   w    (OC, KH, KW, C)         weights, "OHWI": one im2col row is KH runs of
+ *                                KW*C contiguous input floats, so im2col is
+ *                                a handful of memcpy per output pixel
+ *   b    (OC)
+ *   col  (N*OH*OW, KH*KW*C)      im2col matrix, kept from forward for dW
+ *   y    (N, OH, OW, OC)         = col x w^T + b: one sgemm for the whole batch
+ * Backward: dW = dy^T x col, db = column sums of dy, dcol = dy x w,
+ * dx = col2im(dcol) (skipped when dx is NULL: the first layer).
+ *
+ * CPU twin only for now (OpenBLAS sgemm); called from the trainer thread.
+ */
+#ifndef GM_TRAIN_KERNELS_CONV2D_H
+#define GM_TRAIN_KERNELS_CONV2D_H
+
+struct gm_conv2d_shape {
+    int n, h, w, c; /* input */
+    int oc, k, pad; /* output channels, kernel size, zero padding */
+    int oh, ow;     /* output: h + 2*pad - k + 1, w + 2*pad - k + 1 */
+};
+
+/* Fills oh/ow; returns 0, or -EINVAL when the kernel does not fit. */
+int gm_conv2d_shape_init(struct gm_conv2d_shape *s, int n, int h, int w, int c, int oc, int k,
+                         int pad);
+
+void gm_conv2d_im2col_cpu(const struct gm_conv2d_shape *s, const float *x, float *col);
+void gm_conv2d_col2im_cpu(const struct gm_conv2d_shape *s, const float *col, float *dx);
+
+void gm_conv2d_forward_cpu(const struct gm_conv2d_shape *s, const float *x, const float *w,
+                           const float *b, float *col, float *y);
+void gm_conv2d_backward_cpu(const struct gm_conv2d_shape *s, const float *col, const float *w,
+                            const float *dy, float *dw, float *db, float *dcol, float *dx);
+
+#endif
