@@ -460,6 +460,11 @@ static int star_start(struct gm_coll *c, struct op *op, struct phase *p)
     switch (p->kind) {
     case PH_DIRECT:
         scale(op->buf, op->n, p->prescale);
+        if (p->nm == 1) { /* alone (HIER with one group): nothing goes on the wire */
+            scale(op->buf, op->n, p->postscale);
+            p->done = true;
+            return 0;
+        }
         err = star_alloc(p, op->n, true);
         if (err < 0)
             return err;

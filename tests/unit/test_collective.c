@@ -567,7 +567,13 @@ static void test_contracts(void)
 
     gm_coll_hdr_encode(&h, msg);
     GM_CHECK_OK(gm_coll_hdr_decode(msg, sizeof(msg), &h2));
-    GM_CHECK(memcmp(&h, &h2, sizeof(h)) == 0);
+    {
+        unsigned char again[GM_COLL_HDR_BYTES];
+        gm_coll_hdr_encode(&h2, again);
+        GM_CHECK(memcmp(again, msg, GM_COLL_HDR_BYTES) == 0);
+        GM_CHECK_EQ(h2.step, 5);
+        GM_CHECK_EQ(h2.payload_bytes, 4);
+    }
     GM_CHECK_ERR(gm_coll_hdr_decode(msg, sizeof(msg) - 1, &h2), GM_ERR_PROTO);
     GM_CHECK_ERR(gm_coll_hdr_decode(msg, 10, &h2), GM_ERR_PROTO);
     msg[4] = 9;
