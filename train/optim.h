@@ -48,9 +48,9 @@ enum gm_optim_kind {
 
 struct gm_optim_config {
     enum gm_optim_kind kind;
-    float momentum;     /* SGD: 0 = plain SGD, no state */
-    int nesterov;       /* SGD: nonzero = Nesterov momentum (needs momentum > 0) */
-    float weight_decay; /* both: L2 term added to the gradient */
+    float momentum;          /* SGD: 0 = plain SGD, no state */
+    int nesterov;            /* SGD: nonzero = Nesterov momentum (needs momentum > 0) */
+    float weight_decay;      /* both: L2 term added to the gradient */
     float beta1, beta2, eps; /* Adam */
 };
 

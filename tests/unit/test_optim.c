@@ -34,11 +34,11 @@
 
 GM_TEST_DEFINE_STATE;
 
-#define N 1003     /* odd: exercises the scalar tails of the vector loops */
-#define STEPS 200  /* reference comparison */
-#define TSTEPS 50  /* torch comparison */
-#define RTOL 1e-5  /* relative tolerance, see the header */
-#define FLOOR 0.1  /* floor, as a fraction of the buffer's max magnitude */
+#define N 1003    /* odd: exercises the scalar tails of the vector loops */
+#define STEPS 200 /* reference comparison */
+#define TSTEPS 50 /* torch comparison */
+#define RTOL 1e-5 /* relative tolerance, see the header */
+#define FLOOR 0.1 /* floor, as a fraction of the buffer's max magnitude */
 
 /* splitmix64: small, seedable, good enough for test data. */
 static uint64_t rng_next(uint64_t *s)
@@ -130,8 +130,8 @@ static long compare(const char *what, const float *got, const double *want, size
         maxabs = fmax(maxabs, fabs(want[i]));
     for (size_t i = 0; i < n; i++) {
         double denom = fmax(fabs(want[i]), FLOOR * maxabs);
-        double rel = denom > 0.0 ? fabs((double)got[i] - want[i]) / denom
-                                 : fabs((double)got[i] - want[i]);
+        double rel =
+            denom > 0.0 ? fabs((double)got[i] - want[i]) / denom : fabs((double)got[i] - want[i]);
         if (!(rel <= RTOL))
             bad++;
         if (!(rel <= worst)) {
@@ -338,8 +338,7 @@ static int write_torch_inputs(const char *dir, const struct problem *pr)
     /* %.9g round-trips a float, so torch sees exactly our hyperparameters and lrs. */
     for (size_t k = 0; k < GM_ARRAY_SIZE(cases); k++) {
         if (cases[k].adam)
-            fprintf(f, "adam %.9g %.9g %.9g %.9g", cases[k].a, cases[k].b, cases[k].c,
-                    cases[k].wd);
+            fprintf(f, "adam %.9g %.9g %.9g %.9g", cases[k].a, cases[k].b, cases[k].c, cases[k].wd);
         else
             fprintf(f, "sgd %.9g %.9g %.9g", cases[k].a, cases[k].b, cases[k].wd);
         for (int s = 0; s < TSTEPS; s++)
@@ -465,8 +464,8 @@ static void test_checkpoint_and_reset(void)
             gm_optim_step(&resumed, b, pr->g[s], cases[k].lr);
         GM_CHECK(memcmp(a, b, N * sizeof(float)) == 0);
         if (len > 0)
-            GM_CHECK(memcmp(gm_optim_state(&whole), gm_optim_state(&resumed),
-                            len * sizeof(float)) == 0);
+            GM_CHECK(
+                memcmp(gm_optim_state(&whole), gm_optim_state(&resumed), len * sizeof(float)) == 0);
 
         /* reset: zero state and step; K steps from p0 again equal the first K steps */
         gm_optim_reset(&whole);
