@@ -49,6 +49,8 @@ struct layer {
     float *dx;       /* owned; NULL for layer 0 */
     float *col;      /* owned: conv */
     float *dcol;     /* owned: conv */
+    float *wpack;    /* owned: direct conv (weights repacked / dW accumulators) */
+    int direct;      /* conv: direct kernel instead of im2col + sgemm */
     uint8_t *arg;    /* owned: maxpool */
     float *mask;     /* owned: dropout */
     int owns_y;
@@ -317,6 +319,16 @@ static int alloc_buffers(struct gm_model *m)
         if (l->kind == LAYER_CONV2D) {
             const size_t rows = nb * (size_t)l->out_h * l->out_w;
             const size_t kdim = (size_t)l->k * l->k * l->in_c;
+            struct gm_conv2d_shape s;
+            if ((err = gm_conv2d_shape_init(&s, m->max_batch, l->in_h, l->in_w, l->in_c, l->out_c,
+                                            l->k, l->pad)) < 0)
+                return err;
+            l->direct = gm_conv2d_use_direct(&s, need_dx);
+            if (l->direct) {
+                if ((err = alloc_floats(m, gm_conv2d_direct_pack_floats(&s), &l->wpack)) < 0)
+                    return err;
+                continue;
+            }
             if ((err = alloc_floats(m, rows * kdim, &l->col)) < 0)
                 return err;
             if (need_dx && (err = alloc_floats(m, rows * kdim, &l->dcol)) < 0)
@@ -377,6 +389,7 @@ void gm_model_free(struct gm_model *m)
         gm_device_free(m->device, l->dx);
         gm_device_free(m->device, l->col);
         gm_device_free(m->device, l->dcol);
+        gm_device_free(m->device, l->wpack);
         gm_device_free(m->device, l->arg);
         gm_device_free(m->device, l->mask);
     }
@@ -491,8 +504,12 @@ int gm_model_forward(struct gm_model *m, int n, int train, uint64_t seed)
             int err = gm_conv2d_shape_init(&s, n, l->in_h, l->in_w, l->in_c, l->out_c, l->k,
                                            l->pad);
             GM_ASSERT(err == 0);
-            gm_conv2d_forward_cpu(&s, x, w_of(m, l, m->params), b_of(m, l, m->params), l->col,
-                                  l->y);
+            if (l->direct)
+                gm_conv2d_direct_forward_cpu(&s, x, w_of(m, l, m->params), b_of(m, l, m->params),
+                                             l->wpack, l->y);
+            else
+                gm_conv2d_forward_cpu(&s, x, w_of(m, l, m->params), b_of(m, l, m->params), l->col,
+                                      l->y);
             break;
         }
         case LAYER_MAXPOOL:
@@ -544,8 +561,12 @@ int gm_model_backward(struct gm_model *m, int n)
             int err = gm_conv2d_shape_init(&s, n, l->in_h, l->in_w, l->in_c, l->out_c, l->k,
                                            l->pad);
             GM_ASSERT(err == 0);
-            gm_conv2d_backward_cpu(&s, l->col, w_of(m, l, m->params), dy, w_of(m, l, m->grads),
-                                   b_of(m, l, m->grads), l->dcol, l->dx);
+            if (l->direct)
+                gm_conv2d_direct_backward_cpu(&s, x, dy, w_of(m, l, m->grads),
+                                              b_of(m, l, m->grads), l->wpack);
+            else
+                gm_conv2d_backward_cpu(&s, l->col, w_of(m, l, m->params), dy,
+                                       w_of(m, l, m->grads), b_of(m, l, m->grads), l->dcol, l->dx);
             break;
         }
         case LAYER_MAXPOOL:

@@ -131,6 +131,7 @@ static void test_conv_blas_equals_naive(void)
                             {2, 28, 28, 1, 6, 5},  {3, 14, 14, 6, 16, 5}, {2, 7, 9, 3, 4, 3},
                             {1, 5, 5, 2, 3, 5},    {2, 6, 4, 3, 2, 1}};
     const int pads[] = {2, 0, 1, 2, 0};
+    int directs = 0;
 
     for (size_t t = 0; t < GM_ARRAY_SIZE(cases); t++) {
         struct gm_conv2d_shape s;
@@ -154,9 +155,21 @@ static void test_conv_blas_equals_naive(void)
         check_close_d("conv dw", dw, rdw, nw, 1e-5);
         check_close_d("conv db", db, rdb, (size_t)s.oc, 1e-5);
         check_close_d("conv dx", dx, rdx, nx, 1e-5);
+        if (gm_conv2d_use_direct(&s, 0)) { /* the direct kernel, same references */
+            float *pack = aligned_alloc(32, gm_conv2d_direct_pack_floats(&s) * sizeof(float));
+            gm_conv2d_direct_forward_cpu(&s, x, w, b, pack, y);
+            d = maxdiff(y, yref, ny, &sc);
+            GM_CHECK_NEAR(d, 0, 1e-5 * (sc + 1), 0);
+            gm_conv2d_direct_backward_cpu(&s, x, dy, dw, db, pack);
+            check_close_d("direct conv dw", dw, rdw, nw, 1e-5);
+            check_close_d("direct conv db", db, rdb, (size_t)s.oc, 1e-5);
+            free(pack);
+            directs++;
+        }
         free(x), free(w), free(b), free(y), free(yref), free(dy), free(col), free(dcol);
         free(dw), free(db), free(dx), free(rdw), free(rdb), free(rdx);
     }
+    GM_CHECK_EQ(directs, 4);
 }
 
 /* ---- finite differences ---------------------------------------------------- */
