@@ -18,6 +18,8 @@
 #ifndef GM_TRAIN_KERNELS_CONV2D_H
 #define GM_TRAIN_KERNELS_CONV2D_H
 
+#include <stddef.h>
+
 struct gm_conv2d_shape {
     int n, h, w, c; /* input */
     int oc, k, pad; /* output channels, kernel size, zero padding */
@@ -37,3 +39,19 @@ void gm_conv2d_backward_cpu(const struct gm_conv2d_shape *s, const float *col, c
                             const float *dy, float *dw, float *db, float *dcol, float *dx);
 
 #endif
+
+/*
+ * Direct convolution for layers with at most 8 output channels whose input
+ * gradient is not needed (the first layer of a CNN: few input channels,
+ * where im2col would copy tiny runs and dominate).  All output channels of
+ * one pixel live in one 8-lane vector; weights are repacked per call into
+ * wpack (k*k*c vectors of 8 floats, caller-provided, 32-byte aligned).  No
+ * im2col buffer: backward reads x again.
+ */
+#define GM_CONV2D_DIRECT_MAX_OC 8
+int gm_conv2d_use_direct(const struct gm_conv2d_shape *s, int need_dx);
+size_t gm_conv2d_direct_pack_floats(const struct gm_conv2d_shape *s);
+void gm_conv2d_direct_forward_cpu(const struct gm_conv2d_shape *s, const float *x, const float *w,
+                                  const float *b, float *wpack, float *y);
+void gm_conv2d_direct_backward_cpu(const struct gm_conv2d_shape *s, const float *x,
+                                   const float *dy, float *dw, float *db, float *accbuf);

@@ -31,7 +31,25 @@ int gm_conv2d_shape_init(struct gm_conv2d_shape *s, int n, int h, int w, int c, 
     return 0;
 }
 
-void gm_conv2d_im2col_cpu(const struct gm_conv2d_shape *s, const float *x, float *col)
+/* Short copies and zero fills stay inline: the segments are KW*C floats (5 for
+ * LeNet's first layer), far below the size where a libc call pays off.  The
+ * attribute keeps GCC from turning these loops back into memcpy/memset. */
+#define GM_INLINE_LOOPS __attribute__((optimize("no-tree-loop-distribute-patterns")))
+
+static inline GM_INLINE_LOOPS void copy_floats(float *restrict d, const float *restrict s, int n)
+{
+    for (int i = 0; i < n; i++)
+        d[i] = s[i];
+}
+
+static inline GM_INLINE_LOOPS void zero_floats(float *restrict d, int n)
+{
+    for (int i = 0; i < n; i++)
+        d[i] = 0.0f;
+}
+
+GM_INLINE_LOOPS void gm_conv2d_im2col_cpu(const struct gm_conv2d_shape *s, const float *x,
+                                          float *col)
 {
     const int k = s->k, c = s->c, pad = s->pad;
     const size_t rowlen = (size_t)k * k * c;
@@ -48,17 +66,17 @@ void gm_conv2d_im2col_cpu(const struct gm_conv2d_shape *s, const float *x, float
                     int iy = oy + ky - pad;
                     float *dst = out + (size_t)ky * k * c;
                     if (iy < 0 || iy >= s->h) {
-                        memset(dst, 0, sizeof(float) * (size_t)k * c);
+                        zero_floats(dst, k * c);
                         continue;
                     }
                     if (kx0 > 0)
-                        memset(dst, 0, sizeof(float) * (size_t)kx0 * c);
+                        zero_floats(dst, kx0 * c);
                     if (kx1 > kx0)
-                        memcpy(dst + (size_t)kx0 * c,
-                               xn + ((size_t)iy * s->w + (size_t)(ox + kx0 - pad)) * c,
-                               sizeof(float) * (size_t)(kx1 - kx0) * c);
+                        copy_floats(dst + (size_t)kx0 * c,
+                                    xn + ((size_t)iy * s->w + (size_t)(ox + kx0 - pad)) * c,
+                                    (kx1 - kx0) * c);
                     if (kx1 < k)
-                        memset(dst + (size_t)kx1 * c, 0, sizeof(float) * (size_t)(k - kx1) * c);
+                        zero_floats(dst + (size_t)kx1 * c, (k - kx1) * c);
                 }
                 out += rowlen;
             }
@@ -103,9 +121,10 @@ void gm_conv2d_forward_cpu(const struct gm_conv2d_shape *s, const float *x, cons
     const int oc = s->oc;
 
     gm_conv2d_im2col_cpu(s, x, col);
-    /* y starts as the bias broadcast, then y += col x w^T */
+    /* y = bias broadcast, then y += col x w^T (beta = 1 spares OpenBLAS a
+     * separate pass that zeroes y) */
     for (int r = 0; r < rows; r++)
-        memcpy(y + (size_t)r * oc, b, sizeof(float) * (size_t)oc);
+        copy_floats(y + (size_t)r * oc, b, oc);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, oc, kdim, 1.0f, col, kdim, w, kdim,
                 1.0f, y, oc);
 }
@@ -132,4 +151,158 @@ void gm_conv2d_backward_cpu(const struct gm_conv2d_shape *s, const float *col, c
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, kdim, oc, 1.0f, dy, oc, w, kdim,
                 0.0f, dcol, kdim);
     gm_conv2d_col2im_cpu(s, dcol, dx);
+}
+
+/* ---- direct path (see conv2d.h) -------------------------------------------- */
+
+/* GCC vector extensions: AVX with -march=native, SSE pairs elsewhere. */
+typedef float v8f __attribute__((vector_size(32)));
+
+static inline v8f load_partial(const float *p, int n)
+{
+    v8f v = {0};
+    for (int i = 0; i < n; i++)
+        v[i] = p[i];
+    return v;
+}
+
+static inline void store_partial(float *p, v8f v, int n)
+{
+    for (int i = 0; i < n; i++)
+        p[i] = v[i];
+}
+
+int gm_conv2d_use_direct(const struct gm_conv2d_shape *s, int need_dx)
+{
+    return !need_dx && s->oc <= GM_CONV2D_DIRECT_MAX_OC;
+}
+
+size_t gm_conv2d_direct_pack_floats(const struct gm_conv2d_shape *s)
+{
+    return (size_t)s->k * s->k * s->c * 8;
+}
+
+/* valid kernel range [lo, hi) for output coordinate o along an axis of size n */
+static inline void krange(int o, int k, int pad, int n, int *lo, int *hi)
+{
+    *lo = pad - o > 0 ? pad - o : 0;
+    *hi = n + pad - o < k ? n + pad - o : k;
+}
+
+/* Output pixels are taken 4 at a time along a row where the whole kernel
+ * fits (interior): 4 independent accumulator chains hide FMA latency and
+ * share every weight load.  Border pixels go one at a time. */
+#define BLOCK 4
+
+void gm_conv2d_direct_forward_cpu(const struct gm_conv2d_shape *s, const float *x, const float *w,
+                                  const float *b, float *wpack, float *y)
+{
+    const int k = s->k, c = s->c, oc = s->oc, taps = k * k * c, kc = k * c;
+    v8f *wp = (v8f *)wpack;
+    const v8f bias = load_partial(b, oc);
+
+    for (int t = 0; t < taps; t++) {
+        v8f v = {0};
+        for (int o = 0; o < oc; o++)
+            v[o] = w[(size_t)o * taps + t];
+        wp[t] = v;
+    }
+    for (int n = 0; n < s->n; n++) {
+        const float *xn = x + (size_t)n * s->h * s->w * c;
+        for (int oy = 0; oy < s->oh; oy++) {
+            int ky0, ky1;
+            float *yrow = y + ((size_t)n * s->oh + oy) * s->ow * oc;
+            krange(oy, k, s->pad, s->h, &ky0, &ky1);
+            for (int ox = 0; ox < s->ow;) {
+                int kx0, kx1;
+                krange(ox, k, s->pad, s->w, &kx0, &kx1);
+                if (kx0 == 0 && ox + BLOCK - 1 + k - s->pad <= s->w) {
+                    v8f a0 = bias, a1 = bias, a2 = bias, a3 = bias;
+                    for (int ky = ky0; ky < ky1; ky++) {
+                        const float *xr =
+                            xn + ((size_t)(oy + ky - s->pad) * s->w + (size_t)(ox - s->pad)) * c;
+                        const v8f *wr = wp + (size_t)ky * kc;
+                        for (int j = 0; j < kc; j++) {
+                            const v8f wv = wr[j];
+                            a0 += xr[j] * wv;
+                            a1 += xr[j + c] * wv;
+                            a2 += xr[j + 2 * c] * wv;
+                            a3 += xr[j + 3 * c] * wv;
+                        }
+                    }
+                    store_partial(yrow + (size_t)ox * oc, a0, oc);
+                    store_partial(yrow + (size_t)(ox + 1) * oc, a1, oc);
+                    store_partial(yrow + (size_t)(ox + 2) * oc, a2, oc);
+                    store_partial(yrow + (size_t)(ox + 3) * oc, a3, oc);
+                    ox += BLOCK;
+                    continue;
+                }
+                v8f acc = bias;
+                for (int ky = ky0; ky < ky1; ky++) {
+                    const float *xr =
+                        xn + ((size_t)(oy + ky - s->pad) * s->w + (size_t)(ox + kx0 - s->pad)) * c;
+                    const v8f *wr = wp + ((size_t)ky * k + (size_t)kx0) * c;
+                    for (int j = 0; j < (kx1 - kx0) * c; j++)
+                        acc += xr[j] * wr[j];
+                }
+                store_partial(yrow + (size_t)ox * oc, acc, oc);
+                ox++;
+            }
+        }
+    }
+}
+
+void gm_conv2d_direct_backward_cpu(const struct gm_conv2d_shape *s, const float *x,
+                                   const float *dy, float *dw, float *db, float *accbuf)
+{
+    const int k = s->k, c = s->c, oc = s->oc, taps = k * k * c, kc = k * c;
+    v8f *acc = (v8f *)accbuf;
+    v8f bacc = {0};
+
+    for (int t = 0; t < taps; t++)
+        acc[t] = (v8f){0};
+    for (int n = 0; n < s->n; n++) {
+        const float *xn = x + (size_t)n * s->h * s->w * c;
+        for (int oy = 0; oy < s->oh; oy++) {
+            int ky0, ky1;
+            const float *dyrow = dy + ((size_t)n * s->oh + oy) * s->ow * oc;
+            krange(oy, k, s->pad, s->h, &ky0, &ky1);
+            for (int ox = 0; ox < s->ow;) {
+                int kx0, kx1;
+                krange(ox, k, s->pad, s->w, &kx0, &kx1);
+                if (kx0 == 0 && ox + BLOCK - 1 + k - s->pad <= s->w) {
+                    const v8f g0 = load_partial(dyrow + (size_t)ox * oc, oc);
+                    const v8f g1 = load_partial(dyrow + (size_t)(ox + 1) * oc, oc);
+                    const v8f g2 = load_partial(dyrow + (size_t)(ox + 2) * oc, oc);
+                    const v8f g3 = load_partial(dyrow + (size_t)(ox + 3) * oc, oc);
+                    bacc += (g0 + g1) + (g2 + g3);
+                    for (int ky = ky0; ky < ky1; ky++) {
+                        const float *xr =
+                            xn + ((size_t)(oy + ky - s->pad) * s->w + (size_t)(ox - s->pad)) * c;
+                        v8f *ar = acc + (size_t)ky * kc;
+                        for (int j = 0; j < kc; j++)
+                            ar[j] += (xr[j] * g0 + xr[j + c] * g1) +
+                                     (xr[j + 2 * c] * g2 + xr[j + 3 * c] * g3);
+                    }
+                    ox += BLOCK;
+                    continue;
+                }
+                const v8f g = load_partial(dyrow + (size_t)ox * oc, oc);
+                bacc += g;
+                for (int ky = ky0; ky < ky1; ky++) {
+                    const float *xr =
+                        xn + ((size_t)(oy + ky - s->pad) * s->w + (size_t)(ox + kx0 - s->pad)) * c;
+                    v8f *ar = acc + ((size_t)ky * k + (size_t)kx0) * c;
+                    for (int j = 0; j < (kx1 - kx0) * c; j++)
+                        ar[j] += xr[j] * g;
+                }
+                ox++;
+            }
+        }
+    }
+    for (int o = 0; o < oc; o++) {
+        db[o] = bacc[o];
+        for (int t = 0; t < taps; t++)
+            dw[(size_t)o * taps + t] = acc[t][o];
+    }
 }

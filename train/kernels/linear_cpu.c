@@ -7,8 +7,11 @@
 void gm_linear_forward_cpu(int n, int in, int out, const float *x, const float *w, const float *b,
                            float *y)
 {
-    for (int r = 0; r < n; r++)
-        memcpy(y + (size_t)r * out, b, sizeof(float) * (size_t)out);
+    for (int r = 0; r < n; r++) { /* bias broadcast, then y += x w^T */
+        float *restrict yr = y + (size_t)r * out;
+        for (int o = 0; o < out; o++)
+            yr[o] = b[o];
+    }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f, x, in, w, in, 1.0f, y,
                 out);
 }
