@@ -1,6 +1,10 @@
 /*
  * agent/cli_train.c - `gradmesh train --local JOB.ini [--summary-json FILE]
- * [--out FILE] [--no-progress]`: the single-machine trainer, no network.
+ * [--out FILE] [--no-progress] [--simulate-workers N [--no-error-feedback]]`:
+ * the single-machine trainer, no network.  --simulate-workers runs N
+ * data-parallel replicas in this process over the in-memory transport with
+ * the job's [comm] codec (train/sim.h); --no-error-feedback turns PowerSGD's
+ * error feedback off (the negative control of docs/BENCHMARKS.md).
  *
  * SIGINT/SIGTERM set a flag (the handler does nothing else); the trainer
  * stops at the next step boundary, saves the weights and the run ends with
@@ -18,6 +22,7 @@
 #include "common/err.h"
 #include "common/log.h"
 #include "train/job.h"
+#include "train/sim.h"
 #include "train/trainer.h"
 
 /* The one flag a signal handler may touch. */
@@ -32,13 +37,16 @@ static void on_signal(int sig)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: gradmesh train --local JOB.ini [--summary-json FILE] [--out FILE]\n"
-               "                      [--no-progress]\n"
+               "                      [--no-progress] [--simulate-workers N]\n"
                "\n"
                "Trains the job on this machine alone (the single-machine baseline).\n"
                "  --local JOB.ini      the job file (see README.md, \"Job file\")\n"
                "  --summary-json FILE  write the run summary (accuracy, speed, ...) as JSON\n"
                "  --out FILE           final weights (safetensors); default: the job's out\n"
                "  --no-progress        log lines instead of a progress bar on a terminal\n"
+               "  --simulate-workers N N data-parallel replicas in this process, codec from\n"
+               "                       the job's [comm] (bytes_sent and codec in the summary)\n"
+               "  --no-error-feedback  with powersgd: turn error feedback off (experiments)\n"
                "Distributed jobs are submitted to the agent with `gradmesh submit`.\n");
 }
 
@@ -49,6 +57,8 @@ int gm_cli_train(int argc, char **argv)
         {"summary-json", required_argument, NULL, 's'},
         {"out", required_argument, NULL, 'o'},
         {"no-progress", no_argument, NULL, 'n'},
+        {"simulate-workers", required_argument, NULL, 'w'},
+        {"no-error-feedback", no_argument, NULL, 'e'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -58,6 +68,9 @@ int gm_cli_train(int argc, char **argv)
     struct gm_train_summary sum;
     struct gm_train_opts opts = {0};
     struct sigaction sa;
+    struct gm_sim_opts so = {.workers = 0, .error_feedback = true};
+    char *end;
+    long workers;
     int c, err;
 
     optind = 1;
@@ -74,6 +87,18 @@ int gm_cli_train(int argc, char **argv)
             break;
         case 'n':
             progress = 0;
+            break;
+        case 'w':
+            workers = strtol(optarg, &end, 10);
+            if (end == optarg || *end != 0 || workers < 1 || workers > 64) {
+                fprintf(stderr, "gradmesh train: --simulate-workers wants 1..64, not '%s'\n",
+                        optarg);
+                return GM_EXIT_USAGE;
+            }
+            so.workers = (int)workers;
+            break;
+        case 'e':
+            so.error_feedback = false;
             break;
         case 'h':
             usage(stdout);
@@ -102,7 +127,10 @@ int gm_cli_train(int argc, char **argv)
     opts.progress = progress;
     opts.stop = &stop_requested;
     opts.out = out;
-    err = gm_trainer_run(&job, &opts, &sum);
+    if (so.workers > 0)
+        err = gm_sim_train(&job, &opts, &so, &sum);
+    else
+        err = gm_trainer_run(&job, &opts, &sum);
     if (err == 0 && summary != NULL)
         err = gm_train_summary_write_json(&sum, summary);
     gm_job_free(&job);

@@ -187,7 +187,9 @@ static int setup(struct run *r)
         gm_err("job: invalid optimizer settings (%s)", gm_strerror(err));
         return err == -EINVAL ? GM_ERR_CONFIG : err;
     }
-    if ((err = gm_sampler_init(&r->sampler, r->train.n, job->seed, 0, 1)) < 0)
+    if ((err = gm_sampler_init(&r->sampler, r->train.n, job->seed,
+                               r->opts->comm != NULL ? r->opts->comm->rank : 0,
+                               r->opts->comm != NULL ? r->opts->comm->world : 1)) < 0)
         return err;
     r->steps_per_epoch = (long)(gm_sampler_len(&r->sampler) / (size_t)job->optim.batch);
     r->sched.kind = job->schedule.kind == GM_JOB_SCHEDULE_KIND_STEP     ? GM_SCHED_STEP
@@ -229,6 +231,8 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
     const int B = job->optim.batch;
     double train_s = 0, epoch_loss = 0, acc = NAN, tloss = NAN;
     const char *out = opts->out != NULL ? opts->out : job->out;
+    const struct gm_train_comm *comm = opts->comm;
+    const int quiet = comm != NULL && comm->rank != 0; /* rank 0 speaks for all */
     struct rusage ru;
     int err;
 
@@ -240,7 +244,8 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
     if ((err = setup(&r)) < 0)
         goto out;
     sum->params = gm_model_num_params(r.model);
-    gm_info("event=start job=%s model=%s params=%zu train=%zu test=%zu input=%dx%dx%d "
+    if (!quiet)
+        gm_info("event=start job=%s model=%s params=%zu train=%zu test=%zu input=%dx%dx%d "
             "classes=%d batch=%d epochs=%d steps_per_epoch=%ld optim=%s lr=%g threads=%d",
             job->name, sum->model, sum->params, r.train.n, r.test.n, r.train.c, r.train.h,
             r.train.w, gm_model_classes(r.model), B, job->epochs, r.steps_per_epoch,
@@ -274,12 +279,18 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
             }
             if ((err = gm_model_backward(r.model, B)) < 0)
                 goto out;
+            if (comm != NULL && comm->reduce_grads != NULL &&
+                (err = comm->reduce_grads(comm->ctx, r.model, r.step, r.sched.total_steps)) < 0)
+                goto out;
             gm_optim_step(&r.optim, gm_model_params(r.model), gm_model_grads(r.model),
                           gm_sched_lr(&r.sched, r.step));
+            if (comm != NULL && comm->after_step != NULL &&
+                (err = comm->after_step(comm->ctx, r.model, r.step, r.sched.total_steps)) < 0)
+                goto out;
             r.step++;
             window_steps++;
             loss_sum += loss;
-            if (opts->progress || window_steps == job->log_every) {
+            if (!quiet && (opts->progress || window_steps == job->log_every)) {
                 uint64_t now = gm_time_mono_ns();
                 double dt = (double)(now - t_window) * 1e-9;
                 if (dt > 0 && window_steps > 0 && (!opts->progress || dt > 0.5)) {
@@ -298,7 +309,7 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
         double epoch_s = (double)(gm_time_mono_ns() - t_epoch) * 1e-9;
         train_s += epoch_s;
         epoch_loss = s > 0 ? loss_sum / (double)s : NAN;
-        if (opts->progress)
+        if (opts->progress && !quiet)
             progress_bar(&r, s, epoch_loss, s * B / (epoch_s > 0 ? epoch_s : 1), 1);
         if (sum->interrupted) {
             gm_notice("event=interrupted step=%ld epoch=%d: stopping, saving weights", r.step,
@@ -306,6 +317,8 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
             break;
         }
         sum->epochs = r.epoch + 1;
+        if (quiet)
+            continue;
         if ((r.epoch + 1) % job->eval_every == 0 || r.epoch + 1 == job->epochs) {
             if ((err = evaluate(&r, &acc, &tloss)) < 0)
                 goto out;
@@ -319,11 +332,12 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
                     r.epoch + 1, r.step, epoch_loss, epoch_s, (double)s * B / epoch_s);
         }
     }
-    if (sum->interrupted && (err = evaluate(&r, &acc, &tloss)) < 0)
+    if (!quiet && sum->interrupted && (err = evaluate(&r, &acc, &tloss)) < 0)
         goto out;
-    if ((err = save_weights(&r, out)) < 0)
+    if (!quiet && (err = save_weights(&r, out)) < 0)
         goto out;
-    snprintf(sum->checkpoint, sizeof(sum->checkpoint), "%s", out);
+    if (!quiet)
+        snprintf(sum->checkpoint, sizeof(sum->checkpoint), "%s", out);
     sum->steps = r.step;
     sum->test_accuracy = acc;
     sum->test_loss = tloss;
@@ -333,7 +347,8 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
     sum->wall_s = gm_time_seconds_since(r.t_start);
     getrusage(RUSAGE_SELF, &ru);
     sum->peak_rss_kb = ru.ru_maxrss;
-    gm_info("event=done job=%s steps=%ld test_accuracy=%.2f test_loss=%.4f samples_per_s=%.0f "
+    if (!quiet)
+        gm_info("event=done job=%s steps=%ld test_accuracy=%.2f test_loss=%.4f samples_per_s=%.0f "
             "wall_s=%.1f weights=%s peak_rss_mb=%.1f",
             job->name, r.step, acc, tloss, sum->samples_per_s, sum->wall_s, out,
             (double)sum->peak_rss_kb / 1024.0);

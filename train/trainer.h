@@ -44,10 +44,28 @@ struct gm_train_summary {
     char checkpoint[1024];
 };
 
+struct gm_model;
+
+/*
+ * Optional communication hook (train/sim.c for --simulate-workers; the agent
+ * later): the replica trains on shard `rank` of `world`, reduce_grads runs
+ * after backward and before the optimizer step (replace m's gradients by
+ * their reduction over ranks), after_step after the optimizer step (local
+ * SGD / DiLoCo).  A negative return ends the run with that error.  Ranks
+ * other than 0 neither log progress, evaluate nor write weights.
+ */
+struct gm_train_comm {
+    int rank, world;
+    int (*reduce_grads)(void *ctx, struct gm_model *m, long step, long total_steps);
+    int (*after_step)(void *ctx, struct gm_model *m, long step, long total_steps);
+    void *ctx;
+};
+
 struct gm_train_opts {
     int progress;                      /* 1: terminal progress bar; 0: log lines */
     volatile sig_atomic_t *stop;       /* borrowed, may be NULL */
     const char *out;                   /* overrides job->out when not NULL */
+    const struct gm_train_comm *comm;  /* borrowed, may be NULL: one replica alone */
 };
 
 /* Returns 0 or an error (GM_ERR_CONFIG / GM_ERR_DATA already logged with the
