@@ -10,15 +10,15 @@
 
 struct gm_bucketer {
     size_t nlayers, nbuckets;
-    size_t *off, *len;      /* owned, per bucket */
-    size_t *bucket_of;      /* owned, per layer */
-    size_t *layers_in;      /* owned, per bucket: layers it holds */
-    size_t *missing;        /* owned, per bucket: layers not yet ready */
-    bool *ready;            /* owned, per layer */
+    size_t *off, *len; /* owned, per bucket */
+    size_t *bucket_of; /* owned, per layer */
+    size_t *layers_in; /* owned, per bucket: layers it holds */
+    size_t *missing;   /* owned, per bucket: layers not yet ready */
+    bool *ready;       /* owned, per layer */
     /* the step */
     bool active, abandoned;
-    struct gm_coll *c;      /* borrowed */
-    float *grad;            /* borrowed */
+    struct gm_coll *c; /* borrowed */
+    float *grad;       /* borrowed */
     struct gm_coll_opts opts;
     size_t started, finished;
     int status;

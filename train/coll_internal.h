@@ -32,8 +32,8 @@ struct phase {
     size_t *seg_off; /* owned, nm + 1 */
     uint32_t stage, chunk;
     /* direct, reduce, bcast */
-    uint32_t *next_chunk;   /* owned, nm */
-    unsigned char **store;  /* owned, nm (entries owned) */
+    uint32_t *next_chunk;  /* owned, nm */
+    unsigned char **store; /* owned, nm (entries owned) */
     int pending;
 };
 
@@ -65,13 +65,13 @@ struct gm_coll {
     int *all;                   /* owned: 0..world-1 */
     int *grp;                   /* owned: my group, ascending */
     int ngrp, grp_me;
-    int *leaders;               /* owned: group leaders, ascending */
+    int *leaders; /* owned: group leaders, ascending */
     int nleaders, leader_me;
     struct op *active, *qhead, *qtail;
     uint32_t next_seq;
     bool broken, kick_pending;
-    bool *armed;   /* owned, world */
-    int sends_out; /* sends not yet called back */
+    bool *armed;                          /* owned, world */
+    int sends_out;                        /* sends not yet called back */
     struct gm_coll_traffic *sent, *recvd; /* owned, world */
     struct gm_coll_traffic sent_codec[GM_CODEC_COUNT], recvd_codec[GM_CODEC_COUNT];
 };

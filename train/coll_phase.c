@@ -181,8 +181,8 @@ static int ring_start(struct gm_coll *c, struct op *op, struct phase *p)
     if (p->seg_off == NULL)
         return -ENOMEM;
     for (int j = 0; j < p->nm; j++)
-        p->seg_off[j + 1] = p->seg_off[j] + op->n / (size_t)p->nm +
-                            ((size_t)j < op->n % (size_t)p->nm ? 1 : 0);
+        p->seg_off[j + 1] =
+            p->seg_off[j] + op->n / (size_t)p->nm + ((size_t)j < op->n % (size_t)p->nm ? 1 : 0);
     right = p->members[mod(p->me + 1, p->nm)];
     seg = p->me;
     for (k = 0; k < nchunks(p, seg_len(p, seg)); k++) {
@@ -417,4 +417,3 @@ int gm_coll_phase_on_msg(struct gm_coll *c, struct op *op, struct phase *p, int 
         return ring_on_msg(c, op, p, from, h, payload);
     return star_on_msg(c, op, p, from, h, payload);
 }
-

@@ -111,8 +111,8 @@ static void hashcheck_done(struct gm_coll *c, int status, void *arg)
 int gm_coll_hashcheck_start(struct gm_coll *c, const void *buf, size_t nbytes, uint64_t step,
                             gm_coll_done_cb cb, void *arg)
 {
-    struct gm_coll_opts o = {.algo = GM_COLL_DIRECT, .codec = GM_CODEC_FP32,
-                             .reduce = GM_COLL_SUM, .step = step};
+    struct gm_coll_opts o = {
+        .algo = GM_COLL_DIRECT, .codec = GM_CODEC_FP32, .reduce = GM_COLL_SUM, .step = step};
     struct hashcheck *hc;
     uint64_t h;
     int err;
@@ -164,4 +164,3 @@ uint64_t gm_coll_hash(const void *buf, size_t nbytes)
     r ^= r >> 33;
     return r;
 }
-

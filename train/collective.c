@@ -283,8 +283,7 @@ static int handle_msg(struct gm_coll *c, struct op *op, int peer, const void *bu
     from = member_index(p, peer);
     if (from < 0 || p->done)
         return GM_ERR_PROTO;
-    return gm_coll_phase_on_msg(c, op, p, from, &h,
-                                (const unsigned char *)buf + GM_COLL_HDR_BYTES);
+    return gm_coll_phase_on_msg(c, op, p, from, &h, (const unsigned char *)buf + GM_COLL_HDR_BYTES);
 }
 
 void gm_coll_on_recv(struct gm_transport *t, int peer, int status, const void *buf, size_t len,

@@ -77,17 +77,17 @@ struct gm_coll_link {
 };
 
 struct gm_coll_config {
-    uint32_t generation;               /* group generation, checked in every message */
-    size_t chunk_bytes;                /* wire bytes per chunk; 0: 256 KiB */
-    const int *groups;                 /* world entries, group id per rank; NULL: one group (copied) */
-    const struct gm_coll_link *links;  /* world*world, [i*world+j] is i->j; NULL: uniform (copied) */
+    uint32_t generation; /* group generation, checked in every message */
+    size_t chunk_bytes;  /* wire bytes per chunk; 0: 256 KiB */
+    const int *groups;   /* world entries, group id per rank; NULL: one group (copied) */
+    const struct gm_coll_link *links; /* world*world, [i*world+j] is i->j; NULL: uniform (copied) */
 };
 
 struct gm_coll_opts {
     enum gm_coll_algo algo;
-    enum gm_codec codec;        /* wire codec (HIER: between leaders) */
+    enum gm_codec codec; /* wire codec (HIER: between leaders) */
     enum gm_coll_reduce reduce;
-    uint64_t step;              /* training step, checked against every peer */
+    uint64_t step; /* training step, checked against every peer */
 };
 
 struct gm_coll_traffic {
@@ -167,12 +167,12 @@ size_t gm_coll_buckets(const size_t *layer_end, size_t nlayers, size_t bucket_by
 enum gm_coll_msg { GM_COLL_MSG_DATA = 1, GM_COLL_MSG_ABORT = 2 };
 
 struct gm_coll_hdr {
-    uint8_t type;   /* enum gm_coll_msg */
-    uint8_t kind;   /* op kind and algorithm */
-    uint8_t codec;  /* enum gm_codec */
-    uint8_t phase;  /* phase of the op (HIER has 3) */
+    uint8_t type;  /* enum gm_coll_msg */
+    uint8_t kind;  /* op kind and algorithm */
+    uint8_t codec; /* enum gm_codec */
+    uint8_t phase; /* phase of the op (HIER has 3) */
     uint32_t generation;
-    uint32_t seq;   /* op sequence number in this gm_coll */
+    uint32_t seq; /* op sequence number in this gm_coll */
     uint64_t step;
     uint64_t total; /* elements in the whole buffer */
     uint32_t stage; /* ring stage */

@@ -97,8 +97,8 @@ static void on_reduced(struct gm_coll *c, int status, void *arg)
 int gm_diloco_sync_start(struct gm_diloco *d, struct gm_coll *c, float *params, uint64_t step,
                          gm_coll_done_cb cb, void *arg)
 {
-    struct gm_coll_opts o = {.algo = d->cfg.algo, .codec = d->cfg.codec, .reduce = GM_COLL_MEAN,
-                             .step = step};
+    struct gm_coll_opts o = {
+        .algo = d->cfg.algo, .codec = d->cfg.codec, .reduce = GM_COLL_MEAN, .step = step};
     int err;
 
     if (c == NULL || cb == NULL || (params == NULL && d->n > 0))

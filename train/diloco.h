@@ -25,7 +25,7 @@
 #include "train/collective.h"
 
 struct gm_diloco_config {
-    uint32_t h;          /* local steps between syncs, >= 1 */
+    uint32_t h; /* local steps between syncs, >= 1 */
     float outer_lr;
     float momentum;
     bool nesterov;

@@ -296,8 +296,8 @@ static void on_reduced(struct gm_coll *c, int status, void *arg);
 
 static int reduce(struct gm_psgd *p, size_t n, enum stage next)
 {
-    struct gm_coll_opts o = {.algo = p->cfg.algo, .codec = p->cfg.codec,
-                             .reduce = GM_COLL_MEAN, .step = p->step};
+    struct gm_coll_opts o = {
+        .algo = p->cfg.algo, .codec = p->cfg.codec, .reduce = GM_COLL_MEAN, .step = p->step};
 
     p->stage = next;
     p->cur_payload += n;
@@ -340,8 +340,8 @@ static void mul_mq(const struct gm_psgd *p, const struct mat *mt, const float *q
 /* Q (m x r) = M^T P */
 static void mul_mtp(const struct gm_psgd *p, const struct mat *mt, const float *pm, float *out)
 {
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)mt->m, p->cfg.rank, (int)mt->n,
-                1.0f, p->grad + mt->off, (int)mt->m, pm, p->cfg.rank, 0.0f, out, p->cfg.rank);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)mt->m, p->cfg.rank, (int)mt->n, 1.0f,
+                p->grad + mt->off, (int)mt->m, pm, p->cfg.rank, 0.0f, out, p->cfg.rank);
 }
 
 /* out = P Q^T (fixed-order loop: identical on every rank); E = M - out. */
@@ -452,8 +452,8 @@ int gm_psgd_reduce_start(struct gm_psgd *p, struct gm_coll *c, float *grad, uint
     p->arg = arg;
     p->cur_payload = 0;
     if (is_warmup(p, step)) {
-        struct gm_coll_opts o = {.algo = p->cfg.algo, .codec = p->cfg.codec,
-                                 .reduce = GM_COLL_MEAN, .step = step};
+        struct gm_coll_opts o = {
+            .algo = p->cfg.algo, .codec = p->cfg.codec, .reduce = GM_COLL_MEAN, .step = step};
         p->stage = ST_WARM;
         p->cur_payload = p->nelems;
         err = gm_coll_allreduce_start(c, grad, p->nelems, &o, on_reduced, p);

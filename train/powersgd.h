@@ -45,8 +45,8 @@ struct gm_view {
 };
 
 struct gm_psgd_config {
-    int rank;               /* r >= 1 */
-    uint64_t warmup_steps;  /* dense steps first */
+    int rank;              /* r >= 1 */
+    uint64_t warmup_steps; /* dense steps first */
     bool error_feedback;
     bool alternating;       /* one factor per step */
     uint64_t seed;          /* same on every rank */

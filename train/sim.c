@@ -28,10 +28,10 @@ struct sim;
 struct rank_ctx {
     struct sim *s;
     int rank;
-    struct gm_coll *coll;    /* owned */
-    struct gm_psgd *psgd;    /* owned, lazily */
-    struct gm_diloco *dl;    /* owned, lazily */
-    int status, calls;       /* of the op in flight */
+    struct gm_coll *coll; /* owned */
+    struct gm_psgd *psgd; /* owned, lazily */
+    struct gm_diloco *dl; /* owned, lazily */
+    int status, calls;    /* of the op in flight */
     struct gm_train_comm comm;
     struct gm_train_opts opts;
     struct gm_train_summary sum;
@@ -130,22 +130,21 @@ static int start_dense(struct rank_ctx *rc, struct gm_model *m, long step)
 {
     struct gm_coll_opts o = {.algo = GM_COLL_RING,
                              .codec = rc->s->codec == SIM_FP16 ? GM_CODEC_FP16 : GM_CODEC_FP32,
-                             .reduce = GM_COLL_MEAN, .step = (uint64_t)step};
+                             .reduce = GM_COLL_MEAN,
+                             .step = (uint64_t)step};
 
-    return gm_coll_allreduce_start(rc->coll, gm_model_grads(m), gm_model_num_params(m), &o,
-                                   op_done, rc);
+    return gm_coll_allreduce_start(rc->coll, gm_model_grads(m), gm_model_num_params(m), &o, op_done,
+                                   rc);
 }
 
 static int start_psgd(struct rank_ctx *rc, struct gm_model *m, long step)
 {
-    return gm_psgd_reduce_start(rc->psgd, rc->coll, gm_model_grads(m), (uint64_t)step, op_done,
-                                rc);
+    return gm_psgd_reduce_start(rc->psgd, rc->coll, gm_model_grads(m), (uint64_t)step, op_done, rc);
 }
 
 static int start_diloco(struct rank_ctx *rc, struct gm_model *m, long step)
 {
-    return gm_diloco_sync_start(rc->dl, rc->coll, gm_model_params(m), (uint64_t)step, op_done,
-                                rc);
+    return gm_diloco_sync_start(rc->dl, rc->coll, gm_model_params(m), (uint64_t)step, op_done, rc);
 }
 
 static int init_psgd(struct rank_ctx *rc, struct gm_model *m, long total_steps)
@@ -288,8 +287,11 @@ int gm_sim_train(const struct gm_job *job, const struct gm_train_opts *opts,
             err = -ENOMEM;
             goto out;
         }
-        rc->comm = (struct gm_train_comm){.rank = i, .world = s.n, .reduce_grads = hook_reduce,
-                                          .after_step = hook_after, .ctx = rc};
+        rc->comm = (struct gm_train_comm){.rank = i,
+                                          .world = s.n,
+                                          .reduce_grads = hook_reduce,
+                                          .after_step = hook_after,
+                                          .ctx = rc};
         rc->opts = *opts;
         rc->opts.comm = &rc->comm;
     }
@@ -323,9 +325,8 @@ int gm_sim_train(const struct gm_job *job, const struct gm_train_opts *opts,
         snprintf(sum->codec, sizeof(sum->codec), "%s", codec_name(s.codec));
         gm_info("event=simulate_done workers=%d codec=%s bytes_sent=%llu rounds=%llu "
                 "last_round_bytes=%llu test_accuracy=%.2f",
-                s.n, sum->codec, (unsigned long long)sum->bytes_sent,
-                (unsigned long long)s.rounds, (unsigned long long)s.last_round_bytes,
-                sum->test_accuracy);
+                s.n, sum->codec, (unsigned long long)sum->bytes_sent, (unsigned long long)s.rounds,
+                (unsigned long long)s.last_round_bytes, sum->test_accuracy);
     }
 out:
     if (s.net != NULL)

@@ -33,8 +33,8 @@
 #include "train/trainer.h"
 
 struct gm_sim_opts {
-    int workers;          /* 1 .. 64 */
-    bool error_feedback;  /* powersgd; false only for the negative control */
+    int workers;         /* 1 .. 64 */
+    bool error_feedback; /* powersgd; false only for the negative control */
 };
 
 GM_MUST_CHECK int gm_sim_train(const struct gm_job *job, const struct gm_train_opts *opts,

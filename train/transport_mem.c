@@ -43,10 +43,10 @@ struct mem_event {
 
 struct gm_memnet {
     int world;
-    struct gm_transport *ep;  /* owned, world entries */
-    struct mem_link *links;   /* owned, world * world */
+    struct gm_transport *ep; /* owned, world entries */
+    struct mem_link *links;  /* owned, world * world */
     struct mem_event *ev_head, *ev_tail;
-    size_t rr;                /* round-robin cursor into links */
+    size_t rr; /* round-robin cursor into links */
     gm_memnet_hook hook;
     void *hook_arg;
     uint64_t delivered_msgs, delivered_bytes;

@@ -33,7 +33,7 @@ enum gm_memnet_verdict {
 
 /* Sees every message before delivery; may edit bytes in place and shrink *len. */
 typedef enum gm_memnet_verdict (*gm_memnet_hook)(void *arg, int src, int dst, unsigned char *msg,
-                                                  size_t *len);
+                                                 size_t *len);
 
 /* NULL on out-of-memory or world < 1. */
 struct gm_memnet *gm_memnet_new(int world);

@@ -51,10 +51,10 @@ static void test_f16_rounding(void)
     GM_CHECK_EQ(gm_f32_to_f16(1.0f + 0x1p-11f), 0x3c00);
     GM_CHECK_EQ(gm_f32_to_f16(1.0f + 3 * 0x1p-11f), 0x3c02); /* tie to even, up */
     GM_CHECK_EQ(gm_f32_to_f16(1.0f + 0x1p-11f + 0x1p-20f), 0x3c01);
-    GM_CHECK_EQ(gm_f32_to_f16(65520.0f), 0x7c00);  /* rounds to Inf */
+    GM_CHECK_EQ(gm_f32_to_f16(65520.0f), 0x7c00); /* rounds to Inf */
     GM_CHECK_EQ(gm_f32_to_f16(65519.0f), 0x7bff);
     GM_CHECK_EQ(gm_f32_to_f16(-1e30f), 0xfc00);
-    GM_CHECK_EQ(gm_f32_to_f16(0x1p-25f), 0x0000);  /* tie to even: 0 */
+    GM_CHECK_EQ(gm_f32_to_f16(0x1p-25f), 0x0000); /* tie to even: 0 */
     GM_CHECK_EQ(gm_f32_to_f16(0x1p-25f + 0x1p-35f), 0x0001);
     GM_CHECK_EQ(gm_f32_to_f16(3 * 0x1p-25f), 0x0002);
     GM_CHECK_EQ(gm_f32_to_f16(-0.0f), 0x8000);

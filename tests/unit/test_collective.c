@@ -115,8 +115,8 @@ static void test_sum_exact(void)
         for (int r = 0; r < n; r++)
             groups[r] = r / 2; /* islands of two */
         for (int chunked = 0; chunked < 2; chunked++) {
-            struct gm_coll_config cfg = {.generation = 7, .chunk_bytes = chunked ? 64 : 0,
-                                         .groups = groups};
+            struct gm_coll_config cfg = {
+                .generation = 7, .chunk_bytes = chunked ? 64 : 0, .groups = groups};
             struct world w;
             GM_CHECK_OK(world_init(&w, n, &cfg));
             for (size_t si = 0; si < GM_ARRAY_SIZE(sizes); si++) {
@@ -130,8 +130,10 @@ static void test_sum_exact(void)
                     }
                 }
                 for (size_t ai = 0; ai < GM_ARRAY_SIZE(algos); ai++) {
-                    struct gm_coll_opts o = {.algo = algos[ai], .codec = GM_CODEC_FP32,
-                                             .reduce = GM_COLL_SUM, .step = si};
+                    struct gm_coll_opts o = {.algo = algos[ai],
+                                             .codec = GM_CODEC_FP32,
+                                             .reduce = GM_COLL_SUM,
+                                             .step = si};
                     for (int r = 0; r < n; r++)
                         for (size_t i = 0; i < sz; i++)
                             bufs[r][i] = small_int(r, i);
@@ -182,8 +184,8 @@ static void test_mean_codecs(void)
         }
         for (size_t ci = 0; ci < GM_ARRAY_SIZE(codecs); ci++) {
             for (size_t ai = 0; ai < 3; ai++) {
-                struct gm_coll_opts o = {.algo = algos[ai], .codec = codecs[ci],
-                                         .reduce = GM_COLL_MEAN};
+                struct gm_coll_opts o = {
+                    .algo = algos[ai], .codec = codecs[ci], .reduce = GM_COLL_MEAN};
                 double bound = (n + 1) * unit[ci] * 1.0;
                 double worst = 0;
                 for (int r = 0; r < n; r++)
@@ -223,8 +225,8 @@ static void test_ring_bytes(void)
             struct gm_coll_config cfg = {.chunk_bytes = 1000};
             struct world w;
             float *bufs[MAXW];
-            struct gm_coll_opts o = {.algo = GM_COLL_RING, .codec = GM_CODEC_FP16,
-                                     .reduce = GM_COLL_MEAN};
+            struct gm_coll_opts o = {
+                .algo = GM_COLL_RING, .codec = GM_CODEC_FP16, .reduce = GM_COLL_MEAN};
             GM_CHECK_OK(world_init(&w, n, &cfg));
             for (int r = 0; r < n; r++) {
                 bufs[r] = calloc(sz, sizeof(float));
@@ -298,7 +300,7 @@ static void test_64mb(void)
 struct tamper {
     int target_msg; /* 0-based index of the data message to tamper with */
     int seen;
-    int field_off;  /* header byte to flip, or -1: truncate by 2, -2: fail link */
+    int field_off; /* header byte to flip, or -1: truncate by 2, -2: fail link */
 };
 
 static enum gm_memnet_verdict tamper_hook(void *arg, int src, int dst, unsigned char *msg,
@@ -525,8 +527,8 @@ static void test_broadcast_barrier(void)
             memcpy(&bufs[5][77], &u, 4);
         }
         for (int r = 0; r < n; r++)
-            GM_CHECK_OK(gm_coll_hashcheck_start(w.c[r], bufs[r], sz * sizeof(float), 11, done_cb,
-                                                &w.s[r]));
+            GM_CHECK_OK(
+                gm_coll_hashcheck_start(w.c[r], bufs[r], sz * sizeof(float), 11, done_cb, &w.s[r]));
         gm_memnet_run(w.net);
         for (int r = 0; r < n; r++) {
             GM_CHECK_EQ(w.s[r].calls, 1);
@@ -545,9 +547,19 @@ static void test_contracts(void)
     float x[4] = {0};
     struct gm_coll_opts o = {.algo = GM_COLL_RING, .codec = GM_CODEC_FP32};
     struct gm_coll_opts bad = {.algo = (enum gm_coll_algo)9, .codec = GM_CODEC_FP32};
-    struct gm_coll_hdr h = {.type = GM_COLL_MSG_DATA, .kind = 0x11, .codec = 1, .phase = 2,
-                            .generation = 3, .seq = 4, .step = 5, .total = 6, .stage = 7,
-                            .chunk = 8, .offset = 9, .count = 10, .payload_bytes = 4},
+    struct gm_coll_hdr h = {.type = GM_COLL_MSG_DATA,
+                            .kind = 0x11,
+                            .codec = 1,
+                            .phase = 2,
+                            .generation = 3,
+                            .seq = 4,
+                            .step = 5,
+                            .total = 6,
+                            .stage = 7,
+                            .chunk = 8,
+                            .offset = 9,
+                            .count = 10,
+                            .payload_bytes = 4},
                        h2;
     unsigned char msg[GM_COLL_HDR_BYTES + 4] = {0};
 

@@ -285,10 +285,9 @@ static void test_payload_formula(void)
 {
     /* LeNet-5-like: conv1 6x25, b6, conv2 16x150, b16, fc 120x400, b120,
      * 84x120, b84, 10x84, b10 */
-    const struct gm_view lv[] = {{0, 6, 25},       {150, 6, 1},     {156, 16, 150},
-                                 {2556, 16, 1},    {2572, 120, 400}, {50572, 120, 1},
-                                 {50692, 84, 120}, {60772, 84, 1},  {60856, 10, 84},
-                                 {61696, 10, 1}};
+    const struct gm_view lv[] = {
+        {0, 6, 25},      {150, 6, 1},      {156, 16, 150}, {2556, 16, 1},   {2572, 120, 400},
+        {50572, 120, 1}, {50692, 84, 120}, {60772, 84, 1}, {60856, 10, 84}, {61696, 10, 1}};
     const size_t nel = 61706;
     const size_t mats[][2] = {{6, 25}, {16, 150}, {120, 400}, {84, 120}, {10, 84}};
     const size_t dense = 6 + 16 + 120 + 84 + 10;
@@ -315,7 +314,9 @@ static void test_payload_formula(void)
             g[r] = malloc(nel * sizeof(float));
         }
         for (uint64_t t = 0; t < 6; t++) {
-            size_t want = t < 2 ? nel : !alt ? sp + sq + dense : ((t - 2) % 2 == 0 ? sp : sq) + dense;
+            size_t want = t < 2  ? nel
+                          : !alt ? sp + sq + dense
+                                 : ((t - 2) % 2 == 0 ? sp : sq) + dense;
             uint64_t bytes = 0;
             GM_CHECK_EQ(gm_psgd_payload_floats(w.p[0], t), want);
             for (int r = 0; r < n; r++) {
