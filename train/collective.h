@@ -101,7 +101,8 @@ typedef void (*gm_coll_done_cb)(struct gm_coll *c, int status, void *arg);
 /* Returns NULL on out-of-memory or invalid arguments (checked with GM_ASSERT:
  * they are programmer errors).  t is borrowed and must outlive the gm_coll. */
 struct gm_coll *gm_coll_new(struct gm_transport *t, const struct gm_coll_config *cfg);
-/* NULL-safe.  The gm_coll must be idle (gm_coll_busy() false). */
+/* NULL-safe.  The gm_coll must be idle (gm_coll_busy() false; run the loop
+ * until it is) and this must not be called from inside one of its callbacks. */
 void gm_coll_free(struct gm_coll *c);
 
 int gm_coll_rank(const struct gm_coll *c);

@@ -117,6 +117,17 @@ int gm_diloco_sync_start(struct gm_diloco *d, struct gm_coll *c, float *params, 
     return err;
 }
 
+int gm_diloco_restore(struct gm_diloco *d, float *params)
+{
+    if (params == NULL && d->n > 0)
+        return -EINVAL;
+    if (d->busy)
+        return -EBUSY;
+    if (d->n > 0)
+        memcpy(params, d->anchor, d->n * sizeof(float));
+    return 0;
+}
+
 size_t gm_diloco_payload_floats(const struct gm_diloco *d)
 {
     return d->n;

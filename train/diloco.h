@@ -47,6 +47,10 @@ bool gm_diloco_due(const struct gm_diloco *d, uint64_t step);
 /* Starts the sync: on success cb runs once params hold the new anchor. */
 GM_MUST_CHECK int gm_diloco_sync_start(struct gm_diloco *d, struct gm_coll *c, float *params,
                                        uint64_t step, gm_coll_done_cb cb, void *arg);
+/* params = the anchor (the outer parameters after the last sync), dropping
+ * the local steps since: how a run that ends mid-round ends identical on
+ * every rank, with DiLoCo's outer parameters.  -EBUSY during a sync. */
+GM_MUST_CHECK int gm_diloco_restore(struct gm_diloco *d, float *params);
 /* Floats all-reduced per sync (n) and syncs completed. */
 size_t gm_diloco_payload_floats(const struct gm_diloco *d);
 uint64_t gm_diloco_syncs(const struct gm_diloco *d);

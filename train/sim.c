@@ -50,7 +50,9 @@ struct sim {
     int arrived, exited;
     uint64_t gen;
     uint64_t rounds, last_round_bytes;
-    struct rank_ctx *r; /* owned, n */
+    uint64_t grad_bytes;  /* payload of counted rounds, all ranks */
+    uint64_t hash_checks; /* passed, counted by rank 0 */
+    struct rank_ctx *r;   /* owned, n */
 };
 
 static uint64_t bytes_sent(const struct sim *s)
@@ -88,7 +90,9 @@ static void op_done(struct gm_coll *c, int status, void *arg)
 
 typedef int (*start_fn)(struct rank_ctx *rc, struct gm_model *m, long step);
 
-static int rendezvous(struct rank_ctx *rc, start_fn start, struct gm_model *m, long step)
+/* counted: the round moves gradients or parameters (bytes_sent); hash checks do not. */
+static int rendezvous(struct rank_ctx *rc, start_fn start, struct gm_model *m, long step,
+                      bool counted)
 {
     struct sim *s = rc->s;
     uint64_t gen;
@@ -112,8 +116,11 @@ static int rendezvous(struct rank_ctx *rc, start_fn start, struct gm_model *m, l
     if (++s->arrived == s->n) {
         uint64_t before = bytes_sent(s);
         gm_memnet_run(s->net);
-        s->last_round_bytes = bytes_sent(s) - before;
-        s->rounds++;
+        if (counted) {
+            s->last_round_bytes = bytes_sent(s) - before;
+            s->grad_bytes += s->last_round_bytes;
+            s->rounds++;
+        }
         s->arrived = 0;
         s->gen++;
         pthread_cond_broadcast(&s->cv);
@@ -145,6 +152,13 @@ static int start_psgd(struct rank_ctx *rc, struct gm_model *m, long step)
 static int start_diloco(struct rank_ctx *rc, struct gm_model *m, long step)
 {
     return gm_diloco_sync_start(rc->dl, rc->coll, gm_model_params(m), (uint64_t)step, op_done, rc);
+}
+
+static int start_hashcheck(struct rank_ctx *rc, struct gm_model *m, long step)
+{
+    return gm_coll_hashcheck_start(rc->coll, gm_model_params(m),
+                                   gm_model_num_params(m) * sizeof(float), (uint64_t)step, op_done,
+                                   rc);
 }
 
 static int init_psgd(struct rank_ctx *rc, struct gm_model *m, long total_steps)
@@ -194,7 +208,7 @@ static int hook_reduce(void *ctx, struct gm_model *m, long step, long total_step
     case SIM_PSGD:
         if (rc->psgd == NULL && (err = init_psgd(rc, m, total_steps)) < 0)
             return err;
-        return rendezvous(rc, start_psgd, m, step);
+        return rendezvous(rc, start_psgd, m, step, true);
     case SIM_DILOCO:
         if (rc->dl == NULL) { /* before the first local step: the shared initial weights */
             struct gm_diloco_config cfg;
@@ -207,18 +221,37 @@ static int hook_reduce(void *ctx, struct gm_model *m, long step, long total_step
         }
         return 0;
     default:
-        return rendezvous(rc, start_dense, m, step);
+        return rendezvous(rc, start_dense, m, step, true);
     }
 }
 
+/* Proves the replicas identical: after every DiLoCo sync (params agree only
+ * then), every 100 steps otherwise, and after the last step. */
 static int hook_after(void *ctx, struct gm_model *m, long step, long total_steps)
 {
     struct rank_ctx *rc = ctx;
+    bool last = step + 1 == total_steps;
+    int err;
 
-    (void)total_steps;
-    if (rc->s->codec != SIM_DILOCO || !gm_diloco_due(rc->dl, (uint64_t)step))
+    if (rc->s->codec == SIM_DILOCO) {
+        if (gm_diloco_due(rc->dl, (uint64_t)step)) {
+            if ((err = rendezvous(rc, start_diloco, m, step, true)) < 0)
+                return err;
+        } else if (last) { /* mid-round: end on the outer parameters, like every rank */
+            if ((err = gm_diloco_restore(rc->dl, gm_model_params(m))) < 0)
+                return err;
+        } else {
+            return 0;
+        }
+    } else if ((step + 1) % 100 != 0 && !last) {
         return 0;
-    return rendezvous(rc, start_diloco, m, step);
+    }
+    err = rendezvous(rc, start_hashcheck, m, step, false);
+    if (err == 0 && rc->rank == 0)
+        rc->s->hash_checks++;
+    if (err == GM_ERR_MISMATCH)
+        gm_err("event=replicas_differ step=%ld: parameters are not bitwise identical", step);
+    return err;
 }
 
 static void *rank_main(void *arg)
@@ -321,12 +354,13 @@ int gm_sim_train(const struct gm_job *job, const struct gm_train_opts *opts,
     if (err == 0) {
         *sum = s.r[0].sum;
         sum->samples_per_s *= s.n;
-        sum->bytes_sent = bytes_sent(&s);
+        sum->bytes_sent = s.grad_bytes;
         snprintf(sum->codec, sizeof(sum->codec), "%s", codec_name(s.codec));
         gm_info("event=simulate_done workers=%d codec=%s bytes_sent=%llu rounds=%llu "
-                "last_round_bytes=%llu test_accuracy=%.2f",
+                "last_round_bytes=%llu hash_checks=%llu test_accuracy=%.2f",
                 s.n, sum->codec, (unsigned long long)sum->bytes_sent, (unsigned long long)s.rounds,
-                (unsigned long long)s.last_round_bytes, sum->test_accuracy);
+                (unsigned long long)s.last_round_bytes, (unsigned long long)s.hash_checks,
+                sum->test_accuracy);
     }
 out:
     if (s.net != NULL)

@@ -19,9 +19,16 @@
  * are the fastest LAN there is, and DESIGN.md sends uncompressed on fast LANs.
  * The ring is used throughout so byte counts compare like with like.
  *
+ * A DiLoCo run that ends mid-round ends on the outer parameters of the last
+ * sync (the local steps since are dropped), so every rank ends identical.  The
+ * parameter-hash check (gm_coll_hashcheck_start) proves the replicas bitwise
+ * identical every 100 steps, after every DiLoCo sync and at the end; a
+ * difference fails the run with GM_ERR_MISMATCH.
+ *
  * Summary: rank 0's (its parameters are every rank's), with samples_per_s for
- * all ranks together, bytes_sent = gradient payload bytes sent by all ranks,
- * codec = the codec's name.
+ * all ranks together, bytes_sent = gradient (DiLoCo: parameter-delta) payload
+ * bytes sent by all ranks (hash checks and headers not counted), codec = the
+ * codec's name.
  */
 #ifndef GM_TRAIN_SIM_H
 #define GM_TRAIN_SIM_H

@@ -163,6 +163,11 @@ static void test_contracts(void)
     float p[2] = {0};
 
     gm_diloco_config_default(&cfg);
+    GM_CHECK_OK(gm_diloco_new(&cfg, p, 2, &d));
+    p[0] = 5.0f; /* a local step */
+    GM_CHECK_OK(gm_diloco_restore(d, p));
+    GM_CHECK(p[0] == 0.0f); /* back on the anchor */
+    gm_diloco_free(d);
     cfg.h = 0;
     GM_CHECK_ERR(gm_diloco_new(&cfg, p, 2, &d), -EINVAL);
     GM_CHECK(d == NULL);
