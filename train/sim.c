@@ -348,8 +348,10 @@ int gm_sim_train(const struct gm_job *job, const struct gm_train_opts *opts,
     for (int i = 0; i < started && err == 0; i++)
         if (s.r[i].err < 0 && s.r[i].err != GM_ERR_ABORTED)
             err = s.r[i].err;
+    /* A stop request reaches the ranks at different steps: when rank 0 stopped
+     * cleanly (and saved), the others' GM_ERR_ABORTED is the expected echo. */
     for (int i = 0; i < started && err == 0; i++)
-        if (s.r[i].err < 0)
+        if (s.r[i].err < 0 && !(started == s.n && s.r[0].err == 0 && s.r[0].sum.interrupted))
             err = s.r[i].err;
     if (err == 0) {
         *sum = s.r[0].sum;
