@@ -43,6 +43,7 @@ struct layer {
     int in_c, in_h, in_w; /* per sample; dense layers use in_c only */
     int out_c, out_h, out_w;
     int k, pad;      /* conv kernel and padding; pool window */
+    int relu;        /* maxpool: fused ReLU before the pool */
     float p;         /* dropout probability */
     int w_tensor;    /* index into m->tensors of the weight (bias = +1), or -1 */
     float *y;        /* owned, or borrowed (flatten) */
@@ -169,12 +170,15 @@ static void same_shape(struct builder *b, enum layer_kind kind, float p)
     l->out_w = b->w;
 }
 
-static void pool(struct builder *b, int k)
+/* relu = 1: a ReLU followed by the pool, as one layer (same values and
+ * gradients as the two layers; one pass over the activations less). */
+static void pool(struct builder *b, int k, int relu)
 {
     struct layer *l = push(b, LAYER_MAXPOOL);
 
     if (l == NULL)
         return;
+    l->relu = relu;
     if (!b->spatial || b->h < k || b->w < k) {
         b->err = -EINVAL;
         return;
@@ -239,11 +243,9 @@ static int build(struct gm_model *m)
 
     if (strcmp(s->name, "lenet5") == 0) {
         conv(&b, 6, 5, 2);
-        same_shape(&b, LAYER_RELU, 0);
-        pool(&b, 2);
+        pool(&b, 2, 1); /* relu + pool */
         conv(&b, 16, 5, 0);
-        same_shape(&b, LAYER_RELU, 0);
-        pool(&b, 2);
+        pool(&b, 2, 1); /* relu + pool */
         flatten(&b);
         fc(&b, 120);
         same_shape(&b, LAYER_RELU, 0);
@@ -513,7 +515,7 @@ int gm_model_forward(struct gm_model *m, int n, int train, uint64_t seed)
             break;
         }
         case LAYER_MAXPOOL:
-            gm_maxpool_forward_cpu(n, l->in_h, l->in_w, l->in_c, l->k, x, l->y, l->arg);
+            gm_maxpool_forward_cpu(n, l->in_h, l->in_w, l->in_c, l->k, l->relu, x, l->y, l->arg);
             break;
         case LAYER_RELU:
             gm_relu_forward_cpu(total, x, l->y);

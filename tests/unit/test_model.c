@@ -264,26 +264,27 @@ static void test_linear_fd(void)
 }
 
 struct pool_ctx {
-    int n, h, w, c, k;
+    int n, h, w, c, k, relu;
     uint8_t *arg;
 };
 
 static void pool_fwd(void *ctx, const float *in, float *out)
 {
     struct pool_ctx *c = ctx;
-    gm_maxpool_forward_cpu(c->n, c->h, c->w, c->c, c->k, in, out, c->arg);
+    gm_maxpool_forward_cpu(c->n, c->h, c->w, c->c, c->k, c->relu, in, out, c->arg);
 }
 
-static void test_maxpool_fd(void)
+static void maxpool_case(int n, int h, int w, int ch, int k, int relu)
 {
-    /* odd sizes: the trailing row/column is dropped, as in PyTorch */
-    struct pool_ctx c = {.n = 2, .h = 9, .w = 8, .c = 3, .k = 2};
-    size_t nx = 2 * 9 * 8 * 3, ny = 2 * 4 * 4 * 3;
+    struct pool_ctx c = {.n = n, .h = h, .w = w, .c = ch, .k = k, .relu = relu};
+    const int oh = h / k, ow = w / k;
+    size_t nx = (size_t)n * h * w * ch, ny = (size_t)n * oh * ow * ch;
     float *x = malloc(nx * sizeof(float)), *r = randv(ny, 1), *y = randv(ny, 1), *dx = randv(nx, 1);
     c.arg = malloc(ny);
-    /* distinct values at least 0.05 apart so eps=1e-2 never flips an argmax */
+    /* distinct values at least 0.05 apart, centred on 0 so the fused ReLU
+     * zeroes some windows, and eps = 1e-2 never flips an argmax or a sign */
     for (size_t i = 0; i < nx; i++)
-        x[i] = (float)i * 0.05f;
+        x[i] = ((float)i - (float)nx / 2 + 0.5f) * 0.05f;
     for (size_t i = nx - 1; i > 0; i--) {
         size_t j = (size_t)gm_rand_below(&rng, i + 1);
         float t = x[i];
@@ -292,11 +293,43 @@ static void test_maxpool_fd(void)
     }
     pool_fwd(&c, x, y);
     gm_maxpool_backward_cpu(c.n, c.h, c.w, c.c, c.k, r, c.arg, dx);
-    fd_check("maxpool dx", &c, pool_fwd, x, x, nx, dx, y, r, ny, 1e-2f, 1e-4, (int)nx);
-    /* window max really is the max */
-    for (int i = 0; i < 3; i++)
-        GM_CHECK(y[i] >= x[i] && y[i] >= x[3 + i] && y[i] >= x[8 * 3 + i] && y[i] >= x[9 * 3 + i]);
+    fd_check(relu ? "relu+maxpool dx" : "maxpool dx", &c, pool_fwd, x, x, nx, dx, y, r, ny, 1e-2f,
+             1e-4, (int)nx);
+    /* against a naive loop: max over the window (then ReLU) */
+    long bad = 0;
+    for (int b = 0; b < n; b++)
+        for (int oy = 0; oy < oh; oy++)
+            for (int ox = 0; ox < ow; ox++)
+                for (int q = 0; q < ch; q++) {
+                    float m = -1e30f;
+                    for (int dy = 0; dy < k; dy++)
+                        for (int dxx = 0; dxx < k; dxx++) {
+                            float v = x[(((size_t)b * h + oy * k + dy) * w + ox * k + dxx) * ch + q];
+                            m = v > m ? v : m;
+                        }
+                    if (relu && m < 0)
+                        m = 0;
+                    bad += y[(((size_t)b * oh + oy) * ow + ox) * ch + q] != m;
+                }
+    GM_CHECK_EQ(bad, 0);
     free(x), free(r), free(y), free(dx), free(c.arg);
+}
+
+static void test_maxpool_fd(void)
+{
+    /* odd sizes: the trailing row/column is dropped, as in PyTorch; channel
+     * counts below, at and above one 8-lane vector */
+    maxpool_case(2, 9, 8, 3, 2, 0);
+    maxpool_case(2, 8, 8, 6, 2, 1);
+    maxpool_case(1, 6, 7, 16, 2, 1);
+    maxpool_case(1, 7, 6, 11, 3, 0);
+    maxpool_case(2, 6, 6, 9, 3, 1);
+    /* ties: the first maximum takes the gradient, as in PyTorch */
+    float x[4] = {1, 3, 3, 2}, y, dx[4], g = 1;
+    uint8_t arg;
+    gm_maxpool_forward_cpu(1, 2, 2, 1, 2, 0, x, &y, &arg);
+    gm_maxpool_backward_cpu(1, 2, 2, 1, 2, &g, &arg, dx);
+    GM_CHECK(y == 3 && arg == 1 && dx[0] == 0 && dx[1] == 1 && dx[2] == 0 && dx[3] == 0);
 }
 
 static void relu_fwd(void *ctx, const float *in, float *out)
