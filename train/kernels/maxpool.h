@@ -7,7 +7,7 @@
  *   each output, the window position (0 .. k*k-1, row-major) of the maximum
  *   (the first one on ties, like PyTorch), or GM_MAXPOOL_NONE when the fused
  *   ReLU zeroed the output (no gradient flows).
- * Both directions are branch-free over 8-channel vectors: on real data the
+ * Both directions are branch-free (compare + select): on real data the
  * comparisons are unpredictable, and a branchy loop spent most of its time
  * in mispredictions.  Backward writes every dx element (no separate zeroing).
  */

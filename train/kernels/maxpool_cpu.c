@@ -32,15 +32,62 @@ static inline void storen(float *p, v8f v, int n)
         p[i] = v[i];
 }
 
+/* maxss semantics (libm's fmaxf is a call: it must handle NaN its own way) */
+static inline float maxf(float a, float b)
+{
+    return a > b ? a : b;
+}
+
 static inline v8f selectf(v8i mask, v8f a, v8f b)
 {
     return (v8f)(((v8i)a & mask) | ((v8i)b & ~mask));
+}
+
+/* 2x2 windows (by far the common case): a plain loop over channels whose
+ * ternaries GCC if-converts into compare + blend, vectorized when it can. */
+static void forward_k2(int n, int h, int w, int c, int relu, const float *x, float *y,
+                       uint8_t *arg)
+{
+    const int oh = h / 2, ow = w / 2;
+    const float floor_v = relu ? 0.0f : -__builtin_inff();
+
+    for (int b = 0; b < n; b++) {
+        for (int oy = 0; oy < oh; oy++) {
+            const float *r0 = x + (((size_t)b * h + 2 * oy) * w) * c;
+            const float *r1 = r0 + (size_t)w * c;
+            float *restrict yo = y + (((size_t)b * oh + oy) * ow) * c;
+            uint8_t *restrict ao = arg + (((size_t)b * oh + oy) * ow) * c;
+            for (int ox = 0; ox < ow; ox++) {
+                const float *a = r0 + (size_t)2 * ox * c, *bb = a + c;
+                const float *cc = r1 + (size_t)2 * ox * c, *d = cc + c;
+                for (int q = 0; q < c; q++) {
+                    /* maxss and integer arithmetic on compare results keep
+                     * GCC from emitting branches when it does not vectorize */
+                    const int g01 = bb[q] > a[q], g23 = d[q] > cc[q];
+                    const float m01 = maxf(bb[q], a[q]), m23 = maxf(d[q], cc[q]);
+                    const int g = m23 > m01;
+                    const int i = g01 + g * (2 + g23 - g01);
+                    const float m = maxf(m23, m01);
+                    const int keep = m > floor_v;
+                    yo[q] = relu ? maxf(m, 0.0f) : m;
+                    ao[q] = (uint8_t)(i | ((keep - 1) & GM_MAXPOOL_NONE));
+                }
+                yo += c;
+                ao += c;
+            }
+        }
+    }
 }
 
 void gm_maxpool_forward_cpu(int n, int h, int w, int c, int k, int relu, const float *x, float *y,
                             uint8_t *arg)
 {
     const int oh = h / k, ow = w / k;
+
+    if (k == 2) {
+        forward_k2(n, h, w, c, relu, x, y, arg);
+        return;
+    }
 
     for (int b = 0; b < n; b++) {
         const float *xb = x + (size_t)b * h * w * c;
@@ -80,6 +127,29 @@ void gm_maxpool_backward_cpu(int n, int h, int w, int c, int k, const float *dy,
 
     if (oh * k != h || ow * k != w) /* dropped rows/columns get no gradient */
         memset(dx, 0, sizeof(float) * (size_t)n * h * w * c);
+    if (k == 2) {
+        for (int b = 0; b < n; b++) {
+            for (int oy = 0; oy < oh; oy++) {
+                float *r0 = dx + (((size_t)b * h + 2 * oy) * w) * c;
+                float *r1 = r0 + (size_t)w * c;
+                const float *g = dy + (((size_t)b * oh + oy) * ow) * c;
+                const uint8_t *a = arg + (((size_t)b * oh + oy) * ow) * c;
+                for (int ox = 0; ox < ow; ox++) {
+                    float *restrict p0 = r0 + (size_t)2 * ox * c, *restrict p1 = p0 + c;
+                    float *restrict p2 = r1 + (size_t)2 * ox * c, *restrict p3 = p2 + c;
+                    for (int q = 0; q < c; q++) { /* multiply by 0/1: no branches */
+                        p0[q] = g[q] * (float)(a[q] == 0);
+                        p1[q] = g[q] * (float)(a[q] == 1);
+                        p2[q] = g[q] * (float)(a[q] == 2);
+                        p3[q] = g[q] * (float)(a[q] == 3);
+                    }
+                    g += c;
+                    a += c;
+                }
+            }
+        }
+        return;
+    }
     for (int b = 0; b < n; b++) {
         float *xb = dx + (size_t)b * h * w * c;
         for (int oy = 0; oy < oh; oy++) {
