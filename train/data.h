@@ -19,6 +19,9 @@
  * - folder: dir/<class>/<image> like PyTorch's ImageFolder; see data_folder.c for decoding,
  *   channel conversion, resizing and the train/test split.
  *
+ * Files: data.c (dispatch, file reader, IDX, batches), data_cifar.c, data_folder.c,
+ * data_sampler.c; the generator behind the sampler and the folder split is train/rng.h.
+ *
  * Threads: loading is synchronous and touches nothing global but the log; call it from any one
  * thread.  gm_dataset_batch only reads the dataset, so several threads may share one.
  */
