@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "common/assert.h"
-#include "common/rand.h"
+#include "train/rng.h"
 #include "train/kernels/act.h"
 #include "train/kernels/conv2d.h"
 #include "train/kernels/linear.h"
@@ -452,9 +452,9 @@ const struct gm_param_info *gm_model_tensor(const struct gm_model *m, size_t i)
 
 void gm_model_init_params(struct gm_model *m, uint64_t seed)
 {
-    struct gm_rand r;
+    struct gm_rng r;
 
-    gm_rand_seed(&r, seed);
+    gm_rng_init(&r, seed, 0x6d6f64656c); /* stream "model" */
     for (size_t t = 0; t < m->ntensors; t++) {
         const struct gm_param_info *ti = &m->tensors[t];
         /* fan_in of the layer: the weight's elements per output unit; a bias
@@ -463,7 +463,7 @@ void gm_model_init_params(struct gm_model *m, uint64_t seed)
         const double bound = 1.0 / sqrt((double)w->cols);
         float *p = m->params + ti->offset;
         for (size_t i = 0; i < ti->numel; i++)
-            p[i] = (float)((2.0 * gm_rand_double(&r) - 1.0) * bound);
+            p[i] = (float)((2.0 * gm_rng_double(&r) - 1.0) * bound);
     }
 }
 

@@ -22,7 +22,7 @@
  * fc1/fc2 of LeNet-5.
  *
  * Initialisation is PyTorch's default for Linear and Conv2d: weights and
- * biases uniform in +-1/sqrt(fan_in), drawn from common/rand.h seeded with
+ * biases uniform in +-1/sqrt(fan_in), drawn from train/rng.h seeded with
  * the job seed, so every rank starts identical.
  *
  * Device: every buffer lives on m->device; only the CPU exists in this build

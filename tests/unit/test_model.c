@@ -21,7 +21,7 @@
 #include <unistd.h>
 
 #include "common/assert.h"
-#include "common/rand.h"
+#include "train/rng.h"
 #include "common/test.h"
 #include "train/kernels/act.h"
 #include "train/kernels/conv2d.h"
@@ -32,13 +32,13 @@
 
 GM_TEST_DEFINE_STATE;
 
-static struct gm_rand rng;
+static struct gm_rng rng;
 
 static float *randv(size_t n, float scale)
 {
     float *v = malloc(n * sizeof(float) + 1);
     for (size_t i = 0; i < n; i++)
-        v[i] = (float)((2.0 * gm_rand_double(&rng) - 1.0) * scale);
+        v[i] = (float)((2.0 * gm_rng_double(&rng) - 1.0) * scale);
     return v;
 }
 
@@ -185,7 +185,7 @@ static void fd_check(const char *what, void *ctx, fwd_fn fwd, const float *in, f
 {
     double worst = 0;
     for (int p = 0; p < probes; p++) {
-        size_t i = probes >= (int)nv ? (size_t)p : (size_t)gm_rand_below(&rng, nv);
+        size_t i = probes >= (int)nv ? (size_t)p : (size_t)gm_rng_below(&rng, (uint32_t)(nv));
         if (i >= nv)
             break;
         float saved = v[i];
@@ -286,7 +286,7 @@ static void maxpool_case(int n, int h, int w, int ch, int k, int relu)
     for (size_t i = 0; i < nx; i++)
         x[i] = ((float)i - (float)nx / 2 + 0.5f) * 0.05f;
     for (size_t i = nx - 1; i > 0; i--) {
-        size_t j = (size_t)gm_rand_below(&rng, i + 1);
+        size_t j = (size_t)gm_rng_below(&rng, (uint32_t)(i + 1));
         float t = x[i];
         x[i] = x[j];
         x[j] = t;
@@ -295,6 +295,7 @@ static void maxpool_case(int n, int h, int w, int ch, int k, int relu)
     gm_maxpool_backward_cpu(c.n, c.h, c.w, c.c, c.k, r, c.arg, dx);
     fd_check(relu ? "relu+maxpool dx" : "maxpool dx", &c, pool_fwd, x, x, nx, dx, y, r, ny, 1e-2f,
              1e-4, (int)nx);
+    pool_fwd(&c, x, y); /* fd_check leaves y from a perturbed input */
     /* against a naive loop: max over the window (then ReLU) */
     long bad = 0;
     for (int b = 0; b < n; b++)
@@ -309,7 +310,9 @@ static void maxpool_case(int n, int h, int w, int ch, int k, int relu)
                         }
                     if (relu && m < 0)
                         m = 0;
-                    bad += y[(((size_t)b * oh + oy) * ow + ox) * ch + q] != m;
+                    if (y[(((size_t)b * oh + oy) * ow + ox) * ch + q] != m && bad++ < 3)
+                        fprintf(stderr, "pool k=%d relu=%d: got %g want %g\n", k, relu,
+                                y[(((size_t)b * oh + oy) * ow + ox) * ch + q], m);
                 }
     GM_CHECK_EQ(bad, 0);
     free(x), free(r), free(y), free(dx), free(c.arg);
@@ -422,9 +425,9 @@ static void model_fd(const struct gm_model_spec *spec, int n, int train)
     gm_model_init_params(m, 3);
     float *x = gm_model_input(m);
     for (size_t i = 0; i < (size_t)n * in; i++)
-        x[i] = (float)gm_rand_double(&rng);
+        x[i] = (float)gm_rng_double(&rng);
     for (int i = 0; i < n; i++)
-        y[i] = (int32_t)gm_rand_below(&rng, (uint64_t)spec->classes);
+        y[i] = (int32_t)gm_rng_below(&rng, (uint32_t)spec->classes);
     model_loss(m, n, y, train);
     GM_CHECK_OK(gm_model_backward(m, n));
     float *p = gm_model_params(m), *g = gm_model_grads(m);
@@ -436,7 +439,7 @@ static void model_fd(const struct gm_model_spec *spec, int n, int train)
     for (size_t t = 0; t < gm_model_num_tensors(m); t++) {
         const struct gm_param_info *ti = gm_model_tensor(m, t);
         for (int q = 0; q < 8; q++) {
-            size_t i = ti->offset + (size_t)gm_rand_below(&rng, ti->numel);
+            size_t i = ti->offset + (size_t)gm_rng_below(&rng, (uint32_t)(ti->numel));
             const float eps = 1e-3f;
             float s = p[i];
             p[i] = s + eps;
@@ -449,7 +452,7 @@ static void model_fd(const struct gm_model_spec *spec, int n, int train)
              * one-sided slopes disagree; such a probe says nothing about the
              * gradient, so it is counted and skipped (few are allowed). */
             double right = (lp - l0) / eps, left = (l0 - lm) / eps;
-            if (fabs(right - left) > 2e-3 + 0.05 * fabs(num)) {
+            if (fabs(right - left) > 5e-4 + 0.02 * fabs(num)) {
                 kinks++;
                 continue;
             }
@@ -573,9 +576,9 @@ static void test_lenet_numpy(void)
     gm_model_init_params(m, 11);
     float *x = gm_model_input(m);
     for (size_t i = 0; i < (size_t)n * 784; i++)
-        x[i] = (float)gm_rand_double(&rng);
+        x[i] = (float)gm_rng_double(&rng);
     for (int i = 0; i < n; i++)
-        y[i] = (int32_t)gm_rand_below(&rng, 10);
+        y[i] = (int32_t)gm_rng_below(&rng, 10);
     snprintf(path, sizeof(path), "%s/x.f32", dir);
     GM_CHECK(write_file(path, x, (size_t)n * 784 * sizeof(float)) == 0);
     snprintf(path, sizeof(path), "%s/y.i32", dir);
@@ -623,7 +626,7 @@ static void test_lenet_numpy(void)
 
 int main(void)
 {
-    gm_rand_seed(&rng, 12345);
+    gm_rng_init(&rng, getenv("GM_TEST_SEED") ? strtoull(getenv("GM_TEST_SEED"), NULL, 10) : 12345, 0);
     if (access("tests/unit/lenet_ref.py", R_OK) != 0 && chdir(getenv("GM_SRCDIR") ? getenv("GM_SRCDIR") : ".") != 0)
         return 1;
     GM_TEST_RUN(test_conv_blas_equals_naive);
