@@ -4,7 +4,7 @@
 # each run and the means; checks the issue's bars (LeNet-5 >= 88.0%, MLP >=
 # 86.5%, each within 0.5 points of PyTorch's mean) and exits 1 if one fails.
 # Takes ~10 minutes on 2 cores (one thread each).
-#   bench/accuracy_vs_torch.sh [GRADMESH_BINARY]      SEEDS="1 2 3" EPOCHS=5
+#   bench/accuracy_vs_torch.sh [GRADMESH_BINARY]   SEEDS="1 2 3" EPOCHS=5 MODELS="lenet5 mlp"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${1:-./gradmesh}
@@ -15,7 +15,7 @@ trap 'rm -rf "$tmp"' EXIT
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 
 status=0
-for model in lenet5 mlp; do
+for model in ${MODELS:-lenet5 mlp}; do
     gm_sum=0 pt_sum=0 n=0
     for seed in $seeds; do
         sed -e "s/^seed .*/seed      = $seed/; s/^epochs .*/epochs    = $epochs/" \
