@@ -81,6 +81,7 @@ gzip.open(p, "wb").write(bytes(d))
 PY
 job magic lenet5 1 "$tmp/magic"
 expect_config_error "wrong IDX magic" "$tmp/magic/t10k-labels-idx1-ubyte" "$bin" train --local "$tmp/magic.ini"
+grep -q 'wrong magic 0x00000803, expected 0x00000801' "$tmp/err" || fail "wrong magic: message"
 # 9999 test labels for 10000 images
 python3 - "$tmp/count" <<'PY'
 import gzip, struct, sys
