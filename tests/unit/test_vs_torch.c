@@ -51,13 +51,17 @@ static int read_file(const char *name, void *p, size_t n)
 }
 
 /* model, optimizer, steps, loss tolerance (absolute, every step), weight tolerance */
-static void run_case(const char *model, const char *optim, int steps, double loss_tol,
-                     double w_tol)
+static void run_case(const char *model, const char *optim, int steps, double loss_tol, double w_tol)
 {
     const int B = 32, N = 2048;
     struct gm_dataset ds = {.n = N, .c = 1, .h = 28, .w = 28, .classes = 10};
-    struct gm_model_spec ms = {.name = model, .in_c = 1, .in_h = 28, .in_w = 28, .classes = 10,
-                               .hidden = {64}, .nhidden = 1};
+    struct gm_model_spec ms = {.name = model,
+                               .in_c = 1,
+                               .in_h = 28,
+                               .in_w = 28,
+                               .classes = 10,
+                               .hidden = {64},
+                               .nhidden = 1};
     struct gm_model *m = NULL;
     struct gm_optim o;
     struct gm_optim_config oc;
@@ -119,8 +123,8 @@ static void run_case(const char *model, const char *optim, int steps, double los
     double worst = 0;
     for (int s = 0; s < steps; s++)
         worst = fmax(worst, fabs(losses[s] - ref[s]));
-    fprintf(stderr, "%s/%s: %d steps, loss %.4f -> %.4f, worst |loss - torch| %.3g\n", model,
-            optim, steps, losses[0], losses[steps - 1], worst);
+    fprintf(stderr, "%s/%s: %d steps, loss %.4f -> %.4f, worst |loss - torch| %.3g\n", model, optim,
+            steps, losses[0], losses[steps - 1], worst);
     GM_CHECK_NEAR(worst, 0, loss_tol, 0);
     GM_CHECK(losses[steps - 1] < 0.7 * losses[0]); /* it did learn */
     for (size_t t = 0; t < gm_model_num_tensors(m); t++) {
@@ -137,8 +141,8 @@ static void run_case(const char *model, const char *optim, int steps, double los
         }
         gm_test_state.checks++;
         if (!(d <= w_tol * sc))
-            GM_TEST_FAIL_("%s/%s %s: max |w - torch| %.3g (scale %.3g)", model, optim, ti->name,
-                          d, sc);
+            GM_TEST_FAIL_("%s/%s %s: max |w - torch| %.3g (scale %.3g)", model, optim, ti->name, d,
+                          sc);
         free(want);
     }
     free(tmp);
