@@ -1,13 +1,15 @@
 /*
- * train/data.c - gm_dataset_load dispatch, the IDX parser and loader, the CIFAR-10 loader,
- * gm_dataset_batch.  (Image folders: data_folder.c; sampler: data_sampler.c.)
+ * train/data.c - gm_dataset_load dispatch, the file reader, the IDX parser and loader,
+ * gm_dataset_batch.  (CIFAR-10: data_cifar.c; image folders: data_folder.c; sampler:
+ * data_sampler.c.)
  *
  * Reading: every data file goes through zlib's gz* functions (gzdopen + gzread), which inflate
  * gzip files and pass plain files through unchanged, so both need one code path.  A file is
- * never trusted for sizes: IDX files are read header first, then into a buffer that grows
- * geometrically (from at most 256 MiB) up to the size the header claims, so a short file with
- * a huge header costs little; bytes past the claimed end are counted (up to 1 GiB) for the
- * error message.
+ * never trusted for sizes: IDX files are read header first, then into a buffer that starts at
+ * the size on disk (plain) or 16 MiB (gzip) and doubles up to the size the header claims, so a
+ * short file with a huge header costs little; bytes past the claimed end are counted (up to
+ * 1 GiB) for the error message.  Fashion-MNIST (26 MB of gzip) loads in about 0.3 s, nearly
+ * all of it inflate.
  *
  * Error reporting: the function that detects a problem logs the one gm_err line
  * ("<path>: <problem>") and returns GM_ERR_DATA (-ENOMEM: "<path>: out of memory"); callers
@@ -30,14 +32,9 @@
 #include "common/log.h"
 #include "train/data_internal.h"
 
-#define READ_CHUNK ((size_t)1 << 30)          /* gzread takes an unsigned int length */
-#define FIRST_ALLOC ((size_t)1 << 28)         /* largest buffer allocated before data arrives */
+#define READ_CHUNK ((size_t)1 << 30)           /* gzread takes an unsigned int length */
+#define FIRST_ALLOC ((size_t)1 << 24)          /* first buffer for a stream of unknown size */
 #define TRAILING_COUNT_MAX ((uint64_t)1 << 30) /* stop counting trailing garbage here */
-
-#define CIFAR_SIDE 32
-#define CIFAR_IMAGE (3 * CIFAR_SIDE * CIFAR_SIDE)
-#define CIFAR_RECORD (1 + CIFAR_IMAGE)
-#define CIFAR_CLASSES 10
 
 /* ------------------------------------------------------------------------------------------ */
 /* small shared helpers                                                                       */
@@ -132,7 +129,7 @@ static int src_open(struct src *s, const char *path)
     return 0;
 }
 
-/* 1 when the file is gzip-compressed (valid after the first read). */
+/* 1 when the file is gzip-compressed (zlib looks ahead when nothing was read yet). */
 static int src_is_gz(struct src *s)
 {
     return gzdirect(s->gz) == 0;
@@ -190,8 +187,7 @@ static int src_read(struct src *s, uint8_t *dst, size_t want, size_t *got)
     return 0;
 }
 
-/* Whole file (decompressed) into *buf (owned by the caller), at most max bytes. */
-static int read_all(const char *path, uint64_t max, uint8_t **buf, size_t *len)
+int gm_data_read_file(const char *path, uint64_t max, uint8_t **buf, size_t *len)
 {
     struct src s;
     uint8_t *b = NULL;
@@ -203,7 +199,10 @@ static int read_all(const char *path, uint64_t max, uint8_t **buf, size_t *len)
     err = src_open(&s, path);
     if (err)
         return err;
-    cap = s.size < FIRST_ALLOC ? (size_t)s.size + 1 : FIRST_ALLOC;
+    if (!src_is_gz(&s) && s.size < max)
+        cap = (size_t)s.size + 1; /* + 1: see the end of file without growing */
+    else
+        cap = max < FIRST_ALLOC ? (size_t)max + 1 : FIRST_ALLOC;
     for (;;) {
         size_t got;
 
@@ -305,8 +304,8 @@ int gm_idx_parse_header(const uint8_t *buf, size_t len, struct gm_idx *out)
     }
     if (buf[3] < 1 || buf[3] > GM_IDX_MAX_DIMS) {
         snprintf(out->error, sizeof(out->error),
-                 "unsupported IDX dimension count %u in magic 0x%08x (1 to %d)", buf[3],
-                 out->magic, GM_IDX_MAX_DIMS);
+                 "unsupported IDX dimension count %u in magic 0x%08x (1 to %d)", buf[3], out->magic,
+                 GM_IDX_MAX_DIMS);
         return GM_ERR_DATA;
     }
     out->ndims = buf[3];
@@ -375,6 +374,15 @@ static int idx_read(const char *path, uint32_t want, struct gm_idx *hdr, uint8_t
     if (err)
         goto out;
     gz = src_is_gz(&s);
+    /* A well-formed IDX magic of the other kind (labels where images belong, or
+     * the reverse) says so, before its dimensions are read as the wrong shape. */
+    if (hlen == 4 && head[0] == 0 && head[1] == 0 && head[2] == GM_IDX_TYPE_UBYTE &&
+        get_be32(head) != want) {
+        gm_err("%s: wrong magic 0x%08x, expected 0x%08x (%s)", path, get_be32(head), want,
+               magic_name(want));
+        err = GM_ERR_DATA;
+        goto out;
+    }
     if (hlen == 4 && head[3] >= 1 && head[3] <= GM_IDX_MAX_DIMS) {
         err = src_read(&s, head + 4, 4 * (size_t)head[3], &got);
         if (err)
@@ -393,8 +401,12 @@ static int idx_read(const char *path, uint32_t want, struct gm_idx *hdr, uint8_t
         goto out;
     }
 
-    /* Data: grow towards the claimed size, so memory follows what the file really holds. */
-    cap = hdr->data_bytes < FIRST_ALLOC ? hdr->data_bytes : FIRST_ALLOC;
+    /* Data: grow towards the claimed size, so memory follows what the file really holds: a
+     * plain file starts at its size on disk, a gzip stream at FIRST_ALLOC, then doubling
+     * (glibc moves large blocks with mremap, so growing does not copy). */
+    cap = gz ? FIRST_ALLOC : (s.size > hlen ? (size_t)(s.size - hlen) : 0);
+    if (cap > hdr->data_bytes)
+        cap = hdr->data_bytes;
     for (;;) {
         uint8_t *nb = realloc(b, cap > 0 ? cap : 1);
 
@@ -410,7 +422,7 @@ static int idx_read(const char *path, uint32_t want, struct gm_idx *hdr, uint8_t
         have += got;
         if (have < cap || cap == hdr->data_bytes)
             break;
-        cap = cap > hdr->data_bytes / 2 ? hdr->data_bytes : cap * 2;
+        cap = cap > hdr->data_bytes / 2 ? hdr->data_bytes : cap * 2 + 4096;
     }
     if (have < hdr->data_bytes) {
         err = idx_length_error(hdr, hdr->header_bytes + have);
@@ -495,8 +507,8 @@ static int idx_load_split(const char *dir, const char *img_name, const char *lab
         return GM_ERR_DATA;
     }
     if ((uint64_t)img.dims[1] * img.dims[2] > GM_DATA_MAX_SAMPLE_BYTES) {
-        gm_err("%s: images of %ux%u are larger than the limit of %zu bytes", img_path,
-               img.dims[1], img.dims[2], GM_DATA_MAX_SAMPLE_BYTES);
+        gm_err("%s: images of %ux%u are larger than the limit of %zu bytes", img_path, img.dims[1],
+               img.dims[2], GM_DATA_MAX_SAMPLE_BYTES);
         return GM_ERR_DATA;
     }
     err = idx_read(lab_path, GM_IDX_MAGIC_LABELS, &lab, &d->labels);
@@ -542,155 +554,6 @@ static int idx_load(const struct gm_data_spec *spec, struct gm_dataset *train,
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* CIFAR-10 binary                                                                            */
-
-/* Appends the records of path to d (images and labels grown with realloc). */
-static int cifar_append(const char *path, struct gm_dataset *d)
-{
-    uint8_t *buf = NULL, *p;
-    size_t len, records, total;
-    int err;
-
-    err = read_all(path, GM_DATA_MAX_BYTES, &buf, &len);
-    if (err)
-        return err;
-    if (len == 0 || len % CIFAR_RECORD != 0) {
-        gm_err("%s: wrong size: %zu bytes is not a positive multiple of the %d-byte CIFAR-10 "
-               "record (1 label + 3x32x32 pixels)",
-               path, len, CIFAR_RECORD);
-        err = GM_ERR_DATA;
-        goto out;
-    }
-    records = len / CIFAR_RECORD;
-    for (size_t r = 0; r < records; r++) {
-        if (buf[r * CIFAR_RECORD] >= CIFAR_CLASSES) {
-            gm_err("%s: record %zu has label %u, CIFAR-10 labels are 0 to 9", path, r,
-                   buf[r * CIFAR_RECORD]);
-            err = GM_ERR_DATA;
-            goto out;
-        }
-    }
-    total = d->n + records;
-    if (total > GM_DATA_MAX_SAMPLES) {
-        gm_err("%s: more than %llu samples in all", path, (unsigned long long)GM_DATA_MAX_SAMPLES);
-        err = GM_ERR_DATA;
-        goto out;
-    }
-    p = realloc(d->images, total * CIFAR_IMAGE);
-    if (p == NULL)
-        goto oom;
-    d->images = p;
-    p = realloc(d->labels, total);
-    if (p == NULL)
-        goto oom;
-    d->labels = p;
-    for (size_t r = 0; r < records; r++) {
-        d->labels[d->n + r] = buf[r * CIFAR_RECORD];
-        memcpy(d->images + (d->n + r) * CIFAR_IMAGE, buf + r * CIFAR_RECORD + 1, CIFAR_IMAGE);
-    }
-    d->n = total;
-    err = 0;
-    goto out;
-oom:
-    gm_err("%s: out of memory for %zu samples", path, total);
-    err = -ENOMEM;
-out:
-    free(buf);
-    return err;
-}
-
-/* batches.meta.txt: one class name a line; optional.  *names stays NULL when the file is
- * missing or does not name 10 classes (the latter with a warning). */
-static int cifar_names(const char *dir, char ***names)
-{
-    char path[PATH_MAX];
-    char *list[CIFAR_CLASSES];
-    uint8_t *buf = NULL;
-    size_t len, count = 0;
-    struct stat st;
-    char *line, *save = NULL;
-    int err;
-
-    *names = NULL;
-    err = gm_data_path_join(path, sizeof(path), dir, "batches.meta.txt");
-    if (err)
-        return err;
-    if (stat(path, &st) != 0 && errno == ENOENT)
-        return 0;
-    err = read_all(path, 1 << 16, &buf, &len);
-    if (err)
-        return err;
-    {
-        char *text = malloc(len + 1);
-
-        if (text == NULL) {
-            free(buf);
-            gm_err("%s: out of memory", path);
-            return -ENOMEM;
-        }
-        memcpy(text, buf, len);
-        text[len] = 0;
-        free(buf);
-        for (line = strtok_r(text, "\r\n", &save); line != NULL && count < CIFAR_CLASSES;
-             line = strtok_r(NULL, "\r\n", &save)) {
-            size_t l = strlen(line);
-
-            while (l > 0 && (line[l - 1] == ' ' || line[l - 1] == '\t'))
-                line[--l] = 0;
-            if (l > 0)
-                list[count++] = line;
-        }
-        if (count < CIFAR_CLASSES) {
-            gm_warn("%s: names %zu classes, not 10; ignoring it", path, count);
-            free(text);
-            return 0;
-        }
-        err = gm_data_names_dup(list, CIFAR_CLASSES, names);
-        free(text);
-        if (err)
-            gm_err("%s: out of memory", path);
-        return err;
-    }
-}
-
-static int cifar_load(const struct gm_data_spec *spec, struct gm_dataset *train,
-                      struct gm_dataset *test)
-{
-    char path[PATH_MAX];
-    int err;
-
-    for (int i = 1; i <= 5; i++) {
-        char name[32];
-
-        snprintf(name, sizeof(name), "data_batch_%d.bin", i);
-        err = gm_data_path_join(path, sizeof(path), spec->dir, name);
-        if (err)
-            return err;
-        err = cifar_append(path, train);
-        if (err)
-            return err;
-    }
-    err = gm_data_path_join(path, sizeof(path), spec->dir, "test_batch.bin");
-    if (err)
-        return err;
-    err = cifar_append(path, test);
-    if (err)
-        return err;
-    err = cifar_names(spec->dir, &train->class_names);
-    if (err)
-        return err;
-    err = gm_data_names_dup(train->class_names, CIFAR_CLASSES, &test->class_names);
-    if (err) {
-        gm_err("%s: out of memory", spec->dir);
-        return err;
-    }
-    train->c = test->c = 3;
-    train->h = test->h = train->w = test->w = CIFAR_SIDE;
-    train->classes = test->classes = CIFAR_CLASSES;
-    return 0;
-}
-
-/* ------------------------------------------------------------------------------------------ */
 /* public                                                                                     */
 
 void gm_dataset_free(struct gm_dataset *d)
@@ -719,8 +582,8 @@ static int spec_check(const struct gm_data_spec *spec)
         gm_err("data: channels %d is not 1 (grayscale) or 3 (RGB)", spec->channels);
         return GM_ERR_CONFIG;
     }
-    if (spec->image_size < 0 || (uint64_t)spec->image_size * (uint64_t)spec->image_size * 3 >
-                                    GM_DATA_MAX_SAMPLE_BYTES) {
+    if (spec->image_size < 0 ||
+        (uint64_t)spec->image_size * (uint64_t)spec->image_size * 3 > GM_DATA_MAX_SAMPLE_BYTES) {
         gm_err("data: image_size %d is out of range", spec->image_size);
         return GM_ERR_CONFIG;
     }
@@ -753,7 +616,7 @@ int gm_dataset_load(const struct gm_data_spec *spec, struct gm_dataset *train,
     if (strcmp(spec->kind, "idx") == 0) {
         err = idx_load(spec, train, test);
     } else if (strcmp(spec->kind, "cifar10") == 0) {
-        err = cifar_load(spec, train, test);
+        err = gm_data_cifar_load(spec, train, test);
     } else if (strcmp(spec->kind, "folder") == 0) {
         err = gm_data_folder_load(spec, train, test);
     } else {

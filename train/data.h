@@ -19,6 +19,9 @@
  * - folder: dir/<class>/<image> like PyTorch's ImageFolder; see data_folder.c for decoding,
  *   channel conversion, resizing and the train/test split.
  *
+ * Files: data.c (dispatch, file reader, IDX, batches), data_cifar.c, data_folder.c,
+ * data_sampler.c; the generator behind the sampler and the folder split is train/rng.h.
+ *
  * Threads: loading is synchronous and touches nothing global but the log; call it from any one
  * thread.  gm_dataset_batch only reads the dataset, so several threads may share one.
  */
@@ -31,8 +34,8 @@
 #include "common/err.h"
 
 struct gm_dataset {
-    uint8_t *images;    /* owned: n samples, each c*h*w bytes, CHW order (NULL when n == 0) */
-    uint8_t *labels;    /* owned: n labels, each < classes */
+    uint8_t *images; /* owned: n samples, each c*h*w bytes, CHW order (NULL when n == 0) */
+    uint8_t *labels; /* owned: n labels, each < classes */
     size_t n;
     int c, h, w;
     int classes;        /* 1..256 */
@@ -40,7 +43,7 @@ struct gm_dataset {
 };
 
 struct gm_data_spec {
-    const char *kind;  /* "idx" | "cifar10" | "folder" */
+    const char *kind; /* "idx" | "cifar10" | "folder" */
     const char *dir;
     double test_split; /* folder only: fraction held out for test, [0, 1) (caller default 0.1) */
     int image_size;    /* folder only: resize (bilinear) to image_size x image_size; 0 = keep the
@@ -74,13 +77,13 @@ size_t gm_dataset_sample_bytes(const struct gm_dataset *d);
 #define GM_IDX_MAGIC_LABELS 0x00000801u /* ubyte, 1 dimension: n */
 
 struct gm_idx {
-    uint32_t magic;        /* the first four bytes, big-endian */
-    int ndims;             /* 1..GM_IDX_MAX_DIMS */
+    uint32_t magic; /* the first four bytes, big-endian */
+    int ndims;      /* 1..GM_IDX_MAX_DIMS */
     uint32_t dims[GM_IDX_MAX_DIMS];
-    size_t header_bytes;   /* 4 + 4 * ndims */
-    size_t data_bytes;     /* product of dims */
-    const uint8_t *data;   /* borrowed: into the parsed buffer (gm_idx_parse only) */
-    char error[160];       /* on failure: what is wrong, without the file name */
+    size_t header_bytes; /* 4 + 4 * ndims */
+    size_t data_bytes;   /* product of dims */
+    const uint8_t *data; /* borrowed: into the parsed buffer (gm_idx_parse only) */
+    char error[160];     /* on failure: what is wrong, without the file name */
 };
 
 /* Parses and checks the header: magic (two zero bytes, type 0x08, 1..3 dimensions), the

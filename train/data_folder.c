@@ -57,16 +57,16 @@
 /* listing                                                                                    */
 
 struct item {
-    char *path;     /* owned */
+    char *path; /* owned */
     int label;
     int is_test;
-    size_t slot;    /* index inside its split */
+    size_t slot; /* index inside its split */
 };
 
 struct listing {
-    char **names;   /* owned, NULL-terminated */
+    char **names; /* owned, NULL-terminated */
     int classes;
-    size_t *start;  /* owned: classes + 1 offsets into items */
+    size_t *start; /* owned: classes + 1 offsets into items */
     struct item *items;
     size_t n, cap;
 };
@@ -335,8 +335,7 @@ static int size_ok(struct decoder *d, const char *kind, uint64_t w, uint64_t h, 
     if (w == 0 || h == 0 || w > MAX_SIDE || h > MAX_SIDE || w * h * c > MAX_DECODED) {
         gm_err("%s: %s image of %llux%llu is empty or larger than the limit (%d per side, %zu "
                "bytes)",
-               d->path, kind, (unsigned long long)w, (unsigned long long)h, MAX_SIDE,
-               MAX_DECODED);
+               d->path, kind, (unsigned long long)w, (unsigned long long)h, MAX_SIDE, MAX_DECODED);
         return 0;
     }
     return 1;
@@ -510,7 +509,9 @@ static int decode_file(const char *path, struct decoder *d)
         err = jpeg_decode(f, d);
     } else {
         gm_err("%s: not a PNG or JPEG file (%s)", path,
-               ferror(f) ? "read error" : got < sizeof(head) ? "too short" : "unknown signature");
+               ferror(f)            ? "read error"
+               : got < sizeof(head) ? "too short"
+                                    : "unknown signature");
         err = GM_ERR_DATA;
     }
     fclose(f);
@@ -653,8 +654,7 @@ static int grow(void **p, size_t *cap, size_t need)
 }
 
 /* d's pixels -> dst (tc planes of dh x dw). */
-static int convert(const struct decoder *d, int tc, uint8_t *dst, int dh, int dw,
-                   struct scratch *s)
+static int convert(const struct decoder *d, int tc, uint8_t *dst, int dh, int dw, struct scratch *s)
 {
     const size_t hw = (size_t)d->h * (size_t)d->w;
     struct taps tx, ty;

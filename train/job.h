@@ -32,6 +32,7 @@
  *   whitespace is dropped, so inih's multi-line continuation values are never used.
  *   The text must be UTF-8 without NUL bytes and at most GM_JOB_TEXT_MAX bytes, because
  *   checkpoints store it verbatim as JSON metadata.
+ * - inih also accepts "key: value" and comments starting with ; or # (inline: " ;").
  * - Every problem logs exactly one line, "<origin>:<line>: <problem>" (no line where none
  *   applies, e.g. a missing key), and the call returns GM_ERR_CONFIG; only the first problem
  *   is reported.

@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "common/assert.h"
-#include "common/rand.h"
+#include "train/rng.h"
 #include "train/kernels/act.h"
 #include "train/kernels/conv2d.h"
 #include "train/kernels/linear.h"
@@ -42,17 +42,18 @@ struct layer {
     enum layer_kind kind;
     int in_c, in_h, in_w; /* per sample; dense layers use in_c only */
     int out_c, out_h, out_w;
-    int k, pad;      /* conv kernel and padding; pool window */
-    float p;         /* dropout probability */
-    int w_tensor;    /* index into m->tensors of the weight (bias = +1), or -1 */
-    float *y;        /* owned, or borrowed (flatten) */
-    float *dx;       /* owned; NULL for layer 0 */
-    float *col;      /* owned: conv */
-    float *dcol;     /* owned: conv */
-    float *wpack;    /* owned: direct conv (weights repacked / dW accumulators) */
-    int direct;      /* conv: direct kernel instead of im2col + sgemm */
-    uint8_t *arg;    /* owned: maxpool */
-    float *mask;     /* owned: dropout */
+    int k, pad;   /* conv kernel and padding; pool window */
+    int relu;     /* maxpool: fused ReLU before the pool */
+    float p;      /* dropout probability */
+    int w_tensor; /* index into m->tensors of the weight (bias = +1), or -1 */
+    float *y;     /* owned, or borrowed (flatten) */
+    float *dx;    /* owned; NULL for layer 0 */
+    float *col;   /* owned: conv */
+    float *dcol;  /* owned: conv */
+    float *wpack; /* owned: direct conv (weights repacked / dW accumulators) */
+    int direct;   /* conv: direct kernel instead of im2col + sgemm */
+    uint8_t *arg; /* owned: maxpool */
+    float *mask;  /* owned: dropout */
     int owns_y;
 };
 
@@ -169,12 +170,15 @@ static void same_shape(struct builder *b, enum layer_kind kind, float p)
     l->out_w = b->w;
 }
 
-static void pool(struct builder *b, int k)
+/* relu = 1: a ReLU followed by the pool, as one layer (same values and
+ * gradients as the two layers; one pass over the activations less). */
+static void pool(struct builder *b, int k, int relu)
 {
     struct layer *l = push(b, LAYER_MAXPOOL);
 
     if (l == NULL)
         return;
+    l->relu = relu;
     if (!b->spatial || b->h < k || b->w < k) {
         b->err = -EINVAL;
         return;
@@ -239,11 +243,9 @@ static int build(struct gm_model *m)
 
     if (strcmp(s->name, "lenet5") == 0) {
         conv(&b, 6, 5, 2);
-        same_shape(&b, LAYER_RELU, 0);
-        pool(&b, 2);
+        pool(&b, 2, 1); /* relu + pool */
         conv(&b, 16, 5, 0);
-        same_shape(&b, LAYER_RELU, 0);
-        pool(&b, 2);
+        pool(&b, 2, 1); /* relu + pool */
         flatten(&b);
         fc(&b, 120);
         same_shape(&b, LAYER_RELU, 0);
@@ -450,9 +452,9 @@ const struct gm_param_info *gm_model_tensor(const struct gm_model *m, size_t i)
 
 void gm_model_init_params(struct gm_model *m, uint64_t seed)
 {
-    struct gm_rand r;
+    struct gm_rng r;
 
-    gm_rand_seed(&r, seed);
+    gm_rng_init(&r, seed, 0x6d6f64656c); /* stream "model" */
     for (size_t t = 0; t < m->ntensors; t++) {
         const struct gm_param_info *ti = &m->tensors[t];
         /* fan_in of the layer: the weight's elements per output unit; a bias
@@ -461,7 +463,7 @@ void gm_model_init_params(struct gm_model *m, uint64_t seed)
         const double bound = 1.0 / sqrt((double)w->cols);
         float *p = m->params + ti->offset;
         for (size_t i = 0; i < ti->numel; i++)
-            p[i] = (float)((2.0 * gm_rand_double(&r) - 1.0) * bound);
+            p[i] = (float)((2.0 * gm_rng_double(&r) - 1.0) * bound);
     }
 }
 
@@ -501,8 +503,8 @@ int gm_model_forward(struct gm_model *m, int n, int train, uint64_t seed)
         switch (l->kind) {
         case LAYER_CONV2D: {
             struct gm_conv2d_shape s;
-            int err = gm_conv2d_shape_init(&s, n, l->in_h, l->in_w, l->in_c, l->out_c, l->k,
-                                           l->pad);
+            int err =
+                gm_conv2d_shape_init(&s, n, l->in_h, l->in_w, l->in_c, l->out_c, l->k, l->pad);
             GM_ASSERT(err == 0);
             if (l->direct)
                 gm_conv2d_direct_forward_cpu(&s, x, w_of(m, l, m->params), b_of(m, l, m->params),
@@ -513,7 +515,7 @@ int gm_model_forward(struct gm_model *m, int n, int train, uint64_t seed)
             break;
         }
         case LAYER_MAXPOOL:
-            gm_maxpool_forward_cpu(n, l->in_h, l->in_w, l->in_c, l->k, x, l->y, l->arg);
+            gm_maxpool_forward_cpu(n, l->in_h, l->in_w, l->in_c, l->k, l->relu, x, l->y, l->arg);
             break;
         case LAYER_RELU:
             gm_relu_forward_cpu(total, x, l->y);
@@ -558,15 +560,15 @@ int gm_model_backward(struct gm_model *m, int n)
         switch (l->kind) {
         case LAYER_CONV2D: {
             struct gm_conv2d_shape s;
-            int err = gm_conv2d_shape_init(&s, n, l->in_h, l->in_w, l->in_c, l->out_c, l->k,
-                                           l->pad);
+            int err =
+                gm_conv2d_shape_init(&s, n, l->in_h, l->in_w, l->in_c, l->out_c, l->k, l->pad);
             GM_ASSERT(err == 0);
             if (l->direct)
-                gm_conv2d_direct_backward_cpu(&s, x, dy, w_of(m, l, m->grads),
-                                              b_of(m, l, m->grads), l->wpack);
+                gm_conv2d_direct_backward_cpu(&s, x, dy, w_of(m, l, m->grads), b_of(m, l, m->grads),
+                                              l->wpack);
             else
-                gm_conv2d_backward_cpu(&s, l->col, w_of(m, l, m->params), dy,
-                                       w_of(m, l, m->grads), b_of(m, l, m->grads), l->dcol, l->dx);
+                gm_conv2d_backward_cpu(&s, l->col, w_of(m, l, m->params), dy, w_of(m, l, m->grads),
+                                       b_of(m, l, m->grads), l->dcol, l->dx);
             break;
         }
         case LAYER_MAXPOOL:

@@ -22,7 +22,7 @@
  * fc1/fc2 of LeNet-5.
  *
  * Initialisation is PyTorch's default for Linear and Conv2d: weights and
- * biases uniform in +-1/sqrt(fan_in), drawn from common/rand.h seeded with
+ * biases uniform in +-1/sqrt(fan_in), drawn from train/rng.h seeded with
  * the job seed, so every rank starts identical.
  *
  * Device: every buffer lives on m->device; only the CPU exists in this build
@@ -58,14 +58,14 @@ struct gm_param_info {
     int64_t shape[4]; /* PyTorch layout */
     size_t offset;    /* into the flat parameter/gradient buffers, in floats */
     size_t numel;
-    int rows, cols;   /* the internal 2-D view (rows = output units); for PowerSGD */
+    int rows, cols; /* the internal 2-D view (rows = output units); for PowerSGD */
 };
 
 /* Returns 1 when name is a model this build knows. */
 int gm_model_known(const char *name);
 
-int gm_model_new(const struct gm_model_spec *spec, int max_batch, struct gm_model **out)
-    GM_MUST_CHECK;
+int gm_model_new(const struct gm_model_spec *spec, int max_batch,
+                 struct gm_model **out) GM_MUST_CHECK;
 void gm_model_free(struct gm_model *m);
 
 size_t gm_model_num_params(const struct gm_model *m);

@@ -50,6 +50,11 @@ uint64_t gm_rng_next(struct gm_rng *r)
     return result;
 }
 
+double gm_rng_double(struct gm_rng *r)
+{
+    return (double)(gm_rng_next(r) >> 11) * (1.0 / 9007199254740992.0); /* 2^-53 */
+}
+
 uint32_t gm_rng_below(struct gm_rng *r, uint32_t bound)
 {
     uint32_t x;

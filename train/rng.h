@@ -1,6 +1,6 @@
 /*
  * train/rng.h - seeded, portable pseudo-random numbers for everything that must come out the
- * same on every rank and every machine (data shuffles, train/test splits).
+ * same on every rank and every machine (weight init, data shuffles, train/test splits).
  *
  * Generator: xoshiro256** (Blackman and Vigna, 2018): 256 bits of state, period 2^256 - 1,
  * passes BigCrush and PractRand; its state is filled from (seed, stream) with splitmix64, the
@@ -28,6 +28,8 @@ struct gm_rng {
 void gm_rng_init(struct gm_rng *r, uint64_t seed, uint64_t stream);
 /* Next 64 uniformly distributed bits. */
 uint64_t gm_rng_next(struct gm_rng *r);
+/* Uniform double in [0, 1): the top 53 bits of gm_rng_next (weight init). */
+double gm_rng_double(struct gm_rng *r);
 /* Uniform integer in [0, bound); bound must be > 0 (returns 0 for bound 0). */
 uint32_t gm_rng_below(struct gm_rng *r, uint32_t bound);
 /* Fisher-Yates shuffle of a[0..n); n <= UINT32_MAX. */

@@ -33,7 +33,7 @@ struct gm_train_summary {
     long steps;
     double test_accuracy; /* percent */
     double test_loss;
-    double train_loss; /* mean over the last epoch */
+    double train_loss;    /* mean over the last epoch */
     double samples_per_s; /* training samples per second of training time (no eval) */
     double train_s;
     double wall_s;
@@ -62,10 +62,10 @@ struct gm_train_comm {
 };
 
 struct gm_train_opts {
-    int progress;                      /* 1: terminal progress bar; 0: log lines */
-    volatile sig_atomic_t *stop;       /* borrowed, may be NULL */
-    const char *out;                   /* overrides job->out when not NULL */
-    const struct gm_train_comm *comm;  /* borrowed, may be NULL: one replica alone */
+    int progress;                     /* 1: terminal progress bar; 0: log lines */
+    volatile sig_atomic_t *stop;      /* borrowed, may be NULL */
+    const char *out;                  /* overrides job->out when not NULL */
+    const struct gm_train_comm *comm; /* borrowed, may be NULL: one replica alone */
 };
 
 /* Returns 0 or an error (GM_ERR_CONFIG / GM_ERR_DATA already logged with the

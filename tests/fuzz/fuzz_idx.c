@@ -86,8 +86,8 @@ static void parse(const uint8_t *data, size_t size)
         uint64_t prod = 1;
         volatile uint8_t sink = 0;
 
-        if (herr != 0 || x.data != data + x.header_bytes ||
-            x.header_bytes + x.data_bytes != size || x.header_bytes != 4 + 4 * (size_t)x.ndims)
+        if (herr != 0 || x.data != data + x.header_bytes || x.header_bytes + x.data_bytes != size ||
+            x.header_bytes != 4 + 4 * (size_t)x.ndims)
             abort();
         for (int i = 0; i < x.ndims; i++)
             prod *= x.dims[i];

@@ -144,8 +144,8 @@ static void expect_one_error(int line, const char *path, const char *problem)
     log_take(buf, sizeof(buf));
     nl = strchr(buf, '\n');
     gm_test_state.checks++;
-    if (strncmp(buf, "error: ", 7) != 0 || nl == NULL || nl[1] != 0 ||
-        strstr(buf, path) == NULL || strstr(buf, problem) == NULL)
+    if (strncmp(buf, "error: ", 7) != 0 || nl == NULL || nl[1] != 0 || strstr(buf, path) == NULL ||
+        strstr(buf, problem) == NULL)
         GM_TEST_FAIL_("case at line %d: want one error line with \"%s\" and \"%s\", log was: %s",
                       line, path, problem, buf);
 }
@@ -174,7 +174,7 @@ static void expect_load_error_at(int line, const struct gm_data_spec *spec, int 
     gm_dataset_free(&te);
 }
 
-#define EXPECT_LOAD_ERROR(spec, path, problem)                                                    \
+#define EXPECT_LOAD_ERROR(spec, path, problem)                                                     \
     expect_load_error_at(__LINE__, spec, GM_ERR_DATA, path, problem)
 
 /* ---- IDX fixtures --------------------------------------------------------------------- */
@@ -395,8 +395,7 @@ static void test_idx_load(void)
 }
 
 /* A fresh valid set in a new dir, with one file replaced by bytes p[0..n). */
-static void idx_case(char *dir, size_t size, unsigned gz, const char *name, const void *p,
-                     size_t n)
+static void idx_case(char *dir, size_t size, unsigned gz, const char *name, const void *p, size_t n)
 {
     new_dir(dir, size, "bad");
     write_idx_set(dir, gz);
@@ -465,8 +464,9 @@ static void test_idx_bad(void)
     idx_case(dir, sizeof(dir), 0, "train-labels-idx1-ubyte", buf, n + 1);
     spec = idx_spec(dir);
     snprintf(path, sizeof(path), "%s/train-labels-idx1-ubyte", dir);
-    EXPECT_LOAD_ERROR(&spec, path, "trailing garbage: header says 5 labels (13 bytes) but file "
-                                   "has 14 bytes");
+    EXPECT_LOAD_ERROR(&spec, path,
+                      "trailing garbage: header says 5 labels (13 bytes) but file "
+                      "has 14 bytes");
 
     /* wrong magic: a label file where images belong */
     idx_case(dir, sizeof(dir), 0, "train-images-idx3-ubyte", buf, n);
@@ -749,6 +749,35 @@ static void test_cifar(void)
     gm_dataset_free(&te);
     expect_quiet_log(__LINE__);
 
+    /* a gzip-compressed batch under its usual name reads the same */
+    {
+        size_t n;
+        uint8_t *p = read_back(dir, "data_batch_2.bin", &n);
+
+        remove_file(dir, "data_batch_2.bin");
+        write_gz(dir, "data_batch_2.bin", p, n);
+        free(p);
+        GM_CHECK_OK(gm_dataset_load(&spec, &tr, &te));
+        GM_CHECK(tr.n == 9 && tr.images != NULL && tr.images[2 * 3072] == cifar_byte(2, 0));
+        gm_dataset_free(&tr);
+        gm_dataset_free(&te);
+        expect_quiet_log(__LINE__); /* drains the meta warning */
+    }
+
+    /* an absurd meta file is refused */
+    {
+        char *big = malloc(70000);
+
+        if (big != NULL) {
+            memset(big, 'x', 70000);
+            remove_file(dir, "batches.meta.txt");
+            write_file(dir, "batches.meta.txt", big, 70000);
+            free(big);
+            snprintf(path, sizeof(path), "%s/batches.meta.txt", dir);
+            EXPECT_LOAD_ERROR(&spec, path, "larger than the limit of 65536 bytes");
+        }
+    }
+
     /* wrong length */
     new_dir(dir, sizeof(dir), "cifarbad");
     write_cifar_set(dir);
@@ -798,8 +827,7 @@ static void test_cifar(void)
 /* ---- folder ------------------------------------------------------------------------------- */
 
 /* fmt: PNG_FORMAT_GRAY, _RGB, _RGBA, _LINEAR_Y (16-bit; px holds uint16_t). */
-static void write_png(const char *dir, const char *name, int w, int h, unsigned fmt,
-                      const void *px)
+static void write_png(const char *dir, const char *name, int w, int h, unsigned fmt, const void *px)
 {
     char path[1024];
     png_image img;
@@ -815,8 +843,8 @@ static void write_png(const char *dir, const char *name, int w, int h, unsigned 
 }
 
 /* Palette PNG: indices + RGB colormap. */
-static void write_png_palette(const char *dir, const char *name, int w, int h,
-                              const uint8_t *index, const uint8_t *cmap, int entries)
+static void write_png_palette(const char *dir, const char *name, int w, int h, const uint8_t *index,
+                              const uint8_t *cmap, int entries)
 {
     char path[1024];
     png_image img;
@@ -892,8 +920,12 @@ static void expect_rgb_chw(int id, uint8_t *out)
 static struct gm_data_spec folder_spec(const char *dir, double split, int size, int ch,
                                        uint64_t seed)
 {
-    struct gm_data_spec s = {.kind = "folder", .dir = dir, .test_split = split,
-                             .image_size = size, .channels = ch, .seed = seed};
+    struct gm_data_spec s = {.kind = "folder",
+                             .dir = dir,
+                             .test_split = split,
+                             .image_size = size,
+                             .channels = ch,
+                             .seed = seed};
 
     return s;
 }
