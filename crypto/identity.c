@@ -643,3 +643,12 @@ int gm_id_cert_matches_key(const struct gm_cert *c, const struct gm_key *k)
 {
     return X509_check_private_key(c->x509, k->pkey) == 1;
 }
+
+int gm_id_cert_check_issued(const struct gm_cert *ca, const struct gm_cert *c)
+{
+    int ok = X509_check_issued(ca->x509, c->x509) == X509_V_OK &&
+             X509_verify(c->x509, X509_get0_pubkey(ca->x509)) == 1;
+
+    ERR_clear_error();
+    return ok ? 0 : GM_ERR_AUTH;
+}

@@ -68,6 +68,8 @@ GM_MUST_CHECK int gm_id_cert_serial(const struct gm_cert *c, char out[41]);
 GM_MUST_CHECK int gm_id_cert_seconds_left(const struct gm_cert *c, int64_t *out);
 /* 1 when the certificate should be renewed now (GM_ID_RENEW_BEFORE_S). */
 int gm_id_cert_needs_renewal(const struct gm_cert *c);
+/* 0 when ca's key signed c and c names the same issuer; GM_ERR_AUTH otherwise. */
+GM_MUST_CHECK int gm_id_cert_check_issued(const struct gm_cert *ca, const struct gm_cert *c);
 /* 1 when c's public key is the private key k's. */
 int gm_id_cert_matches_key(const struct gm_cert *c, const struct gm_key *k);
 
