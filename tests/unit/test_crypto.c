@@ -151,6 +151,7 @@ static void test_names_and_certs(void)
     GM_CHECK_OK(gm_id_cert_from_pem(pem, strlen(pem), &back));
     GM_CHECK_OK(gm_id_cert_pin(back, pin2));
     GM_CHECK(memcmp(pin1, pin2, 32) == 0);
+    gm_id_cert_free(back);
     GM_CHECK_ERR(gm_id_cert_from_pem("garbage", 7, &back), GM_ERR_FORMAT);
     GM_CHECK(back == NULL);
     GM_CHECK_OK(gm_id_cert_serial(w.cert, serial));
