@@ -668,6 +668,14 @@ static void on_close(struct gm_link *l, int err)
         p->link = NULL;
         gm_notice("event=link-down peer=%s err=%d msg=\"%s\" reason=\"%s\"", p->node, err,
                   gm_strerror(err), reason);
+    } else if (c->dialed && gm_link_state(l) == LS_HANDSHAKE && err != GM_ERR_AUTH &&
+               err != GM_ERR_PROTO) {
+        /* a member that is down: say so once, then quietly retry */
+        if (p != NULL && p->backoff_ms == 0)
+            gm_info("event=dial-failed peer=%s address=%s err=%d msg=\"%s\"", p->node,
+                    p->address, err, gm_strerror(err));
+        else
+            gm_debug("event=dial-failed peer=%s err=%d", c->node, err);
     } else if (err != 0 && !a->stopping) {
         if (err == GM_ERR_AUTH || err == GM_ERR_PROTO) {
             a->stats.links_refused++;
