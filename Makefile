@@ -149,6 +149,9 @@ build-fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_OBJS)
 
 fuzz: $(FUZZ_BINS)
 
+# Keep the instrumented objects between runs (make deletes intermediates).
+.SECONDARY: $(FUZZ_OBJS)
+
 format:
 	$(Q)clang-format -i $$(git ls-files '*.c' '*.h')
 

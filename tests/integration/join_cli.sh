@@ -10,7 +10,7 @@
 #         +----------------------TLS---------------------+-- gamma (join) 127.0.0.1:PC
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-. tests/integration/lib.sh
+. tests/integration/lib.bash
 
 PA=$(free_port); PB=$(free_port); PC=$(free_port)
 "$GM" init --cluster lab --config "$WORK/alpha.conf" --state "$WORK/alpha" \

@@ -8,7 +8,7 @@
 #   openssl s_client  --TLS-->  alpha (agent) 127.0.0.1:PA
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-. tests/integration/lib.sh
+. tests/integration/lib.bash
 command -v openssl >/dev/null || { echo "no openssl binary"; exit 77; }
 
 PA=$(free_port); PB=$(free_port)

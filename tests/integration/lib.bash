@@ -1,4 +1,4 @@
-# tests/integration/lib.sh - helpers shared by the loopback integration tests.
+# tests/integration/lib.bash - helpers shared by the loopback integration tests.
 # Sourced, not run.  Every wait polls a condition with a deadline.
 
 GM=${GM_BIN:-./gradmesh}
