@@ -121,3 +121,4 @@ done
 if grep -rq "PRIVATE KEY" "$WORK"/*.log; then fail "key material in a log"; fi
 grep -q "token=$ID1" "$WORK/alpha.log" || fail "logs do not name the token id (the grep could not fail)"
 pass "key and token files 0600; no secret in the logs"
+stop_agents

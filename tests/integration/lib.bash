@@ -45,3 +45,17 @@ links_up() {
 
 # log_has NAME TEXT: polls NAME's log for TEXT.
 log_has() { wait_for "'$2' in $1.log" grep -qF -- "$2" "$WORK/$1.log"; }
+
+# stop_agents: SIGTERM to every agent; each must exit 0 and, under
+# sanitizers, report nothing.
+stop_agents() {
+    local p rc
+    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
+    for p in "${PIDS[@]}"; do
+        wait "$p"; rc=$?
+        [ $rc -eq 0 ] || [ $rc -eq 127 ] || fail "agent pid $p exited $rc"
+    done
+    PIDS=()
+    if grep -l "Sanitizer" "$WORK"/*.log 2>/dev/null; then fail "sanitizer report in a log"; fi
+    pass "agents stopped cleanly"
+}

@@ -61,3 +61,4 @@ pass "a member certificate is accepted (control)"
 # the agent is still serving
 "$GM" status --config "$WORK/alpha.conf" >/dev/null || fail "agent died"
 pass "agent still serving"
+stop_agents
