@@ -65,6 +65,7 @@ void gm_frame_parser_free(struct gm_frame_parser *p)
         return;
     free(p->buf);
     p->buf = NULL;
+    p->cap = 0;
     p->in_payload = 0;
     p->hdr_have = 0;
     p->have = 0;
@@ -73,6 +74,91 @@ void gm_frame_parser_free(struct gm_frame_parser *p)
 int gm_frame_parser_idle(const struct gm_frame_parser *p)
 {
     return !p->dead && !p->in_payload && p->hdr_have == 0;
+}
+
+/* A payload buffer of cur.len bytes (len was checked against max_len). */
+static int reserve(struct gm_frame_parser *p)
+{
+    if (p->cap < p->cur.len) {
+        free(p->buf);
+        p->cap = 0;
+        p->buf = malloc(p->cur.len);
+        if (p->buf == NULL)
+            return -ENOMEM;
+        p->cap = p->cur.len;
+    }
+    p->have = 0;
+    p->in_payload = 1;
+    return 0;
+}
+
+static int payload_done(struct gm_frame_parser *p, gm_frame_cb cb, void *arg)
+{
+    int err;
+
+    p->in_payload = 0;
+    err = cb(arg, &p->cur, p->buf);
+    if (p->cap > GM_FRAME_KEEP) {
+        free(p->buf);
+        p->buf = NULL;
+        p->cap = 0;
+    }
+    return err;
+}
+
+size_t gm_frame_parser_space(struct gm_frame_parser *p, uint8_t **dst)
+{
+    *dst = NULL;
+    if (p->dead)
+        return 0;
+    if (!p->in_payload) {
+        *dst = p->hdr + p->hdr_have;
+        return GM_FRAME_HDR_LEN - p->hdr_have;
+    }
+    *dst = p->buf + p->have;
+    return p->cur.len - p->have;
+}
+
+int gm_frame_parser_commit(struct gm_frame_parser *p, size_t n, gm_frame_cb cb, void *arg)
+{
+    int err;
+
+    if (p->dead)
+        return GM_ERR_PROTO;
+    if (!p->in_payload) {
+        if (n > GM_FRAME_HDR_LEN - p->hdr_have)
+            return -EINVAL;
+        p->hdr_have += n;
+        if (p->hdr_have < GM_FRAME_HDR_LEN)
+            return 0;
+        p->hdr_have = 0;
+        err = gm_frame_hdr_decode(p->hdr, p->max_len, p->known, &p->cur);
+        if (err != 0)
+            goto dead;
+        if (p->cur.len == 0) {
+            err = cb(arg, &p->cur, NULL);
+            if (err != 0)
+                goto dead;
+            return 0;
+        }
+        err = reserve(p);
+        if (err != 0)
+            goto dead;
+        return 0;
+    }
+    if (n > p->cur.len - p->have)
+        return -EINVAL;
+    p->have += n;
+    if (p->have < p->cur.len)
+        return 0;
+    err = payload_done(p, cb, arg);
+    if (err != 0)
+        goto dead;
+    return 0;
+dead:
+    p->dead = 1;
+    gm_frame_parser_free(p);
+    return err;
 }
 
 int gm_frame_parser_feed(struct gm_frame_parser *p, const uint8_t *data, size_t len,
@@ -112,13 +198,9 @@ int gm_frame_parser_feed(struct gm_frame_parser *p, const uint8_t *data, size_t 
                     goto dead;
                 continue;
             }
-            p->buf = malloc(p->cur.len); /* len checked against max_len above */
-            if (p->buf == NULL) {
-                err = -ENOMEM;
+            err = reserve(p);
+            if (err != 0)
                 goto dead;
-            }
-            p->have = 0;
-            p->in_payload = 1;
         }
         {
             size_t take = p->cur.len - p->have;
@@ -130,10 +212,7 @@ int gm_frame_parser_feed(struct gm_frame_parser *p, const uint8_t *data, size_t 
             len -= take;
             if (p->have < p->cur.len)
                 break;
-            p->in_payload = 0;
-            err = cb(arg, &p->cur, p->buf);
-            free(p->buf);
-            p->buf = NULL;
+            err = payload_done(p, cb, arg);
             if (err != 0)
                 goto dead;
         }

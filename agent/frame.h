@@ -44,9 +44,11 @@ struct gm_frame_parser {
     int in_payload;
     int dead; /* sticky after an error */
     struct gm_frame_hdr cur;
-    uint8_t *buf; /* owned, cur.len bytes while in_payload */
-    size_t have;
+    uint8_t *buf; /* owned, cap bytes, reused across frames up to GM_FRAME_KEEP */
+    size_t cap, have;
 };
+
+#define GM_FRAME_KEEP (1u << 20) /* payload buffers up to this size are kept for the next frame */
 
 void gm_frame_hdr_encode(const struct gm_frame_hdr *h, uint8_t out[GM_FRAME_HDR_LEN]);
 /* GM_ERR_PROTO: unknown type or flags; -EMSGSIZE: length over max_len. */
@@ -58,6 +60,13 @@ void gm_frame_parser_free(struct gm_frame_parser *p);
 /* Consumes all len bytes; 0, a header error, -ENOMEM or the callback's value. */
 GM_MUST_CHECK int gm_frame_parser_feed(struct gm_frame_parser *p, const uint8_t *data, size_t len,
                                        gm_frame_cb cb, void *arg);
+/* Zero-copy input, for a reader that can write straight into the parser
+ * (SSL_read into the payload buffer): *dst and the return value say where and
+ * how many bytes the parser wants next (never 0 unless dead), then
+ * gm_frame_parser_commit says how many were written there. */
+size_t gm_frame_parser_space(struct gm_frame_parser *p, uint8_t **dst);
+GM_MUST_CHECK int gm_frame_parser_commit(struct gm_frame_parser *p, size_t n, gm_frame_cb cb,
+                                         void *arg);
 /* 1 when the parser sits between frames (a clean place for the stream to end). */
 int gm_frame_parser_idle(const struct gm_frame_parser *p);
 

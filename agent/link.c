@@ -20,7 +20,6 @@
 #include "common/time.h"
 
 #define RX_BUF (256u << 10)
-#define PLAIN_BUF (512u << 10)
 #define TICK_MS 500
 
 struct ctrl_frame {
@@ -59,6 +58,7 @@ struct gm_link {
     void *data;                    /* owner's */
     uint32_t state;
     int started, handles_open, closing, close_err, close_started, up, reading, got_close_notify;
+    int connected, shut; /* tcp usable for writes; uv_shutdown requested */
     struct ctrl_frame *ctrl_head, **ctrl_tail;
     size_t ctrl_bytes;
     struct bulk_item *bulk_head, **bulk_tail;
@@ -69,7 +69,6 @@ struct gm_link {
     uint64_t tx, rx;
     char peer[GM_ADDR_MAX];
     uint8_t *rxbuf;    /* owned, RX_BUF */
-    uint8_t *plain;    /* owned, PLAIN_BUF */
 };
 
 /* For results that do not change what happens next (best-effort sends). */
@@ -156,8 +155,7 @@ int gm_link_new(uv_loop_t *loop, struct gm_tls_ctx *ctx, const struct gm_link_op
     l->ctrl_tail = &l->ctrl_head;
     l->bulk_tail = &l->bulk_head;
     l->rxbuf = malloc(RX_BUF);
-    l->plain = malloc(PLAIN_BUF);
-    if (l->rxbuf == NULL || l->plain == NULL) {
+    if (l->rxbuf == NULL) {
         err = -ENOMEM;
         goto fail;
     }
@@ -170,7 +168,6 @@ int gm_link_new(uv_loop_t *loop, struct gm_tls_ctx *ctx, const struct gm_link_op
     return 0;
 fail:
     free(l->rxbuf);
-    free(l->plain);
     free(l);
     return err;
 }
@@ -201,7 +198,6 @@ static void link_release(struct gm_link *l)
     gm_frame_parser_free(&l->parser);
     gm_tls_free(l->tls);
     free(l->rxbuf);
-    free(l->plain);
     free(l);
 }
 
@@ -256,16 +252,33 @@ static void write_cb(uv_write_t *req, int status)
     pump(l);
 }
 
-/* Moves pending ciphertext from the TLS engine to libuv. */
+/* Moves pending ciphertext from the TLS engine to the kernel: in place with
+ * uv_try_write when libuv's queue is empty (the usual case), and whatever the
+ * socket does not take now is copied into a write request. */
 static int flush(struct gm_link *l)
 {
-    size_t n = gm_tls_out_pending(l->tls);
+    const uint8_t *p = NULL;
+    size_t n = gm_tls_out_peek(l->tls, &p);
     struct wreq *w;
     uv_buf_t b;
     int err;
 
     if (n == 0 || l->close_started)
         return 0;
+    if (l->connected && !l->shut && l->wq_bytes == 0 &&
+        uv_stream_get_write_queue_size((uv_stream_t *)&l->tcp) == 0) {
+        b = uv_buf_init((char *)p, (unsigned)(n > UINT32_MAX ? UINT32_MAX : n));
+        err = uv_try_write((uv_stream_t *)&l->tcp, &b, 1);
+        if (err > 0) {
+            gm_tls_out_consume(l->tls, (size_t)err);
+            l->tx += (uint64_t)err;
+            n = gm_tls_out_peek(l->tls, &p);
+            if (n == 0)
+                return 0;
+        } else if (err != UV_EAGAIN) {
+            return err;
+        }
+    }
     w = malloc(sizeof(*w) + n);
     if (w == NULL)
         return -ENOMEM;
@@ -451,6 +464,7 @@ static void start_close(struct gm_link *l)
         gm_tls_shutdown(l->tls);
     (void)flush(l);
     l->shutdown_req.data = l;
+    l->shut = 1;
     err = uv_shutdown(&l->shutdown_req, (uv_stream_t *)&l->tcp, shutdown_cb);
     if (err != 0)
         close_handles(l);
@@ -534,12 +548,23 @@ static void on_tls_up(struct gm_link *l)
     pump(l);
 }
 
+static void process(struct gm_link *l, uv_stream_t *s, ssize_t nread);
+
 static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
     struct gm_link *l = s->data;
-    int err;
 
     (void)buf;
+    process(l, s, nread);
+    /* the engine may not keep pointers into rxbuf past this callback */
+    if (gm_tls_feed_end(l->tls) != 0 && !l->closing)
+        gm_link_close(l, -ENOMEM);
+}
+
+static void process(struct gm_link *l, uv_stream_t *s, ssize_t nread)
+{
+    int err;
+
     if (l->closing) {
         if (nread < 0)
             close_handles(l);
@@ -559,7 +584,7 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     }
     l->rx += (uint64_t)nread;
     l->t_last_rx = gm_time_mono_ns();
-    err = gm_tls_feed(l->tls, l->rxbuf, (size_t)nread);
+    err = gm_tls_feed_borrow(l->tls, l->rxbuf, (size_t)nread);
     if (err != 0)
         goto fail;
     if (!gm_tls_handshake_done(l->tls)) {
@@ -582,39 +607,39 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
             return;
     }
     for (;;) {
-        size_t have = 0, n = 0;
-        while (have < PLAIN_BUF) {
-            err = gm_tls_read(l->tls, l->plain + have, PLAIN_BUF - have, &n);
-            if (err != 0)
-                break;
-            have += n;
-        }
-        if (have > 0) {
-            int perr = gm_frame_parser_feed(&l->parser, l->plain, have, frame_cb, l);
-            if (l->closing)
-                return;
-            if (perr != 0) {
-                gm_warn("event=bad-frame peer=%s err=%d msg=\"%s\"", l->peer, perr,
-                        gm_strerror(perr));
-                gm_link_fail(l, perr == -ENOMEM ? -ENOMEM : perr,
-                             perr == -EMSGSIZE ? "frame longer than the maximum"
-                                               : "malformed frame header (unknown type or flags)");
-                return;
-            }
-        }
-        if (err == -EAGAIN)
-            break;
-        if (err == GM_ERR_ABORTED) { /* close_notify */
-            l->got_close_notify = 1;
-            err = gm_frame_parser_idle(&l->parser) ? 0 : GM_ERR_PROTO;
-            (void)flush(l);
-            gm_link_close(l, err);
-            return;
-        }
-        if (err != 0) {
-            (void)flush(l);
+        uint8_t *dst = NULL;
+        size_t room = gm_frame_parser_space(&l->parser, &dst), n = 0;
+        int perr;
+        if (room == 0) { /* cannot happen: a dead parser closed the link */
+            err = GM_ERR_PROTO;
             goto fail;
         }
+        /* decrypt straight into the frame parser: header, then payload */
+        err = gm_tls_read(l->tls, dst, room, &n);
+        if (err != 0)
+            break;
+        perr = gm_frame_parser_commit(&l->parser, n, frame_cb, l);
+        if (l->closing)
+            return;
+        if (perr != 0) {
+            gm_warn("event=bad-frame peer=%s err=%d msg=\"%s\"", l->peer, perr,
+                    gm_strerror(perr));
+            gm_link_fail(l, perr,
+                         perr == -EMSGSIZE ? "frame longer than the maximum"
+                                           : "malformed frame header (unknown type or flags)");
+            return;
+        }
+    }
+    if (err == GM_ERR_ABORTED) { /* close_notify */
+        l->got_close_notify = 1;
+        err = gm_frame_parser_idle(&l->parser) ? 0 : GM_ERR_PROTO;
+        ignore(flush(l));
+        gm_link_close(l, err);
+        return;
+    }
+    if (err != -EAGAIN) {
+        ignore(flush(l));
+        goto fail;
     }
     err = flush(l);
     if (err != 0)
@@ -674,6 +699,7 @@ static int socket_setup(struct gm_link *l)
     uv_os_fd_t fd;
     unsigned ut = GM_LINK_USER_TIMEOUT_MS;
 
+    l->connected = 1;
     (void)uv_tcp_nodelay(&l->tcp, 1);
     (void)uv_tcp_keepalive(&l->tcp, 1, 10);
     if (uv_fileno((uv_handle_t *)&l->tcp, &fd) == 0) {

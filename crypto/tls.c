@@ -27,7 +27,8 @@
 #define DENY_MAX 4096
 
 struct gm_tls_ctx {
-    SSL_CTX *ssl_ctx; /* owned */
+    SSL_CTX *ssl_ctx;    /* owned */
+    BIO_METHOD *bio_meth; /* owned: the engine's in-memory transport (see below) */
     char cluster[GM_ID_NAME_MAX + 1];
     uint8_t pin[GM_ID_PIN_LEN];
     int has_pin, has_cert, accept_joins;
@@ -37,8 +38,16 @@ struct gm_tls_ctx {
 
 struct gm_tls {
     struct gm_tls_ctx *ctx; /* borrowed */
-    SSL *ssl;               /* owned; owns rbio and wbio */
-    BIO *rbio, *wbio;       /* borrowed from ssl */
+    SSL *ssl;               /* owned; owns bio */
+    BIO *bio;               /* borrowed from ssl: both directions */
+    /* ciphertext in: owned leftovers first, then the borrowed feed */
+    uint8_t *in;            /* owned */
+    size_t in_off, in_len, in_cap;
+    const uint8_t *bin;     /* borrowed (gm_tls_feed_borrow until gm_tls_feed_end) */
+    size_t bin_len;
+    /* ciphertext out, records appended until the caller takes them */
+    uint8_t *out;           /* owned */
+    size_t out_off, out_len, out_cap;
     enum gm_tls_role role;
     int done, join;
     X509 *pinned_ca; /* owned (joiner) */
@@ -238,6 +247,116 @@ static void info_cb(const SSL *ssl, int where, int ret)
         set_reason(t, "sent alert: %s", SSL_alert_desc_string_long(ret));
 }
 
+
+/*
+ * The engine's memory BIO.  Like BIO_s_mem, but input can be borrowed from
+ * the caller's read buffer (no copy unless bytes are left over), and output
+ * accumulates in one flat buffer the caller can write from in place
+ * (gm_tls_out_peek/consume): one copy per record, and one write(2) for many
+ * records instead of one per 16 KiB record.
+ */
+static int grow(uint8_t **buf, size_t *cap, size_t need)
+{
+    uint8_t *n;
+    size_t c = *cap ? *cap : 16384;
+
+    if (need <= *cap)
+        return 0;
+    while (c < need)
+        c *= 2;
+    n = realloc(*buf, c);
+    if (n == NULL)
+        return -ENOMEM;
+    *buf = n;
+    *cap = c;
+    return 0;
+}
+
+static int bio_write(BIO *b, const char *data, size_t len, size_t *written)
+{
+    struct gm_tls *t = BIO_get_data(b);
+    const size_t done = 0;
+
+    BIO_clear_retry_flags(b);
+    *written = 0;
+    {
+        if (t->out_off > 0 && t->out_len == 0)
+            t->out_off = 0;
+        if (grow(&t->out, &t->out_cap, t->out_off + t->out_len + (len - done)) != 0)
+            return 0;
+        memcpy(t->out + t->out_off + t->out_len, data + done, len - done);
+        t->out_len += len - done;
+    }
+    *written = len;
+    return 1;
+}
+
+static int bio_read(BIO *b, char *buf, size_t len, size_t *readbytes)
+{
+    struct gm_tls *t = BIO_get_data(b);
+    size_t n = 0, k;
+
+    BIO_clear_retry_flags(b);
+    if (t->in_len > 0) {
+        k = t->in_len < len ? t->in_len : len;
+        memcpy(buf, t->in + t->in_off, k);
+        t->in_off += k;
+        t->in_len -= k;
+        n += k;
+    }
+    if (n < len && t->bin_len > 0) {
+        k = t->bin_len < len - n ? t->bin_len : len - n;
+        memcpy(buf + n, t->bin, k);
+        t->bin += k;
+        t->bin_len -= k;
+        n += k;
+    }
+    *readbytes = n;
+    if (n == 0) {
+        BIO_set_retry_read(b);
+        return 0;
+    }
+    return 1;
+}
+
+static long bio_ctrl(BIO *b, int cmd, long num, void *ptr)
+{
+    struct gm_tls *t = BIO_get_data(b);
+
+    (void)num;
+    (void)ptr;
+    switch (cmd) {
+    case BIO_CTRL_FLUSH:
+        return 1;
+    case BIO_CTRL_PENDING:
+        return t != NULL ? (long)(t->in_len + t->bin_len) : 0;
+    case BIO_CTRL_WPENDING:
+        return t != NULL ? (long)t->out_len : 0;
+    default:
+        return 0;
+    }
+}
+
+static int bio_create(BIO *b)
+{
+    BIO_set_init(b, 1);
+    return 1;
+}
+
+static BIO_METHOD *bio_method_new(void)
+{
+    BIO_METHOD *m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "gradmesh-mem");
+
+    if (m == NULL)
+        return NULL;
+    if (BIO_meth_set_write_ex(m, bio_write) != 1 || BIO_meth_set_read_ex(m, bio_read) != 1 ||
+        BIO_meth_set_ctrl(m, bio_ctrl) != 1 || BIO_meth_set_create(m, bio_create) != 1) {
+        BIO_meth_free(m);
+        return NULL;
+    }
+    return m;
+}
+
 int gm_tls_ctx_new(const struct gm_tls_config *cfg, struct gm_tls_ctx **out)
 {
     struct gm_tls_ctx *c;
@@ -258,7 +377,8 @@ int gm_tls_ctx_new(const struct gm_tls_config *cfg, struct gm_tls_ctx **out)
         c->has_pin = 1;
     }
     c->ssl_ctx = SSL_CTX_new(TLS_method());
-    if (c->ssl_ctx == NULL) {
+    c->bio_meth = bio_method_new();
+    if (c->ssl_ctx == NULL || c->bio_meth == NULL) {
         err = -ENOMEM;
         goto fail;
     }
@@ -303,6 +423,7 @@ void gm_tls_ctx_free(struct gm_tls_ctx *c)
     if (c == NULL)
         return;
     SSL_CTX_free(c->ssl_ctx);
+    BIO_meth_free(c->bio_meth);
     free(c->deny);
     OPENSSL_cleanse(c, sizeof(*c));
     free(c);
@@ -346,17 +467,15 @@ int gm_tls_new(struct gm_tls_ctx *c, enum gm_tls_role role, struct gm_tls **out)
     t->ctx = c;
     t->role = role;
     t->ssl = SSL_new(c->ssl_ctx);
-    t->rbio = BIO_new(BIO_s_mem());
-    t->wbio = BIO_new(BIO_s_mem());
-    if (t->ssl == NULL || t->rbio == NULL || t->wbio == NULL) {
-        BIO_free(t->rbio);
-        BIO_free(t->wbio);
+    t->bio = BIO_new(c->bio_meth);
+    if (t->ssl == NULL || t->bio == NULL) {
+        BIO_free(t->bio);
         SSL_free(t->ssl);
         free(t);
         return -ENOMEM;
     }
-    BIO_set_mem_eof_return(t->rbio, -1); /* empty = "retry", not EOF */
-    SSL_set_bio(t->ssl, t->rbio, t->wbio);
+    BIO_set_data(t->bio, t);
+    SSL_set_bio(t->ssl, t->bio, t->bio); /* one reference, both directions */
     SSL_set_app_data(t->ssl, t);
     if (role == GM_TLS_ROLE_SERVER) {
         SSL_set_verify(t->ssl, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, NULL);
@@ -382,22 +501,59 @@ void gm_tls_free(struct gm_tls *t)
 {
     if (t == NULL)
         return;
-    SSL_free(t->ssl); /* frees both BIOs, wipes keys */
+    SSL_free(t->ssl); /* frees the BIO, wipes keys */
     X509_free(t->pinned_ca);
+    if (t->in != NULL)
+        OPENSSL_cleanse(t->in, t->in_cap);
+    free(t->in);
+    free(t->out);
     OPENSSL_cleanse(t, sizeof(*t));
     free(t);
 }
 
-int gm_tls_feed(struct gm_tls *t, const void *buf, size_t len)
+/* Keeps what is left of the borrowed input in the engine's own buffer. */
+int gm_tls_feed_end(struct gm_tls *t)
 {
-    if (len == 0)
+    if (t->bin_len == 0) {
+        t->bin = NULL;
         return 0;
-    if (len > INT32_MAX)
-        return -EINVAL;
-    if (BIO_write(t->rbio, buf, (int)len) != (int)len)
+    }
+    if (t->in_len == 0)
+        t->in_off = 0;
+    if (t->in_off > 0) {
+        memmove(t->in, t->in + t->in_off, t->in_len);
+        t->in_off = 0;
+    }
+    if (grow(&t->in, &t->in_cap, t->in_len + t->bin_len) != 0)
         return -ENOMEM;
+    memcpy(t->in + t->in_len, t->bin, t->bin_len);
+    t->in_len += t->bin_len;
+    t->bin = NULL;
+    t->bin_len = 0;
     return 0;
 }
+
+int gm_tls_feed_borrow(struct gm_tls *t, const void *buf, size_t len)
+{
+    int err = gm_tls_feed_end(t); /* an earlier borrow the caller did not end */
+
+    if (err != 0)
+        return err;
+    t->bin = buf;
+    t->bin_len = len;
+    return 0;
+}
+
+int gm_tls_feed(struct gm_tls *t, const void *buf, size_t len)
+{
+    int err = gm_tls_feed_borrow(t, buf, len);
+
+    if (err == 0)
+        err = gm_tls_feed_end(t);
+    return err;
+}
+
+
 
 /* Maps a failed SSL call to an error code and a reason. */
 static int ssl_fail(struct gm_tls *t, int ret)
@@ -492,17 +648,35 @@ int gm_tls_write(struct gm_tls *t, const void *buf, size_t len)
 
 size_t gm_tls_out_pending(const struct gm_tls *t)
 {
-    return BIO_ctrl_pending(t->wbio);
+    return t->out_len;
+}
+
+size_t gm_tls_out_peek(const struct gm_tls *t, const uint8_t **p)
+{
+    *p = t->out + t->out_off;
+    return t->out_len;
+}
+
+void gm_tls_out_consume(struct gm_tls *t, size_t n)
+{
+    if (n > t->out_len)
+        n = t->out_len;
+    t->out_off += n;
+    t->out_len -= n;
+    if (t->out_len == 0)
+        t->out_off = 0;
 }
 
 size_t gm_tls_out_take(struct gm_tls *t, void *buf, size_t cap)
 {
-    int r;
+    size_t n = t->out_len < cap ? t->out_len : cap;
 
-    if (cap > INT32_MAX)
-        cap = INT32_MAX;
-    r = BIO_read(t->wbio, buf, (int)cap);
-    return r > 0 ? (size_t)r : 0;
+    memcpy(buf, t->out + t->out_off, n);
+    t->out_off += n;
+    t->out_len -= n;
+    if (t->out_len == 0)
+        t->out_off = 0;
+    return n;
 }
 
 void gm_tls_shutdown(struct gm_tls *t)

@@ -3,7 +3,9 @@
  *
  * The caller moves ciphertext: gm_tls_feed() what arrived from the network,
  * gm_tls_out_take() what must be sent (after every call, the handshake and
- * reads included: TLS 1.3 reads may produce output, e.g. alerts).
+ * reads included: TLS 1.3 reads may produce output, e.g. alerts).  For bulk
+ * speed a caller may lend its read buffer (gm_tls_feed_borrow) and write the
+ * pending output in place (gm_tls_out_peek/consume).
  *
  * Rules (all enforced here, not by callers):
  *  - TLS 1.3 only; no session tickets; AES-GCM / ChaCha20 suites.
@@ -62,8 +64,14 @@ GM_MUST_CHECK int gm_tls_ctx_deny(struct gm_tls_ctx *c, const char *serial);
 GM_MUST_CHECK int gm_tls_new(struct gm_tls_ctx *c, enum gm_tls_role role, struct gm_tls **out);
 void gm_tls_free(struct gm_tls *t);
 
-/* Ciphertext in. */
+/* Ciphertext in (copied). */
 GM_MUST_CHECK int gm_tls_feed(struct gm_tls *t, const void *buf, size_t len);
+/* Ciphertext in, without a copy: buf stays borrowed until gm_tls_feed_end,
+ * which the caller must call before it reuses buf (it keeps what the engine
+ * has not consumed yet; after a call returned -EAGAIN nothing is left). */
+GM_MUST_CHECK int gm_tls_feed_borrow(struct gm_tls *t, const void *buf, size_t len);
+GM_MUST_CHECK int gm_tls_feed_end(struct gm_tls *t);
+
 /* Advances the handshake: 0 done, -EAGAIN needs input, GM_ERR_AUTH (peer
  * identity refused, by us or by the peer's alert), GM_ERR_PROTO (anything
  * else: garbage, wrong version). */
@@ -75,6 +83,11 @@ GM_MUST_CHECK int gm_tls_read(struct gm_tls *t, void *buf, size_t cap, size_t *n
 /* Plaintext in: all len bytes become records (16 KiB max each). */
 GM_MUST_CHECK int gm_tls_write(struct gm_tls *t, const void *buf, size_t len);
 size_t gm_tls_out_pending(const struct gm_tls *t);
+/* Pending ciphertext in place (*p valid until the next gm_tls call), and
+ * dropping n bytes of it once written: lets the caller write(2) many records
+ * at once without copying them first. */
+size_t gm_tls_out_peek(const struct gm_tls *t, const uint8_t **p);
+void gm_tls_out_consume(struct gm_tls *t, size_t n);
 /* Copies up to cap bytes of pending ciphertext; returns the count. */
 size_t gm_tls_out_take(struct gm_tls *t, void *buf, size_t cap);
 /* Queues close_notify (take it with gm_tls_out_take). */

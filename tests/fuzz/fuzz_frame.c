@@ -2,7 +2,8 @@
  * tests/fuzz/fuzz_frame.c - the frame parser (agent/frame.h) fed arbitrary
  * bytes in arbitrary splits, every complete frame passed to the decoder of
  * its type (agent/proto.h), as a link would.  Input: byte 0 = split size
- * (1..256), the rest = the stream.
+ * (1..128) and path (bit 7: the zero-copy space/commit path the links use,
+ * else gm_frame_parser_feed), the rest = the stream.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -53,17 +54,31 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     struct gm_frame_parser p;
     size_t split, off;
+    int zero_copy;
 
     if (size < 1)
         return 0;
-    split = (size_t)data[0] + 1;
+    split = (size_t)(data[0] & 0x7f) + 1;
+    zero_copy = data[0] & 0x80;
     data++;
     size--;
     gm_frame_parser_init(&p, 1u << 16, gm_proto_type_known);
-    for (off = 0; off < size; off += split) {
+    for (off = 0; off < size;) {
         size_t n = size - off < split ? size - off : split;
-        if (gm_frame_parser_feed(&p, data + off, n, on_frame, NULL) != 0)
+        if (zero_copy) {
+            uint8_t *dst = NULL;
+            size_t room = gm_frame_parser_space(&p, &dst);
+            if (room == 0 || dst == NULL)
+                abort(); /* only a dead parser has no room, and we stop at errors */
+            if (n > room)
+                n = room;
+            memcpy(dst, data + off, n);
+            if (gm_frame_parser_commit(&p, n, on_frame, NULL) != 0)
+                break;
+        } else if (gm_frame_parser_feed(&p, data + off, n, on_frame, NULL) != 0) {
             break;
+        }
+        off += n;
     }
     gm_frame_parser_free(&p);
     return 0;
