@@ -63,6 +63,8 @@ struct gm_link {
     size_t ctrl_bytes;
     struct bulk_item *bulk_head, **bulk_tail;
     size_t bulk_bytes;
+    struct bulk_item *fin_head, **fin_tail; /* sent; done() not called yet */
+    int want_writable;
     size_t wq_bytes; /* ciphertext in libuv's write queue */
     uint64_t t_start, t_last_rx, t_last_ping;
     double rtt_ms;
@@ -154,6 +156,7 @@ int gm_link_new(uv_loop_t *loop, struct gm_tls_ctx *ctx, const struct gm_link_op
     l->data = data;
     l->ctrl_tail = &l->ctrl_head;
     l->bulk_tail = &l->bulk_head;
+    l->fin_tail = &l->fin_head;
     l->rxbuf = malloc(RX_BUF);
     if (l->rxbuf == NULL) {
         err = -ENOMEM;
@@ -183,6 +186,13 @@ static void free_queues(struct gm_link *l, int err)
     }
     l->ctrl_tail = &l->ctrl_head;
     l->ctrl_bytes = 0;
+    while ((b = l->fin_head) != NULL) { /* these were sent */
+        l->fin_head = b->next;
+        if (b->done != NULL)
+            b->done(b->arg, 0);
+        free(b);
+    }
+    l->fin_tail = &l->fin_head;
     while ((b = l->bulk_head) != NULL) {
         l->bulk_head = b->next;
         if (b->done != NULL)
@@ -309,9 +319,20 @@ static int tls_write_frame(struct gm_link *l, uint16_t type, uint16_t flags, uin
     return err;
 }
 
+static void tick_cb(uv_timer_t *t);
+
+/* Runs tick_cb on the next loop iteration: user callbacks (bulk done,
+ * on_writable) never run inside the call that triggered them. */
+static void kick(struct gm_link *l)
+{
+    if (l->started && !l->close_started)
+        ignore(uv_timer_start(&l->timer, tick_cb, 0, TICK_MS));
+}
+
+/* Encrypts queued frames while the write queue is below the high water. */
 static void pump(struct gm_link *l)
 {
-    int err = 0, was_bulk = l->bulk_head != NULL;
+    int err = 0, was_bulk = l->bulk_head != NULL, fin = 0;
 
     if (l->close_started || !l->up)
         return;
@@ -333,15 +354,14 @@ static void pump(struct gm_link *l)
                                   b->data + b->off, n);
             b->off += n;
             l->bulk_bytes -= n;
-            if (b->off == b->len) {
+            if (b->off == b->len) { /* the TLS engine holds the bytes now */
                 l->bulk_head = b->next;
                 if (l->bulk_head == NULL)
                     l->bulk_tail = &l->bulk_head;
-                if (b->done != NULL)
-                    b->done(b->arg, 0); /* the TLS engine holds the bytes now */
-                free(b);
-                if (l->close_started)
-                    return;
+                b->next = NULL;
+                *l->fin_tail = b;
+                l->fin_tail = &b->next;
+                fin = 1;
             }
         } else {
             break;
@@ -359,8 +379,30 @@ static void pump(struct gm_link *l)
         gm_link_close(l, err);
         return;
     }
-    if (was_bulk && l->bulk_head == NULL && !l->closing && l->ops->on_writable != NULL)
-        l->ops->on_writable(l);
+    if (was_bulk && l->bulk_head == NULL)
+        l->want_writable = 1;
+    if (fin || l->want_writable)
+        kick(l);
+}
+
+/* Bulk completions and on_writable, outside any send call. */
+static void deliver(struct gm_link *l)
+{
+    struct bulk_item *b;
+
+    while ((b = l->fin_head) != NULL && !l->closing) {
+        l->fin_head = b->next;
+        if (l->fin_head == NULL)
+            l->fin_tail = &l->fin_head;
+        if (b->done != NULL)
+            b->done(b->arg, 0);
+        free(b);
+    }
+    if (l->want_writable && l->bulk_head == NULL && !l->closing) {
+        l->want_writable = 0;
+        if (l->ops->on_writable != NULL)
+            l->ops->on_writable(l);
+    }
 }
 
 int gm_link_send(struct gm_link *l, uint16_t type, uint64_t req, const void *payload, size_t len)
@@ -666,6 +708,10 @@ static void tick_cb(uv_timer_t *t)
     struct gm_link *l = t->data;
     uint64_t now = gm_time_mono_ns();
 
+    if (!l->closing) {
+        deliver(l);
+        pump(l);
+    }
     if (l->closing) {
         if (now - l->t_start > 2000000000ull)
             close_handles(l); /* peer never drained: give up on a clean close */

@@ -128,7 +128,7 @@ static int join(const char *tok, const char *node, const char *replay, char **ca
 
 struct mc {
     const char *node; /* HELLO name; NULL: send no HELLO */
-    int up, got_members, err_code, closed, close_err;
+    int up, got_members, err_code, closed, close_err, pongs, bulk_done, bulk_err, in_send;
     char reason[256];
     struct gm_link *l;
 };
@@ -162,6 +162,8 @@ static int mc_frame(struct gm_link *l, const struct gm_frame_hdr *h, const uint8
         m->err_code = 1;
     if (h->type == GM_MSG_PING)
         gm_link_pong(l, p, h->len);
+    if (h->type == GM_MSG_PONG)
+        m->pongs++;
     return 0;
 }
 
@@ -563,6 +565,53 @@ static void test_garbage(void)
     garbage_case(tlsish, sizeof(tlsish) - 1, 1);
 }
 
+static void bulk_done(void *arg, int err)
+{
+    struct mc *m = arg;
+
+    if (m->in_send)
+        m->bulk_err = -EDEADLK; /* called from inside gm_link_send_bulk: a contract break */
+    else if (err != 0)
+        m->bulk_err = err;
+    m->bulk_done++;
+}
+
+/* Bulk data in chunks, with a control frame behind it: the ping is answered
+ * while megabytes are still queued, done runs once and never inside the send. */
+static void test_bulk_and_control(void)
+{
+    const size_t len = 24u << 20;
+    uint8_t *data = malloc(len), ping[8] = {0};
+    struct gm_key *key = NULL;
+    struct gm_cert *cert = issue("lab", "bulk", &key);
+    struct gm_tls_ctx *ctx = NULL;
+    struct mc m = {.node = "bulk"};
+    uv_loop_t loop;
+
+    GM_CHECK(data != NULL);
+    if (data == NULL)
+        return;
+    memset(data, 0x3c, len);
+    mc_connect(&loop, &ctx, &m, ca, cert, key);
+    GM_CHECK(run_until(&loop, &m.got_members));
+    m.in_send = 1;
+    GM_CHECK_OK(gm_link_send_bulk(m.l, GM_MSG_BULK, 7, data, len, bulk_done, &m));
+    m.in_send = 0;
+    GM_CHECK(gm_link_bulk_queued(m.l) > 0); /* still queued: the ping goes first */
+    GM_CHECK_OK(gm_link_send(m.l, GM_MSG_PING, 0, ping, sizeof(ping)));
+    GM_CHECK(run_until(&loop, &m.pongs));
+    GM_CHECK_EQ(m.bulk_done, 0); /* the answer overtook most of the 24 MiB */
+    GM_CHECK(run_until(&loop, &m.bulk_done));
+    GM_CHECK_EQ(m.bulk_done, 1);
+    GM_CHECK_OK(m.bulk_err);
+    GM_CHECK(!m.closed);
+    GM_CHECK(gm_link_bytes_sent(m.l) > len);
+    mc_finish(&loop, ctx, &m);
+    gm_id_cert_free(cert);
+    gm_id_key_free(key);
+    free(data);
+}
+
 static void test_still_serving(void)
 {
     char tok[GM_TOKEN_STR_MAX], id[17];
@@ -657,6 +706,7 @@ int main(void)
     GM_TEST_RUN(test_truncated_and_before_hello);
     GM_TEST_RUN(test_bad_certificates);
     GM_TEST_RUN(test_garbage);
+    GM_TEST_RUN(test_bulk_and_control);
     GM_TEST_RUN(test_still_serving);
 
     kill(getpid(), SIGTERM); /* the agent's signal watcher stops it */
