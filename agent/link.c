@@ -333,6 +333,7 @@ static void kick(struct gm_link *l)
 static void pump(struct gm_link *l)
 {
     int err = 0, was_bulk = l->bulk_head != NULL, fin = 0;
+    size_t budget = GM_LINK_HIGH_WATER; /* bulk bytes per call: the loop gets a turn */
 
     if (l->close_started || !l->up)
         return;
@@ -345,6 +346,9 @@ static void pump(struct gm_link *l)
             l->ctrl_bytes -= c->len;
             err = gm_tls_write(l->tls, c->data, c->len);
             free(c);
+        } else if (l->bulk_head != NULL && !l->closing && budget == 0) {
+            fin = 1; /* more next iteration (kick below) */
+            break;
         } else if (l->bulk_head != NULL && !l->closing) {
             struct bulk_item *b = l->bulk_head;
             size_t n = b->len - b->off;
@@ -354,6 +358,7 @@ static void pump(struct gm_link *l)
                                   b->data + b->off, n);
             b->off += n;
             l->bulk_bytes -= n;
+            budget = budget > n ? budget - n : 0;
             if (b->off == b->len) { /* the TLS engine holds the bytes now */
                 l->bulk_head = b->next;
                 if (l->bulk_head == NULL)
