@@ -10,6 +10,9 @@
  * The clock runs from the sender's first byte to the receiver's one-byte
  * acknowledgement of the last.  Trials alternate tcp/tls; the medians print:
  *   tcp_GBps=... tls_GBps=... ratio=...
+ * Each side also measures its own CPU time (CLOCK_PROCESS_CPUTIME_ID); the
+ * busier side bounds what one core each could do, a figure that holds on a
+ * machine shared with other work:  cpu_ratio = cpu-bound tls / cpu-bound tcp.
  *
  * usage: link_throughput [BYTES] [TRIALS] [SOCKBUF]
  */
@@ -24,6 +27,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <sodium.h>
@@ -38,6 +42,35 @@
 
 static size_t total;
 static int sockbuf;
+
+struct result {
+    double gbps;      /* wall clock */
+    double cpu_tx, cpu_rx; /* seconds of CPU, sender and receiver */
+};
+
+static double cpu_now(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The child's CPU seconds travel back through a pipe. */
+static void send_cpu(int fd, double cpu)
+{
+    if (write(fd, &cpu, sizeof(cpu)) != sizeof(cpu))
+        _exit(5);
+}
+
+static double recv_cpu(int fd)
+{
+    double cpu = -1;
+
+    if (read(fd, &cpu, sizeof(cpu)) != sizeof(cpu))
+        return -1;
+    return cpu;
+}
 
 static void pin_cpu(int cpu)
 {
@@ -76,21 +109,26 @@ static void tune(int fd)
 
 /* --- plain TCP ------------------------------------------------------------ */
 
-static double trial_tcp(void)
+static struct result trial_tcp(void)
 {
-    int port, lfd = listen_any(&port), st;
+    int port, lfd = listen_any(&port), st, pfd[2];
+    struct result res = {-1, 0, 0};
     pid_t pid;
     uint64_t t0;
+    double c0;
     char *buf = malloc(1u << 20);
     size_t done = 0;
     char ack;
 
     memset(buf, 0x5a, 1u << 20);
+    if (pipe(pfd) != 0)
+        return res;
     pid = fork();
     if (pid == 0) { /* receiver */
         int fd;
         pin_cpu(1);
         fd = accept(lfd, NULL, NULL);
+        c0 = cpu_now();
         tune(fd);
         while (done < total) {
             ssize_t r = read(fd, buf, 1u << 20);
@@ -99,6 +137,7 @@ static double trial_tcp(void)
             done += (size_t)r;
         }
         ack = 1;
+        send_cpu(pfd[1], cpu_now() - c0);
         _exit(write(fd, &ack, 1) == 1 ? 0 : 1);
     }
     pin_cpu(0);
@@ -108,24 +147,30 @@ static double trial_tcp(void)
                                 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
         int fd = socket(AF_INET, SOCK_STREAM, 0);
         if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0)
-            return -1;
+            return res;
         tune(fd);
         t0 = gm_time_mono_ns();
+        c0 = cpu_now();
         while (done < total) {
             size_t n = total - done < (1u << 20) ? total - done : (1u << 20);
             ssize_t w = write(fd, buf, n);
             if (w <= 0)
-                return -1;
+                return res;
             done += (size_t)w;
         }
         if (read(fd, &ack, 1) != 1)
-            return -1;
+            return res;
         {
             double s = gm_time_seconds_since(t0);
+            res.cpu_tx = cpu_now() - c0;
+            res.cpu_rx = recv_cpu(pfd[0]);
             close(fd);
             waitpid(pid, &st, 0);
             free(buf);
-            return (double)total / s / 1e9;
+            close(pfd[0]);
+            close(pfd[1]);
+            res.gbps = (double)total / s / 1e9;
+            return res;
         }
     }
 }
@@ -142,9 +187,9 @@ struct side {
     struct gm_link *l;
     size_t got, queued;
     uint8_t *buf;
-    int done;
+    int done, cpu_fd;
     uint64_t t0;
-    double gbps;
+    double gbps, c0, cpu;
 };
 
 static int rx_frame(struct gm_link *l, const struct gm_frame_hdr *h, const uint8_t *p)
@@ -156,6 +201,7 @@ static int rx_frame(struct gm_link *l, const struct gm_frame_hdr *h, const uint8
         s->got += h->len;
         if (s->got >= total) {
             uint8_t ack = 1;
+            send_cpu(s->cpu_fd, cpu_now() - s->c0);
             return gm_link_send(l, GM_MSG_PONG, 0, &ack, 1);
         }
     }
@@ -179,6 +225,7 @@ static void rx_conn(uv_stream_t *srv, int status)
     struct ids *ids = s->listener.loop->data;
     struct gm_link_opts o = {.role = GM_TLS_ROLE_SERVER, .sockbuf = sockbuf};
 
+    s->c0 = cpu_now();
     if (status != 0 || gm_link_new(&s->loop, ids->srv, &o, &rx_ops, s, &s->l) != 0 ||
         gm_link_accept(s->l, srv) != 0)
         _exit(2);
@@ -210,6 +257,7 @@ static int tx_up(struct gm_link *l)
     struct side *s = gm_link_data(l);
 
     s->t0 = gm_time_mono_ns();
+    s->c0 = cpu_now();
     tx_more(l);
     return 0;
 }
@@ -221,6 +269,7 @@ static int tx_frame(struct gm_link *l, const struct gm_frame_hdr *h, const uint8
     (void)p;
     if (h->type == GM_MSG_PONG && h->len == 1) {
         s->gbps = (double)total / gm_time_seconds_since(s->t0) / 1e9;
+        s->cpu = cpu_now() - s->c0;
         gm_link_close(l, 0);
     }
     return 0;
@@ -238,13 +287,17 @@ static void tx_close(struct gm_link *l, int err)
 static const struct gm_link_ops tx_ops = {.on_up = tx_up, .on_frame = tx_frame,
                                           .on_writable = tx_more, .on_close = tx_close};
 
-static double trial_tls(struct ids *ids)
+static struct result trial_tls(struct ids *ids)
 {
-    int port, lfd = listen_any(&port), st;
+    int port, lfd = listen_any(&port), st, pfd[2];
+    struct result res = {-1, 0, 0};
     struct side s;
     pid_t pid;
 
     memset(&s, 0, sizeof(s));
+    if (pipe(pfd) != 0)
+        return res;
+    s.cpu_fd = pfd[1];
     pid = fork();
     if (pid == 0) {
         pin_cpu(1);
@@ -268,17 +321,22 @@ static double trial_tls(struct ids *ids)
         uv_loop_init(&s.loop);
         if (gm_link_new(&s.loop, ids->cli, &o, &tx_ops, &s, &s.l) != 0 ||
             gm_link_connect(s.l, (struct sockaddr *)&a) != 0)
-            return -1;
+            return res;
         uv_run(&s.loop, UV_RUN_DEFAULT);
         uv_loop_close(&s.loop);
         free(s.buf);
     }
     waitpid(pid, &st, 0);
+    res.cpu_rx = recv_cpu(pfd[0]);
+    close(pfd[0]);
+    close(pfd[1]);
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0 || s.gbps <= 0) {
         fprintf(stderr, "tls receiver failed (status %d)\n", st);
-        return -1;
+        return res;
     }
-    return s.gbps;
+    res.gbps = s.gbps;
+    res.cpu_tx = s.cpu;
+    return res;
 }
 
 static int make_ids(struct ids *ids)
@@ -310,10 +368,18 @@ static int cmp(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* GB/s one core each could carry: bounded by the busier side. */
+static double cpu_bound(const struct result *r)
+{
+    double c = r->cpu_tx > r->cpu_rx ? r->cpu_tx : r->cpu_rx;
+
+    return c > 0 ? (double)total / c / 1e9 : 0;
+}
+
 int main(int argc, char **argv)
 {
     int trials = argc > 2 ? atoi(argv[2]) : 3, i;
-    double tcp[32], tls[32];
+    double tcp[32], tls[32], ctcp[32], ctls[32];
     struct ids ids;
 
     total = argc > 1 ? strtoull(argv[1], NULL, 0) : (1ull << 30);
@@ -322,19 +388,28 @@ int main(int argc, char **argv)
         return 2;
     signal(SIGPIPE, SIG_IGN);
     for (i = 0; i < trials; i++) {
-        const char *only = getenv("BENCH_ONLY"); /* profiling: "tls" or "tcp" */
-        tcp[i] = only != NULL && strcmp(only, "tls") == 0 ? 1.0 : trial_tcp();
-        tls[i] = only != NULL && strcmp(only, "tcp") == 0 ? 1.0 : trial_tls(&ids);
-        printf("trial %d: tcp %.3f GB/s  tls %.3f GB/s  ratio %.3f\n", i + 1, tcp[i], tls[i],
-               tls[i] / tcp[i]);
-        fflush(stdout);
-        if (tcp[i] <= 0 || tls[i] <= 0)
+        struct result a = trial_tcp(), b = trial_tls(&ids);
+        if (a.gbps <= 0 || b.gbps <= 0)
             return 1;
+        tcp[i] = a.gbps;
+        tls[i] = b.gbps;
+        ctcp[i] = cpu_bound(&a);
+        ctls[i] = cpu_bound(&b);
+        printf("trial %d: tcp %.3f GB/s (cpu s: tx %.3f rx %.3f)  tls %.3f GB/s (cpu s: tx %.3f "
+               "rx %.3f)  ratio %.3f  cpu_ratio %.3f\n",
+               i + 1, a.gbps, a.cpu_tx, a.cpu_rx, b.gbps, b.cpu_tx, b.cpu_rx, b.gbps / a.gbps,
+               ctls[i] / ctcp[i]);
+        fflush(stdout);
     }
     qsort(tcp, (size_t)trials, sizeof(double), cmp);
     qsort(tls, (size_t)trials, sizeof(double), cmp);
-    printf("bytes=%zu trials=%d sockbuf=%d tcp_GBps=%.3f tls_GBps=%.3f ratio=%.3f\n", total,
-           trials, sockbuf, tcp[trials / 2], tls[trials / 2], tls[trials / 2] / tcp[trials / 2]);
+    qsort(ctcp, (size_t)trials, sizeof(double), cmp);
+    qsort(ctls, (size_t)trials, sizeof(double), cmp);
+    printf("bytes=%zu trials=%d sockbuf=%d tcp_GBps=%.3f tls_GBps=%.3f ratio=%.3f "
+           "cpu_tcp_GBps=%.3f cpu_tls_GBps=%.3f cpu_ratio=%.3f\n",
+           total, trials, sockbuf, tcp[trials / 2], tls[trials / 2],
+           tls[trials / 2] / tcp[trials / 2], ctcp[trials / 2], ctls[trials / 2],
+           ctls[trials / 2] / ctcp[trials / 2]);
     gm_tls_ctx_free(ids.srv);
     gm_tls_ctx_free(ids.cli);
     return 0;
