@@ -35,6 +35,7 @@
 #define JOIN_FAIL_WINDOW_S 60
 #define PING_MS 5000
 #define TIMEOUT_MS 20000
+#define RENEW_CHECK_S 3600 /* how often the certificate's expiry is looked at */
 
 enum lstate {
     LS_HANDSHAKE = 1u << 0,
@@ -78,6 +79,8 @@ struct gm_agent {
     struct lctx *links;
     int started, stopping, handles_open;
     char listen_addr[GM_ADDR_MAX];
+    char admitter[GM_ID_NAME_MAX + 1]; /* node that issues certificates ("" if unknown) */
+    uint64_t next_renew_check;
     int64_t join_fails[JOIN_FAILS_MAX];
     size_t join_fail_next;
     struct gm_agent_stats stats;
@@ -620,6 +623,118 @@ static int h_join_request(struct gm_agent *a, struct gm_link *l, const struct gm
     return 0;
 }
 
+/* Saves and starts presenting a renewed certificate. */
+static int install_cert(struct gm_agent *a, struct gm_cert *cert)
+{
+    char path[GM_PATH_MAX];
+    int64_t left = 0;
+    int err = gm_config_state_path(&a->cfg, "node.crt", path, sizeof(path));
+
+    if (err == 0)
+        err = gm_id_cert_save(cert, path);
+    if (err == 0)
+        err = gm_tls_ctx_set_identity(a->tls, cert, a->key);
+    if (err != 0) {
+        gm_err("event=cert-renew-failed err=%d msg=\"%s\"", err, gm_strerror(err));
+        gm_id_cert_free(cert);
+        return err;
+    }
+    gm_id_cert_free(a->cert);
+    a->cert = cert;
+    ignore(gm_id_cert_seconds_left(cert, &left));
+    gm_notice("event=cert-renewed node=%s seconds_left=%" PRId64, a->cfg.node, left);
+    return 0;
+}
+
+/* Renews this node's certificate when it nears expiry: itself on the
+ * admitter, else by asking the admitter over their link. */
+static void renew_check(struct gm_agent *a)
+{
+    struct peer *p;
+    struct gm_cert *cert = NULL;
+    uint8_t pub[GM_ID_PUB_LEN];
+
+    if (!gm_id_cert_needs_renewal(a->cert))
+        return;
+    if (a->cakey != NULL) {
+        if (gm_id_key_public(a->key, pub) == 0 &&
+            gm_id_cert_issue(a->ca, a->cakey, a->cfg.cluster, a->cfg.node, pub, GM_ID_NODE_DAYS,
+                             &cert) == 0)
+            ignore(install_cert(a, cert));
+        return;
+    }
+    p = a->admitter[0] ? peer_find(a, a->admitter) : NULL;
+    if (p == NULL || p->link == NULL) {
+        gm_warn("event=cert-expiring node=%s reason=\"no link to the admitter %s\"", a->cfg.node,
+                a->admitter[0] ? a->admitter : "(unknown)");
+        a->next_renew_check = gm_time_mono_ns() + 60ull * 1000000000ull; /* retry soon */
+        return;
+    }
+    ignore(gm_link_send(p->link, GM_MSG_RENEW_REQUEST, 0, NULL, 0));
+    gm_info("event=cert-renew-requested admitter=%s", a->admitter);
+}
+
+static int h_renew_request(struct gm_agent *a, struct gm_link *l, const struct gm_frame_hdr *h,
+                           const uint8_t *p)
+{
+    struct lctx *c = gm_link_data(l);
+    struct gm_cert *cert = NULL;
+    uint8_t pub[GM_ID_PUB_LEN];
+    char *pem = NULL, *json = NULL;
+    size_t len = 0;
+    int err;
+
+    (void)p;
+    if (a->cakey == NULL || h->len != 0)
+        return refuse(l, GM_ERR_PROTO, "renewal asked of a node that issues no certificates");
+    err = gm_tls_peer_pubkey(gm_link_tls(l), pub);
+    if (err == 0)
+        err = gm_id_cert_issue(a->ca, a->cakey, a->cfg.cluster, c->node, pub, GM_ID_NODE_DAYS,
+                               &cert);
+    if (err == 0)
+        err = gm_id_cert_to_pem(cert, &pem);
+    if (err == 0)
+        err = gm_proto_renew_encode(pem, &json, &len);
+    if (err == 0)
+        err = gm_link_send(l, GM_MSG_RENEW_ACCEPT, h->req, json, len);
+    if (err == 0)
+        gm_notice("event=cert-issued node=%s reason=renewal", c->node);
+    free(json);
+    free(pem);
+    gm_id_cert_free(cert);
+    return err;
+}
+
+static int h_renew_accept(struct gm_agent *a, struct gm_link *l, const struct gm_frame_hdr *h,
+                          const uint8_t *p)
+{
+    struct lctx *c = gm_link_data(l);
+    struct gm_cert *cert = NULL;
+    char *pem = NULL, cl[GM_ID_NAME_MAX + 1], node[GM_ID_NAME_MAX + 1];
+    int64_t old_left = 0, new_left = 0;
+    int err;
+
+    if (strcmp(c->node, a->admitter) != 0)
+        return refuse(l, GM_ERR_PROTO, "certificate offered by a node that is not the admitter");
+    err = gm_proto_renew_decode(p, h->len, &pem);
+    if (err == 0)
+        err = gm_id_cert_from_pem(pem, strlen(pem), &cert);
+    free(pem);
+    if (err == 0 &&
+        (gm_id_cert_check_issued(a->ca, cert) != 0 || gm_id_cert_identity(cert, cl, node) != 0 ||
+         strcmp(cl, a->cfg.cluster) != 0 || strcmp(node, a->cfg.node) != 0 ||
+         !gm_id_cert_matches_key(cert, a->key) ||
+         gm_id_cert_seconds_left(cert, &new_left) != 0 ||
+         gm_id_cert_seconds_left(a->cert, &old_left) != 0 || new_left <= old_left))
+        err = GM_ERR_AUTH;
+    if (err != 0) {
+        gm_id_cert_free(cert);
+        return refuse(l, err, "renewed certificate is not valid for this node");
+    }
+    ignore(install_cert(a, cert)); /* logged there; the link stays either way */
+    return 0;
+}
+
 struct dispatch {
     uint16_t type;
     uint32_t states;
@@ -635,6 +750,8 @@ static const struct dispatch table[] = {
     {GM_MSG_BYE, LS_HELLO | LS_UP, h_bye},
     {GM_MSG_ERROR, LS_JOIN | LS_HELLO | LS_UP | LS_DONE, h_error},
     {GM_MSG_JOIN_REQUEST, LS_JOIN, h_join_request},
+    {GM_MSG_RENEW_REQUEST, LS_UP, h_renew_request},
+    {GM_MSG_RENEW_ACCEPT, LS_UP, h_renew_accept},
 };
 
 static int on_frame(struct gm_link *l, const struct gm_frame_hdr *h, const uint8_t *payload)
@@ -852,6 +969,10 @@ static void tick_cb(uv_timer_t *t)
         if (p->link == NULL && !p->dialing && should_dial(a, p) && now >= p->next_dial)
             dial(a, p);
     }
+    if (now >= a->next_renew_check) {
+        a->next_renew_check = now + (uint64_t)RENEW_CHECK_S * 1000000000ull;
+        renew_check(a); /* may shorten the wait */
+    }
 }
 
 static void handle_close_cb(uv_handle_t *h)
@@ -970,10 +1091,18 @@ int gm_agent_open(const char *config_path, struct gm_agent **out)
         err = load_denylist(a);
     if (err == 0)
         err = members_load(a);
-    if (err == 0 && gm_id_cert_needs_renewal(a->cert)) {
-        int64_t left = 0;
-        ignore(gm_id_cert_seconds_left(a->cert, &left));
-        gm_warn("event=cert-expiring node=%s seconds_left=%" PRId64, a->cfg.node, left);
+    if (err == 0) {
+        char path[GM_PATH_MAX], *text = NULL;
+        size_t len = 0;
+        if (gm_config_state_path(&a->cfg, "admitter", path, sizeof(path)) == 0 &&
+            gm_id_read_file(path, 256, &text, &len) == 0) {
+            text[strcspn(text, " \n")] = '\0';
+            if (gm_id_name_valid(text))
+                snprintf(a->admitter, sizeof(a->admitter), "%s", text);
+            free(text);
+        }
+        if (a->cakey != NULL)
+            snprintf(a->admitter, sizeof(a->admitter), "%s", a->cfg.node);
     }
     if (err != 0) {
         gm_agent_free(a);

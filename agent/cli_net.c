@@ -342,6 +342,12 @@ int gm_cli_join(int argc, char **argv)
         err = gm_id_cert_save(r.ca, path);
     if (err == 0)
         err = save_members(&c, r.members, r.n_members);
+    if (err == 0 && r.n_members > 0 && (err = state_file(&c, "admitter", path)) == 0) {
+        /* the admitter lists itself first: it renews our certificate later */
+        char line[GM_ID_NAME_MAX + 2];
+        snprintf(line, sizeof(line), "%s\n", r.members[0].node);
+        err = gm_id_write_file(path, line, strlen(line), 0644);
+    }
     if (err == 0)
         err = gm_config_save(config, &c);
     gm_id_key_free(key);

@@ -24,6 +24,8 @@ int gm_proto_type_known(uint16_t type)
     case GM_MSG_ERROR:
     case GM_MSG_JOIN_REQUEST:
     case GM_MSG_JOIN_ACCEPT:
+    case GM_MSG_RENEW_REQUEST:
+    case GM_MSG_RENEW_ACCEPT:
         return 1;
     default:
         return 0;
@@ -51,6 +53,10 @@ const char *gm_proto_type_name(uint16_t type)
         return "join-request";
     case GM_MSG_JOIN_ACCEPT:
         return "join-accept";
+    case GM_MSG_RENEW_REQUEST:
+        return "renew-request";
+    case GM_MSG_RENEW_ACCEPT:
+        return "renew-accept";
     default:
         return "unknown";
     }
@@ -422,4 +428,23 @@ void gm_proto_join_accept_free(struct gm_msg_join_accept *m)
     free(m->ca_pem);
     free(m->members);
     memset(m, 0, sizeof(*m));
+}
+
+int gm_proto_renew_encode(const char *cert_pem, char **out, size_t *len)
+{
+    return dump(json_pack("{s:s}", "cert", cert_pem), out, len);
+}
+
+int gm_proto_renew_decode(const uint8_t *p, size_t len, char **cert_pem)
+{
+    json_t *j = load(p, len);
+    int err = GM_ERR_PROTO;
+
+    *cert_pem = NULL;
+    if (j == NULL)
+        return GM_ERR_PROTO;
+    if (json_object_size(j) == 1)
+        err = get_pem(j, "cert", cert_pem);
+    json_decref(j);
+    return err;
 }

@@ -14,6 +14,9 @@
  *   ERROR        {code, message}                     sent before closing on a refusal
  *   JOIN_REQUEST {token_id, node, pubkey, listen, proof}    joiner -> admitter
  *   JOIN_ACCEPT  {node, cert, ca, members, proof}           admitter -> joiner
+ *   RENEW_REQUEST empty: a member asks the admitter for a fresh certificate
+ *                for the key and name of the certificate it linked with
+ *   RENEW_ACCEPT {cert}                                      admitter -> member
  *
  * Pure functions; any thread.
  */
@@ -39,6 +42,8 @@ enum gm_msg_type {
     GM_MSG_ERROR = 7,
     GM_MSG_JOIN_REQUEST = 16,
     GM_MSG_JOIN_ACCEPT = 17,
+    GM_MSG_RENEW_REQUEST = 18,
+    GM_MSG_RENEW_ACCEPT = 19,
 };
 
 #define GM_ADDR_MAX 64
@@ -103,5 +108,8 @@ GM_MUST_CHECK int gm_proto_join_accept_encode(const struct gm_msg_join_accept *m
 GM_MUST_CHECK int gm_proto_join_accept_decode(const uint8_t *p, size_t len,
                                               struct gm_msg_join_accept *m);
 void gm_proto_join_accept_free(struct gm_msg_join_accept *m);
+GM_MUST_CHECK int gm_proto_renew_encode(const char *cert_pem, char **out, size_t *len);
+/* *cert_pem malloc'd. */
+GM_MUST_CHECK int gm_proto_renew_decode(const uint8_t *p, size_t len, char **cert_pem);
 
 #endif

@@ -429,6 +429,19 @@ void gm_tls_ctx_free(struct gm_tls_ctx *c)
     free(c);
 }
 
+int gm_tls_ctx_set_identity(struct gm_tls_ctx *c, const struct gm_cert *cert,
+                            const struct gm_key *key)
+{
+    if (SSL_CTX_use_certificate(c->ssl_ctx, gm_id_cert_x509(cert)) != 1 ||
+        SSL_CTX_use_PrivateKey(c->ssl_ctx, gm_id_key_pkey(key)) != 1 ||
+        SSL_CTX_check_private_key(c->ssl_ctx) != 1) {
+        gm_crypto_log_openssl("tls-set-identity");
+        return -EINVAL;
+    }
+    c->has_cert = 1;
+    return 0;
+}
+
 int gm_tls_ctx_deny(struct gm_tls_ctx *c, const char *serial)
 {
     size_t n = strlen(serial);
@@ -705,6 +718,19 @@ const char *gm_tls_peer_node(const struct gm_tls *t)
 const char *gm_tls_peer_serial(const struct gm_tls *t)
 {
     return t->peer_serial;
+}
+
+int gm_tls_peer_pubkey(const struct gm_tls *t, uint8_t pub[GM_ID_PUB_LEN])
+{
+    X509 *x = SSL_get0_peer_certificate(t->ssl);
+    size_t n = GM_ID_PUB_LEN;
+
+    if (x == NULL || EVP_PKEY_get_raw_public_key(X509_get0_pubkey(x), pub, &n) != 1 ||
+        n != GM_ID_PUB_LEN) {
+        ERR_clear_error();
+        return -ENOENT;
+    }
+    return 0;
 }
 
 const char *gm_tls_reason(const struct gm_tls *t)

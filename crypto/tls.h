@@ -60,6 +60,11 @@ void gm_tls_ctx_free(struct gm_tls_ctx *c);
 /* Adds a revoked certificate serial (lower-case hex, as gm_id_cert_serial). */
 GM_MUST_CHECK int gm_tls_ctx_deny(struct gm_tls_ctx *c, const char *serial);
 
+/* Replaces the certificate and key that new sessions present (renewal);
+ * sessions already made keep theirs. */
+GM_MUST_CHECK int gm_tls_ctx_set_identity(struct gm_tls_ctx *c, const struct gm_cert *cert,
+                                          const struct gm_key *key);
+
 /* role must fit the context: JOINER needs cfg.pin, CLIENT/SERVER need a certificate. */
 GM_MUST_CHECK int gm_tls_new(struct gm_tls_ctx *c, enum gm_tls_role role, struct gm_tls **out);
 void gm_tls_free(struct gm_tls *t);
@@ -98,6 +103,8 @@ int gm_tls_is_join(const struct gm_tls *t);
 /* Peer identity after the handshake ("" for a joiner's peer or before). */
 const char *gm_tls_peer_node(const struct gm_tls *t);
 const char *gm_tls_peer_serial(const struct gm_tls *t);
+/* The raw Ed25519 public key of the peer's certificate (after the handshake). */
+GM_MUST_CHECK int gm_tls_peer_pubkey(const struct gm_tls *t, uint8_t pub[GM_ID_PUB_LEN]);
 /* Why the last call failed, for logs (alerts, verification); never secret. */
 const char *gm_tls_reason(const struct gm_tls *t);
 /* RFC 8446 exporter; label must start with "EXPORTER-". */

@@ -44,6 +44,12 @@ static int on_frame(void *arg, const struct gm_frame_hdr *h, const uint8_t *p)
         if (gm_proto_join_accept_decode(p, h->len, &ac) == 0)
             gm_proto_join_accept_free(&ac);
         break;
+    case GM_MSG_RENEW_ACCEPT: {
+        char *pem = NULL;
+        if (gm_proto_renew_decode(p, h->len, &pem) == 0)
+            free(pem);
+        break;
+    }
     default:
         break;
     }

@@ -1,8 +1,8 @@
 /*
- * tests/fuzz/fuzz_join.c - the join messages (agent/proto.h): JOIN_REQUEST
- * and JOIN_ACCEPT decoders (byte 0 picks which), then a round trip: what
- * decodes must encode and decode to the same fields, and the proof context
- * must fit its buffer.
+ * tests/fuzz/fuzz_join.c - the join messages (agent/proto.h): JOIN_REQUEST,
+ * JOIN_ACCEPT and RENEW_ACCEPT decoders (byte 0 picks which), then a round
+ * trip: what decodes must encode and decode to the same fields, and the
+ * proof context must fit its buffer.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -50,13 +50,35 @@ static void accept_msg(const uint8_t *p, size_t n)
     free(json);
 }
 
+static void renew(const uint8_t *p, size_t n)
+{
+    char *pem = NULL, *pem2 = NULL, *json = NULL;
+    size_t len = 0;
+
+    if (gm_proto_renew_decode(p, n, &pem) != 0)
+        return;
+    if (gm_proto_renew_encode(pem, &json, &len) != 0 ||
+        gm_proto_renew_decode((const uint8_t *)json, len, &pem2) != 0 || strcmp(pem, pem2) != 0)
+        abort();
+    free(pem);
+    free(pem2);
+    free(json);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1)
         return 0;
-    if (data[0] & 1)
-        accept_msg(data + 1, size - 1);
-    else
+    switch (data[0] % 3) {
+    case 0:
         request(data + 1, size - 1);
+        break;
+    case 1:
+        accept_msg(data + 1, size - 1);
+        break;
+    default:
+        renew(data + 1, size - 1);
+        break;
+    }
     return 0;
 }

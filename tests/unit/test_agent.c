@@ -129,6 +129,8 @@ static int join(const char *tok, const char *node, const char *replay, char **ca
 struct mc {
     const char *node; /* HELLO name; NULL: send no HELLO */
     int up, got_members, err_code, closed, close_err, pongs, bulk_done, bulk_err, in_send;
+    int renewed;
+    char *renew_pem;
     char reason[256];
     struct gm_link *l;
 };
@@ -164,6 +166,8 @@ static int mc_frame(struct gm_link *l, const struct gm_frame_hdr *h, const uint8
         gm_link_pong(l, p, h->len);
     if (h->type == GM_MSG_PONG)
         m->pongs++;
+    if (h->type == GM_MSG_RENEW_ACCEPT && gm_proto_renew_decode(p, h->len, &m->renew_pem) == 0)
+        m->renewed = 1;
     return 0;
 }
 
@@ -612,6 +616,57 @@ static void test_bulk_and_control(void)
     free(data);
 }
 
+/* The admitter renewed its own short-lived certificate at start, and issues
+ * a fresh one to a member that asks over its link. */
+static void test_renewal(void)
+{
+    struct gm_key *key = NULL;
+    struct gm_cert *cert = issue("lab", "renew1", &key), *disk = NULL, *got = NULL;
+    struct gm_tls_ctx *ctx = NULL;
+    struct mc m = {.node = "renew1"};
+    char path[400], cl[64], node[64];
+    int64_t left = 0;
+    uv_loop_t loop;
+
+    GM_CHECK(log_wait("event=cert-renewed node=alpha", 0));
+    snprintf(path, sizeof(path), "%s/node.crt", state);
+    GM_CHECK_OK(gm_id_cert_load(path, &disk));
+    if (disk != NULL)
+        GM_CHECK_OK(gm_id_cert_seconds_left(disk, &left));
+    GM_CHECK(left > 80 * 86400);
+    gm_id_cert_free(disk);
+
+    mc_connect(&loop, &ctx, &m, ca, cert, key);
+    GM_CHECK(run_until(&loop, &m.got_members));
+    GM_CHECK_OK(gm_link_send(m.l, GM_MSG_RENEW_REQUEST, 0, NULL, 0));
+    GM_CHECK(run_until(&loop, &m.renewed));
+    if (m.renew_pem != NULL) {
+        GM_CHECK_OK(gm_id_cert_from_pem(m.renew_pem, strlen(m.renew_pem), &got));
+        GM_CHECK_OK(gm_id_cert_check_issued(ca, got));
+        GM_CHECK_OK(gm_id_cert_identity(got, cl, node));
+        GM_CHECK_STREQ(node, "renew1");
+        GM_CHECK(gm_id_cert_matches_key(got, key));
+        GM_CHECK_OK(gm_id_cert_seconds_left(got, &left));
+        GM_CHECK(left > 80 * 86400);
+        /* a renewal offered by a node that is not the admitter is refused */
+        {
+            char *json = NULL;
+            size_t len = 0;
+            GM_CHECK_OK(gm_proto_renew_encode(m.renew_pem, &json, &len));
+            GM_CHECK_OK(gm_link_send(m.l, GM_MSG_RENEW_ACCEPT, 0, json, len));
+            free(json);
+        }
+        GM_CHECK(run_until(&loop, &m.closed));
+        GM_CHECK_EQ(m.err_code, GM_ERR_PROTO);
+    }
+    GM_CHECK(log_count("event=cert-issued node=renew1 reason=renewal") == 1);
+    mc_finish(&loop, ctx, &m);
+    free(m.renew_pem);
+    gm_id_cert_free(got);
+    gm_id_cert_free(cert);
+    gm_id_key_free(key);
+}
+
 static void test_still_serving(void)
 {
     char tok[GM_TOKEN_STR_MAX], id[17];
@@ -691,6 +746,20 @@ int main(void)
     snprintf(path, sizeof(path), "%s/ca.key", state);
     if (gm_id_key_load(path, &cakey) != 0 || setup_revoked() != 0)
         return 1;
+    { /* alpha starts with a certificate that needs renewing (10 days left) */
+        struct gm_key *nk = NULL;
+        struct gm_cert *short_cert = NULL;
+        uint8_t pub[GM_ID_PUB_LEN];
+        snprintf(path, sizeof(path), "%s/node.key", state);
+        if (gm_id_key_load(path, &nk) != 0 || gm_id_key_public(nk, pub) != 0 ||
+            gm_id_cert_issue(ca, cakey, "lab", "alpha", pub, 10, &short_cert) != 0)
+            return 1;
+        snprintf(path, sizeof(path), "%s/node.crt", state);
+        if (gm_id_cert_save(short_cert, path) != 0)
+            return 1;
+        gm_id_cert_free(short_cert);
+        gm_id_key_free(nk);
+    }
     if (gm_agent_open(cfg, &a) != 0 || gm_agent_start(a) != 0)
         return 1;
     if (gm_proto_addr_parse(gm_agent_listen_addr(a), &agent_addr) != 0)
@@ -707,6 +776,7 @@ int main(void)
     GM_TEST_RUN(test_bad_certificates);
     GM_TEST_RUN(test_garbage);
     GM_TEST_RUN(test_bulk_and_control);
+    GM_TEST_RUN(test_renewal);
     GM_TEST_RUN(test_still_serving);
 
     kill(getpid(), SIGTERM); /* the agent's signal watcher stops it */
