@@ -60,6 +60,13 @@ ifneq ($(SAN),)
 endif
 
 CU_SRCS := $(wildcard train/kernels/*.cu)
+# Nothing to build until the tree has CUDA kernels (train/kernels/*.cu).
+ifeq ($(CU_SRCS),)
+  ifeq ($(USE_CUDA),1)
+    CUDA_REASON := nvcc found, but no CUDA kernels in this tree yet
+  endif
+  USE_CUDA := 0
+endif
 ifeq ($(USE_CUDA),1)
   CUDA_HOME := $(patsubst %/bin/nvcc,%,$(NVCC_FOUND))
   CFLAGS_ALL += -DGM_HAVE_CUDA=1 -I$(CUDA_HOME)/include
@@ -68,7 +75,7 @@ ifeq ($(USE_CUDA),1)
   CUDA_NOTE := CUDA backend: on ($(NVCC_FOUND))
 else
   CU_OBJS :=
-  CUDA_NOTE := CUDA backend: off
+  CUDA_NOTE := CUDA backend: off$(if $(CUDA_REASON), ($(CUDA_REASON)))
 endif
 NVCCFLAGS ?= -O3 -std=c++17 -arch=native -I. -Xcompiler -fPIC
 
@@ -149,7 +156,7 @@ build-fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_OBJS)
 
 fuzz: $(FUZZ_BINS)
 
-# Keep the instrumented objects between runs (make deletes intermediates).
+# keep the fuzz objects between runs (make would delete them as intermediates)
 .SECONDARY: $(FUZZ_OBJS)
 
 format:

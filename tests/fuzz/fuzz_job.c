@@ -1,0 +1,40 @@
+/*
+ * tests/fuzz/fuzz_job.c - libFuzzer target for the job file parser (gm_job_parse).
+ *
+ * Any bytes must give 0 or GM_ERR_CONFIG, never a crash, leak or sanitizer report; a file that
+ * parses must hold values inside the documented ranges and its text verbatim.  Error lines are
+ * suppressed (log level below "err") to keep the output small.  Seeds: tests/fuzz/corpus/job/.
+ */
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "train/job.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    struct gm_job job;
+    int err;
+
+    gm_log_set_level((enum gm_log_level)(GM_LOG_ERR - 1));
+    err = gm_job_parse((const char *)data, size, "fuzz.ini", &job);
+    if (err != 0 && err != GM_ERR_CONFIG)
+        abort();
+    if (err == 0) {
+        if (job.text == NULL || job.text_len != size || memcmp(job.text, data, size) != 0)
+            abort();
+        if (job.epochs < 1 || job.threads < 1 || job.optim.batch < 1 || !(job.optim.lr > 0) ||
+            job.n_hidden < 1 || job.n_hidden > GM_JOB_HIDDEN_MAX || job.name[0] == '\0' ||
+            job.out[0] == '\0' || job.data.dir[0] == '\0' ||
+            (job.optim.nesterov && !(job.optim.momentum > 0)))
+            abort();
+    } else if (job.text != NULL) {
+        abort(); /* freed on failure */
+    }
+    gm_job_free(&job);
+    return 0;
+}

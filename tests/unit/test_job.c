@@ -1,0 +1,604 @@
+/*
+ * tests/unit/test_job.c - job file parsing: defaults, every key, and each kind of bad file
+ * returning GM_ERR_CONFIG with exactly one log line naming file, line and problem.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/err.h"
+#include "common/log.h"
+#include "common/test.h"
+#include "train/job.h"
+
+GM_TEST_DEFINE_STATE;
+
+#define MINIMAL                                                                                    \
+    "[job]\n"                                                                                      \
+    "model = mlp\n"                                                                                \
+    "[data]\n"                                                                                     \
+    "kind = idx\n"                                                                                 \
+    "dir = /data/fmnist\n"                                                                         \
+    "[optim]\n"                                                                                    \
+    "name = sgd\n"                                                                                 \
+    "lr = 0.1\n"                                                                                   \
+    "batch = 64\n"
+
+/* Reads everything from fd (non-blocking pipe end) into buf. */
+static void drain(int fd, char *buf, size_t n)
+{
+    size_t off = 0;
+
+    for (;;) {
+        ssize_t r = read(fd, buf + off, n - 1 - off);
+        if (r <= 0)
+            break;
+        off += (size_t)r;
+        if (off >= n - 1)
+            break;
+    }
+    buf[off] = '\0';
+}
+
+static int count_lines(const char *s)
+{
+    int n = 0;
+
+    for (; *s; s++)
+        n += *s == '\n';
+    return n;
+}
+
+/* Parses text as "job.ini", capturing what is logged into log. */
+static int parse_capture(const char *text, size_t len, struct gm_job *job, char *log, size_t n)
+{
+    int fds[2], r;
+
+    if (pipe(fds) != 0) {
+        log[0] = '\0';
+        return -errno;
+    }
+    fcntl(fds[0], F_SETFL, O_NONBLOCK);
+    gm_log_set_fd(fds[1]);
+    r = gm_job_parse(text, len, "job.ini", job);
+    gm_log_set_fd(2);
+    close(fds[1]);
+    drain(fds[0], log, n);
+    close(fds[0]);
+    return r;
+}
+
+static int load_capture(const char *path, struct gm_job *job, char *log, size_t n)
+{
+    int fds[2], r;
+
+    if (pipe(fds) != 0) {
+        log[0] = '\0';
+        return -errno;
+    }
+    fcntl(fds[0], F_SETFL, O_NONBLOCK);
+    gm_log_set_fd(fds[1]);
+    r = gm_job_load(path, job);
+    gm_log_set_fd(2);
+    close(fds[1]);
+    drain(fds[0], log, n);
+    close(fds[0]);
+    return r;
+}
+
+/* text must fail with exactly the one log line want (without "\n"). */
+static void expect_bad(const char *text, const char *want)
+{
+    struct gm_job job;
+    char log[4096], line[1024];
+
+    GM_CHECK_ERR(parse_capture(text, strlen(text), &job, log, sizeof(log)), GM_ERR_CONFIG);
+    GM_CHECK_EQ(count_lines(log), 1);
+    snprintf(line, sizeof(line), "%s\n", want);
+    GM_CHECK_STREQ(log, line);
+    GM_CHECK(job.text == NULL); /* freed on failure */
+    gm_job_free(&job);
+}
+
+static int parse_quiet(const char *text, struct gm_job *job)
+{
+    char log[4096];
+    int r = parse_capture(text, strlen(text), job, log, sizeof(log));
+
+    if (r != 0)
+        fprintf(stderr, "unexpected: %s", log);
+    return r;
+}
+
+static void test_defaults(void)
+{
+    struct gm_job job;
+
+    GM_CHECK_OK(parse_quiet(MINIMAL, &job));
+    GM_CHECK_STREQ(job.name, "job");
+    GM_CHECK_EQ(job.model, GM_JOB_MODEL_MLP);
+    GM_CHECK_EQ(job.epochs, 5);
+    GM_CHECK(job.seed == 1);
+    GM_CHECK_EQ(job.threads, 1);
+    GM_CHECK_EQ(job.log_every, 100);
+    GM_CHECK_EQ(job.eval_every, 1);
+    GM_CHECK_STREQ(job.out, "job.safetensors");
+    GM_CHECK_EQ(job.n_hidden, 1);
+    GM_CHECK_EQ(job.hidden[0], 256);
+    GM_CHECK(job.dropout == 0);
+    GM_CHECK_EQ(job.data.kind, GM_JOB_DATA_KIND_IDX);
+    GM_CHECK_STREQ(job.data.dir, "/data/fmnist");
+    GM_CHECK(job.data.test_split == 0.1);
+    GM_CHECK_EQ(job.data.image_size, 0);
+    GM_CHECK_EQ(job.data.channels, 3);
+    GM_CHECK_EQ(job.optim.name, GM_JOB_OPTIMIZER_SGD);
+    GM_CHECK(job.optim.lr == 0.1);
+    GM_CHECK_EQ(job.optim.batch, 64);
+    GM_CHECK(job.optim.momentum == 0);
+    GM_CHECK(!job.optim.nesterov);
+    GM_CHECK(job.optim.weight_decay == 0);
+    GM_CHECK(job.optim.beta1 == 0.9);
+    GM_CHECK(job.optim.beta2 == 0.999);
+    GM_CHECK(job.optim.eps == 1e-8);
+    GM_CHECK_EQ(job.schedule.kind, GM_JOB_SCHEDULE_KIND_CONSTANT);
+    GM_CHECK_EQ(job.schedule.warmup_steps, 0);
+    GM_CHECK(job.schedule.gamma == 0.1);
+    GM_CHECK(job.schedule.min_lr == 0);
+    GM_CHECK_EQ(job.comm.codec, GM_JOB_CODEC_AUTO);
+    GM_CHECK_EQ(job.comm.rank, 2);
+    GM_CHECK_EQ(job.comm.local_steps, 16);
+    GM_CHECK(job.comm.outer_lr == 0.7);
+    GM_CHECK(job.comm.outer_momentum == 0.9);
+    /* the raw text is kept for checkpoint metadata */
+    GM_CHECK_EQ(job.text_len, strlen(MINIMAL));
+    GM_CHECK_STREQ(job.text, MINIMAL);
+    gm_job_free(&job);
+    GM_CHECK(job.text == NULL);
+    gm_job_free(&job); /* idempotent */
+    gm_job_free(NULL);
+}
+
+static void test_every_key_sgd(void)
+{
+    static const char text[] = "; a comment\n"
+                               "# another\n"
+                               "[job]\n"
+                               "name = run-1.a_b\n"
+                               "model = mlp ; inline comment\n"
+                               "epochs = 12\n"
+                               "seed = 18446744073709551615\n"
+                               "threads = 8\n"
+                               "log_every = 7\n"
+                               "eval_every = 3\n"
+                               "out = /tmp/w.safetensors\n"
+                               "[model]\n"
+                               "hidden = 512, 256,128\n"
+                               "dropout = 0.25\n"
+                               "[data]\n"
+                               "kind = folder\n"
+                               "dir = /srv/images/cats and dogs\n"
+                               "test_split = 0.2\n"
+                               "image_size = 32\n"
+                               "channels = 1\n"
+                               "[optim]\n"
+                               "name = sgd\n"
+                               "lr = 1e-2\n"
+                               "batch = 128\n"
+                               "momentum = 0.9\n"
+                               "nesterov = Yes\n"
+                               "weight_decay = 5e-4\n"
+                               "[schedule]\n"
+                               "kind = step\n"
+                               "warmup_steps = 100\n"
+                               "step_size = 1000\n"
+                               "gamma = 0.5\n"
+                               "[comm]\n"
+                               "codec = powersgd\n"
+                               "rank = 4\n";
+    struct gm_job job;
+
+    GM_CHECK_OK(parse_quiet(text, &job));
+    GM_CHECK_STREQ(job.name, "run-1.a_b");
+    GM_CHECK_EQ(job.model, GM_JOB_MODEL_MLP);
+    GM_CHECK_EQ(job.epochs, 12);
+    GM_CHECK(job.seed == UINT64_MAX);
+    GM_CHECK_EQ(job.threads, 8);
+    GM_CHECK_EQ(job.log_every, 7);
+    GM_CHECK_EQ(job.eval_every, 3);
+    GM_CHECK_STREQ(job.out, "/tmp/w.safetensors");
+    GM_CHECK_EQ(job.n_hidden, 3);
+    GM_CHECK_EQ(job.hidden[0], 512);
+    GM_CHECK_EQ(job.hidden[1], 256);
+    GM_CHECK_EQ(job.hidden[2], 128);
+    GM_CHECK(job.dropout == 0.25);
+    GM_CHECK_EQ(job.data.kind, GM_JOB_DATA_KIND_FOLDER);
+    GM_CHECK_STREQ(job.data.dir, "/srv/images/cats and dogs");
+    GM_CHECK(job.data.test_split == 0.2);
+    GM_CHECK_EQ(job.data.image_size, 32);
+    GM_CHECK_EQ(job.data.channels, 1);
+    GM_CHECK_EQ(job.optim.name, GM_JOB_OPTIMIZER_SGD);
+    GM_CHECK(job.optim.lr == 1e-2);
+    GM_CHECK_EQ(job.optim.batch, 128);
+    GM_CHECK(job.optim.momentum == 0.9);
+    GM_CHECK(job.optim.nesterov);
+    GM_CHECK(job.optim.weight_decay == 5e-4);
+    GM_CHECK_EQ(job.schedule.kind, GM_JOB_SCHEDULE_KIND_STEP);
+    GM_CHECK_EQ(job.schedule.warmup_steps, 100);
+    GM_CHECK_EQ(job.schedule.step_size, 1000);
+    GM_CHECK(job.schedule.gamma == 0.5);
+    GM_CHECK_EQ(job.comm.codec, GM_JOB_CODEC_POWERSGD);
+    GM_CHECK_EQ(job.comm.rank, 4);
+    gm_job_free(&job);
+}
+
+static void test_every_key_adam(void)
+{
+    static const char text[] = "\xEF\xBB\xBF[job]\r\n" /* BOM and CRLF */
+                               "  name = lenet\r\n"    /* indented: a key, not a continuation */
+                               "\tmodel = lenet5\r\n"
+                               "[model]\n"
+                               "dropout = 0\n"
+                               "[data]\n"
+                               "kind = cifar10\n"
+                               "dir = /d\n"
+                               "[optim]\n"
+                               "name = adam\n"
+                               "lr = .001\n"
+                               "batch = 32\n"
+                               "weight_decay = 0\n"
+                               "beta1 = 0.8\n"
+                               "beta2 = 0.99\n"
+                               "eps = 1E-6\n"
+                               "[schedule]\n"
+                               "kind = cosine\n"
+                               "min_lr = 1e-5\n"
+                               "[comm]\n"
+                               "codec = diloco\n"
+                               "local_steps = 32\n"
+                               "outer_lr = 0.5\n"
+                               "outer_momentum = 0.8\n";
+    struct gm_job job;
+
+    GM_CHECK_OK(parse_quiet(text, &job));
+    GM_CHECK_STREQ(job.name, "lenet");
+    GM_CHECK_STREQ(job.out, "lenet.safetensors");
+    GM_CHECK_EQ(job.model, GM_JOB_MODEL_LENET5);
+    GM_CHECK_EQ(job.data.kind, GM_JOB_DATA_KIND_CIFAR10);
+    GM_CHECK_EQ(job.optim.name, GM_JOB_OPTIMIZER_ADAM);
+    GM_CHECK(job.optim.lr == 0.001);
+    GM_CHECK(job.optim.beta1 == 0.8);
+    GM_CHECK(job.optim.beta2 == 0.99);
+    GM_CHECK(job.optim.eps == 1e-6);
+    GM_CHECK_EQ(job.schedule.kind, GM_JOB_SCHEDULE_KIND_COSINE);
+    GM_CHECK(job.schedule.min_lr == 1e-5);
+    GM_CHECK_EQ(job.comm.codec, GM_JOB_CODEC_DILOCO);
+    GM_CHECK_EQ(job.comm.local_steps, 32);
+    GM_CHECK(job.comm.outer_lr == 0.5);
+    GM_CHECK(job.comm.outer_momentum == 0.8);
+    GM_CHECK_STREQ(gm_job_model_name(job.model), "lenet5");
+    GM_CHECK_STREQ(gm_job_data_kind_name(job.data.kind), "cifar10");
+    GM_CHECK_STREQ(gm_job_optimizer_name(job.optim.name), "adam");
+    GM_CHECK_STREQ(gm_job_schedule_kind_name(job.schedule.kind), "cosine");
+    GM_CHECK_STREQ(gm_job_codec_name(job.comm.codec), "diloco");
+    GM_CHECK_STREQ(gm_job_codec_name((enum gm_job_codec)99), "?");
+    gm_job_free(&job);
+}
+
+/* The example in DESIGN.md, verbatim. */
+static void test_design_example(void)
+{
+    static const char text[] =
+        "[job]\n"
+        "name   = fmnist-lenet\n"
+        "model  = lenet5          ; mlp | lenet5 | later: vgg, resnet\n"
+        "epochs = 5\n"
+        "seed   = 1\n"
+        "[data]\n"
+        "kind   = idx             ; idx | cifar10 | folder\n"
+        "dir    = /usr/share/datasets/fashion-mnist   ; the four standard file names, .gz or not\n"
+        "[optim]\n"
+        "name   = adam            ; sgd | adam\n"
+        "lr     = 0.001\n"
+        "batch  = 64              ; per worker\n"
+        "[comm]\n"
+        "codec  = auto            ; auto | fp32 | fp16 | powersgd | diloco\n";
+    struct gm_job job;
+
+    GM_CHECK_OK(parse_quiet(text, &job));
+    GM_CHECK_STREQ(job.name, "fmnist-lenet");
+    GM_CHECK_EQ(job.model, GM_JOB_MODEL_LENET5);
+    GM_CHECK_STREQ(job.data.dir, "/usr/share/datasets/fashion-mnist");
+    GM_CHECK_EQ(job.optim.name, GM_JOB_OPTIMIZER_ADAM);
+    GM_CHECK_EQ(job.optim.batch, 64);
+    GM_CHECK_EQ(job.comm.codec, GM_JOB_CODEC_AUTO);
+    gm_job_free(&job);
+}
+
+#define HEAD "[job]\nmodel = mlp\n[data]\nkind = idx\ndir = /d\n[optim]\nname = sgd\n"
+/* HEAD is 7 lines: line 8 is the first after it. */
+
+static void test_bad_values(void)
+{
+    expect_bad(HEAD "lr = 0.1\nbatch = -64\n",
+               "error: job.ini:9: [optim] batch = -64: must be a positive integer");
+    expect_bad(HEAD "lr = 0.1\nbatch = 0\n",
+               "error: job.ini:9: [optim] batch = 0: must be a positive integer");
+    expect_bad(HEAD "lr = 0.1\nbatch = 12abc\n",
+               "error: job.ini:9: [optim] batch = 12abc: must be a positive integer");
+    expect_bad(HEAD "lr = 0.1\nbatch = 1.5\n",
+               "error: job.ini:9: [optim] batch = 1.5: must be a positive integer");
+    expect_bad(HEAD "lr = 0.1\nbatch = 99999999999\n",
+               "error: job.ini:9: [optim] batch = 99999999999: must be a positive integer");
+    expect_bad(HEAD "lr = 0.1\nbatch = 0x10\n",
+               "error: job.ini:9: [optim] batch = 0x10: must be a positive integer");
+    expect_bad(HEAD "lr = 0.1\nbatch =\n", "error: job.ini:9: [optim] batch has an empty value");
+    expect_bad(HEAD "lr = 0\nbatch = 1\n",
+               "error: job.ini:8: [optim] lr = 0: must be a number > 0");
+    expect_bad(HEAD "lr = -0.1\nbatch = 1\n",
+               "error: job.ini:8: [optim] lr = -0.1: must be a number > 0");
+    expect_bad(HEAD "lr = nan\nbatch = 1\n",
+               "error: job.ini:8: [optim] lr = nan: must be a number > 0");
+    expect_bad(HEAD "lr = NaN\nbatch = 1\n",
+               "error: job.ini:8: [optim] lr = NaN: must be a number > 0");
+    expect_bad(HEAD "lr = inf\nbatch = 1\n",
+               "error: job.ini:8: [optim] lr = inf: must be a number > 0");
+    expect_bad(HEAD "lr = 1e999\nbatch = 1\n",
+               "error: job.ini:8: [optim] lr = 1e999: must be a number > 0");
+    expect_bad(HEAD "lr = 0x1p-3\nbatch = 1\n",
+               "error: job.ini:8: [optim] lr = 0x1p-3: must be a number > 0");
+    expect_bad(HEAD "lr = 0.1.\nbatch = 1\n",
+               "error: job.ini:8: [optim] lr = 0.1.: must be a number > 0");
+    expect_bad(HEAD "lr = 1e\nbatch = 1\n",
+               "error: job.ini:8: [optim] lr = 1e: must be a number > 0");
+    expect_bad(HEAD "lr = 0.1\nbatch = 1\nmomentum = 1\n",
+               "error: job.ini:10: [optim] momentum = 1: must be a number in [0, 1)");
+    expect_bad(HEAD "lr = 0.1\nbatch = 1\nnesterov = maybe\n",
+               "error: job.ini:10: [optim] nesterov = maybe: must be true, false, yes, no, 1 or 0");
+    expect_bad("[job]\nmodel = mlp\nseed = -1\n",
+               "error: job.ini:3: [job] seed = -1: must be an integer from 0 to "
+               "18446744073709551615");
+    expect_bad("[job]\nmodel = mlp\nseed = 18446744073709551616\n",
+               "error: job.ini:3: [job] seed = 18446744073709551616: must be an integer from 0 "
+               "to 18446744073709551615");
+    expect_bad("[job]\nthreads = 1025\n",
+               "error: job.ini:2: [job] threads = 1025: must be an integer from 1 to 1024");
+    expect_bad("[job]\nepochs = 0\n",
+               "error: job.ini:2: [job] epochs = 0: must be a positive integer");
+    expect_bad("[job]\nname = ../x\n",
+               "error: job.ini:2: [job] name = ../x: must use only letters, digits, '.', '_' and "
+               "'-', and not start with '.'");
+    expect_bad("[model]\nhidden = 256,,128\n",
+               "error: job.ini:2: [model] hidden = 256,,128: must be a comma-separated list of 1 "
+               "to 16 integers from 1 to 1048576");
+    expect_bad("[model]\nhidden = 256 128\n",
+               "error: job.ini:2: [model] hidden = 256 128: must be a comma-separated list of 1 "
+               "to 16 integers from 1 to 1048576");
+    expect_bad("[model]\nhidden = 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17\n",
+               "error: job.ini:2: [model] hidden = 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17: "
+               "must be a comma-separated list of 1 to 16 integers from 1 to 1048576");
+    expect_bad("[data]\nchannels = 2\n", "error: job.ini:2: [data] channels = 2: must be 1 or 3");
+    expect_bad("[data]\ntest_split = 1\n",
+               "error: job.ini:2: [data] test_split = 1: must be a number in (0, 1)");
+    expect_bad("[schedule]\ngamma = 1.5\n",
+               "error: job.ini:2: [schedule] gamma = 1.5: must be a number in (0, 1]");
+    /* control bytes never reach the log verbatim */
+    expect_bad("[job]\nepochs = 1\x1b[2J\n",
+               "error: job.ini:2: [job] epochs = 1?[2J: must be a positive integer");
+}
+
+static void test_bad_names(void)
+{
+    expect_bad("[job]\nmodel = lenet7\n",
+               "error: job.ini:2: unknown model 'lenet7' (known: mlp, lenet5)");
+    expect_bad("[job]\nmodel = MLP\n",
+               "error: job.ini:2: unknown model 'MLP' (known: mlp, lenet5)");
+    expect_bad("[optim]\nname = rmsprop\n",
+               "error: job.ini:2: unknown optimizer 'rmsprop' (known: sgd, adam)");
+    expect_bad("[data]\nkind = csv\n",
+               "error: job.ini:2: unknown data kind 'csv' (known: idx, cifar10, folder)");
+    expect_bad("[schedule]\nkind = linear\n",
+               "error: job.ini:2: unknown schedule kind 'linear' (known: constant, step, cosine)");
+    expect_bad("[comm]\ncodec = zstd\n",
+               "error: job.ini:2: unknown codec 'zstd' (known: auto, fp32, fp16, powersgd, "
+               "diloco)");
+    expect_bad("[job]\nmodel = mlp\n[optimm]\nlr = 1\n",
+               "error: job.ini:3: unknown section [optimm] (known: job, model, data, optim, "
+               "schedule, comm)");
+    /* an empty unknown section is caught too */
+    expect_bad(MINIMAL "[extra]\n",
+               "error: job.ini:10: unknown section [extra] (known: job, model, data, optim, "
+               "schedule, comm)");
+    expect_bad("[optim]\nlrr = 0.1\n",
+               "error: job.ini:2: unknown key 'lrr' in [optim] (known: name, lr, batch, momentum, "
+               "nesterov, weight_decay, beta1, beta2, eps)");
+    expect_bad("model = mlp\n",
+               "error: job.ini:1: key 'model' is outside any section (put it under [job], "
+               "[data], ...)");
+}
+
+static void test_bad_structure(void)
+{
+    expect_bad(HEAD "lr = 0.1\nbatch = 1\nlr = 0.2\n",
+               "error: job.ini:10: duplicate key [optim] lr (first set on line 8)");
+    /* duplicate across a repeated section header */
+    expect_bad(MINIMAL "[job]\nmodel = lenet5\n",
+               "error: job.ini:11: duplicate key [job] model (first set on line 2)");
+    expect_bad("[job]\nmodel = mlp\n", "error: job.ini: missing required key [data] kind");
+    expect_bad(HEAD "batch = 1\n", "error: job.ini: missing required key [optim] lr");
+    expect_bad(HEAD "lr = 1\n", "error: job.ini: missing required key [optim] batch");
+    expect_bad("", "error: job.ini: missing required key [job] model");
+    expect_bad("[job]\nmodel mlp\n",
+               "error: job.ini:2: syntax error: expected '[section]' or 'key = value'");
+    expect_bad("[job\nmodel = mlp\n",
+               "error: job.ini:1: syntax error: expected '[section]' or 'key = value'");
+    /* the earlier of a syntax error and a value error is the one reported */
+    expect_bad("[job]\nmodel mlp\nepochs = -1\n",
+               "error: job.ini:2: syntax error: expected '[section]' or 'key = value'");
+    expect_bad("[job]\nepochs = -1\nmodel mlp\n",
+               "error: job.ini:2: [job] epochs = -1: must be a positive integer");
+}
+
+static void test_bad_combinations(void)
+{
+    expect_bad(HEAD "lr = 0.1\nbatch = 1\nnesterov = true\n",
+               "error: job.ini:10: [optim] nesterov = true needs momentum > 0");
+    expect_bad(HEAD "lr = 0.1\nbatch = 1\nbeta1 = 0.5\n",
+               "error: job.ini:10: [optim] beta1 only applies with name = adam");
+    expect_bad("[job]\nmodel = mlp\n[data]\nkind = idx\ndir = /d\n[optim]\nname = adam\n"
+               "lr = 0.1\nbatch = 1\nmomentum = 0.9\n",
+               "error: job.ini:10: [optim] momentum only applies with name = sgd");
+    expect_bad(MINIMAL "[data]\ntest_split = 0.5\n",
+               "error: job.ini:11: [data] test_split only applies with kind = folder");
+    expect_bad("[job]\nmodel = lenet5\n[model]\nhidden = 10\n[data]\nkind = idx\ndir = /d\n"
+               "[optim]\nname = sgd\nlr = 0.1\nbatch = 1\n",
+               "error: job.ini:4: [model] hidden only applies with [job] model = mlp");
+    expect_bad(MINIMAL "[schedule]\nkind = step\n",
+               "error: job.ini:11: [schedule] kind = step needs step_size");
+    expect_bad(MINIMAL "[schedule]\ngamma = 0.5\n",
+               "error: job.ini:11: [schedule] gamma only applies with kind = step");
+    expect_bad(MINIMAL "[schedule]\nkind = cosine\nmin_lr = 0.1\n",
+               "error: job.ini:12: [schedule] min_lr = 0.1 must be below [optim] lr = 0.1");
+    expect_bad(MINIMAL "[comm]\ncodec = fp16\nrank = 4\n",
+               "error: job.ini:12: [comm] rank only applies with codec = powersgd or auto");
+    expect_bad(MINIMAL "[comm]\ncodec = powersgd\nlocal_steps = 4\n",
+               "error: job.ini:12: [comm] local_steps only applies with codec = diloco or auto");
+}
+
+static void test_bad_bytes(void)
+{
+    char text[512], log[4096];
+    struct gm_job job;
+
+    expect_bad("[job]\nname = caf\xe9\n", "error: job.ini:2: text is not valid UTF-8");
+    expect_bad("[job]\nname = \xed\xa0\x80\n", "error: job.ini:2: text is not valid UTF-8");
+    expect_bad("[job]\nname = \xc0\xaf\n", "error: job.ini:2: text is not valid UTF-8");
+    GM_CHECK_ERR(parse_capture("[job]\n\nname = a\0b\n", 17, &job, log, sizeof(log)),
+                 GM_ERR_CONFIG);
+    GM_CHECK_STREQ(log, "error: job.ini:3: NUL byte in the text\n");
+
+    /* 197 bytes is the longest line; 198 is refused rather than split */
+    snprintf(text, sizeof(text), MINIMAL "[job]\nname = %0*d\n", 197 - 7, 0);
+    GM_CHECK_ERR(parse_capture(text, strlen(text), &job, log, sizeof(log)), GM_ERR_CONFIG);
+    GM_CHECK_STREQ(log, "error: job.ini:11: [job] name is longer than 63 bytes\n");
+    snprintf(text, sizeof(text), MINIMAL "[job]\nout = %0*d\n", 197 - 6, 0);
+    GM_CHECK_OK(parse_capture(text, strlen(text), &job, log, sizeof(log)));
+    GM_CHECK_EQ(strlen(job.out), 191);
+    gm_job_free(&job);
+    snprintf(text, sizeof(text), MINIMAL "[job]\nout = %0*d\n", 198 - 6, 0);
+    GM_CHECK_ERR(parse_capture(text, strlen(text), &job, log, sizeof(log)), GM_ERR_CONFIG);
+    GM_CHECK_STREQ(log, "error: job.ini:11: line is longer than 197 bytes\n");
+    /* unterminated last line */
+    GM_CHECK_OK(
+        parse_capture(MINIMAL "momentum = 0.5", strlen(MINIMAL) + 14, &job, log, sizeof(log)));
+    GM_CHECK(job.optim.momentum == 0.5);
+    gm_job_free(&job);
+}
+
+static char tmpdir[256];
+
+static void write_file(const char *path, const char *data, size_t len)
+{
+    FILE *f = fopen(path, "wb");
+
+    GM_CHECK(f != NULL);
+    if (f == NULL)
+        return;
+    GM_CHECK_EQ(fwrite(data, 1, len, f), len);
+    fclose(f);
+}
+
+static void test_load(void)
+{
+    char path[512], want[1024], log[4096];
+    struct gm_job job;
+    char *big;
+    size_t off;
+
+    snprintf(path, sizeof(path), "%s/job.ini", tmpdir);
+    write_file(path, MINIMAL, strlen(MINIMAL));
+    GM_CHECK_OK(load_capture(path, &job, log, sizeof(log)));
+    GM_CHECK_STREQ(log, "");
+    GM_CHECK_STREQ(job.text, MINIMAL);
+    GM_CHECK_EQ(job.optim.batch, 64);
+    gm_job_free(&job);
+
+    /* errors in a file name the file */
+    write_file(path, HEAD "lr = 0.1\nbatch = -64\n", strlen(HEAD) + 21);
+    GM_CHECK_ERR(load_capture(path, &job, log, sizeof(log)), GM_ERR_CONFIG);
+    snprintf(want, sizeof(want), "error: %s:9: [optim] batch = -64: must be a positive integer\n",
+             path);
+    GM_CHECK_STREQ(log, want);
+
+    snprintf(path, sizeof(path), "%s/absent.ini", tmpdir);
+    GM_CHECK_ERR(load_capture(path, &job, log, sizeof(log)), GM_ERR_CONFIG);
+    snprintf(want, sizeof(want), "error: %s: cannot read: No such file or directory\n", path);
+    GM_CHECK_STREQ(log, want);
+
+    GM_CHECK_ERR(load_capture(tmpdir, &job, log, sizeof(log)), GM_ERR_CONFIG);
+    snprintf(want, sizeof(want), "error: %s: cannot read: Is a directory\n", tmpdir);
+    GM_CHECK_STREQ(log, want);
+
+    /* exactly GM_JOB_TEXT_MAX bytes is fine, one more is not */
+    big = malloc(GM_JOB_TEXT_MAX + 1);
+    GM_CHECK(big != NULL);
+    if (big == NULL)
+        return;
+    memcpy(big, MINIMAL, strlen(MINIMAL));
+    off = strlen(MINIMAL);
+    while (off < GM_JOB_TEXT_MAX) {
+        size_t n = GM_JOB_TEXT_MAX - off > 80 ? 80 : GM_JOB_TEXT_MAX - off;
+        memset(big + off, ';', n - 1);
+        big[off + n - 1] = '\n';
+        off += n;
+    }
+    snprintf(path, sizeof(path), "%s/big.ini", tmpdir);
+    write_file(path, big, GM_JOB_TEXT_MAX);
+    GM_CHECK_OK(load_capture(path, &job, log, sizeof(log)));
+    GM_CHECK_EQ(job.text_len, GM_JOB_TEXT_MAX);
+    gm_job_free(&job);
+    big[GM_JOB_TEXT_MAX] = '\n';
+    write_file(path, big, GM_JOB_TEXT_MAX + 1);
+    GM_CHECK_ERR(load_capture(path, &job, log, sizeof(log)), GM_ERR_CONFIG);
+    snprintf(want, sizeof(want), "error: %s: larger than 65536 bytes\n", path);
+    GM_CHECK_STREQ(log, want);
+    GM_CHECK_ERR(parse_capture(big, GM_JOB_TEXT_MAX + 1, &job, log, sizeof(log)), GM_ERR_CONFIG);
+    GM_CHECK_STREQ(log, "error: job.ini: larger than 65536 bytes\n");
+    free(big);
+}
+
+static void cleanup_tmpdir(void)
+{
+    static const char *const names[] = {"job.ini", "big.ini"};
+    char path[512];
+
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        snprintf(path, sizeof(path), "%s/%s", tmpdir, names[i]);
+        unlink(path);
+    }
+    rmdir(tmpdir);
+}
+
+int main(void)
+{
+    const char *base = getenv("TMPDIR");
+
+    snprintf(tmpdir, sizeof(tmpdir), "%s/gm-test-job-XXXXXX", base && *base ? base : "/tmp");
+    if (mkdtemp(tmpdir) == NULL) {
+        perror("mkdtemp");
+        return 1;
+    }
+    GM_TEST_RUN(test_defaults);
+    GM_TEST_RUN(test_every_key_sgd);
+    GM_TEST_RUN(test_every_key_adam);
+    GM_TEST_RUN(test_design_example);
+    GM_TEST_RUN(test_bad_values);
+    GM_TEST_RUN(test_bad_names);
+    GM_TEST_RUN(test_bad_structure);
+    GM_TEST_RUN(test_bad_combinations);
+    GM_TEST_RUN(test_bad_bytes);
+    GM_TEST_RUN(test_load);
+    cleanup_tmpdir();
+    return gm_test_finish("test_job");
+}

@@ -1,0 +1,165 @@
+/*
+ * train/job.h - the job file: what to train, on what data, with which optimizer.
+ *
+ * A job file is INI (DESIGN.md "Job file"), parsed with inih.  Sections and keys:
+ *
+ *   [job]      name (default "job"), model (mlp | lenet5, required), epochs (>= 1, 5),
+ *              seed (u64, 1), threads (1..1024, 1), log_every (steps >= 1, 100),
+ *              eval_every (epochs >= 1, 1), out (default "<name>.safetensors")
+ *   [model]    hidden (comma list of MLP hidden sizes, "256"; mlp only), dropout ([0, 1), 0)
+ *   [data]     kind (idx | cifar10 | folder, required), dir (required),
+ *              test_split ((0, 1), 0.1), image_size (0..4096, 0 = native), channels (1 | 3, 3);
+ *              the last three apply to kind = folder only
+ *   [optim]    name (sgd | adam, required), lr (> 0, required), batch (>= 1 per worker, required),
+ *              momentum ([0, 1), 0) and nesterov (bool, false): sgd only, nesterov needs
+ *              momentum > 0; weight_decay (>= 0, 0); beta1 ([0, 1), 0.9), beta2 ([0, 1), 0.999),
+ *              eps (> 0, 1e-8): adam only
+ *   [schedule] kind (constant | step | cosine, constant), warmup_steps (>= 0, 0),
+ *              step_size (steps >= 1; required by and only for step), gamma ((0, 1], 0.1; step),
+ *              min_lr (>= 0 and < lr, 0; cosine)
+ *   [comm]     codec (auto | fp32 | fp16 | powersgd | diloco, auto), rank (1..1024, 2; powersgd),
+ *              local_steps (>= 1, 16; diloco), outer_lr (> 0, 0.7; diloco),
+ *              outer_momentum ([0, 1), 0.9; diloco); auto may pick either, so it accepts all four
+ *
+ * Choices (strict on purpose: a typo must not silently train the wrong thing):
+ * - Unknown sections and keys, duplicate keys, keys outside any section, and keys that cannot
+ *   take effect with the chosen kind (beta1 with sgd, gamma without a step schedule) are errors.
+ * - Numbers: decimal only ([+-]digits[.digits][e[+-]digits]); no hex, NaN, Inf, trailing junk,
+ *   empty values or out-of-range values.  Parsed with strtod in the C locale (never changed).
+ *   Booleans: true/false/yes/no/1/0, case-insensitive.  Enum values are lower case, exact.
+ * - Job names use [A-Za-z0-9._-], do not start with '.', at most 63 bytes: they name files.
+ * - A line may hold at most GM_JOB_LINE_MAX bytes (inih's fixed line buffer); leading
+ *   whitespace is dropped, so inih's multi-line continuation values are never used.
+ *   The text must be UTF-8 without NUL bytes and at most GM_JOB_TEXT_MAX bytes, because
+ *   checkpoints store it verbatim as JSON metadata.
+ * - inih also accepts "key: value" and comments starting with ; or # (inline: " ;").
+ * - Every problem logs exactly one line, "<origin>:<line>: <problem>" (no line where none
+ *   applies, e.g. a missing key), and the call returns GM_ERR_CONFIG; only the first problem
+ *   is reported.
+ *
+ * Called from main() / the agent's job control on one thread; no global state is changed
+ * (inih's tunables are left alone).
+ */
+#ifndef GM_TRAIN_JOB_H
+#define GM_TRAIN_JOB_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/err.h"
+
+#define GM_JOB_NAME_MAX 64    /* buffer size: 63 bytes + NUL */
+#define GM_JOB_PATH_MAX 1024  /* buffer size for dir and out */
+#define GM_JOB_HIDDEN_MAX 16  /* MLP hidden layers at most */
+#define GM_JOB_TEXT_MAX 65536 /* bytes of job text at most */
+#define GM_JOB_LINE_MAX 197   /* bytes a line at most, not counting "\r\n" */
+
+enum gm_job_model {
+    GM_JOB_MODEL_MLP,
+    GM_JOB_MODEL_LENET5,
+};
+
+enum gm_job_data_kind {
+    GM_JOB_DATA_KIND_IDX,
+    GM_JOB_DATA_KIND_CIFAR10,
+    GM_JOB_DATA_KIND_FOLDER,
+};
+
+enum gm_job_optimizer {
+    GM_JOB_OPTIMIZER_SGD,
+    GM_JOB_OPTIMIZER_ADAM,
+};
+
+enum gm_job_schedule_kind {
+    GM_JOB_SCHEDULE_KIND_CONSTANT,
+    GM_JOB_SCHEDULE_KIND_STEP,
+    GM_JOB_SCHEDULE_KIND_COSINE,
+};
+
+enum gm_job_codec {
+    GM_JOB_CODEC_AUTO,
+    GM_JOB_CODEC_FP32,
+    GM_JOB_CODEC_FP16,
+    GM_JOB_CODEC_POWERSGD,
+    GM_JOB_CODEC_DILOCO,
+};
+
+struct gm_job {
+    /* [job] */
+    char name[GM_JOB_NAME_MAX];
+    enum gm_job_model model;
+    int epochs;
+    uint64_t seed;
+    int threads;               /* BLAS / compute threads */
+    int log_every;             /* steps */
+    int eval_every;            /* epochs */
+    char out[GM_JOB_PATH_MAX]; /* final weights; "<name>.safetensors" unless set */
+
+    /* [model] */
+    int hidden[GM_JOB_HIDDEN_MAX]; /* MLP hidden sizes, n_hidden of them */
+    int n_hidden;
+    double dropout;
+
+    struct gm_job_data {
+        enum gm_job_data_kind kind;
+        char dir[GM_JOB_PATH_MAX];
+        double test_split; /* folder */
+        int image_size;    /* folder; 0 = native size */
+        int channels;      /* folder; 1 or 3 */
+    } data;
+
+    struct gm_job_optim {
+        enum gm_job_optimizer name;
+        double lr;
+        int batch; /* per worker */
+        double momentum;
+        bool nesterov;
+        double weight_decay;
+        double beta1, beta2, eps;
+    } optim;
+
+    struct gm_job_schedule {
+        enum gm_job_schedule_kind kind;
+        int64_t warmup_steps;
+        int64_t step_size; /* step: decay every step_size steps */
+        double gamma;      /* step: decay factor */
+        double min_lr;     /* cosine: floor */
+    } schedule;
+
+    struct gm_job_comm {
+        enum gm_job_codec codec;
+        int rank;        /* powersgd */
+        int local_steps; /* diloco: H */
+        double outer_lr;
+        double outer_momentum;
+    } comm;
+
+    char *text;      /* owned: the job text as read, NUL-terminated (checkpoint metadata) */
+    size_t text_len; /* bytes, without the NUL */
+};
+
+/* Fills every field with its default (required fields get placeholders); text = NULL.
+ * Does not free: call it on a fresh struct. */
+void gm_job_defaults(struct gm_job *job);
+
+/* Reads and parses the job file at path.  On error job is freed and GM_ERR_CONFIG returned
+ * (-ENOMEM on allocation failure); either way exactly one line was logged on failure. */
+int gm_job_load(const char *path, struct gm_job *job) GM_MUST_CHECK;
+
+/* Parses len bytes of job text (need not be NUL-terminated); origin names it in messages
+ * (NULL: "job").  The text is copied into job->text.  Errors as gm_job_load. */
+int gm_job_parse(const char *text, size_t len, const char *origin,
+                 struct gm_job *job) GM_MUST_CHECK;
+
+/* Frees job->text; NULL-safe, idempotent; leaves the struct zeroed. */
+void gm_job_free(struct gm_job *job);
+
+/* Names for logs and summaries ("mlp", "adam", "powersgd", ...); "?" if out of range. */
+const char *gm_job_model_name(enum gm_job_model m);
+const char *gm_job_data_kind_name(enum gm_job_data_kind k);
+const char *gm_job_optimizer_name(enum gm_job_optimizer o);
+const char *gm_job_schedule_kind_name(enum gm_job_schedule_kind k);
+const char *gm_job_codec_name(enum gm_job_codec c);
+
+#endif

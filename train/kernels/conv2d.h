@@ -1,0 +1,57 @@
+/*
+ * train/kernels/conv2d.h - 2-D convolution, stride 1, square kernel, zero
+ * padding, on NHWC activations.
+ *
+ * Layouts (chosen for speed; the checkpoint exporter converts to PyTorch's):
+ *   x    (N, H, W, C)            input, NHWC
+ *   w    (OC, KH, KW, C)         weights, "OHWI": one im2col row is KH runs of
+ *                                KW*C contiguous input floats, so im2col is
+ *                                a handful of memcpy per output pixel
+ *   b    (OC)
+ *   col  (N*OH*OW, KH*KW*C)      im2col matrix, kept from forward for dW
+ *   y    (N, OH, OW, OC)         = col x w^T + b: one sgemm for the whole batch
+ * Backward: dW = dy^T x col, db = column sums of dy, dcol = dy x w,
+ * dx = col2im(dcol) (skipped when dx is NULL: the first layer).
+ *
+ * CPU twin only for now (OpenBLAS sgemm); called from the trainer thread.
+ */
+#ifndef GM_TRAIN_KERNELS_CONV2D_H
+#define GM_TRAIN_KERNELS_CONV2D_H
+
+#include <stddef.h>
+
+struct gm_conv2d_shape {
+    int n, h, w, c; /* input */
+    int oc, k, pad; /* output channels, kernel size, zero padding */
+    int oh, ow;     /* output: h + 2*pad - k + 1, w + 2*pad - k + 1 */
+};
+
+/* Fills oh/ow; returns 0, or -EINVAL when the kernel does not fit. */
+int gm_conv2d_shape_init(struct gm_conv2d_shape *s, int n, int h, int w, int c, int oc, int k,
+                         int pad);
+
+void gm_conv2d_im2col_cpu(const struct gm_conv2d_shape *s, const float *x, float *col);
+void gm_conv2d_col2im_cpu(const struct gm_conv2d_shape *s, const float *col, float *dx);
+
+void gm_conv2d_forward_cpu(const struct gm_conv2d_shape *s, const float *x, const float *w,
+                           const float *b, float *col, float *y);
+void gm_conv2d_backward_cpu(const struct gm_conv2d_shape *s, const float *col, const float *w,
+                            const float *dy, float *dw, float *db, float *dcol, float *dx);
+
+#endif
+
+/*
+ * Direct convolution for layers with at most 8 output channels whose input
+ * gradient is not needed (the first layer of a CNN: few input channels,
+ * where im2col would copy tiny runs and dominate).  All output channels of
+ * one pixel live in one 8-lane vector; weights are repacked per call into
+ * wpack (k*k*c vectors of 8 floats, caller-provided, 32-byte aligned).  No
+ * im2col buffer: backward reads x again.
+ */
+#define GM_CONV2D_DIRECT_MAX_OC 8
+int gm_conv2d_use_direct(const struct gm_conv2d_shape *s, int need_dx);
+size_t gm_conv2d_direct_pack_floats(const struct gm_conv2d_shape *s);
+void gm_conv2d_direct_forward_cpu(const struct gm_conv2d_shape *s, const float *x, const float *w,
+                                  const float *b, float *wpack, float *y);
+void gm_conv2d_direct_backward_cpu(const struct gm_conv2d_shape *s, const float *x,
+                                   const float *dy, float *dw, float *db, float *accbuf);

@@ -1,0 +1,377 @@
+/*
+ * train/trainer.c - see trainer.h.
+ *
+ * Choices: a trailing partial training batch is dropped (ranks stay in
+ * lockstep; PyTorch's drop_last=True); evaluation covers the whole test
+ * split, in batches of the training batch size, the last one partial; the
+ * dropout mask of step s is seeded by (job seed, s); BLAS gets job->threads
+ * threads.  Loss and accuracy logged per epoch are means over that epoch.
+ */
+#include "train/trainer.h"
+
+#include <cblas.h>
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/time.h"
+#include "train/data.h"
+#include "train/model.h"
+#include "train/optim.h"
+#include "train/safetensors.h"
+
+struct run {
+    const struct gm_job *job;
+    const struct gm_train_opts *opts;
+    struct gm_dataset train, test;
+    struct gm_sampler sampler;
+    struct gm_model *model;
+    struct gm_optim optim;
+    struct gm_sched sched;
+    int32_t *labels; /* owned: one batch */
+    uint32_t *eval_idx; /* owned */
+    long step;
+    int epoch;
+    long steps_per_epoch;
+    uint64_t t_start, last_bar;
+};
+
+static void progress_bar(struct run *r, long step_in_epoch, double loss, double sps, int final)
+{
+    char bar[31];
+    const long total = r->steps_per_epoch;
+    const int fill = total > 0 ? (int)(30 * step_in_epoch / total) : 30;
+    const long left_steps = (long)r->job->epochs * total - r->step;
+    const double eta = sps > 0 ? (double)left_steps * r->job->optim.batch / sps : 0;
+    uint64_t now = gm_time_mono_ns();
+
+    if (!final && now - r->last_bar < 100000000ull)
+        return;
+    r->last_bar = now;
+    for (int i = 0; i < 30; i++)
+        bar[i] = i < fill ? '#' : '.';
+    bar[30] = 0;
+    fprintf(stderr, "\repoch %d/%d [%s] %3d%% step %ld loss %.4f %6.0f samples/s ETA %d:%02d ",
+            r->epoch + 1, r->job->epochs, bar, total > 0 ? (int)(100 * step_in_epoch / total) : 100,
+            r->step, loss, sps, (int)eta / 60, (int)eta % 60);
+    if (final)
+        fputc('\n', stderr);
+    fflush(stderr);
+}
+
+static int evaluate(struct run *r, double *acc, double *loss)
+{
+    const struct gm_dataset *d = &r->test;
+    const int bmax = gm_model_max_batch(r->model);
+    long correct_total = 0;
+    double loss_sum = 0;
+
+    for (size_t i = 0; i < d->n; i++)
+        r->eval_idx[i] = (uint32_t)i;
+    for (size_t off = 0; off < d->n; off += (size_t)bmax) {
+        int n = (int)(d->n - off < (size_t)bmax ? d->n - off : (size_t)bmax);
+        long correct = 0;
+        int err;
+        gm_dataset_batch(d, r->eval_idx + off, (size_t)n, gm_model_input(r->model), r->labels);
+        if ((err = gm_model_forward(r->model, n, 0, 0)) < 0)
+            return err;
+        loss_sum += gm_model_loss(r->model, n, r->labels, &correct) * n;
+        correct_total += correct;
+    }
+    *acc = d->n > 0 ? 100.0 * (double)correct_total / (double)d->n : 0;
+    *loss = d->n > 0 ? loss_sum / (double)d->n : 0;
+    return 0;
+}
+
+static int save_weights(struct run *r, const char *path)
+{
+    struct gm_model *m = r->model;
+    const size_t nt = gm_model_num_tensors(m);
+    struct gm_st_tensor *t = calloc(nt, sizeof(*t));
+    float *buf = malloc(gm_model_num_params(m) * sizeof(float) + 1);
+    char step[32], epoch[32], params[32];
+    int err;
+
+    if (t == NULL || buf == NULL) {
+        err = -ENOMEM;
+        goto out;
+    }
+    for (size_t i = 0; i < nt; i++) {
+        const struct gm_param_info *pi = gm_model_tensor(m, i);
+        gm_model_export_tensor(m, i, gm_model_params(m), buf + pi->offset);
+        t[i].name = pi->name;
+        t[i].data = buf + pi->offset;
+        t[i].ndim = pi->ndim;
+        memcpy(t[i].shape, pi->shape, sizeof(int64_t) * (size_t)pi->ndim);
+    }
+    snprintf(step, sizeof(step), "%ld", r->step);
+    snprintf(epoch, sizeof(epoch), "%d", r->epoch);
+    snprintf(params, sizeof(params), "%zu", gm_model_num_params(m));
+    const struct gm_st_meta meta[] = {
+        {"format", "pt"},
+        {"producer", "gradmesh"},
+        {"model", gm_job_model_name(r->job->model)},
+        {"job", r->job->text != NULL ? r->job->text : ""},
+        {"step", step},
+        {"epoch", epoch},
+        {"params", params},
+    };
+    err = gm_safetensors_write(path, t, nt, meta, sizeof(meta) / sizeof(meta[0]));
+out:
+    free(t);
+    free(buf);
+    return err;
+}
+
+static int setup(struct run *r)
+{
+    const struct gm_job *job = r->job;
+    struct gm_data_spec ds = {
+        .kind = gm_job_data_kind_name(job->data.kind),
+        .dir = job->data.dir,
+        .test_split = job->data.test_split,
+        .image_size = job->data.image_size,
+        .channels = job->data.channels,
+        .seed = job->seed,
+    };
+    struct gm_model_spec ms = {0};
+    struct gm_optim_config oc = {0};
+    int err;
+
+    if ((err = gm_dataset_load(&ds, &r->train, &r->test)) < 0)
+        return err; /* logged by the loader, with the file name */
+    if (r->train.n < (size_t)job->optim.batch) {
+        gm_err("%s: %zu training samples, fewer than one batch of %d", job->data.dir, r->train.n,
+               job->optim.batch);
+        return GM_ERR_CONFIG;
+    }
+    ms.name = gm_job_model_name(job->model);
+    ms.in_c = r->train.c;
+    ms.in_h = r->train.h;
+    ms.in_w = r->train.w;
+    ms.classes = r->train.classes > r->test.classes ? r->train.classes : r->test.classes;
+    if (ms.classes < 2)
+        ms.classes = 2;
+    ms.nhidden = job->n_hidden;
+    if (ms.nhidden > GM_MODEL_MAX_HIDDEN) {
+        gm_err("job: %d hidden layers, at most %d supported", ms.nhidden, GM_MODEL_MAX_HIDDEN);
+        return GM_ERR_CONFIG;
+    }
+    for (int i = 0; i < ms.nhidden; i++)
+        ms.hidden[i] = job->hidden[i];
+    ms.dropout = (float)job->dropout;
+    ms.device = GM_DEVICE_CPU;
+    err = gm_model_new(&ms, job->optim.batch, &r->model);
+    if (err == -EINVAL) {
+        gm_err("job: model %s does not fit %dx%dx%d inputs", ms.name, ms.in_c, ms.in_h, ms.in_w);
+        return GM_ERR_CONFIG;
+    }
+    if (err < 0)
+        return err;
+    gm_model_init_params(r->model, job->seed);
+
+    oc.kind = job->optim.name == GM_JOB_OPTIMIZER_ADAM ? GM_OPTIM_ADAM : GM_OPTIM_SGD;
+    oc.momentum = (float)job->optim.momentum;
+    oc.nesterov = job->optim.nesterov;
+    oc.weight_decay = (float)job->optim.weight_decay;
+    oc.beta1 = (float)job->optim.beta1;
+    oc.beta2 = (float)job->optim.beta2;
+    oc.eps = (float)job->optim.eps;
+    if ((err = gm_optim_init(&r->optim, &oc, gm_model_num_params(r->model))) < 0) {
+        gm_err("job: invalid optimizer settings (%s)", gm_strerror(err));
+        return err == -EINVAL ? GM_ERR_CONFIG : err;
+    }
+    if ((err = gm_sampler_init(&r->sampler, r->train.n, job->seed, 0, 1)) < 0)
+        return err;
+    r->steps_per_epoch = (long)(gm_sampler_len(&r->sampler) / (size_t)job->optim.batch);
+    r->sched.kind = job->schedule.kind == GM_JOB_SCHEDULE_KIND_STEP     ? GM_SCHED_STEP
+                    : job->schedule.kind == GM_JOB_SCHEDULE_KIND_COSINE ? GM_SCHED_COSINE
+                                                                         : GM_SCHED_CONSTANT;
+    r->sched.base_lr = (float)job->optim.lr;
+    r->sched.warmup_steps = job->schedule.warmup_steps;
+    r->sched.step_size = job->schedule.step_size;
+    r->sched.gamma = (float)job->schedule.gamma;
+    r->sched.min_lr = (float)job->schedule.min_lr;
+    r->sched.total_steps = r->steps_per_epoch * job->epochs;
+    if (gm_sched_check(&r->sched) < 0) {
+        gm_err("job: invalid [schedule] for %ld total steps", r->sched.total_steps);
+        return GM_ERR_CONFIG;
+    }
+    r->labels = calloc((size_t)job->optim.batch, sizeof(int32_t));
+    r->eval_idx = calloc(r->test.n + 1, sizeof(uint32_t));
+    if (r->labels == NULL || r->eval_idx == NULL)
+        return -ENOMEM;
+    openblas_set_num_threads(job->threads);
+    return 0;
+}
+
+static void teardown(struct run *r)
+{
+    gm_model_free(r->model);
+    gm_optim_free(&r->optim);
+    gm_sampler_free(&r->sampler);
+    gm_dataset_free(&r->train);
+    gm_dataset_free(&r->test);
+    free(r->labels);
+    free(r->eval_idx);
+}
+
+int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
+                   struct gm_train_summary *sum)
+{
+    struct run r = {.job = job, .opts = opts};
+    const int B = job->optim.batch;
+    double train_s = 0, epoch_loss = 0, acc = NAN, tloss = NAN;
+    const char *out = opts->out != NULL ? opts->out : job->out;
+    struct rusage ru;
+    int err;
+
+    memset(sum, 0, sizeof(*sum));
+    r.t_start = gm_time_mono_ns();
+    snprintf(sum->job, sizeof(sum->job), "%s", job->name);
+    snprintf(sum->model, sizeof(sum->model), "%s", gm_job_model_name(job->model));
+    snprintf(sum->codec, sizeof(sum->codec), "none");
+    if ((err = setup(&r)) < 0)
+        goto out;
+    sum->params = gm_model_num_params(r.model);
+    gm_info("event=start job=%s model=%s params=%zu train=%zu test=%zu input=%dx%dx%d "
+            "classes=%d batch=%d epochs=%d steps_per_epoch=%ld optim=%s lr=%g threads=%d",
+            job->name, sum->model, sum->params, r.train.n, r.test.n, r.train.c, r.train.h,
+            r.train.w, gm_model_classes(r.model), B, job->epochs, r.steps_per_epoch,
+            gm_job_optimizer_name(job->optim.name), job->optim.lr, job->threads);
+
+    for (r.epoch = 0; r.epoch < job->epochs; r.epoch++) {
+        const uint64_t t_epoch = gm_time_mono_ns();
+        uint64_t t_window = t_epoch;
+        long window_steps = 0;
+        double loss_sum = 0, sps = 0;
+        gm_sampler_set_epoch(&r.sampler, r.epoch);
+        const uint32_t *idx = gm_sampler_indices(&r.sampler);
+        long s;
+        for (s = 0; s < r.steps_per_epoch; s++) {
+            if (opts->stop != NULL && *opts->stop) {
+                sum->interrupted = 1;
+                break;
+            }
+            gm_dataset_batch(&r.train, idx + (size_t)s * (size_t)B, (size_t)B,
+                             gm_model_input(r.model), r.labels);
+            if ((err = gm_model_forward(r.model, B, 1, job->seed * 0x9e3779b97f4a7c15ull +
+                                                          (uint64_t)r.step)) < 0)
+                goto out;
+            double loss = gm_model_loss(r.model, B, r.labels, NULL);
+            if (!isfinite(loss)) {
+                gm_err("event=diverged step=%ld epoch=%d loss=%g: the loss is not finite; "
+                       "lower [optim] lr",
+                       r.step, r.epoch + 1, loss);
+                err = GM_ERR_NUMERIC;
+                goto out;
+            }
+            if ((err = gm_model_backward(r.model, B)) < 0)
+                goto out;
+            gm_optim_step(&r.optim, gm_model_params(r.model), gm_model_grads(r.model),
+                          gm_sched_lr(&r.sched, r.step));
+            r.step++;
+            window_steps++;
+            loss_sum += loss;
+            if (opts->progress || window_steps == job->log_every) {
+                uint64_t now = gm_time_mono_ns();
+                double dt = (double)(now - t_window) * 1e-9;
+                if (dt > 0 && window_steps > 0 && (!opts->progress || dt > 0.5)) {
+                    sps = (double)window_steps * B / dt;
+                    t_window = now;
+                    window_steps = 0;
+                }
+                if (opts->progress)
+                    progress_bar(&r, s + 1, loss_sum / (double)(s + 1), sps, 0);
+                else
+                    gm_info("event=train step=%ld epoch=%d loss=%.4f lr=%.3g samples_per_s=%.0f",
+                            r.step, r.epoch + 1, loss_sum / (double)(s + 1),
+                            gm_sched_lr(&r.sched, r.step - 1), sps);
+            }
+        }
+        double epoch_s = (double)(gm_time_mono_ns() - t_epoch) * 1e-9;
+        train_s += epoch_s;
+        epoch_loss = s > 0 ? loss_sum / (double)s : NAN;
+        if (opts->progress)
+            progress_bar(&r, s, epoch_loss, s * B / (epoch_s > 0 ? epoch_s : 1), 1);
+        if (sum->interrupted) {
+            gm_notice("event=interrupted step=%ld epoch=%d: stopping, saving weights", r.step,
+                      r.epoch + 1);
+            break;
+        }
+        sum->epochs = r.epoch + 1;
+        if ((r.epoch + 1) % job->eval_every == 0 || r.epoch + 1 == job->epochs) {
+            if ((err = evaluate(&r, &acc, &tloss)) < 0)
+                goto out;
+            gm_info("event=epoch epoch=%d steps=%ld train_loss=%.4f test_loss=%.4f "
+                    "test_accuracy=%.2f epoch_s=%.1f samples_per_s=%.0f",
+                    r.epoch + 1, r.step, epoch_loss, tloss, acc, epoch_s,
+                    (double)s * B / epoch_s);
+        } else {
+            gm_info("event=epoch epoch=%d steps=%ld train_loss=%.4f epoch_s=%.1f "
+                    "samples_per_s=%.0f",
+                    r.epoch + 1, r.step, epoch_loss, epoch_s, (double)s * B / epoch_s);
+        }
+    }
+    if (sum->interrupted && (err = evaluate(&r, &acc, &tloss)) < 0)
+        goto out;
+    if ((err = save_weights(&r, out)) < 0)
+        goto out;
+    snprintf(sum->checkpoint, sizeof(sum->checkpoint), "%s", out);
+    sum->steps = r.step;
+    sum->test_accuracy = acc;
+    sum->test_loss = tloss;
+    sum->train_loss = epoch_loss;
+    sum->train_s = train_s;
+    sum->samples_per_s = train_s > 0 ? (double)r.step * B / train_s : 0;
+    sum->wall_s = gm_time_seconds_since(r.t_start);
+    getrusage(RUSAGE_SELF, &ru);
+    sum->peak_rss_kb = ru.ru_maxrss;
+    gm_info("event=done job=%s steps=%ld test_accuracy=%.2f test_loss=%.4f samples_per_s=%.0f "
+            "wall_s=%.1f weights=%s peak_rss_mb=%.1f",
+            job->name, r.step, acc, tloss, sum->samples_per_s, sum->wall_s, out,
+            (double)sum->peak_rss_kb / 1024.0);
+out:
+    teardown(&r);
+    return err;
+}
+
+int gm_train_summary_write_json(const struct gm_train_summary *s, const char *path)
+{
+    json_t *o = json_object();
+    int err = 0;
+
+    if (o == NULL)
+        return -ENOMEM;
+    json_object_set_new(o, "job", json_string(s->job));
+    json_object_set_new(o, "model", json_string(s->model));
+    json_object_set_new(o, "test_accuracy",
+                        isfinite(s->test_accuracy) ? json_real(s->test_accuracy) : json_null());
+    json_object_set_new(o, "test_loss",
+                        isfinite(s->test_loss) ? json_real(s->test_loss) : json_null());
+    json_object_set_new(o, "train_loss",
+                        isfinite(s->train_loss) ? json_real(s->train_loss) : json_null());
+    json_object_set_new(o, "epochs", json_integer(s->epochs));
+    json_object_set_new(o, "steps", json_integer(s->steps));
+    json_object_set_new(o, "samples_per_s", json_real(s->samples_per_s));
+    json_object_set_new(o, "train_s", json_real(s->train_s));
+    json_object_set_new(o, "wall_s", json_real(s->wall_s));
+    json_object_set_new(o, "bytes_sent", json_integer((json_int_t)s->bytes_sent));
+    json_object_set_new(o, "codec", json_string(s->codec));
+    json_object_set_new(o, "params", json_integer((json_int_t)s->params));
+    json_object_set_new(o, "peak_rss_mb", json_real((double)s->peak_rss_kb / 1024.0));
+    json_object_set_new(o, "interrupted", json_boolean(s->interrupted));
+    json_object_set_new(o, "checkpoint", s->checkpoint[0] ? json_string(s->checkpoint) : json_null());
+    if (json_dump_file(o, path, JSON_INDENT(2) | JSON_SORT_KEYS) != 0) {
+        gm_err("%s: cannot write the summary: %s", path, strerror(errno));
+        err = -EIO;
+    }
+    json_decref(o);
+    return err;
+}
