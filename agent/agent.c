@@ -411,8 +411,7 @@ static int h_hello(struct gm_agent *a, struct gm_link *l, const struct gm_frame_
     peer->backoff_ms = 0;
     gm_link_set_state(l, LS_UP);
     a->stats.links_up++;
-    gm_notice("event=link-up peer=%s address=%s dialed=%d", node, gm_link_peer_addr(l),
-              c->dialed);
+    gm_notice("event=link-up peer=%s address=%s dialed=%d", node, gm_link_peer_addr(l), c->dialed);
     err = send_members(a, l);
     return err;
 }
@@ -570,8 +569,8 @@ static int h_join_request(struct gm_agent *a, struct gm_link *l, const struct gm
     /* record the use before anything is returned */
     err = gm_token_store_use(a->tokens, rq.token_id);
     if (err == 0)
-        err = gm_id_cert_issue(a->ca, a->cakey, a->cfg.cluster, rq.node, rq.pubkey,
-                               GM_ID_NODE_DAYS, &cert);
+        err = gm_id_cert_issue(a->ca, a->cakey, a->cfg.cluster, rq.node, rq.pubkey, GM_ID_NODE_DAYS,
+                               &cert);
     if (err == 0)
         err = gm_id_cert_to_pem(cert, &ac.cert_pem);
     if (err == 0)
@@ -689,8 +688,8 @@ static int h_renew_request(struct gm_agent *a, struct gm_link *l, const struct g
         return refuse(l, GM_ERR_PROTO, "renewal asked of a node that issues no certificates");
     err = gm_tls_peer_pubkey(gm_link_tls(l), pub);
     if (err == 0)
-        err = gm_id_cert_issue(a->ca, a->cakey, a->cfg.cluster, c->node, pub, GM_ID_NODE_DAYS,
-                               &cert);
+        err =
+            gm_id_cert_issue(a->ca, a->cakey, a->cfg.cluster, c->node, pub, GM_ID_NODE_DAYS, &cert);
     if (err == 0)
         err = gm_id_cert_to_pem(cert, &pem);
     if (err == 0)
@@ -723,8 +722,7 @@ static int h_renew_accept(struct gm_agent *a, struct gm_link *l, const struct gm
     if (err == 0 &&
         (gm_id_cert_check_issued(a->ca, cert) != 0 || gm_id_cert_identity(cert, cl, node) != 0 ||
          strcmp(cl, a->cfg.cluster) != 0 || strcmp(node, a->cfg.node) != 0 ||
-         !gm_id_cert_matches_key(cert, a->key) ||
-         gm_id_cert_seconds_left(cert, &new_left) != 0 ||
+         !gm_id_cert_matches_key(cert, a->key) || gm_id_cert_seconds_left(cert, &new_left) != 0 ||
          gm_id_cert_seconds_left(a->cert, &old_left) != 0 || new_left <= old_left))
         err = GM_ERR_AUTH;
     if (err != 0) {
@@ -789,8 +787,8 @@ static void on_close(struct gm_link *l, int err)
                err != GM_ERR_PROTO) {
         /* a member that is down: say so once, then quietly retry */
         if (p != NULL && p->backoff_ms == 0)
-            gm_info("event=dial-failed peer=%s address=%s err=%d msg=\"%s\"", p->node,
-                    p->address, err, gm_strerror(err));
+            gm_info("event=dial-failed peer=%s address=%s err=%d msg=\"%s\"", p->node, p->address,
+                    err, gm_strerror(err));
         else
             gm_debug("event=dial-failed peer=%s err=%d", c->node, err);
     } else if (err != 0 && !a->stopping) {
@@ -848,9 +846,8 @@ static json_t *status_json(struct gm_agent *a)
     for (i = 0; i < a->npeers; i++) {
         struct peer *p = &a->peers[i];
         json_t *m = json_pack("{s:s, s:s, s:s, s:s, s:f, s:n, s:n}", "node", p->node, "address",
-                              p->address, "link", "lan", "state", p->link ? "up" : "down",
-                              "rtt_ms", p->link ? gm_link_rtt_ms(p->link) : 0.0,
-                              "throughput_mbps", "mtu");
+                              p->address, "link", "lan", "state", p->link ? "up" : "down", "rtt_ms",
+                              p->link ? gm_link_rtt_ms(p->link) : 0.0, "throughput_mbps", "mtu");
         if (p->link != NULL)
             up++;
         json_array_append_new(members, m);
@@ -882,7 +879,8 @@ static json_t *token_create(struct gm_agent *a, json_t *req)
     int err;
 
     if (a->tokens == NULL)
-        return error_json(GM_ERR_CONFIG, "this node holds no CA key: create tokens on the admitter");
+        return error_json(GM_ERR_CONFIG,
+                          "this node holds no CA key: create tokens on the admitter");
     if (json_is_integer(json_object_get(req, "ttl")))
         ttl = json_integer_value(json_object_get(req, "ttl"));
     if (json_is_integer(json_object_get(req, "uses")))
@@ -916,9 +914,8 @@ static json_t *token_list(struct gm_agent *a)
             continue;
         json_array_append_new(arr, json_pack("{s:s, s:I, s:I, s:i, s:i, s:b}", "id", info.id,
                                              "created", (json_int_t)info.created, "expires",
-                                             (json_int_t)info.expires, "uses_left",
-                                             info.uses_left, "uses", info.uses_total, "revoked",
-                                             info.revoked));
+                                             (json_int_t)info.expires, "uses_left", info.uses_left,
+                                             "uses", info.uses_total, "revoked", info.revoked));
     }
     return json_pack("{s:o}", "tokens", arr);
 }

@@ -105,8 +105,7 @@ static int prepare_config(struct gm_config *c, const char *cluster, const char *
     snprintf(c->node, sizeof(c->node), "%s", node);
     snprintf(c->listen, sizeof(c->listen), "%s", listen);
     snprintf(c->state_dir, sizeof(c->state_dir), "%s", abs);
-    if (snprintf(c->control, sizeof(c->control), "%s/control.sock", abs) >=
-        (int)sizeof(c->control))
+    if (snprintf(c->control, sizeof(c->control), "%s/control.sock", abs) >= (int)sizeof(c->control))
         return -ENAMETOOLONG;
     snprintf(c->device, sizeof(c->device), "auto");
     return 0;
@@ -128,12 +127,10 @@ static int refuse_existing(const struct gm_config *c)
 
 int gm_cli_init(int argc, char **argv)
 {
-    static const struct option opts[] = {{"cluster", required_argument, NULL, 'c'},
-                                         {"config", required_argument, NULL, 'f'},
-                                         {"state", required_argument, NULL, 's'},
-                                         {"listen", required_argument, NULL, 'l'},
-                                         {"node", required_argument, NULL, 'n'},
-                                         {NULL, 0, NULL, 0}};
+    static const struct option opts[] = {
+        {"cluster", required_argument, NULL, 'c'}, {"config", required_argument, NULL, 'f'},
+        {"state", required_argument, NULL, 's'},   {"listen", required_argument, NULL, 'l'},
+        {"node", required_argument, NULL, 'n'},    {NULL, 0, NULL, 0}};
     const char *syn = "--cluster NAME --config FILE --state DIR --listen HOST:PORT [--node ID]";
     const char *cluster = NULL, *config = NULL, *state = NULL, *listen = NULL, *node = NULL;
     char node_buf[GM_ID_NAME_MAX + 1], path[GM_PATH_MAX];
@@ -146,12 +143,23 @@ int gm_cli_init(int argc, char **argv)
     optind = 1;
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (o) {
-        case 'c': cluster = optarg; break;
-        case 'f': config = optarg; break;
-        case 's': state = optarg; break;
-        case 'l': listen = optarg; break;
-        case 'n': node = optarg; break;
-        default: return usage_err("init", syn);
+        case 'c':
+            cluster = optarg;
+            break;
+        case 'f':
+            config = optarg;
+            break;
+        case 's':
+            state = optarg;
+            break;
+        case 'l':
+            listen = optarg;
+            break;
+        case 'n':
+            node = optarg;
+            break;
+        default:
+            return usage_err("init", syn);
         }
     }
     if (optind != argc || cluster == NULL || state == NULL || listen == NULL)
@@ -253,12 +261,10 @@ static int save_members(const struct gm_config *c, const struct gm_member *m, si
 
 int gm_cli_join(int argc, char **argv)
 {
-    static const struct option opts[] = {{"peer", required_argument, NULL, 'p'},
-                                         {"config", required_argument, NULL, 'f'},
-                                         {"state", required_argument, NULL, 's'},
-                                         {"listen", required_argument, NULL, 'l'},
-                                         {"node", required_argument, NULL, 'n'},
-                                         {NULL, 0, NULL, 0}};
+    static const struct option opts[] = {
+        {"peer", required_argument, NULL, 'p'},  {"config", required_argument, NULL, 'f'},
+        {"state", required_argument, NULL, 's'}, {"listen", required_argument, NULL, 'l'},
+        {"node", required_argument, NULL, 'n'},  {NULL, 0, NULL, 0}};
     const char *syn = "TOKEN --peer HOST:PORT --config FILE --state DIR --listen HOST:PORT "
                       "[--node ID]";
     const char *peer = NULL, *config = NULL, *state = NULL, *listen = NULL, *node = NULL;
@@ -276,12 +282,23 @@ int gm_cli_join(int argc, char **argv)
     optind = 1;
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (o) {
-        case 'p': peer = optarg; break;
-        case 'f': config = optarg; break;
-        case 's': state = optarg; break;
-        case 'l': listen = optarg; break;
-        case 'n': node = optarg; break;
-        default: return usage_err("join", syn);
+        case 'p':
+            peer = optarg;
+            break;
+        case 'f':
+            config = optarg;
+            break;
+        case 's':
+            state = optarg;
+            break;
+        case 'l':
+            listen = optarg;
+            break;
+        case 'n':
+            node = optarg;
+            break;
+        default:
+            return usage_err("join", syn);
         }
     }
     if (optind != argc - 1 || peer == NULL || state == NULL || listen == NULL)
@@ -454,9 +471,14 @@ int gm_cli_token(int argc, char **argv)
                 return usage_err("token", syn);
             break;
         }
-        case 'f': config = optarg; break;
-        case 'j': as_json = 1; break;
-        default: return usage_err("token", syn);
+        case 'f':
+            config = optarg;
+            break;
+        case 'j':
+            as_json = 1;
+            break;
+        default:
+            return usage_err("token", syn);
         }
     }
     if (optind >= argc)

@@ -109,9 +109,8 @@ int gm_config_load(const char *path, struct gm_config *c)
                path);
         return GM_ERR_CONFIG;
     }
-    if (c->control[0] == '\0' &&
-        snprintf(c->control, sizeof(c->control), "%s/control.sock", c->state_dir) >=
-            (int)sizeof(c->control))
+    if (c->control[0] == '\0' && snprintf(c->control, sizeof(c->control), "%s/control.sock",
+                                          c->state_dir) >= (int)sizeof(c->control))
         return GM_ERR_CONFIG;
     return 0;
 }

@@ -161,8 +161,8 @@ dead:
     return err;
 }
 
-int gm_frame_parser_feed(struct gm_frame_parser *p, const uint8_t *data, size_t len,
-                         gm_frame_cb cb, void *arg)
+int gm_frame_parser_feed(struct gm_frame_parser *p, const uint8_t *data, size_t len, gm_frame_cb cb,
+                         void *arg)
 {
     int err;
 

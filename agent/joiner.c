@@ -49,8 +49,7 @@ static int on_up(struct gm_link *l)
     snprintf(j->rq.listen, sizeof(j->rq.listen), "%s", j->p.listen);
     err = gm_id_key_public(j->p.key, j->rq.pubkey);
     if (err == 0)
-        err = gm_tls_export(gm_link_tls(l), GM_JOIN_EXPORTER_LABEL, j->binding,
-                            sizeof(j->binding));
+        err = gm_tls_export(gm_link_tls(l), GM_JOIN_EXPORTER_LABEL, j->binding, sizeof(j->binding));
     if (err != 0)
         return err;
     clen = gm_proto_join_context(&j->rq, ctx, sizeof(ctx));

@@ -33,8 +33,8 @@ struct gm_join_params {
 };
 
 struct gm_join_result {
-    int err;          /* 0: joined */
-    char reason[512]; /* for the user when err != 0; never secret */
+    int err;                   /* 0: joined */
+    char reason[512];          /* for the user when err != 0; never secret */
     struct gm_cert *cert, *ca; /* owned on success */
     struct gm_member *members; /* owned (free()) */
     size_t n_members;

@@ -70,7 +70,7 @@ struct gm_link {
     double rtt_ms;
     uint64_t tx, rx;
     char peer[GM_ADDR_MAX];
-    uint8_t *rxbuf;    /* owned, RX_BUF */
+    uint8_t *rxbuf; /* owned, RX_BUF */
 };
 
 /* For results that do not change what happens next (best-effort sends). */
@@ -669,8 +669,7 @@ static void process(struct gm_link *l, uv_stream_t *s, ssize_t nread)
         if (l->closing)
             return;
         if (perr != 0) {
-            gm_warn("event=bad-frame peer=%s err=%d msg=\"%s\"", l->peer, perr,
-                    gm_strerror(perr));
+            gm_warn("event=bad-frame peer=%s err=%d msg=\"%s\"", l->peer, perr, gm_strerror(perr));
             gm_link_fail(l, perr,
                          perr == -EMSGSIZE ? "frame longer than the maximum"
                                            : "malformed frame header (unknown type or flags)");

@@ -59,10 +59,10 @@ struct gm_link_ops {
 
 struct gm_link_opts {
     enum gm_tls_role role;
-    uint32_t max_frame;    /* 0: GM_FRAME_MAX_DEFAULT */
-    int sockbuf;           /* SO_SNDBUF/SO_RCVBUF bytes; 0: kernel autotuning */
-    unsigned ping_ms;      /* 0: no keepalive pings */
-    unsigned timeout_ms;   /* idle timeout when pinging */
+    uint32_t max_frame;  /* 0: GM_FRAME_MAX_DEFAULT */
+    int sockbuf;         /* SO_SNDBUF/SO_RCVBUF bytes; 0: kernel autotuning */
+    unsigned ping_ms;    /* 0: no keepalive pings */
+    unsigned timeout_ms; /* idle timeout when pinging */
 };
 
 typedef void (*gm_link_done_fn)(void *arg, int err);

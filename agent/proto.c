@@ -127,8 +127,8 @@ void gm_proto_addr_fill_host(const char *advertised, const char *observed, char 
     if (a.ss_family == AF_INET)
         wild = ((struct sockaddr_in *)&a)->sin_addr.s_addr == htonl(INADDR_ANY);
     else
-        wild = memcmp(&((struct sockaddr_in6 *)&a)->sin6_addr, &in6addr_any,
-                      sizeof(in6addr_any)) == 0;
+        wild =
+            memcmp(&((struct sockaddr_in6 *)&a)->sin6_addr, &in6addr_any, sizeof(in6addr_any)) == 0;
     if (wild && port != NULL && ocolon != NULL)
         snprintf(out, GM_ADDR_MAX, "%.*s%s", (int)(ocolon - observed), observed, port);
 }
@@ -347,8 +347,7 @@ int gm_proto_join_request_decode(const uint8_t *p, size_t len, struct gm_msg_joi
     if (j == NULL)
         return GM_ERR_PROTO;
     if (json_object_size(j) == 5 && get_hex(j, "token_id", m->token_id, GM_TOKEN_ID_LEN) == 0 &&
-        get_name(j, "node", m->node) == 0 &&
-        get_hex(j, "pubkey", m->pubkey, GM_ID_PUB_LEN) == 0 &&
+        get_name(j, "node", m->node) == 0 && get_hex(j, "pubkey", m->pubkey, GM_ID_PUB_LEN) == 0 &&
         get_addr(j, "listen", m->listen) == 0 &&
         get_hex(j, "proof", m->proof, GM_JOIN_PROOF_LEN) == 0)
         err = 0;

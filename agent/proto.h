@@ -87,8 +87,8 @@ void gm_proto_addr_fill_host(const char *advertised, const char *observed, char 
 /* Encoders return a malloc'd JSON text (*len without NUL) or -ENOMEM/-EINVAL. */
 GM_MUST_CHECK int gm_proto_hello_encode(const char *node, const char *listen, char **out,
                                         size_t *len);
-GM_MUST_CHECK int gm_proto_hello_decode(const uint8_t *p, size_t len,
-                                        char node[GM_ID_NAME_MAX + 1], char listen[GM_ADDR_MAX]);
+GM_MUST_CHECK int gm_proto_hello_decode(const uint8_t *p, size_t len, char node[GM_ID_NAME_MAX + 1],
+                                        char listen[GM_ADDR_MAX]);
 GM_MUST_CHECK int gm_proto_members_encode(const struct gm_member *m, size_t n, char **out,
                                           size_t *len);
 /* *members is malloc'd (free()). */

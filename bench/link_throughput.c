@@ -44,7 +44,7 @@ static size_t total;
 static int sockbuf;
 
 struct result {
-    double gbps;      /* wall clock */
+    double gbps;           /* wall clock */
     double cpu_tx, cpu_rx; /* seconds of CPU, sender and receiver */
 };
 
@@ -143,7 +143,8 @@ static struct result trial_tcp(void)
     pin_cpu(0);
     close(lfd);
     {
-        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+        struct sockaddr_in a = {.sin_family = AF_INET,
+                                .sin_port = htons((uint16_t)port),
                                 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
         int fd = socket(AF_INET, SOCK_STREAM, 0);
         if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0)
@@ -284,8 +285,8 @@ static void tx_close(struct gm_link *l, int err)
     s->done = 1;
 }
 
-static const struct gm_link_ops tx_ops = {.on_up = tx_up, .on_frame = tx_frame,
-                                          .on_writable = tx_more, .on_close = tx_close};
+static const struct gm_link_ops tx_ops = {
+    .on_up = tx_up, .on_frame = tx_frame, .on_writable = tx_more, .on_close = tx_close};
 
 static struct result trial_tls(struct ids *ids)
 {
@@ -313,7 +314,8 @@ static struct result trial_tls(struct ids *ids)
     pin_cpu(0);
     close(lfd);
     {
-        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+        struct sockaddr_in a = {.sin_family = AF_INET,
+                                .sin_port = htons((uint16_t)port),
                                 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
         struct gm_link_opts o = {.role = GM_TLS_ROLE_CLIENT, .sockbuf = sockbuf};
         s.buf = malloc(BUF);

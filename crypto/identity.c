@@ -309,8 +309,7 @@ static int cert_new(struct gm_cert **out, X509 *x)
     return 0;
 }
 
-int gm_id_ca_create(const char *cluster, const struct gm_key *cakey, int days,
-                    struct gm_cert **out)
+int gm_id_ca_create(const char *cluster, const struct gm_key *cakey, int days, struct gm_cert **out)
 {
     char cn[GM_ID_NAME_MAX + 32], uri[GM_ID_NAME_MAX + 32];
     X509 *x = NULL;

@@ -20,8 +20,8 @@
 #include "common/err.h"
 
 #define GM_ID_NAME_MAX 63
-#define GM_ID_PIN_LEN 32         /* SHA-256 of DER SubjectPublicKeyInfo */
-#define GM_ID_PUB_LEN 32         /* raw Ed25519 public key */
+#define GM_ID_PIN_LEN 32 /* SHA-256 of DER SubjectPublicKeyInfo */
+#define GM_ID_PUB_LEN 32 /* raw Ed25519 public key */
 #define GM_ID_CA_DAYS 3650
 #define GM_ID_NODE_DAYS 90
 #define GM_ID_RENEW_BEFORE_S (30 * 86400) /* renew when fewer seconds are left */

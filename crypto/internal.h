@@ -10,8 +10,8 @@
 
 #include "crypto/identity.h"
 
-X509 *gm_id_cert_x509(const struct gm_cert *c);     /* borrowed */
-EVP_PKEY *gm_id_key_pkey(const struct gm_key *k);   /* borrowed */
+X509 *gm_id_cert_x509(const struct gm_cert *c);   /* borrowed */
+EVP_PKEY *gm_id_key_pkey(const struct gm_key *k); /* borrowed */
 int gm_id_x509_identity(X509 *x, char cluster[GM_ID_NAME_MAX + 1], char node[GM_ID_NAME_MAX + 1]);
 int gm_id_x509_pin(X509 *x, uint8_t pin[GM_ID_PIN_LEN]);
 int gm_id_x509_serial(X509 *x, char out[41]);

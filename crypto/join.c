@@ -22,8 +22,8 @@ void gm_join_proof(const uint8_t v[GM_TOKEN_VERIFIER_LEN], enum gm_join_role rol
 }
 
 int gm_join_proof_check(const uint8_t v[GM_TOKEN_VERIFIER_LEN], enum gm_join_role role,
-                        const uint8_t binding[GM_JOIN_BINDING_LEN], const void *ctx,
-                        size_t ctx_len, const uint8_t proof[GM_JOIN_PROOF_LEN])
+                        const uint8_t binding[GM_JOIN_BINDING_LEN], const void *ctx, size_t ctx_len,
+                        const uint8_t proof[GM_JOIN_PROOF_LEN])
 {
     uint8_t want[GM_JOIN_PROOF_LEN];
     int ok;

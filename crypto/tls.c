@@ -27,7 +27,7 @@
 #define DENY_MAX 4096
 
 struct gm_tls_ctx {
-    SSL_CTX *ssl_ctx;    /* owned */
+    SSL_CTX *ssl_ctx;     /* owned */
     BIO_METHOD *bio_meth; /* owned: the engine's in-memory transport (see below) */
     char cluster[GM_ID_NAME_MAX + 1];
     uint8_t pin[GM_ID_PIN_LEN];
@@ -41,12 +41,12 @@ struct gm_tls {
     SSL *ssl;               /* owned; owns bio */
     BIO *bio;               /* borrowed from ssl: both directions */
     /* ciphertext in: owned leftovers first, then the borrowed feed */
-    uint8_t *in;            /* owned */
+    uint8_t *in; /* owned */
     size_t in_off, in_len, in_cap;
-    const uint8_t *bin;     /* borrowed (gm_tls_feed_borrow until gm_tls_feed_end) */
+    const uint8_t *bin; /* borrowed (gm_tls_feed_borrow until gm_tls_feed_end) */
     size_t bin_len;
     /* ciphertext out, records appended until the caller takes them */
-    uint8_t *out;           /* owned */
+    uint8_t *out; /* owned */
     size_t out_off, out_len, out_cap;
     enum gm_tls_role role;
     int done, join;
@@ -59,8 +59,7 @@ struct gm_tls {
 static const unsigned char alpn_member[] = "\x0agradmesh/1";
 static const unsigned char alpn_join[] = "\x0fgradmesh-join/1";
 
-__attribute__((format(printf, 2, 3))) static void set_reason(struct gm_tls *t, const char *fmt,
-                                                             ...)
+__attribute__((format(printf, 2, 3))) static void set_reason(struct gm_tls *t, const char *fmt, ...)
 {
     va_list ap;
 
@@ -247,7 +246,6 @@ static void info_cb(const SSL *ssl, int where, int ret)
         set_reason(t, "sent alert: %s", SSL_alert_desc_string_long(ret));
 }
 
-
 /*
  * The engine's memory BIO.  Like BIO_s_mem, but input can be borrowed from
  * the caller's read buffer (no copy unless bytes are left over), and output
@@ -388,8 +386,8 @@ int gm_tls_ctx_new(const struct gm_tls_config *cfg, struct gm_tls_ctx **out)
                                              "TLS_CHACHA20_POLY1305_SHA256") != 1 ||
         SSL_CTX_set_num_tickets(c->ssl_ctx, 0) != 1)
         goto fail_ssl;
-    SSL_CTX_set_options(c->ssl_ctx, SSL_OP_NO_TICKET | SSL_OP_NO_RENEGOTIATION |
-                                        SSL_OP_NO_COMPRESSION);
+    SSL_CTX_set_options(c->ssl_ctx,
+                        SSL_OP_NO_TICKET | SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION);
     SSL_CTX_set_session_cache_mode(c->ssl_ctx, SSL_SESS_CACHE_OFF);
     SSL_CTX_set_cert_verify_callback(c->ssl_ctx, verify_chain, NULL);
     SSL_CTX_set_client_hello_cb(c->ssl_ctx, client_hello, NULL);
@@ -494,11 +492,10 @@ int gm_tls_new(struct gm_tls_ctx *c, enum gm_tls_role role, struct gm_tls **out)
         SSL_set_verify(t->ssl, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, NULL);
         SSL_set_accept_state(t->ssl);
     } else {
-        int bad = SSL_set_alpn_protos(t->ssl, role == GM_TLS_ROLE_JOINER ? alpn_join : alpn_member,
-                                      (unsigned int)(role == GM_TLS_ROLE_JOINER
-                                                         ? sizeof(alpn_join)
-                                                         : sizeof(alpn_member)) -
-                                          1);
+        int bad = SSL_set_alpn_protos(
+            t->ssl, role == GM_TLS_ROLE_JOINER ? alpn_join : alpn_member,
+            (unsigned int)(role == GM_TLS_ROLE_JOINER ? sizeof(alpn_join) : sizeof(alpn_member)) -
+                1);
         SSL_set_verify(t->ssl, SSL_VERIFY_PEER, NULL);
         SSL_set_connect_state(t->ssl);
         if (bad != 0) {
@@ -565,8 +562,6 @@ int gm_tls_feed(struct gm_tls *t, const void *buf, size_t len)
         err = gm_tls_feed_end(t);
     return err;
 }
-
-
 
 /* Maps a failed SSL call to an error code and a reason. */
 static int ssl_fail(struct gm_tls *t, int ret)

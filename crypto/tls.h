@@ -48,8 +48,8 @@ struct gm_tls_config {
     const struct gm_cert *ca;   /* trust anchor; NULL only for joiners */
     const struct gm_cert *cert; /* own certificate; NULL only for joiners */
     const struct gm_key *key;
-    const uint8_t *pin;         /* joiners: SHA-256 SPKI pin of the CA (32 bytes) */
-    int accept_joins;           /* servers: admit cert-less joiners (ALPN join) */
+    const uint8_t *pin; /* joiners: SHA-256 SPKI pin of the CA (32 bytes) */
+    int accept_joins;   /* servers: admit cert-less joiners (ALPN join) */
 };
 
 struct gm_tls_ctx; /* opaque */

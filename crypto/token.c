@@ -17,7 +17,8 @@
 
 #define TOKEN_VERSION 1
 #define CHECK_LEN 4
-#define PAYLOAD_MAX (2 + GM_ID_NAME_MAX + GM_ID_PIN_LEN + GM_TOKEN_ID_LEN + GM_TOKEN_SECRET_LEN + CHECK_LEN)
+#define PAYLOAD_MAX                                                                                \
+    (2 + GM_ID_NAME_MAX + GM_ID_PIN_LEN + GM_TOKEN_ID_LEN + GM_TOKEN_SECRET_LEN + CHECK_LEN)
 #define STORE_MAX_TOKENS 4096
 
 struct gm_token {
@@ -37,7 +38,7 @@ struct record {
 };
 
 struct gm_token_store {
-    char *path; /* owned */
+    char *path;          /* owned */
     struct record *recs; /* owned, n of cap */
     size_t n, cap;
 };
@@ -98,8 +99,8 @@ int gm_token_parse(const char *s, size_t len, struct gm_token **out)
         s++;
         len--;
     }
-    while (len > 0 && (s[len - 1] == ' ' || s[len - 1] == '\t' || s[len - 1] == '\n' ||
-                       s[len - 1] == '\r'))
+    while (len > 0 &&
+           (s[len - 1] == ' ' || s[len - 1] == '\t' || s[len - 1] == '\n' || s[len - 1] == '\r'))
         len--;
     if (len <= plen || len >= GM_TOKEN_STR_MAX || memcmp(s, GM_TOKEN_PREFIX, plen) != 0)
         return GM_ERR_TOKEN;
@@ -195,16 +196,15 @@ static int store_save(struct gm_token_store *s)
         char id[2 * GM_TOKEN_ID_LEN + 1], v[2 * GM_TOKEN_VERIFIER_LEN + 1];
         sodium_bin2hex(id, sizeof(id), r->id, sizeof(r->id));
         sodium_bin2hex(v, sizeof(v), r->v, sizeof(r->v));
-        off += (size_t)snprintf(buf + off, cap - off,
-                                "v1 %s %s %" PRId64 " %" PRId64 " %d %d %d\n", id, v, r->created,
-                                r->expires, r->uses_left, r->uses_total, r->revoked);
+        off += (size_t)snprintf(buf + off, cap - off, "v1 %s %s %" PRId64 " %" PRId64 " %d %d %d\n",
+                                id, v, r->created, r->expires, r->uses_left, r->uses_total,
+                                r->revoked);
     }
     err = gm_id_write_file(s->path, buf, off, 0600);
     sodium_memzero(buf, cap);
     free(buf);
     if (err != 0)
-        gm_err("event=token-store-save path=%s err=%d msg=\"%s\"", s->path, err,
-               gm_strerror(err));
+        gm_err("event=token-store-save path=%s err=%d msg=\"%s\"", s->path, err, gm_strerror(err));
     return err;
 }
 

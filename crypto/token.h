@@ -65,8 +65,8 @@ void gm_token_store_free(struct gm_token_store *s);
 /* Creates a token, saves the store, writes the token string into out (the
  * caller wipes it with sodium_memzero after printing). */
 GM_MUST_CHECK int gm_token_store_create(struct gm_token_store *s, const char *cluster,
-                                        const uint8_t pin[GM_ID_PIN_LEN], int64_t ttl_s,
-                                        int uses, int64_t now, char out[GM_TOKEN_STR_MAX],
+                                        const uint8_t pin[GM_ID_PIN_LEN], int64_t ttl_s, int uses,
+                                        int64_t now, char out[GM_TOKEN_STR_MAX],
                                         struct gm_token_info *info);
 size_t gm_token_store_count(const struct gm_token_store *s);
 GM_MUST_CHECK int gm_token_store_get(const struct gm_token_store *s, size_t i,

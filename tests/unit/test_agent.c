@@ -159,8 +159,8 @@ static int mc_frame(struct gm_link *l, const struct gm_frame_hdr *h, const uint8
 
     if (h->type == GM_MSG_MEMBERS)
         m->got_members = 1;
-    if (h->type == GM_MSG_ERROR && gm_proto_error_decode(p, h->len, &m->err_code, msg,
-                                                         sizeof(msg)) != 0)
+    if (h->type == GM_MSG_ERROR &&
+        gm_proto_error_decode(p, h->len, &m->err_code, msg, sizeof(msg)) != 0)
         m->err_code = 1;
     if (h->type == GM_MSG_PING)
         gm_link_pong(l, p, h->len);
@@ -181,8 +181,8 @@ static void mc_close(struct gm_link *l, int err)
     m->l = NULL;
 }
 
-static const struct gm_link_ops mc_ops = {.on_up = mc_up, .on_frame = mc_frame,
-                                          .on_close = mc_close};
+static const struct gm_link_ops mc_ops = {
+    .on_up = mc_up, .on_frame = mc_frame, .on_close = mc_close};
 
 static void wake_cb(uv_timer_t *t)
 {
@@ -717,8 +717,8 @@ static int setup_revoked(void)
 
 int main(void)
 {
-    char *init_argv[] = {"init", "--cluster", "lab", "--config", cfg, "--state", state,
-                         "--listen", "127.0.0.1:0", "--node", "alpha", NULL};
+    char *init_argv[] = {"init", "--cluster", "lab",         "--config", cfg,     "--state",
+                         state,  "--listen",  "127.0.0.1:0", "--node",   "alpha", NULL};
     char path[400], cmd[400];
     struct gm_agent *a = NULL;
     pthread_t th;

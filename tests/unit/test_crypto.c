@@ -115,8 +115,8 @@ static void pump(struct gm_tls *c, struct gm_tls *s, int *ec, int *es)
 
 static struct gm_tls_ctx *ctx_of(const struct world *w, const char *cluster, int joins)
 {
-    struct gm_tls_config cfg = {.cluster = cluster, .ca = w->ca, .cert = w->cert, .key = w->key,
-                                .accept_joins = joins};
+    struct gm_tls_config cfg = {
+        .cluster = cluster, .ca = w->ca, .cert = w->cert, .key = w->key, .accept_joins = joins};
     struct gm_tls_ctx *c = NULL;
 
     GM_CHECK_OK(gm_tls_ctx_new(&cfg, &c));
@@ -396,8 +396,8 @@ static void test_tls_refusals(void)
     int ec, es;
 
     world_make(&a, "lab", "n1");
-    world_make(&other, "lab", "n9"); /* same names, another CA */
-    world_node(&a, &wrongcl, "zoo", "n3");   /* our CA, other cluster */
+    world_make(&other, "lab", "n9");       /* same names, another CA */
+    world_node(&a, &wrongcl, "zoo", "n3"); /* our CA, other cluster */
     sa = ctx_of(&a, "lab", 1);
     sa_nojoin = ctx_of(&a, "lab", 0);
     co = ctx_of(&other, "lab", 0);

@@ -40,8 +40,11 @@ static size_t frame(uint8_t *out, uint16_t type, uint16_t flags, uint64_t req, c
 
 static void test_header_bytes(void)
 {
-    struct gm_frame_hdr h = {.type = 0x0102, .flags = 1, .len = 0x03040506,
-                             .req = 0x0708090a0b0c0d0eull}, back;
+    struct gm_frame_hdr h = {.type = 0x0102,
+                             .flags = 1,
+                             .len = 0x03040506,
+                             .req = 0x0708090a0b0c0d0eull},
+                        back;
     uint8_t b[16];
     const uint8_t want[16] = {1, 2, 0, 1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14};
 
@@ -220,9 +223,9 @@ static void test_messages(void)
     GM_CHECK_ERR(gm_proto_hello_decode((const uint8_t *)"{\"node\":\"A\",\"listen\":\"1.2.3.4:5\"}",
                                        34, node, listen),
                  GM_ERR_PROTO);
-    GM_CHECK_ERR(gm_proto_hello_decode((const uint8_t *)"{\"node\":\"a\",\"node\":\"b\"}", 23, node,
-                                       listen),
-                 GM_ERR_PROTO);
+    GM_CHECK_ERR(
+        gm_proto_hello_decode((const uint8_t *)"{\"node\":\"a\",\"node\":\"b\"}", 23, node, listen),
+        GM_ERR_PROTO);
     GM_CHECK_ERR(gm_proto_hello_decode((const uint8_t *)"[]", 2, node, listen), GM_ERR_PROTO);
     GM_CHECK_ERR(gm_proto_hello_decode(NULL, 0, node, listen), GM_ERR_PROTO);
 
