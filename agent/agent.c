@@ -1171,8 +1171,11 @@ void gm_agent_stop(struct gm_agent *a)
     if (a->stopping)
         return;
     a->stopping = 1;
-    for (c = a->links; c != NULL; c = c->next)
+    for (c = a->links; c != NULL; c = c->next) {
+        if (gm_link_state(c->link) == LS_UP)
+            ignore(gm_link_send(c->link, GM_MSG_BYE, 0, NULL, 0)); /* peers log a clean exit */
         gm_link_close(c->link, 0);
+    }
     gm_control_close(a->control);
     a->control = NULL;
     if (a->started) {
