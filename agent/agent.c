@@ -35,6 +35,7 @@
 #define JOIN_FAIL_WINDOW_S 60
 #define PING_MS 5000
 #define TIMEOUT_MS 20000
+#define MAX_HANDSHAKING 64 /* unauthenticated connections at once; more are dropped */
 #define RENEW_CHECK_S 3600 /* how often the certificate's expiry is looked at */
 
 enum lstate {
@@ -829,6 +830,17 @@ static void connection_cb(uv_stream_t *server, int status)
         err = gm_link_accept(c->link, server);
         if (err != 0)
             gm_link_free_unstarted(c->link);
+    }
+    if (err == 0) {
+        struct lctx *k;
+        int n = 0;
+        for (k = a->links; k != NULL; k = k->next)
+            n += !k->dialed && gm_link_state(k->link) == LS_HANDSHAKE;
+        if (n > MAX_HANDSHAKING) {
+            snprintf(c->reason, sizeof(c->reason), "too many connections in handshake");
+            gm_link_close(c->link, -EBUSY);
+        }
+        return;
     }
     if (err != 0) {
         gm_err("event=accept-failed err=%d msg=\"%s\"", err, gm_strerror(err));
