@@ -444,10 +444,8 @@ int gm_tls_ctx_deny(struct gm_tls_ctx *c, const char *serial)
 {
     size_t n = strlen(serial);
 
-    if (n == 0 || n > 40)
+    if (n == 0 || n > 40 || strspn(serial, "0123456789abcdefABCDEF") != n)
         return -EINVAL;
-    if (is_denied(c, serial))
-        return 0;
     if (c->n_deny == c->cap_deny) {
         size_t cap = c->cap_deny ? 2 * c->cap_deny : 16;
         char(*d)[41];
@@ -459,7 +457,11 @@ int gm_tls_ctx_deny(struct gm_tls_ctx *c, const char *serial)
         c->deny = d;
         c->cap_deny = cap;
     }
-    memcpy(c->deny[c->n_deny++], serial, n + 1);
+    memcpy(c->deny[c->n_deny], serial, n + 1);
+    for (size_t i = 0; i < n; i++) /* as gm_id_cert_serial writes it: lower case */
+        if (c->deny[c->n_deny][i] >= 'A' && c->deny[c->n_deny][i] <= 'F')
+            c->deny[c->n_deny][i] = (char)(c->deny[c->n_deny][i] - 'A' + 'a');
+    c->n_deny++;
     return 0;
 }
 

@@ -57,7 +57,8 @@ struct gm_tls;     /* opaque */
 
 GM_MUST_CHECK int gm_tls_ctx_new(const struct gm_tls_config *cfg, struct gm_tls_ctx **out);
 void gm_tls_ctx_free(struct gm_tls_ctx *c);
-/* Adds a revoked certificate serial (lower-case hex, as gm_id_cert_serial). */
+/* Adds a revoked certificate serial (hex, either case: `openssl x509 -serial`
+ * prints it upper case, gm_id_cert_serial lower case). */
 GM_MUST_CHECK int gm_tls_ctx_deny(struct gm_tls_ctx *c, const char *serial);
 
 /* Replaces the certificate and key that new sessions present (renewal);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tests/integration/tls_refusals.sh - an outside TLS client (openssl s_client)
 # checks the agent's rules: no client certificate, TLS 1.2 only, and a
-# self-signed certificate are each refused (the alert on the client side, a
+# self-signed certificate, and a revoked member certificate are each refused
+# (the alert on the client side, a
 # log line on the agent's); a real member certificate is accepted (so the
 # test can fail).
 #
@@ -61,4 +62,14 @@ pass "a member certificate is accepted (control)"
 # the agent is still serving
 "$GM" status --config "$WORK/alpha.conf" >/dev/null || fail "agent died"
 pass "agent still serving"
+
+# a revoked member: its serial (as openssl prints it) in the denylist, agent restarted
+openssl x509 -noout -serial -in "$WORK/beta/node.crt" | sed 's/^serial=//' >"$WORK/alpha/denylist"
+kill "$PID_alpha"; wait "$PID_alpha" 2>/dev/null
+start_agent alpha
+n=$(count "is revoked")
+sclient -cert "$WORK/beta/node.crt" -key "$WORK/beta/node.key"
+grep -qi "alert certificate revoked" "$WORK/s.out" || fail "revoked: $(tail -5 "$WORK/s.out")"
+wait_for "agent log: revoked" count_gt "is revoked" "$n"
+pass "revoked member certificate refused (certificate revoked)"
 stop_agents
