@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
 # tests/integration/tls_refusals.sh - an outside TLS client (openssl s_client)
-# checks the agent's rules: no client certificate, TLS 1.2 only, and a
-# self-signed certificate, and a revoked member certificate are each refused
-# (the alert on the client side, a
-# log line on the agent's); a real member certificate is accepted (so the
-# test can fail).
+# checks the agent's rules: no client certificate, TLS 1.2 only, a self-signed
+# certificate and a revoked member's certificate are each refused (the alert on
+# the client side, a log line on the agent's); a real member certificate is
+# accepted (so the test can fail).
 #
 #   openssl s_client  --TLS-->  alpha (agent) 127.0.0.1:PA
 set -uo pipefail
