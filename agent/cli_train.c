@@ -45,12 +45,9 @@ static void usage(FILE *f)
 int gm_cli_train(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        {"local", required_argument, NULL, 'l'},
-        {"summary-json", required_argument, NULL, 's'},
-        {"out", required_argument, NULL, 'o'},
-        {"no-progress", no_argument, NULL, 'n'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        {"local", required_argument, NULL, 'l'}, {"summary-json", required_argument, NULL, 's'},
+        {"out", required_argument, NULL, 'o'},   {"no-progress", no_argument, NULL, 'n'},
+        {"help", no_argument, NULL, 'h'},        {NULL, 0, NULL, 0},
     };
     const char *job_path = NULL, *summary = NULL, *out = NULL;
     int progress = isatty(2) && getenv("JOURNAL_STREAM") == NULL;

@@ -22,17 +22,17 @@
 
 enum gm_err {
     GM_ERR_BASE = -4000,
-    GM_ERR_CONFIG = -4001,    /* bad configuration or job file */
-    GM_ERR_DATA = -4002,      /* bad or truncated dataset file */
-    GM_ERR_FORMAT = -4003,    /* malformed bytes (wrong magic, bad header) */
-    GM_ERR_SHAPE = -4004,     /* tensor shapes do not fit together */
-    GM_ERR_DEVICE = -4005,    /* operation not available on this device */
-    GM_ERR_NUMERIC = -4006,   /* NaN or Inf where a finite value is required */
-    GM_ERR_TOKEN = -4007,     /* bad, expired, revoked or used invite token */
-    GM_ERR_AUTH = -4008,      /* authentication or pin check failed */
-    GM_ERR_PROTO = -4009,     /* peer broke the wire protocol */
-    GM_ERR_MISMATCH = -4010,  /* peers disagree (sizes, codecs, steps) */
-    GM_ERR_ABORTED = -4011,   /* operation aborted (peer lost, shutdown) */
+    GM_ERR_CONFIG = -4001,   /* bad configuration or job file */
+    GM_ERR_DATA = -4002,     /* bad or truncated dataset file */
+    GM_ERR_FORMAT = -4003,   /* malformed bytes (wrong magic, bad header) */
+    GM_ERR_SHAPE = -4004,    /* tensor shapes do not fit together */
+    GM_ERR_DEVICE = -4005,   /* operation not available on this device */
+    GM_ERR_NUMERIC = -4006,  /* NaN or Inf where a finite value is required */
+    GM_ERR_TOKEN = -4007,    /* bad, expired, revoked or used invite token */
+    GM_ERR_AUTH = -4008,     /* authentication or pin check failed */
+    GM_ERR_PROTO = -4009,    /* peer broke the wire protocol */
+    GM_ERR_MISMATCH = -4010, /* peers disagree (sizes, codecs, steps) */
+    GM_ERR_ABORTED = -4011,  /* operation aborted (peer lost, shutdown) */
     GM_ERR_LAST = -4012,
 };
 

@@ -71,8 +71,7 @@ extern struct gm_test_state gm_test_state;
         double va_ = (double)(a), vb_ = (double)(b);                                               \
         gm_test_state.checks++;                                                                    \
         if (!(fabs(va_ - vb_) <= (atol) + (rtol)*fabs(vb_)))                                       \
-            GM_TEST_FAIL_("%s ~ %s (%.9g vs %.9g, diff %.3g)", #a, #b, va_, vb_,                   \
-                          fabs(va_ - vb_));                                                        \
+            GM_TEST_FAIL_("%s ~ %s (%.9g vs %.9g, diff %.3g)", #a, #b, va_, vb_, fabs(va_ - vb_)); \
     } while (0)
 
 #define GM_CHECK_STREQ(a, b)                                                                       \

@@ -374,6 +374,15 @@ static int idx_read(const char *path, uint32_t want, struct gm_idx *hdr, uint8_t
     if (err)
         goto out;
     gz = src_is_gz(&s);
+    /* A well-formed IDX magic of the other kind (labels where images belong, or
+     * the reverse) says so, before its dimensions are read as the wrong shape. */
+    if (hlen == 4 && head[0] == 0 && head[1] == 0 && head[2] == GM_IDX_TYPE_UBYTE &&
+        get_be32(head) != want) {
+        gm_err("%s: wrong magic 0x%08x, expected 0x%08x (%s)", path, get_be32(head), want,
+               magic_name(want));
+        err = GM_ERR_DATA;
+        goto out;
+    }
     if (hlen == 4 && head[3] >= 1 && head[3] <= GM_IDX_MAX_DIMS) {
         err = src_read(&s, head + 4, 4 * (size_t)head[3], &got);
         if (err)

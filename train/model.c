@@ -42,18 +42,18 @@ struct layer {
     enum layer_kind kind;
     int in_c, in_h, in_w; /* per sample; dense layers use in_c only */
     int out_c, out_h, out_w;
-    int k, pad;      /* conv kernel and padding; pool window */
-    int relu;        /* maxpool: fused ReLU before the pool */
-    float p;         /* dropout probability */
-    int w_tensor;    /* index into m->tensors of the weight (bias = +1), or -1 */
-    float *y;        /* owned, or borrowed (flatten) */
-    float *dx;       /* owned; NULL for layer 0 */
-    float *col;      /* owned: conv */
-    float *dcol;     /* owned: conv */
-    float *wpack;    /* owned: direct conv (weights repacked / dW accumulators) */
-    int direct;      /* conv: direct kernel instead of im2col + sgemm */
-    uint8_t *arg;    /* owned: maxpool */
-    float *mask;     /* owned: dropout */
+    int k, pad;   /* conv kernel and padding; pool window */
+    int relu;     /* maxpool: fused ReLU before the pool */
+    float p;      /* dropout probability */
+    int w_tensor; /* index into m->tensors of the weight (bias = +1), or -1 */
+    float *y;     /* owned, or borrowed (flatten) */
+    float *dx;    /* owned; NULL for layer 0 */
+    float *col;   /* owned: conv */
+    float *dcol;  /* owned: conv */
+    float *wpack; /* owned: direct conv (weights repacked / dW accumulators) */
+    int direct;   /* conv: direct kernel instead of im2col + sgemm */
+    uint8_t *arg; /* owned: maxpool */
+    float *mask;  /* owned: dropout */
     int owns_y;
 };
 
@@ -503,8 +503,8 @@ int gm_model_forward(struct gm_model *m, int n, int train, uint64_t seed)
         switch (l->kind) {
         case LAYER_CONV2D: {
             struct gm_conv2d_shape s;
-            int err = gm_conv2d_shape_init(&s, n, l->in_h, l->in_w, l->in_c, l->out_c, l->k,
-                                           l->pad);
+            int err =
+                gm_conv2d_shape_init(&s, n, l->in_h, l->in_w, l->in_c, l->out_c, l->k, l->pad);
             GM_ASSERT(err == 0);
             if (l->direct)
                 gm_conv2d_direct_forward_cpu(&s, x, w_of(m, l, m->params), b_of(m, l, m->params),
@@ -560,15 +560,15 @@ int gm_model_backward(struct gm_model *m, int n)
         switch (l->kind) {
         case LAYER_CONV2D: {
             struct gm_conv2d_shape s;
-            int err = gm_conv2d_shape_init(&s, n, l->in_h, l->in_w, l->in_c, l->out_c, l->k,
-                                           l->pad);
+            int err =
+                gm_conv2d_shape_init(&s, n, l->in_h, l->in_w, l->in_c, l->out_c, l->k, l->pad);
             GM_ASSERT(err == 0);
             if (l->direct)
-                gm_conv2d_direct_backward_cpu(&s, x, dy, w_of(m, l, m->grads),
-                                              b_of(m, l, m->grads), l->wpack);
+                gm_conv2d_direct_backward_cpu(&s, x, dy, w_of(m, l, m->grads), b_of(m, l, m->grads),
+                                              l->wpack);
             else
-                gm_conv2d_backward_cpu(&s, l->col, w_of(m, l, m->params), dy,
-                                       w_of(m, l, m->grads), b_of(m, l, m->grads), l->dcol, l->dx);
+                gm_conv2d_backward_cpu(&s, l->col, w_of(m, l, m->params), dy, w_of(m, l, m->grads),
+                                       b_of(m, l, m->grads), l->dcol, l->dx);
             break;
         }
         case LAYER_MAXPOOL:

@@ -58,14 +58,14 @@ struct gm_param_info {
     int64_t shape[4]; /* PyTorch layout */
     size_t offset;    /* into the flat parameter/gradient buffers, in floats */
     size_t numel;
-    int rows, cols;   /* the internal 2-D view (rows = output units); for PowerSGD */
+    int rows, cols; /* the internal 2-D view (rows = output units); for PowerSGD */
 };
 
 /* Returns 1 when name is a model this build knows. */
 int gm_model_known(const char *name);
 
-int gm_model_new(const struct gm_model_spec *spec, int max_batch, struct gm_model **out)
-    GM_MUST_CHECK;
+int gm_model_new(const struct gm_model_spec *spec, int max_batch,
+                 struct gm_model **out) GM_MUST_CHECK;
 void gm_model_free(struct gm_model *m);
 
 size_t gm_model_num_params(const struct gm_model *m);

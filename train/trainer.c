@@ -34,7 +34,7 @@ struct run {
     struct gm_model *model;
     struct gm_optim optim;
     struct gm_sched sched;
-    int32_t *labels; /* owned: one batch */
+    int32_t *labels;    /* owned: one batch */
     uint32_t *eval_idx; /* owned */
     long step;
     int epoch;
@@ -192,7 +192,7 @@ static int setup(struct run *r)
     r->steps_per_epoch = (long)(gm_sampler_len(&r->sampler) / (size_t)job->optim.batch);
     r->sched.kind = job->schedule.kind == GM_JOB_SCHEDULE_KIND_STEP     ? GM_SCHED_STEP
                     : job->schedule.kind == GM_JOB_SCHEDULE_KIND_COSINE ? GM_SCHED_COSINE
-                                                                         : GM_SCHED_CONSTANT;
+                                                                        : GM_SCHED_CONSTANT;
     r->sched.base_lr = (float)job->optim.lr;
     r->sched.warmup_steps = job->schedule.warmup_steps;
     r->sched.step_size = job->schedule.step_size;
@@ -261,8 +261,8 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
             }
             gm_dataset_batch(&r.train, idx + (size_t)s * (size_t)B, (size_t)B,
                              gm_model_input(r.model), r.labels);
-            if ((err = gm_model_forward(r.model, B, 1, job->seed * 0x9e3779b97f4a7c15ull +
-                                                          (uint64_t)r.step)) < 0)
+            if ((err = gm_model_forward(r.model, B, 1,
+                                        job->seed * 0x9e3779b97f4a7c15ull + (uint64_t)r.step)) < 0)
                 goto out;
             double loss = gm_model_loss(r.model, B, r.labels, NULL);
             if (!isfinite(loss)) {
@@ -311,8 +311,7 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
                 goto out;
             gm_info("event=epoch epoch=%d steps=%ld train_loss=%.4f test_loss=%.4f "
                     "test_accuracy=%.2f epoch_s=%.1f samples_per_s=%.0f",
-                    r.epoch + 1, r.step, epoch_loss, tloss, acc, epoch_s,
-                    (double)s * B / epoch_s);
+                    r.epoch + 1, r.step, epoch_loss, tloss, acc, epoch_s, (double)s * B / epoch_s);
         } else {
             gm_info("event=epoch epoch=%d steps=%ld train_loss=%.4f epoch_s=%.1f "
                     "samples_per_s=%.0f",
@@ -367,7 +366,8 @@ int gm_train_summary_write_json(const struct gm_train_summary *s, const char *pa
     json_object_set_new(o, "params", json_integer((json_int_t)s->params));
     json_object_set_new(o, "peak_rss_mb", json_real((double)s->peak_rss_kb / 1024.0));
     json_object_set_new(o, "interrupted", json_boolean(s->interrupted));
-    json_object_set_new(o, "checkpoint", s->checkpoint[0] ? json_string(s->checkpoint) : json_null());
+    json_object_set_new(o, "checkpoint",
+                        s->checkpoint[0] ? json_string(s->checkpoint) : json_null());
     if (json_dump_file(o, path, JSON_INDENT(2) | JSON_SORT_KEYS) != 0) {
         gm_err("%s: cannot write the summary: %s", path, strerror(errno));
         err = -EIO;

@@ -33,7 +33,7 @@ struct gm_train_summary {
     long steps;
     double test_accuracy; /* percent */
     double test_loss;
-    double train_loss; /* mean over the last epoch */
+    double train_loss;    /* mean over the last epoch */
     double samples_per_s; /* training samples per second of training time (no eval) */
     double train_s;
     double wall_s;
@@ -45,9 +45,9 @@ struct gm_train_summary {
 };
 
 struct gm_train_opts {
-    int progress;                      /* 1: terminal progress bar; 0: log lines */
-    volatile sig_atomic_t *stop;       /* borrowed, may be NULL */
-    const char *out;                   /* overrides job->out when not NULL */
+    int progress;                /* 1: terminal progress bar; 0: log lines */
+    volatile sig_atomic_t *stop; /* borrowed, may be NULL */
+    const char *out;             /* overrides job->out when not NULL */
 };
 
 /* Returns 0 or an error (GM_ERR_CONFIG / GM_ERR_DATA already logged with the

@@ -128,8 +128,11 @@ static void check_close_d(const char *what, const float *got, const double *want
 static void test_conv_blas_equals_naive(void)
 {
     const int cases[][6] = {/* n h w c oc k pad */
-                            {2, 28, 28, 1, 6, 5},  {3, 14, 14, 6, 16, 5}, {2, 7, 9, 3, 4, 3},
-                            {1, 5, 5, 2, 3, 5},    {2, 6, 4, 3, 2, 1}};
+                            {2, 28, 28, 1, 6, 5},
+                            {3, 14, 14, 6, 16, 5},
+                            {2, 7, 9, 3, 4, 3},
+                            {1, 5, 5, 2, 3, 5},
+                            {2, 6, 4, 3, 2, 1}};
     const int pads[] = {2, 0, 1, 2, 0};
     int directs = 0;
 
@@ -138,7 +141,8 @@ static void test_conv_blas_equals_naive(void)
         GM_CHECK_OK(gm_conv2d_shape_init(&s, cases[t][0], cases[t][1], cases[t][2], cases[t][3],
                                          cases[t][4], cases[t][5], pads[t]));
         size_t nx = (size_t)s.n * s.h * s.w * s.c, nw = (size_t)s.oc * s.k * s.k * s.c;
-        size_t ny = (size_t)s.n * s.oh * s.ow * s.oc, ncol = (size_t)s.n * s.oh * s.ow * s.k * s.k * s.c;
+        size_t ny = (size_t)s.n * s.oh * s.ow * s.oc,
+               ncol = (size_t)s.n * s.oh * s.ow * s.k * s.k * s.c;
         float *x = randv(nx, 1), *w = randv(nw, 0.5f), *b = randv((size_t)s.oc, 0.5f);
         float *y = randv(ny, 1), *yref = randv(ny, 1), *dy = randv(ny, 1);
         float *col = randv(ncol, 1), *dcol = randv(ncol, 1);
@@ -305,7 +309,8 @@ static void maxpool_case(int n, int h, int w, int ch, int k, int relu)
                     float m = -1e30f;
                     for (int dy = 0; dy < k; dy++)
                         for (int dxx = 0; dxx < k; dxx++) {
-                            float v = x[(((size_t)b * h + oy * k + dy) * w + ox * k + dxx) * ch + q];
+                            float v =
+                                x[(((size_t)b * h + oy * k + dy) * w + ox * k + dxx) * ch + q];
                             m = v > m ? v : m;
                         }
                     if (relu && m < 0)
@@ -481,12 +486,18 @@ static void model_fd(const struct gm_model_spec *spec, int n, int train)
 
 static void test_models_fd(void)
 {
-    struct gm_model_spec lenet = {.name = "lenet5", .in_c = 1, .in_h = 28, .in_w = 28,
-                                  .classes = 10};
-    struct gm_model_spec lenet3 = {.name = "lenet5", .in_c = 3, .in_h = 32, .in_w = 32,
-                                   .classes = 10, .dropout = 0.25f};
-    struct gm_model_spec mlp = {.name = "mlp", .in_c = 1, .in_h = 28, .in_w = 28,
-                                .classes = 10, .hidden = {32, 16}, .nhidden = 2, .dropout = 0.2f};
+    struct gm_model_spec lenet = {
+        .name = "lenet5", .in_c = 1, .in_h = 28, .in_w = 28, .classes = 10};
+    struct gm_model_spec lenet3 = {
+        .name = "lenet5", .in_c = 3, .in_h = 32, .in_w = 32, .classes = 10, .dropout = 0.25f};
+    struct gm_model_spec mlp = {.name = "mlp",
+                                .in_c = 1,
+                                .in_h = 28,
+                                .in_w = 28,
+                                .classes = 10,
+                                .hidden = {32, 16},
+                                .nhidden = 2,
+                                .dropout = 0.2f};
     model_fd(&lenet, 4, 0);
     model_fd(&lenet3, 3, 1);
     model_fd(&mlp, 5, 1);
@@ -497,8 +508,8 @@ static void test_model_contract(void)
     struct gm_model *m = (struct gm_model *)&m;
     struct gm_model_spec bad = {.name = "lenet7", .in_c = 1, .in_h = 28, .in_w = 28, .classes = 10};
     struct gm_model_spec tiny = {.name = "lenet5", .in_c = 1, .in_h = 3, .in_w = 3, .classes = 10};
-    struct gm_model_spec lenet = {.name = "lenet5", .in_c = 1, .in_h = 28, .in_w = 28,
-                                  .classes = 10};
+    struct gm_model_spec lenet = {
+        .name = "lenet5", .in_c = 1, .in_h = 28, .in_w = 28, .classes = 10};
 
     GM_CHECK_ERR(gm_model_new(&bad, 4, &m), -EINVAL);
     GM_CHECK(m == NULL);
@@ -560,8 +571,8 @@ static int read_file(const char *path, void *p, size_t n)
 static void test_lenet_numpy(void)
 {
     const int n = 6;
-    struct gm_model_spec spec = {.name = "lenet5", .in_c = 1, .in_h = 28, .in_w = 28,
-                                 .classes = 10};
+    struct gm_model_spec spec = {
+        .name = "lenet5", .in_c = 1, .in_h = 28, .in_w = 28, .classes = 10};
     struct gm_model *m;
     char dir[] = "/tmp/gm-lenet-ref-XXXXXX", path[512], cmd[1024];
     int32_t y[6];
@@ -626,8 +637,10 @@ static void test_lenet_numpy(void)
 
 int main(void)
 {
-    gm_rng_init(&rng, getenv("GM_TEST_SEED") ? strtoull(getenv("GM_TEST_SEED"), NULL, 10) : 12345, 0);
-    if (access("tests/unit/lenet_ref.py", R_OK) != 0 && chdir(getenv("GM_SRCDIR") ? getenv("GM_SRCDIR") : ".") != 0)
+    gm_rng_init(&rng, getenv("GM_TEST_SEED") ? strtoull(getenv("GM_TEST_SEED"), NULL, 10) : 12345,
+                0);
+    if (access("tests/unit/lenet_ref.py", R_OK) != 0 &&
+        chdir(getenv("GM_SRCDIR") ? getenv("GM_SRCDIR") : ".") != 0)
         return 1;
     GM_TEST_RUN(test_conv_blas_equals_naive);
     GM_TEST_RUN(test_conv_fd);

@@ -53,5 +53,5 @@ int gm_conv2d_use_direct(const struct gm_conv2d_shape *s, int need_dx);
 size_t gm_conv2d_direct_pack_floats(const struct gm_conv2d_shape *s);
 void gm_conv2d_direct_forward_cpu(const struct gm_conv2d_shape *s, const float *x, const float *w,
                                   const float *b, float *wpack, float *y);
-void gm_conv2d_direct_backward_cpu(const struct gm_conv2d_shape *s, const float *x,
-                                   const float *dy, float *dw, float *db, float *accbuf);
+void gm_conv2d_direct_backward_cpu(const struct gm_conv2d_shape *s, const float *x, const float *dy,
+                                   float *dw, float *db, float *accbuf);

@@ -252,8 +252,8 @@ void gm_conv2d_direct_forward_cpu(const struct gm_conv2d_shape *s, const float *
     }
 }
 
-void gm_conv2d_direct_backward_cpu(const struct gm_conv2d_shape *s, const float *x,
-                                   const float *dy, float *dw, float *db, float *accbuf)
+void gm_conv2d_direct_backward_cpu(const struct gm_conv2d_shape *s, const float *x, const float *dy,
+                                   float *dw, float *db, float *accbuf)
 {
     const int k = s->k, c = s->c, oc = s->oc, taps = k * k * c, kc = k * c;
     v8f *acc = (v8f *)accbuf;

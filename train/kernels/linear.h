@@ -9,7 +9,7 @@
 
 void gm_linear_forward_cpu(int n, int in, int out, const float *x, const float *w, const float *b,
                            float *y);
-void gm_linear_backward_cpu(int n, int in, int out, const float *x, const float *w,
-                            const float *dy, float *dw, float *db, float *dx);
+void gm_linear_backward_cpu(int n, int in, int out, const float *x, const float *w, const float *dy,
+                            float *dw, float *db, float *dx);
 
 #endif

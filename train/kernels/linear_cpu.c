@@ -16,11 +16,11 @@ void gm_linear_forward_cpu(int n, int in, int out, const float *x, const float *
                 out);
 }
 
-void gm_linear_backward_cpu(int n, int in, int out, const float *x, const float *w,
-                            const float *dy, float *dw, float *db, float *dx)
+void gm_linear_backward_cpu(int n, int in, int out, const float *x, const float *w, const float *dy,
+                            float *dw, float *db, float *dx)
 {
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, n, 1.0f, dy, out, x, in, 0.0f,
-                dw, in);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, n, 1.0f, dy, out, x, in, 0.0f, dw,
+                in);
     memset(db, 0, sizeof(float) * (size_t)out);
     for (int r = 0; r < n; r++) {
         const float *restrict d = dy + (size_t)r * out;

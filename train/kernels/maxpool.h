@@ -20,7 +20,7 @@
 
 void gm_maxpool_forward_cpu(int n, int h, int w, int c, int k, int relu, const float *x, float *y,
                             uint8_t *arg);
-void gm_maxpool_backward_cpu(int n, int h, int w, int c, int k, const float *dy,
-                             const uint8_t *arg, float *dx);
+void gm_maxpool_backward_cpu(int n, int h, int w, int c, int k, const float *dy, const uint8_t *arg,
+                             float *dx);
 
 #endif

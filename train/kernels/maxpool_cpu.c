@@ -45,8 +45,7 @@ static inline v8f selectf(v8i mask, v8f a, v8f b)
 
 /* 2x2 windows (by far the common case): a plain loop over channels whose
  * ternaries GCC if-converts into compare + blend, vectorized when it can. */
-static void forward_k2(int n, int h, int w, int c, int relu, const float *x, float *y,
-                       uint8_t *arg)
+static void forward_k2(int n, int h, int w, int c, int relu, const float *x, float *y, uint8_t *arg)
 {
     const int oh = h / 2, ow = w / 2;
     const float floor_v = relu ? 0.0f : -__builtin_inff();
@@ -120,8 +119,8 @@ void gm_maxpool_forward_cpu(int n, int h, int w, int c, int k, int relu, const f
     }
 }
 
-void gm_maxpool_backward_cpu(int n, int h, int w, int c, int k, const float *dy,
-                             const uint8_t *arg, float *dx)
+void gm_maxpool_backward_cpu(int n, int h, int w, int c, int k, const float *dy, const uint8_t *arg,
+                             float *dx)
 {
     const int oh = h / k, ow = w / k;
 
