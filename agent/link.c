@@ -41,8 +41,7 @@ struct bulk_item {
 struct wreq {
     uv_write_t req;
     struct gm_link *l;
-    size_t len;
-    uint8_t data[];
+    struct gm_tls_block b; /* the engine's output block, given back when written */
 };
 
 struct gm_link {
@@ -247,7 +246,8 @@ static void write_cb(uv_write_t *req, int status)
     struct wreq *w = (struct wreq *)req;
     struct gm_link *l = w->l;
 
-    l->wq_bytes -= w->len;
+    l->wq_bytes -= w->b.len;
+    gm_tls_out_recycle(l->tls, &w->b);
     free(w);
     if (status < 0) {
         if (!l->closing)
@@ -263,8 +263,9 @@ static void write_cb(uv_write_t *req, int status)
 }
 
 /* Moves pending ciphertext from the TLS engine to the kernel: in place with
- * uv_try_write when libuv's queue is empty (the usual case), and whatever the
- * socket does not take now is copied into a write request. */
+ * uv_try_write when libuv's queue is empty, and what the socket does not take
+ * now goes to uv_write as the engine's own buffer block (no copy), which
+ * returns to the engine for reuse when written. */
 static int flush(struct gm_link *l)
 {
     const uint8_t *p = NULL;
@@ -289,19 +290,24 @@ static int flush(struct gm_link *l)
             return err;
         }
     }
-    w = malloc(sizeof(*w) + n);
+    w = malloc(sizeof(*w));
     if (w == NULL)
         return -ENOMEM;
     w->l = l;
-    w->len = gm_tls_out_take(l->tls, w->data, n);
-    b = uv_buf_init((char *)w->data, (unsigned)w->len);
-    err = uv_write(&w->req, (uv_stream_t *)&l->tcp, &b, 1, write_cb);
+    err = gm_tls_out_detach(l->tls, &w->b); /* the socket is full: queue the block itself */
     if (err != 0) {
         free(w);
         return err;
     }
-    l->wq_bytes += w->len;
-    l->tx += w->len;
+    b = uv_buf_init((char *)w->b.data, (unsigned)w->b.len);
+    err = uv_write(&w->req, (uv_stream_t *)&l->tcp, &b, 1, write_cb);
+    if (err != 0) {
+        gm_tls_out_recycle(NULL, &w->b);
+        free(w);
+        return err;
+    }
+    l->wq_bytes += w->b.len;
+    l->tx += w->b.len;
     return 0;
 }
 

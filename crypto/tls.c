@@ -48,6 +48,8 @@ struct gm_tls {
     /* ciphertext out, records appended until the caller takes them */
     uint8_t *out; /* owned */
     size_t out_off, out_len, out_cap;
+    uint8_t *spare; /* owned: a detached block given back, for the next detach */
+    size_t spare_cap;
     enum gm_tls_role role;
     int done, join;
     X509 *pinned_ca; /* owned (joiner) */
@@ -256,7 +258,7 @@ static void info_cb(const SSL *ssl, int where, int ret)
 static int grow(uint8_t **buf, size_t *cap, size_t need)
 {
     uint8_t *n;
-    size_t c = *cap ? *cap : 16384;
+    size_t c = *cap ? *cap : (256u << 10); /* one bulk chunk's records: no realloc chain */
 
     if (need <= *cap)
         return 0;
@@ -519,6 +521,7 @@ void gm_tls_free(struct gm_tls *t)
         OPENSSL_cleanse(t->in, t->in_cap);
     free(t->in);
     free(t->out);
+    free(t->spare);
     OPENSSL_cleanse(t, sizeof(*t));
     free(t);
 }
@@ -675,6 +678,35 @@ void gm_tls_out_consume(struct gm_tls *t, size_t n)
     t->out_len -= n;
     if (t->out_len == 0)
         t->out_off = 0;
+}
+
+int gm_tls_out_detach(struct gm_tls *t, struct gm_tls_block *b)
+{
+    memset(b, 0, sizeof(*b));
+    if (t->out_len == 0)
+        return -ENOENT;
+    b->block = t->out;
+    b->cap = t->out_cap;
+    b->data = t->out + t->out_off;
+    b->len = t->out_len;
+    t->out = t->spare; /* NULL is fine: grow() allocates */
+    t->out_cap = t->spare_cap;
+    t->spare = NULL;
+    t->spare_cap = 0;
+    t->out_off = 0;
+    t->out_len = 0;
+    return 0;
+}
+
+void gm_tls_out_recycle(struct gm_tls *t, struct gm_tls_block *b)
+{
+    if (t != NULL && t->spare == NULL && b->cap <= (4u << 20)) {
+        t->spare = b->block;
+        t->spare_cap = b->cap;
+    } else {
+        free(b->block);
+    }
+    memset(b, 0, sizeof(*b));
 }
 
 size_t gm_tls_out_take(struct gm_tls *t, void *buf, size_t cap)

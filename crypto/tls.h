@@ -94,6 +94,18 @@ size_t gm_tls_out_pending(const struct gm_tls *t);
  * at once without copying them first. */
 size_t gm_tls_out_peek(const struct gm_tls *t, const uint8_t **p);
 void gm_tls_out_consume(struct gm_tls *t, size_t n);
+/* All pending ciphertext as a block the caller now owns (no copy), e.g. for an
+ * asynchronous write; hand it back with gm_tls_out_recycle (t may be NULL:
+ * then it is freed) so the next detach reuses it.  -ENOENT when nothing is
+ * pending. */
+struct gm_tls_block {
+    void *block; /* owned by the holder */
+    size_t cap;
+    const uint8_t *data;
+    size_t len;
+};
+GM_MUST_CHECK int gm_tls_out_detach(struct gm_tls *t, struct gm_tls_block *b);
+void gm_tls_out_recycle(struct gm_tls *t, struct gm_tls_block *b);
 /* Copies up to cap bytes of pending ciphertext; returns the count. */
 size_t gm_tls_out_take(struct gm_tls *t, void *buf, size_t cap);
 /* Queues close_notify (take it with gm_tls_out_take). */
