@@ -857,9 +857,10 @@ static json_t *status_json(struct gm_agent *a)
 
     for (i = 0; i < a->npeers; i++) {
         struct peer *p = &a->peers[i];
-        json_t *m = json_pack("{s:s, s:s, s:s, s:s, s:f, s:n, s:n}", "node", p->node, "address",
-                              p->address, "link", "lan", "state", p->link ? "up" : "down", "rtt_ms",
-                              p->link ? gm_link_rtt_ms(p->link) : 0.0, "throughput_mbps", "mtu");
+        json_t *m =
+            json_pack("{s:s, s:s, s:s, s:s, s:f, s:n, s:n}", "node", p->node, "address", p->address,
+                      "link", gm_proto_addr_class(p->address), "state", p->link ? "up" : "down",
+                      "rtt_ms", p->link ? gm_link_rtt_ms(p->link) : 0.0, "throughput_mbps", "mtu");
         if (p->link != NULL)
             up++;
         json_array_append_new(members, m);

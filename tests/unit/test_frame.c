@@ -200,6 +200,13 @@ static void test_addr(void)
     GM_CHECK_ERR(gm_proto_addr_parse("1.2.3.4:70000", &ss), -EINVAL);
     GM_CHECK_ERR(gm_proto_addr_parse("1.2.3.4:", &ss), -EINVAL);
     GM_CHECK_ERR(gm_proto_addr_parse("[::1:80", &ss), -EINVAL);
+    GM_CHECK_STREQ(gm_proto_addr_class("127.0.0.1:1"), "lan");
+    GM_CHECK_STREQ(gm_proto_addr_class("192.168.1.2:1"), "lan");
+    GM_CHECK_STREQ(gm_proto_addr_class("172.20.0.1:1"), "lan");
+    GM_CHECK_STREQ(gm_proto_addr_class("172.32.0.1:1"), "wan");
+    GM_CHECK_STREQ(gm_proto_addr_class("8.8.8.8:53"), "wan");
+    GM_CHECK_STREQ(gm_proto_addr_class("[fd00::1]:1"), "lan");
+    GM_CHECK_STREQ(gm_proto_addr_class("[2001:db8::1]:1"), "wan");
     gm_proto_addr_fill_host("0.0.0.0:7700", "10.1.2.3:5555", out);
     GM_CHECK_STREQ(out, "10.1.2.3:7700");
     gm_proto_addr_fill_host("10.9.9.9:7700", "10.1.2.3:5555", out);
