@@ -374,6 +374,8 @@ static int on_up(struct gm_link *l)
 
 /* --- handlers (the dispatch table) ----------------------------------------- */
 
+static void renew_check(struct gm_agent *a);
+
 typedef int (*handler_fn)(struct gm_agent *a, struct gm_link *l, const struct gm_frame_hdr *h,
                           const uint8_t *p);
 
@@ -412,6 +414,8 @@ static int h_hello(struct gm_agent *a, struct gm_link *l, const struct gm_frame_
     peer->backoff_ms = 0;
     gm_link_set_state(l, LS_UP);
     a->stats.links_up++;
+    if (strcmp(node, a->admitter) == 0 && a->cakey == NULL && gm_id_cert_needs_renewal(a->cert))
+        renew_check(a); /* the admitter is reachable again: ask now, not at the next check */
     gm_notice("event=link-up peer=%s address=%s dialed=%d", node, gm_link_peer_addr(l), c->dialed);
     err = send_members(a, l);
     return err;

@@ -6,8 +6,11 @@
  *
  *   test thread (clients, own uv loops) --TCP 127.0.0.1--> agent thread (alpha)
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -55,10 +58,10 @@ static int log_count(const char *needle)
     return n;
 }
 
-/* Waits (up to 5 s) until needle appears more than `before` times in the agent log. */
+/* Waits (up to 10 s) until needle appears more than `before` times in the agent log. */
 static int log_wait(const char *needle, int before)
 {
-    uint64_t deadline = gm_time_mono_ns() + 5000000000ull;
+    uint64_t deadline = gm_time_mono_ns() + 10000000000ull;
 
     while (gm_time_mono_ns() < deadline) {
         if (log_count(needle) > before)
@@ -671,6 +674,65 @@ static void test_renewal(void)
     gm_id_key_free(key);
 }
 
+static struct gm_agent *member;
+static pthread_t member_thread;
+static void *agent_main(void *arg);
+
+/* A second agent joins through the CLI code, starts with a certificate that
+ * needs renewing, links to the admitter and gets a fresh one over the link. */
+static void test_member_renewal(void)
+{
+    char tok[GM_TOKEN_STR_MAX], id[17], mcfg[400], mstate[400], listen[64], peer[64];
+    char path[500];
+    char *argv[] = {"join", tok,        "--peer", peer,     "--config", mcfg, "--state",
+                    mstate, "--listen", listen,   "--node", "member1",  NULL};
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    socklen_t salen = sizeof(sa);
+    struct gm_key *mk = NULL;
+    struct gm_cert *short_cert = NULL, *disk = NULL;
+    uint8_t pub[GM_ID_PUB_LEN];
+    int64_t left = 0;
+    int fd;
+
+    /* a free port for the member (the kernel's pick, released again) */
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    GM_CHECK(bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0);
+    GM_CHECK(getsockname(fd, (struct sockaddr *)&sa, &salen) == 0);
+    close(fd);
+    snprintf(listen, sizeof(listen), "127.0.0.1:%u", (unsigned)ntohs(sa.sin_port));
+    GM_CHECK_OK(gm_proto_addr_format((struct sockaddr *)&agent_addr, peer));
+    snprintf(mcfg, sizeof(mcfg), "%s/member1.conf", dir);
+    snprintf(mstate, sizeof(mstate), "%s/member1", dir);
+    GM_CHECK_OK(token_create(3600, 1, tok, id, NULL));
+    GM_CHECK_EQ(gm_cli_join(12, argv), 0);
+
+    snprintf(path, sizeof(path), "%s/node.key", mstate);
+    GM_CHECK_OK(gm_id_key_load(path, &mk));
+    if (mk == NULL)
+        return;
+    GM_CHECK_OK(gm_id_key_public(mk, pub));
+    GM_CHECK_OK(gm_id_cert_issue(ca, cakey, "lab", "member1", pub, 10, &short_cert));
+    snprintf(path, sizeof(path), "%s/node.crt", mstate);
+    GM_CHECK_OK(gm_id_cert_save(short_cert, path));
+    gm_id_cert_free(short_cert);
+    gm_id_key_free(mk);
+
+    GM_CHECK_OK(gm_agent_open(mcfg, &member));
+    if (member == NULL)
+        return;
+    GM_CHECK_OK(gm_agent_start(member));
+    GM_CHECK(pthread_create(&member_thread, NULL, agent_main, member) == 0);
+    GM_CHECK(log_wait("event=link-up peer=member1", 0));
+    GM_CHECK(log_wait("event=cert-issued node=member1 reason=renewal", 0));
+    GM_CHECK(log_wait("event=cert-renewed node=member1", 0));
+    GM_CHECK_OK(gm_id_cert_load(path, &disk));
+    if (disk != NULL)
+        GM_CHECK_OK(gm_id_cert_seconds_left(disk, &left));
+    GM_CHECK(left > 80 * 86400);
+    gm_id_cert_free(disk);
+}
+
 static void test_still_serving(void)
 {
     char tok[GM_TOKEN_STR_MAX], id[17];
@@ -781,10 +843,15 @@ int main(void)
     GM_TEST_RUN(test_garbage);
     GM_TEST_RUN(test_bulk_and_control);
     GM_TEST_RUN(test_renewal);
+    GM_TEST_RUN(test_member_renewal);
     GM_TEST_RUN(test_still_serving);
 
-    kill(getpid(), SIGTERM); /* the agent's signal watcher stops it */
+    kill(getpid(), SIGTERM); /* the agents' signal watchers stop them */
     pthread_join(th, NULL);
+    if (member != NULL) {
+        pthread_join(member_thread, NULL);
+        gm_agent_free(member);
+    }
     gm_agent_free(a);
     gm_id_cert_free(ca);
     gm_id_key_free(cakey);
