@@ -319,6 +319,12 @@ int gm_cli_join(int argc, char **argv)
         gm_token_free(tok);
         return usage_err("join", syn);
     }
+    if (strcmp(strrchr(listen, ':'), ":0") == 0) {
+        /* members dial the address given here: it needs a real port */
+        fprintf(stderr, "gradmesh join: --listen needs a port other than 0\n");
+        gm_token_free(tok);
+        return GM_EXIT_USAGE;
+    }
     err = resolve(peer, &ss, peer_addr);
     if (err != 0) {
         gm_token_free(tok);

@@ -36,6 +36,12 @@ log_has alpha "event=join-refused token=$ID1"
 [ ! -e "$WORK/x/node.crt" ] || fail "reused token produced a certificate"
 pass "second use refused (exit 78, both sides)"
 
+# a listen port of 0 cannot be dialed by the members: usage error
+"$GM" join "$T1" --peer 127.0.0.1:$PA --config "$WORK/x.conf" --state "$WORK/x" \
+    --listen 127.0.0.1:0 --node x >/dev/null 2>&1
+rc=$?
+[ $rc -eq 2 ] || fail "join --listen :0: exit $rc, want 2"
+
 # malformed token: refused before any connection
 "$GM" join "${T1%?}" --peer 127.0.0.1:$PA --config "$WORK/x.conf" --state "$WORK/x" \
     --listen 127.0.0.1:1 --node x 2>"$WORK/bad.err" >/dev/null
