@@ -7,5 +7,10 @@
 #define GM_AGENT_CLI_H
 
 int gm_cli_train(int argc, char **argv);
+int gm_cli_init(int argc, char **argv);
+int gm_cli_join(int argc, char **argv);
+int gm_cli_token(int argc, char **argv);
+int gm_cli_agent(int argc, char **argv);
+int gm_cli_status(int argc, char **argv);
 
 #endif

@@ -17,6 +17,12 @@ struct subcommand {
 };
 
 static const struct subcommand commands[] = {
+    {"init", gm_cli_init, "init --cluster NAME --config FILE --state DIR --listen HOST:PORT"},
+    {"join", gm_cli_join,
+     "join TOKEN --peer HOST:PORT --config FILE --state DIR --listen HOST:PORT"},
+    {"agent", gm_cli_agent, "agent --config FILE"},
+    {"token", gm_cli_token, "token create [--ttl 24h] [--uses 1] | list | revoke ID --config FILE"},
+    {"status", gm_cli_status, "status [--json] --config FILE"},
     {"train", gm_cli_train, "train --local JOB.ini [--summary-json FILE] [--out FILE]"},
 };
 

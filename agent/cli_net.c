@@ -1,0 +1,632 @@
+/*
+ * agent/cli_net.c - `gradmesh init | join | token | agent | status`.
+ *
+ * Contract: ../shared/DESIGN.md "Command line".  Exit codes: 0 ok, 1 runtime
+ * failure, 2 usage, 78 configuration error (bad config or token).  Tokens are
+ * printed on stdout only (never logged); everything else goes to the log.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+#include <sodium.h>
+
+#include "agent/agent.h"
+#include "agent/cli.h"
+#include "agent/config.h"
+#include "agent/control.h"
+#include "agent/joiner.h"
+#include "common/log.h"
+#include "crypto/identity.h"
+#include "crypto/token.h"
+
+#define CONTROL_TIMEOUT_MS 10000
+
+static int usage_err(const char *cmd, const char *synopsis)
+{
+    fprintf(stderr, "usage: gradmesh %s %s\n", cmd, synopsis);
+    return GM_EXIT_USAGE;
+}
+
+static int fail(const char *cmd, int err, const char *what)
+{
+    fprintf(stderr, "gradmesh %s: %s: %s\n", cmd, what, gm_strerror(err));
+    return gm_err_exit_code(err);
+}
+
+/* mkdir -p with mode for the last component; the result made absolute. */
+static int make_state_dir(const char *dir, char *abs, size_t cap)
+{
+    char tmp[GM_PATH_MAX];
+    size_t i, n = strlen(dir);
+
+    if (n == 0 || n >= sizeof(tmp))
+        return -EINVAL;
+    memcpy(tmp, dir, n + 1);
+    for (i = 1; i < n; i++) {
+        if (tmp[i] != '/')
+            continue;
+        tmp[i] = '\0';
+        if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
+            return -errno;
+        tmp[i] = '/';
+    }
+    if (mkdir(tmp, 0700) != 0 && errno != EEXIST)
+        return -errno;
+    if (chmod(tmp, 0700) != 0)
+        return -errno;
+    if (realpath(tmp, abs) == NULL || strlen(abs) >= cap)
+        return -errno ? -errno : -ENAMETOOLONG;
+    return 0;
+}
+
+static int state_file(const struct gm_config *c, const char *name, char *out)
+{
+    return gm_config_state_path(c, name, out, GM_PATH_MAX);
+}
+
+static void random_node_id(char out[GM_ID_NAME_MAX + 1])
+{
+    uint8_t r[4];
+    char hex[9];
+
+    randombytes_buf(r, sizeof(r));
+    sodium_bin2hex(hex, sizeof(hex), r, sizeof(r));
+    snprintf(out, GM_ID_NAME_MAX + 1, "n-%s", hex);
+}
+
+static int check_listen(const char *listen)
+{
+    struct sockaddr_storage ss;
+
+    return gm_proto_addr_parse(listen, &ss);
+}
+
+/* Writes a fresh config skeleton in *c. */
+static int prepare_config(struct gm_config *c, const char *cluster, const char *node,
+                          const char *listen, const char *state)
+{
+    char abs[GM_PATH_MAX];
+    int err;
+
+    memset(c, 0, sizeof(*c));
+    err = make_state_dir(state, abs, sizeof(abs));
+    if (err != 0)
+        return err;
+    snprintf(c->cluster, sizeof(c->cluster), "%s", cluster);
+    snprintf(c->node, sizeof(c->node), "%s", node);
+    snprintf(c->listen, sizeof(c->listen), "%s", listen);
+    snprintf(c->state_dir, sizeof(c->state_dir), "%s", abs);
+    if (snprintf(c->control, sizeof(c->control), "%s/control.sock", abs) >= (int)sizeof(c->control))
+        return -ENAMETOOLONG;
+    snprintf(c->device, sizeof(c->device), "auto");
+    return 0;
+}
+
+static int refuse_existing(const struct gm_config *c)
+{
+    char path[GM_PATH_MAX];
+    struct stat st;
+
+    if (state_file(c, "node.key", path) != 0)
+        return -ENAMETOOLONG;
+    if (stat(path, &st) == 0) {
+        fprintf(stderr, "gradmesh: %s already holds a node identity\n", c->state_dir);
+        return -EEXIST;
+    }
+    return 0;
+}
+
+int gm_cli_init(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"cluster", required_argument, NULL, 'c'}, {"config", required_argument, NULL, 'f'},
+        {"state", required_argument, NULL, 's'},   {"listen", required_argument, NULL, 'l'},
+        {"node", required_argument, NULL, 'n'},    {NULL, 0, NULL, 0}};
+    const char *syn = "--cluster NAME --config FILE --state DIR --listen HOST:PORT [--node ID]";
+    const char *cluster = NULL, *config = NULL, *state = NULL, *listen = NULL, *node = NULL;
+    char node_buf[GM_ID_NAME_MAX + 1], path[GM_PATH_MAX];
+    struct gm_key *cakey = NULL, *key = NULL;
+    struct gm_cert *ca = NULL, *cert = NULL;
+    uint8_t pub[GM_ID_PUB_LEN];
+    struct gm_config c;
+    int o, err;
+
+    optind = 1;
+    while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (o) {
+        case 'c':
+            cluster = optarg;
+            break;
+        case 'f':
+            config = optarg;
+            break;
+        case 's':
+            state = optarg;
+            break;
+        case 'l':
+            listen = optarg;
+            break;
+        case 'n':
+            node = optarg;
+            break;
+        default:
+            return usage_err("init", syn);
+        }
+    }
+    if (optind != argc || cluster == NULL || state == NULL || listen == NULL)
+        return usage_err("init", syn);
+    config = gm_config_path(config);
+    if (node == NULL) {
+        random_node_id(node_buf);
+        node = node_buf;
+    }
+    if (!gm_id_name_valid(cluster) || !gm_id_name_valid(node)) {
+        fprintf(stderr, "gradmesh init: names are 1-63 characters of a-z 0-9 . _ -\n");
+        return GM_EXIT_USAGE;
+    }
+    if (check_listen(listen) != 0) {
+        fprintf(stderr, "gradmesh init: --listen wants IP:PORT\n");
+        return GM_EXIT_USAGE;
+    }
+    err = prepare_config(&c, cluster, node, listen, state);
+    if (err != 0)
+        return fail("init", err, "state directory");
+    err = refuse_existing(&c);
+    if (err != 0)
+        return GM_EXIT_CONFIG;
+    err = gm_id_key_generate(&cakey);
+    if (err == 0)
+        err = gm_id_ca_create(cluster, cakey, GM_ID_CA_DAYS, &ca);
+    if (err == 0)
+        err = gm_id_key_generate(&key);
+    if (err == 0)
+        err = gm_id_key_public(key, pub);
+    if (err == 0)
+        err = gm_id_cert_issue(ca, cakey, cluster, node, pub, GM_ID_NODE_DAYS, &cert);
+    if (err == 0 && (err = state_file(&c, "ca.key", path)) == 0)
+        err = gm_id_key_save(cakey, path);
+    if (err == 0 && (err = state_file(&c, "ca.crt", path)) == 0)
+        err = gm_id_cert_save(ca, path);
+    if (err == 0 && (err = state_file(&c, "node.key", path)) == 0)
+        err = gm_id_key_save(key, path);
+    if (err == 0 && (err = state_file(&c, "node.crt", path)) == 0)
+        err = gm_id_cert_save(cert, path);
+    if (err == 0 && (err = state_file(&c, "tokens", path)) == 0)
+        err = gm_id_write_file(path, "", 0, 0600);
+    if (err == 0)
+        err = gm_config_save(config, &c);
+    gm_id_key_free(cakey);
+    gm_id_key_free(key);
+    gm_id_cert_free(ca);
+    gm_id_cert_free(cert);
+    if (err != 0)
+        return fail("init", err, "could not create the cluster");
+    gm_notice("event=cluster-created cluster=%s node=%s state=%s config=%s", cluster, node,
+              c.state_dir, config);
+    printf("cluster %s created; this machine is node %s\nnext: gradmesh agent --config %s\n",
+           cluster, node, config);
+    return GM_EXIT_OK;
+}
+
+/* host:port (name or IP) -> sockaddr and canonical "ip:port". */
+static int resolve(const char *hostport, struct sockaddr_storage *ss, char out[GM_ADDR_MAX])
+{
+    char host[256];
+    const char *colon = strrchr(hostport, ':');
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
+    size_t n;
+    int err;
+
+    if (gm_proto_addr_parse(hostport, ss) == 0)
+        return gm_proto_addr_format((struct sockaddr *)ss, out);
+    if (colon == NULL || (n = (size_t)(colon - hostport)) == 0 || n >= sizeof(host))
+        return -EINVAL;
+    memcpy(host, hostport, n);
+    host[n] = '\0';
+    err = getaddrinfo(host, colon + 1, &hints, &res);
+    if (err != 0 || res == NULL)
+        return -EHOSTUNREACH;
+    memcpy(ss, res->ai_addr, res->ai_addrlen);
+    freeaddrinfo(res);
+    return gm_proto_addr_format((struct sockaddr *)ss, out);
+}
+
+static int save_members(const struct gm_config *c, const struct gm_member *m, size_t n)
+{
+    char path[GM_PATH_MAX], *buf;
+    size_t i, off = 0, cap = (n + 1) * (GM_ID_NAME_MAX + GM_ADDR_MAX + 4);
+    int err;
+
+    buf = malloc(cap);
+    if (buf == NULL)
+        return -ENOMEM;
+    for (i = 0; i < n; i++)
+        if (strcmp(m[i].node, c->node) != 0)
+            off += (size_t)snprintf(buf + off, cap - off, "%s %s\n", m[i].node, m[i].address);
+    err = state_file(c, "members", path);
+    if (err == 0)
+        err = gm_id_write_file(path, buf, off, 0644);
+    free(buf);
+    return err;
+}
+
+int gm_cli_join(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"peer", required_argument, NULL, 'p'},  {"config", required_argument, NULL, 'f'},
+        {"state", required_argument, NULL, 's'}, {"listen", required_argument, NULL, 'l'},
+        {"node", required_argument, NULL, 'n'},  {NULL, 0, NULL, 0}};
+    const char *syn = "TOKEN --peer HOST:PORT --config FILE --state DIR --listen HOST:PORT "
+                      "[--node ID]";
+    const char *peer = NULL, *config = NULL, *state = NULL, *listen = NULL, *node = NULL;
+    char node_buf[GM_ID_NAME_MAX + 1], path[GM_PATH_MAX], peer_addr[GM_ADDR_MAX];
+    struct sockaddr_storage ss;
+    struct gm_token *tok = NULL;
+    struct gm_key *key = NULL;
+    struct gm_join_params p = {0};
+    struct gm_join_result r;
+    struct gm_config c;
+    char id[2 * GM_TOKEN_ID_LEN + 1];
+    int o, err;
+
+    memset(&r, 0, sizeof(r));
+    optind = 1;
+    while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (o) {
+        case 'p':
+            peer = optarg;
+            break;
+        case 'f':
+            config = optarg;
+            break;
+        case 's':
+            state = optarg;
+            break;
+        case 'l':
+            listen = optarg;
+            break;
+        case 'n':
+            node = optarg;
+            break;
+        default:
+            return usage_err("join", syn);
+        }
+    }
+    if (optind != argc - 1 || peer == NULL || state == NULL || listen == NULL)
+        return usage_err("join", syn);
+    config = gm_config_path(config);
+    err = gm_token_parse(argv[optind], strlen(argv[optind]), &tok);
+    sodium_memzero(argv[optind], strlen(argv[optind])); /* out of /proc/PID/cmdline */
+    if (err != 0) {
+        fprintf(stderr, "gradmesh join: the token is malformed (copy it again)\n");
+        return GM_EXIT_CONFIG;
+    }
+    gm_token_id_hex(gm_token_id(tok), id);
+    if (node == NULL) {
+        random_node_id(node_buf);
+        node = node_buf;
+    }
+    if (!gm_id_name_valid(node) || check_listen(listen) != 0) {
+        gm_token_free(tok);
+        return usage_err("join", syn);
+    }
+    if (strcmp(strrchr(listen, ':'), ":0") == 0) {
+        /* members dial the address given here: it needs a real port */
+        fprintf(stderr, "gradmesh join: --listen needs a port other than 0\n");
+        gm_token_free(tok);
+        return GM_EXIT_USAGE;
+    }
+    err = resolve(peer, &ss, peer_addr);
+    if (err != 0) {
+        gm_token_free(tok);
+        return fail("join", err, "--peer");
+    }
+    err = prepare_config(&c, gm_token_cluster(tok), node, listen, state);
+    if (err == 0)
+        err = refuse_existing(&c);
+    if (err == 0)
+        err = gm_id_key_generate(&key);
+    if (err != 0) {
+        gm_token_free(tok);
+        return fail("join", err, "state directory");
+    }
+    p.token = tok;
+    p.peer = (struct sockaddr *)&ss;
+    p.node = node;
+    p.listen = listen;
+    p.key = key;
+    gm_info("event=join-start cluster=%s token=%s peer=%s node=%s", gm_token_cluster(tok), id,
+            peer_addr, node);
+    err = gm_join_run(&p, &r);
+    gm_token_free(tok);
+    if (err != 0) {
+        gm_err("event=join-refused token=%s peer=%s err=%d reason=\"%s\"", id, peer_addr, err,
+               r.reason);
+        fprintf(stderr, "gradmesh join: %s: %s\n", gm_strerror(err), r.reason);
+        gm_id_key_free(key);
+        gm_join_result_free(&r);
+        return gm_err_exit_code(err);
+    }
+    err = state_file(&c, "node.key", path);
+    if (err == 0)
+        err = gm_id_key_save(key, path);
+    if (err == 0 && (err = state_file(&c, "node.crt", path)) == 0)
+        err = gm_id_cert_save(r.cert, path);
+    if (err == 0 && (err = state_file(&c, "ca.crt", path)) == 0)
+        err = gm_id_cert_save(r.ca, path);
+    if (err == 0)
+        err = save_members(&c, r.members, r.n_members);
+    if (err == 0 && r.n_members > 0 && (err = state_file(&c, "admitter", path)) == 0) {
+        /* the admitter lists itself first: it renews our certificate later */
+        char line[GM_ID_NAME_MAX + 2];
+        snprintf(line, sizeof(line), "%s\n", r.members[0].node);
+        err = gm_id_write_file(path, line, strlen(line), 0644);
+    }
+    if (err == 0)
+        err = gm_config_save(config, &c);
+    gm_id_key_free(key);
+    gm_join_result_free(&r);
+    if (err != 0)
+        return fail("join", err, "could not save the new identity");
+    gm_notice("event=joined cluster=%s node=%s token=%s", c.cluster, node, id);
+    printf("joined cluster %s as node %s\nnext: gradmesh agent --config %s\n", c.cluster, node,
+           config);
+    return GM_EXIT_OK;
+}
+
+/* Sends one request to the local agent; *out is the parsed answer. */
+static int control(const char *cmd, const char *config, json_t *req, json_t **out)
+{
+    struct gm_config c;
+    json_error_t e;
+    char *text = NULL, *resp = NULL;
+    int err;
+
+    *out = NULL;
+    err = gm_config_load(gm_config_path(config), &c);
+    if (err != 0) {
+        json_decref(req);
+        return err;
+    }
+    text = json_dumps(req, JSON_COMPACT);
+    json_decref(req);
+    if (text == NULL)
+        return -ENOMEM;
+    err = gm_control_call(c.control, text, CONTROL_TIMEOUT_MS, &resp);
+    free(text);
+    if (err != 0) {
+        fprintf(stderr, "gradmesh %s: cannot reach the agent at %s: %s\n", cmd, c.control,
+                gm_strerror(err));
+        return err;
+    }
+    *out = json_loads(resp, 0, &e);
+    if (resp != NULL)
+        sodium_memzero(resp, strlen(resp)); /* may hold a token */
+    free(resp);
+    if (*out == NULL)
+        return -EPROTO;
+    if (json_object_get(*out, "error") != NULL) {
+        json_int_t code = json_integer_value(json_object_get(*out, "code"));
+        fprintf(stderr, "gradmesh %s: %s\n", cmd,
+                json_string_value(json_object_get(*out, "error")));
+        json_decref(*out);
+        *out = NULL;
+        return code < 0 ? (int)code : -EPROTO;
+    }
+    return 0;
+}
+
+static int parse_ttl(const char *s, int64_t *out)
+{
+    char *end = NULL;
+    long long v = strtoll(s, &end, 10);
+    int64_t mul = 1;
+
+    if (end == s || v <= 0)
+        return -EINVAL;
+    if (*end == 'm')
+        mul = 60;
+    else if (*end == 'h')
+        mul = 3600;
+    else if (*end == 'd')
+        mul = 86400;
+    else if (*end != 's' && *end != '\0')
+        return -EINVAL;
+    if (*end != '\0' && end[1] != '\0')
+        return -EINVAL;
+    if (v > 366LL * 86400 / mul)
+        return -EINVAL;
+    *out = (int64_t)v * mul;
+    return 0;
+}
+
+int gm_cli_token(int argc, char **argv)
+{
+    static const struct option opts[] = {{"ttl", required_argument, NULL, 't'},
+                                         {"uses", required_argument, NULL, 'u'},
+                                         {"config", required_argument, NULL, 'f'},
+                                         {"json", no_argument, NULL, 'j'},
+                                         {NULL, 0, NULL, 0}};
+    const char *syn = "create [--ttl 24h] [--uses 1] | list | revoke ID  [--config FILE]";
+    const char *config = NULL, *sub;
+    int64_t ttl = GM_TOKEN_DEFAULT_TTL_S;
+    long uses = 1;
+    int o, err, as_json = 0;
+    json_t *r = NULL;
+
+    optind = 1;
+    while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (o) {
+        case 't':
+            if (parse_ttl(optarg, &ttl) != 0)
+                return usage_err("token", syn);
+            break;
+        case 'u': {
+            char *end = NULL;
+            uses = strtol(optarg, &end, 10);
+            if (*end != '\0' || uses < 1 || uses > 10000)
+                return usage_err("token", syn);
+            break;
+        }
+        case 'f':
+            config = optarg;
+            break;
+        case 'j':
+            as_json = 1;
+            break;
+        default:
+            return usage_err("token", syn);
+        }
+    }
+    if (optind >= argc)
+        return usage_err("token", syn);
+    sub = argv[optind];
+    if (strcmp(sub, "create") == 0 && optind == argc - 1) {
+        err = control("token create", config,
+                      json_pack("{s:s, s:I, s:I}", "cmd", "token-create", "ttl", (json_int_t)ttl,
+                                "uses", (json_int_t)uses),
+                      &r);
+        if (err != 0)
+            return gm_err_exit_code(err);
+        printf("%s\n", json_string_value(json_object_get(r, "token")));
+        fflush(stdout);
+        /* wipe our copy of the secret */
+        {
+            json_t *t = json_object_get(r, "token");
+            if (json_is_string(t))
+                sodium_memzero((char *)json_string_value(t), json_string_length(t));
+        }
+        json_decref(r);
+        return GM_EXIT_OK;
+    }
+    if (strcmp(sub, "list") == 0 && optind == argc - 1) {
+        size_t i;
+        json_t *e;
+        err = control("token list", config, json_pack("{s:s}", "cmd", "token-list"), &r);
+        if (err != 0)
+            return gm_err_exit_code(err);
+        if (as_json) {
+            char *s = json_dumps(r, JSON_COMPACT);
+            printf("%s\n", s ? s : "{}");
+            free(s);
+        } else {
+            int64_t now = (int64_t)time(NULL);
+            printf("%-16s  %-8s  %-9s  %s\n", "ID", "USES", "EXPIRES", "STATE");
+            json_array_foreach(json_object_get(r, "tokens"), i, e)
+            {
+                int64_t exp = (int64_t)json_integer_value(json_object_get(e, "expires"));
+                int left = (int)json_integer_value(json_object_get(e, "uses_left"));
+                const char *st = json_is_true(json_object_get(e, "revoked")) ? "revoked"
+                                 : exp <= now                                ? "expired"
+                                 : left <= 0                                 ? "used"
+                                                                             : "valid";
+                printf("%-16s  %3d/%-4d  %8" PRId64 "s  %s\n",
+                       json_string_value(json_object_get(e, "id")), left,
+                       (int)json_integer_value(json_object_get(e, "uses")),
+                       exp > now ? exp - now : 0, st);
+            }
+        }
+        json_decref(r);
+        return GM_EXIT_OK;
+    }
+    if (strcmp(sub, "revoke") == 0 && optind == argc - 2) {
+        err = control("token revoke", config,
+                      json_pack("{s:s, s:s}", "cmd", "token-revoke", "id", argv[optind + 1]), &r);
+        if (err != 0)
+            return gm_err_exit_code(err);
+        json_decref(r);
+        printf("token %s revoked\n", argv[optind + 1]);
+        return GM_EXIT_OK;
+    }
+    return usage_err("token", syn);
+}
+
+int gm_cli_agent(int argc, char **argv)
+{
+    static const struct option opts[] = {{"config", required_argument, NULL, 'f'},
+                                         {NULL, 0, NULL, 0}};
+    const char *config = NULL;
+    struct gm_agent *a = NULL;
+    int o, err;
+
+    optind = 1;
+    while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        if (o == 'f')
+            config = optarg;
+        else
+            return usage_err("agent", "--config FILE");
+    }
+    if (optind != argc)
+        return usage_err("agent", "--config FILE");
+    err = gm_agent_open(gm_config_path(config), &a);
+    if (err != 0)
+        return fail("agent", err, "cannot start");
+    err = gm_agent_start(a);
+    if (err != 0) {
+        gm_agent_free(a);
+        return fail("agent", err, "cannot start");
+    }
+    while (uv_run(gm_agent_loop(a), UV_RUN_DEFAULT) != 0)
+        ;
+    gm_agent_free(a);
+    gm_notice("event=agent-stopped");
+    return GM_EXIT_OK;
+}
+
+int gm_cli_status(int argc, char **argv)
+{
+    static const struct option opts[] = {{"config", required_argument, NULL, 'f'},
+                                         {"json", no_argument, NULL, 'j'},
+                                         {NULL, 0, NULL, 0}};
+    const char *config = NULL;
+    json_t *r = NULL, *m;
+    size_t i;
+    int o, err, as_json = 0;
+
+    optind = 1;
+    while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        if (o == 'f')
+            config = optarg;
+        else if (o == 'j')
+            as_json = 1;
+        else
+            return usage_err("status", "[--json] --config FILE");
+    }
+    if (optind != argc)
+        return usage_err("status", "[--json] --config FILE");
+    err = control("status", config, json_pack("{s:s}", "cmd", "status"), &r);
+    if (err != 0)
+        return gm_err_exit_code(err);
+    if (as_json) {
+        char *s = json_dumps(r, JSON_COMPACT);
+        printf("%s\n", s ? s : "{}");
+        free(s);
+    } else {
+        printf("cluster %s  node %s  role %s  listen %s  quorum %s\n",
+               json_string_value(json_object_get(r, "cluster")),
+               json_string_value(json_object_get(r, "node")),
+               json_string_value(json_object_get(r, "role")),
+               json_string_value(json_object_get(r, "listen")),
+               json_is_true(json_object_get(r, "quorum")) ? "yes" : "no");
+        printf("%-24s %-24s %-6s %-5s %s\n", "MEMBER", "ADDRESS", "LINK", "STATE", "RTT_MS");
+        json_array_foreach(json_object_get(r, "members"), i, m)
+        {
+            printf("%-24s %-24s %-6s %-5s %.2f\n", json_string_value(json_object_get(m, "node")),
+                   json_string_value(json_object_get(m, "address")),
+                   json_string_value(json_object_get(m, "link")),
+                   json_string_value(json_object_get(m, "state")),
+                   json_real_value(json_object_get(m, "rtt_ms")));
+        }
+    }
+    json_decref(r);
+    return GM_EXIT_OK;
+}

@@ -1,0 +1,47 @@
+/*
+ * agent/config.h - the agent's INI configuration file (written by `init` and
+ * `join`, read by every other command).
+ *
+ *   [cluster]  name
+ *   [node]     id, listen (ip:port), state_dir, control (unix socket path)
+ *   [discovery] peers (comma-separated ip:port, optional static endpoints)
+ *   [train]    device (auto|cpu|cuda), threads (0 = all cores)
+ *   [metrics]  listen (empty = off)
+ *
+ * The state directory holds node.key (0600), node.crt, ca.crt, and on the
+ * admitter (the machine that ran init) ca.key (0600) and tokens (0600);
+ * members and denylist (serials, one a line) everywhere.
+ */
+#ifndef GM_AGENT_CONFIG_H
+#define GM_AGENT_CONFIG_H
+
+#include <stddef.h>
+
+#include "agent/proto.h"
+#include "common/err.h"
+#include "crypto/identity.h"
+
+#define GM_PATH_MAX 1024
+
+struct gm_config {
+    char cluster[GM_ID_NAME_MAX + 1];
+    char node[GM_ID_NAME_MAX + 1];
+    char listen[GM_ADDR_MAX];
+    char state_dir[GM_PATH_MAX];
+    char control[GM_PATH_MAX];
+    char peers[1024];
+    char device[16];
+    int threads;
+    char metrics[GM_ADDR_MAX];
+};
+
+/* --config, else $GRADMESH_CONFIG, else /etc/gradmesh/gradmesh.conf. */
+const char *gm_config_path(const char *flag);
+/* GM_ERR_CONFIG (with a log line naming file and key) on a bad file. */
+GM_MUST_CHECK int gm_config_load(const char *path, struct gm_config *c);
+GM_MUST_CHECK int gm_config_save(const char *path, const struct gm_config *c);
+/* dir/name into out; -ENAMETOOLONG. */
+GM_MUST_CHECK int gm_config_state_path(const struct gm_config *c, const char *name, char *out,
+                                       size_t cap);
+
+#endif

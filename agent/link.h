@@ -1,0 +1,109 @@
+/*
+ * agent/link.h - one TLS connection to a peer over libuv TCP.
+ *
+ * Layers: uv read_cb -> crypto/tls (memory BIOs) -> agent/frame parser ->
+ * ops->on_frame (the owner's dispatch table).  Writes go down the same path;
+ * the TLS write BIO is flushed to uv_write after every TLS call.
+ *
+ * Sending: control frames (gm_link_send, copied) sit in a priority queue;
+ * bulk payloads (gm_link_send_bulk, borrowed until their done callback) are
+ * cut into GM_LINK_CHUNK chunks (GM_FRAME_F_MORE on all but the last), and
+ * the control queue is served before every chunk.  At most GM_LINK_HIGH_WATER
+ * bytes of ciphertext wait in libuv's write queue, so a control frame waits
+ * behind at most that much bulk.  When the write queue passes
+ * GM_LINK_READ_STOP (a peer that sends but does not read) the link stops
+ * reading until it drains.  Bulk senders are told by on_writable when the
+ * bulk queue empties.
+ *
+ * Liveness: TCP keepalive, TCP_USER_TIMEOUT, and (when enabled) a PING every
+ * interval; no frame for timeout closes the link with -ETIMEDOUT.  A link that
+ * has not finished its handshake in GM_LINK_HANDSHAKE_MS is closed too.
+ *
+ * Closing (gm_link_close) is asynchronous: queued control frames are sent,
+ * then close_notify, then the TCP write side is shut down; on_close runs
+ * once, from the handles' close callbacks, after which the link is freed.
+ * Loop thread only.
+ */
+#ifndef GM_AGENT_LINK_H
+#define GM_AGENT_LINK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+#include "agent/frame.h"
+#include "agent/proto.h"
+#include "common/err.h"
+#include "crypto/tls.h"
+
+#define GM_LINK_CHUNK (256u << 10)
+#define GM_LINK_HIGH_WATER (1u << 20)
+#define GM_LINK_READ_STOP (8u << 20)
+#define GM_LINK_CTRL_MAX (4u << 20) /* queued control bytes before sends fail */
+#define GM_LINK_HANDSHAKE_MS 10000
+#define GM_LINK_USER_TIMEOUT_MS 30000
+
+struct gm_link;
+
+struct gm_link_ops {
+    /* Handshake done; a non-zero return closes the link with it. */
+    int (*on_up)(struct gm_link *l);
+    /* One frame; a non-zero return closes the link with it. */
+    int (*on_frame)(struct gm_link *l, const struct gm_frame_hdr *h, const uint8_t *payload);
+    /* The bulk queue emptied (optional). */
+    void (*on_writable)(struct gm_link *l);
+    /* Last call; l is freed when it returns.  err: why it closed (0: asked to). */
+    void (*on_close)(struct gm_link *l, int err);
+};
+
+struct gm_link_opts {
+    enum gm_tls_role role;
+    uint32_t max_frame;  /* 0: GM_FRAME_MAX_DEFAULT */
+    int sockbuf;         /* SO_SNDBUF/SO_RCVBUF bytes; 0: kernel autotuning */
+    unsigned ping_ms;    /* 0: no keepalive pings */
+    unsigned timeout_ms; /* idle timeout when pinging */
+};
+
+typedef void (*gm_link_done_fn)(void *arg, int err);
+
+/* Creates a link with a new TLS session from ctx (borrowed, must outlive it). */
+GM_MUST_CHECK int gm_link_new(uv_loop_t *loop, struct gm_tls_ctx *ctx,
+                              const struct gm_link_opts *opts, const struct gm_link_ops *ops,
+                              void *data, struct gm_link **out);
+/* Frees a link that was never started (neither accept nor connect called/succeeded). */
+void gm_link_free_unstarted(struct gm_link *l);
+/* On an error return the link is unstarted: free it with gm_link_free_unstarted. */
+GM_MUST_CHECK int gm_link_accept(struct gm_link *l, uv_stream_t *server);
+/* Errors after this returns 0 arrive through on_close. */
+GM_MUST_CHECK int gm_link_connect(struct gm_link *l, const struct sockaddr *addr);
+
+/* Queues one control frame (payload copied).  -ENOBUFS past GM_LINK_CTRL_MAX,
+ * -EPIPE when closing. */
+GM_MUST_CHECK int gm_link_send(struct gm_link *l, uint16_t type, uint64_t req, const void *payload,
+                               size_t len);
+/* Tests and fuzzing only: queues bytes as-is (no frame header) into the TLS stream. */
+GM_MUST_CHECK int gm_link_send_raw(struct gm_link *l, const void *bytes, size_t len);
+/* Queues a bulk payload (borrowed until done(arg, err) runs; never called
+ * from inside this function). */
+GM_MUST_CHECK int gm_link_send_bulk(struct gm_link *l, uint16_t type, uint64_t req,
+                                    const void *data, size_t len, gm_link_done_fn done, void *arg);
+/* Sends ERROR {err, message} and closes with err. */
+void gm_link_fail(struct gm_link *l, int err, const char *message);
+void gm_link_close(struct gm_link *l, int err);
+void gm_link_pong(struct gm_link *l, const uint8_t *payload, size_t len);
+void gm_link_rtt_sample(struct gm_link *l, const uint8_t *payload, size_t len);
+
+void *gm_link_data(const struct gm_link *l);
+void gm_link_set_data(struct gm_link *l, void *data);
+struct gm_tls *gm_link_tls(const struct gm_link *l);
+const char *gm_link_peer_addr(const struct gm_link *l);
+uint32_t gm_link_state(const struct gm_link *l);
+void gm_link_set_state(struct gm_link *l, uint32_t state);
+int gm_link_is_closing(const struct gm_link *l);
+double gm_link_rtt_ms(const struct gm_link *l);
+size_t gm_link_bulk_queued(const struct gm_link *l);
+uint64_t gm_link_bytes_sent(const struct gm_link *l);
+uint64_t gm_link_bytes_received(const struct gm_link *l);
+
+#endif

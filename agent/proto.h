@@ -1,0 +1,119 @@
+/*
+ * agent/proto.h - message types of the wire protocol and their payloads.
+ *
+ * Control payloads are JSON objects (jansson, duplicate keys rejected) with
+ * every field checked for type, length and character set on decode; decoders
+ * return GM_ERR_PROTO for anything else and never trust a length.  Bulk
+ * payloads (GM_MSG_BULK) are raw bytes, chunked with GM_FRAME_F_MORE.
+ *
+ *   HELLO        {node, listen}                      both sides, first frame on a member link
+ *   MEMBERS      {members: [{node, address}]}        gossip of the member list
+ *   PING / PONG  8-byte sender timestamp (ns)        keepalive and RTT
+ *   BULK         raw chunk                           tensors, benchmark data
+ *   BYE          empty                               clean shutdown
+ *   ERROR        {code, message}                     sent before closing on a refusal
+ *   JOIN_REQUEST {token_id, node, pubkey, listen, proof}    joiner -> admitter
+ *   JOIN_ACCEPT  {node, cert, ca, members, proof}           admitter -> joiner
+ *   RENEW_REQUEST empty: a member asks the admitter for a fresh certificate
+ *                for the key and name of the certificate it linked with
+ *   RENEW_ACCEPT {cert}                                      admitter -> member
+ *
+ * Pure functions; any thread.
+ */
+#ifndef GM_AGENT_PROTO_H
+#define GM_AGENT_PROTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "common/err.h"
+#include "crypto/identity.h"
+#include "crypto/join.h"
+#include "crypto/token.h"
+
+enum gm_msg_type {
+    GM_MSG_HELLO = 1,
+    GM_MSG_MEMBERS = 2,
+    GM_MSG_PING = 3,
+    GM_MSG_PONG = 4,
+    GM_MSG_BULK = 5,
+    GM_MSG_BYE = 6,
+    GM_MSG_ERROR = 7,
+    GM_MSG_JOIN_REQUEST = 16,
+    GM_MSG_JOIN_ACCEPT = 17,
+    GM_MSG_RENEW_REQUEST = 18,
+    GM_MSG_RENEW_ACCEPT = 19,
+};
+
+#define GM_ADDR_MAX 64
+#define GM_MEMBERS_MAX 1024
+#define GM_PEM_MAX 8192
+
+struct gm_member {
+    char node[GM_ID_NAME_MAX + 1];
+    char address[GM_ADDR_MAX]; /* "ip:port" or "[ip6]:port" */
+};
+
+struct gm_msg_join_request {
+    uint8_t token_id[GM_TOKEN_ID_LEN];
+    char node[GM_ID_NAME_MAX + 1];
+    uint8_t pubkey[GM_ID_PUB_LEN];
+    char listen[GM_ADDR_MAX];
+    uint8_t proof[GM_JOIN_PROOF_LEN];
+};
+
+struct gm_msg_join_accept {
+    char node[GM_ID_NAME_MAX + 1];
+    char *cert_pem;            /* owned */
+    char *ca_pem;              /* owned */
+    struct gm_member *members; /* owned, n_members */
+    size_t n_members;
+    uint8_t proof[GM_JOIN_PROOF_LEN];
+};
+
+int gm_proto_type_known(uint16_t type);
+const char *gm_proto_type_name(uint16_t type);
+
+/* "1.2.3.4:5" or "[::1]:5" (IP literals only) -> sockaddr. -EINVAL otherwise. */
+GM_MUST_CHECK int gm_proto_addr_parse(const char *s, struct sockaddr_storage *out);
+/* sockaddr -> "ip:port" */
+GM_MUST_CHECK int gm_proto_addr_format(const struct sockaddr *sa, char out[GM_ADDR_MAX]);
+
+/* When advertised names the wildcard address (0.0.0.0 or ::), replaces its host
+ * with observed's (the address the peer connected from), keeping the port. */
+void gm_proto_addr_fill_host(const char *advertised, const char *observed, char out[GM_ADDR_MAX]);
+
+/* "lan" for loopback, private and link-local addresses, else "wan" (telling
+ * tunnels apart needs the egress interface: discovery's job). */
+const char *gm_proto_addr_class(const char *addr);
+
+/* Encoders return a malloc'd JSON text (*len without NUL) or -ENOMEM/-EINVAL. */
+GM_MUST_CHECK int gm_proto_hello_encode(const char *node, const char *listen, char **out,
+                                        size_t *len);
+GM_MUST_CHECK int gm_proto_hello_decode(const uint8_t *p, size_t len, char node[GM_ID_NAME_MAX + 1],
+                                        char listen[GM_ADDR_MAX]);
+GM_MUST_CHECK int gm_proto_members_encode(const struct gm_member *m, size_t n, char **out,
+                                          size_t *len);
+/* *members is malloc'd (free()). */
+GM_MUST_CHECK int gm_proto_members_decode(const uint8_t *p, size_t len, struct gm_member **members,
+                                          size_t *n);
+GM_MUST_CHECK int gm_proto_error_encode(int code, const char *message, char **out, size_t *len);
+GM_MUST_CHECK int gm_proto_error_decode(const uint8_t *p, size_t len, int *code, char *message,
+                                        size_t cap);
+GM_MUST_CHECK int gm_proto_join_request_encode(const struct gm_msg_join_request *m, char **out,
+                                               size_t *len);
+GM_MUST_CHECK int gm_proto_join_request_decode(const uint8_t *p, size_t len,
+                                               struct gm_msg_join_request *m);
+/* The bytes the join proofs bind to (request fields, canonical): writes at most cap. */
+size_t gm_proto_join_context(const struct gm_msg_join_request *m, char *out, size_t cap);
+GM_MUST_CHECK int gm_proto_join_accept_encode(const struct gm_msg_join_accept *m, char **out,
+                                              size_t *len);
+GM_MUST_CHECK int gm_proto_join_accept_decode(const uint8_t *p, size_t len,
+                                              struct gm_msg_join_accept *m);
+void gm_proto_join_accept_free(struct gm_msg_join_accept *m);
+GM_MUST_CHECK int gm_proto_renew_encode(const char *cert_pem, char **out, size_t *len);
+/* *cert_pem malloc'd. */
+GM_MUST_CHECK int gm_proto_renew_decode(const uint8_t *p, size_t len, char **cert_pem);
+
+#endif

@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# tests/integration/join_cli.sh - the CLI contract on loopback: init, token,
+# join, agents linking, and the token refusals (reused, malformed, revoked,
+# expired, wrong CA pin), each seen on both sides: the joiner's exit code and
+# message, and the admitter's log line.  Then file modes and a log grep for
+# secrets.
+#
+#   alpha (init, admitter) 127.0.0.1:PA  <--TLS-->  beta (join) 127.0.0.1:PB
+#         ^                                              ^
+#         +----------------------TLS---------------------+-- gamma (join) 127.0.0.1:PC
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+. tests/integration/lib.bash
+
+PA=$(free_port); PB=$(free_port); PC=$(free_port)
+"$GM" init --cluster lab --config "$WORK/alpha.conf" --state "$WORK/alpha" \
+    --listen 127.0.0.1:$PA --node alpha >/dev/null 2>>"$WORK/cli.log" || fail "init"
+start_agent alpha
+pass "init + agent"
+
+T1=$("$GM" token create --config "$WORK/alpha.conf" 2>>"$WORK/cli.log") || fail "token create"
+case "$T1" in gmtoken1_*) ;; *) fail "token has no prefix: ${T1:0:12}";; esac
+ID1=$("$GM" token list --json --config "$WORK/alpha.conf" | python3 -c 'import json,sys; print(json.load(sys.stdin)["tokens"][0]["id"])')
+"$GM" join "$T1" --peer 127.0.0.1:$PA --config "$WORK/beta.conf" --state "$WORK/beta" \
+    --listen 127.0.0.1:$PB --node beta >/dev/null 2>>"$WORK/cli.log" || fail "join beta"
+log_has alpha "event=join-accepted token=$ID1 node=beta"
+pass "token create + join"
+
+# a second use of the single-use token
+"$GM" join "$T1" --peer 127.0.0.1:$PA --config "$WORK/x.conf" --state "$WORK/x" \
+    --listen 127.0.0.1:1 --node x 2>"$WORK/reuse.err" >/dev/null
+rc=$?
+[ $rc -eq 78 ] || fail "reused token: exit $rc, want 78"
+grep -q "already used" "$WORK/reuse.err" || fail "reused token: joiner message: $(cat "$WORK/reuse.err")"
+log_has alpha "event=join-refused token=$ID1"
+[ ! -e "$WORK/x/node.crt" ] || fail "reused token produced a certificate"
+pass "second use refused (exit 78, both sides)"
+
+# a listen port of 0 cannot be dialed by the members: usage error
+"$GM" join "$T1" --peer 127.0.0.1:$PA --config "$WORK/x.conf" --state "$WORK/x" \
+    --listen 127.0.0.1:0 --node x >/dev/null 2>&1
+rc=$?
+[ $rc -eq 2 ] || fail "join --listen :0: exit $rc, want 2"
+
+# malformed token: refused before any connection
+"$GM" join "${T1%?}" --peer 127.0.0.1:$PA --config "$WORK/x.conf" --state "$WORK/x" \
+    --listen 127.0.0.1:1 --node x 2>"$WORK/bad.err" >/dev/null
+rc=$?
+[ $rc -eq 78 ] || fail "malformed token: exit $rc"
+grep -q "malformed" "$WORK/bad.err" || fail "malformed token message"
+pass "malformed token refused (exit 78)"
+
+# revoked token
+T2=$("$GM" token create --uses 2 --config "$WORK/alpha.conf")
+ID2=$("$GM" token list --json --config "$WORK/alpha.conf" | python3 -c 'import json,sys; print(json.load(sys.stdin)["tokens"][-1]["id"])')
+"$GM" token revoke "$ID2" --config "$WORK/alpha.conf" >/dev/null || fail "token revoke"
+"$GM" token list --config "$WORK/alpha.conf" | grep "$ID2" | grep -q revoked || fail "token list shows no revocation"
+"$GM" join "$T2" --peer 127.0.0.1:$PA --config "$WORK/x.conf" --state "$WORK/x" \
+    --listen 127.0.0.1:1 --node x 2>"$WORK/rev.err" >/dev/null
+rc=$?
+[ $rc -eq 78 ] && grep -q revoked "$WORK/rev.err" || fail "revoked token: exit $rc $(cat "$WORK/rev.err")"
+log_has alpha "event=join-refused token=$ID2"
+pass "revoked token refused"
+
+# expired token (1 s lifetime: poll the clock past its expiry, then join)
+T3=$("$GM" token create --ttl 1s --config "$WORK/alpha.conf")
+EXP=$("$GM" token list --json --config "$WORK/alpha.conf" | python3 -c 'import json,sys; print(json.load(sys.stdin)["tokens"][-1]["expires"])')
+past_expiry() { [ "$(date +%s)" -ge "$EXP" ]; }
+wait_for "token expiry" past_expiry
+"$GM" join "$T3" --peer 127.0.0.1:$PA --config "$WORK/x.conf" --state "$WORK/x" \
+    --listen 127.0.0.1:1 --node x 2>"$WORK/exp.err" >/dev/null
+rc=$?
+[ $rc -eq 78 ] && grep -q expired "$WORK/exp.err" || fail "expired token: exit $rc $(cat "$WORK/exp.err")"
+log_has alpha 'reason="expired"'
+pass "expired token refused"
+
+# wrong CA pin: a token for this cluster from another CA (a second init elsewhere)
+PZ=$(free_port)
+"$GM" init --cluster lab --config "$WORK/other.conf" --state "$WORK/other" \
+    --listen 127.0.0.1:$PZ --node other >/dev/null 2>>"$WORK/cli.log" || fail "init other"
+start_agent other
+T4=$("$GM" token create --config "$WORK/other.conf")
+"$GM" join "$T4" --peer 127.0.0.1:$PA --config "$WORK/x.conf" --state "$WORK/x" \
+    --listen 127.0.0.1:1 --node x 2>"$WORK/pin.err" >/dev/null
+rc=$?
+[ $rc -eq 1 ] && grep -q "pin" "$WORK/pin.err" || fail "wrong pin: exit $rc $(cat "$WORK/pin.err")"
+log_has alpha "err=-4008"
+pass "wrong CA pin refused before anything secret was sent"
+
+# a multi-use token admits a third machine; the three agents link up
+T5=$("$GM" token create --uses 2 --config "$WORK/alpha.conf")
+"$GM" join "$T5" --peer 127.0.0.1:$PA --config "$WORK/gamma.conf" --state "$WORK/gamma" \
+    --listen 127.0.0.1:$PC --node gamma >/dev/null 2>>"$WORK/cli.log" || fail "join gamma"
+start_agent beta
+start_agent gamma
+wait_for "alpha links to beta and gamma" links_up alpha 2
+wait_for "beta links" links_up beta 2
+wait_for "gamma links" links_up gamma 2
+"$GM" status --json --config "$WORK/beta.conf" | python3 -c '
+import json,sys
+d=json.load(sys.stdin)
+assert d["cluster"]=="lab" and d["node"]=="beta" and d["quorum"] is True, d
+assert sorted(m["node"] for m in d["members"])==["alpha","gamma"], d
+for m in d["members"]:
+    assert m["link"] in ("lan","tunnel","wan") and m["state"]=="up" and "rtt_ms" in m, m
+' || fail "status --json"
+pass "three agents linked; status --json lists members and links"
+
+# a member that restarts is linked again
+kill "$PID_gamma"; wait "$PID_gamma" 2>/dev/null
+wait_for "alpha sees gamma down" links_up alpha 1
+start_agent gamma
+wait_for "alpha relinks gamma" links_up alpha 2
+pass "restarted member relinked"
+
+# secrets: 0600 files, and no token, key or verifier in any log
+for f in alpha/ca.key alpha/node.key alpha/tokens beta/node.key gamma/node.key; do
+    m=$(stat -c %a "$WORK/$f")
+    [ "$m" = 600 ] || fail "$f has mode $m"
+done
+for t in "$T1" "$T2" "$T3" "$T4" "$T5"; do
+    if grep -rqF -- "${t#gmtoken1_}" "$WORK"/*.log; then fail "a token appears in a log"; fi
+done
+for v in $(awk '{print $3}' "$WORK/alpha/tokens"); do
+    if grep -rqF -- "$v" "$WORK"/*.log; then fail "a token verifier appears in a log"; fi
+done
+if grep -rq "PRIVATE KEY" "$WORK"/*.log; then fail "key material in a log"; fi
+grep -q "token=$ID1" "$WORK/alpha.log" || fail "logs do not name the token id (the grep could not fail)"
+pass "key and token files 0600; no secret in the logs"
+stop_agents

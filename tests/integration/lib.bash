@@ -1,0 +1,61 @@
+# tests/integration/lib.bash - helpers shared by the loopback integration tests.
+# Sourced, not run.  Every wait polls a condition with a deadline.
+
+GM=${GM_BIN:-./gradmesh}
+case "$GM" in /*) ;; *) GM="$PWD/$GM" ;; esac
+[ -x "$GM" ] || { echo "no gradmesh binary at $GM"; exit 77; }
+
+WORK=$(mktemp -d /tmp/gm-it.$$.XXXXXX)
+PIDS=()
+
+cleanup() {
+    local p
+    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
+    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
+    if [ "${KEEP:-0}" = 1 ]; then echo "kept $WORK"; else rm -rf "$WORK"; fi
+}
+trap cleanup EXIT
+
+fail() { echo "FAIL: $*"; for f in "$WORK"/*.log; do [ -e "$f" ] && { echo "--- $f"; tail -n 40 "$f"; }; done; exit 1; }
+pass() { echo "ok: $*"; }
+
+# free_port: a port the kernel just gave us (closed again).
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# wait_for DESC CMD...: polls CMD every 50 ms for up to 10 s.
+wait_for() {
+    local desc=$1 i; shift
+    for i in $(seq 200); do "$@" >/dev/null 2>&1 && return 0; sleep 0.05; done
+    fail "timed out waiting for $desc"
+}
+
+# start_agent NAME: runs the agent of $WORK/NAME.conf, waits until it answers status.
+start_agent() {
+    "$GM" agent --config "$WORK/$1.conf" 2>>"$WORK/$1.log" &
+    PIDS+=($!)
+    eval "PID_$1=$!"
+    wait_for "agent $1" "$GM" status --config "$WORK/$1.conf"
+}
+
+# links_up NAME N: status --json of NAME lists N members with state up.
+links_up() {
+    "$GM" status --json --config "$WORK/$1.conf" |
+        python3 -c 'import json,sys; d=json.load(sys.stdin); sys.exit(0 if sum(m["state"]=="up" for m in d["members"])=='"$2"' else 1)'
+}
+
+# log_has NAME TEXT: polls NAME's log for TEXT.
+log_has() { wait_for "'$2' in $1.log" grep -qF -- "$2" "$WORK/$1.log"; }
+
+# stop_agents: SIGTERM to every agent; each must exit 0 and, under
+# sanitizers, report nothing.
+stop_agents() {
+    local p rc
+    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
+    for p in "${PIDS[@]}"; do
+        wait "$p"; rc=$?
+        [ $rc -eq 0 ] || [ $rc -eq 127 ] || fail "agent pid $p exited $rc"
+    done
+    PIDS=()
+    if grep -l "Sanitizer" "$WORK"/*.log 2>/dev/null; then fail "sanitizer report in a log"; fi
+    pass "agents stopped cleanly"
+}

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# tests/integration/tls_refusals.sh - an outside TLS client (openssl s_client)
+# checks the agent's rules: no client certificate, TLS 1.2 only, a self-signed
+# certificate and a revoked member's certificate are each refused (the alert on
+# the client side, a log line on the agent's); a real member certificate is
+# accepted (so the test can fail).
+#
+#   openssl s_client  --TLS-->  alpha (agent) 127.0.0.1:PA
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+. tests/integration/lib.bash
+command -v openssl >/dev/null || { echo "no openssl binary"; exit 77; }
+
+PA=$(free_port); PB=$(free_port)
+"$GM" init --cluster lab --config "$WORK/alpha.conf" --state "$WORK/alpha" \
+    --listen 127.0.0.1:$PA --node alpha >/dev/null 2>>"$WORK/cli.log" || fail "init"
+start_agent alpha
+T=$("$GM" token create --config "$WORK/alpha.conf")
+"$GM" join "$T" --peer 127.0.0.1:$PA --config "$WORK/beta.conf" --state "$WORK/beta" \
+    --listen 127.0.0.1:$PB --node beta >/dev/null 2>>"$WORK/cli.log" || fail "join"
+
+# s_client ARGS...: connects, waits for the server to end the session.
+sclient() {
+    timeout 10 openssl s_client -connect 127.0.0.1:$PA -ign_eof "$@" </dev/null >"$WORK/s.out" 2>&1
+}
+count() { grep -c -- "$1" "$WORK/alpha.log" || true; }
+count_gt() { [ "$(count "$1")" -gt "$2" ]; }
+
+# 1. no client certificate
+n=$(count "err=-4008")
+sclient -CAfile "$WORK/alpha/ca.crt"
+grep -qi "alert certificate required" "$WORK/s.out" || fail "no cert: $(tail -5 "$WORK/s.out")"
+wait_for "agent log: no cert" count_gt "err=-4008" "$n"
+pass "client without a certificate refused (certificate required)"
+
+# 2. TLS 1.2 only
+n=$(count "err=-4009")
+sclient -tls1_2 -cert "$WORK/beta/node.crt" -key "$WORK/beta/node.key"
+grep -qi "alert protocol version" "$WORK/s.out" || fail "tls1.2: $(tail -5 "$WORK/s.out")"
+wait_for "agent log: tls1.2" count_gt "err=-4009" "$n"
+pass "TLS 1.2 refused (protocol version)"
+
+# 3. a self-signed certificate naming the right cluster and node
+openssl req -x509 -newkey ed25519 -nodes -keyout "$WORK/self.key" -out "$WORK/self.crt" \
+    -days 1 -subj /CN=beta -addext "subjectAltName=URI:gradmesh://lab/beta" 2>/dev/null ||
+    fail "openssl req"
+n=$(count "peer certificate refused")
+sclient -cert "$WORK/self.crt" -key "$WORK/self.key"
+grep -qiE "alert (unknown ca|bad certificate)" "$WORK/s.out" || fail "self-signed: $(tail -5 "$WORK/s.out")"
+wait_for "agent log: self-signed" count_gt "peer certificate refused" "$n"
+pass "self-signed certificate refused (unknown CA)"
+
+# control: a member's certificate gets through (the agent then waits for a HELLO)
+timeout 10 openssl s_client -connect 127.0.0.1:$PA -brief -CAfile "$WORK/alpha/ca.crt" \
+    -cert "$WORK/beta/node.crt" -key "$WORK/beta/node.key" </dev/null >"$WORK/s.out" 2>&1
+grep -q "Protocol version: TLSv1.3" "$WORK/s.out" || fail "member cert: $(cat "$WORK/s.out")"
+grep -q "Verification: OK" "$WORK/s.out" || fail "member cert: server not verified"
+if grep -qi alert "$WORK/s.out"; then fail "member cert got an alert"; fi
+pass "a member certificate is accepted (control)"
+
+# the agent is still serving
+"$GM" status --config "$WORK/alpha.conf" >/dev/null || fail "agent died"
+pass "agent still serving"
+
+# a revoked member: its serial (as openssl prints it) in the denylist, agent restarted
+openssl x509 -noout -serial -in "$WORK/beta/node.crt" | sed 's/^serial=//' >"$WORK/alpha/denylist"
+kill "$PID_alpha"; wait "$PID_alpha" 2>/dev/null
+start_agent alpha
+n=$(count "is revoked")
+sclient -cert "$WORK/beta/node.crt" -key "$WORK/beta/node.key"
+grep -qi "alert certificate revoked" "$WORK/s.out" || fail "revoked: $(tail -5 "$WORK/s.out")"
+wait_for "agent log: revoked" count_gt "is revoked" "$n"
+pass "revoked member certificate refused (certificate revoked)"
+stop_agents

@@ -1,0 +1,530 @@
+/* tests/unit/test_crypto.c - identities, tokens, join proofs and the TLS engine in memory. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <sodium.h>
+
+#include "common/err.h"
+#include "common/test.h"
+#include "crypto/identity.h"
+#include "crypto/join.h"
+#include "crypto/tls.h"
+#include "crypto/token.h"
+
+GM_TEST_DEFINE_STATE;
+
+static char tmpdir[256];
+
+/* A CA and one node of a cluster. */
+struct world {
+    struct gm_key *cakey, *key;
+    struct gm_cert *ca, *cert;
+};
+
+static void world_make(struct world *w, const char *cluster, const char *node)
+{
+    uint8_t pub[GM_ID_PUB_LEN];
+
+    memset(w, 0, sizeof(*w));
+    GM_CHECK_OK(gm_id_key_generate(&w->cakey));
+    GM_CHECK_OK(gm_id_ca_create(cluster, w->cakey, 30, &w->ca));
+    GM_CHECK_OK(gm_id_key_generate(&w->key));
+    GM_CHECK_OK(gm_id_key_public(w->key, pub));
+    GM_CHECK_OK(gm_id_cert_issue(w->ca, w->cakey, cluster, node, pub, 10, &w->cert));
+}
+
+/* Another node under the same CA. */
+static void world_node(const struct world *base, struct world *w, const char *cluster,
+                       const char *node)
+{
+    uint8_t pub[GM_ID_PUB_LEN];
+
+    memset(w, 0, sizeof(*w));
+    GM_CHECK_OK(gm_id_key_generate(&w->key));
+    GM_CHECK_OK(gm_id_key_public(w->key, pub));
+    GM_CHECK_OK(gm_id_cert_issue(base->ca, base->cakey, cluster, node, pub, 10, &w->cert));
+    GM_CHECK_OK(gm_id_cert_dup(base->ca, &w->ca));
+}
+
+static void world_free(struct world *w)
+{
+    gm_id_key_free(w->cakey);
+    gm_id_key_free(w->key);
+    gm_id_cert_free(w->ca);
+    gm_id_cert_free(w->cert);
+    memset(w, 0, sizeof(*w));
+}
+
+static int move(struct gm_tls *from, struct gm_tls *to)
+{
+    uint8_t buf[65536];
+    size_t n;
+    int moved = 0, err;
+
+    while ((n = gm_tls_out_take(from, buf, sizeof(buf))) > 0) {
+        err = gm_tls_feed(to, buf, n);
+        if (err != 0)
+            return err;
+        moved = 1;
+    }
+    return moved;
+}
+
+/* Runs both handshakes to the end; then lets each side read once (TLS 1.3
+ * servers judge the client certificate after the client thinks it is done). */
+static void pump(struct gm_tls *c, struct gm_tls *s, int *ec, int *es)
+{
+    uint8_t buf[256];
+    size_t n;
+    int i;
+
+    *ec = -EAGAIN;
+    *es = -EAGAIN;
+    for (i = 0; i < 20; i++) {
+        if (*ec == -EAGAIN)
+            *ec = gm_tls_handshake(c);
+        (void)move(c, s);
+        if (*es == -EAGAIN)
+            *es = gm_tls_handshake(s);
+        (void)move(s, c);
+        if (*ec != -EAGAIN && *es != -EAGAIN)
+            break;
+    }
+    if (*ec == 0) {
+        int r = gm_tls_read(c, buf, sizeof(buf), &n);
+        if (r != -EAGAIN)
+            *ec = r;
+        (void)move(c, s);
+    }
+    if (*es == 0) {
+        int r = gm_tls_read(s, buf, sizeof(buf), &n);
+        if (r != -EAGAIN)
+            *es = r;
+        (void)move(s, c);
+    }
+    if (*ec == 0) {
+        int r = gm_tls_read(c, buf, sizeof(buf), &n);
+        if (r != -EAGAIN)
+            *ec = r;
+    }
+}
+
+static struct gm_tls_ctx *ctx_of(const struct world *w, const char *cluster, int joins)
+{
+    struct gm_tls_config cfg = {
+        .cluster = cluster, .ca = w->ca, .cert = w->cert, .key = w->key, .accept_joins = joins};
+    struct gm_tls_ctx *c = NULL;
+
+    GM_CHECK_OK(gm_tls_ctx_new(&cfg, &c));
+    return c;
+}
+
+static void test_names_and_certs(void)
+{
+    struct world w;
+    char cluster[64], node[64], serial[41];
+    uint8_t pin1[32], pin2[32];
+    char *pem = NULL;
+    struct gm_cert *back = NULL;
+    int64_t left = 0;
+
+    GM_CHECK(gm_id_name_valid("lab"));
+    GM_CHECK(gm_id_name_valid("node-1.a_b"));
+    GM_CHECK(!gm_id_name_valid(""));
+    GM_CHECK(!gm_id_name_valid("-x"));
+    GM_CHECK(!gm_id_name_valid("Lab"));
+    GM_CHECK(!gm_id_name_valid("a/b"));
+    GM_CHECK(!gm_id_name_valid("0123456789012345678901234567890123456789012345678901234567890123"));
+    world_make(&w, "lab", "n1");
+    GM_CHECK_OK(gm_id_cert_identity(w.cert, cluster, node));
+    GM_CHECK_STREQ(cluster, "lab");
+    GM_CHECK_STREQ(node, "n1");
+    GM_CHECK_OK(gm_id_cert_identity(w.ca, cluster, node));
+    GM_CHECK_STREQ(cluster, "lab");
+    GM_CHECK_STREQ(node, "");
+    GM_CHECK_OK(gm_id_cert_pin(w.ca, pin1));
+    GM_CHECK_OK(gm_id_cert_to_pem(w.ca, &pem));
+    GM_CHECK_OK(gm_id_cert_from_pem(pem, strlen(pem), &back));
+    GM_CHECK_OK(gm_id_cert_pin(back, pin2));
+    GM_CHECK(memcmp(pin1, pin2, 32) == 0);
+    gm_id_cert_free(back);
+    GM_CHECK_ERR(gm_id_cert_from_pem("garbage", 7, &back), GM_ERR_FORMAT);
+    GM_CHECK(back == NULL);
+    GM_CHECK_OK(gm_id_cert_serial(w.cert, serial));
+    GM_CHECK(strlen(serial) >= 16);
+    GM_CHECK_OK(gm_id_cert_seconds_left(w.cert, &left));
+    GM_CHECK(left > 9 * 86400 && left <= 10 * 86400);
+    GM_CHECK(gm_id_cert_needs_renewal(w.cert)); /* 10 days < 30 days margin */
+    GM_CHECK(gm_id_cert_matches_key(w.cert, w.key));
+    GM_CHECK(!gm_id_cert_matches_key(w.cert, w.cakey));
+    GM_CHECK_ERR(gm_id_cert_issue(w.ca, w.cakey, "lab", "BAD", pin1, 1, &back), -EINVAL);
+    free(pem);
+    world_free(&w);
+}
+
+static void test_key_files(void)
+{
+    char path[512];
+    struct gm_key *k = NULL, *k2 = NULL;
+    uint8_t p1[32], p2[32];
+    struct stat st;
+
+    snprintf(path, sizeof(path), "%s/node.key", tmpdir);
+    GM_CHECK_OK(gm_id_key_generate(&k));
+    GM_CHECK_OK(gm_id_key_save(k, path));
+    GM_CHECK(stat(path, &st) == 0 && (st.st_mode & 0777) == 0600);
+    GM_CHECK_OK(gm_id_key_load(path, &k2));
+    GM_CHECK_OK(gm_id_key_public(k, p1));
+    GM_CHECK_OK(gm_id_key_public(k2, p2));
+    GM_CHECK(memcmp(p1, p2, 32) == 0);
+    gm_id_key_free(k2);
+    k2 = NULL;
+    GM_CHECK(chmod(path, 0644) == 0);
+    GM_CHECK_ERR(gm_id_key_load(path, &k2), -EPERM);
+    GM_CHECK(k2 == NULL);
+    gm_id_key_free(k);
+    gm_id_key_free(NULL);
+}
+
+static void test_token_codec(void)
+{
+    uint8_t pin[32], id[8], secret[16], v1[32], v2[32];
+    char s[GM_TOKEN_STR_MAX], bad[GM_TOKEN_STR_MAX], hex[17];
+    struct gm_token *t = NULL;
+    size_t len;
+
+    randombytes_buf(pin, sizeof(pin));
+    randombytes_buf(id, sizeof(id));
+    randombytes_buf(secret, sizeof(secret));
+    GM_CHECK_OK(gm_token_encode("lab", pin, id, secret, s));
+    GM_CHECK(strncmp(s, GM_TOKEN_PREFIX, strlen(GM_TOKEN_PREFIX)) == 0);
+    len = strlen(s);
+    GM_CHECK_OK(gm_token_parse(s, len, &t));
+    if (t != NULL) {
+        GM_CHECK_STREQ(gm_token_cluster(t), "lab");
+        GM_CHECK(memcmp(gm_token_pin(t), pin, 32) == 0);
+        GM_CHECK(memcmp(gm_token_id(t), id, 8) == 0);
+        gm_token_verifier(t, v1);
+    }
+    gm_token_free(t);
+    /* whitespace around is fine */
+    snprintf(bad, sizeof(bad), "  %s\n", s);
+    GM_CHECK_OK(gm_token_parse(bad, strlen(bad), &t));
+    gm_token_verifier(t, v2);
+    GM_CHECK(memcmp(v1, v2, 32) == 0);
+    gm_token_free(t);
+    /* a typo anywhere is caught by the check bytes */
+    for (size_t i = strlen(GM_TOKEN_PREFIX); i < len; i++) {
+        memcpy(bad, s, len + 1);
+        bad[i] = bad[i] == 'A' ? 'B' : 'A';
+        GM_CHECK_ERR(gm_token_parse(bad, len, &t), GM_ERR_TOKEN);
+        GM_CHECK(t == NULL);
+    }
+    GM_CHECK_ERR(gm_token_parse(s, len - 1, &t), GM_ERR_TOKEN);
+    GM_CHECK_ERR(gm_token_parse("gmtoken1_", 9, &t), GM_ERR_TOKEN);
+    GM_CHECK_ERR(gm_token_parse("", 0, &t), GM_ERR_TOKEN);
+    GM_CHECK_ERR(gm_token_parse(s + 1, len - 1, &t), GM_ERR_TOKEN);
+    gm_token_id_hex(id, hex);
+    GM_CHECK_EQ(strlen(hex), 16);
+}
+
+static void test_token_store(void)
+{
+    char path[512], s[GM_TOKEN_STR_MAX];
+    struct gm_token_store *st = NULL, *st2 = NULL;
+    struct gm_token_info info, info2;
+    struct gm_token *t = NULL;
+    uint8_t pin[32] = {1}, v[32], vt[32];
+    const char *why = NULL;
+    char *text = NULL;
+    size_t len = 0;
+    struct stat sb;
+
+    snprintf(path, sizeof(path), "%s/tokens", tmpdir);
+    GM_CHECK_OK(gm_token_store_open(path, &st));
+    GM_CHECK_EQ(gm_token_store_count(st), 0);
+    GM_CHECK_OK(gm_token_store_create(st, "lab", pin, 3600, 1, 1000, s, &info));
+    GM_CHECK(stat(path, &sb) == 0 && (sb.st_mode & 0777) == 0600);
+    GM_CHECK_OK(gm_token_parse(s, strlen(s), &t));
+    gm_token_verifier(t, vt);
+    /* the store file holds neither the token nor its secret */
+    GM_CHECK_OK(gm_id_read_file(path, 1 << 20, &text, &len));
+    GM_CHECK(strstr(text, s + strlen(GM_TOKEN_PREFIX)) == NULL);
+    GM_CHECK(strstr(text, info.id) != NULL);
+    free(text);
+    GM_CHECK_OK(gm_token_store_check(st, gm_token_id(t), 1001, v, &why));
+    GM_CHECK(memcmp(v, vt, 32) == 0);
+    GM_CHECK_ERR(gm_token_store_check(st, gm_token_id(t), 1000 + 3600, v, &why), GM_ERR_TOKEN);
+    GM_CHECK_STREQ(why, "expired");
+    GM_CHECK_OK(gm_token_store_use(st, gm_token_id(t)));
+    GM_CHECK_ERR(gm_token_store_check(st, gm_token_id(t), 1001, v, &why), GM_ERR_TOKEN);
+    GM_CHECK_STREQ(why, "already used");
+    GM_CHECK_ERR(gm_token_store_use(st, gm_token_id(t)), GM_ERR_TOKEN);
+    gm_token_free(t);
+    /* reload: uses persisted */
+    GM_CHECK_OK(gm_token_store_open(path, &st2));
+    GM_CHECK_EQ(gm_token_store_count(st2), 1);
+    GM_CHECK_OK(gm_token_store_get(st2, 0, &info2));
+    GM_CHECK_STREQ(info2.id, info.id);
+    GM_CHECK_EQ(info2.uses_left, 0);
+    gm_token_store_free(st2);
+    /* revoke, multi-use, rate limit */
+    GM_CHECK_OK(gm_token_store_create(st, "lab", pin, 3600, 3, 1000, s, &info));
+    GM_CHECK_OK(gm_token_parse(s, strlen(s), &t));
+    GM_CHECK_OK(gm_token_store_use(st, gm_token_id(t)));
+    GM_CHECK_OK(gm_token_store_check(st, gm_token_id(t), 1001, v, &why));
+    for (int i = 0; i < GM_TOKEN_MAX_FAILS; i++)
+        gm_token_store_fail(st, gm_token_id(t), 1002);
+    GM_CHECK_ERR(gm_token_store_check(st, gm_token_id(t), 1003, v, &why), -EBUSY);
+    GM_CHECK_OK(gm_token_store_check(st, gm_token_id(t), 1002 + GM_TOKEN_FAIL_WINDOW_S, v, &why));
+    GM_CHECK_OK(gm_token_store_revoke(st, info.id));
+    GM_CHECK_ERR(gm_token_store_check(st, gm_token_id(t), 1002 + GM_TOKEN_FAIL_WINDOW_S, v, &why),
+                 GM_ERR_TOKEN);
+    GM_CHECK_STREQ(why, "revoked");
+    GM_CHECK_ERR(gm_token_store_revoke(st, "00"), -ENOENT);
+    gm_token_free(t);
+    /* unknown id */
+    memset(vt, 7, 8);
+    GM_CHECK_ERR(gm_token_store_check(st, vt, 1001, v, &why), GM_ERR_TOKEN);
+    GM_CHECK_STREQ(why, "unknown token");
+    GM_CHECK_ERR(gm_token_store_create(st, "lab", pin, 0, 1, 1000, s, &info), -EINVAL);
+    gm_token_store_free(st);
+    /* a corrupt store is refused */
+    GM_CHECK_OK(gm_id_write_file(path, "v1 zz\n", 6, 0600));
+    GM_CHECK_ERR(gm_token_store_open(path, &st), GM_ERR_FORMAT);
+}
+
+static void test_join_proof(void)
+{
+    uint8_t v[32], b1[32], b2[32], p[32];
+    const char ctx[] = "id|node|pub";
+
+    randombytes_buf(v, 32);
+    randombytes_buf(b1, 32);
+    randombytes_buf(b2, 32);
+    gm_join_proof(v, GM_JOIN_ROLE_JOINER, b1, ctx, sizeof(ctx), p);
+    GM_CHECK_OK(gm_join_proof_check(v, GM_JOIN_ROLE_JOINER, b1, ctx, sizeof(ctx), p));
+    GM_CHECK_ERR(gm_join_proof_check(v, GM_JOIN_ROLE_JOINER, b2, ctx, sizeof(ctx), p), GM_ERR_AUTH);
+    GM_CHECK_ERR(gm_join_proof_check(v, GM_JOIN_ROLE_ADMITTER, b1, ctx, sizeof(ctx), p),
+                 GM_ERR_AUTH);
+    GM_CHECK_ERR(gm_join_proof_check(v, GM_JOIN_ROLE_JOINER, b1, ctx, sizeof(ctx) - 1, p),
+                 GM_ERR_AUTH);
+}
+
+static void test_tls_mutual(void)
+{
+    struct world a, b;
+    struct gm_tls_ctx *ca = NULL, *cb = NULL;
+    struct gm_tls *c = NULL, *s = NULL;
+    uint8_t e1[32], e2[32], big[100000], got[100000];
+    size_t n, have = 0;
+    int ec, es;
+
+    world_make(&a, "lab", "n1");
+    world_node(&a, &b, "lab", "n2");
+    ca = ctx_of(&a, "lab", 1);
+    cb = ctx_of(&b, "lab", 0);
+    GM_CHECK_OK(gm_tls_new(cb, GM_TLS_ROLE_CLIENT, &c));
+    GM_CHECK_OK(gm_tls_new(ca, GM_TLS_ROLE_SERVER, &s));
+    pump(c, s, &ec, &es);
+    GM_CHECK_OK(ec);
+    GM_CHECK_OK(es);
+    GM_CHECK_STREQ(gm_tls_peer_node(c), "n1");
+    GM_CHECK_STREQ(gm_tls_peer_node(s), "n2");
+    GM_CHECK(!gm_tls_is_join(s));
+    GM_CHECK_OK(gm_tls_export(c, GM_JOIN_EXPORTER_LABEL, e1, 32));
+    GM_CHECK_OK(gm_tls_export(s, GM_JOIN_EXPORTER_LABEL, e2, 32));
+    GM_CHECK(memcmp(e1, e2, 32) == 0);
+    for (size_t i = 0; i < sizeof(big); i++)
+        big[i] = (uint8_t)(i * 7);
+    GM_CHECK_OK(gm_tls_write(c, big, sizeof(big)));
+    GM_CHECK(gm_tls_out_pending(c) > sizeof(big));
+    {
+        /* the pending output as a block (no copy), given back afterwards */
+        struct gm_tls_block blk, none;
+        size_t pending = gm_tls_out_pending(c);
+        GM_CHECK_OK(gm_tls_out_detach(c, &blk));
+        GM_CHECK_EQ(blk.len, pending);
+        GM_CHECK_EQ(gm_tls_out_pending(c), 0);
+        GM_CHECK_ERR(gm_tls_out_detach(c, &none), -ENOENT);
+        GM_CHECK_OK(gm_tls_feed(s, blk.data, blk.len));
+        gm_tls_out_recycle(c, &blk);
+        GM_CHECK(blk.block == NULL);
+    }
+    while (have < sizeof(got) && gm_tls_read(s, got + have, sizeof(got) - have, &n) == 0)
+        have += n;
+    GM_CHECK_EQ(have, sizeof(big));
+    GM_CHECK(memcmp(big, got, sizeof(big)) == 0);
+    gm_tls_shutdown(c);
+    (void)move(c, s);
+    GM_CHECK_ERR(gm_tls_read(s, got, sizeof(got), &n), GM_ERR_ABORTED);
+    gm_tls_free(c);
+    gm_tls_free(s);
+    /* a second session exports a different binding */
+    GM_CHECK_OK(gm_tls_new(cb, GM_TLS_ROLE_CLIENT, &c));
+    GM_CHECK_OK(gm_tls_new(ca, GM_TLS_ROLE_SERVER, &s));
+    pump(c, s, &ec, &es);
+    GM_CHECK_OK(gm_tls_export(c, GM_JOIN_EXPORTER_LABEL, e2, 32));
+    GM_CHECK(memcmp(e1, e2, 32) != 0);
+    GM_CHECK_ERR(gm_tls_export(c, "bad-label", e2, 32), -EINVAL);
+    gm_tls_free(c);
+    gm_tls_free(s);
+    /* the denylist refuses a revoked client, both sides see it */
+    {
+        char serial[41];
+        GM_CHECK_OK(gm_id_cert_serial(b.cert, serial));
+        GM_CHECK_OK(gm_tls_ctx_deny(ca, serial));
+        GM_CHECK_OK(gm_tls_new(cb, GM_TLS_ROLE_CLIENT, &c));
+        GM_CHECK_OK(gm_tls_new(ca, GM_TLS_ROLE_SERVER, &s));
+        pump(c, s, &ec, &es);
+        GM_CHECK_ERR(es, GM_ERR_AUTH);
+        GM_CHECK_ERR(ec, GM_ERR_AUTH);
+        GM_CHECK(strstr(gm_tls_reason(s), "revoked") != NULL);
+        GM_CHECK(strstr(gm_tls_reason(c), "revoked") != NULL);
+        gm_tls_free(c);
+        gm_tls_free(s);
+    }
+    gm_tls_ctx_free(ca);
+    gm_tls_ctx_free(cb);
+    world_free(&a);
+    world_free(&b);
+}
+
+/* A client without a certificate (a joiner not offering the join ALPN is
+ * impossible by construction; use a joiner context against a server that
+ * does not accept joins). */
+static void test_tls_refusals(void)
+{
+    struct world a, other, wrongcl;
+    struct gm_tls_ctx *sa = NULL, *sa_nojoin = NULL, *co = NULL, *cw = NULL, *cj = NULL;
+    struct gm_tls *c = NULL, *s = NULL;
+    struct gm_tls_config jc = {.cluster = "lab"};
+    uint8_t pin[32];
+    int ec, es;
+
+    world_make(&a, "lab", "n1");
+    world_make(&other, "lab", "n9");       /* same names, another CA */
+    world_node(&a, &wrongcl, "zoo", "n3"); /* our CA, other cluster */
+    sa = ctx_of(&a, "lab", 1);
+    sa_nojoin = ctx_of(&a, "lab", 0);
+    co = ctx_of(&other, "lab", 0);
+    cw = ctx_of(&wrongcl, "lab", 0);
+
+    /* certificate from another CA */
+    GM_CHECK_OK(gm_tls_new(co, GM_TLS_ROLE_CLIENT, &c));
+    GM_CHECK_OK(gm_tls_new(sa, GM_TLS_ROLE_SERVER, &s));
+    pump(c, s, &ec, &es);
+    GM_CHECK_ERR(ec, GM_ERR_AUTH); /* the client refuses the server first */
+    GM_CHECK_ERR(es, GM_ERR_AUTH);
+    gm_tls_free(c);
+    gm_tls_free(s);
+
+    /* certificate of our CA naming another cluster */
+    GM_CHECK_OK(gm_tls_new(cw, GM_TLS_ROLE_CLIENT, &c));
+    GM_CHECK_OK(gm_tls_new(sa, GM_TLS_ROLE_SERVER, &s));
+    pump(c, s, &ec, &es);
+    GM_CHECK_ERR(ec, GM_ERR_AUTH);
+    GM_CHECK_ERR(es, GM_ERR_AUTH);
+    GM_CHECK(strstr(gm_tls_reason(s), "cluster 'zoo'") != NULL);
+    gm_tls_free(c);
+    gm_tls_free(s);
+
+    /* joiner: right pin works against a join-accepting server */
+    GM_CHECK_OK(gm_id_cert_pin(a.ca, pin));
+    jc.pin = pin;
+    GM_CHECK_OK(gm_tls_ctx_new(&jc, &cj));
+    GM_CHECK_OK(gm_tls_new(cj, GM_TLS_ROLE_JOINER, &c));
+    GM_CHECK_OK(gm_tls_new(sa, GM_TLS_ROLE_SERVER, &s));
+    pump(c, s, &ec, &es);
+    GM_CHECK_OK(ec);
+    GM_CHECK_OK(es);
+    GM_CHECK(gm_tls_is_join(s));
+    {
+        struct gm_cert *pinned = NULL;
+        uint8_t p2[32];
+        GM_CHECK_OK(gm_tls_pinned_ca(c, &pinned));
+        GM_CHECK_OK(gm_id_cert_pin(pinned, p2));
+        GM_CHECK(memcmp(pin, p2, 32) == 0);
+        gm_id_cert_free(pinned);
+    }
+    gm_tls_free(c);
+    gm_tls_free(s);
+
+    /* the same cert-less client against a server that accepts no joins: the
+     * join protocol is not offered (cert-less member clients: see
+     * tests/integration/tls_refusals.sh, openssl s_client) */
+    GM_CHECK_OK(gm_tls_new(cj, GM_TLS_ROLE_JOINER, &c));
+    GM_CHECK_OK(gm_tls_new(sa_nojoin, GM_TLS_ROLE_SERVER, &s));
+    pump(c, s, &ec, &es);
+    GM_CHECK_ERR(es, GM_ERR_PROTO);
+    GM_CHECK_ERR(ec, GM_ERR_PROTO);
+    GM_CHECK(strstr(gm_tls_reason(c), "no application protocol") != NULL);
+    gm_tls_free(c);
+    gm_tls_free(s);
+    gm_tls_ctx_free(cj);
+
+    /* wrong pin: the joiner refuses before sending anything */
+    pin[0] ^= 1;
+    GM_CHECK_OK(gm_tls_ctx_new(&jc, &cj));
+    GM_CHECK_OK(gm_tls_new(cj, GM_TLS_ROLE_JOINER, &c));
+    GM_CHECK_OK(gm_tls_new(sa, GM_TLS_ROLE_SERVER, &s));
+    pump(c, s, &ec, &es);
+    GM_CHECK_ERR(ec, GM_ERR_AUTH);
+    GM_CHECK_ERR(es, GM_ERR_AUTH);
+    GM_CHECK(strstr(gm_tls_reason(c), "pin") != NULL);
+    gm_tls_free(c);
+    gm_tls_free(s);
+    gm_tls_ctx_free(cj);
+
+    /* garbage bytes */
+    GM_CHECK_OK(gm_tls_new(sa, GM_TLS_ROLE_SERVER, &s));
+    GM_CHECK_OK(gm_tls_feed(s, "GET / HTTP/1.1\r\n\r\n", 18));
+    GM_CHECK_ERR(gm_tls_handshake(s), GM_ERR_PROTO);
+    gm_tls_free(s);
+
+    /* misuse */
+    GM_CHECK_ERR(gm_tls_new(sa, GM_TLS_ROLE_JOINER, &s), -EINVAL);
+    GM_CHECK(s == NULL);
+    jc.pin = NULL;
+    GM_CHECK_OK(gm_tls_ctx_new(&jc, &cj));
+    GM_CHECK_ERR(gm_tls_new(cj, GM_TLS_ROLE_CLIENT, &c), -EINVAL);
+    gm_tls_ctx_free(cj);
+    gm_tls_ctx_free(NULL);
+    gm_tls_free(NULL);
+
+    gm_tls_ctx_free(sa);
+    gm_tls_ctx_free(sa_nojoin);
+    gm_tls_ctx_free(co);
+    gm_tls_ctx_free(cw);
+    world_free(&a);
+    world_free(&other);
+    world_free(&wrongcl);
+}
+
+int main(void)
+{
+    char cmd[300];
+    int rc;
+
+    if (sodium_init() < 0)
+        return 1;
+    snprintf(tmpdir, sizeof(tmpdir), "/tmp/gm-test-crypto-XXXXXX");
+    if (mkdtemp(tmpdir) == NULL)
+        return 1;
+    GM_TEST_RUN(test_names_and_certs);
+    GM_TEST_RUN(test_key_files);
+    GM_TEST_RUN(test_token_codec);
+    GM_TEST_RUN(test_token_store);
+    GM_TEST_RUN(test_join_proof);
+    GM_TEST_RUN(test_tls_mutual);
+    GM_TEST_RUN(test_tls_refusals);
+    rc = gm_test_finish("test_crypto");
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0)
+        rc = 1;
+    return rc;
+}
