@@ -23,7 +23,8 @@ static const struct subcommand commands[] = {
     {"agent", gm_cli_agent, "agent --config FILE"},
     {"token", gm_cli_token, "token create [--ttl 24h] [--uses 1] | list | revoke ID --config FILE"},
     {"status", gm_cli_status, "status [--json] --config FILE"},
-    {"train", gm_cli_train, "train --local JOB.ini [--summary-json FILE] [--out FILE]"},
+    {"train", gm_cli_train,
+     "train --local JOB.ini [--summary-json FILE] [--out FILE] [--simulate-workers N]"},
 };
 
 static void usage(FILE *f)
