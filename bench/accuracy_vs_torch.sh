@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Accuracy against PyTorch with the same recipe: Fashion-MNIST, Adam lr 1e-3,
-# batch 64, 5 epochs, seeds 1..3, LeNet-5 and the MLP (784-256-10).  Prints
-# each run and the means; checks the issue's bars (LeNet-5 >= 88.0%, MLP >=
+# batch 64, 5 epochs, LeNet-5 and the MLP (784-256-10), seeds 1..10.  Prints
+# each run and the means; checks issue 2's bars (LeNet-5 >= 88.0%, MLP >=
 # 86.5%, each within 0.5 points of PyTorch's mean) and exits 1 if one fails.
-# Takes ~10 minutes on 2 cores (one thread each).
-#   bench/accuracy_vs_torch.sh [GRADMESH_BINARY]   SEEDS="1 2 3" EPOCHS=5 MODELS="lenet5 mlp"
+# Ten seeds by default: one run moves by about +-1 point with the seed, so a
+# 3-seed mean (the issue's minimum; SEEDS="1 2 3") carries noise the size of
+# the bars (docs/BENCHMARKS.md has both).  ~25 minutes on 2 quiet cores.
+#   bench/accuracy_vs_torch.sh [GRADMESH_BINARY]   SEEDS="1 ... 10" EPOCHS=5 MODELS="lenet5 mlp"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${1:-./gradmesh}
-seeds=${SEEDS:-1 2 3}
+seeds=${SEEDS:-1 2 3 4 5 6 7 8 9 10}
 epochs=${EPOCHS:-5}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
