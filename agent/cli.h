@@ -12,5 +12,12 @@ int gm_cli_join(int argc, char **argv);
 int gm_cli_token(int argc, char **argv);
 int gm_cli_agent(int argc, char **argv);
 int gm_cli_status(int argc, char **argv);
+int gm_cli_peers(int argc, char **argv);
+int gm_cli_doctor(int argc, char **argv);
+
+/* Sends req (consumed) to the local agent of config; *out the answer.  Prints
+ * the agent's error or why it is unreachable; returns a negative code then. */
+struct json_t;
+int gm_cli_control(const char *cmd, const char *config, struct json_t *req, struct json_t **out);
 
 #endif

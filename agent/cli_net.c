@@ -25,10 +25,13 @@
 #include "agent/control.h"
 #include "agent/joiner.h"
 #include "common/log.h"
+#include "crypto/beacon.h"
 #include "crypto/identity.h"
 #include "crypto/token.h"
+#include "discovery/discovery.h"
 
 #define CONTROL_TIMEOUT_MS 10000
+#define FIND_WAIT_S 15 /* join without --peer: how long to look for an admitter */
 
 static int usage_err(const char *cmd, const char *synopsis)
 {
@@ -92,12 +95,12 @@ static int check_listen(const char *listen)
 
 /* Writes a fresh config skeleton in *c. */
 static int prepare_config(struct gm_config *c, const char *cluster, const char *node,
-                          const char *listen, const char *state)
+                          const char *listen, const char *state, const char *multicast)
 {
     char abs[GM_PATH_MAX];
     int err;
 
-    memset(c, 0, sizeof(*c));
+    gm_config_defaults(c);
     err = make_state_dir(state, abs, sizeof(abs));
     if (err != 0)
         return err;
@@ -108,7 +111,22 @@ static int prepare_config(struct gm_config *c, const char *cluster, const char *
     if (snprintf(c->control, sizeof(c->control), "%s/control.sock", abs) >= (int)sizeof(c->control))
         return -ENAMETOOLONG;
     snprintf(c->device, sizeof(c->device), "auto");
+    if (multicast != NULL)
+        snprintf(c->multicast, sizeof(c->multicast), "%s",
+                 strcmp(multicast, "off") == 0 ? "" : multicast);
     return 0;
+}
+
+/* --multicast GROUP:PORT or off. */
+static int check_multicast(const char *cmd, const char *m)
+{
+    struct sockaddr_in g;
+
+    if (m == NULL || strcmp(m, "off") == 0 || gm_disc_parse_group(m, &g) == 0)
+        return 0;
+    fprintf(stderr, "gradmesh %s: --multicast wants an IPv4 group GROUP:PORT (e.g. %s) or off\n",
+            cmd, GM_DISC_GROUP_DEFAULT);
+    return -EINVAL;
 }
 
 static int refuse_existing(const struct gm_config *c)
@@ -130,9 +148,13 @@ int gm_cli_init(int argc, char **argv)
     static const struct option opts[] = {
         {"cluster", required_argument, NULL, 'c'}, {"config", required_argument, NULL, 'f'},
         {"state", required_argument, NULL, 's'},   {"listen", required_argument, NULL, 'l'},
-        {"node", required_argument, NULL, 'n'},    {NULL, 0, NULL, 0}};
-    const char *syn = "--cluster NAME --config FILE --state DIR --listen HOST:PORT [--node ID]";
-    const char *cluster = NULL, *config = NULL, *state = NULL, *listen = NULL, *node = NULL;
+        {"node", required_argument, NULL, 'n'},    {"multicast", required_argument, NULL, 'm'},
+        {NULL, 0, NULL, 0}};
+    const char *syn = "--cluster NAME [--config FILE] [--state DIR] [--listen HOST:PORT] "
+                      "[--node ID] [--multicast GROUP:PORT|off]";
+    const char *cluster = NULL, *config = NULL, *state = GM_DEFAULT_STATE,
+               *listen = GM_DEFAULT_LISTEN, *node = NULL, *multicast = NULL;
+    uint8_t bkey[GM_BEACON_KEY_LEN];
     char node_buf[GM_ID_NAME_MAX + 1], path[GM_PATH_MAX];
     struct gm_key *cakey = NULL, *key = NULL;
     struct gm_cert *ca = NULL, *cert = NULL;
@@ -158,12 +180,17 @@ int gm_cli_init(int argc, char **argv)
         case 'n':
             node = optarg;
             break;
+        case 'm':
+            multicast = optarg;
+            break;
         default:
             return usage_err("init", syn);
         }
     }
-    if (optind != argc || cluster == NULL || state == NULL || listen == NULL)
+    if (optind != argc || cluster == NULL)
         return usage_err("init", syn);
+    if (check_multicast("init", multicast) != 0)
+        return GM_EXIT_USAGE;
     config = gm_config_path(config);
     if (node == NULL) {
         random_node_id(node_buf);
@@ -177,7 +204,7 @@ int gm_cli_init(int argc, char **argv)
         fprintf(stderr, "gradmesh init: --listen wants IP:PORT\n");
         return GM_EXIT_USAGE;
     }
-    err = prepare_config(&c, cluster, node, listen, state);
+    err = prepare_config(&c, cluster, node, listen, state, multicast);
     if (err != 0)
         return fail("init", err, "state directory");
     err = refuse_existing(&c);
@@ -202,6 +229,10 @@ int gm_cli_init(int argc, char **argv)
         err = gm_id_cert_save(cert, path);
     if (err == 0 && (err = state_file(&c, "tokens", path)) == 0)
         err = gm_id_write_file(path, "", 0, 0600);
+    gm_beacon_key_generate(bkey);
+    if (err == 0 && (err = state_file(&c, "beacon.key", path)) == 0)
+        err = gm_beacon_key_save(path, bkey);
+    sodium_memzero(bkey, sizeof(bkey));
     if (err == 0)
         err = gm_config_save(config, &c);
     gm_id_key_free(cakey);
@@ -240,18 +271,28 @@ static int resolve(const char *hostport, struct sockaddr_storage *ss, char out[G
     return gm_proto_addr_format((struct sockaddr *)ss, out);
 }
 
-static int save_members(const struct gm_config *c, const struct gm_member *m, size_t n)
+/* The members file of a new node.  The admitter lists itself first with its
+ * listen address, which may be a wildcard: the address we reached it at
+ * (admitter_addr) fills in the host. */
+static int save_members(const struct gm_config *c, const struct gm_member *m, size_t n,
+                        const char *admitter_addr)
 {
-    char path[GM_PATH_MAX], *buf;
+    char path[GM_PATH_MAX], *buf, addr[GM_ADDR_MAX];
     size_t i, off = 0, cap = (n + 1) * (GM_ID_NAME_MAX + GM_ADDR_MAX + 4);
     int err;
 
     buf = malloc(cap);
     if (buf == NULL)
         return -ENOMEM;
-    for (i = 0; i < n; i++)
-        if (strcmp(m[i].node, c->node) != 0)
-            off += (size_t)snprintf(buf + off, cap - off, "%s %s\n", m[i].node, m[i].address);
+    for (i = 0; i < n; i++) {
+        if (strcmp(m[i].node, c->node) == 0)
+            continue;
+        if (i == 0)
+            gm_proto_addr_fill_host(m[i].address, admitter_addr, addr);
+        else
+            snprintf(addr, sizeof(addr), "%s", m[i].address);
+        off += (size_t)snprintf(buf + off, cap - off, "%s %s\n", m[i].node, addr);
+    }
     err = state_file(c, "members", path);
     if (err == 0)
         err = gm_id_write_file(path, buf, off, 0644);
@@ -259,15 +300,56 @@ static int save_members(const struct gm_config *c, const struct gm_member *m, si
     return err;
 }
 
+/* No --peer: an admitter of the token's cluster, found by its JOIN beacon. */
+static int find_admitter(const struct gm_token *tok, const char *multicast, int wait_s,
+                         struct sockaddr_storage *ss, char peer_addr[GM_ADDR_MAX])
+{
+    uint8_t v[GM_TOKEN_VERIFIER_LEN], jkey[GM_BEACON_KEY_LEN];
+    char addr[GM_DISC_ADDR_MAX], node[GM_ID_NAME_MAX + 1];
+    int err;
+
+    fprintf(stderr, "gradmesh join: looking for an admitter of cluster %s on the LAN (%s, up to %d s)...\n",
+            gm_token_cluster(tok), multicast, wait_s);
+    gm_token_verifier(tok, v);
+    gm_beacon_join_key(v, jkey);
+    sodium_memzero(v, sizeof(v));
+    err = gm_disc_find_admitter(multicast, NULL, gm_token_cluster(tok), jkey, wait_s * 1000, addr,
+                                node);
+    sodium_memzero(jkey, sizeof(jkey));
+    if (err == -ENETDOWN) {
+        fprintf(stderr, "gradmesh join: no multicast-capable interface is up here; "
+                        "give the admitter with --peer HOST:PORT\n");
+        return err;
+    }
+    if (err == -ETIMEDOUT) {
+        fprintf(stderr, "gradmesh join: no admitter of cluster %s answered within %d s: is its "
+                        "agent running, on this LAN, with this token still valid? Through a VPN "
+                        "or router give --peer HOST:PORT\n",
+                gm_token_cluster(tok), wait_s);
+        return err;
+    }
+    if (err == 0 && gm_proto_addr_parse(addr, ss) != 0)
+        err = -EINVAL;
+    if (err != 0) {
+        fprintf(stderr, "gradmesh join: multicast search failed: %s\n", gm_strerror(err));
+        return err;
+    }
+    snprintf(peer_addr, GM_ADDR_MAX, "%s", addr);
+    fprintf(stderr, "gradmesh join: found admitter %s at %s\n", node, addr);
+    return 0;
+}
+
 int gm_cli_join(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"peer", required_argument, NULL, 'p'},  {"config", required_argument, NULL, 'f'},
-        {"state", required_argument, NULL, 's'}, {"listen", required_argument, NULL, 'l'},
-        {"node", required_argument, NULL, 'n'},  {NULL, 0, NULL, 0}};
-    const char *syn = "TOKEN --peer HOST:PORT --config FILE --state DIR --listen HOST:PORT "
-                      "[--node ID]";
-    const char *peer = NULL, *config = NULL, *state = NULL, *listen = NULL, *node = NULL;
+        {"peer", required_argument, NULL, 'p'},      {"config", required_argument, NULL, 'f'},
+        {"state", required_argument, NULL, 's'},     {"listen", required_argument, NULL, 'l'},
+        {"node", required_argument, NULL, 'n'},      {"multicast", required_argument, NULL, 'm'},
+        {"wait", required_argument, NULL, 'w'},      {NULL, 0, NULL, 0}};
+    const char *syn = "TOKEN [--peer HOST:PORT] [--config FILE] [--state DIR] [--listen HOST:PORT] "
+                      "[--node ID] [--multicast GROUP:PORT|off] [--wait SECONDS]";
+    const char *peer = NULL, *config = NULL, *state = GM_DEFAULT_STATE, *listen = GM_DEFAULT_LISTEN,
+               *node = NULL, *multicast = NULL;
     char node_buf[GM_ID_NAME_MAX + 1], path[GM_PATH_MAX], peer_addr[GM_ADDR_MAX];
     struct sockaddr_storage ss;
     struct gm_token *tok = NULL;
@@ -276,7 +358,7 @@ int gm_cli_join(int argc, char **argv)
     struct gm_join_result r;
     struct gm_config c;
     char id[2 * GM_TOKEN_ID_LEN + 1];
-    int o, err;
+    int o, err, wait_s = FIND_WAIT_S;
 
     memset(&r, 0, sizeof(r));
     optind = 1;
@@ -297,12 +379,30 @@ int gm_cli_join(int argc, char **argv)
         case 'n':
             node = optarg;
             break;
+        case 'm':
+            multicast = optarg;
+            break;
+        case 'w': {
+            char *end = NULL;
+            long w = strtol(optarg, &end, 10);
+            if (*end != '\0' || w < 1 || w > 3600)
+                return usage_err("join", syn);
+            wait_s = (int)w;
+            break;
+        }
         default:
             return usage_err("join", syn);
         }
     }
-    if (optind != argc - 1 || peer == NULL || state == NULL || listen == NULL)
+    if (optind != argc - 1)
         return usage_err("join", syn);
+    if (check_multicast("join", multicast) != 0)
+        return GM_EXIT_USAGE;
+    if (peer == NULL && multicast != NULL && strcmp(multicast, "off") == 0) {
+        fprintf(stderr, "gradmesh join: with --multicast off, give the admitter with --peer "
+                        "HOST:PORT\n");
+        return GM_EXIT_USAGE;
+    }
     config = gm_config_path(config);
     err = gm_token_parse(argv[optind], strlen(argv[optind]), &tok);
     sodium_memzero(argv[optind], strlen(argv[optind])); /* out of /proc/PID/cmdline */
@@ -325,12 +425,16 @@ int gm_cli_join(int argc, char **argv)
         gm_token_free(tok);
         return GM_EXIT_USAGE;
     }
-    err = resolve(peer, &ss, peer_addr);
+    if (peer != NULL)
+        err = resolve(peer, &ss, peer_addr);
+    else
+        err = find_admitter(tok, multicast ? multicast : GM_DISC_GROUP_DEFAULT, wait_s, &ss,
+                            peer_addr);
     if (err != 0) {
         gm_token_free(tok);
-        return fail("join", err, "--peer");
+        return peer != NULL ? fail("join", err, "--peer") : GM_EXIT_RUNTIME;
     }
-    err = prepare_config(&c, gm_token_cluster(tok), node, listen, state);
+    err = prepare_config(&c, gm_token_cluster(tok), node, listen, state, multicast);
     if (err == 0)
         err = refuse_existing(&c);
     if (err == 0)
@@ -339,6 +443,8 @@ int gm_cli_join(int argc, char **argv)
         gm_token_free(tok);
         return fail("join", err, "state directory");
     }
+    if (peer != NULL) /* through a VPN or WAN: the agent keeps dialing it (static endpoint) */
+        snprintf(c.peers, sizeof(c.peers), "%s", peer);
     p.token = tok;
     p.peer = (struct sockaddr *)&ss;
     p.node = node;
@@ -363,8 +469,10 @@ int gm_cli_join(int argc, char **argv)
         err = gm_id_cert_save(r.cert, path);
     if (err == 0 && (err = state_file(&c, "ca.crt", path)) == 0)
         err = gm_id_cert_save(r.ca, path);
+    if (err == 0 && (err = state_file(&c, "beacon.key", path)) == 0)
+        err = gm_beacon_key_save(path, r.beacon_key);
     if (err == 0)
-        err = save_members(&c, r.members, r.n_members);
+        err = save_members(&c, r.members, r.n_members, peer_addr);
     if (err == 0 && r.n_members > 0 && (err = state_file(&c, "admitter", path)) == 0) {
         /* the admitter lists itself first: it renews our certificate later */
         char line[GM_ID_NAME_MAX + 2];
@@ -384,7 +492,7 @@ int gm_cli_join(int argc, char **argv)
 }
 
 /* Sends one request to the local agent; *out is the parsed answer. */
-static int control(const char *cmd, const char *config, json_t *req, json_t **out)
+int gm_cli_control(const char *cmd, const char *config, json_t *req, json_t **out)
 {
     struct gm_config c;
     json_error_t e;
@@ -491,7 +599,7 @@ int gm_cli_token(int argc, char **argv)
         return usage_err("token", syn);
     sub = argv[optind];
     if (strcmp(sub, "create") == 0 && optind == argc - 1) {
-        err = control("token create", config,
+        err = gm_cli_control("token create", config,
                       json_pack("{s:s, s:I, s:I}", "cmd", "token-create", "ttl", (json_int_t)ttl,
                                 "uses", (json_int_t)uses),
                       &r);
@@ -511,7 +619,7 @@ int gm_cli_token(int argc, char **argv)
     if (strcmp(sub, "list") == 0 && optind == argc - 1) {
         size_t i;
         json_t *e;
-        err = control("token list", config, json_pack("{s:s}", "cmd", "token-list"), &r);
+        err = gm_cli_control("token list", config, json_pack("{s:s}", "cmd", "token-list"), &r);
         if (err != 0)
             return gm_err_exit_code(err);
         if (as_json) {
@@ -539,7 +647,7 @@ int gm_cli_token(int argc, char **argv)
         return GM_EXIT_OK;
     }
     if (strcmp(sub, "revoke") == 0 && optind == argc - 2) {
-        err = control("token revoke", config,
+        err = gm_cli_control("token revoke", config,
                       json_pack("{s:s, s:s}", "cmd", "token-revoke", "id", argv[optind + 1]), &r);
         if (err != 0)
             return gm_err_exit_code(err);
@@ -603,7 +711,7 @@ int gm_cli_status(int argc, char **argv)
     }
     if (optind != argc)
         return usage_err("status", "[--json] --config FILE");
-    err = control("status", config, json_pack("{s:s}", "cmd", "status"), &r);
+    err = gm_cli_control("status", config, json_pack("{s:s}", "cmd", "status"), &r);
     if (err != 0)
         return gm_err_exit_code(err);
     if (as_json) {

@@ -9,6 +9,7 @@
 #include <ini.h>
 
 #include "common/log.h"
+#include "discovery/discovery.h"
 
 struct parse_state {
     struct gm_config *c;
@@ -45,6 +46,19 @@ static int handler(void *user, const char *section, const char *name, const char
         r = copy(c->control, sizeof(c->control), value);
     else if (IS("discovery", "peers"))
         r = copy(c->peers, sizeof(c->peers), value);
+    else if (IS("discovery", "multicast")) {
+        struct sockaddr_in g;
+        if (strcmp(value, "off") == 0)
+            c->multicast[0] = '\0';
+        else
+            r = gm_disc_parse_group(value, &g) != 0 ? -1
+                                                     : copy(c->multicast, sizeof(c->multicast), value);
+    } else if (IS("discovery", "tunnels"))
+        r = copy(c->tunnels, sizeof(c->tunnels), value);
+    else if (IS("discovery", "measure")) {
+        r = strcmp(value, "yes") == 0 ? 0 : strcmp(value, "no") == 0 ? 0 : -1;
+        c->measure = strcmp(value, "yes") == 0;
+    }
     else if (IS("train", "device"))
         r = copy(c->device, sizeof(c->device), value);
     else if (IS("train", "threads")) {
@@ -66,6 +80,14 @@ static int handler(void *user, const char *section, const char *name, const char
     return 1;
 }
 
+void gm_config_defaults(struct gm_config *c)
+{
+    memset(c, 0, sizeof(*c));
+    snprintf(c->device, sizeof(c->device), "auto");
+    snprintf(c->multicast, sizeof(c->multicast), "%s", GM_DISC_GROUP_DEFAULT);
+    c->measure = 1;
+}
+
 const char *gm_config_path(const char *flag)
 {
     const char *env = getenv("GRADMESH_CONFIG");
@@ -83,8 +105,7 @@ int gm_config_load(const char *path, struct gm_config *c)
     struct sockaddr_storage ss;
     int r;
 
-    memset(c, 0, sizeof(*c));
-    snprintf(c->device, sizeof(c->device), "auto");
+    gm_config_defaults(c);
     r = ini_parse(path, handler, &ps);
     if (r < 0) {
         gm_err("event=config-unreadable file=%s", path);
@@ -124,10 +145,19 @@ int gm_config_save(const char *path, const struct gm_config *c)
                  "# gradmesh agent configuration (written by gradmesh init/join)\n"
                  "[cluster]\nname = %s\n\n"
                  "[node]\nid = %s\nlisten = %s\nstate_dir = %s\ncontrol = %s\n\n"
-                 "[discovery]\npeers = %s\n\n"
+                 "[discovery]\n"
+                 "# multicast: group for LAN beacons (\"off\" to disable)\n"
+                 "multicast = %s\n"
+                 "# peers: static endpoints host:port, comma-separated (VPN, WAN)\n"
+                 "peers = %s\n"
+                 "# tunnels: interfaces to class as tunnels besides tun/tap/wg/ppp\n"
+                 "tunnels = %s\n"
+                 "measure = %s\n\n"
                  "[train]\ndevice = %s\nthreads = %d\n\n"
                  "[metrics]\nlisten = %s\n",
-                 c->cluster, c->node, c->listen, c->state_dir, c->control, c->peers,
+                 c->cluster, c->node, c->listen, c->state_dir, c->control,
+                 c->multicast[0] ? c->multicast : "off", c->peers, c->tunnels,
+                 c->measure ? "yes" : "no",
                  c->device[0] ? c->device : "auto", c->threads, c->metrics);
     if (n < 0 || n >= (int)sizeof(buf))
         return -ENAMETOOLONG;

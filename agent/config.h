@@ -4,7 +4,11 @@
  *
  *   [cluster]  name
  *   [node]     id, listen (ip:port), state_dir, control (unix socket path)
- *   [discovery] peers (comma-separated ip:port, optional static endpoints)
+ *   [discovery] multicast (group ip:port, default 239.192.74.50:7451, or "off"),
+ *              peers (comma-separated host:port static endpoints, dialed with
+ *              backoff until linked), tunnels (interface names to class as
+ *              tunnels besides tun/tap/WireGuard/ppp), measure (yes|no: probe
+ *              each new link's throughput)
  *   [train]    device (auto|cpu|cuda), threads (0 = all cores)
  *   [metrics]  listen (empty = off)
  *
@@ -22,6 +26,8 @@
 #include "crypto/identity.h"
 
 #define GM_PATH_MAX 1024
+#define GM_DEFAULT_LISTEN "0.0.0.0:7450"
+#define GM_DEFAULT_STATE "/var/lib/gradmesh"
 
 struct gm_config {
     char cluster[GM_ID_NAME_MAX + 1];
@@ -30,11 +36,16 @@ struct gm_config {
     char state_dir[GM_PATH_MAX];
     char control[GM_PATH_MAX];
     char peers[1024];
+    char multicast[GM_ADDR_MAX]; /* "" = off */
+    char tunnels[256];
+    int measure;
     char device[16];
     int threads;
     char metrics[GM_ADDR_MAX];
 };
 
+/* Everything off or empty but device "auto", multicast on the default group, measure yes. */
+void gm_config_defaults(struct gm_config *c);
 /* --config, else $GRADMESH_CONFIG, else /etc/gradmesh/gradmesh.conf. */
 const char *gm_config_path(const char *flag);
 /* GM_ERR_CONFIG (with a log line naming file and key) on a bad file. */

@@ -107,14 +107,12 @@ static int check_accept(struct join *j, struct gm_link *l, const uint8_t *p, siz
         goto out;
     }
     clen = gm_proto_join_context(&j->rq, ctx, sizeof(ctx));
-    alen = clen + 1 + strlen(ac.cert_pem);
-    actx = malloc(alen + 1);
+    alen = gm_join_accept_context(ctx, clen, ac.cert_pem, ac.beacon_key, &actx);
     if (actx == NULL) {
         err = -ENOMEM;
         set_err(j, err, "out of memory");
         goto out;
     }
-    snprintf(actx, alen + 1, "%s|%s", ctx, ac.cert_pem);
     gm_token_verifier(j->p.token, v);
     err = gm_join_proof_check(v, GM_JOIN_ROLE_ADMITTER, j->binding, actx, alen, ac.proof);
     sodium_memzero(v, sizeof(v));
@@ -127,6 +125,7 @@ static int check_accept(struct join *j, struct gm_link *l, const uint8_t *p, siz
     j->r->ca = ca;
     j->r->members = ac.members;
     j->r->n_members = ac.n_members;
+    memcpy(j->r->beacon_key, ac.beacon_key, sizeof(j->r->beacon_key));
     cert = NULL;
     ca = NULL;
     ac.members = NULL;
@@ -259,5 +258,5 @@ void gm_join_result_free(struct gm_join_result *r)
     gm_id_cert_free(r->cert);
     gm_id_cert_free(r->ca);
     free(r->members);
-    memset(r, 0, sizeof(*r));
+    sodium_memzero(r, sizeof(*r));
 }

@@ -38,6 +38,7 @@ struct gm_join_result {
     struct gm_cert *cert, *ca; /* owned on success */
     struct gm_member *members; /* owned (free()) */
     size_t n_members;
+    uint8_t beacon_key[GM_BEACON_KEY_BYTES]; /* the cluster's beacon key */
 };
 
 typedef void (*gm_join_done_fn)(void *arg, struct gm_join_result *r);

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 
 #include "common/log.h"
 #include "common/time.h"
@@ -66,7 +67,8 @@ struct gm_link {
     int want_writable;
     size_t wq_bytes; /* ciphertext in libuv's write queue */
     uint64_t t_start, t_last_rx, t_last_ping;
-    double rtt_ms;
+    double rtt_ms, skew_ms;
+    int have_skew;
     uint64_t tx, rx;
     char peer[GM_ADDR_MAX];
     uint8_t *rxbuf; /* owned, RX_BUF */
@@ -120,6 +122,21 @@ int gm_link_is_closing(const struct gm_link *l)
 double gm_link_rtt_ms(const struct gm_link *l)
 {
     return l->rtt_ms;
+}
+
+int gm_link_skew_ms(const struct gm_link *l, double *skew)
+{
+    *skew = l->skew_ms;
+    return l->have_skew;
+}
+
+int gm_link_fd(const struct gm_link *l)
+{
+    uv_os_fd_t fd;
+
+    if (uv_fileno((const uv_handle_t *)&l->tcp, &fd) != 0)
+        return -1;
+    return (int)fd;
 }
 
 size_t gm_link_bulk_queued(const struct gm_link *l)
@@ -548,23 +565,60 @@ void gm_link_fail(struct gm_link *l, int err, const char *message)
     gm_link_close(l, err);
 }
 
+static uint64_t get_be64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    size_t i;
+
+    for (i = 0; i < 8; i++)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+static void put_be64(uint8_t *p, uint64_t v)
+{
+    size_t i;
+
+    for (i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (56 - 8 * i));
+}
+
+static uint64_t wall_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 void gm_link_pong(struct gm_link *l, const uint8_t *payload, size_t len)
 {
-    if (len == 8)
-        ignore(gm_link_send(l, GM_MSG_PONG, 0, payload, len));
+    uint8_t p[16];
+
+    if (len != 8)
+        return;
+    memcpy(p, payload, 8);
+    put_be64(p + 8, wall_ns());
+    ignore(gm_link_send(l, GM_MSG_PONG, 0, p, sizeof(p)));
 }
 
 void gm_link_rtt_sample(struct gm_link *l, const uint8_t *payload, size_t len)
 {
-    uint64_t t = 0;
-    size_t i;
+    uint64_t t, now = gm_time_mono_ns();
 
-    if (len != 8)
+    if (len != 8 && len != 16)
         return;
-    for (i = 0; i < 8; i++)
-        t = (t << 8) | payload[i];
-    if (t <= gm_time_mono_ns())
-        l->rtt_ms = (double)(gm_time_mono_ns() - t) / 1e6;
+    t = get_be64(payload);
+    if (t > now)
+        return;
+    l->rtt_ms = (double)(now - t) / 1e6;
+    if (len == 16) {
+        /* the peer read its clock about half a round trip ago */
+        double peer_ms = (double)get_be64(payload + 8) / 1e6;
+        double mid_ms = (double)wall_ns() / 1e6 - l->rtt_ms / 2;
+        l->skew_ms = peer_ms - mid_ms;
+        l->have_skew = 1;
+    }
 }
 
 static int frame_cb(void *arg, const struct gm_frame_hdr *h, const uint8_t *payload)
@@ -740,10 +794,8 @@ static void tick_cb(uv_timer_t *t)
     }
     if (now - l->t_last_ping >= (uint64_t)l->opts.ping_ms * 1000000ull) {
         uint8_t p[8];
-        size_t i;
         l->t_last_ping = now;
-        for (i = 0; i < 8; i++)
-            p[i] = (uint8_t)(now >> (56 - 8 * i));
+        put_be64(p, now);
         ignore(gm_link_send(l, GM_MSG_PING, 0, p, sizeof(p)));
     }
 }

@@ -102,6 +102,10 @@ uint32_t gm_link_state(const struct gm_link *l);
 void gm_link_set_state(struct gm_link *l, uint32_t state);
 int gm_link_is_closing(const struct gm_link *l);
 double gm_link_rtt_ms(const struct gm_link *l);
+/* Peer's wall clock minus ours, from the last PONG; 0 when none came yet. */
+int gm_link_skew_ms(const struct gm_link *l, double *skew);
+/* The TCP socket (for getsockname / path MTU), -1 before connect. */
+int gm_link_fd(const struct gm_link *l);
 size_t gm_link_bulk_queued(const struct gm_link *l);
 uint64_t gm_link_bytes_sent(const struct gm_link *l);
 uint64_t gm_link_bytes_received(const struct gm_link *l);

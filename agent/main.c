@@ -17,12 +17,15 @@ struct subcommand {
 };
 
 static const struct subcommand commands[] = {
-    {"init", gm_cli_init, "init --cluster NAME --config FILE --state DIR --listen HOST:PORT"},
+    {"init", gm_cli_init,
+     "init --cluster NAME [--config FILE] [--state DIR] [--listen HOST:PORT] [--multicast G:P|off]"},
     {"join", gm_cli_join,
-     "join TOKEN --peer HOST:PORT --config FILE --state DIR --listen HOST:PORT"},
+     "join TOKEN [--peer HOST:PORT] [--config FILE] [--state DIR] [--listen HOST:PORT] [--wait S]"},
     {"agent", gm_cli_agent, "agent --config FILE"},
     {"token", gm_cli_token, "token create [--ttl 24h] [--uses 1] | list | revoke ID --config FILE"},
     {"status", gm_cli_status, "status [--json] --config FILE"},
+    {"peers", gm_cli_peers, "peers [--json] --config FILE"},
+    {"doctor", gm_cli_doctor, "doctor [--json] [--model lenet5|mlp] --config FILE"},
     {"train", gm_cli_train,
      "train --local JOB.ini [--summary-json FILE] [--out FILE] [--simulate-workers N]"},
 };

@@ -2,6 +2,7 @@
 #include "agent/proto.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +23,9 @@ int gm_proto_type_known(uint16_t type)
     case GM_MSG_BULK:
     case GM_MSG_BYE:
     case GM_MSG_ERROR:
+    case GM_MSG_PROBE:
+    case GM_MSG_RATE:
+    case GM_MSG_LINK_STATS:
     case GM_MSG_JOIN_REQUEST:
     case GM_MSG_JOIN_ACCEPT:
     case GM_MSG_RENEW_REQUEST:
@@ -49,6 +53,12 @@ const char *gm_proto_type_name(uint16_t type)
         return "bye";
     case GM_MSG_ERROR:
         return "error";
+    case GM_MSG_PROBE:
+        return "probe";
+    case GM_MSG_RATE:
+        return "rate";
+    case GM_MSG_LINK_STATS:
+        return "link-stats";
     case GM_MSG_JOIN_REQUEST:
         return "join-request";
     case GM_MSG_JOIN_ACCEPT:
@@ -240,23 +250,181 @@ static json_t *hex(const uint8_t *p, size_t n)
     return json_string(buf);
 }
 
-int gm_proto_hello_encode(const char *node, const char *listen, char **out, size_t *len)
+static int class_valid(const char *c)
 {
-    return dump(json_pack("{s:s, s:s}", "node", node, "listen", listen), out, len);
+    return strcmp(c, "lan") == 0 || strcmp(c, "tunnel") == 0 || strcmp(c, "wan") == 0;
 }
 
-int gm_proto_hello_decode(const uint8_t *p, size_t len, char node[GM_ID_NAME_MAX + 1],
-                          char listen[GM_ADDR_MAX])
+int gm_proto_hello_encode(const struct gm_msg_hello *m, char **out, size_t *len)
+{
+    json_t *j = json_pack("{s:s, s:s}", "node", m->node, "listen", m->listen);
+
+    if (j != NULL && m->link_class[0] != '\0')
+        json_object_set_new(j, "class", json_string(m->link_class));
+    if (j != NULL && m->mtu > 0)
+        json_object_set_new(j, "mtu", json_integer(m->mtu));
+    return dump(j, out, len);
+}
+
+/* Optional integer field: *out untouched when absent; GM_ERR_PROTO when not in [lo, hi]. */
+static int get_opt_int(json_t *o, const char *key, json_int_t lo, json_int_t hi, json_int_t *out)
+{
+    json_t *v = json_object_get(o, key);
+
+    if (v == NULL)
+        return 0;
+    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi)
+        return GM_ERR_PROTO;
+    *out = json_integer_value(v);
+    return 0;
+}
+
+int gm_proto_hello_decode(const uint8_t *p, size_t len, struct gm_msg_hello *m)
 {
     json_t *j = load(p, len);
+    json_int_t mtu = 0;
+    size_t fields = 2;
     int err = GM_ERR_PROTO;
 
-    node[0] = '\0';
-    listen[0] = '\0';
+    memset(m, 0, sizeof(*m));
     if (j == NULL)
         return GM_ERR_PROTO;
-    if (get_name(j, "node", node) == 0 && get_addr(j, "listen", listen) == 0)
+    if (json_object_get(j, "class") != NULL) {
+        fields++;
+        if (get_str(j, "class", m->link_class, sizeof(m->link_class)) != 0 ||
+            !class_valid(m->link_class))
+            goto out;
+    }
+    if (json_object_get(j, "mtu") != NULL)
+        fields++;
+    if (json_object_size(j) == fields && get_name(j, "node", m->node) == 0 &&
+        get_addr(j, "listen", m->listen) == 0 && get_opt_int(j, "mtu", 1, 65535, &mtu) == 0) {
+        m->mtu = (int)mtu;
         err = 0;
+    }
+out:
+    json_decref(j);
+    if (err != 0)
+        memset(m, 0, sizeof(*m));
+    return err;
+}
+
+int gm_proto_rate_encode(const struct gm_msg_rate *m, char **out, size_t *len)
+{
+    return dump(json_pack("{s:I, s:I, s:I}", "req", (json_int_t)m->req, "bytes",
+                          (json_int_t)m->bytes, "us", (json_int_t)m->us),
+                out, len);
+}
+
+int gm_proto_rate_decode(const uint8_t *p, size_t len, struct gm_msg_rate *m)
+{
+    json_t *j = load(p, len);
+    json_int_t req = -1, bytes = -1, us = -1;
+    int err = GM_ERR_PROTO;
+
+    memset(m, 0, sizeof(*m));
+    if (j == NULL)
+        return GM_ERR_PROTO;
+    if (json_object_size(j) == 3 && get_opt_int(j, "req", 0, INT64_MAX, &req) == 0 &&
+        get_opt_int(j, "bytes", 0, INT64_MAX, &bytes) == 0 &&
+        get_opt_int(j, "us", 1, INT64_MAX, &us) == 0 && req >= 0 && bytes >= 0 && us >= 1) {
+        m->req = (uint64_t)req;
+        m->bytes = (uint64_t)bytes;
+        m->us = (uint64_t)us;
+        err = 0;
+    }
+    json_decref(j);
+    return err;
+}
+
+static json_t *number_or_null(double v)
+{
+    return v < 0 ? json_null() : json_real(v);
+}
+
+int gm_proto_link_stats_encode(const struct gm_link_stat *s, size_t n, char **out, size_t *len)
+{
+    json_t *a = json_array();
+    size_t i;
+
+    for (i = 0; a != NULL && i < n; i++) {
+        json_t *e = json_pack("{s:s, s:s, s:o, s:o, s:o}", "node", s[i].node, "class",
+                              s[i].link_class, "rtt_ms", number_or_null(s[i].rtt_ms),
+                              "throughput_mbps", number_or_null(s[i].throughput_mbps), "reach",
+                              s[i].reach < 0 ? json_null() : json_boolean(s[i].reach));
+        if (json_array_append_new(a, e) != 0) {
+            json_decref(a);
+            a = NULL;
+        }
+    }
+    if (a == NULL)
+        return dump(NULL, out, len);
+    return dump(json_pack("{s:o}", "links", a), out, len);
+}
+
+/* A non-negative finite number or null (-1). */
+static int get_measure(json_t *o, const char *key, double *out)
+{
+    json_t *v = json_object_get(o, key);
+
+    if (json_is_null(v)) {
+        *out = -1;
+        return 0;
+    }
+    if (!json_is_number(v) || !(json_number_value(v) >= 0) || json_number_value(v) > 1e12)
+        return GM_ERR_PROTO;
+    *out = json_number_value(v);
+    return 0;
+}
+
+static int link_stat_parse(json_t *e, struct gm_link_stat *s)
+{
+    json_t *r;
+
+    if (!json_is_object(e) || json_object_size(e) != 5 || get_name(e, "node", s->node) != 0 ||
+        get_str(e, "class", s->link_class, sizeof(s->link_class)) != 0 ||
+        !class_valid(s->link_class) || get_measure(e, "rtt_ms", &s->rtt_ms) != 0 ||
+        get_measure(e, "throughput_mbps", &s->throughput_mbps) != 0)
+        return GM_ERR_PROTO;
+    r = json_object_get(e, "reach");
+    if (json_is_null(r))
+        s->reach = -1;
+    else if (json_is_boolean(r))
+        s->reach = json_is_true(r);
+    else
+        return GM_ERR_PROTO;
+    return 0;
+}
+
+int gm_proto_link_stats_decode(const uint8_t *p, size_t len, struct gm_link_stat **s, size_t *n)
+{
+    json_t *j = load(p, len), *a;
+    struct gm_link_stat *v = NULL;
+    size_t i, cnt;
+    int err = GM_ERR_PROTO;
+
+    *s = NULL;
+    *n = 0;
+    if (j == NULL)
+        return GM_ERR_PROTO;
+    a = json_object_get(j, "links");
+    if (json_object_size(j) != 1 || !json_is_array(a) || json_array_size(a) > GM_MEMBERS_MAX)
+        goto out;
+    cnt = json_array_size(a);
+    v = calloc(cnt ? cnt : 1, sizeof(*v));
+    if (v == NULL) {
+        err = -ENOMEM;
+        goto out;
+    }
+    for (i = 0; i < cnt; i++)
+        if (link_stat_parse(json_array_get(a, i), &v[i]) != 0)
+            goto out;
+    *s = v;
+    *n = cnt;
+    v = NULL;
+    err = 0;
+out:
+    free(v);
     json_decref(j);
     return err;
 }
@@ -392,14 +560,31 @@ size_t gm_proto_join_context(const struct gm_msg_join_request *m, char *out, siz
     return (size_t)n < cap ? (size_t)n : cap - 1;
 }
 
+size_t gm_join_accept_context(const char *ctx, size_t clen, const char *cert_pem,
+                              const uint8_t beacon_key[GM_BEACON_KEY_BYTES], char **out)
+{
+    char bk[2 * GM_BEACON_KEY_BYTES + 1];
+    size_t n = clen + 1 + strlen(cert_pem) + 1 + 2 * GM_BEACON_KEY_BYTES;
+
+    *out = malloc(n + 1);
+    if (*out == NULL)
+        return 0;
+    sodium_bin2hex(bk, sizeof(bk), beacon_key, GM_BEACON_KEY_BYTES);
+    snprintf(*out, n + 1, "%.*s|%s|%s", (int)clen, ctx, cert_pem, bk);
+    sodium_memzero(bk, sizeof(bk));
+    return n;
+}
+
 int gm_proto_join_accept_encode(const struct gm_msg_join_accept *m, char **out, size_t *len)
 {
     json_t *a = members_json(m->members, m->n_members);
 
     if (a == NULL)
         return dump(NULL, out, len);
-    return dump(json_pack("{s:s, s:s, s:s, s:o, s:o}", "node", m->node, "cert", m->cert_pem, "ca",
-                          m->ca_pem, "members", a, "proof", hex(m->proof, GM_JOIN_PROOF_LEN)),
+    return dump(json_pack("{s:s, s:s, s:s, s:o, s:o, s:o}", "node", m->node, "cert", m->cert_pem,
+                          "ca", m->ca_pem, "members", a, "beacon_key",
+                          hex(m->beacon_key, GM_BEACON_KEY_BYTES), "proof",
+                          hex(m->proof, GM_JOIN_PROOF_LEN)),
                 out, len);
 }
 
@@ -426,7 +611,8 @@ int gm_proto_join_accept_decode(const uint8_t *p, size_t len, struct gm_msg_join
     memset(m, 0, sizeof(*m));
     if (j == NULL)
         return GM_ERR_PROTO;
-    if (json_object_size(j) != 5 || get_name(j, "node", m->node) != 0 ||
+    if (json_object_size(j) != 6 || get_name(j, "node", m->node) != 0 ||
+        get_hex(j, "beacon_key", m->beacon_key, GM_BEACON_KEY_BYTES) != 0 ||
         get_hex(j, "proof", m->proof, GM_JOIN_PROOF_LEN) != 0)
         goto out;
     err = get_pem(j, "cert", &m->cert_pem);
@@ -445,6 +631,7 @@ void gm_proto_join_accept_free(struct gm_msg_join_accept *m)
 {
     if (m == NULL)
         return;
+    sodium_memzero(m->beacon_key, sizeof(m->beacon_key));
     free(m->cert_pem);
     free(m->ca_pem);
     free(m->members);

@@ -6,14 +6,21 @@
  * return GM_ERR_PROTO for anything else and never trust a length.  Bulk
  * payloads (GM_MSG_BULK) are raw bytes, chunked with GM_FRAME_F_MORE.
  *
- *   HELLO        {node, listen}                      both sides, first frame on a member link
+ *   HELLO        {node, listen, class?, mtu?}        both sides, first frame on a member link;
+ *                class/mtu: the sender's view of this link (egress interface)
  *   MEMBERS      {members: [{node, address}]}        gossip of the member list
- *   PING / PONG  8-byte sender timestamp (ns)        keepalive and RTT
+ *   PING / PONG  8-byte sender timestamp (ns); PONG appends the responder's
+ *                wall clock (8 bytes, ns since the epoch)  keepalive, RTT, clock skew
  *   BULK         raw chunk                           tensors, benchmark data
+ *   PROBE        raw chunk (zeros)                   throughput probe on link up
+ *   RATE         {req, bytes, us}                    receiver -> sender: a bulk/probe train
+ *                of `bytes` (after its first chunk) took `us` microseconds to arrive
+ *   LINK_STATS   {links: [{node, class, rtt_ms, throughput_mbps, reach}]}
+ *                the sender's measurements of its own links (doctor's matrix)
  *   BYE          empty                               clean shutdown
  *   ERROR        {code, message}                     sent before closing on a refusal
  *   JOIN_REQUEST {token_id, node, pubkey, listen, proof}    joiner -> admitter
- *   JOIN_ACCEPT  {node, cert, ca, members, proof}           admitter -> joiner
+ *   JOIN_ACCEPT  {node, cert, ca, members, beacon_key, proof} admitter -> joiner
  *   RENEW_REQUEST empty: a member asks the admitter for a fresh certificate
  *                for the key and name of the certificate it linked with
  *   RENEW_ACCEPT {cert}                                      admitter -> member
@@ -40,6 +47,9 @@ enum gm_msg_type {
     GM_MSG_BULK = 5,
     GM_MSG_BYE = 6,
     GM_MSG_ERROR = 7,
+    GM_MSG_PROBE = 8,
+    GM_MSG_RATE = 9,
+    GM_MSG_LINK_STATS = 10,
     GM_MSG_JOIN_REQUEST = 16,
     GM_MSG_JOIN_ACCEPT = 17,
     GM_MSG_RENEW_REQUEST = 18,
@@ -53,6 +63,28 @@ enum gm_msg_type {
 struct gm_member {
     char node[GM_ID_NAME_MAX + 1];
     char address[GM_ADDR_MAX]; /* "ip:port" or "[ip6]:port" */
+};
+
+#define GM_BEACON_KEY_BYTES 32
+#define GM_CLASS_NAME_MAX 8
+
+struct gm_msg_hello {
+    char node[GM_ID_NAME_MAX + 1];
+    char listen[GM_ADDR_MAX];
+    char link_class[GM_CLASS_NAME_MAX]; /* "lan" | "tunnel" | "wan" | "" (unknown) */
+    int mtu;                            /* 0: unknown */
+};
+
+struct gm_msg_rate {
+    uint64_t req, bytes, us;
+};
+
+struct gm_link_stat {
+    char node[GM_ID_NAME_MAX + 1];
+    char link_class[GM_CLASS_NAME_MAX];
+    double rtt_ms;          /* < 0: unknown */
+    double throughput_mbps; /* < 0: unknown */
+    int reach;              /* 1 yes, 0 no, -1 unknown */
 };
 
 struct gm_msg_join_request {
@@ -69,6 +101,7 @@ struct gm_msg_join_accept {
     char *ca_pem;              /* owned */
     struct gm_member *members; /* owned, n_members */
     size_t n_members;
+    uint8_t beacon_key[GM_BEACON_KEY_BYTES];
     uint8_t proof[GM_JOIN_PROOF_LEN];
 };
 
@@ -89,10 +122,15 @@ void gm_proto_addr_fill_host(const char *advertised, const char *observed, char 
 const char *gm_proto_addr_class(const char *addr);
 
 /* Encoders return a malloc'd JSON text (*len without NUL) or -ENOMEM/-EINVAL. */
-GM_MUST_CHECK int gm_proto_hello_encode(const char *node, const char *listen, char **out,
-                                        size_t *len);
-GM_MUST_CHECK int gm_proto_hello_decode(const uint8_t *p, size_t len, char node[GM_ID_NAME_MAX + 1],
-                                        char listen[GM_ADDR_MAX]);
+GM_MUST_CHECK int gm_proto_hello_encode(const struct gm_msg_hello *m, char **out, size_t *len);
+GM_MUST_CHECK int gm_proto_hello_decode(const uint8_t *p, size_t len, struct gm_msg_hello *m);
+GM_MUST_CHECK int gm_proto_rate_encode(const struct gm_msg_rate *m, char **out, size_t *len);
+GM_MUST_CHECK int gm_proto_rate_decode(const uint8_t *p, size_t len, struct gm_msg_rate *m);
+GM_MUST_CHECK int gm_proto_link_stats_encode(const struct gm_link_stat *s, size_t n, char **out,
+                                             size_t *len);
+/* *s malloc'd (free()); at most GM_MEMBERS_MAX entries. */
+GM_MUST_CHECK int gm_proto_link_stats_decode(const uint8_t *p, size_t len, struct gm_link_stat **s,
+                                             size_t *n);
 GM_MUST_CHECK int gm_proto_members_encode(const struct gm_member *m, size_t n, char **out,
                                           size_t *len);
 /* *members is malloc'd (free()). */
@@ -107,6 +145,10 @@ GM_MUST_CHECK int gm_proto_join_request_decode(const uint8_t *p, size_t len,
                                                struct gm_msg_join_request *m);
 /* The bytes the join proofs bind to (request fields, canonical): writes at most cap. */
 size_t gm_proto_join_context(const struct gm_msg_join_request *m, char *out, size_t cap);
+/* The bytes the admitter's proof binds to: request context | cert | beacon key
+ * (hex).  *out malloc'd (NULL on no memory); returns its length. */
+size_t gm_join_accept_context(const char *ctx, size_t clen, const char *cert_pem,
+                              const uint8_t beacon_key[GM_BEACON_KEY_BYTES], char **out);
 GM_MUST_CHECK int gm_proto_join_accept_encode(const struct gm_msg_join_accept *m, char **out,
                                               size_t *len);
 GM_MUST_CHECK int gm_proto_join_accept_decode(const uint8_t *p, size_t len,

@@ -442,6 +442,18 @@ int gm_tls_ctx_set_identity(struct gm_tls_ctx *c, const struct gm_cert *cert,
     return 0;
 }
 
+int gm_tls_ctx_denied(const struct gm_tls_ctx *c, const char *serial)
+{
+    char low[41];
+    size_t i, n = strlen(serial);
+
+    if (n >= sizeof(low))
+        return 0;
+    for (i = 0; i <= n; i++)
+        low[i] = (serial[i] >= 'A' && serial[i] <= 'F') ? (char)(serial[i] - 'A' + 'a') : serial[i];
+    return is_denied(c, low);
+}
+
 int gm_tls_ctx_deny(struct gm_tls_ctx *c, const char *serial)
 {
     size_t n = strlen(serial);

@@ -60,6 +60,8 @@ void gm_tls_ctx_free(struct gm_tls_ctx *c);
 /* Adds a revoked certificate serial (hex, either case: `openssl x509 -serial`
  * prints it upper case, gm_id_cert_serial lower case). */
 GM_MUST_CHECK int gm_tls_ctx_deny(struct gm_tls_ctx *c, const char *serial);
+/* 1 when serial (hex, either case) is on the denylist (beacons check it too). */
+int gm_tls_ctx_denied(const struct gm_tls_ctx *c, const char *serial);
 
 /* Replaces the certificate and key that new sessions present (renewal);
  * sessions already made keep theirs. */

@@ -161,17 +161,16 @@ static int start_hashcheck(struct rank_ctx *rc, struct gm_model *m, long step)
                                    rc);
 }
 
-static int init_psgd(struct rank_ctx *rc, struct gm_model *m, long total_steps)
+/* PowerSGD's view of each parameter tensor: its 2-D shape, or a dense column. */
+static struct gm_view *model_views(const struct gm_model *m, size_t *nt)
 {
-    const struct gm_job *job = &rc->s->job;
-    size_t nt = gm_model_num_tensors(m);
-    struct gm_view *v = calloc(nt + 1, sizeof(*v));
-    struct gm_psgd_config cfg;
-    int err;
+    struct gm_view *v;
 
+    *nt = gm_model_num_tensors(m);
+    v = calloc(*nt + 1, sizeof(*v));
     if (v == NULL)
-        return -ENOMEM;
-    for (size_t i = 0; i < nt; i++) {
+        return NULL;
+    for (size_t i = 0; i < *nt; i++) {
         const struct gm_param_info *pi = gm_model_tensor(m, i);
         v[i].offset = pi->offset;
         v[i].rows = (size_t)pi->rows;
@@ -181,6 +180,40 @@ static int init_psgd(struct rank_ctx *rc, struct gm_model *m, long total_steps)
             v[i].cols = 1;
         }
     }
+    return v;
+}
+
+int gm_sim_psgd_payload(const struct gm_model *m, int rank, size_t *floats)
+{
+    struct gm_psgd_config cfg;
+    struct gm_psgd *p = NULL;
+    size_t nt;
+    struct gm_view *v = model_views(m, &nt);
+    int err;
+
+    *floats = 0;
+    if (v == NULL)
+        return -ENOMEM;
+    gm_psgd_config_default(&cfg);
+    cfg.rank = rank;
+    err = gm_psgd_new(&cfg, v, nt, gm_model_num_params(m), &p);
+    free(v);
+    if (err == 0)
+        *floats = gm_psgd_payload_floats(p, 0);
+    gm_psgd_free(p);
+    return err;
+}
+
+static int init_psgd(struct rank_ctx *rc, struct gm_model *m, long total_steps)
+{
+    const struct gm_job *job = &rc->s->job;
+    size_t nt;
+    struct gm_view *v = model_views(m, &nt);
+    struct gm_psgd_config cfg;
+    int err;
+
+    if (v == NULL)
+        return -ENOMEM;
     gm_psgd_config_default(&cfg);
     cfg.rank = job->comm.rank;
     cfg.warmup_steps = (uint64_t)(total_steps * 2 / 100);

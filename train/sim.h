@@ -44,6 +44,11 @@ struct gm_sim_opts {
     bool error_feedback; /* powersgd; false only for the negative control */
 };
 
+struct gm_model;
+/* Floats one PowerSGD step of the given rank all-reduces for model m after
+ * warm-up, with the views the simulation uses (for `gradmesh doctor`). */
+GM_MUST_CHECK int gm_sim_psgd_payload(const struct gm_model *m, int rank, size_t *floats);
+
 GM_MUST_CHECK int gm_sim_train(const struct gm_job *job, const struct gm_train_opts *opts,
                                const struct gm_sim_opts *so, struct gm_train_summary *sum);
 

@@ -1,0 +1,336 @@
+/*
+ * agent/cli_peers.c - `gradmesh peers` and `gradmesh doctor`: what the local
+ * agent knows of its links, as tables (or --json).
+ *
+ * doctor adds the checks a user needs when a cluster does not come together:
+ * both directions of every link, path MTU, clock skew, the multicast and
+ * static-endpoint state, the RTT and throughput matrix every member reported,
+ * and what each gradient codec would cost per step on the slowest link.
+ * The codec estimate is communication only (a ring all-reduce over N members:
+ * 2(N-1) messages of S/N bytes, each paying one RTT), for the model given
+ * with --model (default lenet5 on 1x28x28, the Fashion-MNIST job).
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "agent/cli.h"
+#include "common/err.h"
+#include "train/model.h"
+#include "train/sim.h"
+
+#define SKEW_WARN_MS 30000.0 /* beacons tolerate 300 s; TLS certificates minutes */
+#define MTU_WARN 1280
+
+static int parse_common(int argc, char **argv, const char *cmd, const char **config, int *as_json,
+                        const char **model)
+{
+    static const struct option opts[] = {{"config", required_argument, NULL, 'f'},
+                                         {"json", no_argument, NULL, 'j'},
+                                         {"model", required_argument, NULL, 'm'},
+                                         {NULL, 0, NULL, 0}};
+    int o;
+
+    optind = 1;
+    while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        if (o == 'f')
+            *config = optarg;
+        else if (o == 'j')
+            *as_json = 1;
+        else if (o == 'm' && model != NULL)
+            *model = optarg;
+        else
+            o = '?';
+        if (o == '?')
+            break;
+    }
+    if (o == '?' || optind != argc) {
+        fprintf(stderr, "usage: gradmesh %s [--json]%s [--config FILE]\n", cmd,
+                model ? " [--model lenet5|mlp]" : "");
+        return -1;
+    }
+    return 0;
+}
+
+static const char *str(json_t *o, const char *key)
+{
+    const char *s = json_string_value(json_object_get(o, key));
+
+    return s ? s : "-";
+}
+
+/* A number with prec decimals (sign shown when sign) or "-", into buf. */
+static const char *numf(json_t *v, int prec, int sign, char *buf, size_t cap)
+{
+    if (!json_is_number(v))
+        return "-";
+    snprintf(buf, cap, sign ? "%+.*f" : "%.*f", prec, json_number_value(v));
+    return buf;
+}
+
+static const char *yesno(json_t *v)
+{
+    return json_is_true(v) ? "yes" : json_is_false(v) ? "NO" : "?";
+}
+
+static void print_json(json_t *r)
+{
+    char *s = json_dumps(r, JSON_COMPACT);
+
+    printf("%s\n", s ? s : "{}");
+    free(s);
+}
+
+static void print_peers(json_t *r)
+{
+    json_t *m;
+    size_t i;
+    char b1[32], b2[32], b3[32];
+
+    printf("%-20s %-22s %-7s %-5s %9s %10s %6s\n", "NODE", "ADDRESS", "CLASS", "STATE", "RTT_MS",
+           "MBIT/S", "MTU");
+    json_array_foreach(json_object_get(r, "members"), i, m)
+    {
+        printf("%-20s %-22s %-7s %-5s %9s %10s %6s\n", str(m, "node"), str(m, "address"),
+               str(m, "link"), str(m, "state"),
+               numf(json_object_get(m, "rtt_ms"), 3, 0, b1, sizeof(b1)),
+               numf(json_object_get(m, "throughput_mbps"), 1, 0, b2, sizeof(b2)),
+               numf(json_object_get(m, "mtu"), 0, 0, b3, sizeof(b3)));
+    }
+    if (json_array_size(json_object_get(r, "members")) == 0)
+        printf("(no members yet)\n");
+}
+
+int gm_cli_peers(int argc, char **argv)
+{
+    const char *config = NULL;
+    json_t *r = NULL;
+    int as_json = 0, err;
+
+    if (parse_common(argc, argv, "peers", &config, &as_json, NULL) != 0)
+        return GM_EXIT_USAGE;
+    err = gm_cli_control("peers", config, json_pack("{s:s}", "cmd", "status"), &r);
+    if (err != 0)
+        return gm_err_exit_code(err);
+    if (as_json)
+        print_json(json_object_get(r, "members"));
+    else
+        print_peers(r);
+    json_decref(r);
+    return GM_EXIT_OK;
+}
+
+/* --- doctor ------------------------------------------------------------------ */
+
+static int warnings;
+
+static void check(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void check(int ok, const char *fmt, ...)
+{
+    va_list ap;
+
+    printf("  [%s] ", ok ? " ok " : "WARN");
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    printf("\n");
+    warnings += !ok;
+}
+
+static void doctor_links(json_t *r)
+{
+    json_t *m;
+    size_t i;
+    char b1[32], b2[32];
+
+    printf("links\n");
+    json_array_foreach(json_object_get(r, "members"), i, m)
+    {
+        json_t *skew = json_object_get(m, "clock_skew_ms"), *mtu = json_object_get(m, "mtu");
+        int up = strcmp(str(m, "state"), "up") == 0;
+        check(up, "%s at %s: %s, %s via %s, rtt %s ms, %s Mbit/s out", str(m, "node"),
+              str(m, "address"), up ? "up" : "DOWN", str(m, "link"), str(m, "iface"),
+              numf(json_object_get(m, "rtt_ms"), 3, 0, b1, sizeof(b1)),
+              numf(json_object_get(m, "throughput_mbps"), 1, 0, b2, sizeof(b2)));
+        if (!up)
+            continue;
+        check(!json_is_false(json_object_get(m, "reach_out")) &&
+                  !json_is_false(json_object_get(m, "reach_in")),
+              "      reachable: from here %s, from there %s", yesno(json_object_get(m, "reach_out")),
+              yesno(json_object_get(m, "reach_in")));
+        check(!json_is_number(mtu) || json_number_value(mtu) >= MTU_WARN, "      path MTU %s",
+              numf(mtu, 0, 0, b1, sizeof(b1)));
+        check(!json_is_number(skew) || fabs(json_number_value(skew)) < SKEW_WARN_MS,
+              "      clock skew %s ms", numf(skew, 1, 1, b1, sizeof(b1)));
+    }
+    if (json_array_size(json_object_get(r, "members")) == 0)
+        check(0, "no members: join another machine with a token (gradmesh token create)");
+}
+
+static void doctor_discovery(json_t *r)
+{
+    json_t *d = json_object_get(r, "discovery"), *e, *ib;
+    size_t i;
+
+    printf("discovery\n");
+    if (json_is_null(d) || d == NULL) {
+        check(1, "multicast beacons off (multicast = off, or listening on loopback)");
+    } else {
+        ib = json_object_get(d, "ignored_by_reason");
+        check(json_string_length(json_object_get(d, "interfaces")) > 0,
+              "multicast %s on [%s]: sent %lld, received %lld, accepted %lld", str(d, "group"),
+              str(d, "interfaces"), json_integer_value(json_object_get(d, "sent")),
+              json_integer_value(json_object_get(d, "received")),
+              json_integer_value(json_object_get(d, "accepted")));
+        check(json_is_true(json_object_get(d, "member_beacons")),
+              "member beacons %s", json_is_true(json_object_get(d, "member_beacons"))
+                                       ? "on"
+                                       : "off (no beacon.key: rejoin to get one)");
+        if (json_integer_value(json_object_get(d, "ignored")) > 0)
+            check(1,
+                  "ignored beacons: %lld malformed, %lld unauthenticated, %lld stale, %lld "
+                  "replayed, %lld foreign",
+                  json_integer_value(json_object_get(ib, "malformed")),
+                  json_integer_value(json_object_get(ib, "unauthenticated")),
+                  json_integer_value(json_object_get(ib, "stale")),
+                  json_integer_value(json_object_get(ib, "replayed")),
+                  json_integer_value(json_object_get(ib, "foreign")));
+    }
+    json_array_foreach(json_object_get(r, "endpoints"), i, e)
+    {
+        check(strcmp(str(e, "state"), "linked") == 0, "static peer %s: %s%s%s%s",
+              str(e, "endpoint"), str(e, "state"),
+              json_is_string(json_object_get(e, "node")) ? " to " : "",
+              json_is_string(json_object_get(e, "node")) ? str(e, "node") : "",
+              json_is_string(json_object_get(e, "last_error")) ? " (last error kept)" : "");
+        if (json_is_string(json_object_get(e, "last_error")))
+            printf("         last error: %s\n", str(e, "last_error"));
+    }
+}
+
+static void print_matrix(json_t *mx, const char *key, int prec)
+{
+    json_t *nodes = json_object_get(mx, "nodes"), *rows = json_object_get(mx, key), *row, *n;
+    size_t i, j;
+    char b[32];
+
+    printf("  %-16s", "from \\ to");
+    json_array_foreach(nodes, j, n) printf(" %12.12s", json_string_value(n));
+    printf("\n");
+    json_array_foreach(rows, i, row)
+    {
+        printf("  %-16.16s", json_string_value(json_array_get(nodes, i)));
+        for (j = 0; j < json_array_size(row); j++)
+            printf(" %12s", i == j ? "." : numf(json_array_get(row, j), prec, 0, b, sizeof(b)));
+        printf("\n");
+    }
+}
+
+/* Slowest throughput and largest RTT anywhere in the matrix; 0 when none. */
+static void matrix_extremes(json_t *mx, double *min_mbps, double *max_rtt)
+{
+    json_t *row, *v;
+    size_t i, j;
+
+    *min_mbps = 0;
+    *max_rtt = 0;
+    json_array_foreach(json_object_get(mx, "throughput_mbps"), i, row)
+        json_array_foreach(row, j, v) if (json_is_number(v) && json_number_value(v) > 0 &&
+                                          (*min_mbps == 0 || json_number_value(v) < *min_mbps))
+            *min_mbps = json_number_value(v);
+    json_array_foreach(json_object_get(mx, "rtt_ms"), i, row)
+        json_array_foreach(row, j, v) if (json_is_number(v) && json_number_value(v) > *max_rtt)
+            *max_rtt = json_number_value(v);
+}
+
+static int model_size(const char *name, size_t *params, size_t *psgd_floats)
+{
+    struct gm_model_spec spec = {.name = name, .in_c = 1, .in_h = 28, .in_w = 28, .classes = 10,
+                                 .hidden = {256}, .nhidden = 1};
+    struct gm_model *m = NULL;
+    int err;
+
+    if (!gm_model_known(name))
+        return -EINVAL;
+    err = gm_model_new(&spec, 1, &m);
+    if (err != 0)
+        return err;
+    *params = gm_model_num_params(m);
+    err = gm_sim_psgd_payload(m, 2, psgd_floats);
+    gm_model_free(m);
+    return err;
+}
+
+/* Ring all-reduce of bytes over n members: 2(n-1) steps of bytes/n, one RTT each. */
+static double ring_ms(double bytes, int n, double mbps, double rtt_ms, double rounds)
+{
+    if (n < 2)
+        return 0;
+    return rounds * (2.0 * (n - 1) * (bytes / n) * 8.0 / (mbps * 1e3) + 2.0 * (n - 1) * rtt_ms);
+}
+
+static void doctor_codecs(json_t *r, const char *model)
+{
+    json_t *mx = json_object_get(r, "matrix");
+    int n = (int)json_array_size(json_object_get(mx, "nodes"));
+    size_t params = 0, pfl = 0;
+    double mbps, rtt;
+
+    printf("gradient codecs (communication per step, %s, %d members)\n", model, n);
+    matrix_extremes(mx, &mbps, &rtt);
+    if (model_size(model, &params, &pfl) != 0) {
+        check(0, "unknown model %s", model);
+        return;
+    }
+    if (n < 2 || mbps <= 0) {
+        check(1, "no measured links yet: nothing to estimate");
+        return;
+    }
+    printf("  slowest link %.1f Mbit/s, largest RTT %.3f ms; %zu parameters\n", mbps, rtt, params);
+    printf("  %-22s %12s %14s\n", "codec", "bytes/rank", "ms per step");
+    printf("  %-22s %12zu %14.2f\n", "fp32", 4 * params, ring_ms(4.0 * params, n, mbps, rtt, 1));
+    printf("  %-22s %12zu %14.2f\n", "fp16", 2 * params, ring_ms(2.0 * params, n, mbps, rtt, 1));
+    printf("  %-22s %12zu %14.2f\n", "powersgd rank 2 (fp16)", 2 * pfl,
+           ring_ms(2.0 * pfl, n, mbps, rtt, 2)); /* P and Q: two all-reduces */
+    printf("  %-22s %12zu %14.2f\n", "diloco H=16 (fp32)", 4 * params / 16,
+           ring_ms(4.0 * params, n, mbps, rtt, 1) / 16);
+}
+
+int gm_cli_doctor(int argc, char **argv)
+{
+    const char *config = NULL, *model = "lenet5";
+    json_t *r = NULL;
+    int as_json = 0, err;
+
+    if (parse_common(argc, argv, "doctor", &config, &as_json, &model) != 0)
+        return GM_EXIT_USAGE;
+    err = gm_cli_control("doctor", config, json_pack("{s:s}", "cmd", "doctor"), &r);
+    if (err != 0)
+        return gm_err_exit_code(err);
+    if (as_json) {
+        print_json(r);
+        json_decref(r);
+        return GM_EXIT_OK;
+    }
+    warnings = 0;
+    printf("node %s of cluster %s (%s)\n", str(r, "node"), str(r, "cluster"), str(r, "role"));
+    printf("ports\n");
+    check(1, "listening for members on %s (TCP, TLS 1.3)", str(r, "listen"));
+    check(1, "control socket %s", str(r, "control"));
+    doctor_discovery(r);
+    doctor_links(r);
+    printf("round-trip time, ms (each row as that node measured it)\n");
+    print_matrix(json_object_get(r, "matrix"), "rtt_ms", 3);
+    printf("throughput, Mbit/s\n");
+    print_matrix(json_object_get(r, "matrix"), "throughput_mbps", 1);
+    doctor_codecs(r, model);
+    printf("%d warning%s\n", warnings, warnings == 1 ? "" : "s");
+    json_decref(r);
+    return GM_EXIT_OK;
+}
