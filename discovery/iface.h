@@ -54,11 +54,13 @@ struct gm_iface {
 };
 
 /* Snapshot.  tunnels: comma/space-separated interface names the config
- * declares tunnels (NULL or "" for none).  *out malloc'd (free()). */
+ * declares tunnels (NULL or "" for none; empty items are skipped, a name no
+ * interface could have is -EINVAL).  *out malloc'd (free()). */
 GM_MUST_CHECK int gm_iface_list(const char *tunnels, struct gm_iface **out, size_t *n);
 
 /* The interface packets to dst leave through.  -ENETUNREACH when there is no
- * route, -ENODEV when the source address matches no interface. */
+ * route, -ENODEV when the source address matches no interface,
+ * -EAFNOSUPPORT when dst is neither IPv4 nor IPv6. */
 GM_MUST_CHECK int gm_iface_egress(const struct sockaddr *dst, const char *tunnels,
                                   struct gm_iface *out);
 
@@ -70,6 +72,10 @@ int gm_iface_path_mtu(int fd);
 
 struct gm_iface_watch;
 typedef void (*gm_iface_change_fn)(void *arg);
+/* Starts the watch; cb(arg) runs on the loop thread once per burst of changes.
+ * Fails with the socket's error (-EPERM, -EACCES, -EAFNOSUPPORT...) where
+ * rtnetlink is not available (seccomp, some sandboxes): the caller then falls
+ * back to polling gm_iface_list on a timer. */
 GM_MUST_CHECK int gm_iface_watch_start(uv_loop_t *loop, gm_iface_change_fn cb, void *arg,
                                        struct gm_iface_watch **out);
 /* Asynchronous: closes its handles and frees itself; cb is not called again. */
