@@ -1506,6 +1506,7 @@ static void discovery_start(struct gm_agent *a)
                 a->cfg.state_dir);
     dc.group = a->cfg.multicast;
     dc.tunnels = a->cfg.tunnels;
+    dc.interfaces = a->cfg.interfaces;
     dc.cluster = a->cfg.cluster;
     dc.node = a->cfg.node;
     dc.listen = a->listen_addr;

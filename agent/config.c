@@ -55,6 +55,8 @@ static int handler(void *user, const char *section, const char *name, const char
                                                      : copy(c->multicast, sizeof(c->multicast), value);
     } else if (IS("discovery", "tunnels"))
         r = copy(c->tunnels, sizeof(c->tunnels), value);
+    else if (IS("discovery", "interfaces"))
+        r = copy(c->interfaces, sizeof(c->interfaces), value);
     else if (IS("discovery", "measure")) {
         r = strcmp(value, "yes") == 0 ? 0 : strcmp(value, "no") == 0 ? 0 : -1;
         c->measure = strcmp(value, "yes") == 0;
@@ -152,11 +154,13 @@ int gm_config_save(const char *path, const struct gm_config *c)
                  "peers = %s\n"
                  "# tunnels: interfaces to class as tunnels besides tun/tap/wg/ppp\n"
                  "tunnels = %s\n"
+                 "# interfaces: send beacons only on these (empty: every suitable one)\n"
+                 "interfaces = %s\n"
                  "measure = %s\n\n"
                  "[train]\ndevice = %s\nthreads = %d\n\n"
                  "[metrics]\nlisten = %s\n",
                  c->cluster, c->node, c->listen, c->state_dir, c->control,
-                 c->multicast[0] ? c->multicast : "off", c->peers, c->tunnels,
+                 c->multicast[0] ? c->multicast : "off", c->peers, c->tunnels, c->interfaces,
                  c->measure ? "yes" : "no",
                  c->device[0] ? c->device : "auto", c->threads, c->metrics);
     if (n < 0 || n >= (int)sizeof(buf))

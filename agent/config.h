@@ -7,7 +7,8 @@
  *   [discovery] multicast (group ip:port, default 239.192.74.50:7451, or "off"),
  *              peers (comma-separated host:port static endpoints, dialed with
  *              backoff until linked), tunnels (interface names to class as
- *              tunnels besides tun/tap/WireGuard/ppp), measure (yes|no: probe
+ *              tunnels besides tun/tap/WireGuard/ppp), interfaces (beacons only
+ *              on these; empty = every suitable one), measure (yes|no: probe
  *              each new link's throughput)
  *   [train]    device (auto|cpu|cuda), threads (0 = all cores)
  *   [metrics]  listen (empty = off)
@@ -38,6 +39,7 @@ struct gm_config {
     char peers[1024];
     char multicast[GM_ADDR_MAX]; /* "" = off */
     char tunnels[256];
+    char interfaces[256]; /* beacons only on these; "" = every suitable one */
     int measure;
     char device[16];
     int threads;

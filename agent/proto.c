@@ -143,28 +143,6 @@ void gm_proto_addr_fill_host(const char *advertised, const char *observed, char 
         snprintf(out, GM_ADDR_MAX, "%.*s%s", (int)(ocolon - observed), observed, port);
 }
 
-const char *gm_proto_addr_class(const char *addr)
-{
-    struct sockaddr_storage ss;
-
-    if (gm_proto_addr_parse(addr, &ss) != 0)
-        return "wan";
-    if (ss.ss_family == AF_INET) {
-        uint32_t a = ntohl(((struct sockaddr_in *)&ss)->sin_addr.s_addr);
-        if ((a >> 24) == 127 || (a >> 24) == 10 || (a >> 20) == 0xac1 || (a >> 16) == 0xc0a8 ||
-            (a >> 16) == 0xa9fe)
-            return "lan"; /* 127/8 10/8 172.16/12 192.168/16 169.254/16 */
-        return "wan";
-    }
-    {
-        const uint8_t *b = ((struct sockaddr_in6 *)&ss)->sin6_addr.s6_addr;
-        if (IN6_IS_ADDR_LOOPBACK(&((struct sockaddr_in6 *)&ss)->sin6_addr) ||
-            (b[0] & 0xfe) == 0xfc || (b[0] == 0xfe && (b[1] & 0xc0) == 0x80))
-            return "lan"; /* ::1 fc00::/7 fe80::/10 */
-    }
-    return "wan";
-}
-
 static int dump(json_t *j, char **out, size_t *len)
 {
     *out = NULL;

@@ -117,9 +117,6 @@ GM_MUST_CHECK int gm_proto_addr_format(const struct sockaddr *sa, char out[GM_AD
  * with observed's (the address the peer connected from), keeping the port. */
 void gm_proto_addr_fill_host(const char *advertised, const char *observed, char out[GM_ADDR_MAX]);
 
-/* "lan" for loopback, private and link-local addresses, else "wan" (telling
- * tunnels apart needs the egress interface: discovery's job). */
-const char *gm_proto_addr_class(const char *addr);
 
 /* Encoders return a malloc'd JSON text (*len without NUL) or -ENOMEM/-EINVAL. */
 GM_MUST_CHECK int gm_proto_hello_encode(const struct gm_msg_hello *m, char **out, size_t *len);

@@ -62,7 +62,7 @@ struct gm_disc {
     struct sockaddr_in group;
     char group_ip[INET_ADDRSTRLEN];
     char cluster[GM_ID_NAME_MAX + 1], node[GM_ID_NAME_MAX + 1];
-    char host[GM_BEACON_HOST_MAX], tunnels[256];
+    char host[GM_BEACON_HOST_MAX], tunnels[256], allow[256];
     uint16_t port;
     const struct gm_cert *ca, *cert;
     const struct gm_key *key;
@@ -285,6 +285,22 @@ static int slot_in(const struct ifslot *s, const struct ifslot *set, size_t n)
     return 0;
 }
 
+/* 1 when name is in the comma/space separated list. */
+static int name_listed(const char *list, const char *name)
+{
+    size_t n = strlen(name);
+    const char *p = list;
+
+    while (*p != '\0') {
+        size_t k = strcspn(p, ", \t");
+        if (k == n && strncmp(p, name, n) == 0)
+            return 1;
+        p += k;
+        p += strspn(p, ", \t");
+    }
+    return 0;
+}
+
 /* Takes the interfaces again; returns 1 when the beacon set changed. */
 static int rescan(struct gm_disc *d)
 {
@@ -304,7 +320,7 @@ static int rescan(struct gm_disc *d)
         return 0;
     }
     for (i = 0; i < n; i++) {
-        if (!list[i].multicast)
+        if (!list[i].multicast || (d->allow[0] != '\0' && !name_listed(d->allow, list[i].name)))
             continue;
         ns[k].index = list[i].index;
         snprintf(ns[k].name, sizeof(ns[k].name), "%s", list[i].name);
@@ -565,6 +581,7 @@ static int copy_config(struct gm_disc *d, const struct gm_disc_config *c)
     snprintf(d->cluster, sizeof(d->cluster), "%s", c->cluster ? c->cluster : "");
     snprintf(d->node, sizeof(d->node), "%s", c->node ? c->node : "");
     snprintf(d->tunnels, sizeof(d->tunnels), "%s", c->tunnels ? c->tunnels : "");
+    snprintf(d->allow, sizeof(d->allow), "%s", c->interfaces ? c->interfaces : "");
     if (c->node != NULL && (c->listen == NULL || split_listen(d, c->listen) != 0))
         return -EINVAL;
     if (c->node != NULL && c->bkey != NULL) {

@@ -5,7 +5,7 @@
  * Sockets: one UDP socket bound to the group address and port (SO_REUSEADDR,
  * so several agents on one host all receive), joined to the group on every
  * beacon interface (discovery/iface.h: up, multicast, not loopback, not a
- * tunnel, with IPv4); one UDP socket for sending, TTL 1, multicast loop on,
+ * tunnel, with IPv4; and named in cfg.interfaces when that is set); one UDP socket for sending, TTL 1, multicast loop on,
  * whose outgoing interface is set before each synchronous send
  * (uv_udp_try_send), one copy per beacon interface.  Interfaces are taken
  * again when rtnetlink says they changed (and every 30 s in case the watch is
@@ -55,6 +55,7 @@ typedef void (*gm_disc_hint_fn)(void *arg, const struct gm_beacon *b, const char
 struct gm_disc_config {
     const char *group;   /* "ip:port" of the multicast group */
     const char *tunnels; /* config-named tunnel interfaces, or NULL */
+    const char *interfaces; /* only these interfaces (comma-separated); NULL/"": all */
     const char *cluster;
     const char *node;              /* NULL for a joiner */
     const char *listen;            /* our TCP listen "ip:port" (NULL for a joiner) */

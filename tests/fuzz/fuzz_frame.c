@@ -16,7 +16,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static int on_frame(void *arg, const struct gm_frame_hdr *h, const uint8_t *p)
 {
-    char node[GM_ID_NAME_MAX + 1], listen[GM_ADDR_MAX], msg[128];
+    struct gm_msg_hello hello;
+    struct gm_msg_rate rate;
+    char msg[128];
     struct gm_member *m = NULL;
     struct gm_msg_join_request rq;
     struct gm_msg_join_accept ac;
@@ -28,8 +30,17 @@ static int on_frame(void *arg, const struct gm_frame_hdr *h, const uint8_t *p)
         abort(); /* the parser promised a payload */
     switch (h->type) {
     case GM_MSG_HELLO:
-        (void)!gm_proto_hello_decode(p, h->len, node, listen);
+        (void)!gm_proto_hello_decode(p, h->len, &hello);
         break;
+    case GM_MSG_RATE:
+        (void)!gm_proto_rate_decode(p, h->len, &rate);
+        break;
+    case GM_MSG_LINK_STATS: {
+        struct gm_link_stat *ls = NULL;
+        if (gm_proto_link_stats_decode(p, h->len, &ls, &n) == 0)
+            free(ls);
+        break;
+    }
     case GM_MSG_MEMBERS:
         if (gm_proto_members_decode(p, h->len, &m, &n) == 0)
             free(m);

@@ -148,7 +148,9 @@ static int mc_up(struct gm_link *l)
 
     m->up = 1;
     if (m->node != NULL) {
-        err = gm_proto_hello_encode(m->node, "127.0.0.1:1", &json, &len);
+        struct gm_msg_hello hi = {.listen = "127.0.0.1:1"};
+        snprintf(hi.node, sizeof(hi.node), "%s", m->node);
+        err = gm_proto_hello_encode(&hi, &json, &len);
         if (err == 0)
             err = gm_link_send(l, GM_MSG_HELLO, 0, json, len);
         free(json);

@@ -200,13 +200,6 @@ static void test_addr(void)
     GM_CHECK_ERR(gm_proto_addr_parse("1.2.3.4:70000", &ss), -EINVAL);
     GM_CHECK_ERR(gm_proto_addr_parse("1.2.3.4:", &ss), -EINVAL);
     GM_CHECK_ERR(gm_proto_addr_parse("[::1:80", &ss), -EINVAL);
-    GM_CHECK_STREQ(gm_proto_addr_class("127.0.0.1:1"), "lan");
-    GM_CHECK_STREQ(gm_proto_addr_class("192.168.1.2:1"), "lan");
-    GM_CHECK_STREQ(gm_proto_addr_class("172.20.0.1:1"), "lan");
-    GM_CHECK_STREQ(gm_proto_addr_class("172.32.0.1:1"), "wan");
-    GM_CHECK_STREQ(gm_proto_addr_class("8.8.8.8:53"), "wan");
-    GM_CHECK_STREQ(gm_proto_addr_class("[fd00::1]:1"), "lan");
-    GM_CHECK_STREQ(gm_proto_addr_class("[2001:db8::1]:1"), "wan");
     gm_proto_addr_fill_host("0.0.0.0:7700", "10.1.2.3:5555", out);
     GM_CHECK_STREQ(out, "10.1.2.3:7700");
     gm_proto_addr_fill_host("10.9.9.9:7700", "10.1.2.3:5555", out);
@@ -218,23 +211,60 @@ static void test_messages(void)
     struct gm_msg_join_request rq, rq2;
     struct gm_msg_join_accept ac, ac2;
     struct gm_member m[2] = {{"alpha", "127.0.0.1:1"}, {"beta", "[::1]:2"}}, *mm = NULL;
-    char node[64], listen[GM_ADDR_MAX], msg[64], *json = NULL;
+    struct gm_msg_hello hi = {"alpha", "127.0.0.1:7", "", 0}, hi2;
+    struct gm_msg_rate rt = {7, 1u << 20, 4200}, rt2;
+    struct gm_link_stat ls[2] = {{"beta", "tunnel", 12.5, 18.25, 1}, {"gamma", "lan", -1, -1, -1}},
+                        *ls2 = NULL;
+    char msg[64], *json = NULL;
     size_t len = 0, n = 0;
     int code = 0;
+#define HELLO_BAD(text) gm_proto_hello_decode((const uint8_t *)(text), strlen(text), &hi2)
 
-    GM_CHECK_OK(gm_proto_hello_encode("alpha", "127.0.0.1:7", &json, &len));
-    GM_CHECK_OK(gm_proto_hello_decode((uint8_t *)json, len, node, listen));
-    GM_CHECK_STREQ(node, "alpha");
-    GM_CHECK_STREQ(listen, "127.0.0.1:7");
+    GM_CHECK_OK(gm_proto_hello_encode(&hi, &json, &len));
+    GM_CHECK_OK(gm_proto_hello_decode((uint8_t *)json, len, &hi2));
+    GM_CHECK_STREQ(hi2.node, "alpha");
+    GM_CHECK_STREQ(hi2.listen, "127.0.0.1:7");
+    GM_CHECK_STREQ(hi2.link_class, "");
+    GM_CHECK_EQ(hi2.mtu, 0);
     free(json);
-    GM_CHECK_ERR(gm_proto_hello_decode((const uint8_t *)"{\"node\":\"A\",\"listen\":\"1.2.3.4:5\"}",
-                                       34, node, listen),
+    snprintf(hi.link_class, sizeof(hi.link_class), "tunnel");
+    hi.mtu = 1400;
+    GM_CHECK_OK(gm_proto_hello_encode(&hi, &json, &len));
+    GM_CHECK_OK(gm_proto_hello_decode((uint8_t *)json, len, &hi2));
+    GM_CHECK_STREQ(hi2.link_class, "tunnel");
+    GM_CHECK_EQ(hi2.mtu, 1400);
+    free(json);
+    GM_CHECK_ERR(HELLO_BAD("{\"node\":\"A\",\"listen\":\"1.2.3.4:5\"}"), GM_ERR_PROTO);
+    GM_CHECK_ERR(HELLO_BAD("{\"node\":\"a\",\"node\":\"b\"}"), GM_ERR_PROTO);
+    GM_CHECK_ERR(HELLO_BAD("{\"node\":\"a\",\"listen\":\"1.2.3.4:5\",\"class\":\"moon\"}"),
                  GM_ERR_PROTO);
-    GM_CHECK_ERR(
-        gm_proto_hello_decode((const uint8_t *)"{\"node\":\"a\",\"node\":\"b\"}", 23, node, listen),
-        GM_ERR_PROTO);
-    GM_CHECK_ERR(gm_proto_hello_decode((const uint8_t *)"[]", 2, node, listen), GM_ERR_PROTO);
-    GM_CHECK_ERR(gm_proto_hello_decode(NULL, 0, node, listen), GM_ERR_PROTO);
+    GM_CHECK_ERR(HELLO_BAD("{\"node\":\"a\",\"listen\":\"1.2.3.4:5\",\"mtu\":70000}"),
+                 GM_ERR_PROTO);
+    GM_CHECK_ERR(HELLO_BAD("{\"node\":\"a\",\"listen\":\"1.2.3.4:5\",\"extra\":1}"),
+                 GM_ERR_PROTO);
+    GM_CHECK_ERR(HELLO_BAD("[]"), GM_ERR_PROTO);
+    GM_CHECK_ERR(gm_proto_hello_decode(NULL, 0, &hi2), GM_ERR_PROTO);
+#undef HELLO_BAD
+
+    GM_CHECK_OK(gm_proto_rate_encode(&rt, &json, &len));
+    GM_CHECK_OK(gm_proto_rate_decode((uint8_t *)json, len, &rt2));
+    GM_CHECK(rt2.req == 7 && rt2.bytes == (1u << 20) && rt2.us == 4200);
+    free(json);
+    GM_CHECK_ERR(gm_proto_rate_decode((const uint8_t *)"{\"req\":1,\"bytes\":5,\"us\":0}", 27,
+                                      &rt2),
+                 GM_ERR_PROTO);
+    GM_CHECK_OK(gm_proto_link_stats_encode(ls, 2, &json, &len));
+    GM_CHECK_OK(gm_proto_link_stats_decode((uint8_t *)json, len, &ls2, &n));
+    GM_CHECK_EQ(n, 2);
+    if (n == 2) {
+        GM_CHECK_STREQ(ls2[0].link_class, "tunnel");
+        GM_CHECK(ls2[0].rtt_ms == 12.5 && ls2[0].throughput_mbps == 18.25 && ls2[0].reach == 1);
+        GM_CHECK(ls2[1].rtt_ms < 0 && ls2[1].throughput_mbps < 0 && ls2[1].reach == -1);
+    }
+    free(ls2);
+    free(json);
+    GM_CHECK_ERR(gm_proto_link_stats_decode((const uint8_t *)"{\"links\":[1]}", 12, &ls2, &n),
+                 GM_ERR_PROTO);
 
     GM_CHECK_OK(gm_proto_members_encode(m, 2, &json, &len));
     GM_CHECK_OK(gm_proto_members_decode((uint8_t *)json, len, &mm, &n));
