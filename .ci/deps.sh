@@ -2,13 +2,16 @@
 # Installs the Debian (bookworm) packages gradmesh needs when they are missing,
 # or, when not root, prints the exact apt-get line and fails.
 #   .ci/deps.sh          build + test dependencies (python3-torch is the reference
-#                        that tests/unit/test_vs_torch.c and the benchmarks compare with)
+#                        that tests/unit/test_vs_torch.c and the benchmarks compare with;
+#                        openvpn and iputils-ping for the namespace testbed,
+#                        tests/integration/netns.bash)
 #   .ci/deps.sh bench    the same (kept for bench/run.sh)
 set -euo pipefail
 
 pkgs=(gcc make pkg-config clang libclang-rt-14-dev
       libopenblas-dev libinih-dev zlib1g-dev libpng-dev libjpeg-dev
       libssl-dev libsodium-dev libuv1-dev libjansson-dev openssl iproute2
+      openvpn iputils-ping
       python3 python3-numpy python3-torch dataset-fashion-mnist)
 
 missing=()
