@@ -840,6 +840,7 @@ static int h_hello(struct gm_agent *a, struct gm_link *l, const struct gm_frame_
                                                              : 0;
     peer->m.mtu_remote = m.mtu;
     gm_link_set_state(l, LS_UP);
+    gm_link_ping(l); /* an RTT right away, before the probe loads the link */
     a->stats.links_up++;
     if (strcmp(m.node, a->admitter) == 0 && a->cakey == NULL && gm_id_cert_needs_renewal(a->cert))
         renew_check(a); /* the admitter is reachable again: ask now, not at the next check */

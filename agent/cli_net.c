@@ -71,6 +71,33 @@ static int make_state_dir(const char *dir, char *abs, size_t cap)
     return 0;
 }
 
+/* The config file's folder (e.g. /etc/gradmesh), made 0755 when missing. */
+static int make_config_dir(const char *config)
+{
+    char dir[GM_PATH_MAX];
+    char *slash;
+    size_t i;
+
+    if (strlen(config) >= sizeof(dir))
+        return -ENAMETOOLONG;
+    snprintf(dir, sizeof(dir), "%s", config);
+    slash = strrchr(dir, '/');
+    if (slash == NULL || slash == dir)
+        return 0;
+    *slash = '\0';
+    for (i = 1; dir[i] != '\0'; i++) {
+        if (dir[i] != '/')
+            continue;
+        dir[i] = '\0';
+        if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+            return -errno;
+        dir[i] = '/';
+    }
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        return -errno;
+    return 0;
+}
+
 static int state_file(const struct gm_config *c, const char *name, char *out)
 {
     return gm_config_state_path(c, name, out, GM_PATH_MAX);
@@ -233,6 +260,8 @@ int gm_cli_init(int argc, char **argv)
     if (err == 0 && (err = state_file(&c, "beacon.key", path)) == 0)
         err = gm_beacon_key_save(path, bkey);
     sodium_memzero(bkey, sizeof(bkey));
+    if (err == 0)
+        err = make_config_dir(config);
     if (err == 0)
         err = gm_config_save(config, &c);
     gm_id_key_free(cakey);
@@ -479,6 +508,8 @@ int gm_cli_join(int argc, char **argv)
         snprintf(line, sizeof(line), "%s\n", r.members[0].node);
         err = gm_id_write_file(path, line, strlen(line), 0644);
     }
+    if (err == 0)
+        err = make_config_dir(config);
     if (err == 0)
         err = gm_config_save(config, &c);
     gm_id_key_free(key);

@@ -591,6 +591,16 @@ static uint64_t wall_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+void gm_link_ping(struct gm_link *l)
+{
+    uint8_t p[8];
+    uint64_t now = gm_time_mono_ns();
+
+    l->t_last_ping = now;
+    put_be64(p, now);
+    ignore(gm_link_send(l, GM_MSG_PING, 0, p, sizeof(p)));
+}
+
 void gm_link_pong(struct gm_link *l, const uint8_t *payload, size_t len)
 {
     uint8_t p[16];
@@ -792,12 +802,8 @@ static void tick_cb(uv_timer_t *t)
         gm_link_close(l, -ETIMEDOUT);
         return;
     }
-    if (now - l->t_last_ping >= (uint64_t)l->opts.ping_ms * 1000000ull) {
-        uint8_t p[8];
-        l->t_last_ping = now;
-        put_be64(p, now);
-        ignore(gm_link_send(l, GM_MSG_PING, 0, p, sizeof(p)));
-    }
+    if (now - l->t_last_ping >= (uint64_t)l->opts.ping_ms * 1000000ull)
+        gm_link_ping(l);
 }
 
 static int socket_setup(struct gm_link *l)
