@@ -68,6 +68,7 @@ struct measure {
     double mbps_out, mbps_in; /* < 0: unknown */
     int reach_out;            /* we can open a TCP connection to it: 1, 0, -1 unknown */
     uint32_t probe_size;      /* bytes of the round in flight; 0: no probe running */
+    int probe_after_pong;     /* probe once the first RTT (on the idle link) is in */
     uint64_t probe_req;
     struct gm_link_stat *remote; /* its LINK_STATS (owned) */
     size_t nremote;
@@ -850,8 +851,8 @@ static int h_hello(struct gm_agent *a, struct gm_link *l, const struct gm_frame_
     if (changed)
         members_push(a, l);
     if (c->dialed) {
-        peer->m.reach_out = 1; /* this link is the proof */
-        probe_start(a, peer);  /* the dialer measures first, then the other end */
+        peer->m.reach_out = 1;           /* this link is the proof */
+        peer->m.probe_after_pong = 1; /* the dialer measures first, then the other end */
     } else {
         reach_start(a, peer);
     }
@@ -898,11 +899,19 @@ static int h_ping(struct gm_agent *a, struct gm_link *l, const struct gm_frame_h
     return 0;
 }
 
+static void probe_start(struct gm_agent *a, struct peer *p);
+
 static int h_pong(struct gm_agent *a, struct gm_link *l, const struct gm_frame_hdr *h,
                   const uint8_t *p)
 {
-    (void)a;
+    struct lctx *c = gm_link_data(l);
+    struct peer *peer = peer_find(a, c->node);
+
     gm_link_rtt_sample(l, p, h->len);
+    if (peer != NULL && peer->link == l && peer->m.probe_after_pong) {
+        peer->m.probe_after_pong = 0;
+        probe_start(a, peer);
+    }
     return 0;
 }
 

@@ -67,6 +67,7 @@ pass "a2 joined by multicast, b1 through the tunnel with --peer"
 nb_exec x1 "$GM" init --cluster lab --node x1 --config "$WORK/x1.conf" --state "$WORK/x1" \
     --multicast off >/dev/null 2>>"$WORK/x1.log" || fail "init x1"
 agent x1
+nb_route x1 10.8.74.0/24 10.74.1.1 # so b1's TLS handshake reaches it and is refused
 sed -i 's/^peers = .*/peers = 10.8.74.1:7450, 10.74.1.77:7450, 10.74.1.9:7450/' "$WORK/b1.conf"
 : >"$WORK/b1/members" # the static endpoint alone must bring b1 in
 agent b1
@@ -107,10 +108,21 @@ done
 pass "(b) RTT and MTU reported for every link"
 
 # the bad endpoints: logged once each, retried with backoff, never linked
+log_has b1 "event=endpoint-unreachable endpoint=10.74.1.77:7450"
+log_has b1 "event=endpoint-unreachable endpoint=10.74.1.9:7450"
+# backoff_ms doubles from 1000 on every failure: 4000 means three tries
+backoff() {
+    "$GM" doctor --json --config "$WORK/b1.conf" | python3 -c "import json,sys
+print(next(e['backoff_ms'] for e in json.load(sys.stdin)['endpoints'] if e['endpoint'] == '$1'))"
+}
+tried3() { [ "$(backoff 10.74.1.77:7450)" -ge 4000 ] && [ "$(backoff 10.74.1.9:7450)" -ge 4000 ]; }
+nb_wait "b1 to retry both bad endpoints three times" 30 tried3
 [ "$(grep -c 'event=endpoint-unreachable endpoint=10.74.1.77:7450' "$WORK/b1.log")" -eq 1 ] ||
     fail "the unreachable endpoint was not logged exactly once"
 [ "$(grep -c 'event=endpoint-unreachable endpoint=10.74.1.9:7450' "$WORK/b1.log")" -eq 1 ] ||
     fail "the other cluster's endpoint was not logged exactly once"
+grep -F "endpoint=10.74.1.9:7450" "$WORK/b1.log" | grep -F "authentication failed" >/dev/null ||
+    fail "the other cluster's endpoint was not refused by TLS"
 "$GM" doctor --json --config "$WORK/b1.conf" >"$WORK/b1.doctor" || fail "doctor b1"
 python3 - "$WORK/b1.doctor" <<'EOF' || fail "doctor's endpoint states"
 import json, sys
