@@ -39,15 +39,15 @@
 #define JOIN_FAIL_WINDOW_S 60
 #define PING_MS 5000
 #define TIMEOUT_MS 20000
-#define MAX_HANDSHAKING 64 /* unauthenticated connections at once; more are dropped */
-#define RENEW_CHECK_S 3600 /* how often the certificate's expiry is looked at */
+#define MAX_HANDSHAKING 64     /* unauthenticated connections at once; more are dropped */
+#define RENEW_CHECK_S 3600     /* how often the certificate's expiry is looked at */
 #define EP_BACKOFF_MIN_MS 1000 /* static endpoints: first retry */
 #define EP_BACKOFF_MAX_MS 30000
-#define PROBE_FIRST (1u << 20)  /* throughput probe: first round's bytes */
-#define PROBE_MAX (32u << 20)   /* largest round */
-#define PROBE_TARGET_US 200000  /* a round shorter than this is repeated 4x larger */
+#define PROBE_FIRST (1u << 20)      /* throughput probe: first round's bytes */
+#define PROBE_MAX (32u << 20)       /* largest round */
+#define PROBE_TARGET_US 200000      /* a round shorter than this is repeated 4x larger */
 #define RATE_MIN_BYTES (256u << 10) /* trains shorter than this are not measured */
-#define REAL_MIN_US 50000          /* real transfers shorter than this do not count */
+#define REAL_MIN_US 50000           /* real transfers shorter than this do not count */
 #define REACH_TIMEOUT_MS 3000
 #define STATS_EVERY_S 10
 #define JKEYS_MAX 16
@@ -88,8 +88,8 @@ struct peer {
  * is linked, whoever it turns out to be (TLS says who). */
 struct endpoint {
     struct gm_agent *a;
-    char spec[GM_ADDR_MAX];           /* host:port as configured */
-    char node[GM_ID_NAME_MAX + 1];    /* learned on the first link */
+    char spec[GM_ADDR_MAX];        /* host:port as configured */
+    char node[GM_ID_NAME_MAX + 1]; /* learned on the first link */
     char last_error[128];
     int dialing, resolving;
     uint64_t next_dial;
@@ -735,8 +735,8 @@ static int h_rate(struct gm_agent *a, struct gm_link *l, const struct gm_frame_h
         peer->m.mbps_out = mbps;
         gm_notice("event=link-measured peer=%s class=%s iface=%s throughput_mbps=%.1f "
                   "rtt_ms=%.3f mtu=%d",
-                  peer->node, gm_class_name(class_of(peer)), c->iface, mbps,
-                  gm_link_rtt_ms(l), c->mtu);
+                  peer->node, gm_class_name(class_of(peer)), c->iface, mbps, gm_link_rtt_ms(l),
+                  c->mtu);
         ignore(gm_link_send(l, GM_MSG_PROBE, 0, NULL, 0)); /* our probe is over */
         stats_push(a);
         return 0;
@@ -851,7 +851,7 @@ static int h_hello(struct gm_agent *a, struct gm_link *l, const struct gm_frame_
     if (changed)
         members_push(a, l);
     if (c->dialed) {
-        peer->m.reach_out = 1;           /* this link is the proof */
+        peer->m.reach_out = 1;        /* this link is the proof */
         peer->m.probe_after_pong = 1; /* the dialer measures first, then the other end */
     } else {
         reach_start(a, peer);
@@ -1586,17 +1586,16 @@ static json_t *member_json(struct gm_agent *a, const struct peer *p)
                   p->link ? "up" : "down");
     if (m == NULL)
         return NULL;
-    json_object_set_new(m, "rtt_ms",
-                        num_or_null(p->link && gm_link_rtt_ms(p->link) > 0 ? gm_link_rtt_ms(p->link)
-                                                                            : -1));
+    json_object_set_new(
+        m, "rtt_ms",
+        num_or_null(p->link && gm_link_rtt_ms(p->link) > 0 ? gm_link_rtt_ms(p->link) : -1));
     json_object_set_new(m, "throughput_mbps", num_or_null(p->link ? p->m.mbps_out : -1));
     json_object_set_new(m, "throughput_in_mbps", num_or_null(p->link ? p->m.mbps_in : -1));
     json_object_set_new(m, "mtu", p->link && mtu > 0 ? json_integer(mtu) : json_null());
-    json_object_set_new(m, "iface", p->link && p->m.iface[0] ? json_string(p->m.iface)
-                                                              : json_null());
-    json_object_set_new(m, "clock_skew_ms", p->link && gm_link_skew_ms(p->link, &skew)
-                                                 ? json_real(skew)
-                                                 : json_null());
+    json_object_set_new(m, "iface",
+                        p->link && p->m.iface[0] ? json_string(p->m.iface) : json_null());
+    json_object_set_new(m, "clock_skew_ms",
+                        p->link && gm_link_skew_ms(p->link, &skew) ? json_real(skew) : json_null());
     json_object_set_new(m, "reach_out", tri(p->link ? p->m.reach_out : -1));
     json_object_set_new(m, "reach_in", tri(rv ? rv->reach : -1));
     return m;
@@ -1649,7 +1648,7 @@ static json_t *endpoints_json(struct gm_agent *a)
     for (i = 0; i < a->neps; i++) {
         const struct endpoint *ep = &a->eps[i];
         const struct peer *p = ep->node[0] ? peer_find(a, ep->node) : NULL;
-        const char *state = p != NULL && p->link != NULL ? "linked"
+        const char *state = p != NULL && p->link != NULL   ? "linked"
                             : ep->dialing || ep->resolving ? "dialing"
                                                            : "retrying";
         json_array_append_new(arr, json_pack("{s:s, s:s?, s:s, s:i, s:s?}", "endpoint", ep->spec,

@@ -45,15 +45,15 @@ static int fail(const char *cmd, int err, const char *what)
     return gm_err_exit_code(err);
 }
 
-/* mkdir -p with mode for the last component; the result made absolute. */
-static int make_state_dir(const char *dir, char *abs, size_t cap)
+/* Makes every folder above the last component of path (0755). */
+static int mkdir_parents(const char *path)
 {
     char tmp[GM_PATH_MAX];
-    size_t i, n = strlen(dir);
+    size_t i, n = strlen(path);
 
     if (n == 0 || n >= sizeof(tmp))
         return -EINVAL;
-    memcpy(tmp, dir, n + 1);
+    memcpy(tmp, path, n + 1);
     for (i = 1; i < n; i++) {
         if (tmp[i] != '/')
             continue;
@@ -62,40 +62,29 @@ static int make_state_dir(const char *dir, char *abs, size_t cap)
             return -errno;
         tmp[i] = '/';
     }
-    if (mkdir(tmp, 0700) != 0 && errno != EEXIST)
+    return 0;
+}
+
+/* mkdir -p with mode 0700 for the last component; the result made absolute. */
+static int make_state_dir(const char *dir, char *abs, size_t cap)
+{
+    int err = mkdir_parents(dir);
+
+    if (err != 0)
+        return err;
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST)
         return -errno;
-    if (chmod(tmp, 0700) != 0)
+    if (chmod(dir, 0700) != 0)
         return -errno;
-    if (realpath(tmp, abs) == NULL || strlen(abs) >= cap)
+    if (realpath(dir, abs) == NULL || strlen(abs) >= cap)
         return -errno ? -errno : -ENAMETOOLONG;
     return 0;
 }
 
-/* The config file's folder (e.g. /etc/gradmesh), made 0755 when missing. */
+/* The config file's folder (e.g. /etc/gradmesh), made when missing. */
 static int make_config_dir(const char *config)
 {
-    char dir[GM_PATH_MAX];
-    char *slash;
-    size_t i;
-
-    if (strlen(config) >= sizeof(dir))
-        return -ENAMETOOLONG;
-    snprintf(dir, sizeof(dir), "%s", config);
-    slash = strrchr(dir, '/');
-    if (slash == NULL || slash == dir)
-        return 0;
-    *slash = '\0';
-    for (i = 1; dir[i] != '\0'; i++) {
-        if (dir[i] != '/')
-            continue;
-        dir[i] = '\0';
-        if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-            return -errno;
-        dir[i] = '/';
-    }
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-        return -errno;
-    return 0;
+    return mkdir_parents(config);
 }
 
 static int state_file(const struct gm_config *c, const char *name, char *out)
@@ -172,11 +161,13 @@ static int refuse_existing(const struct gm_config *c)
 
 int gm_cli_init(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"cluster", required_argument, NULL, 'c'}, {"config", required_argument, NULL, 'f'},
-        {"state", required_argument, NULL, 's'},   {"listen", required_argument, NULL, 'l'},
-        {"node", required_argument, NULL, 'n'},    {"multicast", required_argument, NULL, 'm'},
-        {NULL, 0, NULL, 0}};
+    static const struct option opts[] = {{"cluster", required_argument, NULL, 'c'},
+                                         {"config", required_argument, NULL, 'f'},
+                                         {"state", required_argument, NULL, 's'},
+                                         {"listen", required_argument, NULL, 'l'},
+                                         {"node", required_argument, NULL, 'n'},
+                                         {"multicast", required_argument, NULL, 'm'},
+                                         {NULL, 0, NULL, 0}};
     const char *syn = "--cluster NAME [--config FILE] [--state DIR] [--listen HOST:PORT] "
                       "[--node ID] [--multicast GROUP:PORT|off]";
     const char *cluster = NULL, *config = NULL, *state = GM_DEFAULT_STATE,
@@ -337,7 +328,8 @@ static int find_admitter(const struct gm_token *tok, const char *multicast, int 
     char addr[GM_DISC_ADDR_MAX], node[GM_ID_NAME_MAX + 1];
     int err;
 
-    fprintf(stderr, "gradmesh join: looking for an admitter of cluster %s on the LAN (%s, up to %d s)...\n",
+    fprintf(stderr,
+            "gradmesh join: looking for an admitter of cluster %s on the LAN (%s, up to %d s)...\n",
             gm_token_cluster(tok), multicast, wait_s);
     gm_token_verifier(tok, v);
     gm_beacon_join_key(v, jkey);
@@ -351,9 +343,10 @@ static int find_admitter(const struct gm_token *tok, const char *multicast, int 
         return err;
     }
     if (err == -ETIMEDOUT) {
-        fprintf(stderr, "gradmesh join: no admitter of cluster %s answered within %d s: is its "
-                        "agent running, on this LAN, with this token still valid? Through a VPN "
-                        "or router give --peer HOST:PORT\n",
+        fprintf(stderr,
+                "gradmesh join: no admitter of cluster %s answered within %d s: is its "
+                "agent running, on this LAN, with this token still valid? Through a VPN "
+                "or router give --peer HOST:PORT\n",
                 gm_token_cluster(tok), wait_s);
         return err;
     }
@@ -371,10 +364,10 @@ static int find_admitter(const struct gm_token *tok, const char *multicast, int 
 int gm_cli_join(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"peer", required_argument, NULL, 'p'},      {"config", required_argument, NULL, 'f'},
-        {"state", required_argument, NULL, 's'},     {"listen", required_argument, NULL, 'l'},
-        {"node", required_argument, NULL, 'n'},      {"multicast", required_argument, NULL, 'm'},
-        {"wait", required_argument, NULL, 'w'},      {NULL, 0, NULL, 0}};
+        {"peer", required_argument, NULL, 'p'},  {"config", required_argument, NULL, 'f'},
+        {"state", required_argument, NULL, 's'}, {"listen", required_argument, NULL, 'l'},
+        {"node", required_argument, NULL, 'n'},  {"multicast", required_argument, NULL, 'm'},
+        {"wait", required_argument, NULL, 'w'},  {NULL, 0, NULL, 0}};
     const char *syn = "TOKEN [--peer HOST:PORT] [--config FILE] [--state DIR] [--listen HOST:PORT] "
                       "[--node ID] [--multicast GROUP:PORT|off] [--wait SECONDS]";
     const char *peer = NULL, *config = NULL, *state = GM_DEFAULT_STATE, *listen = GM_DEFAULT_LISTEN,
@@ -631,9 +624,9 @@ int gm_cli_token(int argc, char **argv)
     sub = argv[optind];
     if (strcmp(sub, "create") == 0 && optind == argc - 1) {
         err = gm_cli_control("token create", config,
-                      json_pack("{s:s, s:I, s:I}", "cmd", "token-create", "ttl", (json_int_t)ttl,
-                                "uses", (json_int_t)uses),
-                      &r);
+                             json_pack("{s:s, s:I, s:I}", "cmd", "token-create", "ttl",
+                                       (json_int_t)ttl, "uses", (json_int_t)uses),
+                             &r);
         if (err != 0)
             return gm_err_exit_code(err);
         printf("%s\n", json_string_value(json_object_get(r, "token")));
@@ -679,7 +672,8 @@ int gm_cli_token(int argc, char **argv)
     }
     if (strcmp(sub, "revoke") == 0 && optind == argc - 2) {
         err = gm_cli_control("token revoke", config,
-                      json_pack("{s:s, s:s}", "cmd", "token-revoke", "id", argv[optind + 1]), &r);
+                             json_pack("{s:s, s:s}", "cmd", "token-revoke", "id", argv[optind + 1]),
+                             &r);
         if (err != 0)
             return gm_err_exit_code(err);
         json_decref(r);

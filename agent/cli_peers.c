@@ -162,8 +162,8 @@ static void doctor_links(json_t *r)
             continue;
         check(!json_is_false(json_object_get(m, "reach_out")) &&
                   !json_is_false(json_object_get(m, "reach_in")),
-              "      reachable: from here %s, from there %s", yesno(json_object_get(m, "reach_out")),
-              yesno(json_object_get(m, "reach_in")));
+              "      reachable: from here %s, from there %s",
+              yesno(json_object_get(m, "reach_out")), yesno(json_object_get(m, "reach_in")));
         check(!json_is_number(mtu) || json_number_value(mtu) >= MTU_WARN, "      path MTU %s",
               numf(mtu, 0, 0, b1, sizeof(b1)));
         check(!json_is_number(skew) || fabs(json_number_value(skew)) < SKEW_WARN_MS,
@@ -188,10 +188,10 @@ static void doctor_discovery(json_t *r)
               str(d, "interfaces"), json_integer_value(json_object_get(d, "sent")),
               json_integer_value(json_object_get(d, "received")),
               json_integer_value(json_object_get(d, "accepted")));
-        check(json_is_true(json_object_get(d, "member_beacons")),
-              "member beacons %s", json_is_true(json_object_get(d, "member_beacons"))
-                                       ? "on"
-                                       : "off (no beacon.key: rejoin to get one)");
+        check(json_is_true(json_object_get(d, "member_beacons")), "member beacons %s",
+              json_is_true(json_object_get(d, "member_beacons"))
+                  ? "on"
+                  : "off (no beacon.key: rejoin to get one)");
         if (json_integer_value(json_object_get(d, "ignored")) > 0)
             check(1,
                   "ignored beacons: %lld malformed, %lld unauthenticated, %lld stale, %lld "
@@ -240,19 +240,24 @@ static void matrix_extremes(json_t *mx, double *min_mbps, double *max_rtt)
 
     *min_mbps = 0;
     *max_rtt = 0;
-    json_array_foreach(json_object_get(mx, "throughput_mbps"), i, row)
-        json_array_foreach(row, j, v) if (json_is_number(v) && json_number_value(v) > 0 &&
-                                          (*min_mbps == 0 || json_number_value(v) < *min_mbps))
-            *min_mbps = json_number_value(v);
-    json_array_foreach(json_object_get(mx, "rtt_ms"), i, row)
-        json_array_foreach(row, j, v) if (json_is_number(v) && json_number_value(v) > *max_rtt)
-            *max_rtt = json_number_value(v);
+    json_array_foreach(json_object_get(mx, "throughput_mbps"), i, row) json_array_foreach(
+        row, j, v) if (json_is_number(v) && json_number_value(v) > 0 &&
+                       (*min_mbps == 0 || json_number_value(v) < *min_mbps)) *min_mbps =
+        json_number_value(v);
+    json_array_foreach(json_object_get(mx, "rtt_ms"), i, row) json_array_foreach(
+        row, j, v) if (json_is_number(v) && json_number_value(v) > *max_rtt) *max_rtt =
+        json_number_value(v);
 }
 
 static int model_size(const char *name, size_t *params, size_t *psgd_floats)
 {
-    struct gm_model_spec spec = {.name = name, .in_c = 1, .in_h = 28, .in_w = 28, .classes = 10,
-                                 .hidden = {256}, .nhidden = 1};
+    struct gm_model_spec spec = {.name = name,
+                                 .in_c = 1,
+                                 .in_h = 28,
+                                 .in_w = 28,
+                                 .classes = 10,
+                                 .hidden = {256},
+                                 .nhidden = 1};
     struct gm_model *m = NULL;
     int err;
 

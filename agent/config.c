@@ -51,8 +51,9 @@ static int handler(void *user, const char *section, const char *name, const char
         if (strcmp(value, "off") == 0)
             c->multicast[0] = '\0';
         else
-            r = gm_disc_parse_group(value, &g) != 0 ? -1
-                                                     : copy(c->multicast, sizeof(c->multicast), value);
+            r = gm_disc_parse_group(value, &g) != 0
+                    ? -1
+                    : copy(c->multicast, sizeof(c->multicast), value);
     } else if (IS("discovery", "tunnels"))
         r = copy(c->tunnels, sizeof(c->tunnels), value);
     else if (IS("discovery", "interfaces"))
@@ -60,8 +61,7 @@ static int handler(void *user, const char *section, const char *name, const char
     else if (IS("discovery", "measure")) {
         r = strcmp(value, "yes") == 0 ? 0 : strcmp(value, "no") == 0 ? 0 : -1;
         c->measure = strcmp(value, "yes") == 0;
-    }
-    else if (IS("train", "device"))
+    } else if (IS("train", "device"))
         r = copy(c->device, sizeof(c->device), value);
     else if (IS("train", "threads")) {
         char *end = NULL;
@@ -161,8 +161,8 @@ int gm_config_save(const char *path, const struct gm_config *c)
                  "[metrics]\nlisten = %s\n",
                  c->cluster, c->node, c->listen, c->state_dir, c->control,
                  c->multicast[0] ? c->multicast : "off", c->peers, c->tunnels, c->interfaces,
-                 c->measure ? "yes" : "no",
-                 c->device[0] ? c->device : "auto", c->threads, c->metrics);
+                 c->measure ? "yes" : "no", c->device[0] ? c->device : "auto", c->threads,
+                 c->metrics);
     if (n < 0 || n >= (int)sizeof(buf))
         return -ENAMETOOLONG;
     return gm_id_write_file(path, buf, (size_t)n, 0644);

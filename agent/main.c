@@ -18,7 +18,8 @@ struct subcommand {
 
 static const struct subcommand commands[] = {
     {"init", gm_cli_init,
-     "init --cluster NAME [--config FILE] [--state DIR] [--listen HOST:PORT] [--multicast G:P|off]"},
+     "init --cluster NAME [--config FILE] [--state DIR] [--listen HOST:PORT] [--multicast "
+     "G:P|off]"},
     {"join", gm_cli_join,
      "join TOKEN [--peer HOST:PORT] [--config FILE] [--state DIR] [--listen HOST:PORT] [--wait S]"},
     {"agent", gm_cli_agent, "agent --config FILE"},

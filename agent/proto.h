@@ -117,7 +117,6 @@ GM_MUST_CHECK int gm_proto_addr_format(const struct sockaddr *sa, char out[GM_AD
  * with observed's (the address the peer connected from), keeping the port. */
 void gm_proto_addr_fill_host(const char *advertised, const char *observed, char out[GM_ADDR_MAX]);
 
-
 /* Encoders return a malloc'd JSON text (*len without NUL) or -ENOMEM/-EINVAL. */
 GM_MUST_CHECK int gm_proto_hello_encode(const struct gm_msg_hello *m, char **out, size_t *len);
 GM_MUST_CHECK int gm_proto_hello_decode(const uint8_t *p, size_t len, struct gm_msg_hello *m);

@@ -25,10 +25,10 @@
 #include "discovery/iface.h"
 
 #define TICK_MS 250
-#define FAST_ROUNDS 5          /* one a second after start or a change */
-#define MIN_ROUND_GAP_MS 250   /* answers to SOLICIT and announce */
-#define RESCAN_MS 30000        /* interfaces, when no change was signalled */
-#define SOLICIT_EVERY_MS 1000  /* joiner */
+#define FAST_ROUNDS 5         /* one a second after start or a change */
+#define MIN_ROUND_GAP_MS 250  /* answers to SOLICIT and announce */
+#define RESCAN_MS 30000       /* interfaces, when no change was signalled */
+#define SOLICIT_EVERY_MS 1000 /* joiner */
 #define JOIN_KEYS_MAX 16
 #define SEEN_MAX 1024 /* senders the replay filter remembers */
 #define LOG_SLOTS 64
@@ -245,8 +245,8 @@ static void send_round(struct gm_disc *d, int solicit)
         return;
     if (d->node[0] != '\0') {
         fill_beacon(d, &b, now);
-        if (d->have_bkey && gm_beacon_seal_member(&b, d->cert, d->key, d->bkey, pkt, sizeof(pkt),
-                                                  &len) == 0)
+        if (d->have_bkey &&
+            gm_beacon_seal_member(&b, d->cert, d->key, d->bkey, pkt, sizeof(pkt), &len) == 0)
             send_all(d, pkt, len);
         for (i = 0; i < d->njkeys; i++)
             if (gm_beacon_seal_join(&b, d->jkeys[i], pkt, sizeof(pkt), &len) == 0)
@@ -745,8 +745,11 @@ int gm_disc_find_admitter(const char *group, const char *tunnels, const char *cl
                           const uint8_t jkey[GM_BEACON_KEY_LEN], int timeout_ms,
                           char address[GM_DISC_ADDR_MAX], char node[GM_ID_NAME_MAX + 1])
 {
-    struct gm_disc_config c = {.group = group, .tunnels = tunnels, .cluster = cluster,
-                               .find_jkey = jkey, .on_admitter = found_cb};
+    struct gm_disc_config c = {.group = group,
+                               .tunnels = tunnels,
+                               .cluster = cluster,
+                               .find_jkey = jkey,
+                               .on_admitter = found_cb};
     struct finder f;
     uv_loop_t loop;
     int err;

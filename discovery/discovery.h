@@ -5,8 +5,8 @@
  * Sockets: one UDP socket bound to the group address and port (SO_REUSEADDR,
  * so several agents on one host all receive), joined to the group on every
  * beacon interface (discovery/iface.h: up, multicast, not loopback, not a
- * tunnel, with IPv4; and named in cfg.interfaces when that is set); one UDP socket for sending, TTL 1, multicast loop on,
- * whose outgoing interface is set before each synchronous send
+ * tunnel, with IPv4; and named in cfg.interfaces when that is set); one UDP socket for sending, TTL
+ * 1, multicast loop on, whose outgoing interface is set before each synchronous send
  * (uv_udp_try_send), one copy per beacon interface.  Interfaces are taken
  * again when rtnetlink says they changed (and every 30 s in case the watch is
  * unavailable); a vanished interface is logged once and dropped, a new one
@@ -53,19 +53,19 @@ typedef void (*gm_disc_hint_fn)(void *arg, const struct gm_beacon *b, const char
                                 const char *address);
 
 struct gm_disc_config {
-    const char *group;   /* "ip:port" of the multicast group */
-    const char *tunnels; /* config-named tunnel interfaces, or NULL */
+    const char *group;      /* "ip:port" of the multicast group */
+    const char *tunnels;    /* config-named tunnel interfaces, or NULL */
     const char *interfaces; /* only these interfaces (comma-separated); NULL/"": all */
     const char *cluster;
-    const char *node;              /* NULL for a joiner */
-    const char *listen;            /* our TCP listen "ip:port" (NULL for a joiner) */
-    const struct gm_cert *ca;      /* NULL for a joiner */
-    const struct gm_cert *cert;    /* NULL for a joiner */
-    const struct gm_key *key;      /* NULL for a joiner */
-    const uint8_t *bkey;           /* beacon key, NULL: send and read no MEMBER beacons */
-    int admitter;                  /* sets GM_BEACON_F_ADMITTER */
-    const uint8_t *find_jkey;      /* joiner: open JOIN beacons with this key */
-    gm_disc_hint_fn on_hint;       /* MEMBER beacons (agents) */
+    const char *node;           /* NULL for a joiner */
+    const char *listen;         /* our TCP listen "ip:port" (NULL for a joiner) */
+    const struct gm_cert *ca;   /* NULL for a joiner */
+    const struct gm_cert *cert; /* NULL for a joiner */
+    const struct gm_key *key;   /* NULL for a joiner */
+    const uint8_t *bkey;        /* beacon key, NULL: send and read no MEMBER beacons */
+    int admitter;               /* sets GM_BEACON_F_ADMITTER */
+    const uint8_t *find_jkey;   /* joiner: open JOIN beacons with this key */
+    gm_disc_hint_fn on_hint;    /* MEMBER beacons (agents) */
     void (*on_admitter)(void *arg, const struct gm_beacon *b, const char *address); /* joiner */
     void *arg;
 };
@@ -101,8 +101,7 @@ void gm_disc_ifaces(const struct gm_disc *d, char *out, size_t cap);
 /* `gradmesh join` without --peer: solicits and listens on group for up to
  * timeout_ms for a JOIN beacon that opens with jkey and names cluster; the
  * admitter's "ip:port" into address.  -ETIMEDOUT when none answered. */
-GM_MUST_CHECK int gm_disc_find_admitter(const char *group, const char *tunnels,
-                                        const char *cluster,
+GM_MUST_CHECK int gm_disc_find_admitter(const char *group, const char *tunnels, const char *cluster,
                                         const uint8_t jkey[GM_BEACON_KEY_LEN], int timeout_ms,
                                         char address[GM_DISC_ADDR_MAX],
                                         char node[GM_ID_NAME_MAX + 1]);

@@ -25,12 +25,7 @@ TOOLS="python3 $PWD/tests/integration/disc_tools.py"
 GROUP=239.192.74.50
 MPORT=7451
 
-# status NAME: status --json of NAME's agent (the control socket is a file,
-# reachable from the root namespace).
-status() { "$GM" status --json --config "$WORK/$1.conf"; }
 doctor() { "$GM" doctor --json --config "$WORK/$1.conf"; }
-linked() { local n=$1 cls=$2; shift 2; status "$n" | $TOOLS links "$cls" "$@"; }
-agent() { nb_spawn "$1" "$1.log" "$GM" agent --config "$WORK/$1.conf"; eval "PID_$1=$NB_LAST_PID"; }
 
 nb_host h1; nb_host h2; nb_host h3; nb_host x1
 nb_bridge lan
@@ -41,7 +36,7 @@ nb_lan lan x1 eth0 10.74.1.9/24
 
 nb_exec h1 "$GM" init --cluster lab --node h1 --config "$WORK/h1.conf" --state "$WORK/h1" \
     >"$WORK/init.out" 2>>"$WORK/h1.log" || fail "init"
-agent h1
+ns_agent h1
 wait_for "agent h1" "$GM" status --config "$WORK/h1.conf"
 TOKEN=$("$GM" token create --uses 2 --config "$WORK/h1.conf") || fail "token create"
 
@@ -60,12 +55,12 @@ done
 : >"$WORK/h2/members"; : >"$WORK/h3/members"
 kill "$PID_h1"; wait "$PID_h1" 2>/dev/null
 : >"$WORK/h1/members"
-agent h1
+ns_agent h1
 wait_for "agent h1 again" "$GM" status --config "$WORK/h1.conf"
 
 start=$(date +%s.%N)
-agent h2; agent h3
-all_linked() { linked h1 lan h2 h3 && linked h2 lan h1 h3 && linked h3 lan h1 h2; }
+ns_agent h2; ns_agent h3
+all_linked() { ns_linked h1 lan h2 h3 && ns_linked h2 lan h1 h3 && ns_linked h3 lan h1 h2; }
 for _ in $(seq 100); do all_linked 2>/dev/null && break; sleep 0.05; done
 took=$(python3 -c "import time; print(f'{time.time() - $start:.2f}')")
 all_linked || fail "agents did not list each other by multicast (after ${took}s)"
@@ -91,12 +86,12 @@ pass "a replayed beacon and one with a flipped byte are ignored (counted, logged
 nb_exec x1 "$GM" init --cluster lab --node x1 --config "$WORK/x1.conf" --state "$WORK/x1" \
     >/dev/null 2>>"$WORK/x1.log" || fail "init x1"
 unauth1=$(ignored unauthenticated)
-agent x1
+ns_agent x1
 got_foreign() { [ "$(ignored unauthenticated)" -gt "$unauth1" ]; }
 wait_for "h1 to ignore the beacons of another cluster" got_foreign
-status h1 | $TOOLS absent x1 || fail "h1 lists the stranger x1"
-status x1 | $TOOLS absent h1 || fail "x1 lists h1"
-linked h1 lan h2 h3 || fail "h1 lost its links"
+ns_status h1 | $TOOLS absent x1 || fail "h1 lists the stranger x1"
+ns_status x1 | $TOOLS absent h1 || fail "x1 lists h1"
+ns_linked h1 lan h2 h3 || fail "h1 lost its links"
 pass "another cluster's agent on the same bridge is ignored and never listed"
 
 # --- an interface that disappears -------------------------------------------------------------
@@ -109,7 +104,7 @@ cpu() { awk '{print $14 + $15}' "/proc/$PID_h3/stat"; }
 c0=$(cpu); sleep 2; c1=$(cpu)
 [ $((c1 - c0)) -lt 100 ] || fail "h3 used $((c1 - c0)) ticks of CPU in 2 s after losing eth1 (busy loop?)"
 [ "$(grep -c 'beacon-iface-gone iface=eth1' "$WORK/h3.log")" -eq 1 ] || fail "the loss was not logged once"
-linked h3 lan h1 h2 || fail "h3 lost its links"
+ns_linked h3 lan h1 h2 || fail "h3 lost its links"
 pass "an interface that disappears is logged once; the agent keeps serving, no busy loop"
 
 # --- the tables --------------------------------------------------------------------------------
@@ -123,10 +118,4 @@ grep -F "multicast 239.192.74.50:7451 on [eth0]" "$WORK/doctor.out" >/dev/null &
 pass "peers and doctor print their tables"
 cat "$WORK/peers.out"
 
-for n in x1 h3 h2 h1; do
-    p=PID_$n
-    kill "${!p}"; wait "${!p}"; rc=$?
-    [ $rc -eq 0 ] || fail "agent $n exited $rc"
-done
-if grep -l "Sanitizer" "$WORK"/*.log 2>/dev/null; then fail "sanitizer report in a log"; fi
-pass "agents stopped cleanly"
+ns_stop_agents x1 h3 h2 h1

@@ -28,10 +28,7 @@ nb_require openvpn python3
 TOOLS="python3 $PWD/tests/integration/disc_tools.py"
 RATE_MBIT=20
 
-status() { "$GM" status --json --config "$WORK/$1.conf"; }
-linked() { local n=$1 cls=$2; shift 2; status "$n" | $TOOLS links "$cls" "$@"; }
-field() { status "$1" | $TOOLS field "$2" "$3"; }
-agent() { nb_spawn "$1" "$1.log" "$GM" agent --config "$WORK/$1.conf"; eval "PID_$1=$NB_LAST_PID"; }
+field() { ns_status "$1" | $TOOLS field "$2" "$3"; }
 
 nb_host a1; nb_host a2; nb_host wan; nb_host b1; nb_host x1
 nb_bridge lanA
@@ -52,7 +49,7 @@ nb_route b1 10.74.1.0/24 "$NB_TUN_DEV"
 
 nb_exec a1 "$GM" init --cluster lab --node a1 --config "$WORK/a1.conf" --state "$WORK/a1" \
     >/dev/null 2>>"$WORK/a1.log" || fail "init"
-agent a1
+ns_agent a1
 wait_for "agent a1" "$GM" status --config "$WORK/a1.conf"
 TOKEN=$("$GM" token create --uses 2 --config "$WORK/a1.conf") || fail "token create"
 nb_exec a2 "$GM" join "$TOKEN" --node a2 --config "$WORK/a2.conf" --state "$WORK/a2" \
@@ -66,13 +63,13 @@ pass "a2 joined by multicast, b1 through the tunnel with --peer"
 # b1 also lists an endpoint nobody answers and one of another cluster (x1)
 nb_exec x1 "$GM" init --cluster lab --node x1 --config "$WORK/x1.conf" --state "$WORK/x1" \
     --multicast off >/dev/null 2>>"$WORK/x1.log" || fail "init x1"
-agent x1
+ns_agent x1
 nb_route x1 10.8.74.0/24 10.74.1.1 # so b1's TLS handshake reaches it and is refused
 sed -i 's/^peers = .*/peers = 10.8.74.1:7450, 10.74.1.77:7450, 10.74.1.9:7450/' "$WORK/b1.conf"
 : >"$WORK/b1/members" # the static endpoint alone must bring b1 in
-agent b1
-wait_for "b1 linked to a1 through its static endpoint" linked a1 tunnel b1
-wait_for "b1 sees a1 as a tunnel" linked b1 tunnel a1
+ns_agent b1
+wait_for "b1 linked to a1 through its static endpoint" ns_linked a1 tunnel b1
+wait_for "b1 sees a1 as a tunnel" ns_linked b1 tunnel a1
 pass "(b) the static endpoint links b1 and a1; both class the link tunnel"
 
 mbps_ok() {
@@ -89,12 +86,12 @@ mbps_ok a1 b1 || fail "a1->b1 measured $fa Mbit/s, not within 25% of $RATE_MBIT"
 mbps_ok b1 a1 || fail "b1->a1 measured $fb Mbit/s, not within 25% of $RATE_MBIT"
 pass "(b) tunnel throughput reads within +-25% of ${RATE_MBIT} Mbit/s both ways"
 
-agent a2
-wait_for "a2 on the LAN" linked a1 lan a2
-wait_for "a2 reaches b1 through a1 (learned by gossip)" linked a2 tunnel b1
-wait_for "b1 reaches a2" linked b1 tunnel a2
-linked a2 lan a1 || fail "a2 classes a1"
-linked a1 tunnel b1 || fail "a1 classes b1"
+ns_agent a2
+wait_for "a2 on the LAN" ns_linked a1 lan a2
+wait_for "a2 reaches b1 through a1 (learned by gossip)" ns_linked a2 tunnel b1
+wait_for "b1 reaches a2" ns_linked b1 tunnel a2
+ns_linked a2 lan a1 || fail "a2 classes a1"
+ns_linked a1 tunnel b1 || fail "a1 classes b1"
 pass "(c) a1 (LAN and tunnel addresses) classes a2 lan and b1 tunnel; a2 classes b1 tunnel"
 grep -F "event=member-learned node=b1" "$WORK/a2.log" >/dev/null || fail "a2 did not learn b1 by gossip"
 
@@ -139,10 +136,4 @@ pass "(b) unreachable and wrong-cluster endpoints: logged once, retried with bac
 "$GM" doctor --config "$WORK/a1.conf" >"$WORK/a1.doctor.txt" || fail "doctor a1"
 cat "$WORK/a1.doctor.txt"
 
-for n in x1 b1 a2 a1; do
-    p=PID_$n
-    kill "${!p}"; wait "${!p}"; rc=$?
-    [ $rc -eq 0 ] || fail "agent $n exited $rc"
-done
-if grep -l "Sanitizer" "$WORK"/*.log 2>/dev/null; then fail "sanitizer report in a log"; fi
-pass "agents stopped cleanly"
+ns_stop_agents x1 b1 a2 a1

@@ -59,3 +59,28 @@ stop_agents() {
     if grep -l "Sanitizer" "$WORK"/*.log 2>/dev/null; then fail "sanitizer report in a log"; fi
     pass "agents stopped cleanly"
 }
+
+# --- agents inside network namespaces (tests/integration/netns.bash) ------------------
+# ns_agent HOST: runs the agent of $WORK/HOST.conf inside HOST (log HOST.log);
+# its pid is in PID_HOST.
+ns_agent() { nb_spawn "$1" "$1.log" "$GM" agent --config "$WORK/$1.conf"; eval "PID_$1=$NB_LAST_PID"; }
+
+# ns_status HOST: status --json of HOST's agent (its control socket is a file,
+# reachable from the root namespace).
+ns_status() { "$GM" status --json --config "$WORK/$1.conf"; }
+
+# ns_linked HOST CLASS NODE...: HOST lists every NODE up, of link CLASS, with an RTT.
+ns_linked() { local n=$1 cls=$2; shift 2; ns_status "$n" | python3 "$PWD/tests/integration/disc_tools.py" links "$cls" "$@"; }
+
+# ns_stop_agents HOST...: SIGTERM to each HOST's agent in turn; each must exit
+# 0 and, under sanitizers, no log may hold a report.
+ns_stop_agents() {
+    local n p rc
+    for n in "$@"; do
+        p=PID_$n
+        kill "${!p}"; wait "${!p}"; rc=$?
+        [ $rc -eq 0 ] || fail "agent $n exited $rc"
+    done
+    if grep -l "Sanitizer" "$WORK"/*.log 2>/dev/null; then fail "sanitizer report in a log"; fi
+    pass "agents stopped cleanly"
+}

@@ -24,57 +24,18 @@
 
 #include "common/err.h"
 #include "common/test.h"
+#include "tests/unit/world.h"
 #include "crypto/beacon.h"
 #include "crypto/identity.h"
 #include "discovery/discovery.h"
 
 GM_TEST_DEFINE_STATE;
 
-struct node {
-    struct gm_key *key;
-    struct gm_cert *cert;
-};
-
-struct cluster {
-    struct gm_key *cakey;
-    struct gm_cert *ca;
-    uint8_t bkey[GM_BEACON_KEY_LEN];
-};
-
 struct seen {
     int hints, admitters;
     struct gm_beacon last;
     char address[GM_DISC_ADDR_MAX];
 };
-
-static void cluster_make(struct cluster *c, const char *name)
-{
-    GM_CHECK_OK(gm_id_key_generate(&c->cakey));
-    GM_CHECK_OK(gm_id_ca_create(name, c->cakey, 30, &c->ca));
-    gm_beacon_key_generate(c->bkey);
-}
-
-static void node_make(const struct cluster *c, const char *cluster, const char *name,
-                      struct node *n)
-{
-    uint8_t pub[GM_ID_PUB_LEN];
-
-    GM_CHECK_OK(gm_id_key_generate(&n->key));
-    GM_CHECK_OK(gm_id_key_public(n->key, pub));
-    GM_CHECK_OK(gm_id_cert_issue(c->ca, c->cakey, cluster, name, pub, 10, &n->cert));
-}
-
-static void node_free(struct node *n)
-{
-    gm_id_key_free(n->key);
-    gm_id_cert_free(n->cert);
-}
-
-static void cluster_free(struct cluster *c)
-{
-    gm_id_key_free(c->cakey);
-    gm_id_cert_free(c->ca);
-}
 
 static int64_t now_ms(void)
 {
@@ -103,7 +64,7 @@ static void on_admitter(void *arg, const struct gm_beacon *b, const char *addres
     snprintf(s->address, sizeof(s->address), "%s", address);
 }
 
-static size_t member_beacon(const struct node *n, const char *cluster, const char *name,
+static size_t member_beacon(const struct world *n, const char *cluster, const char *name,
                             const uint8_t *bkey, int64_t ts, uint64_t seq, uint8_t *out)
 {
     struct gm_beacon b;
@@ -136,8 +97,8 @@ static void close_loop(uv_loop_t *loop)
 
 static void test_member_beacons(void)
 {
-    struct cluster c1, c2;
-    struct node a, b, foreign;
+    struct world a, b, foreign; /* a and b: cluster lab; foreign: another CA named lab */
+    uint8_t bkey1[GM_BEACON_KEY_LEN], bkey2[GM_BEACON_KEY_LEN];
     struct gm_disc_config cfg = {0};
     struct gm_disc *d = NULL;
     struct gm_disc_stats st;
@@ -148,21 +109,21 @@ static void test_member_beacons(void)
     uv_loop_t loop;
     unsigned flips_ignored = 0;
 
-    cluster_make(&c1, "lab");
-    cluster_make(&c2, "lab"); /* same name, another CA and beacon key */
-    node_make(&c1, "lab", "alpha", &a);
-    node_make(&c1, "lab", "beta", &b);
-    node_make(&c2, "lab", "mallory", &foreign);
+    world_make(&a, "lab", "alpha");
+    world_node(&a, &b, "lab", "beta");
+    world_make(&foreign, "lab", "mallory"); /* same name, another CA */
+    gm_beacon_key_generate(bkey1);
+    gm_beacon_key_generate(bkey2);
     GM_CHECK_OK(uv_loop_init(&loop));
     cfg.group = GM_DISC_GROUP_DEFAULT;
     cfg.interfaces = "gm-no-such-if"; /* send nothing anywhere */
     cfg.cluster = "lab";
     cfg.node = "alpha";
     cfg.listen = "0.0.0.0:7450";
-    cfg.ca = c1.ca;
+    cfg.ca = a.ca;
     cfg.cert = a.cert;
     cfg.key = a.key;
-    cfg.bkey = c1.bkey;
+    cfg.bkey = bkey1;
     cfg.on_hint = on_hint;
     cfg.arg = &seen;
     GM_CHECK_OK(gm_disc_start(&loop, &cfg, &d));
@@ -170,7 +131,7 @@ static void test_member_beacons(void)
         goto out;
 
     /* fresh: a hint with the datagram's source and the beacon's port */
-    len = member_beacon(&b, "lab", "beta", c1.bkey, now_ms(), 10, pkt);
+    len = member_beacon(&b, "lab", "beta", bkey1, now_ms(), 10, pkt);
     gm_disc_input(d, pkt, len, (struct sockaddr *)&src);
     GM_CHECK_EQ(seen.hints, 1);
     GM_CHECK_STREQ(seen.last.node, "beta");
@@ -183,9 +144,9 @@ static void test_member_beacons(void)
     GM_CHECK_EQ(st.ignored_replay, 1);
 
     /* an older capture of the same sender, and one from before the window */
-    len = member_beacon(&b, "lab", "beta", c1.bkey, now_ms() - 1000, 11, pkt);
+    len = member_beacon(&b, "lab", "beta", bkey1, now_ms() - 1000, 11, pkt);
     gm_disc_input(d, pkt, len, (struct sockaddr *)&src);
-    len = member_beacon(&b, "lab", "beta", c1.bkey, now_ms() - GM_BEACON_WINDOW_MS - 5000, 12, pkt);
+    len = member_beacon(&b, "lab", "beta", bkey1, now_ms() - GM_BEACON_WINDOW_MS - 5000, 12, pkt);
     gm_disc_input(d, pkt, len, (struct sockaddr *)&src);
     GM_CHECK_EQ(seen.hints, 1);
     gm_disc_get_stats(d, &st);
@@ -193,7 +154,7 @@ static void test_member_beacons(void)
     GM_CHECK_EQ(st.ignored_stale, 1);
 
     /* every single flipped byte of a fresh beacon */
-    len = member_beacon(&b, "lab", "beta", c1.bkey, now_ms() + 10, 20, pkt);
+    len = member_beacon(&b, "lab", "beta", bkey1, now_ms() + 10, 20, pkt);
     for (i = 0; i < len; i++) {
         int before = seen.hints;
         memcpy(bad, pkt, len);
@@ -211,17 +172,17 @@ static void test_member_beacons(void)
     GM_CHECK_EQ(seen.hints, 2);
 
     /* another cluster's beacon key */
-    len = member_beacon(&b, "lab", "beta", c2.bkey, now_ms() + 20, 30, pkt);
+    len = member_beacon(&b, "lab", "beta", bkey2, now_ms() + 20, 30, pkt);
     gm_disc_input(d, pkt, len, (struct sockaddr *)&src);
     /* our beacon key (leaked), signed by a node of another cluster */
-    len = member_beacon(&foreign, "lab", "mallory", c1.bkey, now_ms(), 1, pkt);
+    len = member_beacon(&foreign, "lab", "mallory", bkey1, now_ms(), 1, pkt);
     gm_disc_input(d, pkt, len, (struct sockaddr *)&src);
     GM_CHECK_EQ(seen.hints, 2);
     gm_disc_get_stats(d, &st);
     GM_CHECK(st.ignored_auth >= 2);
 
     /* our own beacon, looped back */
-    len = member_beacon(&a, "lab", "alpha", c1.bkey, now_ms(), 1, pkt);
+    len = member_beacon(&a, "lab", "alpha", bkey1, now_ms(), 1, pkt);
     gm_disc_input(d, pkt, len, (struct sockaddr *)&src);
     GM_CHECK_EQ(seen.hints, 2);
     gm_disc_get_stats(d, &st);
@@ -237,11 +198,9 @@ static void test_member_beacons(void)
     gm_disc_stop(d);
 out:
     close_loop(&loop);
-    node_free(&a);
-    node_free(&b);
-    node_free(&foreign);
-    cluster_free(&c1);
-    cluster_free(&c2);
+    world_free(&a);
+    world_free(&b);
+    world_free(&foreign);
 }
 
 static void test_join_beacons(void)

@@ -240,8 +240,7 @@ static void test_messages(void)
                  GM_ERR_PROTO);
     GM_CHECK_ERR(HELLO_BAD("{\"node\":\"a\",\"listen\":\"1.2.3.4:5\",\"mtu\":70000}"),
                  GM_ERR_PROTO);
-    GM_CHECK_ERR(HELLO_BAD("{\"node\":\"a\",\"listen\":\"1.2.3.4:5\",\"extra\":1}"),
-                 GM_ERR_PROTO);
+    GM_CHECK_ERR(HELLO_BAD("{\"node\":\"a\",\"listen\":\"1.2.3.4:5\",\"extra\":1}"), GM_ERR_PROTO);
     GM_CHECK_ERR(HELLO_BAD("[]"), GM_ERR_PROTO);
     GM_CHECK_ERR(gm_proto_hello_decode(NULL, 0, &hi2), GM_ERR_PROTO);
 #undef HELLO_BAD
@@ -250,9 +249,9 @@ static void test_messages(void)
     GM_CHECK_OK(gm_proto_rate_decode((uint8_t *)json, len, &rt2));
     GM_CHECK(rt2.req == 7 && rt2.bytes == (1u << 20) && rt2.us == 4200);
     free(json);
-    GM_CHECK_ERR(gm_proto_rate_decode((const uint8_t *)"{\"req\":1,\"bytes\":5,\"us\":0}", 27,
-                                      &rt2),
-                 GM_ERR_PROTO);
+    GM_CHECK_ERR(
+        gm_proto_rate_decode((const uint8_t *)"{\"req\":1,\"bytes\":5,\"us\":0}", 27, &rt2),
+        GM_ERR_PROTO);
     GM_CHECK_OK(gm_proto_link_stats_encode(ls, 2, &json, &len));
     GM_CHECK_OK(gm_proto_link_stats_decode((uint8_t *)json, len, &ls2, &n));
     GM_CHECK_EQ(n, 2);
