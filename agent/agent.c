@@ -24,6 +24,7 @@
 #include "agent/control.h"
 #include "agent/link.h"
 #include "agent/proto.h"
+#include "common/assert.h"
 #include "common/log.h"
 #include "common/time.h"
 #include "crypto/beacon.h"
@@ -104,6 +105,7 @@ struct lctx {
     char node[GM_ID_NAME_MAX + 1]; /* peer, once known (dialed: expected, "" = any) */
     int dialed;
     struct endpoint *ep; /* dialed for this static endpoint */
+    int duplicate;       /* closed because the pair has a link already */
     char reason[256];
     /* the view from this end, sent in HELLO */
     enum gm_link_class cls;
@@ -351,11 +353,23 @@ static int dial_addr(struct gm_agent *a, const char *node, const struct sockaddr
     return 0;
 }
 
+/* 1 when a dial to node is under way (from a beacon, an endpoint or the member table). */
+static int dialing_to(const struct gm_agent *a, const char *node)
+{
+    const struct lctx *c;
+
+    for (c = a->links; c != NULL; c = c->next)
+        if (c->dialed && strcmp(c->node, node) == 0 && gm_link_state(c->link) != LS_UP &&
+            !gm_link_is_closing(c->link))
+            return 1;
+    return 0;
+}
+
 static void dial(struct gm_agent *a, struct peer *p)
 {
     struct sockaddr_storage ss;
 
-    if (a->stopping || p->link != NULL || p->dialing)
+    if (a->stopping || p->link != NULL || p->dialing || dialing_to(a, p->node))
         return;
     if (gm_proto_addr_parse(p->address, &ss) != 0)
         return;
@@ -501,6 +515,7 @@ static int probe_round(struct gm_agent *a, struct gm_link *l, struct peer *p, ui
 {
     int err;
 
+    GM_ASSERT(size <= PROBE_MAX);
     if (a->zeros == NULL) {
         a->zeros = calloc(1, PROBE_MAX); /* zero pages: no memory is touched */
         if (a->zeros == NULL)
@@ -729,8 +744,10 @@ static int h_rate(struct gm_agent *a, struct gm_link *l, const struct gm_frame_h
         return 0;
     mbps = (double)r.bytes * 8.0 / (double)r.us;
     if (peer->m.probe_size != 0 && r.req == peer->m.probe_req) {
-        if (r.us < PROBE_TARGET_US && peer->m.probe_size < PROBE_MAX)
-            return probe_round(a, l, peer, peer->m.probe_size * 4);
+        if (r.us < PROBE_TARGET_US && peer->m.probe_size < PROBE_MAX) /* never past a->zeros */
+            return probe_round(a, l, peer,
+                               peer->m.probe_size < PROBE_MAX / 4 ? peer->m.probe_size * 4
+                                                                  : PROBE_MAX);
         peer->m.probe_size = 0;
         peer->m.mbps_out = mbps;
         gm_notice("event=link-measured peer=%s class=%s iface=%s throughput_mbps=%.1f "
@@ -804,11 +821,17 @@ static int h_hello(struct gm_agent *a, struct gm_link *l, const struct gm_frame_
         snprintf(listen, sizeof(listen), "%s", gm_link_peer_addr(l)); /* keep what worked */
     else
         gm_proto_addr_fill_host(m.listen, gm_link_peer_addr(l), listen);
+    if (c->ep != NULL) { /* the endpoint answered as a member: it works */
+        snprintf(c->ep->node, sizeof(c->ep->node), "%s", m.node);
+        c->ep->backoff_ms = 0;
+        c->ep->last_error[0] = '\0';
+    }
     peer = peer_find(a, m.node);
     if (peer != NULL && peer->link != NULL && peer->link != l) {
         struct lctx *old = gm_link_data(peer->link);
         if (dialed_by_min(a, old) && !dialed_by_min(a, c)) {
             /* both ends keep the link the smaller id dialed */
+            c->duplicate = 1;
             snprintf(c->reason, sizeof(c->reason), "duplicate link");
             gm_debug("event=link-duplicate peer=%s", m.node);
             ignore(gm_link_send(l, GM_MSG_BYE, 0, NULL, 0));
@@ -824,11 +847,6 @@ static int h_hello(struct gm_agent *a, struct gm_link *l, const struct gm_frame_
         return refuse(l, -ENOMEM, "member table full");
     if (changed)
         ignore(members_save(a));
-    if (c->ep != NULL) {
-        snprintf(c->ep->node, sizeof(c->ep->node), "%s", m.node);
-        c->ep->backoff_ms = 0;
-        c->ep->last_error[0] = '\0';
-    }
     peer->link = l;
     peer->backoff_ms = 0;
     measure_reset(&peer->m);
@@ -1353,7 +1371,7 @@ static void on_close(struct gm_link *l, int err)
         p->m.probe_size = 0;
         gm_notice("event=link-down peer=%s err=%d msg=\"%s\" reason=\"%s\"", p->node, err,
                   gm_strerror(err), reason);
-    } else if (c->ep != NULL && gm_link_state(l) != LS_UP) {
+    } else if (c->ep != NULL && gm_link_state(l) != LS_UP && !c->duplicate) {
         endpoint_failed(c->ep, err, reason);
     } else if (!c->dialed && gm_link_state(l) == LS_HANDSHAKE && gm_link_bytes_received(l) == 0) {
         /* a bare connect (a peer's reachability check, a port scan): nothing to say */
@@ -1376,7 +1394,7 @@ static void on_close(struct gm_link *l, int err)
     }
     if (c->ep != NULL) {
         c->ep->dialing = 0;
-        if (gm_link_state(l) == LS_UP)
+        if (gm_link_state(l) == LS_UP || c->duplicate)
             c->ep->next_dial = gm_time_mono_ns() + (uint64_t)EP_BACKOFF_MIN_MS * 1000000ull;
     }
     if (p != NULL && c->dialed && c->ep == NULL) {
@@ -1436,7 +1454,6 @@ static void on_hint(void *arg, const struct gm_beacon *b, const char *serial, co
     struct gm_agent *a = arg;
     struct peer *p = peer_find(a, b->node);
     struct sockaddr_storage ss;
-    struct lctx *c;
 
     if (a->stopping || gm_tls_ctx_denied(a->tls, serial))
         return;
@@ -1457,9 +1474,8 @@ static void on_hint(void *arg, const struct gm_beacon *b, const char *serial, co
         dial(a, p);
         return;
     }
-    for (c = a->links; c != NULL; c = c->next)
-        if (c->dialed && strcmp(c->node, b->node) == 0)
-            return; /* already on the way */
+    if (dialing_to(a, b->node))
+        return; /* already on the way */
     if (gm_proto_addr_parse(address, &ss) != 0)
         return;
     gm_info("event=beacon-new-node node=%s address=%s action=dial", b->node, address);

@@ -641,7 +641,9 @@ int gm_beacon_seen_check(struct gm_beacon_seen *s, const struct gm_beacon *b, in
     if (distance(b->ts_ms, now_ms) > (uint64_t)s->window_ms)
         return -ESTALE;
     e = seen_slot(s, b->node, &known);
-    if (known && (b->ts_ms < e->ts_ms || (b->ts_ms == e->ts_ms && b->seq <= e->seq)))
+    if (known && b->ts_ms == e->ts_ms && b->seq == e->seq)
+        return -EEXIST; /* the very beacon again: a second path, or a replay of the last */
+    if (known && (b->ts_ms < e->ts_ms || (b->ts_ms == e->ts_ms && b->seq < e->seq)))
         return -EALREADY;
     if (!known)
         memcpy(e->node, b->node, sizeof(e->node));

@@ -108,7 +108,9 @@ GM_MUST_CHECK int gm_beacon_seen_new(size_t max_nodes, int64_t window_ms,
                                      struct gm_beacon_seen **out);
 void gm_beacon_seen_free(struct gm_beacon_seen *s);
 /* 0: fresh, now recorded.  -ESTALE: ts_ms further than the window from
- * now_ms.  -EALREADY: (ts_ms, seq) not after the last accepted from b->node. */
+ * now_ms.  -EEXIST: the same (ts_ms, seq) as the last accepted from b->node
+ * (a copy that came by a second interface, or a replay of that one).
+ * -EALREADY: (ts_ms, seq) before the last accepted from b->node (a replay). */
 GM_MUST_CHECK int gm_beacon_seen_check(struct gm_beacon_seen *s, const struct gm_beacon *b,
                                        int64_t now_ms);
 

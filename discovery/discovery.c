@@ -451,6 +451,14 @@ static void input_member(struct gm_disc *d, const uint8_t *p, size_t len, const 
         return;
     }
     err = gm_beacon_seen_check(d->seen, &b, wall_ms());
+    if (err == -EEXIST) {
+        /* the same beacon again: normal when it comes by two interfaces */
+        d->st.ignored++;
+        d->st.ignored_replay++;
+        gm_debug("event=beacon-ignored source=%s node=%s reason=\"a copy of the last one\"", src,
+                 b.node);
+        return;
+    }
     if (err != 0) {
         drop(d, err == -ESTALE ? DROP_STALE : DROP_REPLAY, src, b.node);
         return;

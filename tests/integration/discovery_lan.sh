@@ -73,7 +73,9 @@ ignored() { doctor h1 | python3 -c "import json,sys; print(json.load(sys.stdin)[
 nb_exec h3 $TOOLS capture $GROUP $MPORT 10.74.1.3 10.74.1.2 "$WORK/h2.beacon" 15 >/dev/null ||
     fail "no beacon of h2 seen on the wire"
 replayed0=$(ignored replayed); unauth0=$(ignored unauthenticated)
-# h1 accepted that very beacon already: the same bytes again are a replay
+# once h2 has sent newer beacons (every 5 s +-20% after its first 5), the
+# captured one is old: replaying it now is what an attacker can do
+sleep 6.5
 nb_exec h3 $TOOLS send $GROUP $MPORT 10.74.1.3 "$WORK/h2.beacon" || fail "replay send"
 nb_exec h3 $TOOLS send $GROUP $MPORT 10.74.1.3 "$WORK/h2.beacon" 100 || fail "flipped send"
 got_replay() { [ "$(ignored replayed)" -gt "$replayed0" ]; }

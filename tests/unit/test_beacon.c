@@ -407,7 +407,7 @@ static void test_replay(void)
     fill(&b, "lab", "n1", "");
     b.seq = 10;
     GM_CHECK_OK(gm_beacon_seen_check(s, &b, NOW_MS));
-    GM_CHECK_ERR(gm_beacon_seen_check(s, &b, NOW_MS), -EALREADY); /* the same again */
+    GM_CHECK_ERR(gm_beacon_seen_check(s, &b, NOW_MS), -EEXIST); /* the same again */
     b.seq = 9;
     GM_CHECK_ERR(gm_beacon_seen_check(s, &b, NOW_MS), -EALREADY); /* lower seq */
     b.seq = 11;
@@ -432,7 +432,7 @@ static void test_replay(void)
     b.ts_ms = INT64_MAX;
     GM_CHECK_ERR(gm_beacon_seen_check(s, &b, INT64_MIN), -ESTALE);
     b.ts_ms = NOW_MS + GM_BEACON_WINDOW_MS;
-    GM_CHECK_ERR(gm_beacon_seen_check(s, &b, NOW_MS), -EALREADY);
+    GM_CHECK_ERR(gm_beacon_seen_check(s, &b, NOW_MS), -EEXIST);
     GM_CHECK_ERR(gm_beacon_seen_check(s, &b, NOW_MS - 1), -ESTALE);
 
     /* at most 2 nodes; the least recently updated goes */
@@ -442,11 +442,11 @@ static void test_replay(void)
     b.seq++;
     GM_CHECK_OK(gm_beacon_seen_check(s, &b, NOW_MS));             /* n1 updated after n2 */
     GM_CHECK_OK(gm_beacon_seen_check(s, &n3, NOW_MS));            /* n2 evicted */
-    GM_CHECK_ERR(gm_beacon_seen_check(s, &b, NOW_MS), -EALREADY); /* n1 kept */
-    GM_CHECK_ERR(gm_beacon_seen_check(s, &n3, NOW_MS), -EALREADY);
+    GM_CHECK_ERR(gm_beacon_seen_check(s, &b, NOW_MS), -EEXIST); /* n1 kept */
+    GM_CHECK_ERR(gm_beacon_seen_check(s, &n3, NOW_MS), -EEXIST);
     GM_CHECK_OK(gm_beacon_seen_check(s, &n2, NOW_MS)); /* forgotten: fresh again; n1 goes */
     GM_CHECK_OK(gm_beacon_seen_check(s, &b, NOW_MS));  /* forgotten too; n3 goes */
-    GM_CHECK_ERR(gm_beacon_seen_check(s, &n2, NOW_MS), -EALREADY);
+    GM_CHECK_ERR(gm_beacon_seen_check(s, &n2, NOW_MS), -EEXIST);
     GM_CHECK_OK(gm_beacon_seen_check(s, &n3, NOW_MS));
     gm_beacon_seen_free(s);
     gm_beacon_seen_free(NULL);
