@@ -48,6 +48,7 @@ struct wreq {
 struct gm_link {
     uv_tcp_t tcp; /* tcp.data = this */
     uv_timer_t timer;
+    uv_idle_t idle; /* kick(): work for the next loop iteration */
     uv_connect_t connect_req;
     uv_shutdown_t shutdown_req;
     uv_loop_t *loop;
@@ -256,6 +257,7 @@ static void close_handles(struct gm_link *l)
     l->close_started = 1;
     uv_close((uv_handle_t *)&l->tcp, close_cb);
     uv_close((uv_handle_t *)&l->timer, close_cb);
+    uv_close((uv_handle_t *)&l->idle, close_cb);
 }
 
 static void write_cb(uv_write_t *req, int status)
@@ -342,14 +344,29 @@ static int tls_write_frame(struct gm_link *l, uint16_t type, uint16_t flags, uin
     return err;
 }
 
-static void tick_cb(uv_timer_t *t);
+static void deliver(struct gm_link *l);
 
-/* Runs tick_cb on the next loop iteration: user callbacks (bulk done,
- * on_writable) never run inside the call that triggered them. */
+static void idle_cb(uv_idle_t *h)
+{
+    struct gm_link *l = h->data;
+
+    ignore(uv_idle_stop(h));
+    if (!l->closing) {
+        deliver(l);
+        pump(l);
+    }
+}
+
+/* Delivers and pumps on the next loop iteration, after its poll for I/O: user
+ * callbacks (bulk done, on_writable) never run inside the call that triggered
+ * them, and a bulk sender reads between its 1 MiB turns.  (An idle handle, not
+ * a 0 ms timer: libuv 1.44 runs a timer that restarts itself with timeout 0
+ * again in the same pass, so the loop never polled while bulk was left: a
+ * sender did not read its peer's control frames until all of it was out.) */
 static void kick(struct gm_link *l)
 {
     if (l->started && !l->close_started)
-        ignore(uv_timer_start(&l->timer, tick_cb, 0, TICK_MS));
+        ignore(uv_idle_start(&l->idle, idle_cb));
 }
 
 /* Encrypts queued frames while the write queue is below the high water. */
@@ -849,10 +866,12 @@ static int init_handles(struct gm_link *l)
         uv_close((uv_handle_t *)&l->tcp, close_cb);
         return 1; /* reported through on_close */
     }
+    ignore(uv_idle_init(l->loop, &l->idle)); /* cannot fail (libuv returns 0) */
     l->tcp.data = l;
     l->timer.data = l;
+    l->idle.data = l;
     l->started = 1;
-    l->handles_open = 2;
+    l->handles_open = 3;
     l->t_start = gm_time_mono_ns();
     return 0;
 }
