@@ -534,20 +534,12 @@ static int key_parse(const char *s, size_t n, uint8_t k[GM_BEACON_KEY_LEN])
 
 int gm_beacon_key_load(const char *path, uint8_t k[GM_BEACON_KEY_LEN])
 {
-    struct stat st;
     char *text = NULL;
     size_t len = 0;
     int err;
 
     sodium_memzero(k, GM_BEACON_KEY_LEN);
-    if (stat(path, &st) != 0)
-        return -errno;
-    if ((st.st_mode & 077) != 0) {
-        gm_err("event=key-refused path=%s reason=\"mode %03o: must be 0600\"", path,
-               (unsigned)(st.st_mode & 0777));
-        return -EPERM;
-    }
-    err = gm_id_read_file(path, KEY_HEX_LEN + 1, &text, &len);
+    err = gm_id_read_private_file(path, KEY_HEX_LEN + 1, &text, &len);
     if (err == -EFBIG)
         err = GM_ERR_FORMAT;
     if (err == 0)

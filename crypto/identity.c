@@ -103,6 +103,22 @@ void gm_id_key_free(struct gm_key *k)
     free(k);
 }
 
+int gm_id_read_private_file(const char *path, size_t max, char **out, size_t *len)
+{
+    struct stat st;
+
+    *out = NULL;
+    *len = 0;
+    if (stat(path, &st) != 0)
+        return -errno;
+    if ((st.st_mode & 077) != 0) {
+        gm_err("event=key-refused path=%s reason=\"mode %03o: must be 0600\"", path,
+               (unsigned)(st.st_mode & 0777));
+        return -EPERM;
+    }
+    return gm_id_read_file(path, max, out, len);
+}
+
 int gm_id_write_file(const char *path, const void *data, size_t len, int mode)
 {
     char tmp[4096];
@@ -212,7 +228,6 @@ out:
 
 int gm_id_key_load(const char *path, struct gm_key **out)
 {
-    struct stat st;
     struct gm_key *k = NULL;
     char *pem = NULL;
     size_t len = 0;
@@ -220,14 +235,7 @@ int gm_id_key_load(const char *path, struct gm_key **out)
     int err;
 
     *out = NULL;
-    if (stat(path, &st) != 0)
-        return -errno;
-    if ((st.st_mode & 077) != 0) {
-        gm_err("event=key-refused path=%s reason=\"mode %03o: must be 0600\"", path,
-               (unsigned)(st.st_mode & 0777));
-        return -EPERM;
-    }
-    err = gm_id_read_file(path, 64 * 1024, &pem, &len);
+    err = gm_id_read_private_file(path, 64 * 1024, &pem, &len);
     if (err != 0)
         return err;
     k = calloc(1, sizeof(*k));

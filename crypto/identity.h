@@ -75,6 +75,9 @@ int gm_id_cert_matches_key(const struct gm_cert *c, const struct gm_key *k);
 
 /* Writes len bytes atomically to path with the given mode (tmp, fsync, rename). */
 GM_MUST_CHECK int gm_id_write_file(const char *path, const void *data, size_t len, int mode);
+/* As gm_id_read_file, for secrets: -EPERM (and a log line) when group or
+ * other may access the file. */
+GM_MUST_CHECK int gm_id_read_private_file(const char *path, size_t max, char **out, size_t *len);
 /* Reads a whole file (at most max bytes) into a malloc'd NUL-terminated buffer. */
 GM_MUST_CHECK int gm_id_read_file(const char *path, size_t max, char **out, size_t *len);
 

@@ -440,8 +440,8 @@ static void test_replay(void)
     fill(&n3, "lab", "n3", "");
     GM_CHECK_OK(gm_beacon_seen_check(s, &n2, NOW_MS)); /* table: n1, n2 */
     b.seq++;
-    GM_CHECK_OK(gm_beacon_seen_check(s, &b, NOW_MS));             /* n1 updated after n2 */
-    GM_CHECK_OK(gm_beacon_seen_check(s, &n3, NOW_MS));            /* n2 evicted */
+    GM_CHECK_OK(gm_beacon_seen_check(s, &b, NOW_MS));           /* n1 updated after n2 */
+    GM_CHECK_OK(gm_beacon_seen_check(s, &n3, NOW_MS));          /* n2 evicted */
     GM_CHECK_ERR(gm_beacon_seen_check(s, &b, NOW_MS), -EEXIST); /* n1 kept */
     GM_CHECK_ERR(gm_beacon_seen_check(s, &n3, NOW_MS), -EEXIST);
     GM_CHECK_OK(gm_beacon_seen_check(s, &n2, NOW_MS)); /* forgotten: fresh again; n1 goes */
