@@ -753,11 +753,14 @@ int gm_cli_status(int argc, char **argv)
         printf("%-24s %-24s %-6s %-5s %s\n", "MEMBER", "ADDRESS", "LINK", "STATE", "RTT_MS");
         json_array_foreach(json_object_get(r, "members"), i, m)
         {
-            printf("%-24s %-24s %-6s %-5s %.2f\n", json_string_value(json_object_get(m, "node")),
+            json_t *rtt = json_object_get(m, "rtt_ms");
+            char rs[32] = "-";
+            if (json_is_number(rtt))
+                snprintf(rs, sizeof(rs), "%.3f", json_number_value(rtt));
+            printf("%-24s %-24s %-6s %-5s %s\n", json_string_value(json_object_get(m, "node")),
                    json_string_value(json_object_get(m, "address")),
                    json_string_value(json_object_get(m, "link")),
-                   json_string_value(json_object_get(m, "state")),
-                   json_real_value(json_object_get(m, "rtt_ms")));
+                   json_string_value(json_object_get(m, "state")), rs);
         }
     }
     json_decref(r);
