@@ -251,19 +251,26 @@ static struct peer *peer_upsert(struct gm_agent *a, const char *node, const char
     return p;
 }
 
+/* Reads state file name (its path into path) into a malloc'd *text; a missing
+ * file is 0 with *text NULL. */
+static int state_read(const struct gm_agent *a, const char *name, char path[GM_PATH_MAX],
+                      char **text)
+{
+    size_t len = 0;
+    int err = gm_config_state_path(&a->cfg, name, path, GM_PATH_MAX);
+
+    *text = NULL;
+    if (err == 0)
+        err = gm_id_read_file(path, 1 << 20, text, &len);
+    return err == -ENOENT ? 0 : err;
+}
+
 static int members_load(struct gm_agent *a)
 {
     char path[GM_PATH_MAX], *text = NULL, *line, *save = NULL;
-    size_t len = 0;
-    int err, changed;
+    int err = state_read(a, "members", path, &text), changed;
 
-    err = gm_config_state_path(&a->cfg, "members", path, sizeof(path));
-    if (err != 0)
-        return err;
-    err = gm_id_read_file(path, 1 << 20, &text, &len);
-    if (err == -ENOENT)
-        return 0;
-    if (err != 0)
+    if (err != 0 || text == NULL)
         return err;
     for (line = strtok_r(text, "\n", &save); line != NULL; line = strtok_r(NULL, "\n", &save)) {
         char node[GM_ID_NAME_MAX + 1], addr[GM_ADDR_MAX];
@@ -1894,16 +1901,9 @@ static int load_identity(struct gm_agent *a)
 static int load_denylist(struct gm_agent *a)
 {
     char path[GM_PATH_MAX], *text = NULL, *line, *save = NULL;
-    size_t len = 0;
-    int err;
+    int err = state_read(a, "denylist", path, &text);
 
-    err = gm_config_state_path(&a->cfg, "denylist", path, sizeof(path));
-    if (err != 0)
-        return err;
-    err = gm_id_read_file(path, 1 << 20, &text, &len);
-    if (err == -ENOENT)
-        return 0;
-    if (err != 0)
+    if (err != 0 || text == NULL)
         return err;
     for (line = strtok_r(text, " \t\n", &save); line != NULL && err == 0;
          line = strtok_r(NULL, " \t\n", &save))
