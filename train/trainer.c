@@ -276,6 +276,27 @@ static void scale(float *g, size_t n, float f)
         g[i] *= f;
 }
 
+/* The model's gradient hook: weigh the layer's gradients for unequal shares,
+ * then hand them to the communication hook (overlap with the rest of backward). */
+struct grad_hook_ctx {
+    struct gm_model *m;
+    const struct gm_train_comm *comm;
+    float factor; /* this step's weight, 1 when shares are equal */
+};
+
+static void grad_hook(void *ctx, size_t first, size_t n)
+{
+    struct grad_hook_ctx *h = ctx;
+
+    if (h->factor != 1.0f)
+        for (size_t i = first; i < first + n; i++) {
+            const struct gm_param_info *pi = gm_model_tensor(h->m, i);
+            scale(gm_model_grads(h->m) + pi->offset, pi->numel, h->factor);
+        }
+    if (h->comm->grads_ready != NULL)
+        h->comm->grads_ready(h->comm->ctx, first, n);
+}
+
 struct epoch_stats {
     int epoch;
     uint64_t t0, t_window;
@@ -321,6 +342,9 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
                 r.train.w, gm_model_classes(r.model), r.st.global_batch, job->epochs,
                 r.steps_per_epoch, gm_job_optimizer_name(job->optim.name), job->optim.lr,
                 job->threads);
+    struct grad_hook_ctx gh = {.m = r.model, .comm = comm, .factor = 1.0f};
+    if (comm != NULL)
+        gm_model_set_grad_hook(r.model, grad_hook, &gh);
     if ((err = run_hook(&r, comm != NULL ? comm->start : NULL)) < 0)
         goto out;
 
@@ -361,11 +385,16 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
             err = GM_ERR_NUMERIC;
             goto out;
         }
+        /* unequal shares: weigh by samples (see trainer.h), layer by layer in grad_hook */
+        gh.factor = n * r.st.world != G ? (float)n * (float)r.st.world / (float)G : 1.0f;
+        if ((rc = run_hook(&r, comm != NULL ? comm->backward_begin : NULL)) < 0) {
+            err = rc;
+            goto out;
+        }
+        if (rc == 1)
+            continue;
         if ((err = gm_model_backward(r.model, n)) < 0)
             goto out;
-        if (n * r.st.world != G) /* unequal shares: weigh by samples (see trainer.h) */
-            scale(gm_model_grads(r.model), gm_model_num_params(r.model),
-                  (float)n * (float)r.st.world / (float)G);
         if ((rc = run_hook(&r, comm != NULL ? comm->reduce_grads : NULL)) < 0) {
             err = rc;
             goto out;
