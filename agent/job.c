@@ -877,8 +877,8 @@ void gm_jobs_link_down(struct gm_jobs *j, const char *node, int err)
     if (!jb->coord) {
         if (strcmp(node, jb->coordinator) == 0 && jb->state == J_RUNNING) {
             snprintf(jb->error, sizeof(jb->error),
-                     "coordinator %s lost (%s): the job stops here; the next issue's elected "
-                     "chief will carry it on",
+                     "coordinator %s lost (%s): the job stops; this member keeps the weights "
+                     "of its last finished step (gradmesh jobs shows where)",
                      node, gm_strerror(err));
             gm_err("event=job-coordinator-lost job=%s coordinator=%s", jb->id, node);
             jb->state = J_FAILED;

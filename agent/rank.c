@@ -616,8 +616,10 @@ int gm_rank_start(uv_loop_t *loop, const struct gm_job *job, const char *out,
                                       .grads_ready = hook_grads_ready,
                                       .progress = hook_progress,
                                       .ctx = rk};
-    rk->opts =
-        (struct gm_train_opts){.progress = 0, .stop = &rk->stop, .out = rk->out, .comm = &rk->comm};
+    /* every rank keeps the weights of its last finished step when the job stops early (a
+     * lost coordinator, a cancel): the coordinator's are not the only copy then */
+    rk->opts = (struct gm_train_opts){
+        .progress = 0, .stop = &rk->stop, .out = rk->out, .comm = &rk->comm, .keep_on_stop = 1};
     if ((err = uv_async_init(loop, &rk->async, async_cb)) < 0)
         goto fail;
     rk->async.data = rk;

@@ -396,6 +396,10 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
         if ((err = gm_model_backward(r.model, n)) < 0)
             goto out;
         if ((rc = run_hook(&r, comm != NULL ? comm->reduce_grads : NULL)) < 0) {
+            if (rc == GM_ERR_ABORTED && opts->stop != NULL && *opts->stop) {
+                sum->interrupted = 1; /* stopped mid-step: the last finished step stands */
+                break;
+            }
             err = rc;
             goto out;
         }
@@ -404,6 +408,11 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
         gm_optim_step(&r.optim, gm_model_params(r.model), gm_model_grads(r.model),
                       gm_sched_lr(&r.sched, r.st.step));
         if ((rc = run_hook(&r, comm != NULL ? comm->after_step : NULL)) < 0) {
+            if (rc == GM_ERR_ABORTED && opts->stop != NULL && *opts->stop) {
+                r.st.step++; /* the optimizer took this step; only its check was cut */
+                sum->interrupted = 1;
+                break;
+            }
             err = rc;
             goto out;
         }
@@ -472,10 +481,11 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
         if (r.st.rank == 0 && (err = evaluate(&r, &acc, &tloss)) < 0)
             goto out;
     }
-    if (r.st.rank == 0 && (err = save_weights(&r, out)) < 0)
-        goto out;
-    if (r.st.rank == 0)
+    if (r.st.rank == 0 || (sum->interrupted && opts->keep_on_stop)) {
+        if ((err = save_weights(&r, out)) < 0)
+            goto out;
         snprintf(sum->checkpoint, sizeof(sum->checkpoint), "%s", out);
+    }
     sum->steps = r.st.step;
     sum->test_accuracy = acc;
     sum->test_loss = tloss;

@@ -110,6 +110,7 @@ struct gm_train_opts {
     volatile sig_atomic_t *stop;      /* borrowed, may be NULL */
     const char *out;                  /* overrides job->out when not NULL */
     const struct gm_train_comm *comm; /* borrowed, may be NULL: one replica alone */
+    int keep_on_stop; /* every rank (not only 0) writes its weights when stopped early */
 };
 
 /* Returns 0 or an error (GM_ERR_CONFIG / GM_ERR_DATA already logged with the
