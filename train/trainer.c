@@ -424,7 +424,7 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
         es.steps++;
         es.window_steps++;
         es.loss_sum += loss;
-        if (r.st.rank == 0) {
+        {
             uint64_t now = gm_time_mono_ns();
             double dt = (double)(now - es.t_window) * 1e-9;
             bool due = opts->progress || es.window_steps == job->log_every;
@@ -433,11 +433,13 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
                 es.t_window = now;
                 es.window_steps = 0;
             }
+            /* every rank reports (the agent shows a member's view too; its loss is over its
+             * own share of the batch); rank 0 alone logs */
             if (comm != NULL && comm->progress != NULL)
                 comm->progress(comm->ctx, &r.st, e, es.loss_sum / (double)es.steps, es.sps);
-            if (opts->progress)
+            if (r.st.rank == 0 && opts->progress)
                 progress_bar(&r, s_in + 1, es.loss_sum / (double)es.steps, es.sps, 0);
-            else if (due)
+            else if (r.st.rank == 0 && due)
                 gm_info("event=train step=%ld epoch=%d loss=%.4f lr=%.3g samples_per_s=%.0f",
                         r.st.step, e + 1, es.loss_sum / (double)es.steps,
                         gm_sched_lr(&r.sched, r.st.step - 1), es.sps);
