@@ -405,6 +405,7 @@ static void reform(struct gm_jobs *j, struct job *jb, const char *reason)
     m.gen = jb->gen;
     m.ranks = jb->ranks;
     m.nranks = n;
+    m.global_batch = jb->job.optim.global_batch;
     m.text = jb->job.text;
     m.text_len = jb->job.text_len;
     snprintf(m.id, sizeof(m.id), "%s", jb->id);
@@ -689,6 +690,8 @@ static int on_group(struct gm_jobs *j, const char *node, struct gm_jobmsg *m)
             free(jb);
             return 0;
         }
+        jb->job.optim.global_batch = m->global_batch; /* the coordinator's, fixed at submit */
+        jb->job.optim.batch = 0;
         jb->state = J_RUNNING;
         j->cur = jb;
         if ((err = start_rank(j, jb)) < 0) {
@@ -961,6 +964,11 @@ json_t *gm_jobs_ctl_submit(struct gm_jobs *j, json_t *req)
         free(up);
         return ctl_error(GM_ERR_CONFIG, msg);
     }
+    /* The global batch is fixed here, at the world of the submit, for the whole job: the ranks'
+     * trainers start before their first group says the world, a member that comes back may join
+     * a smaller or larger group, and every rank must cut the same blocks from the data. */
+    jb->job.optim.global_batch = g;
+    jb->job.optim.batch = 0;
     new_id(jb->id);
     jb->coord = true;
     snprintf(jb->coordinator, sizeof(jb->coordinator), "%s", j->env.node);
