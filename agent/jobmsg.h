@@ -4,7 +4,9 @@
  * character set and return GM_ERR_PROTO for anything else; they never trust
  * a count.  Pure functions: any thread; fuzzed by tests/fuzz/fuzz_jobmsg.c.
  *
- *   JOB_OFFER  {id, text, origin}                        coordinator -> member
+ *   JOB_OFFER  {id, text, origin, ranks?: [node]}        coordinator -> member; ranks: the
+ *                                                        nodes it will train with (it answers
+ *                                                        once it has a link to each)
  *   JOB_CHECK  {id, error?, files: [{name, size, sha256}]}  member -> coordinator
  *   JOB_GROUP  {id, text, origin, gen, ranks: [node], global_batch}
  *                                                        coordinator -> member
