@@ -470,7 +470,7 @@ static void refuse(struct gm_jobs *j, struct job *jb, const char *fmt, ...)
 
 static void maybe_start(struct gm_jobs *j, struct job *jb)
 {
-    int err;
+    int err = -ENOMEM;
 
     if (jb->state != J_CHECKING || !jb->own_hashed)
         return;
@@ -480,7 +480,7 @@ static void maybe_start(struct gm_jobs *j, struct job *jb)
     jb->state = J_RUNNING;
     jb->ranks = calloc(jb->nparts + 1, NODE_LEN);
     if (jb->ranks == NULL || (err = start_rank(j, jb)) < 0) {
-        refuse(j, jb, "cannot start the trainer: %s", gm_strerror(jb->ranks ? err : -ENOMEM));
+        refuse(j, jb, "cannot start the trainer: %s", gm_strerror(err));
         return;
     }
     reform(j, jb, "start");
