@@ -1017,7 +1017,8 @@ static json_t *job_json(struct gm_jobs *j, struct job *jb)
                                : jb->steps      ? jb->steps
                                                 : p.step),
                   "total_steps", (json_int_t)p.total_steps, "epoch", p.epoch + 1, "world",
-                  jb->rank != NULL ? p.world : (int)jb->world, "generation", (json_int_t)jb->gen);
+                  jb->rank != NULL && p.world > 0 ? p.world : (int)jb->world, "generation",
+                  (json_int_t)jb->gen);
     if (o == NULL) {
         json_decref(links);
         return NULL;
