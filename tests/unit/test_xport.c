@@ -69,7 +69,7 @@ struct net {
     struct sockaddr_in addr[MAXW];
     struct gm_link *link[MAXW][MAXW]; /* [me][peer], borrowed from the link itself */
     int up[MAXW][MAXW], closed[MAXW][MAXW], close_err[MAXW][MAXW];
-    int proto[MAXW][MAXW];    /* what gm_xport_on_frame returned when it refused */
+    int proto[MAXW][MAXW];     /* what gm_xport_on_frame returned when it refused */
     int err_frame[MAXW][MAXW]; /* code of an ERROR frame received */
     int other_frames;
     struct gm_xport *x[MAXW];
@@ -239,8 +239,8 @@ static void net_up(struct net *n, int world)
         tc.cert = n->id[i].cert;
         tc.key = n->id[i].key;
         GM_CHECK_OK(gm_tls_ctx_new(&tc, &n->ctx[i]));
-        n->addr[i] = (struct sockaddr_in){.sin_family = AF_INET,
-                                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        n->addr[i] =
+            (struct sockaddr_in){.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
         GM_CHECK_OK(uv_tcp_init(&n->loop, &n->srv[i]));
         n->srv[i].data = n;
         GM_CHECK_OK(uv_tcp_bind(&n->srv[i], (struct sockaddr *)&n->addr[i], 0));
@@ -403,8 +403,9 @@ static void allreduce_case(struct net *nt, size_t n, enum gm_coll_algo algo, siz
             bad_bound++;
     }
     if (bad_serial + bad_bits + bad_bound != 0)
-        fprintf(stderr, "  N=%d n=%zu algo=%d chunk=%zu exact=%d: %zu differ from the serial sum, "
-                        "%zu differ between ranks, %zu outside the bound\n",
+        fprintf(stderr,
+                "  N=%d n=%zu algo=%d chunk=%zu exact=%d: %zu differ from the serial sum, "
+                "%zu differ between ranks, %zu outside the bound\n",
                 w, n, (int)algo, chunk, exact, bad_serial, bad_bits, bad_bound);
     GM_CHECK_EQ(bad_serial, 0);
     GM_CHECK_EQ(bad_bits, 0);
@@ -746,7 +747,7 @@ static void test_link_lost_collective(void)
     GM_CHECK(nt.link[1][2] != NULL);
     if (nt.link[1][2] != NULL)
         gm_link_close(nt.link[1][2], GM_ERR_ABORTED); /* ranks 1 and 2 lose their link */
-    GM_CHECK(run_until(&nt, ops_done, &os, 20000)); /* no hang */
+    GM_CHECK(run_until(&nt, ops_done, &os, 20000));   /* no hang */
     for (int r = 0; r < 3; r++) {
         GM_CHECK_EQ(s[r].done, 1);
         GM_CHECK(s[r].status < 0); /* every rank fails, rank 0 too (its peers abort) */
@@ -815,8 +816,8 @@ static void test_backpressure(void)
         if (data[i] == NULL)
             goto out;
         memset(data[i], i + 1, BP_LEN);
-        GM_CHECK_OK(gm_transport_send(gm_xport_transport(n.x[1]), 0, data[i], BP_LEN, sent_cb,
-                                      &b.s[i]));
+        GM_CHECK_OK(
+            gm_transport_send(gm_xport_transport(n.x[1]), 0, data[i], BP_LEN, sent_cb, &b.s[i]));
     }
     /* 64 MiB towards rank 0, which arms no recv: the queue passes the maximum, the link pauses */
     GM_CHECK(run_until(&n, bp_paused, NULL, 20000));
