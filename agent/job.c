@@ -1265,7 +1265,11 @@ json_t *gm_jobs_ctl_submit(struct gm_jobs *j, json_t *req)
         err = member_submit(j, coord, text, json_string_length(t), origin, id, msg, sizeof(msg));
     if (err < 0)
         return ctl_error(err, msg);
-    return json_pack("{s:s,s:s,s:s}", "id", id, "state", "checking", "coordinator", coord);
+    /* the world at submit: the coordinator's participants, or a member's own view */
+    int world = j->cur != NULL && j->cur->coord ? (int)j->cur->nparts + 1
+                                                : (int)j->env.members_up(j->env.agent, NULL, 0) + 1;
+    return json_pack("{s:s,s:s,s:s,s:i}", "id", id, "state", "checking", "coordinator", coord,
+                     "world", world);
 }
 
 static int on_submit(struct gm_jobs *j, const char *node, struct gm_jobmsg *m)
@@ -1314,7 +1318,7 @@ static json_t *job_json(struct gm_jobs *j, struct job *jb)
                                : jb->steps      ? jb->steps
                                                 : p.step),
                   "total_steps", (json_int_t)p.total_steps, "epoch", p.epoch + 1, "world",
-                  jb->rank != NULL ? p.world : (int)jb->world, "generation",
+                  jb->rank != NULL && p.world > 0 ? p.world : (int)jb->world, "generation",
                   (json_int_t)(jb->gen & 0xffff));
     if (o == NULL) {
         json_decref(links);
