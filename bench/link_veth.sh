@@ -44,5 +44,5 @@ kv = dict(f.split("=", 1) for f in sys.argv[1].split())
 lim = float(sys.argv[2]) / 1e6
 tcp, tls = float(kv["tcp_GBps"]) * 8e3, float(kv["tls_GBps"]) * 8e3
 print(f"veth {lim:.0f} Mbit/s: plain TCP {tcp:.1f} Mbit/s ({tcp / lim:.3f} of the limit), "
-      f"TLS link {tls:.1f} Mbit/s ({tls / lim:.3f}); TLS/TCP ratio {float(kv["ratio"]):.3f} (target >= 0.9)")
+      f"TLS link {tls:.1f} Mbit/s ({tls / lim:.3f}); TLS/TCP ratio {float(kv['ratio']):.3f} (target >= 0.9)")
 PY
