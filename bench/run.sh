@@ -11,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${1:-./gradmesh}
-bash .ci/deps.sh
+bash .ci/deps.sh bench
 echo "== training speed vs PyTorch"
 bash bench/train_vs_torch.sh "$bin"
 echo "== TLS link vs plain TCP"

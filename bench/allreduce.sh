@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# bench/allreduce.sh - all-reduce of float32 (sum) on loopback at 0.25 / 4 /
+# 64 / 256 MiB, 2 and 4 ranks, three implementations in the same run (issue 10,
+# "Done when" 4):
+#   gradmesh  gm_coll_allreduce_start over the agent transport on real TLS
+#             links (see gradmesh_allreduce below: TO FILL once agent/xport.h
+#             lands on main);
+#   mpi       OpenMPI's MPI_Allreduce over plaintext TCP (bench/mpi_allreduce.c;
+#             mpirun --mca pml ob1 --mca btl tcp,self, TCP on lo);
+#   gloo      torch.distributed with the gloo backend (bench/torch_allreduce.py).
+# Each prints, per size, latency (time of one call, slowest rank) and bus
+# bandwidth (busbw = 2(N-1)/N x bytes / time, the nccl-tests convention); every
+# implementation calibrates its iteration count to ~2 s a size and checks the
+# sum.  Rounds alternate the implementations; medians are reported with the
+# issue's two bars: gradmesh busbw at 64 MiB >= 0.6x MPI's, and gradmesh
+# latency at 0.25 MiB <= gloo's.  Nothing is pinned: 4 ranks share 2 cores.
+#
+# Usage: bench/allreduce.sh [GRADMESH_BINARY]    ROUNDS=3 RANKS="2 4" SIZES="bytes..."
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin=${1:-./gradmesh}
+rounds=${ROUNDS:-3}
+ranks_list=${RANKS:-2 4}
+sizes=${SIZES:-$((256 << 10)) $((4 << 20)) $((64 << 20)) $((256 << 20))}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+
+command -v mpicc >/dev/null || { echo "SKIP: no mpicc (.ci/deps.sh bench installs openmpi)"; exit 77; }
+mkdir -p build/bench
+mpicc -std=c11 -O2 -Wall -Wextra -Werror -o build/bench/mpi_allreduce bench/mpi_allreduce.c
+
+mpi_allreduce() { # N: one line per size on stdout
+    # --allow-run-as-root: CI and the VM run as root; --oversubscribe: 4 ranks
+    # on 2 cores (OpenMPI then yields when idle instead of spinning).
+    mpirun --allow-run-as-root --oversubscribe -np "$1" --bind-to none \
+        --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo \
+        build/bench/mpi_allreduce $sizes
+}
+
+gloo_allreduce() { # N
+    /usr/bin/python3 bench/torch_allreduce.py --ranks "$1" $sizes
+}
+
+# --- gradmesh side: TO FILL ---------------------------------------------------
+# Contract: print one line per size in $sizes for N ranks, in the same format:
+#   impl=gradmesh ranks=N bytes=B iters=I lat_ms=... algbw_GBps=... busbw_GBps=...
+# from a program under bench/ that opens real TLS links (agent/link.h) on
+# loopback between N processes or threads and runs gm_coll_allreduce_start over
+# the agent transport (agent/xport.h), timed like bench/mpi_allreduce.c.
+# Until that transport is on main this returns 77 and the table shows "-".
+gradmesh_allreduce() { # N
+    : "$bin"
+    echo "gradmesh all-reduce: not built yet (needs agent/xport.h)" >&2
+    return 77
+}
+# -----------------------------------------------------------------------------
+
+echo "# $(date -u +%FT%TZ) $(getconf _NPROCESSORS_ONLN) cores, load $(cut -d' ' -f1-3 /proc/loadavg)," \
+    "$(mpirun --version | head -1), $(/usr/bin/python3 -c 'import torch; print("PyTorch", torch.__version__)') gloo"
+for r in $(seq "$rounds"); do
+    for n in $ranks_list; do
+        for impl in gradmesh mpi gloo; do
+            rc=0
+            "${impl}_allreduce" "$n" >"$tmp/out" 2>"$tmp/err" || rc=$?
+            if [ $rc -eq 77 ]; then
+                [ "$r" -gt 1 ] || sed 's/^/# /' "$tmp/err"
+                continue
+            fi
+            grep '^impl=' "$tmp/out" | tee -a "$tmp/all" | sed "s/^/round $r: /"
+            if [ $rc -ne 0 ] || grep WRONG_SUM "$tmp/out" >/dev/null; then
+                echo "$impl with $n ranks failed (rc $rc):"; cat "$tmp/out" "$tmp/err"; exit 1
+            fi
+        done
+    done
+done
+
+python3 - "$tmp/all" "$rounds" <<'PY'
+import statistics, sys
+rows = {}
+for line in open(sys.argv[1]):
+    kv = dict(f.split("=", 1) for f in line.split() if "=" in f)
+    key = (kv["impl"], int(kv["ranks"]), int(kv["bytes"]))
+    rows.setdefault(key, []).append((float(kv["lat_ms"]), float(kv["busbw_GBps"])))
+med = {k: (statistics.median(a for a, _ in v), statistics.median(b for _, b in v))
+       for k, v in rows.items()}
+ranks = sorted({k[1] for k in med})
+sizes = sorted({k[2] for k in med})
+def cell(impl, n, s, i, fmt):
+    return fmt % med[(impl, n, s)][i] if (impl, n, s) in med else "-"
+print(f"\nmedians of {sys.argv[2]} round(s); lat in ms, busbw in GB/s")
+print(f"{'ranks':>5} {'MiB':>6} | {'gradmesh lat':>12} {'mpi lat':>9} {'gloo lat':>9} | "
+      f"{'gradmesh bw':>11} {'mpi bw':>8} {'gloo bw':>8} | {'gm/mpi bw':>9} {'gm/gloo lat':>11}")
+for n in ranks:
+    for s in sizes:
+        g = med.get(("gradmesh", n, s))
+        m = med.get(("mpi", n, s))
+        o = med.get(("gloo", n, s))
+        rb = f"{g[1] / m[1]:.2f}x" if g and m else "-"
+        rl = f"{g[0] / o[0]:.2f}x" if g and o else "-"
+        print(f"{n:>5} {s / 2**20:>6.2f} | {cell('gradmesh', n, s, 0, '%.3f'):>12} "
+              f"{cell('mpi', n, s, 0, '%.3f'):>9} {cell('gloo', n, s, 0, '%.3f'):>9} | "
+              f"{cell('gradmesh', n, s, 1, '%.3f'):>11} {cell('mpi', n, s, 1, '%.3f'):>8} "
+              f"{cell('gloo', n, s, 1, '%.3f'):>8} | {rb:>9} {rl:>11}")
+print("bars: gm/mpi bw at 64 MiB >= 0.60x; gm/gloo lat at 0.25 MiB <= 1.00x")
+PY
