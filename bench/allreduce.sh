@@ -33,13 +33,13 @@ mpicc -std=c11 -O2 -Wall -Wextra -Werror -o build/bench/mpi_allreduce bench/mpi_
 mpi_allreduce() { # N: one line per size on stdout
     # --allow-run-as-root: CI and the VM run as root; --oversubscribe: 4 ranks
     # on 2 cores (OpenMPI then yields when idle instead of spinning).
-    mpirun --allow-run-as-root --oversubscribe -np "$1" --bind-to none \
+    timeout 600 mpirun --allow-run-as-root --oversubscribe -np "$1" --bind-to none \
         --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo \
         build/bench/mpi_allreduce $sizes
 }
 
 gloo_allreduce() { # N
-    /usr/bin/python3 bench/torch_allreduce.py --ranks "$1" $sizes
+    timeout 600 /usr/bin/python3 bench/torch_allreduce.py --ranks "$1" $sizes
 }
 
 # --- gradmesh side: TO FILL ---------------------------------------------------
