@@ -15,13 +15,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${1:-./gradmesh}
+# skip_ok CMD...: runs a benchmark that may skip (exit 77: no root, no namespaces, ...)
+skip_ok() { local rc=0; "$@" || rc=$?; [ $rc -eq 0 ] || [ $rc -eq 77 ] || exit $rc; }
 bash .ci/deps.sh bench
 echo "== training speed vs PyTorch"
 bash bench/train_vs_torch.sh "$bin"
 echo "== TLS link vs plain TCP"
 bash bench/link_throughput.sh
 echo "== TLS link vs plain TCP on a 1 Gbit/s veth"
-skip_ok() { local rc=0; "$@" || rc=$?; [ $rc -eq 0 ] || [ $rc -eq 77 ] || exit $rc; }
 skip_ok bash bench/link_veth.sh
 echo "== all-reduce: gradmesh vs OpenMPI (TCP) and torch.distributed (gloo)"
 skip_ok bash bench/allreduce.sh "$bin"
