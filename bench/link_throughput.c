@@ -183,9 +183,8 @@ static struct result trial_tcp(void)
     pin_cpu(0);
     close(lfd);
     {
-        struct sockaddr_in a = {.sin_family = AF_INET,
-                                .sin_port = htons((uint16_t)port),
-                                .sin_addr = addr};
+        struct sockaddr_in a = {
+            .sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr = addr};
         int fd = socket(AF_INET, SOCK_STREAM, 0);
         if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0)
             return res;
@@ -354,9 +353,8 @@ static struct result trial_tls(struct ids *ids)
     pin_cpu(0);
     close(lfd);
     {
-        struct sockaddr_in a = {.sin_family = AF_INET,
-                                .sin_port = htons((uint16_t)port),
-                                .sin_addr = addr};
+        struct sockaddr_in a = {
+            .sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr = addr};
         struct gm_link_opts o = {.role = GM_TLS_ROLE_CLIENT, .sockbuf = sockbuf};
         s.buf = malloc(BUF);
         memset(s.buf, 0xa5, BUF);

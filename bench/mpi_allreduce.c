@@ -51,7 +51,7 @@ static int run_size(size_t bytes, int rank, int world)
     MPI_Allreduce(&t, &tmax, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     if (rank == 0) {
         double want_iters = TARGET_S / (tmax > 1e-9 ? tmax : 1e-9);
-        iters = want_iters < MIN_ITERS ? MIN_ITERS
+        iters = want_iters < MIN_ITERS   ? MIN_ITERS
                 : want_iters > MAX_ITERS ? MAX_ITERS
                                          : (int)want_iters;
     }
