@@ -27,6 +27,8 @@
 #include "agent/beacons.h"
 #include "agent/control.h"
 #include "agent/endpoints.h"
+#include "agent/job.h"
+#include "agent/jobroom.h"
 #include "agent/link.h"
 #include "agent/measure.h"
 #include "agent/members.h"
@@ -146,7 +148,7 @@ static const struct gm_room link_room = {
 /* Every room whose frames or control commands the agent serves (see
  * agent/state.h).  A new room adds its `const struct gm_room` here. */
 static const struct gm_room *const rooms[] = {
-    &link_room, &gm_members_room, &gm_measure_room, &gm_admit_room, &gm_views_room,
+    &link_room, &gm_members_room, &gm_measure_room, &gm_admit_room, &gm_views_room, &gm_job_room,
 };
 
 /* Programmer errors: a frame type or a command name claimed twice. */
@@ -215,6 +217,7 @@ static void on_close(struct gm_link *l, int err)
     if (p != NULL && p->link == l) {
         p->link = NULL;
         gm_measure_link_down(&p->m);
+        gm_jobs_link_down(a->jobs, p->node, err != 0 ? err : GM_ERR_ABORTED);
         gm_notice("event=link-down peer=%s err=%d msg=\"%s\" reason=\"%s\"", p->node, err,
                   gm_strerror(err), reason);
     } else if (c->ep != NULL && gm_link_state(l) != GM_LSTATE_UP && !c->duplicate) {
@@ -446,6 +449,8 @@ int gm_agent_open(const char *config_path, struct gm_agent **out)
         err = gm_endpoints_parse(a);
     if (err == 0)
         gm_admit_load_admitter(a);
+    if (err == 0)
+        err = gm_jobroom_open(a);
     if (err != 0) {
         gm_agent_free(a);
         return err;
@@ -517,6 +522,7 @@ void gm_agent_stop(struct gm_agent *a)
     if (a->stopping)
         return;
     a->stopping = 1;
+    gm_jobs_stop(a->jobs); /* the trainer ends at its next step; rank 0 keeps its weights */
     for (c = a->links; c != NULL; c = c->next) {
         if (gm_link_state(c->link) == GM_LSTATE_UP)
             gm_agent_ignore(
@@ -545,6 +551,12 @@ void gm_agent_free(struct gm_agent *a)
         return;
     if (a->started) {
         gm_agent_stop(a);
+        while (uv_run(&a->loop, UV_RUN_DEFAULT) != 0)
+            ;
+    }
+    if (a->jobs != NULL) { /* its trainer is gone: the loop above waited for it */
+        gm_jobs_free(a->jobs);
+        a->jobs = NULL;
         while (uv_run(&a->loop, UV_RUN_DEFAULT) != 0)
             ;
     }

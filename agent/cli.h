@@ -14,6 +14,9 @@ int gm_cli_agent(int argc, char **argv);
 int gm_cli_status(int argc, char **argv);
 int gm_cli_peers(int argc, char **argv);
 int gm_cli_doctor(int argc, char **argv);
+int gm_cli_submit(int argc, char **argv);
+int gm_cli_jobs(int argc, char **argv);
+int gm_cli_cancel(int argc, char **argv);
 
 /* Sends req (consumed) to the local agent of config; *out the answer.  Prints
  * the agent's error or why it is unreachable; returns a negative code then. */

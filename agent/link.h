@@ -91,6 +91,10 @@ GM_MUST_CHECK int gm_link_send_bulk(struct gm_link *l, uint16_t type, uint64_t r
 /* Sends ERROR {err, message} and closes with err. */
 void gm_link_fail(struct gm_link *l, int err, const char *message);
 void gm_link_close(struct gm_link *l, int err);
+/* Owner backpressure: pause stops reading the socket (frames already
+ * decrypted are still delivered), 0 resumes.  While paused the idle timeout
+ * does not run: the silence is ours. */
+void gm_link_pause_read(struct gm_link *l, int pause);
 /* Sends a PING now (RTT and clock skew come back with the PONG). */
 void gm_link_ping(struct gm_link *l);
 void gm_link_pong(struct gm_link *l, const uint8_t *payload, size_t len);

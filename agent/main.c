@@ -27,6 +27,9 @@ static const struct subcommand commands[] = {
     {"status", gm_cli_status, "status [--json] --config FILE"},
     {"peers", gm_cli_peers, "peers [--json] --config FILE"},
     {"doctor", gm_cli_doctor, "doctor [--json] [--model lenet5|mlp] --config FILE"},
+    {"submit", gm_cli_submit, "submit JOB.ini [--follow] --config FILE"},
+    {"jobs", gm_cli_jobs, "jobs [--json] --config FILE"},
+    {"cancel", gm_cli_cancel, "cancel ID --config FILE"},
     {"train", gm_cli_train,
      "train --local JOB.ini [--summary-json FILE] [--out FILE] [--simulate-workers N]"},
 };

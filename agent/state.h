@@ -141,8 +141,9 @@ struct gm_agent {
     struct gm_disc *disc;
     uint8_t bkey[GM_BEACON_KEY_LEN];
     int have_bkey;
-    /* next rooms: one pointer each to their own state, e.g. job.c's
-     * `struct gm_jobs *jobs` */
+    /* job.c (via jobroom.c) */
+    struct gm_jobs *jobs;
+    /* next rooms: one pointer each to their own state */
 };
 
 /* --- rooms ------------------------------------------------------------------ */

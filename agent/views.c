@@ -6,6 +6,8 @@
  */
 #include "agent/views.h"
 
+#include "agent/job.h"
+
 #include <string.h>
 #include <time.h>
 
@@ -96,7 +98,7 @@ static json_t *status_json(struct gm_agent *a)
     json_object_set_new(o, "term", json_integer(0));
     json_object_set_new(o, "quorum", json_boolean(2 * (up + 1) > a->npeers + 1));
     json_object_set_new(o, "members", members);
-    json_object_set_new(o, "job", json_null());
+    json_object_set_new(o, "job", gm_jobs_status_json(a->jobs));
     return o;
 }
 

@@ -45,19 +45,59 @@ struct gm_train_summary {
 };
 
 struct gm_model;
+struct gm_optim;
 
 /*
- * Optional communication hook (train/sim.c for --simulate-workers; the agent
- * later): the replica trains on shard `rank` of `world`, reduce_grads runs
- * after backward and before the optimizer step (replace m's gradients by
- * their reduction over ranks), after_step after the optimizer step (local
- * SGD / DiLoCo).  A negative return ends the run with that error.  Ranks
- * other than 0 neither log progress, evaluate nor write weights.
+ * The replica's state at a step boundary: what a group must hold identical,
+ * and what it may replace when its membership changes.
+ *
+ * Data order.  The global batch G is fixed for the life of a run (job
+ * global_batch, or batch * the initial world).  Epoch e is the permutation
+ * of the training set drawn from (seed, e); step s of the epoch takes its
+ * positions [s*G, (s+1)*G), so steps_per_epoch = floor(n / G) whatever the
+ * world.  Rank r of world W takes a contiguous share of that block
+ * (gm_train_share): G/W samples, the first G mod W ranks one more.  When
+ * shares differ, each rank scales its mean gradient by W*n_r/G before the
+ * all-reduce takes the mean, so the update is the mean over all G samples
+ * exactly as one replica with batch G would take it.  A membership change
+ * therefore re-shards at once, at the next step, with nothing to remember
+ * but the step.
+ */
+struct gm_train_state {
+    struct gm_model *model; /* borrowed */
+    struct gm_optim *optim; /* borrowed */
+    long step;              /* the next step to take, counted from 0 over the run */
+    long steps_per_epoch, total_steps;
+    int global_batch;
+    int rank, world; /* this replica's place in the group for the next step */
+    double loss;     /* of the last step taken */
+};
+
+/* Offset and length of rank's share of a global batch g split over world. */
+void gm_train_share(int g, int world, int rank, int *off, int *n);
+
+/*
+ * Optional communication hooks (train/sim.c for --simulate-workers; the
+ * agent's job runtime).  start runs once before the first step (e.g. take
+ * rank 0's initial state); reduce_grads after backward and before the
+ * optimizer step (replace the gradients by their reduction over ranks);
+ * after_step after the optimizer step (local SGD / DiLoCo, hash checks).
+ * A hook that returns GM_ERR_REGROUP says the group changed: the trainer
+ * calls resync, which makes st identical across the new group (rank,
+ * world, step, parameters, optimizer state), and continues from st->step.
+ * Any other negative return ends the run with that error.  Only rank 0
+ * logs progress, evaluates and writes weights.  min_world: the smallest
+ * world the run may shrink to (sizes the per-rank batch buffers; 0: world).
  */
 struct gm_train_comm {
-    int rank, world;
-    int (*reduce_grads)(void *ctx, struct gm_model *m, long step, long total_steps);
-    int (*after_step)(void *ctx, struct gm_model *m, long step, long total_steps);
+    int rank, world, min_world;
+    int (*start)(void *ctx, struct gm_train_state *st);
+    int (*reduce_grads)(void *ctx, struct gm_train_state *st);
+    int (*after_step)(void *ctx, struct gm_train_state *st);
+    int (*resync)(void *ctx, struct gm_train_state *st);
+    /* optional: rank 0's progress after every step (loss, samples/s), for the agent */
+    void (*progress)(void *ctx, const struct gm_train_state *st, int epoch, double loss,
+                     double samples_per_s);
     void *ctx;
 };
 
