@@ -2,9 +2,8 @@
 # bench/allreduce.sh - all-reduce of float32 (sum) on loopback at 0.25 / 4 /
 # 64 / 256 MiB, 2 and 4 ranks, three implementations in the same run (issue 10,
 # "Done when" 4):
-#   gradmesh  gm_coll_allreduce_start over the agent transport on real TLS
-#             links (see gradmesh_allreduce below: TO FILL once agent/xport.h
-#             lands on main);
+#   gradmesh  gm_coll_allreduce_start (RING, fp32) over the agent transport
+#             (agent/xport.h) on real TLS links (bench/gm_allreduce.c);
 #   mpi       OpenMPI's MPI_Allreduce over plaintext TCP (bench/mpi_allreduce.c;
 #             mpirun --mca pml ob1 --mca btl tcp,self, TCP on lo);
 #   gloo      torch.distributed with the gloo backend (bench/torch_allreduce.py).
@@ -27,7 +26,12 @@ trap 'rm -rf "$tmp"' EXIT
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 
 command -v mpicc >/dev/null || { echo "SKIP: no mpicc (.ci/deps.sh bench installs openmpi)"; exit 77; }
+: "$bin" # the all-reduce needs the library, not the binary
+make --no-print-directory -s build/libgradmesh.a # up to date with the tree
 mkdir -p build/bench
+cc -std=c11 -O2 -march=native -I. $(pkg-config --cflags libuv libsodium openssl) \
+    -o build/bench/gm_allreduce bench/gm_allreduce.c build/libgradmesh.a \
+    $(pkg-config --libs openblas zlib libpng libjpeg inih libuv libsodium openssl jansson) -lm -pthread
 mpicc -std=c11 -O2 -Wall -Wextra -Werror -o build/bench/mpi_allreduce bench/mpi_allreduce.c
 
 mpi_allreduce() { # N: one line per size on stdout
@@ -42,19 +46,11 @@ gloo_allreduce() { # N
     timeout 600 /usr/bin/python3 bench/torch_allreduce.py --ranks "$1" $sizes
 }
 
-# --- gradmesh side: TO FILL ---------------------------------------------------
-# Contract: print one line per size in $sizes for N ranks, in the same format:
-#   impl=gradmesh ranks=N bytes=B iters=I lat_ms=... algbw_GBps=... busbw_GBps=...
-# from a program under bench/ that opens real TLS links (agent/link.h) on
-# loopback between N processes or threads and runs gm_coll_allreduce_start over
-# the agent transport (agent/xport.h), timed like bench/mpi_allreduce.c.
-# Until that transport is on main this returns 77 and the table shows "-".
+# gradmesh: bench/gm_allreduce.c, N processes on real TLS links (agent/link.h)
+# running gm_coll_allreduce_start (RING, fp32, SUM) over agent/xport.h.
 gradmesh_allreduce() { # N
-    : "$bin"
-    echo "gradmesh all-reduce: not built yet (needs agent/xport.h)" >&2
-    return 77
+    timeout 600 build/bench/gm_allreduce "$1" $sizes
 }
-# -----------------------------------------------------------------------------
 
 echo "# $(date -u +%FT%TZ) $(getconf _NPROCESSORS_ONLN) cores, load $(cut -d' ' -f1-3 /proc/loadavg)," \
     "$(mpirun --version | head -1), $(/usr/bin/python3 -c 'import torch; print("PyTorch", torch.__version__)') gloo"

@@ -3,12 +3,13 @@
 # "Done when" 4): LeNet-5 on Fashion-MNIST, batch 64 per worker, Adam 1e-3,
 # one thread per worker, each worker pinned to its own core (taskset -c RANK),
 # 2 workers against 1, for
-#   gradmesh  2 agents running one job (`gradmesh submit`) vs 1 agent (see
-#             gradmesh_train below: TO FILL once jobs land on main); bar >= 1.6x;
+#   gradmesh  2 agents running one job (`gradmesh submit`) vs 1 agent, one
+#             epoch (see gradmesh_train below); bar >= 1.6x;
 #   pytorch   DDP over gloo, 2 processes vs 1 plain process
 #             (bench/torch_ddp.py; measured before at about 1.01x), for contrast.
-# samples/s = workers x 64 x timed steps / the slowest worker's time, after
-# $WARMUP untimed steps.  Each round runs 1 then 2 workers of each side, back
+# PyTorch: samples/s = workers x 64 x timed steps / the slowest worker's time,
+# after $WARMUP untimed steps; gradmesh: the job summary's (one epoch; see
+# below).  Each round runs 1 then 2 workers of each side, back
 # to back; reported: the median samples/s and the median of the rounds' own
 # 2/1 ratios (the machine is shared, and a round's two runs see similar load).
 #
@@ -41,20 +42,71 @@ pytorch_train() {
     python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['samples_per_s'])" "$tmp/pt0.json"
 }
 
-# --- gradmesh side: TO FILL ---------------------------------------------------
-# Contract: gradmesh_train N prints the samples/s of one LeNet-5 job (batch 64
-# per agent, Adam 1e-3, $steps timed steps after $warmup) run by N agents on
-# loopback, agent r started under `taskset -c r` with one thread, each with
-# its own config and state directory (init, token create, join; then
-# `gradmesh submit` and the job's samples_per_s from `status --json` or the
-# summary).  N=1 is one agent running the same job alone.
-# Until jobs are on main this returns 77 and the gradmesh row shows "-".
-gradmesh_train() { # N
-    : "$bin"
-    echo "gradmesh distributed training: not built yet (needs gradmesh submit)" >&2
-    return 77
+# --- gradmesh: real agents on loopback --------------------------------------
+# Two clusters, made once per run: "solo" (one agent, a0) and "duo" (d0, which
+# inits and coordinates, and d1, which joins with a token); each agent has its
+# own config and state directory under $tmp and runs under `taskset -c RANK`
+# (all its threads: loop, trainer, libuv pool on that core).  A measurement is
+# one `gradmesh submit --follow` of $tmp/job.ini (bench/jobs/$model.ini
+# without its out line: the weights land in the coordinator's state
+# directory): one epoch, batch 64 per agent, threads = 1.  samples/s is the
+# job summary's (rank 0: steps x global batch / training seconds, evaluation
+# excluded), printed by submit.
+agent_pids=()
+gm_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+gm_poll() { # DESC CMD...: polls every 50 ms for up to 30 s
+    local desc=$1 i; shift
+    for i in $(seq 600); do "$@" >/dev/null 2>&1 && return 0; sleep 0.05; done
+    echo "timed out waiting for $desc (logs under $tmp)" >&2
+    tail -n 20 "$tmp"/*.log >&2
+    return 1
+}
+gm_members_up() { # NODE N: NODE lists N other members up
+    "$bin" status --json --config "$tmp/$1.conf" | python3 -c 'import json,sys
+d = json.load(sys.stdin)
+sys.exit(0 if sum(m["state"] == "up" for m in d["members"]) >= int(sys.argv[1]) else 1)' "$2"
+}
+gm_agent() { # NODE CORE
+    taskset -c "$2" "$bin" agent --config "$tmp/$1.conf" 2>>"$tmp/$1.log" &
+    agent_pids+=($!)
+    gm_poll "agent $1" "$bin" status --config "$tmp/$1.conf"
+}
+gm_setup() {
+    local tok
+    [ ! -f "$tmp/job.ini" ] || return 0
+    case "$bin" in /*) ;; *) bin=$PWD/$bin ;; esac
+    sed '/^out /d' "bench/jobs/$model.ini" >"$tmp/job.ini"
+    "$bin" init --cluster solo --node a0 --config "$tmp/a0.conf" --state "$tmp/a0" \
+        --listen "127.0.0.1:$(gm_port)" --multicast off >/dev/null
+    gm_agent a0 0
+    "$bin" init --cluster duo --node d0 --config "$tmp/d0.conf" --state "$tmp/d0" \
+        --listen "127.0.0.1:$(gm_port)" --multicast off >/dev/null
+    gm_agent d0 0
+    tok=$("$bin" token create --config "$tmp/d0.conf")
+    "$bin" join "$tok" --node d1 --peer "$(sed -n 's/^listen *= *//p' "$tmp/d0.conf")" \
+        --config "$tmp/d1.conf" --state "$tmp/d1" --listen "127.0.0.1:$(gm_port)" \
+        --multicast off >/dev/null
+    gm_agent d1 1
+    gm_poll "d0 and d1 linked" gm_members_up d0 1 && gm_poll "d1 and d0 linked" gm_members_up d1 1
+}
+gm_stop() {
+    local p
+    for p in "${agent_pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    for p in "${agent_pids[@]}"; do wait "$p" 2>/dev/null || true; done
+    agent_pids=()
+}
+gradmesh_train() { # N: samples/s of one job on N agents
+    local node=a0 line
+    [ "$1" -eq 1 ] || node=d0
+    gm_setup >&2 || return 1
+    "$bin" submit "$tmp/job.ini" --follow --config "$tmp/$node.conf" >"$tmp/submit.out" ||
+        { cat "$tmp/submit.out" >&2; return 1; }
+    grep "running on $1 members" "$tmp/submit.out" >/dev/null &&
+        line=$(grep ' done: ' "$tmp/submit.out") || { cat "$tmp/submit.out" >&2; return 1; }
+    sed -n 's/.*steps, \([0-9.]*\) samples\/s.*/\1/p' <<<"$line"
 }
 # -----------------------------------------------------------------------------
+trap 'gm_stop; rm -rf "$tmp"' EXIT
 
 echo "# $(date -u +%FT%TZ) $ncpu cores, load $(cut -d' ' -f1-3 /proc/loadavg)," \
     "$(/usr/bin/python3 -c 'import torch; print("PyTorch", torch.__version__)'), $model," \

@@ -7,7 +7,7 @@
 #   bench/link_throughput.sh --build-only      (for bench/link_veth.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ -f build/libgradmesh.a ] || make --no-print-directory -s build/libgradmesh.a
+make --no-print-directory -s build/libgradmesh.a # up to date with the tree
 mkdir -p build/bench
 cc -std=c11 -O2 -march=native -I. $(pkg-config --cflags libuv libsodium openssl) \
     -o build/bench/link_throughput bench/link_throughput.c build/libgradmesh.a \

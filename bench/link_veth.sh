@@ -21,7 +21,7 @@ rate=${RATE:-1gbit}
 . tests/integration/netns.bash
 nb_require tc
 
-[ -f build/libgradmesh.a ] || make --no-print-directory -s build/libgradmesh.a
+make --no-print-directory -s build/libgradmesh.a # up to date with the tree
 bash bench/link_throughput.sh --build-only
 
 nb_host tx
