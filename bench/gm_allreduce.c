@@ -163,8 +163,8 @@ static void step(struct bench *b)
         size_t i;
         for (i = 0; i < b->n; i++)
             if (b->buf[i] != want) {
-                fprintf(stderr, "gm_allreduce rank %d: WRONG_SUM at %zu: %g, want %g\n", b->rank,
-                        i, (double)b->buf[i], (double)want);
+                fprintf(stderr, "gm_allreduce rank %d: WRONG_SUM at %zu: %g, want %g\n", b->rank, i,
+                        (double)b->buf[i], (double)want);
                 _exit(1);
             }
         memset(b->buf, 0, b->n * sizeof(float)); /* timed calls sum zeros: no overflow */
@@ -274,8 +274,8 @@ static void link_closed(struct gm_link *l, int err)
     struct bench *b = p->b;
 
     if (b->ph != PH_BYE) {
-        fprintf(stderr, "gm_allreduce rank %d: link to rank %d closed: %s (%s)\n", b->rank,
-                p->rank, gm_strerror(err), gm_tls_reason(gm_link_tls(l)));
+        fprintf(stderr, "gm_allreduce rank %d: link to rank %d closed: %s (%s)\n", b->rank, p->rank,
+                gm_strerror(err), gm_tls_reason(gm_link_tls(l)));
         b->failed = 1;
     }
     if (p->rank >= 0 && b->x != NULL)
