@@ -252,7 +252,7 @@ static void on_close(struct gm_link *l, int err)
 static void connection_cb(uv_stream_t *server, int status)
 {
     struct gm_agent *a = server->data;
-    struct gm_link_opts o = gm_agent_link_opts(GM_TLS_ROLE_SERVER);
+    struct gm_link_opts o = gm_agent_link_opts(a, GM_TLS_ROLE_SERVER);
     struct gm_lctx *c;
     int err;
 

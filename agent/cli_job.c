@@ -6,7 +6,8 @@
  * submit parses the job file here first, with the same parser the agents
  * use, so a bad job is refused where it was typed (one line naming the file
  * and line, exit 78) before any agent sees it.  Then it sends the text to
- * the agent, which coordinates (agent/job.h), and polls `jobs` until the
+ * the local agent, which coordinates or forwards it to the coordinator
+ * (agent/job.h), and polls `jobs` until the
  * dataset check is over: a refusal prints the coordinator's one line and
  * exits 78; with --follow it keeps polling and shows progress until the job
  * ends (a line a second, or a bar on a terminal), then the test accuracy and
@@ -102,9 +103,10 @@ int gm_cli_submit(int argc, char **argv)
             break;
         case 'h':
             printf("usage: gradmesh submit JOB.ini [--follow] [--config FILE]\n"
-                   "  Sends the job to the local agent, which must coordinate (the lowest node\n"
-                   "  id among the members that are up).  Every member must hold the same\n"
-                   "  dataset files at [data] dir; the job is refused (exit 78) otherwise.\n"
+                   "  Sends the job to the local agent, which passes it to the coordinator (the\n"
+                   "  lowest node id among the members that are up) unless it is that node.\n"
+                   "  Every member must hold the same dataset files at [data] dir; the job is\n"
+                   "  refused (exit 78) otherwise.\n"
                    "  --follow   show progress until the job ends, then its test accuracy and\n"
                    "             where the weights are\n");
             return GM_EXIT_OK;
@@ -150,8 +152,7 @@ int gm_cli_submit(int argc, char **argv)
             json_decref(r);
             return GM_EXIT_CONFIG;
         }
-        if (strcmp(state, last_state) != 0 && strcmp(state, "checking") != 0 &&
-            strcmp(last_state, "") == 0) {
+        if (strcmp(state, "running") == 0 && strcmp(last_state, "") == 0) {
             printf("job %s running on %lld members (coordinator %s)\n", id,
                    (long long)json_integer_value(json_object_get(o, "world")),
                    s_of(o, "coordinator"));

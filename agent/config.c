@@ -44,7 +44,12 @@ static int handler(void *user, const char *section, const char *name, const char
         r = copy(c->state_dir, sizeof(c->state_dir), value);
     else if (IS("node", "control"))
         r = copy(c->control, sizeof(c->control), value);
-    else if (IS("discovery", "peers"))
+    else if (IS("node", "peer_timeout")) {
+        char *end = NULL;
+        long v = strtol(value, &end, 10);
+        r = (*value == '\0' || *end != '\0' || v < 5 || v > 3600) ? -1 : 0;
+        c->peer_timeout_s = (int)v;
+    } else if (IS("discovery", "peers"))
         r = copy(c->peers, sizeof(c->peers), value);
     else if (IS("discovery", "multicast")) {
         struct sockaddr_in g;
@@ -86,6 +91,7 @@ void gm_config_defaults(struct gm_config *c)
 {
     memset(c, 0, sizeof(*c));
     snprintf(c->device, sizeof(c->device), "auto");
+    c->peer_timeout_s = GM_DEFAULT_PEER_TIMEOUT_S;
     snprintf(c->multicast, sizeof(c->multicast), "%s", GM_DISC_GROUP_DEFAULT);
     c->measure = 1;
 }
@@ -146,7 +152,10 @@ int gm_config_save(const char *path, const struct gm_config *c)
     n = snprintf(buf, sizeof(buf),
                  "# gradmesh agent configuration (written by gradmesh init/join)\n"
                  "[cluster]\nname = %s\n\n"
-                 "[node]\nid = %s\nlisten = %s\nstate_dir = %s\ncontrol = %s\n\n"
+                 "[node]\nid = %s\nlisten = %s\nstate_dir = %s\ncontrol = %s\n"
+                 "# peer_timeout: seconds of silence before a member is dropped (a job\n"
+                 "# re-forms without it); long enough for pings behind bulk on a slow tunnel\n"
+                 "peer_timeout = %d\n\n"
                  "[discovery]\n"
                  "# multicast: group for LAN beacons (\"off\" to disable)\n"
                  "multicast = %s\n"
@@ -159,7 +168,7 @@ int gm_config_save(const char *path, const struct gm_config *c)
                  "measure = %s\n\n"
                  "[train]\ndevice = %s\nthreads = %d\n\n"
                  "[metrics]\nlisten = %s\n",
-                 c->cluster, c->node, c->listen, c->state_dir, c->control,
+                 c->cluster, c->node, c->listen, c->state_dir, c->control, c->peer_timeout_s,
                  c->multicast[0] ? c->multicast : "off", c->peers, c->tunnels, c->interfaces,
                  c->measure ? "yes" : "no", c->device[0] ? c->device : "auto", c->threads,
                  c->metrics);

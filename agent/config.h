@@ -3,7 +3,12 @@
  * `join`, read by every other command).
  *
  *   [cluster]  name
- *   [node]     id, listen (ip:port), state_dir, control (unix socket path)
+ *   [node]     id, listen (ip:port), state_dir, control (unix socket path),
+ *              peer_timeout (seconds, 5..3600, default 60): a member that sends nothing
+ *              (not even the PING every 5 s) for this long is dropped, and a running job
+ *              re-forms without it.  Control frames go ahead of bulk tensors, so a ping
+ *              waits behind at most about 1.3 MiB of a link's data plus the socket
+ *              buffers: seconds at 5 Mbit/s, hence the generous default for slow tunnels
  *   [discovery] multicast (group ip:port, default 239.192.74.50:7451, or "off"),
  *              peers (comma-separated host:port static endpoints, dialed with
  *              backoff until linked), tunnels (interface names to class as
@@ -29,6 +34,7 @@
 #define GM_PATH_MAX 1024
 #define GM_DEFAULT_LISTEN "0.0.0.0:7450"
 #define GM_DEFAULT_STATE "/var/lib/gradmesh"
+#define GM_DEFAULT_PEER_TIMEOUT_S 60
 
 struct gm_config {
     char cluster[GM_ID_NAME_MAX + 1];
@@ -44,6 +50,7 @@ struct gm_config {
     char device[16];
     int threads;
     char metrics[GM_ADDR_MAX];
+    int peer_timeout_s;
 };
 
 /* Everything off or empty but device "auto", multicast on the default group, measure yes. */

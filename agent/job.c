@@ -73,12 +73,13 @@ struct job {
     /* both */
     struct gm_rank *rank; /* owned; NULL when not running here */
     bool stop_sent;
-    char weights[1024];
+    char weights[1200]; /* "node:path" for a member that learned it from JOB_END */
     double test_accuracy, test_loss, samples_per_s, wall_s;
     long steps;
     int epochs;
     uint64_t bytes_sent;
     uint64_t link_sent[GM_JOB_RANKS_MAX], link_recv[GM_JOB_RANKS_MAX]; /* retired groups, by rank */
+    bool remote_summary; /* a member: the coordinator's figures came with JOB_END */
     struct gm_rank_progress last;
 };
 
@@ -282,10 +283,15 @@ static void rank_exit(struct gm_rank *rk, int err, const struct gm_train_summary
         snprintf(m.message, sizeof(m.message), "%s", gm_strerror(err));
         (void)send_msg(j, jb->coordinator, GM_MSG_JOB_REPORT, &m);
     }
-    if (jb->state == J_RUNNING)
-        jb->state = err == 0 ? J_DONE : J_FAILED;
     if (err != 0 && jb->error[0] == 0)
         snprintf(jb->error, sizeof(jb->error), "%s", gm_strerror(err));
+    if (jb->state == J_RUNNING && err == 0) {
+        /* every step is done here; the coordinator's JOB_END brings its evaluation */
+        gm_notice("event=job-rank-finished job=%s steps=%ld", jb->id, sum->steps);
+        return;
+    }
+    if (jb->state == J_RUNNING)
+        jb->state = J_FAILED;
     jb->t_end = gm_time_mono_ns();
     gm_notice("event=job-rank-exit job=%s state=%s steps=%ld err=\"%s\"", jb->id,
               jstate_names[jb->state], sum->steps, gm_strerror(err));
@@ -435,6 +441,13 @@ static void end_job(struct gm_jobs *j, struct job *jb, enum jstate st, const cha
              : st == J_CANCELLED ? "cancelled"
                                  : "failed");
     snprintf(m.message, sizeof(m.message), "%s", msg);
+    if (st == J_DONE) {
+        m.have_summary = true;
+        m.test_accuracy = jb->test_accuracy;
+        m.steps = jb->steps;
+        m.samples_per_s = jb->samples_per_s;
+        snprintf(m.weights, sizeof(m.weights), "%.1000s", jb->weights);
+    }
     for (size_t i = 0; i < jb->nparts; i++)
         (void)send_msg(j, jb->parts[i].node, GM_MSG_JOB_END, &m);
     if (st == J_DONE)
@@ -700,6 +713,17 @@ static int on_group(struct gm_jobs *j, const char *node, struct gm_jobmsg *m)
         }
         gm_notice("event=job-joined job=%s name=%s coordinator=%s", jb->id, jb->job.name, node);
     }
+    if (jb->rank == NULL && jb->state == J_CHECKING && !jb->coord &&
+        strcmp(node, jb->coordinator) == 0) { /* our forwarded submit: it starts */
+        jb->state = J_RUNNING;
+        if ((err = start_rank(j, jb)) < 0) {
+            jb->state = J_FAILED;
+            snprintf(jb->error, sizeof(jb->error), "cannot start the trainer: %s",
+                     gm_strerror(err));
+            to_history(j, jb);
+            return 0;
+        }
+    }
     if (strcmp(node, jb->coordinator) != 0 || jb->rank == NULL || m->gen <= jb->gen)
         return 0; /* stale */
     free(jb->ranks);
@@ -738,13 +762,22 @@ static int on_report(struct gm_jobs *j, const char *node, struct gm_jobmsg *m)
 
 static int on_end(struct gm_jobs *j, const char *node, struct gm_jobmsg *m)
 {
-    struct job *jb = j->cur;
+    struct job *jb = find(j, m->id);
 
-    if (jb == NULL || jb->coord || strcmp(jb->id, m->id) != 0 || strcmp(node, jb->coordinator) != 0)
+    if (jb == NULL || jb->coord || strcmp(node, jb->coordinator) != 0)
         return 0;
     jb->state = strcmp(m->state, "done") == 0        ? J_DONE
                 : strcmp(m->state, "cancelled") == 0 ? J_CANCELLED
+                : strcmp(m->state, "refused") == 0   ? J_REFUSED
                                                      : J_FAILED;
+    jb->t_end = gm_time_mono_ns();
+    if (m->have_summary) { /* the coordinator's figures: rank 0 evaluated and wrote them */
+        jb->test_accuracy = m->test_accuracy;
+        jb->steps = m->steps;
+        jb->samples_per_s = m->samples_per_s;
+        snprintf(jb->weights, sizeof(jb->weights), "%s:%s", node, m->weights);
+        jb->remote_summary = true;
+    }
     if (jb->state != J_DONE)
         snprintf(jb->error, sizeof(jb->error), "%s", m->message);
     if (jb->rank != NULL) {
@@ -754,7 +787,8 @@ static int on_end(struct gm_jobs *j, const char *node, struct gm_jobmsg *m)
         }
         return 0; /* its exit moves it to the history */
     }
-    to_history(j, jb);
+    if (jb == j->cur)
+        to_history(j, jb);
     return 0;
 }
 
@@ -762,7 +796,7 @@ static int on_end(struct gm_jobs *j, const char *node, struct gm_jobmsg *m)
 
 int gm_jobs_handles(uint16_t type)
 {
-    return type == GM_MSG_TRAIN || (type >= GM_MSG_JOB_OFFER && type <= GM_MSG_JOB_END);
+    return type == GM_MSG_TRAIN || (type >= GM_MSG_JOB_OFFER && type <= GM_MSG_JOB_SUBMIT);
 }
 
 static int on_train(struct gm_jobs *j, struct gm_link *l, const char *node,
@@ -799,6 +833,8 @@ static int on_train(struct gm_jobs *j, struct gm_link *l, const char *node,
     return 0;
 }
 
+static int on_submit(struct gm_jobs *j, const char *node, struct gm_jobmsg *m);
+
 int gm_jobs_on_frame(struct gm_jobs *j, struct gm_link *l, const char *node,
                      const struct gm_frame_hdr *h, const uint8_t *payload)
 {
@@ -824,6 +860,9 @@ int gm_jobs_on_frame(struct gm_jobs *j, struct gm_link *l, const char *node,
         break;
     case GM_MSG_JOB_END:
         err = on_end(j, node, &m);
+        break;
+    case GM_MSG_JOB_SUBMIT:
+        err = on_submit(j, node, &m);
         break;
     default:
         err = GM_ERR_PROTO;
@@ -875,13 +914,15 @@ void gm_jobs_link_down(struct gm_jobs *j, const char *node, int err)
     if (jb->rank != NULL && gm_rank_xport(jb->rank) != NULL && (r = rank_of(jb, node)) >= 0)
         gm_xport_link_down(gm_rank_xport(jb->rank), r, err);
     if (!jb->coord) {
-        if (strcmp(node, jb->coordinator) == 0 && jb->state == J_RUNNING) {
+        if (strcmp(node, jb->coordinator) == 0 &&
+            (jb->state == J_RUNNING || jb->state == J_CHECKING)) {
             snprintf(jb->error, sizeof(jb->error),
-                     "coordinator %s lost (%s): the job stops here; the next issue's elected "
-                     "chief will carry it on",
+                     "coordinator %s lost (%s): the job stops; this member keeps the weights "
+                     "of its last finished step (gradmesh jobs shows where)",
                      node, gm_strerror(err));
             gm_err("event=job-coordinator-lost job=%s coordinator=%s", jb->id, node);
             jb->state = J_FAILED;
+            jb->t_end = gm_time_mono_ns();
             if (jb->rank != NULL) {
                 jb->stop_sent = true;
                 gm_rank_stop(jb->rank);
@@ -914,54 +955,52 @@ static json_t *ctl_error(int code, const char *msg)
     return json_pack("{s:s,s:i}", "error", msg, "code", code);
 }
 
-json_t *gm_jobs_ctl_submit(struct gm_jobs *j, json_t *req)
+/* The coordinator takes a job: from its own control socket (id NULL: a new one) or
+ * forwarded by a member (JOB_SUBMIT, with the member's id).  Returns 0 and fills id, or an
+ * error with one line for the user in msg. */
+static int coord_submit(struct gm_jobs *j, const char *text, size_t len, const char *origin,
+                        const char *given_id, char id[GM_JOB_ID_LEN + 1], char *msg, size_t cap)
 {
-    const char *text = json_string_value(json_object_get(req, "text"));
-    const char *origin = json_string_value(json_object_get(req, "origin"));
-    char coord[NODE_LEN], msg[GM_JOB_MSG_MAX];
     char(*up)[NODE_LEN] = NULL;
     struct hashreq *hr = NULL;
     struct job *jb;
     size_t n;
     int g, err;
 
-    if (text == NULL)
-        return ctl_error(-EINVAL, "bad request: no job text");
-    gm_jobs_coordinator(j, coord);
-    if (strcmp(coord, j->env.node) != 0) {
-        snprintf(msg, sizeof(msg),
-                 "this node (%s) does not coordinate jobs: submit on %s, the coordinator",
-                 j->env.node, coord);
-        return ctl_error(GM_ERR_CONFIG, msg);
-    }
     if (j->cur != NULL) {
-        snprintf(msg, sizeof(msg), "job %s (%s) is %s: one job at a time (cancel it first)",
-                 j->cur->id, j->cur->job.name, jstate_names[j->cur->state]);
-        return ctl_error(-EBUSY, msg);
+        snprintf(msg, cap, "job %s (%s) is %s: one job at a time (cancel it first)", j->cur->id,
+                 j->cur->job.name, jstate_names[j->cur->state]);
+        return -EBUSY;
     }
     jb = calloc(1, sizeof(*jb));
     up = calloc(GM_JOB_RANKS_MAX, NODE_LEN);
     if (jb == NULL || up == NULL) {
         free(jb);
         free(up);
-        return ctl_error(-ENOMEM, "out of memory");
+        snprintf(msg, cap, "out of memory");
+        return -ENOMEM;
     }
     snprintf(jb->origin, sizeof(jb->origin), "%s", origin != NULL ? origin : "job");
-    if ((err = gm_job_parse(text, strlen(text), jb->origin, &jb->job)) < 0) {
+    if ((err = gm_job_parse(text, len, jb->origin, &jb->job)) < 0) {
         free(jb);
         free(up);
-        return ctl_error(GM_ERR_CONFIG, "the job does not parse (the agent's log says why)");
+        snprintf(msg, cap, "the job does not parse on the coordinator %s (its log says why)",
+                 j->env.node);
+        return GM_ERR_CONFIG;
     }
     n = j->env.members_up(j->env.agent, up, GM_JOB_RANKS_MAX - 1);
     if ((err = gm_job_global_batch(&jb->job, (int)n + 1, &g)) < 0) {
-        snprintf(msg, sizeof(msg), "%s: [optim] global_batch = %d does not divide by %zu workers",
+        snprintf(msg, cap, "%.200s: [optim] global_batch = %d does not divide by %zu workers",
                  jb->origin, jb->job.optim.global_batch, n + 1);
         gm_job_free(&jb->job);
         free(jb);
         free(up);
-        return ctl_error(GM_ERR_CONFIG, msg);
+        return GM_ERR_CONFIG;
     }
-    new_id(jb->id);
+    if (given_id != NULL)
+        snprintf(jb->id, sizeof(jb->id), "%s", given_id);
+    else
+        new_id(jb->id);
     jb->coord = true;
     snprintf(jb->coordinator, sizeof(jb->coordinator), "%s", j->env.node);
     jb->state = J_CHECKING;
@@ -973,13 +1012,15 @@ json_t *gm_jobs_ctl_submit(struct gm_jobs *j, json_t *req)
         free(hr);
         free(up);
         job_free(jb);
-        return ctl_error(-ENOMEM, "out of memory");
+        snprintf(msg, cap, "out of memory");
+        return -ENOMEM;
     }
     for (size_t i = 0; i < n; i++)
         snprintf(jb->parts[i].node, NODE_LEN, "%s", up[i]);
     jb->nparts = n;
     free(up);
     j->cur = jb;
+    snprintf(id, GM_JOB_ID_LEN + 1, "%s", jb->id);
     hr->j = j;
     snprintf(hr->id, sizeof(hr->id), "%s", jb->id);
     err = gm_datahash_start(j->dh, jb->job.data.dir, jb->job.data.kind == GM_JOB_DATA_KIND_FOLDER,
@@ -987,13 +1028,101 @@ json_t *gm_jobs_ctl_submit(struct gm_jobs *j, json_t *req)
     if (err < 0) {
         free(hr);
         refuse(j, jb, "cannot hash %s: %s", jb->job.data.dir, gm_strerror(err));
-        return json_pack("{s:s,s:s}", "id", jb->id, "state", "refused");
+        return 0; /* refused: jobs says why */
     }
     for (size_t i = 0; i < jb->nparts; i++)
         offer(j, jb, jb->parts[i].node);
     gm_notice("event=job-submitted job=%s name=%s members=%zu global_batch=%d", jb->id,
               jb->job.name, n + 1, g);
-    return json_pack("{s:s,s:s,s:i}", "id", jb->id, "state", "checking", "world", (int)n + 1);
+    return 0;
+}
+
+/* A member forwards a submit to the coordinator and keeps a record of it, so that the
+ * submitter's `jobs` follows it (JOB_GROUP makes it run here, JOB_END ends it). */
+static int member_submit(struct gm_jobs *j, const char *coord, const char *text, size_t len,
+                         const char *origin, char id[GM_JOB_ID_LEN + 1], char *msg, size_t cap)
+{
+    struct gm_jobmsg m = {.text = (char *)text, .text_len = len};
+    struct job *jb;
+    int err;
+
+    if (j->cur != NULL) {
+        snprintf(msg, cap, "job %s (%s) is %s: one job at a time (cancel it first)", j->cur->id,
+                 j->cur->job.name, jstate_names[j->cur->state]);
+        return -EBUSY;
+    }
+    jb = calloc(1, sizeof(*jb));
+    if (jb == NULL) {
+        snprintf(msg, cap, "out of memory");
+        return -ENOMEM;
+    }
+    snprintf(jb->origin, sizeof(jb->origin), "%s", origin != NULL ? origin : "job");
+    if ((err = gm_job_parse(text, len, jb->origin, &jb->job)) < 0) {
+        free(jb);
+        snprintf(msg, cap, "the job does not parse on %s (its log says why)", j->env.node);
+        return GM_ERR_CONFIG;
+    }
+    new_id(jb->id);
+    snprintf(jb->coordinator, sizeof(jb->coordinator), "%s", coord);
+    jb->state = J_CHECKING;
+    jb->test_accuracy = NAN;
+    jb->t_submit = gm_time_mono_ns();
+    snprintf(m.id, sizeof(m.id), "%s", jb->id);
+    snprintf(m.origin, sizeof(m.origin), "%s", jb->origin);
+    if ((err = send_msg(j, coord, GM_MSG_JOB_SUBMIT, &m)) < 0) {
+        snprintf(msg, cap, "cannot reach the coordinator %s: %s", coord, gm_strerror(err));
+        job_free(jb);
+        return err;
+    }
+    snprintf(id, GM_JOB_ID_LEN + 1, "%s", jb->id);
+    j->cur = jb;
+    gm_notice("event=job-forwarded job=%s name=%s coordinator=%s", jb->id, jb->job.name, coord);
+    return 0;
+}
+
+json_t *gm_jobs_ctl_submit(struct gm_jobs *j, json_t *req)
+{
+    json_t *t = json_object_get(req, "text");
+    const char *text = json_string_value(t);
+    const char *origin = json_string_value(json_object_get(req, "origin"));
+    char coord[NODE_LEN], msg[GM_JOB_MSG_MAX] = "", id[GM_JOB_ID_LEN + 1] = "";
+    int err;
+
+    if (text == NULL)
+        return ctl_error(-EINVAL, "bad request: no job text");
+    gm_jobs_coordinator(j, coord);
+    if (strcmp(coord, j->env.node) == 0)
+        err = coord_submit(j, text, json_string_length(t), origin, NULL, id, msg, sizeof(msg));
+    else
+        err = member_submit(j, coord, text, json_string_length(t), origin, id, msg, sizeof(msg));
+    if (err < 0)
+        return ctl_error(err, msg);
+    return json_pack("{s:s,s:s,s:s}", "id", id, "state", "checking", "coordinator", coord);
+}
+
+static int on_submit(struct gm_jobs *j, const char *node, struct gm_jobmsg *m)
+{
+    char msg[GM_JOB_MSG_MAX] = "", id[GM_JOB_ID_LEN + 1], coord[NODE_LEN];
+    struct gm_jobmsg r = {0};
+    int err;
+
+    if (find(j, m->id) != NULL)
+        return 0; /* a repeat */
+    gm_jobs_coordinator(j, coord);
+    if (strcmp(coord, j->env.node) != 0) {
+        snprintf(msg, sizeof(msg), "%s is not the coordinator (%s is)", j->env.node, coord);
+        err = GM_ERR_CONFIG;
+    } else {
+        err = coord_submit(j, m->text, m->text_len, m->origin, m->id, id, msg, sizeof(msg));
+    }
+    if (err == 0) {
+        gm_notice("event=job-submitted-by job=%s node=%s", m->id, node);
+        return 0;
+    }
+    snprintf(r.id, sizeof(r.id), "%s", m->id);
+    snprintf(r.state, sizeof(r.state), "refused");
+    snprintf(r.message, sizeof(r.message), "%s", msg);
+    return send_msg(j, node, GM_MSG_JOB_END, &r);
 }
 
 static json_t *num(double v)

@@ -8,7 +8,9 @@
  *
  * One job at a time runs in a cluster.  Its life, on the coordinator:
  *   submit    the CLI already parsed the job (it prints the parse error and
- *             exits 78); the coordinator checks that the global batch divides
+ *             exits 78); a member that is not the coordinator forwards it
+ *             (JOB_SUBMIT, with the id it chose) and keeps a record that JOB_GROUP
+ *             and JOB_END bring up to date; the coordinator checks that the global batch divides
  *             by the world (this node and every member with an up link), hashes
  *             its own dataset files and sends JOB_OFFER to the others
  *   checking  every member parses the job, hashes its files (SHA-256, cached by
@@ -27,8 +29,8 @@
  *             rank, or the coordinator lost: members stop and say so)
  * A member keeps a record of the job it runs, so `gradmesh jobs` works there.
  *
- * Wire (agent/proto.h): JOB_OFFER, JOB_CHECK, JOB_GROUP, JOB_REPORT, JOB_END
- * are JSON control frames (agent/jobmsg.h); GM_MSG_TRAIN carries the
+ * Wire (agent/proto.h): JOB_OFFER, JOB_CHECK, JOB_GROUP, JOB_REPORT, JOB_END,
+ * JOB_SUBMIT are JSON control frames (agent/jobmsg.h); GM_MSG_TRAIN carries the
  * collectives' messages (agent/xport.h), routed by the generation in the
  * frame's request id: an older generation is dropped, a newer one waits
  * (bounded) for its JOB_GROUP, a sender that is not a rank of the job closes

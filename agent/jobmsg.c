@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -145,6 +146,29 @@ static int get_files(json_t *o, struct gm_jobmsg *m)
     return 0;
 }
 
+static int get_summary(json_t *o, struct gm_jobmsg *m)
+{
+    json_t *sum = json_object_get(o, "summary"), *acc, *sps;
+    uint64_t steps;
+    int err;
+
+    if (sum == NULL)
+        return 0;
+    acc = json_object_get(sum, "test_accuracy");
+    sps = json_object_get(sum, "samples_per_s");
+    if (!json_is_object(sum) || !json_is_number(acc) || !json_is_number(sps) ||
+        json_number_value(sps) < 0 || json_number_value(acc) < 0 || json_number_value(acc) > 100)
+        return GM_ERR_PROTO;
+    if ((err = get_uint(sum, "steps", INT32_MAX, &steps)) < 0 ||
+        (err = get_str(sum, "weights", m->weights, sizeof(m->weights), true)) < 0)
+        return err;
+    m->have_summary = true;
+    m->test_accuracy = json_number_value(acc);
+    m->samples_per_s = json_number_value(sps);
+    m->steps = (long)steps;
+    return 0;
+}
+
 static int decode(uint16_t type, json_t *o, struct gm_jobmsg *m)
 {
     uint64_t u;
@@ -156,6 +180,7 @@ static int decode(uint16_t type, json_t *o, struct gm_jobmsg *m)
         return GM_ERR_PROTO;
     switch (type) {
     case GM_MSG_JOB_OFFER:
+    case GM_MSG_JOB_SUBMIT:
         return get_text(o, m);
     case GM_MSG_JOB_CHECK:
         if ((err = get_str(o, "error", m->message, sizeof(m->message), false)) < 0)
@@ -184,9 +209,11 @@ static int decode(uint16_t type, json_t *o, struct gm_jobmsg *m)
         if ((err = get_str(o, "state", m->state, sizeof(m->state), true)) < 0)
             return err;
         if (strcmp(m->state, "done") != 0 && strcmp(m->state, "cancelled") != 0 &&
-            strcmp(m->state, "failed") != 0)
+            strcmp(m->state, "failed") != 0 && strcmp(m->state, "refused") != 0)
             return GM_ERR_PROTO;
-        return get_str(o, "message", m->message, sizeof(m->message), true);
+        if ((err = get_str(o, "message", m->message, sizeof(m->message), true)) < 0)
+            return err;
+        return get_summary(o, m);
     default:
         return GM_ERR_PROTO;
     }
@@ -228,6 +255,7 @@ int gm_jobmsg_encode(uint16_t type, const struct gm_jobmsg *m, char **out, size_
         json_object_set_new(o, "gen", json_integer(m->gen));
         /* fall through */
     case GM_MSG_JOB_OFFER:
+    case GM_MSG_JOB_SUBMIT:
         json_object_set_new(o, "text", json_stringn(m->text, m->text_len));
         json_object_set_new(o, "origin", json_string(m->origin));
         break;
@@ -250,6 +278,11 @@ int gm_jobmsg_encode(uint16_t type, const struct gm_jobmsg *m, char **out, size_
     case GM_MSG_JOB_END:
         json_object_set_new(o, "state", json_string(m->state));
         json_object_set_new(o, "message", json_string(m->message));
+        if (m->have_summary && isfinite(m->test_accuracy) && isfinite(m->samples_per_s))
+            json_object_set_new(o, "summary",
+                                json_pack("{s:f,s:I,s:f,s:s}", "test_accuracy", m->test_accuracy,
+                                          "steps", (json_int_t)m->steps, "samples_per_s",
+                                          m->samples_per_s, "weights", m->weights));
         break;
     default:
         json_decref(o);

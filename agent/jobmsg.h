@@ -9,12 +9,16 @@
  *   JOB_GROUP  {id, text, origin, gen, ranks: [node]}    coordinator -> member
  *   JOB_REPORT {id, gen, event: "group-failed"|"exit", code, message}
  *                                                        member -> coordinator
- *   JOB_END    {id, state: "done"|"cancelled"|"failed", message}
+ *   JOB_END    {id, state: "done"|"cancelled"|"failed"|"refused", message,
+ *               summary?: {test_accuracy, steps, samples_per_s, weights}}
  *                                                        coordinator -> member
+ *   JOB_SUBMIT {id, text, origin}                        member -> coordinator (a submit
+ *                                                        typed on a member)
  */
 #ifndef GM_AGENT_JOBMSG_H
 #define GM_AGENT_JOBMSG_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -46,6 +50,11 @@ struct gm_jobmsg {
     char state[16]; /* END */
     int code;
     char message[GM_JOB_MSG_MAX]; /* CHECK error, REPORT, END */
+    /* END of a done job: the coordinator's summary (optional "summary" object) */
+    bool have_summary;
+    double test_accuracy, samples_per_s;
+    long steps;
+    char weights[1024]; /* path on the coordinator */
 };
 
 /* type: GM_MSG_JOB_*.  On error m is freed and zeroed. */

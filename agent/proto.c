@@ -35,6 +35,7 @@ int gm_proto_type_known(uint16_t type)
     case GM_MSG_JOB_GROUP:
     case GM_MSG_JOB_REPORT:
     case GM_MSG_JOB_END:
+    case GM_MSG_JOB_SUBMIT:
     case GM_MSG_TRAIN:
         return 1;
     default:
@@ -83,6 +84,8 @@ const char *gm_proto_type_name(uint16_t type)
         return "job-report";
     case GM_MSG_JOB_END:
         return "job-end";
+    case GM_MSG_JOB_SUBMIT:
+        return "job-submit";
     case GM_MSG_TRAIN:
         return "train";
     default:

@@ -30,6 +30,8 @@
 
 /* One collective operation asked for by the trainer thread. */
 struct req {
+    struct req *next;     /* pending / inflight queue (under mu, then the loop's) */
+    struct req *sub_next; /* trainer only: the overlap ops awaiting wait */
     gm_gradsync_start_fn start;
     void *arg;
     uint32_t gen; /* the group it belongs to */
@@ -54,21 +56,23 @@ struct gm_rank {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     /* under mu */
-    struct req *pending;
-    uint32_t group_gen; /* newest group handed over */
+    struct req *pending, **pending_tail; /* FIFO: asked for, not yet taken by the loop */
+    uint32_t group_gen;                  /* newest group handed over */
     int group_rank, group_world;
     bool stopping, exited;
     struct gm_rank_progress prog;
 
     /* loop thread only */
-    struct req *inflight;
-    struct gm_coll *coll; /* owned: the current group */
-    struct gm_xport *x;   /* owned */
+    struct req *inflight, **inflight_tail; /* FIFO: started; gm_coll completes in order */
+    struct gm_coll *coll;                  /* owned: the current group */
+    struct gm_xport *x;                    /* owned */
     uint32_t coll_gen, broken_gen;
     struct old_group *graveyard;
     uint64_t payload_retired; /* gradient bytes sent by retired groups */
 
     /* trainer thread only */
+    struct req *submitted, **submitted_tail; /* overlap: heap reqs, until wait */
+    int submit_err;
     uint32_t synced_gen;
     struct gm_gradsync *gs; /* owned */
     struct gm_gradsync_strategy strat;
@@ -128,9 +132,12 @@ static void op_done(struct gm_coll *c, int status, void *arg)
     struct req *r = rk->inflight;
 
     (void)c;
-    rk->inflight = NULL;
-    if (r != NULL)
+    if (r != NULL) {
+        rk->inflight = r->next;
+        if (rk->inflight == NULL)
+            rk->inflight_tail = &rk->inflight;
         complete(rk, r, map_err(rk, r->gen, status));
+    }
     uv_async_send(&rk->async); /* reap retired groups outside this callback */
 }
 
@@ -146,12 +153,14 @@ static void start_req(struct gm_rank *rk, struct req *r)
         complete(rk, r, GM_ERR_REGROUP);
         return;
     }
-    rk->inflight = r;
     err = r->start(rk->coll, r->arg, op_done, rk);
     if (err < 0) {
-        rk->inflight = NULL;
         complete(rk, r, map_err(rk, r->gen, err));
+        return;
     }
+    r->next = NULL;
+    *rk->inflight_tail = r;
+    rk->inflight_tail = &r->next;
 }
 
 static void retire(struct gm_rank *rk)
@@ -215,10 +224,14 @@ static void async_cb(uv_async_t *a)
     pthread_mutex_lock(&rk->mu);
     r = rk->pending;
     rk->pending = NULL;
+    rk->pending_tail = &rk->pending;
     report = rk->exited && !rk->exit_reported;
     pthread_mutex_unlock(&rk->mu);
-    if (r != NULL)
+    while (r != NULL) { /* in order: every rank starts the same ops in the same order */
+        struct req *next = r->next;
         start_req(rk, r);
+        r = next;
+    }
     reap(rk);
     if (rk->freeing) {
         if (rk->graveyard == NULL && !uv_is_closing((uv_handle_t *)a))
@@ -302,13 +315,9 @@ void gm_rank_get_progress(struct gm_rank *rk, struct gm_rank_progress *p)
 
 /* --- trainer thread -------------------------------------------------------------------- */
 
-/* gradsync's executor: the op runs on the loop, the trainer waits for it. */
-static int bridge_run(void *ctx, gm_gradsync_start_fn start, void *arg, bool counted)
+/* Queues r for the loop; 0, or why not (the trainer then does not wait for it). */
+static int enqueue(struct gm_rank *rk, struct req *r)
 {
-    struct gm_rank *rk = ctx;
-    struct req r = {.start = start, .arg = arg, .gen = rk->synced_gen};
-
-    (void)counted; /* the collective counts its own bytes */
     pthread_mutex_lock(&rk->mu);
     if (rk->stopping) {
         pthread_mutex_unlock(&rk->mu);
@@ -318,19 +327,95 @@ static int bridge_run(void *ctx, gm_gradsync_start_fn start, void *arg, bool cou
         pthread_mutex_unlock(&rk->mu);
         return GM_ERR_REGROUP;
     }
-    GM_ASSERT(rk->pending == NULL);
-    rk->pending = &r;
+    r->gen = rk->synced_gen;
+    r->next = NULL;
+    *rk->pending_tail = r;
+    rk->pending_tail = &r->next;
     pthread_mutex_unlock(&rk->mu);
     uv_async_send(&rk->async);
+    return 0;
+}
+
+/* Under mu: a stop withdraws the requests the loop has not taken yet. */
+static void withdraw_pending(struct gm_rank *rk)
+{
+    struct req *r;
+
+    while ((r = rk->pending) != NULL) {
+        rk->pending = r->next;
+        r->status = GM_ERR_ABORTED;
+        r->done = true;
+    }
+    rk->pending_tail = &rk->pending;
+}
+
+static void wait_done(struct gm_rank *rk, struct req *r)
+{
     pthread_mutex_lock(&rk->mu);
-    while (!r.done && !(rk->stopping && rk->pending == &r))
-        pthread_cond_wait(&rk->cv, &rk->mu);
-    if (!r.done) { /* stopped before the loop took it: withdraw it */
-        rk->pending = NULL;
-        r.status = GM_ERR_ABORTED;
+    while (!r->done) {
+        if (rk->stopping && rk->pending != NULL)
+            withdraw_pending(rk);
+        if (!r->done)
+            pthread_cond_wait(&rk->cv, &rk->mu);
     }
     pthread_mutex_unlock(&rk->mu);
+}
+
+/* gradsync's executor: the op runs on the loop, the trainer waits for it.
+ * Ops submitted for overlap come first (they were asked for first). */
+static int bridge_run(void *ctx, gm_gradsync_start_fn start, void *arg, bool counted)
+{
+    struct gm_rank *rk = ctx;
+    struct req r = {.start = start, .arg = arg};
+    int err;
+
+    (void)counted; /* the collective counts its own bytes */
+    if ((err = enqueue(rk, &r)) < 0)
+        return err;
+    wait_done(rk, &r);
     return r.status;
+}
+
+static void bridge_submit(void *ctx, gm_gradsync_start_fn start, void *arg)
+{
+    struct gm_rank *rk = ctx;
+    struct req *r;
+    int err;
+
+    if (rk->submit_err < 0)
+        return;
+    r = calloc(1, sizeof(*r));
+    if (r == NULL) {
+        rk->submit_err = -ENOMEM;
+        return;
+    }
+    r->start = start;
+    r->arg = arg;
+    if ((err = enqueue(rk, r)) < 0) {
+        rk->submit_err = err;
+        free(r);
+        return;
+    }
+    *rk->submitted_tail = r;
+    rk->submitted_tail = &r->sub_next;
+}
+
+static int bridge_wait(void *ctx)
+{
+    struct gm_rank *rk = ctx;
+    struct req *r;
+    int err = rk->submit_err;
+
+    while ((r = rk->submitted) != NULL) {
+        wait_done(rk, r);
+        if (err == 0 && r->status < 0)
+            err = r->status;
+        rk->submitted = r->sub_next;
+        free(r);
+    }
+    rk->submitted_tail = &rk->submitted;
+    rk->submit_err = 0;
+    return err;
 }
 
 struct bcast {
@@ -384,6 +469,7 @@ static int hook_resync(void *ctx, struct gm_train_state *st)
     world = rk->group_world;
     pthread_mutex_unlock(&rk->mu);
 
+    (void)bridge_wait(rk); /* overlap ops of the failed step are over before gradsync goes */
     gm_gradsync_free(rk->gs);
     rk->gs = NULL;
     if (rk->state_buf == NULL && (rk->state_buf = malloc(b.n * sizeof(float))) == NULL)
@@ -421,6 +507,20 @@ static int hook_resync(void *ctx, struct gm_train_state *st)
     gm_notice("event=group generation=%u rank=%d world=%d step=%ld", rk->synced_gen, rank, world,
               st->step);
     return 0;
+}
+
+static int hook_backward_begin(void *ctx, struct gm_train_state *st)
+{
+    struct gm_rank *rk = ctx;
+
+    return gm_gradsync_backward_begin(rk->gs, st->model, st->step);
+}
+
+static void hook_grads_ready(void *ctx, size_t first, size_t n)
+{
+    struct gm_rank *rk = ctx;
+
+    gm_gradsync_grads_ready(rk->gs, first, n);
 }
 
 static int hook_reduce(void *ctx, struct gm_train_state *st)
@@ -500,7 +600,11 @@ int gm_rank_start(uv_loop_t *loop, const struct gm_job *job, const char *out,
     snprintf(rk->out, sizeof(rk->out), "%s", out);
     if ((err = gm_gradsync_strategy_from_job(&rk->job, &rk->strat)) < 0)
         goto fail;
-    rk->exec = (struct gm_gradsync_exec){.run = bridge_run, .ctx = rk};
+    rk->exec = (struct gm_gradsync_exec){
+        .run = bridge_run, .submit = bridge_submit, .wait = bridge_wait, .ctx = rk};
+    rk->pending_tail = &rk->pending;
+    rk->inflight_tail = &rk->inflight;
+    rk->submitted_tail = &rk->submitted;
     rk->comm = (struct gm_train_comm){.rank = 0,
                                       .world = 1, /* the first group says; resync sets both */
                                       .min_world = 1,
@@ -508,10 +612,14 @@ int gm_rank_start(uv_loop_t *loop, const struct gm_job *job, const char *out,
                                       .reduce_grads = hook_reduce,
                                       .after_step = hook_after,
                                       .resync = hook_resync,
+                                      .backward_begin = hook_backward_begin,
+                                      .grads_ready = hook_grads_ready,
                                       .progress = hook_progress,
                                       .ctx = rk};
-    rk->opts =
-        (struct gm_train_opts){.progress = 0, .stop = &rk->stop, .out = rk->out, .comm = &rk->comm};
+    /* every rank keeps the weights of its last finished step when the job stops early (a
+     * lost coordinator, a cancel): the coordinator's are not the only copy then */
+    rk->opts = (struct gm_train_opts){
+        .progress = 0, .stop = &rk->stop, .out = rk->out, .comm = &rk->comm, .keep_on_stop = 1};
     if ((err = uv_async_init(loop, &rk->async, async_cb)) < 0)
         goto fail;
     rk->async.data = rk;

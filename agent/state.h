@@ -185,8 +185,9 @@ static inline void gm_agent_ignore(int err)
 /* A link context on a->links (NULL: no memory); freed from the link's on_close. */
 struct gm_lctx *gm_agent_lctx_new(struct gm_agent *a);
 void gm_agent_lctx_free(struct gm_lctx *c);
-/* Link options (keepalive, timeout) for role. */
-struct gm_link_opts gm_agent_link_opts(enum gm_tls_role role);
+/* Link options for role: a PING every 5 s, and a member that sends nothing for
+ * [node] peer_timeout seconds is dropped (its link closes with -ETIMEDOUT). */
+struct gm_link_opts gm_agent_link_opts(const struct gm_agent *a, enum gm_tls_role role);
 /* The member named node, or NULL. */
 struct gm_peer *gm_agent_peer_find(struct gm_agent *a, const char *node);
 /* Closes l with err after an ERROR frame; what is kept as the reason.  Returns 0. */

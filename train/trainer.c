@@ -276,6 +276,27 @@ static void scale(float *g, size_t n, float f)
         g[i] *= f;
 }
 
+/* The model's gradient hook: weigh the layer's gradients for unequal shares,
+ * then hand them to the communication hook (overlap with the rest of backward). */
+struct grad_hook_ctx {
+    struct gm_model *m;
+    const struct gm_train_comm *comm;
+    float factor; /* this step's weight, 1 when shares are equal */
+};
+
+static void grad_hook(void *ctx, size_t first, size_t n)
+{
+    struct grad_hook_ctx *h = ctx;
+
+    if (h->factor != 1.0f)
+        for (size_t i = first; i < first + n; i++) {
+            const struct gm_param_info *pi = gm_model_tensor(h->m, i);
+            scale(gm_model_grads(h->m) + pi->offset, pi->numel, h->factor);
+        }
+    if (h->comm->grads_ready != NULL)
+        h->comm->grads_ready(h->comm->ctx, first, n);
+}
+
 struct epoch_stats {
     int epoch;
     uint64_t t0, t_window;
@@ -321,6 +342,9 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
                 r.train.w, gm_model_classes(r.model), r.st.global_batch, job->epochs,
                 r.steps_per_epoch, gm_job_optimizer_name(job->optim.name), job->optim.lr,
                 job->threads);
+    struct grad_hook_ctx gh = {.m = r.model, .comm = comm, .factor = 1.0f};
+    if (comm != NULL)
+        gm_model_set_grad_hook(r.model, grad_hook, &gh);
     if ((err = run_hook(&r, comm != NULL ? comm->start : NULL)) < 0)
         goto out;
 
@@ -361,12 +385,21 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
             err = GM_ERR_NUMERIC;
             goto out;
         }
+        /* unequal shares: weigh by samples (see trainer.h), layer by layer in grad_hook */
+        gh.factor = n * r.st.world != G ? (float)n * (float)r.st.world / (float)G : 1.0f;
+        if ((rc = run_hook(&r, comm != NULL ? comm->backward_begin : NULL)) < 0) {
+            err = rc;
+            goto out;
+        }
+        if (rc == 1)
+            continue;
         if ((err = gm_model_backward(r.model, n)) < 0)
             goto out;
-        if (n * r.st.world != G) /* unequal shares: weigh by samples (see trainer.h) */
-            scale(gm_model_grads(r.model), gm_model_num_params(r.model),
-                  (float)n * (float)r.st.world / (float)G);
         if ((rc = run_hook(&r, comm != NULL ? comm->reduce_grads : NULL)) < 0) {
+            if (rc == GM_ERR_ABORTED && opts->stop != NULL && *opts->stop) {
+                sum->interrupted = 1; /* stopped mid-step: the last finished step stands */
+                break;
+            }
             err = rc;
             goto out;
         }
@@ -375,6 +408,11 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
         gm_optim_step(&r.optim, gm_model_params(r.model), gm_model_grads(r.model),
                       gm_sched_lr(&r.sched, r.st.step));
         if ((rc = run_hook(&r, comm != NULL ? comm->after_step : NULL)) < 0) {
+            if (rc == GM_ERR_ABORTED && opts->stop != NULL && *opts->stop) {
+                r.st.step++; /* the optimizer took this step; only its check was cut */
+                sum->interrupted = 1;
+                break;
+            }
             err = rc;
             goto out;
         }
@@ -386,7 +424,7 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
         es.steps++;
         es.window_steps++;
         es.loss_sum += loss;
-        if (r.st.rank == 0) {
+        {
             uint64_t now = gm_time_mono_ns();
             double dt = (double)(now - es.t_window) * 1e-9;
             bool due = opts->progress || es.window_steps == job->log_every;
@@ -395,11 +433,13 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
                 es.t_window = now;
                 es.window_steps = 0;
             }
+            /* every rank reports (the agent shows a member's view too; its loss is over its
+             * own share of the batch); rank 0 alone logs */
             if (comm != NULL && comm->progress != NULL)
                 comm->progress(comm->ctx, &r.st, e, es.loss_sum / (double)es.steps, es.sps);
-            if (opts->progress)
+            if (r.st.rank == 0 && opts->progress)
                 progress_bar(&r, s_in + 1, es.loss_sum / (double)es.steps, es.sps, 0);
-            else if (due)
+            else if (r.st.rank == 0 && due)
                 gm_info("event=train step=%ld epoch=%d loss=%.4f lr=%.3g samples_per_s=%.0f",
                         r.st.step, e + 1, es.loss_sum / (double)es.steps,
                         gm_sched_lr(&r.sched, r.st.step - 1), es.sps);
@@ -443,10 +483,11 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
         if (r.st.rank == 0 && (err = evaluate(&r, &acc, &tloss)) < 0)
             goto out;
     }
-    if (r.st.rank == 0 && (err = save_weights(&r, out)) < 0)
-        goto out;
-    if (r.st.rank == 0)
+    if (r.st.rank == 0 || (sum->interrupted && opts->keep_on_stop)) {
+        if ((err = save_weights(&r, out)) < 0)
+            goto out;
         snprintf(sum->checkpoint, sizeof(sum->checkpoint), "%s", out);
+    }
     sum->steps = r.st.step;
     sum->test_accuracy = acc;
     sum->test_loss = tloss;

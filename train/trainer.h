@@ -95,6 +95,10 @@ struct gm_train_comm {
     int (*reduce_grads)(void *ctx, struct gm_train_state *st);
     int (*after_step)(void *ctx, struct gm_train_state *st);
     int (*resync)(void *ctx, struct gm_train_state *st);
+    /* optional, for overlap: before backward, and as each layer's gradients are final
+     * (tensors [first, first + n), already weighted for unequal shares) */
+    int (*backward_begin)(void *ctx, struct gm_train_state *st);
+    void (*grads_ready)(void *ctx, size_t first_tensor, size_t n);
     /* optional: rank 0's progress after every step (loss, samples/s), for the agent */
     void (*progress)(void *ctx, const struct gm_train_state *st, int epoch, double loss,
                      double samples_per_s);
@@ -106,6 +110,7 @@ struct gm_train_opts {
     volatile sig_atomic_t *stop;      /* borrowed, may be NULL */
     const char *out;                  /* overrides job->out when not NULL */
     const struct gm_train_comm *comm; /* borrowed, may be NULL: one replica alone */
+    int keep_on_stop; /* every rank (not only 0) writes its weights when stopped early */
 };
 
 /* Returns 0 or an error (GM_ERR_CONFIG / GM_ERR_DATA already logged with the
