@@ -47,11 +47,11 @@ pytorch_train() {
 # inits and coordinates, and d1, which joins with a token); each agent has its
 # own config and state directory under $tmp and runs under `taskset -c RANK`
 # (all its threads: loop, trainer, libuv pool on that core).  A measurement is
-# one `gradmesh submit --follow` of $tmp/job.ini (bench/jobs/$model.ini
-# without its out line: the weights land in the coordinator's state
-# directory): one epoch, batch 64 per agent, threads = 1.  samples/s is the
-# job summary's (rank 0: steps x global batch / training seconds, evaluation
-# excluded), printed by submit.
+# one `gradmesh submit --follow` of $tmp/jobN.ini (bench/jobs/$model.ini
+# without its out line, so the weights land in the coordinator's state
+# directory, and with global_batch = 64 N): one epoch, 64 per agent,
+# threads = 1.  samples/s is the job summary's (rank 0: steps x global batch /
+# training seconds, evaluation excluded), printed by submit.
 agent_pids=()
 gm_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 gm_poll() { # DESC CMD...: polls every 50 ms for up to 30 s
@@ -71,11 +71,13 @@ gm_agent() { # NODE CORE
     agent_pids+=($!)
     gm_poll "agent $1" "$bin" status --config "$tmp/$1.conf"
 }
-gm_setup() {
+gm_setup() { # in the main shell (not $(...)): agent_pids must reach gm_stop
     local tok
-    [ ! -f "$tmp/job.ini" ] || return 0
     case "$bin" in /*) ;; *) bin=$PWD/$bin ;; esac
-    sed '/^out /d' "bench/jobs/$model.ini" >"$tmp/job.ini"
+    # 64 per agent, said as the global batch: the agents' trainer fixes the global batch
+    # when it starts, before the first group tells it the world size
+    sed -e '/^out /d' -e 's/^batch .*/global_batch = 64/' "bench/jobs/$model.ini" >"$tmp/job1.ini"
+    sed -e '/^out /d' -e 's/^batch .*/global_batch = 128/' "bench/jobs/$model.ini" >"$tmp/job2.ini"
     "$bin" init --cluster solo --node a0 --config "$tmp/a0.conf" --state "$tmp/a0" \
         --listen "127.0.0.1:$(gm_port)" --multicast off >/dev/null
     gm_agent a0 0
@@ -98,19 +100,20 @@ gm_stop() {
 gradmesh_train() { # N: samples/s of one job on N agents
     local node=a0 line
     [ "$1" -eq 1 ] || node=d0
-    gm_setup >&2 || return 1
-    "$bin" submit "$tmp/job.ini" --follow --config "$tmp/$node.conf" >"$tmp/submit.out" ||
+    "$bin" submit "$tmp/job$1.ini" --follow --config "$tmp/$node.conf" >"$tmp/submit.out" ||
         { cat "$tmp/submit.out" >&2; return 1; }
-    grep "running on $1 members" "$tmp/submit.out" >/dev/null &&
-        line=$(grep ' done: ' "$tmp/submit.out") || { cat "$tmp/submit.out" >&2; return 1; }
+    # N agents at 64 each take 60000 / (64 N) steps an epoch: proof that all N trained
+    line=$(grep " done: .*, $((60000 / (64 * $1))) steps, " "$tmp/submit.out") ||
+        { cat "$tmp/submit.out" >&2; return 1; }
     sed -n 's/.*steps, \([0-9.]*\) samples\/s.*/\1/p' <<<"$line"
 }
 # -----------------------------------------------------------------------------
-trap 'gm_stop; rm -rf "$tmp"' EXIT
+trap 'gm_stop; if [ "${KEEP:-0}" = 1 ]; then echo "kept $tmp" >&2; else rm -rf "$tmp"; fi' EXIT
 
 echo "# $(date -u +%FT%TZ) $ncpu cores, load $(cut -d' ' -f1-3 /proc/loadavg)," \
     "$(/usr/bin/python3 -c 'import torch; print("PyTorch", torch.__version__)'), $model," \
     "batch 64/worker, $steps steps after $warmup"
+gm_setup
 for r in $(seq "$rounds"); do
     for impl in gradmesh pytorch; do
         for n in 1 2; do
