@@ -77,26 +77,34 @@ rows = {}
 for line in open(sys.argv[1]):
     kv = dict(f.split("=", 1) for f in line.split() if "=" in f)
     key = (kv["impl"], int(kv["ranks"]), int(kv["bytes"]))
-    rows.setdefault(key, []).append((float(kv["lat_ms"]), float(kv["busbw_GBps"])))
-med = {k: (statistics.median(a for a, _ in v), statistics.median(b for _, b in v))
-       for k, v in rows.items()}
+    rows.setdefault(key, []).append(
+        (float(kv["lat_ms"]), float(kv["busbw_GBps"]), float(kv.get("cpu_ms", "nan"))))
+med = {k: tuple(statistics.median(x[i] for x in v) for i in range(3)) for k, v in rows.items()}
 ranks = sorted({k[1] for k in med})
 sizes = sorted({k[2] for k in med})
+impls = ("gradmesh", "mpi", "gloo")
 def cell(impl, n, s, i, fmt):
     return fmt % med[(impl, n, s)][i] if (impl, n, s) in med else "-"
+def ratio(a, b, n, s, i):
+    x, y = med.get((a, n, s)), med.get((b, n, s))
+    return f"{x[i] / y[i]:.2f}x" if x and y and y[i] > 0 else "-"
 print(f"\nmedians of {sys.argv[2]} round(s); lat in ms, busbw in GB/s")
 print(f"{'ranks':>5} {'MiB':>6} | {'gradmesh lat':>12} {'mpi lat':>9} {'gloo lat':>9} | "
       f"{'gradmesh bw':>11} {'mpi bw':>8} {'gloo bw':>8} | {'gm/mpi bw':>9} {'gm/gloo lat':>11}")
 for n in ranks:
     for s in sizes:
-        g = med.get(("gradmesh", n, s))
-        m = med.get(("mpi", n, s))
-        o = med.get(("gloo", n, s))
-        rb = f"{g[1] / m[1]:.2f}x" if g and m else "-"
-        rl = f"{g[0] / o[0]:.2f}x" if g and o else "-"
         print(f"{n:>5} {s / 2**20:>6.2f} | {cell('gradmesh', n, s, 0, '%.3f'):>12} "
               f"{cell('mpi', n, s, 0, '%.3f'):>9} {cell('gloo', n, s, 0, '%.3f'):>9} | "
               f"{cell('gradmesh', n, s, 1, '%.3f'):>11} {cell('mpi', n, s, 1, '%.3f'):>8} "
-              f"{cell('gloo', n, s, 1, '%.3f'):>8} | {rb:>9} {rl:>11}")
+              f"{cell('gloo', n, s, 1, '%.3f'):>8} | {ratio('gradmesh', 'mpi', n, s, 1):>9} "
+              f"{ratio('gradmesh', 'gloo', n, s, 0):>11}")
 print("bars: gm/mpi bw at 64 MiB >= 0.60x; gm/gloo lat at 0.25 MiB <= 1.00x")
+print("\nCPU ms per call and rank (the process's CPU time, all threads; robust to other load;"
+      "\nOpenMPI oversubscribed polls and yields while it waits, which counts here)")
+print(f"{'ranks':>5} {'MiB':>6} | {'gradmesh':>9} {'mpi':>9} {'gloo':>9} | {'gm/mpi':>7} {'gm/gloo':>7}")
+for n in ranks:
+    for s in sizes:
+        print(f"{n:>5} {s / 2**20:>6.2f} | {cell('gradmesh', n, s, 2, '%.3f'):>9} "
+              f"{cell('mpi', n, s, 2, '%.3f'):>9} {cell('gloo', n, s, 2, '%.3f'):>9} | "
+              f"{ratio('gradmesh', 'mpi', n, s, 2):>7} {ratio('gradmesh', 'gloo', n, s, 2):>7}")
 PY

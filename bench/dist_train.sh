@@ -14,6 +14,8 @@
 # 2/1 ratios (the machine is shared, and a round's two runs see similar load).
 #
 # Usage: bench/dist_train.sh [GRADMESH_BINARY]     ROUNDS=3 STEPS=400 WARMUP=20 MODEL=lenet5
+#   PIN=0 starts the agents unpinned (a diagnosis, not the issue's setup); KEEP=1 keeps
+#   the agents' configs and logs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${1:-./gradmesh}
@@ -67,7 +69,9 @@ d = json.load(sys.stdin)
 sys.exit(0 if sum(m["state"] == "up" for m in d["members"]) >= int(sys.argv[1]) else 1)' "$2"
 }
 gm_agent() { # NODE CORE
-    taskset -c "$2" "$bin" agent --config "$tmp/$1.conf" 2>>"$tmp/$1.log" &
+    local pin=(taskset -c "$2")
+    [ "${PIN:-1}" = 1 ] || pin=()
+    "${pin[@]}" "$bin" agent --config "$tmp/$1.conf" 2>>"$tmp/$1.log" &
     agent_pids+=($!)
     gm_poll "agent $1" "$bin" status --config "$tmp/$1.conf"
 }

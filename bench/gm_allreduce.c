@@ -24,7 +24,9 @@
  * [MIN_ITERS, MAX_ITERS]; a gm_coll barrier; that many all-reduces back to back
  * (each started from the previous one's callback); the slowest rank's time.
  * Rank 0 prints, per size:
- *   impl=gradmesh ranks=N bytes=B iters=I lat_ms=... algbw_GBps=... busbw_GBps=...
+ *   impl=gradmesh ranks=N bytes=B iters=I lat_ms=... algbw_GBps=... busbw_GBps=... cpu_ms=...
+ * cpu_ms: the CPU time of a rank's process per call over the timed calls,
+ * averaged over the ranks (CLOCK_PROCESS_CPUTIME_ID).
  *
  * usage: gm_allreduce N [SIZE_BYTES...]      default 0.25, 4, 64, 256 MiB
  * Exit 0 when every rank finished with correct sums, 1 otherwise.
@@ -38,6 +40,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <sodium.h>
@@ -78,8 +81,9 @@ struct bench {
     enum phase ph;
     float *buf;
     size_t n;
-    float tv[MAXW]; /* time vector: rank r's seconds at [r] */
+    float tv[2 * MAXW]; /* rank r's wall seconds at [r], CPU seconds at [MAXW + r] */
     uint64_t t0;
+    double c0; /* CPU seconds at the start of the timed calls */
     double cal_s;
 };
 
@@ -113,13 +117,22 @@ static void start_allreduce(struct bench *b, float *buf, size_t n, enum gm_coll_
         fail(b, "gm_coll_allreduce_start", err);
 }
 
-/* The time vector: every rank's seconds, summed (others are 0) with DIRECT,
- * so every rank holds the same bits afterwards. */
-static void share_time(struct bench *b, double s)
+static double cpu_now(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The time vector: every rank's wall and CPU seconds, summed (others are 0)
+ * with DIRECT, so every rank holds the same bits afterwards. */
+static void share_time(struct bench *b, double s, double cpu)
 {
     memset(b->tv, 0, sizeof(b->tv));
     b->tv[b->rank] = (float)s;
-    start_allreduce(b, b->tv, MAXW, GM_COLL_DIRECT);
+    b->tv[MAXW + b->rank] = (float)cpu;
+    start_allreduce(b, b->tv, 2 * MAXW, GM_COLL_DIRECT);
 }
 
 static void begin_size(struct bench *b)
@@ -154,7 +167,7 @@ static void close_links(uv_timer_t *t)
 
 static void step(struct bench *b)
 {
-    double tmax;
+    double tmax, cpu;
     int r;
 
     switch (b->ph) {
@@ -175,7 +188,7 @@ static void step(struct bench *b)
     }
     case PH_CAL:
         b->ph = PH_AGREE;
-        share_time(b, gm_time_seconds_since(b->t0));
+        share_time(b, gm_time_seconds_since(b->t0), 0);
         return;
     case PH_AGREE: {
         double mean = 0, want;
@@ -195,6 +208,7 @@ static void step(struct bench *b)
         b->ph = PH_RUN;
         b->it = 0;
         b->t0 = gm_time_mono_ns();
+        b->c0 = cpu_now();
         start_allreduce(b, b->buf, b->n, GM_COLL_RING);
         return;
     case PH_RUN:
@@ -203,18 +217,20 @@ static void step(struct bench *b)
             return;
         }
         b->ph = PH_REPORT;
-        share_time(b, gm_time_seconds_since(b->t0));
+        share_time(b, gm_time_seconds_since(b->t0), cpu_now() - b->c0);
         return;
     case PH_REPORT:
-        for (tmax = 0, r = 0; r < b->world; r++)
+        for (tmax = 0, cpu = 0, r = 0; r < b->world; r++) {
             tmax = b->tv[r] > tmax ? b->tv[r] : tmax;
+            cpu += b->tv[MAXW + r];
+        }
         if (b->rank == 0) {
             size_t bytes = b->sizes[b->cur];
             double lat = tmax / b->iters, alg = (double)bytes / lat / 1e9;
             printf("impl=gradmesh ranks=%d bytes=%zu iters=%d lat_ms=%.3f algbw_GBps=%.4f "
-                   "busbw_GBps=%.4f\n",
-                   b->world, bytes, b->iters, lat * 1e3, alg,
-                   alg * 2.0 * (b->world - 1) / b->world);
+                   "busbw_GBps=%.4f cpu_ms=%.3f\n",
+                   b->world, bytes, b->iters, lat * 1e3, alg, alg * 2.0 * (b->world - 1) / b->world,
+                   cpu / b->world / b->iters * 1e3);
             fflush(stdout);
         }
         if (++b->cur < b->nsizes) {

@@ -12,7 +12,9 @@ calls then reduce zeros, so the values stay put without a refill inside the
 timed loop (float addition takes the same time whatever the finite values).
 
 One line per size, the format bench/allreduce.sh reads for every peer:
-  impl=gloo ranks=N bytes=B iters=I lat_ms=... algbw_GBps=... busbw_GBps=...
+  impl=gloo ranks=N bytes=B iters=I lat_ms=... algbw_GBps=... busbw_GBps=... cpu_ms=...
+cpu_ms: CPU time of the process (all its threads) per call over the timed calls,
+averaged over the ranks.
 
 One thread per process (torch.set_num_threads(1)), like the other peers; the
 processes are not pinned (bench/allreduce.sh runs 4 ranks on 2 cores).
@@ -60,14 +62,19 @@ def run_size(nbytes, rank, world):
 
     dist.barrier()
     t0 = time.perf_counter()
+    c0 = time.process_time()
     for _ in range(iters):
         once()
+    cpu = time.process_time() - c0
     tmax = slowest(time.perf_counter() - t0)
+    cpus = torch.tensor([cpu], dtype=torch.float64)
+    dist.all_reduce(cpus, op=dist.ReduceOp.SUM)
     if rank == 0:
         lat = tmax / iters
         alg = nbytes / lat / 1e9
         print(f"impl=gloo ranks={world} bytes={nbytes} iters={iters} lat_ms={lat * 1e3:.3f} "
-              f"algbw_GBps={alg:.4f} busbw_GBps={alg * 2 * (world - 1) / world:.4f}"
+              f"algbw_GBps={alg:.4f} busbw_GBps={alg * 2 * (world - 1) / world:.4f} "
+              f"cpu_ms={cpus.item() / world / iters * 1e3:.3f}"
               + (" WRONG_SUM" if bad.item() else ""), flush=True)
     return bad.item() == 0
 
