@@ -411,6 +411,7 @@ static void reform(struct gm_jobs *j, struct job *jb, const char *reason)
     m.gen = jb->gen;
     m.ranks = jb->ranks;
     m.nranks = n;
+    m.global_batch = jb->job.optim.global_batch;
     m.text = jb->job.text;
     m.text_len = jb->job.text_len;
     snprintf(m.id, sizeof(m.id), "%s", jb->id);
@@ -483,7 +484,7 @@ static void refuse(struct gm_jobs *j, struct job *jb, const char *fmt, ...)
 
 static void maybe_start(struct gm_jobs *j, struct job *jb)
 {
-    int err;
+    int err = -ENOMEM; /* when the calloc fails */
 
     if (jb->state != J_CHECKING || !jb->own_hashed)
         return;
@@ -493,7 +494,7 @@ static void maybe_start(struct gm_jobs *j, struct job *jb)
     jb->state = J_RUNNING;
     jb->ranks = calloc(jb->nparts + 1, NODE_LEN);
     if (jb->ranks == NULL || (err = start_rank(j, jb)) < 0) {
-        refuse(j, jb, "cannot start the trainer: %s", gm_strerror(jb->ranks ? err : -ENOMEM));
+        refuse(j, jb, "cannot start the trainer: %s", gm_strerror(err));
         return;
     }
     reform(j, jb, "start");
@@ -702,6 +703,8 @@ static int on_group(struct gm_jobs *j, const char *node, struct gm_jobmsg *m)
             free(jb);
             return 0;
         }
+        jb->job.optim.global_batch = m->global_batch; /* the coordinator's, fixed at submit */
+        jb->job.optim.batch = 0;
         jb->state = J_RUNNING;
         j->cur = jb;
         if ((err = start_rank(j, jb)) < 0) {
@@ -715,6 +718,8 @@ static int on_group(struct gm_jobs *j, const char *node, struct gm_jobmsg *m)
     }
     if (jb->rank == NULL && jb->state == J_CHECKING && !jb->coord &&
         strcmp(node, jb->coordinator) == 0) { /* our forwarded submit: it starts */
+        jb->job.optim.global_batch = m->global_batch; /* the coordinator's, fixed at submit */
+        jb->job.optim.batch = 0;
         jb->state = J_RUNNING;
         if ((err = start_rank(j, jb)) < 0) {
             jb->state = J_FAILED;
@@ -997,6 +1002,11 @@ static int coord_submit(struct gm_jobs *j, const char *text, size_t len, const c
         free(up);
         return GM_ERR_CONFIG;
     }
+    /* The global batch is fixed here, at the world of the submit, for the whole job: the ranks'
+     * trainers start before their first group says the world, a member that comes back may join
+     * a smaller or larger group, and every rank must cut the same blocks from the data. */
+    jb->job.optim.global_batch = g;
+    jb->job.optim.batch = 0;
     if (given_id != NULL)
         snprintf(jb->id, sizeof(jb->id), "%s", given_id);
     else

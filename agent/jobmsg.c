@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -192,6 +193,11 @@ static int decode(uint16_t type, json_t *o, struct gm_jobmsg *m)
         m->gen = (uint32_t)u;
         if (m->gen == 0)
             return GM_ERR_PROTO;
+        if ((err = get_uint(o, "global_batch", INT_MAX, &u)) < 0)
+            return err;
+        if (u == 0)
+            return GM_ERR_PROTO;
+        m->global_batch = (int)u;
         return get_ranks(o, m);
     case GM_MSG_JOB_REPORT:
         if ((err = get_uint(o, "gen", UINT32_MAX, &u)) < 0)
@@ -253,6 +259,7 @@ int gm_jobmsg_encode(uint16_t type, const struct gm_jobmsg *m, char **out, size_
             json_array_append_new(a, json_string(m->ranks[i]));
         json_object_set_new(o, "ranks", a);
         json_object_set_new(o, "gen", json_integer(m->gen));
+        json_object_set_new(o, "global_batch", json_integer(m->global_batch));
         /* fall through */
     case GM_MSG_JOB_OFFER:
     case GM_MSG_JOB_SUBMIT:
