@@ -83,15 +83,15 @@ gm_setup() { # in the main shell (not $(...)): agent_pids must reach gm_stop
     sed -e '/^out /d' -e 's/^batch .*/global_batch = 64/' "bench/jobs/$model.ini" >"$tmp/job1.ini"
     sed -e '/^out /d' -e 's/^batch .*/global_batch = 128/' "bench/jobs/$model.ini" >"$tmp/job2.ini"
     "$bin" init --cluster solo --node a0 --config "$tmp/a0.conf" --state "$tmp/a0" \
-        --listen "127.0.0.1:$(gm_port)" --multicast off >/dev/null
+        --listen "127.0.0.1:$(gm_port)" --multicast off >/dev/null 2>>"$tmp/setup.log"
     gm_agent a0 0
     "$bin" init --cluster duo --node d0 --config "$tmp/d0.conf" --state "$tmp/d0" \
-        --listen "127.0.0.1:$(gm_port)" --multicast off >/dev/null
+        --listen "127.0.0.1:$(gm_port)" --multicast off >/dev/null 2>>"$tmp/setup.log"
     gm_agent d0 0
     tok=$("$bin" token create --config "$tmp/d0.conf")
     "$bin" join "$tok" --node d1 --peer "$(sed -n 's/^listen *= *//p' "$tmp/d0.conf")" \
         --config "$tmp/d1.conf" --state "$tmp/d1" --listen "127.0.0.1:$(gm_port)" \
-        --multicast off >/dev/null
+        --multicast off >/dev/null 2>>"$tmp/setup.log"
     gm_agent d1 1
     gm_poll "d0 and d1 linked" gm_members_up d0 1 && gm_poll "d1 and d0 linked" gm_members_up d1 1
 }
