@@ -5,7 +5,8 @@
 #                        that tests/unit/test_vs_torch.c and the benchmarks compare with;
 #                        openvpn and iputils-ping for the namespace testbed,
 #                        tests/integration/netns.bash)
-#   .ci/deps.sh bench    the same (kept for bench/run.sh)
+#   .ci/deps.sh bench    the same, plus what only the benchmarks' peers need
+#                        (OpenMPI for bench/allreduce.sh)
 set -euo pipefail
 
 pkgs=(gcc make pkg-config clang libclang-rt-14-dev
@@ -13,6 +14,9 @@ pkgs=(gcc make pkg-config clang libclang-rt-14-dev
       libssl-dev libsodium-dev libuv1-dev libjansson-dev openssl iproute2
       openvpn iputils-ping
       python3 python3-numpy python3-torch dataset-fashion-mnist)
+if [ "${1:-}" = bench ]; then
+    pkgs+=(openmpi-bin libopenmpi-dev)
+fi
 
 missing=()
 for p in "${pkgs[@]}"; do
