@@ -84,3 +84,45 @@ ns_stop_agents() {
     if grep -l "Sanitizer" "$WORK"/*.log 2>/dev/null; then fail "sanitizer report in a log"; fi
     pass "agents stopped cleanly"
 }
+
+# --- loopback clusters and jobs (dist_*.sh) ----------------------------------------------
+# wait_until SECS DESC CMD...: wait_for with a longer deadline, for training jobs.  The
+# deadline only keeps a hung run from hanging CI; nothing asserts how fast a job is.
+wait_until() {
+    local secs=$1 desc=$2 end; shift 2
+    end=$((SECONDS + secs))
+    while [ $SECONDS -lt $end ]; do "$@" >/dev/null 2>&1 && return 0; sleep 0.1; done
+    fail "timed out after ${secs}s waiting for $desc"
+}
+
+# make_cluster CLUSTER FIRST OTHER...: init FIRST (the admitter) on a free loopback port,
+# start its agent, and join every OTHER with a token of its own (their agents are not
+# started: start_agent them when the test needs them).  Multicast is off: only the
+# static peer, so agents of other tests on this host stay out.
+make_cluster() {
+    local cluster=$1 first=$2 n tok; shift 2
+    "$GM" init --cluster "$cluster" --node "$first" --config "$WORK/$first.conf" \
+        --state "$WORK/$first" --listen 127.0.0.1:"$(free_port)" --multicast off \
+        >/dev/null 2>>"$WORK/cli.log" || fail "init $first"
+    start_agent "$first"
+    for n in "$@"; do
+        tok=$("$GM" token create --config "$WORK/$first.conf" 2>>"$WORK/cli.log") || fail "token for $n"
+        "$GM" join "$tok" --node "$n" --peer "$(sed -n 's/^listen *= *//p' "$WORK/$first.conf")" \
+            --config "$WORK/$n.conf" --state "$WORK/$n" --listen 127.0.0.1:"$(free_port)" \
+            --multicast off >/dev/null 2>>"$WORK/cli.log" || fail "join $n"
+    done
+}
+
+# job_get NAME ID EXPR: a Python expression over job ID (as `j`) in NAME's `jobs --json`;
+# prints it, or fails (exit 1) when the job is not listed.
+job_get() {
+    "$GM" jobs --json --config "$WORK/$1.conf" | python3 -c '
+import json, sys
+j = [o for o in json.load(sys.stdin)["jobs"] if o["id"] == sys.argv[1]]
+if not j: sys.exit(1)
+j = j[0]
+print(eval(sys.argv[2]))' "$2" "$3"
+}
+
+# job_is NAME ID PYEXPR: succeeds when PYEXPR (over `j`) is true for job ID on NAME.
+job_is() { [ "$(job_get "$1" "$2" "bool($3)")" = True ]; }
