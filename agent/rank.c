@@ -533,11 +533,12 @@ static int hook_reduce(void *ctx, struct gm_train_state *st)
 static int hook_after(void *ctx, struct gm_train_state *st)
 {
     struct gm_rank *rk = ctx;
-    int err = gm_gradsync_after_step(rk->gs, st->model, st->step, st->total_steps);
+    /* st->step is already the next step (trainer.h): the step just taken is st->step - 1 */
+    int err = gm_gradsync_after_step(rk->gs, st->model, st->step - 1, st->total_steps);
 
     pthread_mutex_lock(&rk->mu);
     rk->prog.hash_checks = gm_gradsync_hash_checks(rk->gs);
-    rk->prog.step = st->step + (err == 0 ? 1 : 0);
+    rk->prog.step = st->step - (err == 0 ? 0 : 1);
     pthread_mutex_unlock(&rk->mu);
     return err;
 }

@@ -138,7 +138,7 @@ static int hook_reduce(void *ctx, struct gm_train_state *st)
 static int hook_after(void *ctx, struct gm_train_state *st)
 {
     struct gm_model *m = st->model;
-    long step = st->step, total_steps = st->total_steps;
+    long step = st->step - 1, total_steps = st->total_steps; /* the step just taken */
     struct rank_ctx *rc = ctx;
 
     return gm_gradsync_after_step(rc->sync, m, step, total_steps);

@@ -350,6 +350,7 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
 
     while (r.st.step < r.st.total_steps) {
         const int G = r.st.global_batch;
+        const long step = r.st.step;
         const long s_in = r.st.step % r.steps_per_epoch;
         const int e = (int)(r.st.step / r.steps_per_epoch);
         int off, n, rc;
@@ -407,19 +408,20 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
             continue; /* the group's state replaced ours: take the step it says */
         gm_optim_step(&r.optim, gm_model_params(r.model), gm_model_grads(r.model),
                       gm_sched_lr(&r.sched, r.st.step));
+        /* The step is taken: st now describes the state after it.  A group that re-forms in
+         * after_step takes rank 0's state with this count, so nobody takes the step again. */
+        r.st.step++;
         if ((rc = run_hook(&r, comm != NULL ? comm->after_step : NULL)) < 0) {
             if (rc == GM_ERR_ABORTED && opts->stop != NULL && *opts->stop) {
-                r.st.step++; /* the optimizer took this step; only its check was cut */
-                sum->interrupted = 1;
+                sum->interrupted = 1; /* the step is taken (counted above); its check was cut */
                 break;
             }
             err = rc;
             goto out;
         }
-        if (rc == 1)
-            continue;
+        if (rc == 1 && r.st.step != step + 1)
+            continue; /* the group's state is at another step: take the step it says */
         r.st.loss = loss;
-        r.st.step++;
         steps_done++;
         es.steps++;
         es.window_steps++;

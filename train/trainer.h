@@ -82,6 +82,11 @@ void gm_train_share(int g, int world, int rank, int *off, int *n);
  * rank 0's initial state); reduce_grads after backward and before the
  * optimizer step (replace the gradients by their reduction over ranks);
  * after_step after the optimizer step (local SGD / DiLoCo, hash checks).
+ * st->step is the step being taken in reduce_grads, but already the next
+ * one in after_step (the step just taken is st->step - 1): the state there
+ * is the one after the step, so a resync inside after_step hands the new
+ * group that state with the step that matches it, and no rank takes the
+ * step twice.
  * A hook that returns GM_ERR_REGROUP says the group changed: the trainer
  * calls resync, which makes st identical across the new group (rank,
  * world, step, parameters, optimizer state), and continues from st->step.

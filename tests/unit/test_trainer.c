@@ -1,0 +1,256 @@
+/*
+ * tests/unit/test_trainer.c - train/trainer.h's communication-hook contract, on a one-rank
+ * "group" over a tiny synthetic IDX dataset (64 training images of 8x8, an MLP, 8 steps):
+ *
+ *  - a regroup inside after_step, where the resync keeps the state (what rank 0 does: it
+ *    broadcasts its own), must not take the step again: the weights equal an undisturbed
+ *    run's bit for bit (before the fix rank 0 broadcast the post-step state with the
+ *    pre-step count, and every rank applied that step twice);
+ *  - a regroup inside after_step whose resync rolls the state back to before the step (the
+ *    new group's rank 0 had not taken it) takes the step again: equal bits too;
+ *  - after_step sees st->step already counting the step just taken.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/byteorder.h"
+#include "common/log.h"
+#include "common/test.h"
+#include "train/data/idx.h"
+#include "train/job.h"
+#include "train/nn/model.h"
+#include "train/nn/optim.h"
+#include "train/trainer.h"
+
+GM_TEST_DEFINE_STATE;
+
+#define NTRAIN 64
+#define NTEST 16
+#define SIDE 8
+#define STEPS 8 /* NTRAIN / global_batch */
+
+static char dir[64];
+
+static void write_idx(const char *name, uint32_t magic, uint32_t n, int images, unsigned salt)
+{
+    char path[256];
+    uint8_t hdr[16];
+    size_t hlen = images ? 16 : 8, len = images ? (size_t)n * SIDE * SIDE : n;
+    uint8_t *body = malloc(len);
+    FILE *f;
+
+    GM_CHECK(body != NULL);
+    if (body == NULL)
+        return;
+    gm_put_be32(hdr, magic);
+    gm_put_be32(hdr + 4, n);
+    gm_put_be32(hdr + 8, SIDE);
+    gm_put_be32(hdr + 12, SIDE);
+    for (size_t i = 0; i < len; i++) /* labels 0..3; images a fixed pattern */
+        body[i] = images ? (uint8_t)((i * 2654435761u + salt) >> 7) : (uint8_t)(i % 4);
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    f = fopen(path, "wb");
+    GM_CHECK(f != NULL);
+    if (f != NULL) {
+        GM_CHECK_EQ(fwrite(hdr, 1, hlen, f), hlen);
+        GM_CHECK_EQ(fwrite(body, 1, len, f), len);
+        GM_CHECK_EQ(fclose(f), 0);
+    }
+    free(body);
+}
+
+static int load_job(struct gm_job *job)
+{
+    char text[1024];
+    int n = snprintf(text, sizeof(text),
+                     "[job]\nname = t\nmodel = mlp\nepochs = 1\nseed = 3\nlog_every = 1000\n"
+                     "[model]\nhidden = 16\n"
+                     "[data]\nkind = idx\ndir = %s\n"
+                     "[optim]\nname = adam\nlr = 0.01\nglobal_batch = %d\n",
+                     dir, NTRAIN / STEPS);
+
+    return gm_job_parse(text, (size_t)n, "test", job);
+}
+
+/* The whole file, for a bitwise comparison of two weight files (same job text, same step). */
+static char *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    char *buf = NULL;
+    long n;
+
+    *len = 0;
+    if (f == NULL)
+        return NULL;
+    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0 &&
+        (buf = malloc((size_t)n)) != NULL && fread(buf, 1, (size_t)n, f) == (size_t)n)
+        *len = (size_t)n;
+    fclose(f);
+    return buf;
+}
+
+static void check_same_file(const char *a, const char *b)
+{
+    size_t la, lb;
+    char *pa = slurp(a, &la), *pb = slurp(b, &lb);
+
+    GM_CHECK(pa != NULL && pb != NULL);
+    GM_CHECK_EQ(la, lb);
+    GM_CHECK(pa != NULL && pb != NULL && la == lb && memcmp(pa, pb, la) == 0);
+    free(pa);
+    free(pb);
+}
+
+/* A fake one-rank group whose hooks regroup at one chosen point. */
+struct fake {
+    long regroup_after;   /* after_step of this step taken returns GM_ERR_REGROUP once; -1 never */
+    int rollback;         /* the resync restores the state from before that step */
+    long stop_after;      /* after_step of this step taken sets the stop flag; -1 never */
+    volatile sig_atomic_t *stop;
+    int resyncs, bad_after_step;
+    long expect_after;
+    /* the snapshot taken in reduce_grads of step regroup_after */
+    float *params, *ostate;
+    long ostep, snap_step;
+};
+
+static int fake_reduce(void *ctx, struct gm_train_state *st)
+{
+    struct fake *f = ctx;
+    size_t np = gm_model_num_params(st->model), no = gm_optim_state_len(st->optim);
+
+    f->expect_after = st->step + 1;
+    if (st->step != f->regroup_after || !f->rollback || f->params != NULL)
+        return 0;
+    f->params = malloc(np * sizeof(float));
+    f->ostate = malloc((no + 1) * sizeof(float));
+    if (f->params == NULL || f->ostate == NULL)
+        return -ENOMEM;
+    memcpy(f->params, gm_model_params(st->model), np * sizeof(float));
+    memcpy(f->ostate, gm_optim_state(st->optim), no * sizeof(float));
+    f->ostep = st->optim->step; /* Adam's t before the step */
+    f->snap_step = st->step;
+    return 0; /* gradients are not state: the trainer recomputes them from the data */
+}
+
+static int fake_after(void *ctx, struct gm_train_state *st)
+{
+    struct fake *f = ctx;
+    long taken = st->step - 1;
+
+    if (st->step != f->expect_after)
+        f->bad_after_step++;
+    if (taken == f->stop_after && f->stop != NULL)
+        *f->stop = 1;
+    if (taken == f->regroup_after) {
+        f->regroup_after = -1; /* once */
+        return GM_ERR_REGROUP;
+    }
+    return 0;
+}
+
+static int fake_resync(void *ctx, struct gm_train_state *st)
+{
+    struct fake *f = ctx;
+
+    f->resyncs++;
+    if (f->rollback && f->params != NULL) {
+        memcpy(gm_model_params(st->model), f->params,
+               gm_model_num_params(st->model) * sizeof(float));
+        memcpy(gm_optim_state(st->optim), f->ostate,
+               gm_optim_state_len(st->optim) * sizeof(float));
+        st->optim->step = f->ostep;
+        st->step = f->snap_step;
+    }
+    return 0;
+}
+
+static int run(const char *out, struct fake *f, struct gm_train_summary *sum)
+{
+    struct gm_job job;
+    volatile sig_atomic_t stop = 0;
+    struct gm_train_comm comm = {.rank = 0,
+                                 .world = 1,
+                                 .reduce_grads = fake_reduce,
+                                 .after_step = fake_after,
+                                 .resync = fake_resync,
+                                 .ctx = f};
+    struct gm_train_opts o = {.progress = 0, .stop = &stop, .out = out, .comm = f ? &comm : NULL};
+    int err;
+
+    if ((err = load_job(&job)) < 0)
+        return err;
+    if (f != NULL)
+        f->stop = &stop;
+    err = gm_trainer_run(&job, &o, sum);
+    gm_job_free(&job);
+    return err;
+}
+
+static void test_regroup_in_after_step(void)
+{
+    char a[128], b[128], c[128], d[128];
+    struct gm_train_summary sum;
+    struct fake keep = {.regroup_after = 3, .stop_after = -1};
+    struct fake back = {.regroup_after = 5, .rollback = 1, .stop_after = -1};
+    struct fake stopped = {.regroup_after = -1, .stop_after = 2};
+
+    snprintf(a, sizeof(a), "%s/a.safetensors", dir);
+    snprintf(b, sizeof(b), "%s/b.safetensors", dir);
+    snprintf(c, sizeof(c), "%s/c.safetensors", dir);
+    snprintf(d, sizeof(d), "%s/d.safetensors", dir);
+
+    GM_CHECK_OK(run(a, NULL, &sum)); /* undisturbed, no hooks */
+    GM_CHECK_EQ(sum.steps, STEPS);
+
+    GM_CHECK_OK(run(b, &keep, &sum)); /* resync keeps the post-step state */
+    GM_CHECK_EQ(sum.steps, STEPS);
+    GM_CHECK_EQ(keep.resyncs, 1);
+    GM_CHECK_EQ(keep.bad_after_step, 0);
+    check_same_file(a, b);
+
+    GM_CHECK_OK(run(c, &back, &sum)); /* resync rolls back to before the step */
+    GM_CHECK_EQ(sum.steps, STEPS);
+    GM_CHECK_EQ(back.resyncs, 1);
+    GM_CHECK_EQ(back.bad_after_step, 0);
+    check_same_file(a, c);
+    free(back.params);
+    free(back.ostate);
+
+    GM_CHECK_OK(run(d, &stopped, &sum)); /* stopped after step 2 */
+    GM_CHECK_EQ(sum.interrupted, 1);
+    GM_CHECK_EQ(sum.steps, 3);
+}
+
+int main(void)
+{
+    char path[128];
+    int rc;
+
+    gm_log_set_level(GM_LOG_WARN);
+    snprintf(dir, sizeof(dir), "/tmp/gm-test-trainer.XXXXXX");
+    if (mkdtemp(dir) == NULL) {
+        perror("mkdtemp");
+        return 1;
+    }
+    write_idx("train-images-idx3-ubyte", GM_IDX_MAGIC_IMAGES, NTRAIN, 1, 1);
+    write_idx("train-labels-idx1-ubyte", GM_IDX_MAGIC_LABELS, NTRAIN, 0, 0);
+    write_idx("t10k-images-idx3-ubyte", GM_IDX_MAGIC_IMAGES, NTEST, 1, 2);
+    write_idx("t10k-labels-idx1-ubyte", GM_IDX_MAGIC_LABELS, NTEST, 0, 0);
+    GM_TEST_RUN(test_regroup_in_after_step);
+    rc = gm_test_finish("test_trainer");
+    static const char *names[] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+                                  "t10k-images-idx3-ubyte",  "t10k-labels-idx1-ubyte",
+                                  "a.safetensors",           "b.safetensors",
+                                  "c.safetensors",           "d.safetensors"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
+        (void)unlink(path);
+    }
+    (void)rmdir(dir);
+    return rc;
+}
