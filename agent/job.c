@@ -317,6 +317,11 @@ static void rank_exit(struct gm_rank *rk, int err, const struct gm_train_summary
         return;
     }
     gm_rank_get_progress(rk, &jb->last);
+    if (jb->last.params_sha256[0])
+        gm_notice("event=job-final-hash job=%s rank=%d world=%d generation=%u step=%ld "
+                  "params_sha256=%s",
+                  jb->id, jb->last.rank, jb->last.world, jb->last.generation, sum->steps,
+                  jb->last.params_sha256);
     account_group(jb);
     jb->rank = NULL;
     gm_rank_free(rk);
@@ -1328,6 +1333,8 @@ static json_t *job_json(struct gm_jobs *j, struct job *jb)
     json_object_set_new(o, "samples_per_s",
                         num(jb->rank != NULL ? p.samples_per_s : jb->samples_per_s));
     json_object_set_new(o, "hash_checks", json_integer((json_int_t)p.hash_checks));
+    json_object_set_new(o, "params_sha256",
+                        p.params_sha256[0] ? json_string(p.params_sha256) : json_null());
     json_object_set_new(o, "wall_s", num(wall));
     json_object_set_new(o, "error", jb->error[0] ? json_string(jb->error) : json_null());
     json_object_set_new(o, "weights", jb->weights[0] ? json_string(jb->weights) : json_null());

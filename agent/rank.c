@@ -20,8 +20,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <openssl/evp.h>
+
 #include "agent/xport.h"
 #include "common/assert.h"
+#include "common/byteorder.h"
 #include "common/log.h"
 #include "train/comm/collective.h"
 #include "train/gradsync.h"
@@ -558,6 +561,69 @@ static void hook_progress(void *ctx, const struct gm_train_state *st, int epoch,
     pthread_mutex_unlock(&rk->mu);
 }
 
+static int cmp_tensor_name(const void *a, const void *b, void *m)
+{
+    return strcmp(gm_model_tensor(m, *(const size_t *)a)->name,
+                  gm_model_tensor(m, *(const size_t *)b)->name);
+}
+
+/* The SHA-256 of the parameters as rank.h defines it, into hex[65] ("" on failure). */
+static void params_sha256(struct gm_model *m, char hex[65])
+{
+    const size_t nt = gm_model_num_tensors(m);
+    size_t *order = calloc(nt, sizeof(*order)), maxn = 0;
+    float *t = NULL;
+    uint8_t *le = NULL;
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int mdlen = 0;
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    bool ok = false;
+
+    hex[0] = 0;
+    for (size_t i = 0; i < nt; i++)
+        if (gm_model_tensor(m, i)->numel > maxn)
+            maxn = gm_model_tensor(m, i)->numel;
+    t = malloc(maxn * sizeof(float) + 1);
+    le = malloc(maxn * 4 + 1);
+    if (order == NULL || t == NULL || le == NULL || ctx == NULL ||
+        EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1)
+        goto out;
+    for (size_t i = 0; i < nt; i++)
+        order[i] = i;
+    qsort_r(order, nt, sizeof(*order), cmp_tensor_name, m);
+    for (size_t k = 0; k < nt; k++) {
+        const struct gm_param_info *pi = gm_model_tensor(m, order[k]);
+        gm_model_export_tensor(m, order[k], gm_model_params(m), t);
+        for (size_t j = 0; j < pi->numel; j++) {
+            uint32_t w;
+            memcpy(&w, &t[j], sizeof(w));
+            gm_put_le32(le + 4 * j, w);
+        }
+        if (EVP_DigestUpdate(ctx, le, pi->numel * 4) != 1)
+            goto out;
+    }
+    ok = EVP_DigestFinal_ex(ctx, md, &mdlen) == 1 && mdlen == 32;
+out:
+    if (ok)
+        for (unsigned int i = 0; i < mdlen; i++)
+            snprintf(hex + 2 * i, 3, "%02x", md[i]);
+    EVP_MD_CTX_free(ctx);
+    free(order);
+    free(t);
+    free(le);
+}
+
+static void hook_finish(void *ctx, const struct gm_train_state *st)
+{
+    struct gm_rank *rk = ctx;
+    char hex[65];
+
+    params_sha256(st->model, hex);
+    pthread_mutex_lock(&rk->mu);
+    memcpy(rk->prog.params_sha256, hex, sizeof(hex));
+    pthread_mutex_unlock(&rk->mu);
+}
+
 static void *trainer_main(void *arg)
 {
     struct gm_rank *rk = arg;
@@ -616,6 +682,7 @@ int gm_rank_start(uv_loop_t *loop, const struct gm_job *job, const char *out,
                                       .backward_begin = hook_backward_begin,
                                       .grads_ready = hook_grads_ready,
                                       .progress = hook_progress,
+                                      .finish = hook_finish,
                                       .ctx = rk};
     /* every rank keeps the weights of its last finished step when the job stops early (a
      * lost coordinator, a cancel): the coordinator's are not the only copy then */

@@ -27,6 +27,10 @@
  * (PowerSGD's Q and error feedback, DiLoCo's outer state) starts afresh with
  * every group.
  *
+ * When the last step is taken, every rank hashes its parameters (progress
+ * params_sha256; the job room logs it as event=job-final-hash), so a rank that
+ * rejoined can be seen to end with the same weights as rank 0 wrote.
+ *
  * Errors that are not about the group (GM_ERR_MISMATCH from a hash check,
  * GM_ERR_NUMERIC, a bad job) end the run.  gm_rank_stop() ends it at the next
  * step boundary; every rank still writes the weights of its last finished
@@ -54,6 +58,11 @@ struct gm_rank_progress {
     double loss, samples_per_s;
     double test_accuracy; /* NAN until evaluated */
     uint64_t hash_checks;
+    /* "" until the last step is taken; then the SHA-256 (hex) of the final parameters: every
+     * tensor in PyTorch layout as little-endian float32, tensors in name order, i.e.
+     * sha256(b"".join(t[k].tobytes() for k in sorted(t))) over the safetensors file rank 0
+     * writes.  Every rank of a finished job holds the same one. */
+    char params_sha256[65];
 };
 
 struct gm_rank_ops {

@@ -485,6 +485,8 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
         if (r.st.rank == 0 && (err = evaluate(&r, &acc, &tloss)) < 0)
             goto out;
     }
+    if (!sum->interrupted && comm != NULL && comm->finish != NULL)
+        comm->finish(comm->ctx, &r.st);
     if (r.st.rank == 0 || (sum->interrupted && opts->keep_on_stop)) {
         if ((err = save_weights(&r, out)) < 0)
             goto out;

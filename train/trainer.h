@@ -90,9 +90,11 @@ void gm_train_share(int g, int world, int rank, int *off, int *n);
  * A hook that returns GM_ERR_REGROUP says the group changed: the trainer
  * calls resync, which makes st identical across the new group (rank,
  * world, step, parameters, optimizer state), and continues from st->step.
- * Any other negative return ends the run with that error.  Only rank 0
- * logs progress, evaluates and writes weights.  min_world: the smallest
- * world the run may shrink to (sizes the per-rank batch buffers; 0: world).
+ * Any other negative return ends the run with that error.  finish runs on
+ * every rank once the last step is taken (not when the run is stopped
+ * early), before rank 0 writes the weights.  Only rank 0 logs progress,
+ * evaluates and writes weights.  min_world: the smallest world the run may
+ * shrink to (sizes the per-rank batch buffers; 0: world).
  */
 struct gm_train_comm {
     int rank, world, min_world;
@@ -104,6 +106,8 @@ struct gm_train_comm {
      * (tensors [first, first + n), already weighted for unequal shares) */
     int (*backward_begin)(void *ctx, struct gm_train_state *st);
     void (*grads_ready)(void *ctx, size_t first_tensor, size_t n);
+    /* optional: the final state, on every rank (the agent logs its parameter hash) */
+    void (*finish)(void *ctx, const struct gm_train_state *st);
     /* optional: rank 0's progress after every step (loss, samples/s), for the agent */
     void (*progress)(void *ctx, const struct gm_train_state *st, int epoch, double loss,
                      double samples_per_s);

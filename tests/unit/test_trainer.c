@@ -8,7 +8,9 @@
  *    pre-step count, and every rank applied that step twice);
  *  - a regroup inside after_step whose resync rolls the state back to before the step (the
  *    new group's rank 0 had not taken it) takes the step again: equal bits too;
- *  - after_step sees st->step already counting the step just taken.
+ *  - after_step sees st->step already counting the step just taken;
+ *  - finish runs once on a run that ends, with st->step = total_steps, and not at all on
+ *    a run that is stopped early.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -107,12 +109,12 @@ static void check_same_file(const char *a, const char *b)
 
 /* A fake one-rank group whose hooks regroup at one chosen point. */
 struct fake {
-    long regroup_after;   /* after_step of this step taken returns GM_ERR_REGROUP once; -1 never */
-    int rollback;         /* the resync restores the state from before that step */
-    long stop_after;      /* after_step of this step taken sets the stop flag; -1 never */
+    long regroup_after; /* after_step of this step taken returns GM_ERR_REGROUP once; -1 never */
+    int rollback;       /* the resync restores the state from before that step */
+    long stop_after;    /* after_step of this step taken sets the stop flag; -1 never */
     volatile sig_atomic_t *stop;
-    int resyncs, bad_after_step;
-    long expect_after;
+    int resyncs, finishes, bad_after_step;
+    long finish_step, expect_after;
     /* the snapshot taken in reduce_grads of step regroup_after */
     float *params, *ostate;
     long ostep, snap_step;
@@ -161,12 +163,19 @@ static int fake_resync(void *ctx, struct gm_train_state *st)
     if (f->rollback && f->params != NULL) {
         memcpy(gm_model_params(st->model), f->params,
                gm_model_num_params(st->model) * sizeof(float));
-        memcpy(gm_optim_state(st->optim), f->ostate,
-               gm_optim_state_len(st->optim) * sizeof(float));
+        memcpy(gm_optim_state(st->optim), f->ostate, gm_optim_state_len(st->optim) * sizeof(float));
         st->optim->step = f->ostep;
         st->step = f->snap_step;
     }
     return 0;
+}
+
+static void fake_finish(void *ctx, const struct gm_train_state *st)
+{
+    struct fake *f = ctx;
+
+    f->finishes++;
+    f->finish_step = st->step;
 }
 
 static int run(const char *out, struct fake *f, struct gm_train_summary *sum)
@@ -178,6 +187,7 @@ static int run(const char *out, struct fake *f, struct gm_train_summary *sum)
                                  .reduce_grads = fake_reduce,
                                  .after_step = fake_after,
                                  .resync = fake_resync,
+                                 .finish = fake_finish,
                                  .ctx = f};
     struct gm_train_opts o = {.progress = 0, .stop = &stop, .out = out, .comm = f ? &comm : NULL};
     int err;
@@ -211,19 +221,23 @@ static void test_regroup_in_after_step(void)
     GM_CHECK_EQ(sum.steps, STEPS);
     GM_CHECK_EQ(keep.resyncs, 1);
     GM_CHECK_EQ(keep.bad_after_step, 0);
+    GM_CHECK_EQ(keep.finishes, 1);
+    GM_CHECK_EQ(keep.finish_step, STEPS);
     check_same_file(a, b);
 
     GM_CHECK_OK(run(c, &back, &sum)); /* resync rolls back to before the step */
     GM_CHECK_EQ(sum.steps, STEPS);
     GM_CHECK_EQ(back.resyncs, 1);
     GM_CHECK_EQ(back.bad_after_step, 0);
+    GM_CHECK_EQ(back.finishes, 1);
     check_same_file(a, c);
     free(back.params);
     free(back.ostate);
 
-    GM_CHECK_OK(run(d, &stopped, &sum)); /* stopped after step 2 */
+    GM_CHECK_OK(run(d, &stopped, &sum)); /* stopped early: no finish */
     GM_CHECK_EQ(sum.interrupted, 1);
     GM_CHECK_EQ(sum.steps, 3);
+    GM_CHECK_EQ(stopped.finishes, 0);
 }
 
 int main(void)
