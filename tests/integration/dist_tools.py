@@ -9,6 +9,9 @@
         two safetensors files with the same tensor names and shapes: one line per tensor
         (max |a-b|, ||a-b|| / ||a||), then "max <largest |a-b|>" and
         "rel <largest relative L2 difference of a tensor>"
+  sha256 FILE
+        the parameter hash agent/rank.h defines (event=job-final-hash): SHA-256 over every
+        tensor as little-endian float32, tensors in name order
 """
 import gzip
 import json
@@ -82,6 +85,15 @@ def diff(a, b):
     print(f"rel {worst_rel:.6e}")
 
 
+def sha256(path):
+    import hashlib
+
+    from safetensors.numpy import load_file
+
+    t = load_file(path)
+    print(hashlib.sha256(b"".join(t[k].astype("<f4").tobytes() for k in sorted(t))).hexdigest())
+
+
 def main():
     if len(sys.argv) in (6, 7) and sys.argv[1] == "subset":
         rot = 0
@@ -90,6 +102,8 @@ def main():
                 raise SystemExit(__doc__)
             rot = int(sys.argv[6][len("rotate=") :])
         subset(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), rot)
+    elif len(sys.argv) == 3 and sys.argv[1] == "sha256":
+        sha256(sys.argv[2])
     elif len(sys.argv) == 4 and sys.argv[1] == "diff":
         diff(sys.argv[2], sys.argv[3])
     else:

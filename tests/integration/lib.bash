@@ -126,3 +126,13 @@ print(eval(sys.argv[2]))' "$2" "$3"
 
 # job_is NAME ID PYEXPR: succeeds when PYEXPR (over `j`) is true for job ID on NAME.
 job_is() { [ "$(job_get "$1" "$2" "bool($3)")" = True ]; }
+
+# kill9_agent NAME: SIGKILL to NAME's agent (no goodbye on its links), reaped and
+# dropped from PIDS so that stop_agents does not count its exit status.
+kill9_agent() {
+    local p=PID_$1 q keep=()
+    kill -9 "${!p}" || fail "kill -9 $1"
+    wait "${!p}" 2>/dev/null
+    for q in "${PIDS[@]}"; do [ "$q" = "${!p}" ] || keep+=("$q"); done
+    PIDS=("${keep[@]}")
+}
