@@ -57,7 +57,7 @@
 #      tests/unit/test_collective.c's ("hash check: ... one flipped bit").  Both also match
 #      their simulation bit for bit, as in (a).
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 . tests/integration/lib.bash
 
 SRC=/usr/share/datasets/fashion-mnist
@@ -127,7 +127,7 @@ submit_job() {
     w=$(sed -n 's/^weights: //p' "$WORK/$run.submit")
     [ -f "$w" ] || fail "$run: no weights file ($w)"
     cp "$w" "$WORK/$run.safetensors"
-    [ "$(job_get alpha "$id" 'j["state"]')" = done ] || fail "$run: job $id not done"
+    [ "$(job_get alpha "$id" 'j["state"]')" = "done" ] || fail "$run: job $id not done"
     [ "$(job_get alpha "$id" 'j["world"]')" = "$world" ] || fail "$run: world is not $world"
     [ "$(job_get alpha "$id" 'j["summary"]["steps"]')" = $STEPS ] || fail "$run: not $STEPS steps"
 }
@@ -171,11 +171,11 @@ same_bits a3 sim3
 
 # --- (b) across world sizes ----------------------------------------------------------------
 for pair in "a1 a2" "a1 a3" "a2 a3"; do
-    set -- $pair
-    r=$(rel "$1" "$2")
-    [ -n "$r" ] || fail "comparing $1 and $2"
-    le "$r" $TOL || fail "$1 vs $2: relative L2 difference $r > $TOL"
-    pass "$1 vs $2 (world ${1#a} vs ${2#a}): relative L2 $r <= $TOL (max |a-b| $(maxabs "$1" "$2"))"
+    read -r x y <<<"$pair"
+    r=$(rel "$x" "$y")
+    [ -n "$r" ] || fail "comparing $x and $y"
+    le "$r" $TOL || fail "$x vs $y: relative L2 difference $r > $TOL"
+    pass "$x vs $y (world ${x#a} vs ${y#a}): relative L2 $r <= $TOL (max |a-b| $(maxabs "$x" "$y"))"
 done
 r=$(rel ref ulp)
 le "$r" $TOL || fail "rounding control: relative L2 $r > $TOL: the tolerance does not cover rounding"
@@ -190,7 +190,7 @@ for codec in fp16 powersgd; do
     submit_job "a3-$codec" "$codec" 3
     id=$(cat "$WORK/a3-$codec.id")
     for n in alpha beta gamma; do
-        [ "$(job_get $n "$id" 'j["state"]')" = done ] || fail "$codec: job not done on $n"
+        [ "$(job_get $n "$id" 'j["state"]')" = "done" ] || fail "$codec: job not done on $n"
         hc=$(job_get $n "$id" 'j["hash_checks"]')
         [ "$hc" = 2 ] || fail "$codec: $n passed $hc hash checks, want 2"
     done

@@ -32,7 +32,7 @@
 # Python.  Nothing here is timed: every wait polls a condition (deadlines only keep a hung
 # run from hanging CI).
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 . tests/integration/lib.bash
 
 DATA=/usr/share/datasets/fashion-mnist
@@ -70,19 +70,21 @@ start_agent gamma
 for n in alpha beta gamma; do wait_for "$n's links" links_up $n 2; done
 pass "three agents linked"
 
-# final_hash NAME ID: the params_sha256 of NAME's event=job-final-hash for job ID (one line)
+# final_hash NAME ID: the params_sha256 of NAME's event=job-final-hash for job ID; there
+# must be exactly one (a killed rank never reaches the end)
 final_hash() {
     local h
     h=$(grep -F "event=job-final-hash job=$2 " "$WORK/$1.log" | sed -n 's/.*params_sha256=\([0-9a-f]*\).*/\1/p')
-    [ "$(echo "$h" | grep -c .)" = 1 ] || fail "$1: want one job-final-hash line for $2, got: $h"
-    echo "$h"
+    [ "$(echo "$h" | grep -c .)" = 1 ] || fail "$1: want one job-final-hash line for $2, got: '$h'"
+    FINAL_HASH=$h
 }
 
-# same_final_weights ID: every rank logged the same hash, and it is the weights file's
+# check_final_weights ID: every rank logged the same hash, and it is the weights file's
 check_final_weights() {
     local id=$1 ha hb hg hf w
-    ha=$(final_hash alpha "$id") && hb=$(final_hash beta "$id") && hg=$(final_hash gamma "$id") ||
-        fail "final hashes of $id"
+    final_hash alpha "$id"; ha=$FINAL_HASH
+    final_hash beta "$id"; hb=$FINAL_HASH
+    final_hash gamma "$id"; hg=$FINAL_HASH
     w=$(job_get alpha "$id" 'j["weights"]')
     hf=$($TOOLS sha256 "$w") || fail "hashing $w"
     [ "$ha" = "$hb" ] && [ "$ha" = "$hg" ] ||
