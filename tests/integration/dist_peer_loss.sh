@@ -114,28 +114,33 @@ kill9_agent gamma
 AT=$(job_get alpha "$ID" 'j["step"]')
 pass "gamma killed (-9) at about step $AT of $STEPS (epoch 1 of 2)"
 
-# the coordinator re-forms without gamma; alpha and beta resync at one step boundary
-log_has alpha "event=job-group job=$ID generation=2 world=2 reason=\"a member was lost\""
-log_has alpha "event=group generation=2 rank=0 world=2 step="
-log_has beta "event=group generation=2 rank=1 world=2 step="
-S2=$(sed -n 's/.*event=group generation=2 rank=0 world=2 step=\([0-9]*\).*/\1/p' "$WORK/alpha.log" | tail -n 1)
-grep -q "event=group generation=2 rank=1 world=2 step=$S2\$" "$WORK/beta.log" ||
+# The coordinator re-forms without gamma; alpha and beta resync at one step boundary.
+# Usually generation 2; if beta's report of the failed operation reached alpha before
+# alpha saw its own link to gamma break, a world-3 generation came (and failed) first.
+log_has alpha "world=2 reason=\"a member was lost\""
+G2=$(sed -n "s/.*event=job-group job=$ID generation=\([0-9]*\) world=2 reason=\"a member was lost\".*/\1/p" \
+    "$WORK/alpha.log" | head -n 1)
+[ -n "$G2" ] || fail "no generation of world 2 for job $ID"
+log_has alpha "event=group generation=$G2 rank=0 world=2 step="
+log_has beta "event=group generation=$G2 rank=1 world=2 step="
+S2=$(sed -n "s/.*event=group generation=$G2 rank=0 world=2 step=\([0-9]*\)\$/\1/p" "$WORK/alpha.log")
+grep -q "event=group generation=$G2 rank=1 world=2 step=$S2\$" "$WORK/beta.log" ||
     fail "beta did not resync at alpha's step $S2"
-[ "$S2" -gt 0 ] && [ "$S2" -lt 312 ] || fail "generation 2 at step $S2, not mid-epoch 1"
+[ "$S2" -gt 0 ] && [ "$S2" -lt 312 ] || fail "generation $G2 at step $S2, not mid-epoch 1"
 # ... and the job goes on with two ranks
 wait_until "$JOB_TIMEOUT" "progress on 2 ranks" job_is alpha "$ID" \
     'j["world"] == 2 and j["step"] >= '$((S2 + 20))' and j["state"] == "running"'
-pass "generation 2: world 2 from step $S2 (alpha and beta), and training goes on"
+pass "generation $G2: world 2 from step $S2 (alpha and beta), and training goes on"
 
 # gamma comes back: the same config and state directory
 start_agent gamma
-rejoined() { # gamma's log: a group of world 3, generation >= 3, from a step > 0
+rejoined() { # gamma's log: a group of world 3, a generation after G2, from a step > 0
     sed -n 's/.*event=group generation=\([0-9]*\) rank=2 world=3 step=\([0-9]*\)$/\1 \2/p' \
-        "$WORK/gamma.log" | awk '$1 >= 3 && $2 > 0 {ok = 1} END {exit !ok}'
+        "$WORK/gamma.log" | awk -v g="$G2" '$1 > g && $2 > 0 {ok = 1} END {exit !ok}'
 }
 wait_until "$JOB_TIMEOUT" "gamma to rejoin" rejoined
 GEN=$(sed -n 's/.*event=group generation=\([0-9]*\) rank=2 world=3 step=\([0-9]*\)$/\1 \2/p' \
-    "$WORK/gamma.log" | awk '$1 >= 3 && $2 > 0' | tail -n 1)
+    "$WORK/gamma.log" | awk -v g="$G2" '$1 > g && $2 > 0' | tail -n 1)
 grep -q "event=job-group job=$ID generation=${GEN% *} world=3 " "$WORK/alpha.log" ||
     fail "alpha formed no generation ${GEN% *} of world 3"
 pass "gamma rejoined: generation ${GEN% *}, world 3, from step ${GEN#* } (its log and alpha's)"
@@ -145,8 +150,24 @@ job_is alpha "$ID" 'j["state"] == "done" and j["summary"]["steps"] == '$STEPS' a
     fail "job $ID: $(job_get alpha "$ID" 'j')"
 wait_until 60 "gamma's rank to end" job_is gamma "$ID" 'j["state"] == "done"'
 ACC=$(job_get alpha "$ID" 'j["summary"]["test_accuracy"]')
-GENS=$(grep -c "event=job-group job=$ID " "$WORK/alpha.log")
-pass "job done: $STEPS steps, $GENS generations, test accuracy $ACC%"
+# No re-form storm around the return: a returning member answers the dataset check only
+# once it has links to every rank, and groups that keep failing back off (agent/job.c).
+# Before that, each group formed ahead of the gamma-beta link failed at once and was
+# re-formed, 3 to 20 times here (180 seen elsewhere).  One quick failure is allowed: the
+# two ends of the gamma-beta link may see it up a moment apart.  The world-3 group gamma
+# joined must be the last, world 3, and come after the loss.
+REASONS=$(sed -n "s/.*event=job-group job=$ID generation=[0-9]* world=[0-9]* reason=\"\(.*\)\"/\1/p" \
+    "$WORK/alpha.log" | paste -sd '|')
+AFTER=${REASONS##*a member came (back)}
+case "$REASONS" in
+*"|a member was lost|"*"a member came (back)"*) ;;
+*) fail "generations: want the loss, then the return; got $REASONS" ;;
+esac
+[ "$(echo "$AFTER" | tr '|' '\n' | grep -c .)" -le 1 ] ||
+    fail "generations after the return: ${AFTER#|} (a re-form storm)"
+LAST=$(grep "event=job-group job=$ID " "$WORK/alpha.log" | tail -n 1)
+case "$LAST" in *" generation=${GEN% *} world=3 "*) ;; *) fail "gamma's group $GEN is not the last: $LAST" ;; esac
+pass "job done: $STEPS steps, generations: ${REASONS//|/, }; test accuracy $ACC%"
 
 check_final_weights "$ID"
 python3 -c "import sys; sys.exit(0 if abs($ACC - $ACC_REF) <= 1.0 else 1)" ||
