@@ -30,7 +30,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 
 static const uint16_t types[] = {GM_MSG_JOB_OFFER,  GM_MSG_JOB_CHECK, GM_MSG_JOB_GROUP,
-                                 GM_MSG_JOB_REPORT, GM_MSG_JOB_END,   GM_MSG_TRAIN};
+                                 GM_MSG_JOB_REPORT, GM_MSG_JOB_END,   GM_MSG_JOB_SUBMIT,
+                                 GM_MSG_TRAIN};
 #define NTYPES (sizeof(types) / sizeof(types[0]))
 
 static void need(bool ok)
@@ -66,14 +67,16 @@ static void check_fields(uint16_t type, const struct gm_jobmsg *m)
     need(hexn(m->id, GM_JOB_ID_LEN));
     need(printable(m->origin, sizeof(m->origin)) && printable(m->message, sizeof(m->message)));
     need(printable(m->event, sizeof(m->event)) && printable(m->state, sizeof(m->state)));
-    if (type == GM_MSG_JOB_OFFER || type == GM_MSG_JOB_GROUP) {
+    if (type == GM_MSG_JOB_OFFER || type == GM_MSG_JOB_GROUP || type == GM_MSG_JOB_SUBMIT) {
         need(m->text != NULL && m->text_len >= 1 && m->text_len <= GM_JOB_TEXT_MAX);
         need(strlen(m->text) == m->text_len);
     } else {
         need(m->text == NULL && m->text_len == 0);
     }
-    if (type == GM_MSG_JOB_GROUP) {
-        need(m->gen > 0 && m->nranks >= 1 && m->nranks <= GM_JOB_RANKS_MAX && m->ranks != NULL);
+    if (type == GM_MSG_JOB_GROUP)
+        need(m->gen > 0 && m->global_batch >= 1 && m->nranks >= 1 && m->ranks != NULL);
+    if (type == GM_MSG_JOB_GROUP || (type == GM_MSG_JOB_OFFER && m->nranks > 0)) {
+        need(m->nranks >= 1 && m->nranks <= GM_JOB_RANKS_MAX && m->ranks != NULL);
         for (size_t i = 0; i < m->nranks; i++) {
             need(gm_id_name_valid(m->ranks[i]));
             for (size_t k = 0; k < i; k++)
@@ -97,7 +100,11 @@ static void check_fields(uint16_t type, const struct gm_jobmsg *m)
     }
     if (type == GM_MSG_JOB_END)
         need(strcmp(m->state, "done") == 0 || strcmp(m->state, "cancelled") == 0 ||
-             strcmp(m->state, "failed") == 0);
+             strcmp(m->state, "failed") == 0 || strcmp(m->state, "refused") == 0);
+    if (m->have_summary) {
+        need(type == GM_MSG_JOB_END && m->test_accuracy >= 0 && m->test_accuracy <= 100);
+        need(m->samples_per_s >= 0 && m->steps >= 0 && printable(m->weights, sizeof(m->weights)));
+    }
 }
 
 static void same(const struct gm_jobmsg *a, const struct gm_jobmsg *b)
@@ -106,6 +113,8 @@ static void same(const struct gm_jobmsg *a, const struct gm_jobmsg *b)
     need(a->text_len == b->text_len && (a->text == NULL) == (b->text == NULL));
     need(a->text == NULL || memcmp(a->text, b->text, a->text_len) == 0);
     need(a->gen == b->gen && a->code == b->code && a->nranks == b->nranks);
+    need(a->global_batch == b->global_batch && a->have_summary == b->have_summary);
+    need(!a->have_summary || (a->steps == b->steps && strcmp(a->weights, b->weights) == 0));
     need(a->nfiles == b->nfiles && strcmp(a->event, b->event) == 0);
     need(strcmp(a->state, b->state) == 0 && strcmp(a->message, b->message) == 0);
     for (size_t i = 0; i < a->nranks; i++)
