@@ -51,8 +51,7 @@ static int parse_common(int argc, char **argv, const char *cmd, const char **con
             break;
     }
     if (o == '?' || optind != argc) {
-        fprintf(stderr, "usage: gradmesh %s [--json]%s [--config FILE]\n", cmd,
-                model ? " [--model lenet5|mlp]" : "");
+        gm_cli_usage_hint(cmd);
         return -1;
     }
     return 0;

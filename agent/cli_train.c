@@ -34,22 +34,6 @@ static void on_signal(int sig)
     stop_requested = 1;
 }
 
-static void usage(FILE *f)
-{
-    fprintf(f, "usage: gradmesh train --local JOB.ini [--summary-json FILE] [--out FILE]\n"
-               "                      [--no-progress] [--simulate-workers N]\n"
-               "\n"
-               "Trains the job on this machine alone (the single-machine baseline).\n"
-               "  --local JOB.ini      the job file (see README.md, \"Job file\")\n"
-               "  --summary-json FILE  write the run summary (accuracy, speed, ...) as JSON\n"
-               "  --out FILE           final weights (safetensors); default: the job's out\n"
-               "  --no-progress        log lines instead of a progress bar on a terminal\n"
-               "  --simulate-workers N N data-parallel replicas in this process, codec from\n"
-               "                       the job's [comm] (bytes_sent and codec in the summary)\n"
-               "  --no-error-feedback  with powersgd: turn error feedback off (experiments)\n"
-               "Distributed jobs are submitted to the agent with `gradmesh submit`.\n");
-}
-
 int gm_cli_train(int argc, char **argv)
 {
     static const struct option longopts[] = {
@@ -101,10 +85,10 @@ int gm_cli_train(int argc, char **argv)
             so.error_feedback = false;
             break;
         case 'h':
-            usage(stdout);
+            gm_cli_help(stdout, "train");
             return GM_EXIT_OK;
         default:
-            usage(stderr);
+            gm_cli_usage_hint("train");
             return GM_EXIT_USAGE;
         }
     }
@@ -113,7 +97,7 @@ int gm_cli_train(int argc, char **argv)
             fprintf(stderr, "gradmesh train: --local JOB.ini is required\n");
         else
             fprintf(stderr, "gradmesh train: unexpected argument '%s'\n", argv[optind]);
-        usage(stderr);
+        gm_cli_usage_hint("train");
         return GM_EXIT_USAGE;
     }
     if ((err = gm_job_load(job_path, &job)) < 0)

@@ -98,7 +98,7 @@ const char *gm_config_path(const char *flag)
         return flag;
     if (env != NULL && env[0] != '\0')
         return env;
-    return "/etc/gradmesh/gradmesh.conf";
+    return GM_DEFAULT_CONFIG;
 }
 
 int gm_config_load(const char *path, struct gm_config *c)

@@ -29,6 +29,9 @@
 #define GM_PATH_MAX 1024
 #define GM_DEFAULT_LISTEN "0.0.0.0:7450"
 #define GM_DEFAULT_STATE "/var/lib/gradmesh"
+#define GM_CONFIG_DIR "/etc/gradmesh"
+#define GM_DEFAULT_CONFIG GM_CONFIG_DIR "/gradmesh.conf"
+#define GM_RUNTIME_DIR "/run/gradmesh" /* gradmesh@.service's RuntimeDirectory */
 
 struct gm_config {
     char cluster[GM_ID_NAME_MAX + 1];
