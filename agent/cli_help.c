@@ -64,7 +64,8 @@ static const struct verb_help verbs[] = {
     {"doctor", "[--json] [--model lenet5|mlp] [--config FILE]",
      "check links both ways: MTU, clock skew, RTT/throughput matrix, codec cost",
      "  --json                 the raw report as JSON\n"
-     "  --model lenet5|mlp     model whose step time per codec is estimated (lenet5)\n" CONFIG_LINE},
+     "  --model lenet5|mlp     model whose step time per codec is estimated "
+     "(lenet5)\n" CONFIG_LINE},
     {"train",
      "--local JOB.ini [--summary-json FILE] [--out FILE] [--no-progress]\n"
      "                     [--simulate-workers N] [--no-error-feedback]",

@@ -273,8 +273,7 @@ static int on_pair(void *user, const char *section, const char *key, const char 
         if (strcmp(keys[i].section, section) != 0 || strcmp(keys[i].key, key) != 0)
             continue;
         if (p->seen[i]) {
-            fail(p, p->line, "[%s] %s is set twice (first on line %d)", section, key,
-                 p->seen[i]);
+            fail(p, p->line, "[%s] %s is set twice (first on line %d)", section, key, p->seen[i]);
             return 1;
         }
         p->seen[i] = p->line;

@@ -17,7 +17,7 @@ struct subcommand {
 
 /* Synopses and help text: agent/cli_help.c (one table, checked against the man page). */
 static const struct subcommand commands[] = {
-    {"init", gm_cli_init},     {"join", gm_cli_join},   {"agent", gm_cli_agent},
+    {"init", gm_cli_init},     {"join", gm_cli_join},     {"agent", gm_cli_agent},
     {"token", gm_cli_token},   {"status", gm_cli_status}, {"peers", gm_cli_peers},
     {"doctor", gm_cli_doctor}, {"train", gm_cli_train},
 };

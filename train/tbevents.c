@@ -127,7 +127,7 @@ size_t gm_tb_encode_event(uint8_t *buf, size_t cap, double wall_time, int64_t st
 
     memcpy(&wbits, &wall_time, sizeof(wbits));
     pb_fixed(&b, 1, wbits, 8); /* wall_time */
-    if (step != 0) { /* int64: a negative step is ten bytes of two's complement */
+    if (step != 0) {           /* int64: a negative step is ten bytes of two's complement */
         pb_key(&b, 2, 0);
         pb_varint(&b, (uint64_t)step);
     }
@@ -212,8 +212,8 @@ int gm_tb_open(const char *dir, struct gm_tb_writer **out)
     for (char *p = host; *p != '\0'; p++)
         if (*p == '/')
             *p = '_';
-    n = snprintf(w->path, sizeof(w->path), "%s/events.out.tfevents.%lld.%s.%ld", dir,
-                 (long long)t, host, (long)getpid());
+    n = snprintf(w->path, sizeof(w->path), "%s/events.out.tfevents.%lld.%s.%ld", dir, (long long)t,
+                 host, (long)getpid());
     err = n < 0 || (size_t)n >= sizeof(w->path) ? -ENAMETOOLONG : mkdir_p(dir);
     if (err == 0) {
         fd = open(w->path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
@@ -249,8 +249,8 @@ int gm_tb_scalar(struct gm_tb_writer *w, const char *tag, int64_t step, double w
 
     if (tlen == 0 || tlen > GM_TB_TAG_MAX)
         return -EINVAL;
-    len = gm_tb_encode_event(ev, sizeof(ev), wall_time > 0 ? wall_time : now_s(), step, NULL,
-                             tag, value);
+    len = gm_tb_encode_event(ev, sizeof(ev), wall_time > 0 ? wall_time : now_s(), step, NULL, tag,
+                             value);
     return write_record(w, ev, len);
 }
 

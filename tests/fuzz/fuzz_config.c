@@ -41,9 +41,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (!terminated(c.cluster, sizeof(c.cluster)) || !terminated(c.node, sizeof(c.node)) ||
         !terminated(c.listen, sizeof(c.listen)) || !terminated(c.state_dir, sizeof(c.state_dir)) ||
         !terminated(c.control, sizeof(c.control)) || !terminated(c.peers, sizeof(c.peers)) ||
-        !terminated(c.multicast, sizeof(c.multicast)) || !terminated(c.tunnels, sizeof(c.tunnels)) ||
-        !terminated(c.interfaces, sizeof(c.interfaces)) || !terminated(c.device, sizeof(c.device)) ||
-        !terminated(c.metrics, sizeof(c.metrics)))
+        !terminated(c.multicast, sizeof(c.multicast)) ||
+        !terminated(c.tunnels, sizeof(c.tunnels)) ||
+        !terminated(c.interfaces, sizeof(c.interfaces)) ||
+        !terminated(c.device, sizeof(c.device)) || !terminated(c.metrics, sizeof(c.metrics)))
         abort();
     if (!gm_id_name_valid(c.cluster) || !gm_id_name_valid(c.node) || c.state_dir[0] != '/' ||
         c.control[0] != '/' || gm_proto_addr_parse(c.listen, &ss) != 0 || c.threads < 0 ||

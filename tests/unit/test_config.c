@@ -80,8 +80,9 @@ static void test_good_and_defaults(void)
                              "[metrics]\nlisten =\n",
                         NULL, &c, log, sizeof(log)));
     GM_CHECK_STREQ(c.multicast, "239.192.74.50:7451");
-    GM_CHECK_OK(capture(GOOD "[discovery]\nmulticast = off\nmeasure = no\npeers = a:1, 10.0.0.2:7450\n"
-                             "[metrics]\nlisten = 127.0.0.2:9464\n",
+    GM_CHECK_OK(capture(GOOD
+                        "[discovery]\nmulticast = off\nmeasure = no\npeers = a:1, 10.0.0.2:7450\n"
+                        "[metrics]\nlisten = 127.0.0.2:9464\n",
                         NULL, &c, log, sizeof(log)));
     GM_CHECK_STREQ(c.multicast, "");
     GM_CHECK_EQ(c.measure, 0);
@@ -130,19 +131,24 @@ static void test_bad_files(void)
          "g.conf:8: unknown key 'listen' in [discovery] (it belongs in [node])"},
         {GOOD "[metrics]\nlisten = 0.0.0.0:9464\n",
          "g.conf:8: [metrics] listen = 0.0.0.0:9464 is not a loopback address"},
-        {GOOD "[metrics]\nlisten = 127.0.0.1\n", "g.conf:8: [metrics] listen = 127.0.0.1: must be IP:PORT"},
-        {GOOD "[metrics]\nmetrics_public = maybe\n", "g.conf:8: [metrics] metrics_public = maybe: must be yes or no"},
+        {GOOD "[metrics]\nlisten = 127.0.0.1\n",
+         "g.conf:8: [metrics] listen = 127.0.0.1: must be IP:PORT"},
+        {GOOD "[metrics]\nmetrics_public = maybe\n",
+         "g.conf:8: [metrics] metrics_public = maybe: must be yes or no"},
         {GOOD "[train]\nthreads = -1\n", "g.conf:8: [train] threads = -1: must be a whole number"},
         {GOOD "[train]\nthreads = 4097\n", "g.conf:8: [train] threads = 4097"},
-        {GOOD "[train]\ndevice = gpu\n", "g.conf:8: [train] device = gpu: must be auto, cpu or cuda"},
+        {GOOD "[train]\ndevice = gpu\n",
+         "g.conf:8: [train] device = gpu: must be auto, cpu or cuda"},
         {GOOD "[discovery]\nmulticast = 10.0.0.1:7451\n", "g.conf:8: [discovery] multicast"},
         {GOOD "[discovery]\npeers = host-without-port\n", "g.conf:8: [discovery] peers"},
         {GOOD "[discovery]\nmeasure = 1\n", "must be yes or no"},
         {GOOD "[trian]\ndevice = cpu\n", "g.conf:7: unknown section [trian]"},
         {"name = x\n" GOOD, "g.conf:1: 'name' is outside any section"},
         {GOOD "[node]\nid = n2\n", "g.conf:8: [node] id is set twice (first on line 4)"},
-        {"[cluster]\nname = lab\n[node]\nid = n1\nstate_dir = /x\n", "g.conf: missing [node] listen"},
-        {GOOD "[node]\ncontrol = relative.sock\n", "g.conf:8: [node] control = relative.sock: must be an absolute path"},
+        {"[cluster]\nname = lab\n[node]\nid = n1\nstate_dir = /x\n",
+         "g.conf: missing [node] listen"},
+        {GOOD "[node]\ncontrol = relative.sock\n",
+         "g.conf:8: [node] control = relative.sock: must be an absolute path"},
         {"[cluster]\nname = Lab!\n", "g.conf:2: [cluster] name = Lab!: must be 1 to 63"},
         {GOOD "this is not ini\n", "g.conf:7: syntax error"},
         {GOOD "[train]\ndevice = a\001b\n", "device = a?b"},

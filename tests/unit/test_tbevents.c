@@ -57,12 +57,12 @@ static void test_encode_scalar(void)
 {
     /* Event{wall_time=1.5, step=3, summary{value{tag="loss", simple_value=0.25}}} */
     static const uint8_t want[] = {
-        0x09, 0, 0, 0, 0, 0, 0, 0xF8, 0x3F, /* 1: fixed64 1.5 */
-        0x10, 0x03,                         /* 2: varint 3 */
-        0x2A, 0x0D,                         /* 5: Summary, 13 bytes */
-        0x0A, 0x0B,                         /*   1: Value, 11 bytes */
-        0x0A, 0x04, 'l', 'o', 's', 's',     /*     1: tag */
-        0x15, 0x00, 0x00, 0x80, 0x3E,       /*     2: fixed32 0.25f */
+        0x09, 0,    0,    0,    0,    0,   0, 0xF8, 0x3F, /* 1: fixed64 1.5 */
+        0x10, 0x03,                                       /* 2: varint 3 */
+        0x2A, 0x0D,                                       /* 5: Summary, 13 bytes */
+        0x0A, 0x0B,                                       /*   1: Value, 11 bytes */
+        0x0A, 0x04, 'l',  'o',  's',  's',                /*     1: tag */
+        0x15, 0x00, 0x00, 0x80, 0x3E,                     /*     2: fixed32 0.25f */
     };
     uint8_t buf[128];
     size_t n = gm_tb_encode_event(buf, sizeof(buf), 1.5, 3, NULL, "loss", 0.25f);
@@ -74,8 +74,8 @@ static void test_encode_scalar(void)
 
 static void test_encode_version_and_big_step(void)
 {
-    static const uint8_t want[] = {0x09, 0, 0, 0, 0, 0, 0, 0, 0, 0x1A, 0x0D, 'b', 'r', 'a', 'i',
-                                   'n', '.', 'E', 'v', 'e', 'n', 't', ':', '2'};
+    static const uint8_t want[] = {0x09, 0,   0,   0,   0,   0,   0,   0,   0,   0x1A, 0x0D, 'b',
+                                   'r',  'a', 'i', 'n', '.', 'E', 'v', 'e', 'n', 't',  ':',  '2'};
     uint8_t buf[512];
     char tag[200];
     size_t n = gm_tb_encode_event(buf, sizeof(buf), 0.0, 0, "brain.Event:2", NULL, 0);
