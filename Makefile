@@ -120,8 +120,9 @@ NVCCFLAGS ?= -O3 -std=c++17 -arch=native -I. -Xcompiler -fPIC
 
 # --- sources ---------------------------------------------------------------
 MAIN_SRC := agent/main.c
+# train/*/*.c: train's sub-folders (nn, kernels, data, comm, compress, ckpt)
 LIB_SRCS := $(filter-out $(MAIN_SRC),$(wildcard common/*.c crypto/*.c discovery/*.c train/*.c \
-	train/kernels/*.c agent/*.c))
+	train/*/*.c agent/*.c))
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(CU_OBJS)
 LIB := $(BUILD)/libgradmesh.a
 TEST_SRCS := $(wildcard tests/unit/test_*.c)

@@ -1,6 +1,11 @@
 /*
  * agent/agent.h - the gradmesh daemon: listener, member links, join
- * admission, control socket.  (Training, election and discovery come later.)
+ * admission, link measurement, LAN discovery, control socket.  (Training and
+ * the election come later.)
+ *
+ * Inside, one room (file pair) per responsibility, listed in agent/state.h:
+ * agent.c holds the lifecycle and the dispatch; members.c, admit.c,
+ * measure.c, endpoints.c, beacons.c and views.c hold the rest.
  *
  * Members: every node id known from the join and from gossip (MEMBERS
  * frames) is kept in the state directory's `members` file.  Of two members
@@ -9,9 +14,10 @@
  * older one.  Every link is mutual TLS against the cluster CA; the peer's
  * certificate names the node, and its HELLO must name the same node.
  *
- * Dispatch: frames go through the table in agent.c, {type, allowed link
- * states, handler}; a frame not allowed in the link's state closes that link
- * with GM_ERR_PROTO (an ERROR frame first), never the agent.
+ * Dispatch: each room lists its frames {type, allowed link states, handler}
+ * and its control commands {name, handler}; agent.c looks them up in its
+ * rooms[].  A frame of no room's type, or not allowed in the link's state,
+ * closes that link with GM_ERR_PROTO (an ERROR frame first), never the agent.
  *
  * Joins are admitted only by the node that holds the CA key (the one that ran
  * `init`).  Refusals are logged with the token id, never the token.

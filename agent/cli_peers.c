@@ -6,9 +6,9 @@
  * both directions of every link, path MTU, clock skew, the multicast and
  * static-endpoint state, the RTT and throughput matrix every member reported,
  * and what each gradient codec would cost per step on the slowest link.
- * The codec estimate is communication only (a ring all-reduce over N members:
- * 2(N-1) messages of S/N bytes, each paying one RTT), for the model given
- * with --model (default lenet5 on 1x28x28, the Fashion-MNIST job).
+ * The codec list and estimates are train/gradsync.h's (communication only,
+ * gm_coll_cost's ring over N members), for the model given with --model
+ * (default lenet5 on 1x28x28, the Fashion-MNIST job).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -21,9 +21,10 @@
 #include <jansson.h>
 
 #include "agent/cli.h"
+#include "common/assert.h"
 #include "common/err.h"
-#include "train/model.h"
-#include "train/sim.h"
+#include "train/nn/model.h"
+#include "train/gradsync.h"
 
 #define SKEW_WARN_MS 30000.0 /* beacons tolerate 300 s; TLS certificates minutes */
 #define MTU_WARN 1280
@@ -127,10 +128,10 @@ int gm_cli_peers(int argc, char **argv)
 
 /* --- doctor ------------------------------------------------------------------ */
 
-static int warnings;
-
-static void check(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void check(int ok, const char *fmt, ...)
+/* Prints one check line; a failed one counts in *warnings. */
+static void check(int *warnings, int ok, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void check(int *warnings, int ok, const char *fmt, ...)
 {
     va_list ap;
 
@@ -139,10 +140,10 @@ static void check(int ok, const char *fmt, ...)
     vprintf(fmt, ap);
     va_end(ap);
     printf("\n");
-    warnings += !ok;
+    *warnings += !ok;
 }
 
-static void doctor_links(json_t *r)
+static void doctor_links(json_t *r, int *warnings)
 {
     json_t *m;
     size_t i;
@@ -153,46 +154,47 @@ static void doctor_links(json_t *r)
     {
         json_t *skew = json_object_get(m, "clock_skew_ms"), *mtu = json_object_get(m, "mtu");
         int up = strcmp(str(m, "state"), "up") == 0;
-        check(up, "%s at %s: %s, %s via %s, rtt %s ms, %s Mbit/s out", str(m, "node"),
+        check(warnings, up, "%s at %s: %s, %s via %s, rtt %s ms, %s Mbit/s out", str(m, "node"),
               str(m, "address"), up ? "up" : "DOWN", str(m, "link"), str(m, "iface"),
               numf(json_object_get(m, "rtt_ms"), 3, 0, b1, sizeof(b1)),
               numf(json_object_get(m, "throughput_mbps"), 1, 0, b2, sizeof(b2)));
         if (!up)
             continue;
-        check(!json_is_false(json_object_get(m, "reach_out")) &&
+        check(warnings,
+              !json_is_false(json_object_get(m, "reach_out")) &&
                   !json_is_false(json_object_get(m, "reach_in")),
               "      reachable: from here %s, from there %s",
               yesno(json_object_get(m, "reach_out")), yesno(json_object_get(m, "reach_in")));
-        check(!json_is_number(mtu) || json_number_value(mtu) >= MTU_WARN, "      path MTU %s",
-              numf(mtu, 0, 0, b1, sizeof(b1)));
-        check(!json_is_number(skew) || fabs(json_number_value(skew)) < SKEW_WARN_MS,
+        check(warnings, !json_is_number(mtu) || json_number_value(mtu) >= MTU_WARN,
+              "      path MTU %s", numf(mtu, 0, 0, b1, sizeof(b1)));
+        check(warnings, !json_is_number(skew) || fabs(json_number_value(skew)) < SKEW_WARN_MS,
               "      clock skew %s ms", numf(skew, 1, 1, b1, sizeof(b1)));
     }
     if (json_array_size(json_object_get(r, "members")) == 0)
-        check(0, "no members: join another machine with a token (gradmesh token create)");
+        check(warnings, 0, "no members: join another machine with a token (gradmesh token create)");
 }
 
-static void doctor_discovery(json_t *r)
+static void doctor_discovery(json_t *r, int *warnings)
 {
     json_t *d = json_object_get(r, "discovery"), *e, *ib;
     size_t i;
 
     printf("discovery\n");
     if (json_is_null(d) || d == NULL) {
-        check(1, "multicast beacons off (multicast = off, or listening on loopback)");
+        check(warnings, 1, "multicast beacons off (multicast = off, or listening on loopback)");
     } else {
         ib = json_object_get(d, "ignored_by_reason");
-        check(json_string_length(json_object_get(d, "interfaces")) > 0,
+        check(warnings, json_string_length(json_object_get(d, "interfaces")) > 0,
               "multicast %s on [%s]: sent %lld, received %lld, accepted %lld", str(d, "group"),
               str(d, "interfaces"), json_integer_value(json_object_get(d, "sent")),
               json_integer_value(json_object_get(d, "received")),
               json_integer_value(json_object_get(d, "accepted")));
-        check(json_is_true(json_object_get(d, "member_beacons")), "member beacons %s",
+        check(warnings, json_is_true(json_object_get(d, "member_beacons")), "member beacons %s",
               json_is_true(json_object_get(d, "member_beacons"))
                   ? "on"
                   : "off (no beacon.key: rejoin to get one)");
         if (json_integer_value(json_object_get(d, "ignored")) > 0)
-            check(1,
+            check(warnings, 1,
                   "ignored beacons: %lld malformed, %lld unauthenticated, %lld stale, %lld "
                   "replayed, %lld foreign",
                   json_integer_value(json_object_get(ib, "malformed")),
@@ -203,7 +205,7 @@ static void doctor_discovery(json_t *r)
     }
     json_array_foreach(json_object_get(r, "endpoints"), i, e)
     {
-        check(strcmp(str(e, "state"), "linked") == 0, "static peer %s: %s%s%s%s",
+        check(warnings, strcmp(str(e, "state"), "linked") == 0, "static peer %s: %s%s%s%s",
               str(e, "endpoint"), str(e, "state"),
               json_is_string(json_object_get(e, "node")) ? " to " : "",
               json_is_string(json_object_get(e, "node")) ? str(e, "node") : "",
@@ -248,7 +250,7 @@ static void matrix_extremes(json_t *mx, double *min_mbps, double *max_rtt)
         json_number_value(v);
 }
 
-static int model_size(const char *name, size_t *params, size_t *psgd_floats)
+static int model_new(const char *name, struct gm_model **m)
 {
     struct gm_model_spec spec = {.name = name,
                                  .in_c = 1,
@@ -257,60 +259,66 @@ static int model_size(const char *name, size_t *params, size_t *psgd_floats)
                                  .classes = 10,
                                  .hidden = {256},
                                  .nhidden = 1};
-    struct gm_model *m = NULL;
-    int err;
 
+    *m = NULL;
     if (!gm_model_known(name))
         return -EINVAL;
-    err = gm_model_new(&spec, 1, &m);
-    if (err != 0)
-        return err;
-    *params = gm_model_num_params(m);
-    err = gm_sim_psgd_payload(m, 2, psgd_floats);
-    gm_model_free(m);
-    return err;
+    return gm_model_new(&spec, 1, m);
 }
 
-/* Ring all-reduce of bytes over n members: 2(n-1) steps of bytes/n, one RTT each. */
-static double ring_ms(double bytes, int n, double mbps, double rtt_ms, double rounds)
-{
-    if (n < 2)
-        return 0;
-    return rounds * (2.0 * (n - 1) * (bytes / n) * 8.0 / (mbps * 1e3) + 2.0 * (n - 1) * rtt_ms);
-}
-
-static void doctor_codecs(json_t *r, const char *model)
+/* The strategies train/gradsync.h knows, each estimated by gm_coll_cost over n members joined
+ * by the slowest link measured anywhere (one-way latency: half the largest RTT). */
+static void doctor_codecs(json_t *r, const char *model, int *warnings)
 {
     json_t *mx = json_object_get(r, "matrix");
     int n = (int)json_array_size(json_object_get(mx, "nodes"));
-    size_t params = 0, pfl = 0;
+    struct gm_gradsync_strategy st[8];
+    size_t ns = gm_gradsync_strategies(st, GM_ARRAY_SIZE(st));
+    struct gm_coll_link *links = NULL;
+    struct gm_model *m = NULL;
     double mbps, rtt;
 
     printf("gradient codecs (communication per step, %s, %d members)\n", model, n);
     matrix_extremes(mx, &mbps, &rtt);
-    if (model_size(model, &params, &pfl) != 0) {
-        check(0, "unknown model %s", model);
+    if (model_new(model, &m) != 0) {
+        check(warnings, 0, "unknown model %s", model);
         return;
     }
     if (n < 2 || mbps <= 0) {
-        check(1, "no measured links yet: nothing to estimate");
-        return;
+        check(warnings, 1, "no measured links yet: nothing to estimate");
+        goto out;
     }
-    printf("  slowest link %.1f Mbit/s, largest RTT %.3f ms; %zu parameters\n", mbps, rtt, params);
-    printf("  %-22s %12s %14s\n", "codec", "bytes/rank", "ms per step");
-    printf("  %-22s %12zu %14.2f\n", "fp32", 4 * params, ring_ms(4.0 * params, n, mbps, rtt, 1));
-    printf("  %-22s %12zu %14.2f\n", "fp16", 2 * params, ring_ms(2.0 * params, n, mbps, rtt, 1));
-    printf("  %-22s %12zu %14.2f\n", "powersgd rank 2 (fp16)", 2 * pfl,
-           ring_ms(2.0 * pfl, n, mbps, rtt, 2)); /* P and Q: two all-reduces */
-    printf("  %-22s %12zu %14.2f\n", "diloco H=16 (fp32)", 4 * params / 16,
-           ring_ms(4.0 * params, n, mbps, rtt, 1) / 16);
+    links = calloc((size_t)n * (size_t)n, sizeof(*links));
+    if (links == NULL) {
+        check(warnings, 0, "out of memory");
+        goto out;
+    }
+    for (int i = 0; i < n * n; i++)
+        links[i] = (struct gm_coll_link){.alpha_s = rtt / 2e3, .bytes_per_s = mbps * 1e6 / 8};
+    printf("  slowest link %.1f Mbit/s, largest RTT %.3f ms; %zu parameters\n", mbps, rtt,
+           gm_model_num_params(m));
+    printf("  %-22s %12s %14s\n", "codec", "bytes/step", "ms per step");
+    for (size_t i = 0; i < ns && i < GM_ARRAY_SIZE(st); i++) {
+        struct gm_gradsync_cost c;
+        char label[48];
+
+        gm_gradsync_describe(&st[i], label, sizeof(label));
+        if (gm_gradsync_estimate(&st[i], m, n, links, &c) != 0) {
+            check(warnings, 0, "%s: no estimate", label);
+            continue;
+        }
+        printf("  %-22s %12llu %14.2f\n", label, (unsigned long long)c.step_bytes, c.seconds * 1e3);
+    }
+out:
+    free(links);
+    gm_model_free(m);
 }
 
 int gm_cli_doctor(int argc, char **argv)
 {
     const char *config = NULL, *model = "lenet5";
     json_t *r = NULL;
-    int as_json = 0, err;
+    int as_json = 0, warnings = 0, err;
 
     if (parse_common(argc, argv, "doctor", &config, &as_json, &model) != 0)
         return GM_EXIT_USAGE;
@@ -322,18 +330,17 @@ int gm_cli_doctor(int argc, char **argv)
         json_decref(r);
         return GM_EXIT_OK;
     }
-    warnings = 0;
     printf("node %s of cluster %s (%s)\n", str(r, "node"), str(r, "cluster"), str(r, "role"));
     printf("ports\n");
-    check(1, "listening for members on %s (TCP, TLS 1.3)", str(r, "listen"));
-    check(1, "control socket %s", str(r, "control"));
-    doctor_discovery(r);
-    doctor_links(r);
+    check(&warnings, 1, "listening for members on %s (TCP, TLS 1.3)", str(r, "listen"));
+    check(&warnings, 1, "control socket %s", str(r, "control"));
+    doctor_discovery(r, &warnings);
+    doctor_links(r, &warnings);
     printf("round-trip time, ms (each row as that node measured it)\n");
     print_matrix(json_object_get(r, "matrix"), "rtt_ms", 3);
     printf("throughput, Mbit/s\n");
     print_matrix(json_object_get(r, "matrix"), "throughput_mbps", 1);
-    doctor_codecs(r, model);
+    doctor_codecs(r, model, &warnings);
     printf("%d warning%s\n", warnings, warnings == 1 ? "" : "s");
     json_decref(r);
     return GM_EXIT_OK;

@@ -5,44 +5,23 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void put16(uint8_t *p, uint16_t v)
-{
-    p[0] = (uint8_t)(v >> 8);
-    p[1] = (uint8_t)v;
-}
-
-static void put32(uint8_t *p, uint32_t v)
-{
-    put16(p, (uint16_t)(v >> 16));
-    put16(p + 2, (uint16_t)v);
-}
-
-static uint16_t get16(const uint8_t *p)
-{
-    return (uint16_t)((p[0] << 8) | p[1]);
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-    return ((uint32_t)get16(p) << 16) | get16(p + 2);
-}
+#include "common/byteorder.h"
 
 void gm_frame_hdr_encode(const struct gm_frame_hdr *h, uint8_t out[GM_FRAME_HDR_LEN])
 {
-    put16(out, h->type);
-    put16(out + 2, h->flags);
-    put32(out + 4, h->len);
-    put32(out + 8, (uint32_t)(h->req >> 32));
-    put32(out + 12, (uint32_t)h->req);
+    gm_put_be16(out, h->type);
+    gm_put_be16(out + 2, h->flags);
+    gm_put_be32(out + 4, h->len);
+    gm_put_be64(out + 8, h->req);
 }
 
 int gm_frame_hdr_decode(const uint8_t in[GM_FRAME_HDR_LEN], uint32_t max_len,
                         gm_frame_known_fn known, struct gm_frame_hdr *out)
 {
-    out->type = get16(in);
-    out->flags = get16(in + 2);
-    out->len = get32(in + 4);
-    out->req = ((uint64_t)get32(in + 8) << 32) | get32(in + 12);
+    out->type = gm_get_be16(in);
+    out->flags = gm_get_be16(in + 2);
+    out->len = gm_get_be32(in + 4);
+    out->req = gm_get_be64(in + 8);
     if (known != NULL && !known(out->type))
         return GM_ERR_PROTO;
     if ((out->flags & ~GM_FRAME_F_KNOWN) != 0)

@@ -17,6 +17,7 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include "common/byteorder.h"
 #include "common/log.h"
 #include "common/time.h"
 
@@ -596,24 +597,6 @@ void gm_link_fail(struct gm_link *l, int err, const char *message)
     gm_link_close(l, err);
 }
 
-static uint64_t get_be64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    size_t i;
-
-    for (i = 0; i < 8; i++)
-        v = (v << 8) | p[i];
-    return v;
-}
-
-static void put_be64(uint8_t *p, uint64_t v)
-{
-    size_t i;
-
-    for (i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (56 - 8 * i));
-}
-
 static uint64_t wall_ns(void)
 {
     struct timespec ts;
@@ -628,7 +611,7 @@ void gm_link_ping(struct gm_link *l)
     uint64_t now = gm_time_mono_ns();
 
     l->t_last_ping = now;
-    put_be64(p, now);
+    gm_put_be64(p, now);
     ignore(gm_link_send(l, GM_MSG_PING, 0, p, sizeof(p)));
 }
 
@@ -639,7 +622,7 @@ void gm_link_pong(struct gm_link *l, const uint8_t *payload, size_t len)
     if (len != 8)
         return;
     memcpy(p, payload, 8);
-    put_be64(p + 8, wall_ns());
+    gm_put_be64(p + 8, wall_ns());
     ignore(gm_link_send(l, GM_MSG_PONG, 0, p, sizeof(p)));
 }
 
@@ -649,13 +632,13 @@ void gm_link_rtt_sample(struct gm_link *l, const uint8_t *payload, size_t len)
 
     if (len != 8 && len != 16)
         return;
-    t = get_be64(payload);
+    t = gm_get_be64(payload);
     if (t > now)
         return;
     l->rtt_ms = (double)(now - t) / 1e6;
     if (len == 16) {
         /* the peer read its clock about half a round trip ago */
-        double peer_ms = (double)get_be64(payload + 8) / 1e6;
+        double peer_ms = (double)gm_get_be64(payload + 8) / 1e6;
         double mid_ms = (double)wall_ns() / 1e6 - l->rtt_ms / 2;
         l->skew_ms = peer_ms - mid_ms;
         l->have_skew = 1;

@@ -15,23 +15,18 @@
 #include <string.h>
 
 #include "common/log.h"
-#include "train/collective.h"
-#include "train/diloco.h"
-#include "train/model.h"
-#include "train/powersgd.h"
-#include "train/transport_mem.h"
-
-enum sim_codec { SIM_FP32, SIM_FP16, SIM_PSGD, SIM_DILOCO };
+#include "train/comm/collective.h"
+#include "train/comm/transport_mem.h"
+#include "train/gradsync.h"
 
 struct sim;
 
 struct rank_ctx {
     struct sim *s;
     int rank;
-    struct gm_coll *coll; /* owned */
-    struct gm_psgd *psgd; /* owned, lazily */
-    struct gm_diloco *dl; /* owned, lazily */
-    int status, calls;    /* of the op in flight */
+    struct gm_coll *coll;     /* owned */
+    struct gm_gradsync *sync; /* owned */
+    int status, calls;        /* of the op in flight */
     struct gm_train_comm comm;
     struct gm_train_opts opts;
     struct gm_train_summary sum;
@@ -41,8 +36,7 @@ struct rank_ctx {
 
 struct sim {
     struct gm_job job; /* shallow copy, threads = 1 */
-    enum sim_codec codec;
-    bool error_feedback;
+    struct gm_gradsync_strategy strategy;
     int n;
     struct gm_memnet *net; /* owned */
     pthread_mutex_t mu;
@@ -50,9 +44,8 @@ struct sim {
     int arrived, exited;
     uint64_t gen;
     uint64_t rounds, last_round_bytes;
-    uint64_t grad_bytes;  /* payload of counted rounds, all ranks */
-    uint64_t hash_checks; /* passed, counted by rank 0 */
-    struct rank_ctx *r;   /* owned, n */
+    uint64_t grad_bytes; /* payload of counted rounds, all ranks */
+    struct rank_ctx *r;  /* owned, n */
 };
 
 static uint64_t bytes_sent(const struct sim *s)
@@ -88,12 +81,12 @@ static void op_done(struct gm_coll *c, int status, void *arg)
     rc->calls++;
 }
 
-typedef int (*start_fn)(struct rank_ctx *rc, struct gm_model *m, long step);
-
-/* counted: the round moves gradients or parameters (bytes_sent); hash checks do not. */
-static int rendezvous(struct rank_ctx *rc, start_fn start, struct gm_model *m, long step,
-                      bool counted)
+/* The gradsync executor (gm_gradsync_exec.run): starts this rank's op under mu, and the last
+ * rank to arrive runs the round.  counted: the round moves gradients or parameters
+ * (bytes_sent); hash checks do not. */
+static int rendezvous(void *ctx, gm_gradsync_start_fn start, void *arg, bool counted)
 {
+    struct rank_ctx *rc = ctx;
     struct sim *s = rc->s;
     uint64_t gen;
     int err;
@@ -105,7 +98,7 @@ static int rendezvous(struct rank_ctx *rc, start_fn start, struct gm_model *m, l
     }
     rc->calls = 0;
     rc->status = 0;
-    err = start(rc, m, step);
+    err = start(rc->coll, arg, op_done, rc);
     if (err < 0) {
         s->exited++; /* this rank is out: nobody may wait for it */
         abort_round(s);
@@ -133,158 +126,18 @@ static int rendezvous(struct rank_ctx *rc, start_fn start, struct gm_model *m, l
     return err;
 }
 
-static int start_dense(struct rank_ctx *rc, struct gm_model *m, long step)
-{
-    struct gm_coll_opts o = {.algo = GM_COLL_RING,
-                             .codec = rc->s->codec == SIM_FP16 ? GM_CODEC_FP16 : GM_CODEC_FP32,
-                             .reduce = GM_COLL_MEAN,
-                             .step = (uint64_t)step};
-
-    return gm_coll_allreduce_start(rc->coll, gm_model_grads(m), gm_model_num_params(m), &o, op_done,
-                                   rc);
-}
-
-static int start_psgd(struct rank_ctx *rc, struct gm_model *m, long step)
-{
-    return gm_psgd_reduce_start(rc->psgd, rc->coll, gm_model_grads(m), (uint64_t)step, op_done, rc);
-}
-
-static int start_diloco(struct rank_ctx *rc, struct gm_model *m, long step)
-{
-    return gm_diloco_sync_start(rc->dl, rc->coll, gm_model_params(m), (uint64_t)step, op_done, rc);
-}
-
-static int start_hashcheck(struct rank_ctx *rc, struct gm_model *m, long step)
-{
-    return gm_coll_hashcheck_start(rc->coll, gm_model_params(m),
-                                   gm_model_num_params(m) * sizeof(float), (uint64_t)step, op_done,
-                                   rc);
-}
-
-/* PowerSGD's view of each parameter tensor: its 2-D shape, or a dense column. */
-static struct gm_view *model_views(const struct gm_model *m, size_t *nt)
-{
-    struct gm_view *v;
-
-    *nt = gm_model_num_tensors(m);
-    v = calloc(*nt + 1, sizeof(*v));
-    if (v == NULL)
-        return NULL;
-    for (size_t i = 0; i < *nt; i++) {
-        const struct gm_param_info *pi = gm_model_tensor(m, i);
-        v[i].offset = pi->offset;
-        v[i].rows = (size_t)pi->rows;
-        v[i].cols = (size_t)pi->cols;
-        if (v[i].rows * v[i].cols != pi->numel) { /* no 2-D view: send it dense */
-            v[i].rows = pi->numel;
-            v[i].cols = 1;
-        }
-    }
-    return v;
-}
-
-int gm_sim_psgd_payload(const struct gm_model *m, int rank, size_t *floats)
-{
-    struct gm_psgd_config cfg;
-    struct gm_psgd *p = NULL;
-    size_t nt;
-    struct gm_view *v = model_views(m, &nt);
-    int err;
-
-    *floats = 0;
-    if (v == NULL)
-        return -ENOMEM;
-    gm_psgd_config_default(&cfg);
-    cfg.rank = rank;
-    err = gm_psgd_new(&cfg, v, nt, gm_model_num_params(m), &p);
-    free(v);
-    if (err == 0)
-        *floats = gm_psgd_payload_floats(p, 0);
-    gm_psgd_free(p);
-    return err;
-}
-
-static int init_psgd(struct rank_ctx *rc, struct gm_model *m, long total_steps)
-{
-    const struct gm_job *job = &rc->s->job;
-    size_t nt;
-    struct gm_view *v = model_views(m, &nt);
-    struct gm_psgd_config cfg;
-    int err;
-
-    if (v == NULL)
-        return -ENOMEM;
-    gm_psgd_config_default(&cfg);
-    cfg.rank = job->comm.rank;
-    cfg.warmup_steps = (uint64_t)(total_steps * 2 / 100);
-    cfg.error_feedback = rc->s->error_feedback;
-    cfg.seed = job->seed;
-    cfg.algo = GM_COLL_RING;
-    err = gm_psgd_new(&cfg, v, nt, gm_model_num_params(m), &rc->psgd);
-    free(v);
-    if (err == 0 && rc->rank == 0)
-        gm_info("event=powersgd rank=%d matrices=%zu dense_floats=%zu warmup_steps=%llu "
-                "payload_floats=%zu params=%zu error_feedback=%d",
-                cfg.rank, gm_psgd_matrices(rc->psgd), gm_psgd_dense_floats(rc->psgd),
-                (unsigned long long)cfg.warmup_steps,
-                gm_psgd_payload_floats(rc->psgd, cfg.warmup_steps), gm_model_num_params(m),
-                cfg.error_feedback);
-    return err;
-}
-
 static int hook_reduce(void *ctx, struct gm_model *m, long step, long total_steps)
 {
     struct rank_ctx *rc = ctx;
-    int err;
 
-    switch (rc->s->codec) {
-    case SIM_PSGD:
-        if (rc->psgd == NULL && (err = init_psgd(rc, m, total_steps)) < 0)
-            return err;
-        return rendezvous(rc, start_psgd, m, step, true);
-    case SIM_DILOCO:
-        if (rc->dl == NULL) { /* before the first local step: the shared initial weights */
-            struct gm_diloco_config cfg;
-            gm_diloco_config_default(&cfg);
-            cfg.h = (uint32_t)rc->s->job.comm.local_steps;
-            cfg.outer_lr = (float)rc->s->job.comm.outer_lr;
-            cfg.momentum = (float)rc->s->job.comm.outer_momentum;
-            cfg.algo = GM_COLL_RING;
-            return gm_diloco_new(&cfg, gm_model_params(m), gm_model_num_params(m), &rc->dl);
-        }
-        return 0;
-    default:
-        return rendezvous(rc, start_dense, m, step, true);
-    }
+    return gm_gradsync_reduce(rc->sync, m, step, total_steps);
 }
 
-/* Proves the replicas identical: after every DiLoCo sync (params agree only
- * then), every 100 steps otherwise, and after the last step. */
 static int hook_after(void *ctx, struct gm_model *m, long step, long total_steps)
 {
     struct rank_ctx *rc = ctx;
-    bool last = step + 1 == total_steps;
-    int err;
 
-    if (rc->s->codec == SIM_DILOCO) {
-        if (gm_diloco_due(rc->dl, (uint64_t)step)) {
-            if ((err = rendezvous(rc, start_diloco, m, step, true)) < 0)
-                return err;
-        } else if (last) { /* mid-round: end on the outer parameters, like every rank */
-            if ((err = gm_diloco_restore(rc->dl, gm_model_params(m))) < 0)
-                return err;
-        } else {
-            return 0;
-        }
-    } else if ((step + 1) % 100 != 0 && !last) {
-        return 0;
-    }
-    err = rendezvous(rc, start_hashcheck, m, step, false);
-    if (err == 0 && rc->rank == 0)
-        rc->s->hash_checks++;
-    if (err == GM_ERR_MISMATCH)
-        gm_err("event=replicas_differ step=%ld: parameters are not bitwise identical", step);
-    return err;
+    return gm_gradsync_after_step(rc->sync, m, step, total_steps);
 }
 
 static void *rank_main(void *arg)
@@ -301,12 +154,6 @@ static void *rank_main(void *arg)
     return NULL;
 }
 
-static const char *codec_name(enum sim_codec c)
-{
-    static const char *const names[] = {"fp32", "fp16", "powersgd", "diloco"};
-    return names[c];
-}
-
 int gm_sim_train(const struct gm_job *job, const struct gm_train_opts *opts,
                  const struct gm_sim_opts *so, struct gm_train_summary *sum)
 {
@@ -321,21 +168,9 @@ int gm_sim_train(const struct gm_job *job, const struct gm_train_opts *opts,
     s.job = *job;
     s.job.threads = 1;
     s.n = so->workers;
-    s.error_feedback = so->error_feedback;
-    switch (job->comm.codec) {
-    case GM_JOB_CODEC_FP16:
-        s.codec = SIM_FP16;
-        break;
-    case GM_JOB_CODEC_POWERSGD:
-        s.codec = SIM_PSGD;
-        break;
-    case GM_JOB_CODEC_DILOCO:
-        s.codec = SIM_DILOCO;
-        break;
-    default:
-        s.codec = SIM_FP32;
-        break;
-    }
+    if ((err = gm_gradsync_strategy_from_job(job, &s.strategy)) < 0)
+        return err;
+    s.strategy.error_feedback = so->error_feedback;
     pthread_mutex_init(&s.mu, NULL);
     pthread_cond_init(&s.cv, NULL);
     s.net = gm_memnet_new(s.n);
@@ -348,11 +183,14 @@ int gm_sim_train(const struct gm_job *job, const struct gm_train_opts *opts,
         struct rank_ctx *rc = &s.r[i];
         rc->s = &s;
         rc->rank = i;
+        struct gm_gradsync_exec ex = {.run = rendezvous, .ctx = rc};
         rc->coll = gm_coll_new(gm_memnet_transport(s.net, i), &cc);
         if (rc->coll == NULL) {
             err = -ENOMEM;
             goto out;
         }
+        if ((err = gm_gradsync_new(&s.strategy, i, s.n, job->seed, &ex, &rc->sync)) < 0)
+            goto out;
         rc->comm = (struct gm_train_comm){.rank = i,
                                           .world = s.n,
                                           .reduce_grads = hook_reduce,
@@ -361,7 +199,7 @@ int gm_sim_train(const struct gm_job *job, const struct gm_train_opts *opts,
         rc->opts = *opts;
         rc->opts.comm = &rc->comm;
     }
-    gm_info("event=simulate workers=%d codec=%s", s.n, codec_name(s.codec));
+    gm_info("event=simulate workers=%d codec=%s", s.n, s.strategy.name);
     for (int i = 0; i < s.n; i++) {
         int e = pthread_create(&s.r[i].th, NULL, rank_main, &s.r[i]);
         if (e != 0) {
@@ -390,20 +228,19 @@ int gm_sim_train(const struct gm_job *job, const struct gm_train_opts *opts,
         *sum = s.r[0].sum;
         sum->samples_per_s *= s.n;
         sum->bytes_sent = s.grad_bytes;
-        snprintf(sum->codec, sizeof(sum->codec), "%s", codec_name(s.codec));
+        snprintf(sum->codec, sizeof(sum->codec), "%s", gm_gradsync_summary_codec(&s.strategy, s.n));
         gm_info("event=simulate_done workers=%d codec=%s bytes_sent=%llu rounds=%llu "
                 "last_round_bytes=%llu hash_checks=%llu test_accuracy=%.2f",
                 s.n, sum->codec, (unsigned long long)sum->bytes_sent, (unsigned long long)s.rounds,
-                (unsigned long long)s.last_round_bytes, (unsigned long long)s.hash_checks,
-                sum->test_accuracy);
+                (unsigned long long)s.last_round_bytes,
+                (unsigned long long)gm_gradsync_hash_checks(s.r[0].sync), sum->test_accuracy);
     }
 out:
     if (s.net != NULL)
         gm_memnet_run(s.net);
     if (s.r != NULL) {
         for (int i = 0; i < s.n; i++) {
-            gm_psgd_free(s.r[i].psgd);
-            gm_diloco_free(s.r[i].dl);
+            gm_gradsync_free(s.r[i].sync);
             gm_coll_free(s.r[i].coll);
         }
     }

@@ -21,10 +21,11 @@
 
 #include "common/log.h"
 #include "common/time.h"
-#include "train/data.h"
-#include "train/model.h"
-#include "train/optim.h"
-#include "train/safetensors.h"
+#include "train/data/data.h"
+#include "train/gradsync.h"
+#include "train/nn/model.h"
+#include "train/nn/optim.h"
+#include "train/ckpt/safetensors.h"
 
 struct run {
     const struct gm_job *job;
@@ -240,7 +241,8 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
     r.t_start = gm_time_mono_ns();
     snprintf(sum->job, sizeof(sum->job), "%s", job->name);
     snprintf(sum->model, sizeof(sum->model), "%s", gm_job_model_name(job->model));
-    snprintf(sum->codec, sizeof(sum->codec), "none");
+    /* one replica: nothing on a wire (train/sim.c overwrites it for its ranks) */
+    snprintf(sum->codec, sizeof(sum->codec), "%s", gm_gradsync_summary_codec(NULL, 1));
     if ((err = setup(&r)) < 0)
         goto out;
     sum->params = gm_model_num_params(r.model);

@@ -12,8 +12,8 @@
 #include <string.h>
 
 #include "common/assert.h"
-#include "train/collective.h"
-#include "train/transport_mem.h"
+#include "train/comm/collective.h"
+#include "train/comm/transport_mem.h"
 
 static int calls[2];
 

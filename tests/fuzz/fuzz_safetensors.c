@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "common/log.h"
-#include "train/safetensors.h"
+#include "train/ckpt/safetensors.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -7,8 +7,8 @@
 #include <string.h>
 
 #include "common/test.h"
-#include "train/bucket.h"
-#include "train/transport_mem.h"
+#include "train/comm/bucket.h"
+#include "train/comm/transport_mem.h"
 
 GM_TEST_DEFINE_STATE;
 

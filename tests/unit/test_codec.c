@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "common/test.h"
-#include "train/codec.h"
+#include "train/comm/codec.h"
 
 GM_TEST_DEFINE_STATE;
 

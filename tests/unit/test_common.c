@@ -1,8 +1,10 @@
 /* tests/unit/test_common.c - error names, exit-code mapping, log line format. */
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
+#include "common/byteorder.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "common/test.h"
@@ -47,9 +49,31 @@ static void test_log_lines(void)
     GM_CHECK_STREQ(buf, "<4>event=x a=1\nerror: event=y\n");
 }
 
+/* Known byte patterns both ways, at an odd (unaligned) offset. */
+static void test_byteorder(void)
+{
+    uint8_t b[17] = {0};
+    const uint8_t be[8] = {0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef};
+
+    gm_put_be64(b + 1, 0x0123456789abcdefu);
+    GM_CHECK(memcmp(b + 1, be, 8) == 0);
+    GM_CHECK_EQ(gm_get_be64(b + 1), 0x0123456789abcdefu);
+    GM_CHECK_EQ(gm_get_be32(b + 1), 0x01234567u);
+    GM_CHECK_EQ(gm_get_be16(b + 1), 0x0123u);
+    gm_put_be32(b + 9, 0xdeadbeefu);
+    GM_CHECK(b[9] == 0xde && b[12] == 0xef);
+    gm_put_be16(b + 13, 0xbeefu);
+    GM_CHECK(b[13] == 0xbe && b[14] == 0xef);
+    gm_put_le64(b + 1, 0x0123456789abcdefu);
+    GM_CHECK(b[1] == 0xef && b[8] == 0x01);
+    GM_CHECK_EQ(gm_get_le64(b + 1), 0x0123456789abcdefu);
+    GM_CHECK_EQ(gm_get_le32(b + 1), 0x89abcdefu);
+}
+
 int main(void)
 {
     GM_TEST_RUN(test_strerror);
     GM_TEST_RUN(test_log_lines);
+    GM_TEST_RUN(test_byteorder);
     return gm_test_finish("test_common");
 }

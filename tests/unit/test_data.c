@@ -23,8 +23,8 @@
 
 #include "common/log.h"
 #include "common/test.h"
-#include "train/data.h"
-#include "train/rng.h"
+#include "train/data/data.h"
+#include "train/nn/rng.h"
 
 GM_TEST_DEFINE_STATE;
 

@@ -12,8 +12,8 @@
 
 #include "common/assert.h"
 #include "common/test.h"
-#include "train/diloco.h"
-#include "train/transport_mem.h"
+#include "train/compress/diloco.h"
+#include "train/comm/transport_mem.h"
 
 GM_TEST_DEFINE_STATE;
 

@@ -21,14 +21,14 @@
 #include <unistd.h>
 
 #include "common/assert.h"
-#include "train/rng.h"
+#include "train/nn/rng.h"
 #include "common/test.h"
 #include "train/kernels/act.h"
 #include "train/kernels/conv2d.h"
 #include "train/kernels/linear.h"
 #include "train/kernels/maxpool.h"
 #include "train/kernels/xent.h"
-#include "train/model.h"
+#include "train/nn/model.h"
 
 GM_TEST_DEFINE_STATE;
 

@@ -1,5 +1,5 @@
 /*
- * tests/unit/test_optim.c - optimizers and schedules (train/optim.h).
+ * tests/unit/test_optim.c - optimizers and schedules (train/nn/optim.h).
  *
  * 1. gm_optim_step against a double-precision reference written here from the
  *    published update rules (torch.optim.SGD / Adam docs), 200 steps of random
@@ -30,7 +30,7 @@
 
 #include "common/assert.h"
 #include "common/test.h"
-#include "train/optim.h"
+#include "train/nn/optim.h"
 
 GM_TEST_DEFINE_STATE;
 

@@ -11,8 +11,8 @@
 
 #include "common/assert.h"
 #include "common/test.h"
-#include "train/powersgd.h"
-#include "train/transport_mem.h"
+#include "train/compress/powersgd.h"
+#include "train/comm/transport_mem.h"
 
 GM_TEST_DEFINE_STATE;
 

@@ -17,7 +17,7 @@
 #include "common/err.h"
 #include "common/log.h"
 #include "common/test.h"
-#include "train/safetensors.h"
+#include "train/ckpt/safetensors.h"
 
 GM_TEST_DEFINE_STATE;
 

@@ -1,6 +1,6 @@
 /*
  * tests/unit/test_transport_mem.c - the in-memory transport keeps the
- * transport contract (train/transport.h): no callback inside a call, per-pair
+ * transport contract (train/comm/transport.h): no callback inside a call, per-pair
  * FIFO, one armed recv per peer, recv_stop silences, broken links fail armed
  * recvs and later calls, post runs once; callbacks are counted.
  */
@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "common/test.h"
-#include "train/transport_mem.h"
+#include "train/comm/transport_mem.h"
 
 GM_TEST_DEFINE_STATE;
 

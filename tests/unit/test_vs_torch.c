@@ -18,10 +18,10 @@
 #include <unistd.h>
 
 #include "common/test.h"
-#include "train/data.h"
-#include "train/model.h"
-#include "train/optim.h"
-#include "train/rng.h"
+#include "train/data/data.h"
+#include "train/nn/model.h"
+#include "train/nn/optim.h"
+#include "train/nn/rng.h"
 
 GM_TEST_DEFINE_STATE;
 

@@ -1,0 +1,209 @@
+/*
+ * agent/views.c - see views.h.
+ *
+ * Every view is built fresh from the member table, the measurements and the
+ * discovery counters; the answer object is the caller's (json_decref).
+ */
+#include "agent/views.h"
+
+#include <string.h>
+#include <time.h>
+
+#include <jansson.h>
+
+#include "agent/endpoints.h"
+#include "agent/state.h"
+#include "common/assert.h"
+#include "discovery/discovery.h"
+#include "discovery/iface.h"
+
+static json_t *num_or_null(double v)
+{
+    return v < 0 ? json_null() : json_real(v);
+}
+
+static json_t *tri(int v)
+{
+    return v < 0 ? json_null() : json_boolean(v);
+}
+
+/* Class of the path to a member without a link: from the route it would take. */
+static enum gm_link_class path_class(const struct gm_agent *a, const char *address)
+{
+    struct sockaddr_storage ss;
+    struct gm_iface eg;
+
+    if (gm_proto_addr_parse(address, &ss) != 0 ||
+        gm_iface_egress((struct sockaddr *)&ss, a->cfg.tunnels, &eg) != 0)
+        return GM_CLASS_WAN;
+    return gm_iface_classify((struct sockaddr *)&ss, &eg);
+}
+
+/* What p measured of its link to us (LINK_STATS), or NULL. */
+static const struct gm_link_stat *remote_view(const struct gm_agent *a, const struct gm_peer *p)
+{
+    size_t i;
+
+    for (i = 0; i < p->m.nremote; i++)
+        if (strcmp(p->m.remote[i].node, a->cfg.node) == 0)
+            return &p->m.remote[i];
+    return NULL;
+}
+
+static json_t *member_json(struct gm_agent *a, const struct gm_peer *p)
+{
+    const struct gm_link_stat *rv = p->link ? remote_view(a, p) : NULL;
+    int mtu = p->m.mtu_local;
+    double skew = 0;
+    json_t *m;
+
+    if (p->m.mtu_remote > 0 && (mtu <= 0 || p->m.mtu_remote < mtu))
+        mtu = p->m.mtu_remote;
+    m = json_pack("{s:s, s:s, s:s, s:s}", "node", p->node, "address", p->address, "link",
+                  gm_class_name(p->link ? gm_measure_class(p) : path_class(a, p->address)), "state",
+                  p->link ? "up" : "down");
+    if (m == NULL)
+        return NULL;
+    json_object_set_new(
+        m, "rtt_ms",
+        num_or_null(p->link && gm_link_rtt_ms(p->link) > 0 ? gm_link_rtt_ms(p->link) : -1));
+    json_object_set_new(m, "throughput_mbps", num_or_null(p->link ? p->m.mbps_out : -1));
+    json_object_set_new(m, "throughput_in_mbps", num_or_null(p->link ? p->m.mbps_in : -1));
+    json_object_set_new(m, "mtu", p->link && mtu > 0 ? json_integer(mtu) : json_null());
+    json_object_set_new(m, "iface",
+                        p->link && p->m.iface[0] ? json_string(p->m.iface) : json_null());
+    json_object_set_new(m, "clock_skew_ms",
+                        p->link && gm_link_skew_ms(p->link, &skew) ? json_real(skew) : json_null());
+    json_object_set_new(m, "reach_out", tri(p->link ? p->m.reach_out : -1));
+    json_object_set_new(m, "reach_in", tri(rv ? rv->reach : -1));
+    return m;
+}
+
+static json_t *status_json(struct gm_agent *a)
+{
+    json_t *o = json_object(), *members = json_array();
+    size_t i, up = 0;
+
+    for (i = 0; i < a->npeers; i++) {
+        up += a->peers[i].link != NULL;
+        json_array_append_new(members, member_json(a, &a->peers[i]));
+    }
+    json_object_set_new(o, "cluster", json_string(a->cfg.cluster));
+    json_object_set_new(o, "node", json_string(a->cfg.node));
+    json_object_set_new(o, "listen", json_string(a->listen_addr));
+    json_object_set_new(o, "role", json_string(a->cakey ? "admitter" : "member"));
+    json_object_set_new(o, "chief", json_null());
+    json_object_set_new(o, "term", json_integer(0));
+    json_object_set_new(o, "quorum", json_boolean(2 * (up + 1) > a->npeers + 1));
+    json_object_set_new(o, "members", members);
+    json_object_set_new(o, "job", json_null());
+    return o;
+}
+
+static json_t *discovery_json(struct gm_agent *a)
+{
+    struct gm_disc_stats st;
+    char ifs[256];
+
+    if (a->disc == NULL)
+        return json_null();
+    gm_disc_get_stats(a->disc, &st);
+    gm_disc_ifaces(a->disc, ifs, sizeof(ifs));
+    return json_pack("{s:s, s:s, s:b, s:i, s:i, s:i, s:i, s:{s:i, s:i, s:i, s:i, s:i}}", "group",
+                     a->cfg.multicast, "interfaces", ifs, "member_beacons", a->have_bkey, "sent",
+                     (int)st.sent, "received", (int)st.received, "accepted", (int)st.accepted,
+                     "ignored", (int)st.ignored, "ignored_by_reason", "malformed",
+                     (int)st.ignored_format, "unauthenticated", (int)st.ignored_auth, "stale",
+                     (int)st.ignored_stale, "replayed", (int)st.ignored_replay, "foreign",
+                     (int)st.ignored_foreign);
+}
+
+static json_t *endpoints_json(struct gm_agent *a)
+{
+    json_t *arr = json_array();
+    size_t i;
+
+    for (i = 0; i < a->neps; i++) {
+        const struct gm_endpoint *ep = &a->eps[i];
+        const struct gm_peer *p = ep->node[0] ? gm_agent_peer_find(a, ep->node) : NULL;
+        const char *state = p != NULL && p->link != NULL   ? "linked"
+                            : ep->dialing || ep->resolving ? "dialing"
+                                                           : "retrying";
+        json_array_append_new(arr, json_pack("{s:s, s:s?, s:s, s:i, s:s?}", "endpoint", ep->spec,
+                                             "node", ep->node[0] ? ep->node : NULL, "state", state,
+                                             "backoff_ms", (int)ep->backoff_ms, "last_error",
+                                             ep->last_error[0] ? ep->last_error : NULL));
+    }
+    return arr;
+}
+
+/* Rows: who measured; columns: to whom.  Ours first, then each member's
+ * LINK_STATS; null where nobody measured. */
+static json_t *matrix_json(struct gm_agent *a)
+{
+    json_t *nodes = json_array(), *rtt = json_array(), *bw = json_array();
+    size_t i, j, k, n = a->npeers + 1;
+
+    json_array_append_new(nodes, json_string(a->cfg.node));
+    for (i = 0; i < a->npeers; i++)
+        json_array_append_new(nodes, json_string(a->peers[i].node));
+    for (i = 0; i < n; i++) {
+        json_t *rr = json_array(), *br = json_array();
+        for (j = 0; j < n; j++) {
+            const char *to = json_string_value(json_array_get(nodes, j));
+            double r = -1, b = -1;
+            if (i == 0 && j > 0 && a->peers[j - 1].link != NULL) {
+                const struct gm_peer *p = &a->peers[j - 1];
+                r = gm_link_rtt_ms(p->link) > 0 ? gm_link_rtt_ms(p->link) : -1;
+                b = p->m.mbps_out;
+            } else if (i > 0 && i != j && a->peers[i - 1].link != NULL) {
+                const struct gm_peer *p = &a->peers[i - 1];
+                for (k = 0; k < p->m.nremote; k++)
+                    if (strcmp(p->m.remote[k].node, to) == 0) {
+                        r = p->m.remote[k].rtt_ms;
+                        b = p->m.remote[k].throughput_mbps;
+                    }
+            }
+            json_array_append_new(rr, num_or_null(r));
+            json_array_append_new(br, num_or_null(b));
+        }
+        json_array_append_new(rtt, rr);
+        json_array_append_new(bw, br);
+    }
+    return json_pack("{s:o, s:o, s:o}", "nodes", nodes, "rtt_ms", rtt, "throughput_mbps", bw);
+}
+
+static json_t *doctor_json(struct gm_agent *a)
+{
+    json_t *o = status_json(a);
+
+    json_object_set_new(o, "control", json_string(a->cfg.control));
+    json_object_set_new(o, "discovery", discovery_json(a));
+    json_object_set_new(o, "endpoints", endpoints_json(a));
+    json_object_set_new(o, "matrix", matrix_json(a));
+    json_object_set_new(o, "wall_clock_ms", json_integer((json_int_t)time(NULL) * 1000));
+    return o;
+}
+
+static json_t *cmd_status(struct gm_agent *a, json_t *req)
+{
+    (void)req;
+    return status_json(a);
+}
+
+static json_t *cmd_doctor(struct gm_agent *a, json_t *req)
+{
+    (void)req;
+    return doctor_json(a);
+}
+
+static const struct gm_room_command commands[] = {
+    {"status", cmd_status},
+    {"doctor", cmd_doctor},
+};
+
+const struct gm_room gm_views_room = {
+    .name = "views",
+    .commands = commands,
+    .ncommands = GM_ARRAY_SIZE(commands),
+};

@@ -1,0 +1,19 @@
+/*
+ * agent/views.h - what the agent shows of itself over the control socket:
+ * `status` (the object DESIGN.md fixes: cluster, node, role, chief, term,
+ * quorum, members with link class, state, RTT, throughput, MTU, ...; job) and
+ * `doctor` (status plus the control socket path, discovery counters, static
+ * endpoints, the RTT and throughput matrix from every member's LINK_STATS,
+ * and the wall clock).  `gradmesh peers` reads `status`.  Read-only: nothing
+ * here changes the agent.
+ *
+ * Control commands (gm_views_room): status, doctor.  Loop thread only.
+ */
+#ifndef GM_AGENT_VIEWS_H
+#define GM_AGENT_VIEWS_H
+
+struct gm_room;
+
+extern const struct gm_room gm_views_room;
+
+#endif

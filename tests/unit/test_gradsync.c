@@ -1,0 +1,181 @@
+/*
+ * tests/unit/test_gradsync.c - train/gradsync.h: the job's [comm] as one strategy (auto
+ * resolved), the summary's codec, doctor's estimates, and the per-rank logic driven through a
+ * counting executor over a one-rank in-memory transport.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "common/test.h"
+#include "train/comm/transport_mem.h"
+#include "train/gradsync.h"
+#include "train/nn/model.h"
+
+GM_TEST_DEFINE_STATE;
+
+static void test_from_job(void)
+{
+    static const struct {
+        enum gm_job_codec codec;
+        enum gm_gradsync_kind kind;
+        enum gm_codec wire;
+        const char *name;
+    } cases[] = {
+        {GM_JOB_CODEC_AUTO, GM_GRADSYNC_KIND_DENSE, GM_CODEC_FP32, "fp32"},
+        {GM_JOB_CODEC_FP32, GM_GRADSYNC_KIND_DENSE, GM_CODEC_FP32, "fp32"},
+        {GM_JOB_CODEC_FP16, GM_GRADSYNC_KIND_DENSE, GM_CODEC_FP16, "fp16"},
+        {GM_JOB_CODEC_POWERSGD, GM_GRADSYNC_KIND_POWERSGD, GM_CODEC_FP16, "powersgd"},
+        {GM_JOB_CODEC_DILOCO, GM_GRADSYNC_KIND_DILOCO, GM_CODEC_FP16, "diloco"},
+    };
+    struct gm_job job;
+    struct gm_gradsync_strategy s;
+
+    gm_job_defaults(&job);
+    job.comm.rank = 3;
+    job.comm.local_steps = 8;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        job.comm.codec = cases[i].codec;
+        GM_CHECK_OK(gm_gradsync_strategy_from_job(&job, &s));
+        GM_CHECK_EQ(s.kind, cases[i].kind);
+        GM_CHECK_EQ(s.codec, cases[i].wire);
+        GM_CHECK_EQ(s.algo, GM_COLL_RING);
+        GM_CHECK_STREQ(s.name, cases[i].name);
+        GM_CHECK_EQ(s.rank, 3);
+        GM_CHECK_EQ(s.local_steps, 8u);
+        GM_CHECK(s.error_feedback);
+        GM_CHECK_STREQ(gm_gradsync_summary_codec(&s, 2), cases[i].name);
+        GM_CHECK_STREQ(gm_gradsync_summary_codec(&s, 1), "none");
+    }
+    job.comm.codec = (enum gm_job_codec)99;
+    GM_CHECK_ERR(gm_gradsync_strategy_from_job(&job, &s), -EINVAL);
+    GM_CHECK_STREQ(gm_gradsync_summary_codec(NULL, 1), "none");
+}
+
+static struct gm_model *small_model(void)
+{
+    struct gm_model_spec spec = {
+        .name = "mlp", .in_c = 1, .in_h = 8, .in_w = 8, .classes = 4, .hidden = {16}, .nhidden = 1};
+    struct gm_model *m = NULL;
+
+    GM_CHECK_OK(gm_model_new(&spec, 1, &m));
+    return m;
+}
+
+static void test_estimate(void)
+{
+    struct gm_gradsync_strategy st[8];
+    struct gm_gradsync_cost c[4];
+    struct gm_model *m = small_model();
+    size_t n = gm_gradsync_strategies(st, 8), params;
+    char label[48];
+
+    GM_CHECK_EQ(n, 4u);
+    if (m == NULL)
+        return;
+    params = gm_model_num_params(m);
+    for (size_t i = 0; i < 4; i++)
+        GM_CHECK_OK(gm_gradsync_estimate(&st[i], m, 4, NULL, &c[i]));
+    GM_CHECK_EQ(c[0].step_bytes, 4 * params);
+    GM_CHECK_EQ(c[1].step_bytes, 2 * params);
+    GM_CHECK(c[2].step_bytes < c[1].step_bytes); /* low rank */
+    GM_CHECK_EQ(c[3].step_bytes, 2 * params / 16);
+    GM_CHECK(c[1].seconds < c[0].seconds && c[3].seconds < c[1].seconds);
+    GM_CHECK(c[0].seconds > 0);
+    gm_gradsync_describe(&st[2], label, sizeof(label));
+    GM_CHECK_STREQ(label, "powersgd rank 2 (fp16)");
+    gm_gradsync_describe(&st[3], label, sizeof(label));
+    GM_CHECK_STREQ(label, "diloco H=16 (fp16)");
+    gm_model_free(m);
+}
+
+/* Executor over one in-memory rank: start, run the transport, report; counts the calls. */
+struct exec1 {
+    struct gm_memnet *net;
+    struct gm_coll *c;
+    int counted, uncounted, status, calls;
+};
+
+static void done1(struct gm_coll *c, int status, void *arg)
+{
+    struct exec1 *e = arg;
+
+    (void)c;
+    e->status = status;
+    e->calls++;
+}
+
+static int run1(void *ctx, gm_gradsync_start_fn start, void *arg, bool counted)
+{
+    struct exec1 *e = ctx;
+    int err;
+
+    e->calls = 0;
+    if ((err = start(e->c, arg, done1, e)) < 0)
+        return err;
+    gm_memnet_run(e->net);
+    *(counted ? &e->counted : &e->uncounted) += 1;
+    return e->calls == 1 ? e->status : GM_ERR_ABORTED;
+}
+
+static void test_rank_logic(void)
+{
+    struct gm_coll_config cc = {0};
+    struct exec1 e = {0};
+    struct gm_gradsync_exec ex = {.run = run1, .ctx = &e};
+    struct gm_gradsync_strategy s;
+    struct gm_gradsync *g = NULL;
+    struct gm_job job;
+    struct gm_model *m = small_model();
+
+    e.net = gm_memnet_new(1);
+    GM_CHECK(e.net != NULL);
+    if (e.net == NULL || m == NULL)
+        goto out;
+    e.c = gm_coll_new(gm_memnet_transport(e.net, 0), &cc);
+    gm_job_defaults(&job);
+    job.comm.codec = GM_JOB_CODEC_FP32;
+    GM_CHECK_OK(gm_gradsync_strategy_from_job(&job, &s));
+    GM_CHECK_ERR(gm_gradsync_new(&s, 1, 1, 1, &ex, &g), -EINVAL);
+    GM_CHECK(g == NULL);
+    GM_CHECK_OK(gm_gradsync_new(&s, 0, 1, 1, &ex, &g));
+    if (g == NULL)
+        goto out;
+    for (long step = 0; step < 150; step++) {
+        GM_CHECK_OK(gm_gradsync_reduce(g, m, step, 150));
+        GM_CHECK_OK(gm_gradsync_after_step(g, m, step, 150));
+    }
+    GM_CHECK_EQ(e.counted, 150); /* one all-reduce a step */
+    GM_CHECK_EQ(e.uncounted, 2); /* hash checks: after step 99 and the last */
+    GM_CHECK_EQ(gm_gradsync_hash_checks(g), 2u);
+    gm_gradsync_free(g);
+    g = NULL;
+
+    /* DiLoCo, H = 4, 10 steps: the first reduce anchors (no op), syncs after steps 3 and 7,
+     * each followed by a hash check, and the mid-round end restores then checks. */
+    e.counted = e.uncounted = 0;
+    job.comm.codec = GM_JOB_CODEC_DILOCO;
+    job.comm.local_steps = 4;
+    GM_CHECK_OK(gm_gradsync_strategy_from_job(&job, &s));
+    GM_CHECK_OK(gm_gradsync_new(&s, 0, 1, 1, &ex, &g));
+    for (long step = 0; step < 10 && g != NULL; step++) {
+        GM_CHECK_OK(gm_gradsync_reduce(g, m, step, 10));
+        GM_CHECK_OK(gm_gradsync_after_step(g, m, step, 10));
+    }
+    GM_CHECK_EQ(e.counted, 2);
+    GM_CHECK_EQ(e.uncounted, 3);
+out:
+    gm_gradsync_free(g);
+    if (e.net != NULL)
+        gm_memnet_run(e.net);
+    gm_coll_free(e.c);
+    gm_memnet_free(e.net);
+    gm_model_free(m);
+}
+
+int main(void)
+{
+    GM_TEST_RUN(test_from_job);
+    GM_TEST_RUN(test_estimate);
+    GM_TEST_RUN(test_rank_logic);
+    return gm_test_finish("test_gradsync");
+}

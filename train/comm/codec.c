@@ -1,0 +1,227 @@
+/*
+ * train/comm/codec.c - fp32/fp16/bf16 wire codecs (see codec.h for the choices).
+ *
+ * Wire byte order is the host's (little-endian x86-64 and arm64 are all we
+ * build for); the collective's message header is explicit big-endian.
+ */
+#include "train/comm/codec.h"
+
+#include <errno.h>
+#include <string.h>
+
+#if defined(__F16C__) && defined(__AVX__)
+#include <immintrin.h>
+#define HAVE_F16C 1
+#else
+#define HAVE_F16C 0
+#endif
+
+static uint32_t f2u(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof(u));
+    return u;
+}
+
+static float u2f(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof(f));
+    return f;
+}
+
+uint16_t gm_f32_to_f16(float f)
+{
+    uint32_t u = f2u(f);
+    uint32_t sign = (u >> 16) & 0x8000u;
+    uint32_t exp = (u >> 23) & 0xffu;
+    uint32_t man = u & 0x7fffffu;
+
+    if (exp == 0xffu) /* Inf or NaN (NaN made quiet, payload top bits kept) */
+        return (uint16_t)(sign | 0x7c00u | (man != 0 ? 0x200u | (man >> 13) : 0));
+    int e = (int)exp - 127 + 15;
+    if (e >= 31)
+        return (uint16_t)(sign | 0x7c00u);
+    if (e <= 0) { /* subnormal half (or zero) */
+        if (e < -10)
+            return (uint16_t)sign;
+        man |= 0x800000u;
+        int shift = 14 - e; /* 14..24 */
+        uint32_t half = man >> shift;
+        uint32_t rem = man & ((1u << shift) - 1);
+        uint32_t mid = 1u << (shift - 1);
+        if (rem > mid || (rem == mid && (half & 1u)))
+            half++;
+        return (uint16_t)(sign | half);
+    }
+    uint32_t half = ((uint32_t)e << 10) | (man >> 13);
+    uint32_t rem = man & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (half & 1u)))
+        half++; /* may carry into the exponent, up to Inf: correct */
+    return (uint16_t)(sign | half);
+}
+
+float gm_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = ((uint32_t)h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1fu;
+    uint32_t man = h & 0x3ffu;
+
+    if (exp == 0x1fu)
+        return u2f(sign | 0x7f800000u | (man << 13));
+    if (exp == 0) {
+        if (man == 0)
+            return u2f(sign);
+        /* subnormal: man * 2^-24 is exact in fp32 */
+        float v = (float)man * 0x1p-24f;
+        return sign ? -v : v;
+    }
+    return u2f(sign | ((exp + 112u) << 23) | (man << 13));
+}
+
+uint16_t gm_f32_to_bf16(float f)
+{
+    uint32_t u = f2u(f);
+
+    if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x7fffffu) != 0)
+        return (uint16_t)((u >> 16) | 0x40u); /* quiet NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+float gm_bf16_to_f32(uint16_t h)
+{
+    return u2f((uint32_t)h << 16);
+}
+
+size_t gm_codec_elem_size(enum gm_codec c)
+{
+    switch (c) {
+    case GM_CODEC_FP32:
+        return 4;
+    case GM_CODEC_FP16:
+    case GM_CODEC_BF16:
+        return 2;
+    default:
+        return 0;
+    }
+}
+
+const char *gm_codec_name(enum gm_codec c)
+{
+    switch (c) {
+    case GM_CODEC_FP32:
+        return "fp32";
+    case GM_CODEC_FP16:
+        return "fp16";
+    case GM_CODEC_BF16:
+        return "bf16";
+    default:
+        return "?";
+    }
+}
+
+int gm_codec_parse(const char *name, enum gm_codec *out)
+{
+    for (int c = 0; c < GM_CODEC_COUNT; c++) {
+        if (name != NULL && strcmp(name, gm_codec_name((enum gm_codec)c)) == 0) {
+            *out = (enum gm_codec)c;
+            return 0;
+        }
+    }
+    return -EINVAL;
+}
+
+static void f16_encode(const float *in, size_t n, unsigned char *out)
+{
+    size_t i = 0;
+#if HAVE_F16C
+    for (; i + 8 <= n; i += 8) {
+        __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT);
+        _mm_storeu_si128((__m128i *)(void *)(out + 2 * i), h);
+    }
+#endif
+    for (; i < n; i++) {
+        uint16_t h = gm_f32_to_f16(in[i]);
+        memcpy(out + 2 * i, &h, sizeof(h));
+    }
+}
+
+static void f16_decode_add(const unsigned char *in, const float *x, size_t n, float *out)
+{
+    size_t i = 0;
+#if HAVE_F16C
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(in + 2 * i)));
+        if (x != NULL)
+            v = _mm256_add_ps(v, _mm256_loadu_ps(x + i));
+        _mm256_storeu_ps(out + i, v);
+    }
+#endif
+    for (; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, in + 2 * i, sizeof(h));
+        out[i] = x != NULL ? gm_f16_to_f32(h) + x[i] : gm_f16_to_f32(h);
+    }
+}
+
+void gm_codec_encode(enum gm_codec c, const float *in, size_t n, void *out)
+{
+    if (n == 0)
+        return;
+    switch (c) {
+    case GM_CODEC_FP32:
+        memcpy(out, in, n * sizeof(float));
+        break;
+    case GM_CODEC_FP16:
+        f16_encode(in, n, out);
+        break;
+    case GM_CODEC_BF16: {
+        unsigned char *o = out;
+        for (size_t i = 0; i < n; i++) {
+            uint16_t h = gm_f32_to_bf16(in[i]);
+            memcpy(o + 2 * i, &h, sizeof(h));
+        }
+        break;
+    }
+    default:
+        break;
+    }
+}
+
+void gm_codec_decode_add(enum gm_codec c, const void *in, const float *x, size_t n, float *out)
+{
+    if (n == 0)
+        return;
+    switch (c) {
+    case GM_CODEC_FP32: {
+        const unsigned char *b = in;
+        for (size_t i = 0; i < n; i++) { /* in may be unaligned: memcpy per element */
+            float v;
+            memcpy(&v, b + 4 * i, sizeof(v));
+            out[i] = x != NULL ? v + x[i] : v;
+        }
+        break;
+    }
+    case GM_CODEC_FP16: {
+        f16_decode_add(in, x, n, out);
+        break;
+    }
+    case GM_CODEC_BF16: {
+        const unsigned char *b = in;
+        for (size_t i = 0; i < n; i++) {
+            uint16_t h;
+            memcpy(&h, b + 2 * i, sizeof(h));
+            out[i] = x != NULL ? gm_bf16_to_f32(h) + x[i] : gm_bf16_to_f32(h);
+        }
+        break;
+    }
+    default:
+        break;
+    }
+}
+
+void gm_codec_decode(enum gm_codec c, const void *in, size_t n, float *out)
+{
+    gm_codec_decode_add(c, in, NULL, n, out);
+}

@@ -1,0 +1,139 @@
+/* train/compress/diloco.c - DiLoCo outer loop over gm_coll (see diloco.h). */
+#include "train/compress/diloco.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/assert.h"
+
+struct gm_diloco {
+    struct gm_diloco_config cfg;
+    size_t n;
+    float *anchor;   /* owned, n: parameters at the last sync */
+    float *momentum; /* owned, n */
+    float *delta;    /* owned, n: what goes to the collective */
+    bool busy;
+    float *params; /* borrowed while busy */
+    gm_coll_done_cb cb;
+    void *arg;
+    uint64_t syncs;
+};
+
+void gm_diloco_config_default(struct gm_diloco_config *cfg)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->h = 16;
+    cfg->outer_lr = 0.7f;
+    cfg->momentum = 0.9f;
+    cfg->nesterov = true;
+    cfg->codec = GM_CODEC_FP16;
+    cfg->algo = GM_COLL_AUTO;
+}
+
+int gm_diloco_new(const struct gm_diloco_config *cfg, const float *params, size_t n,
+                  struct gm_diloco **out)
+{
+    struct gm_diloco *d;
+
+    *out = NULL;
+    if (cfg == NULL || cfg->h < 1 || gm_codec_elem_size(cfg->codec) == 0 ||
+        (params == NULL && n > 0))
+        return -EINVAL;
+    d = calloc(1, sizeof(*d));
+    if (d == NULL)
+        return -ENOMEM;
+    d->cfg = *cfg;
+    d->n = n;
+    d->anchor = malloc((n + 1) * sizeof(float));
+    d->momentum = calloc(n + 1, sizeof(float));
+    d->delta = malloc((n + 1) * sizeof(float));
+    if (d->anchor == NULL || d->momentum == NULL || d->delta == NULL) {
+        gm_diloco_free(d);
+        return -ENOMEM;
+    }
+    if (n > 0)
+        memcpy(d->anchor, params, n * sizeof(float));
+    *out = d;
+    return 0;
+}
+
+void gm_diloco_free(struct gm_diloco *d)
+{
+    if (d == NULL)
+        return;
+    GM_ASSERT(!d->busy);
+    free(d->anchor);
+    free(d->momentum);
+    free(d->delta);
+    free(d);
+}
+
+bool gm_diloco_due(const struct gm_diloco *d, uint64_t step)
+{
+    return (step + 1) % d->cfg.h == 0;
+}
+
+static void on_reduced(struct gm_coll *c, int status, void *arg)
+{
+    struct gm_diloco *d = arg;
+    const float lr = d->cfg.outer_lr, mu = d->cfg.momentum;
+    gm_coll_done_cb cb = d->cb;
+
+    if (status == 0) {
+        for (size_t i = 0; i < d->n; i++) {
+            float g = d->delta[i];
+            float m = mu * d->momentum[i] + g;
+            d->momentum[i] = m;
+            d->anchor[i] -= lr * (d->cfg.nesterov ? g + mu * m : m);
+        }
+        memcpy(d->params, d->anchor, d->n * sizeof(float));
+        d->syncs++;
+    }
+    d->busy = false;
+    cb(c, status, d->arg);
+}
+
+int gm_diloco_sync_start(struct gm_diloco *d, struct gm_coll *c, float *params, uint64_t step,
+                         gm_coll_done_cb cb, void *arg)
+{
+    struct gm_coll_opts o = {
+        .algo = d->cfg.algo, .codec = d->cfg.codec, .reduce = GM_COLL_MEAN, .step = step};
+    int err;
+
+    if (c == NULL || cb == NULL || (params == NULL && d->n > 0))
+        return -EINVAL;
+    if (d->busy)
+        return -EBUSY;
+    for (size_t i = 0; i < d->n; i++)
+        d->delta[i] = d->anchor[i] - params[i];
+    d->params = params;
+    d->cb = cb;
+    d->arg = arg;
+    d->busy = true;
+    err = gm_coll_allreduce_start(c, d->delta, d->n, &o, on_reduced, d);
+    if (err < 0)
+        d->busy = false;
+    return err;
+}
+
+int gm_diloco_restore(struct gm_diloco *d, float *params)
+{
+    if (params == NULL && d->n > 0)
+        return -EINVAL;
+    if (d->busy)
+        return -EBUSY;
+    if (d->n > 0)
+        memcpy(params, d->anchor, d->n * sizeof(float));
+    return 0;
+}
+
+size_t gm_diloco_payload_floats(const struct gm_diloco *d)
+{
+    return d->n;
+}
+
+uint64_t gm_diloco_syncs(const struct gm_diloco *d)
+{
+    return d->syncs;
+}

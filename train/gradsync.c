@@ -1,0 +1,357 @@
+/*
+ * train/gradsync.c - gradient synchronization strategies and the per-rank logic around the
+ * optimizer step (see gradsync.h).  Was the simulation's own code (train/sim.c) until the
+ * agent's runtime needed the very same logic.
+ */
+#include "train/gradsync.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "train/compress/diloco.h"
+#include "train/compress/powersgd.h"
+#include "train/nn/model.h"
+
+struct gm_gradsync {
+    struct gm_gradsync_strategy s;
+    int rank, world;
+    uint64_t seed;
+    struct gm_gradsync_exec ex;
+    struct gm_psgd *psgd; /* owned, lazily (needs total_steps) */
+    struct gm_diloco *dl; /* owned, lazily (needs the initial weights) */
+    /* the op being started: set by the trainer thread, read by start while run blocks it */
+    struct gm_model *m; /* borrowed */
+    long step;
+    uint64_t hash_checks;
+};
+
+/* --- strategies -------------------------------------------------------------------------- */
+
+static void strategy_init(struct gm_gradsync_strategy *s, enum gm_gradsync_kind kind,
+                          enum gm_codec codec, const char *name)
+{
+    struct gm_psgd_config pc;
+    struct gm_diloco_config dc;
+
+    gm_psgd_config_default(&pc);
+    gm_diloco_config_default(&dc);
+    memset(s, 0, sizeof(*s));
+    s->kind = kind;
+    s->codec = codec;
+    s->algo = GM_COLL_RING;
+    s->rank = pc.rank;
+    s->error_feedback = true;
+    s->local_steps = dc.h;
+    s->outer_lr = dc.outer_lr;
+    s->outer_momentum = dc.momentum;
+    snprintf(s->name, sizeof(s->name), "%s", name);
+}
+
+int gm_gradsync_strategy_from_job(const struct gm_job *job, struct gm_gradsync_strategy *out)
+{
+    switch (job->comm.codec) {
+    case GM_JOB_CODEC_AUTO:
+        gm_info("codec=auto resolved to fp32: auto does not choose per link yet, and DESIGN.md "
+                "sends uncompressed on fast LANs");
+        strategy_init(out, GM_GRADSYNC_KIND_DENSE, GM_CODEC_FP32, "fp32");
+        break;
+    case GM_JOB_CODEC_FP32:
+        strategy_init(out, GM_GRADSYNC_KIND_DENSE, GM_CODEC_FP32, "fp32");
+        break;
+    case GM_JOB_CODEC_FP16:
+        strategy_init(out, GM_GRADSYNC_KIND_DENSE, GM_CODEC_FP16, "fp16");
+        break;
+    case GM_JOB_CODEC_POWERSGD:
+        strategy_init(out, GM_GRADSYNC_KIND_POWERSGD, GM_CODEC_FP16, "powersgd");
+        break;
+    case GM_JOB_CODEC_DILOCO:
+        strategy_init(out, GM_GRADSYNC_KIND_DILOCO, GM_CODEC_FP16, "diloco");
+        break;
+    default:
+        memset(out, 0, sizeof(*out));
+        return -EINVAL;
+    }
+    out->rank = job->comm.rank;
+    out->local_steps = (uint32_t)job->comm.local_steps;
+    out->outer_lr = job->comm.outer_lr;
+    out->outer_momentum = job->comm.outer_momentum;
+    return 0;
+}
+
+const char *gm_gradsync_summary_codec(const struct gm_gradsync_strategy *s, int world)
+{
+    return world < 2 || s == NULL ? "none" : s->name;
+}
+
+size_t gm_gradsync_strategies(struct gm_gradsync_strategy *out, size_t cap)
+{
+    struct gm_gradsync_strategy all[4];
+
+    strategy_init(&all[0], GM_GRADSYNC_KIND_DENSE, GM_CODEC_FP32, "fp32");
+    strategy_init(&all[1], GM_GRADSYNC_KIND_DENSE, GM_CODEC_FP16, "fp16");
+    strategy_init(&all[2], GM_GRADSYNC_KIND_POWERSGD, GM_CODEC_FP16, "powersgd");
+    strategy_init(&all[3], GM_GRADSYNC_KIND_DILOCO, GM_CODEC_FP16, "diloco");
+    for (size_t i = 0; i < cap && i < 4; i++)
+        out[i] = all[i];
+    return 4;
+}
+
+void gm_gradsync_describe(const struct gm_gradsync_strategy *s, char *buf, size_t cap)
+{
+    switch (s->kind) {
+    case GM_GRADSYNC_KIND_POWERSGD:
+        snprintf(buf, cap, "%s rank %d (%s)", s->name, s->rank, gm_codec_name(s->codec));
+        break;
+    case GM_GRADSYNC_KIND_DILOCO:
+        snprintf(buf, cap, "%s H=%u (%s)", s->name, s->local_steps, gm_codec_name(s->codec));
+        break;
+    default:
+        snprintf(buf, cap, "%s", s->name);
+        break;
+    }
+}
+
+/* PowerSGD's view of each parameter tensor: its 2-D shape, or a dense column. */
+static struct gm_view *model_views(const struct gm_model *m, size_t *nt)
+{
+    struct gm_view *v;
+
+    *nt = gm_model_num_tensors(m);
+    v = calloc(*nt + 1, sizeof(*v));
+    if (v == NULL)
+        return NULL;
+    for (size_t i = 0; i < *nt; i++) {
+        const struct gm_param_info *pi = gm_model_tensor(m, i);
+        v[i].offset = pi->offset;
+        v[i].rows = (size_t)pi->rows;
+        v[i].cols = (size_t)pi->cols;
+        if (v[i].rows * v[i].cols != pi->numel) { /* no 2-D view: send it dense */
+            v[i].rows = pi->numel;
+            v[i].cols = 1;
+        }
+    }
+    return v;
+}
+
+/* The PowerSGD config a rank runs with (warmup_steps set by the caller). */
+static void psgd_config(const struct gm_gradsync_strategy *s, uint64_t seed,
+                        struct gm_psgd_config *cfg)
+{
+    gm_psgd_config_default(cfg);
+    cfg->rank = s->rank;
+    cfg->error_feedback = s->error_feedback;
+    cfg->seed = seed;
+    cfg->codec = s->codec;
+    cfg->algo = s->algo;
+}
+
+/* Floats one PowerSGD step all-reduces for model m after warm-up. */
+static int psgd_payload(const struct gm_gradsync_strategy *s, const struct gm_model *m,
+                        size_t *floats)
+{
+    struct gm_psgd_config cfg;
+    struct gm_psgd *p = NULL;
+    size_t nt;
+    struct gm_view *v = model_views(m, &nt);
+    int err;
+
+    *floats = 0;
+    if (v == NULL)
+        return -ENOMEM;
+    psgd_config(s, 1, &cfg);
+    err = gm_psgd_new(&cfg, v, nt, gm_model_num_params(m), &p);
+    free(v);
+    if (err == 0)
+        *floats = gm_psgd_payload_floats(p, 0);
+    gm_psgd_free(p);
+    return err;
+}
+
+int gm_gradsync_estimate(const struct gm_gradsync_strategy *s, const struct gm_model *m, int world,
+                         const struct gm_coll_link *links, struct gm_gradsync_cost *out)
+{
+    size_t params = gm_model_num_params(m), floats;
+    size_t esize = gm_codec_elem_size(s->codec);
+    int err;
+
+    memset(out, 0, sizeof(*out));
+    if (world < 1 || esize == 0)
+        return -EINVAL;
+    switch (s->kind) {
+    case GM_GRADSYNC_KIND_DENSE:
+        out->step_bytes = (uint64_t)params * esize;
+        out->seconds = gm_coll_cost(s->algo, world, links, NULL, params, s->codec);
+        break;
+    case GM_GRADSYNC_KIND_POWERSGD:
+        if ((err = psgd_payload(s, m, &floats)) < 0)
+            return err;
+        out->step_bytes = (uint64_t)floats * esize;
+        out->seconds = 2 * gm_coll_cost(s->algo, world, links, NULL, floats / 2, s->codec);
+        break;
+    case GM_GRADSYNC_KIND_DILOCO:
+        if (s->local_steps < 1)
+            return -EINVAL;
+        out->step_bytes = (uint64_t)params * esize / s->local_steps;
+        out->seconds = gm_coll_cost(s->algo, world, links, NULL, params, s->codec) / s->local_steps;
+        break;
+    default:
+        return -EINVAL;
+    }
+    return 0;
+}
+
+/* --- one rank ------------------------------------------------------------------------------ */
+
+int gm_gradsync_new(const struct gm_gradsync_strategy *s, int rank, int world, uint64_t seed,
+                    const struct gm_gradsync_exec *ex, struct gm_gradsync **out)
+{
+    struct gm_gradsync *g;
+
+    *out = NULL;
+    if (s == NULL || ex == NULL || ex->run == NULL || world < 1 || rank < 0 || rank >= world)
+        return -EINVAL;
+    g = calloc(1, sizeof(*g));
+    if (g == NULL)
+        return -ENOMEM;
+    g->s = *s;
+    g->rank = rank;
+    g->world = world;
+    g->seed = seed;
+    g->ex = *ex;
+    *out = g;
+    return 0;
+}
+
+void gm_gradsync_free(struct gm_gradsync *g)
+{
+    if (g == NULL)
+        return;
+    gm_psgd_free(g->psgd);
+    gm_diloco_free(g->dl);
+    free(g);
+}
+
+uint64_t gm_gradsync_hash_checks(const struct gm_gradsync *g)
+{
+    return g->hash_checks;
+}
+
+static int start_dense(struct gm_coll *c, void *arg, gm_coll_done_cb done, void *done_arg)
+{
+    struct gm_gradsync *g = arg;
+    struct gm_coll_opts o = {
+        .algo = g->s.algo, .codec = g->s.codec, .reduce = GM_COLL_MEAN, .step = (uint64_t)g->step};
+
+    return gm_coll_allreduce_start(c, gm_model_grads(g->m), gm_model_num_params(g->m), &o, done,
+                                   done_arg);
+}
+
+static int start_psgd(struct gm_coll *c, void *arg, gm_coll_done_cb done, void *done_arg)
+{
+    struct gm_gradsync *g = arg;
+
+    return gm_psgd_reduce_start(g->psgd, c, gm_model_grads(g->m), (uint64_t)g->step, done,
+                                done_arg);
+}
+
+static int start_diloco(struct gm_coll *c, void *arg, gm_coll_done_cb done, void *done_arg)
+{
+    struct gm_gradsync *g = arg;
+
+    return gm_diloco_sync_start(g->dl, c, gm_model_params(g->m), (uint64_t)g->step, done, done_arg);
+}
+
+static int start_hashcheck(struct gm_coll *c, void *arg, gm_coll_done_cb done, void *done_arg)
+{
+    struct gm_gradsync *g = arg;
+
+    return gm_coll_hashcheck_start(c, gm_model_params(g->m),
+                                   gm_model_num_params(g->m) * sizeof(float), (uint64_t)g->step,
+                                   done, done_arg);
+}
+
+static int run(struct gm_gradsync *g, gm_gradsync_start_fn start, struct gm_model *m, long step,
+               bool counted)
+{
+    g->m = m;
+    g->step = step;
+    return g->ex.run(g->ex.ctx, start, g, counted);
+}
+
+static int init_psgd(struct gm_gradsync *g, struct gm_model *m, long total_steps)
+{
+    size_t nt;
+    struct gm_view *v = model_views(m, &nt);
+    struct gm_psgd_config cfg;
+    int err;
+
+    if (v == NULL)
+        return -ENOMEM;
+    psgd_config(&g->s, g->seed, &cfg);
+    cfg.warmup_steps = (uint64_t)(total_steps * 2 / 100);
+    err = gm_psgd_new(&cfg, v, nt, gm_model_num_params(m), &g->psgd);
+    free(v);
+    if (err == 0 && g->rank == 0)
+        gm_info("event=powersgd rank=%d matrices=%zu dense_floats=%zu warmup_steps=%llu "
+                "payload_floats=%zu params=%zu error_feedback=%d",
+                cfg.rank, gm_psgd_matrices(g->psgd), gm_psgd_dense_floats(g->psgd),
+                (unsigned long long)cfg.warmup_steps,
+                gm_psgd_payload_floats(g->psgd, cfg.warmup_steps), gm_model_num_params(m),
+                cfg.error_feedback);
+    return err;
+}
+
+int gm_gradsync_reduce(struct gm_gradsync *g, struct gm_model *m, long step, long total_steps)
+{
+    int err;
+
+    switch (g->s.kind) {
+    case GM_GRADSYNC_KIND_POWERSGD:
+        if (g->psgd == NULL && (err = init_psgd(g, m, total_steps)) < 0)
+            return err;
+        return run(g, start_psgd, m, step, true);
+    case GM_GRADSYNC_KIND_DILOCO:
+        if (g->dl == NULL) { /* before the first local step: the shared initial weights */
+            struct gm_diloco_config cfg;
+            gm_diloco_config_default(&cfg);
+            cfg.h = g->s.local_steps;
+            cfg.outer_lr = (float)g->s.outer_lr;
+            cfg.momentum = (float)g->s.outer_momentum;
+            cfg.codec = g->s.codec;
+            cfg.algo = g->s.algo;
+            return gm_diloco_new(&cfg, gm_model_params(m), gm_model_num_params(m), &g->dl);
+        }
+        return 0;
+    default:
+        return run(g, start_dense, m, step, true);
+    }
+}
+
+int gm_gradsync_after_step(struct gm_gradsync *g, struct gm_model *m, long step, long total_steps)
+{
+    bool last = step + 1 == total_steps;
+    int err;
+
+    if (g->s.kind == GM_GRADSYNC_KIND_DILOCO) {
+        if (gm_diloco_due(g->dl, (uint64_t)step)) {
+            if ((err = run(g, start_diloco, m, step, true)) < 0)
+                return err;
+        } else if (last) { /* mid-round: end on the outer parameters, like every rank */
+            if ((err = gm_diloco_restore(g->dl, gm_model_params(m))) < 0)
+                return err;
+        } else {
+            return 0;
+        }
+    } else if ((step + 1) % GM_GRADSYNC_HASH_EVERY != 0 && !last) {
+        return 0;
+    }
+    err = run(g, start_hashcheck, m, step, false);
+    if (err == 0)
+        g->hash_checks++;
+    if (err == GM_ERR_MISMATCH)
+        gm_err("event=replicas_differ step=%ld: parameters are not bitwise identical", step);
+    return err;
+}

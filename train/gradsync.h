@@ -1,0 +1,140 @@
+/*
+ * train/gradsync.h - gradient synchronization: the one home of the job's [comm] choice.
+ *
+ * A strategy is what [comm] means once resolved: a kind (dense all-reduce, PowerSGD, DiLoCo),
+ * the wire codec and the kind's settings.  gm_gradsync_strategy_from_job() is the only place
+ * that maps the job's codec enum (train/job.h) to it; the simulation (train/sim.c), the agent's
+ * job runtime and `gradmesh doctor` all start from a strategy, so they cannot disagree.
+ *
+ * auto: resolved here, explicitly, to dense fp32, and the reason logged once per call
+ * ("codec=auto resolved to fp32: ...").  DESIGN.md sends uncompressed on fast LANs, and no
+ * link measurement reaches this code yet; a later issue makes auto choose per link.
+ *
+ * Settings, as the simulation has always used them: every kind runs the ring all-reduce (byte
+ * counts compare like with like); fp32/fp16 average the gradients every step; powersgd: rank
+ * from [comm], error feedback, fp16 factors, seed = the job's, dense fp16 warm-up for the first
+ * 2% of steps; diloco: local_steps, outer_lr, outer_momentum from [comm], Nesterov, fp16 deltas.
+ *
+ * Per rank (gm_gradsync_new): the logic one replica runs around its optimizer step, hooked into
+ * the trainer (struct gm_train_comm) by whoever drives the ranks:
+ *  - gm_gradsync_reduce(), after backward: dense and PowerSGD replace the gradients by their
+ *    mean over ranks; DiLoCo, on its first call, anchors the shared initial weights.
+ *  - gm_gradsync_after_step(), after the optimizer step: DiLoCo syncs the parameters every
+ *    local_steps steps; a run that ends mid-round ends on the outer parameters of the last
+ *    sync (the local steps since are dropped), so every rank ends identical.  The parameter
+ *    hash check (gm_coll_hashcheck_start) then proves the replicas bitwise identical: after
+ *    every DiLoCo sync, every 100 steps otherwise, and after the last step; a difference fails
+ *    the run with GM_ERR_MISMATCH (logged as event=replicas_differ).
+ *
+ * The executor.  gradsync never touches a gm_coll itself: every collective op goes through
+ * exec->run(ctx, start, arg, counted), which must call start(c, arg, done, done_arg) on the
+ * rank's current gm_coll in the thread that owns it (the simulation: under its rendezvous
+ * mutex; the agent: on the loop thread), block the calling trainer thread until done runs, and
+ * return the op's status (or start's error, in which case done never runs).  While run blocks,
+ * the trainer thread touches neither the model nor the gradsync, so start may read both.
+ * `counted` is true for ops that move gradients or parameters (bytes_sent accounting), false
+ * for hash checks.
+ *
+ * Threads: a gm_gradsync belongs to its rank's trainer thread; strategies are plain values.
+ * Placement: train/ top level, beside job and trainer, because it joins job.h, nn/model.h,
+ * comm/ and compress/ (which itself sits on comm/); inside comm/ it would point back up.
+ */
+#ifndef GM_TRAIN_GRADSYNC_H
+#define GM_TRAIN_GRADSYNC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/err.h"
+#include "train/comm/codec.h"
+#include "train/comm/collective.h"
+#include "train/job.h"
+
+#define GM_GRADSYNC_HASH_EVERY 100 /* steps between parameter-hash checks (not DiLoCo) */
+
+enum gm_gradsync_kind {
+    GM_GRADSYNC_KIND_DENSE,    /* all-reduce the gradients every step */
+    GM_GRADSYNC_KIND_POWERSGD, /* low-rank gradients, error feedback */
+    GM_GRADSYNC_KIND_DILOCO,   /* local steps, outer optimizer on the parameter deltas */
+};
+
+struct gm_gradsync_strategy {
+    enum gm_gradsync_kind kind;
+    enum gm_codec codec; /* wire codec (dense: the gradients; powersgd: factors; diloco: deltas) */
+    enum gm_coll_algo algo; /* of every all-reduce */
+    int rank;               /* powersgd */
+    bool error_feedback;    /* powersgd; false only for the negative control */
+    uint32_t local_steps;   /* diloco: H */
+    double outer_lr;        /* diloco */
+    double outer_momentum;  /* diloco */
+    char name[16];          /* "fp32" | "fp16" | "powersgd" | "diloco": logs and summaries */
+};
+
+/* One collective op on c; done(c, status, done_arg) runs later, exactly once, unless this
+ * returns < 0. */
+typedef int (*gm_gradsync_start_fn)(struct gm_coll *c, void *arg, gm_coll_done_cb done,
+                                    void *done_arg);
+
+struct gm_gradsync_exec {
+    /* Runs start on the rank's current gm_coll in the thread that owns it and blocks the
+     * calling (trainer) thread until the op completes; returns its status (or start's error).
+     * counted: the op moves gradients/parameters (byte accounting), false for hash checks. */
+    int (*run)(void *ctx, gm_gradsync_start_fn start, void *arg, bool counted);
+    void *ctx; /* borrowed */
+};
+
+struct gm_gradsync;
+struct gm_model;
+
+/* The job's [comm] as a strategy (auto resolved, see above).  0, or -EINVAL for a codec the
+ * job loader would not have accepted. */
+GM_MUST_CHECK int gm_gradsync_strategy_from_job(const struct gm_job *job,
+                                                struct gm_gradsync_strategy *out);
+
+/* What a run's summary records as its codec: "none" when world < 2 (train --local: nothing
+ * crosses a wire and bytes_sent is 0, so naming [comm]'s codec would claim a compression that
+ * never ran), else the strategy's name.  s may be NULL when world < 2. */
+const char *gm_gradsync_summary_codec(const struct gm_gradsync_strategy *s, int world);
+
+/* One rank's synchronizer; *out NULL on error (-EINVAL, -ENOMEM).  ex is copied; seed is the
+ * job's (PowerSGD's shared random start). */
+GM_MUST_CHECK int gm_gradsync_new(const struct gm_gradsync_strategy *s, int rank, int world,
+                                  uint64_t seed, const struct gm_gradsync_exec *ex,
+                                  struct gm_gradsync **out);
+/* NULL-safe.  No op may be in flight. */
+void gm_gradsync_free(struct gm_gradsync *g);
+
+/* After backward, before the optimizer step (trainer's reduce_grads).  0 or an error. */
+GM_MUST_CHECK int gm_gradsync_reduce(struct gm_gradsync *g, struct gm_model *m, long step,
+                                     long total_steps);
+/* After the optimizer step (trainer's after_step).  0 or an error (GM_ERR_MISMATCH when the
+ * replicas differ). */
+GM_MUST_CHECK int gm_gradsync_after_step(struct gm_gradsync *g, struct gm_model *m, long step,
+                                         long total_steps);
+/* Hash checks this rank passed. */
+uint64_t gm_gradsync_hash_checks(const struct gm_gradsync *g);
+
+/* --- doctor: what each strategy would cost --------------------------------------------- */
+
+/* The strategies `gradmesh doctor` compares, in its order: fp32, fp16, powersgd rank 2,
+ * diloco H=16 (each with the settings above).  Writes up to cap, returns how many there are. */
+size_t gm_gradsync_strategies(struct gm_gradsync_strategy *out, size_t cap);
+/* A label with the settings that matter ("powersgd rank 2 (fp16)"), into buf. */
+void gm_gradsync_describe(const struct gm_gradsync_strategy *s, char *buf, size_t cap);
+
+struct gm_gradsync_cost {
+    uint64_t step_bytes; /* bytes all-reduced per step on average (encoded; DiLoCo: per sync / H) */
+    double seconds;      /* estimated communication seconds per step (gm_coll_cost) */
+};
+
+/* Per-step communication of strategy s for model m over world ranks joined by links (as
+ * gm_coll_cost: world*world, NULL for the uniform default).  PowerSGD counts its payload after
+ * warm-up as two all-reduces (P, then Q) of half of it each; DiLoCo one all-reduce of the
+ * parameters per local_steps steps.  0, -EINVAL, -ENOMEM. */
+GM_MUST_CHECK int gm_gradsync_estimate(const struct gm_gradsync_strategy *s,
+                                       const struct gm_model *m, int world,
+                                       const struct gm_coll_link *links,
+                                       struct gm_gradsync_cost *out);
+
+#endif

@@ -1,0 +1,97 @@
+/*
+ * train/nn/model.h - models as a sequence of layers over flat buffers.
+ *
+ * A model owns three things: one flat float buffer of parameters, one of
+ * gradients (same length and layout), and per-layer activation buffers sized
+ * for max_batch.  Layer weights are views into the flat buffers, so the
+ * optimizer, the collective and the checkpoint each walk a single buffer.
+ *
+ * Internal layouts are chosen for speed (train/kernels/conv2d.h): activations
+ * NHWC, conv weights (OC, KH, KW, IC), and a linear layer that follows a
+ * flatten of a (C, H, W) feature map sees its inputs in H, W, C order.
+ * gm_model_export_tensor / gm_model_import_tensor convert each parameter
+ * to and from PyTorch's layout (conv (OC, IC, KH, KW); linear (OUT, IN) over
+ * C, H, W flattening), which is what checkpoints hold, under PyTorch-style
+ * names ("conv1.weight", "fc3.bias"), so a state_dict loads them as is.
+ *
+ * Models (by name, as in the job file):
+ *   lenet5: conv 5x5x6 pad 2, relu, pool 2, conv 5x5x16, relu, pool 2,
+ *           fc 120, relu, fc 84, relu, fc classes (28x28 input -> 400 features)
+ *   mlp:    flatten, [fc hidden_i, relu, (dropout)]..., fc classes
+ * Dropout (p > 0) goes after each hidden activation of the MLP and after
+ * fc1/fc2 of LeNet-5.
+ *
+ * Initialisation is PyTorch's default for Linear and Conv2d: weights and
+ * biases uniform in +-1/sqrt(fan_in), drawn from train/nn/rng.h seeded with
+ * the job seed, so every rank starts identical.
+ *
+ * Device: every buffer lives on m->device; only the CPU exists in this build
+ * (GM_ERR_DEVICE otherwise).  Used by the trainer thread only.
+ */
+#ifndef GM_TRAIN_NN_MODEL_H
+#define GM_TRAIN_NN_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/err.h"
+#include "train/nn/tensor.h"
+
+struct gm_model;
+
+#define GM_MODEL_MAX_HIDDEN 8
+
+struct gm_model_spec {
+    const char *name; /* "mlp" | "lenet5" */
+    int in_c, in_h, in_w;
+    int classes;
+    int hidden[GM_MODEL_MAX_HIDDEN]; /* mlp hidden sizes */
+    int nhidden;
+    float dropout; /* 0 <= p < 1 */
+    enum gm_device device;
+};
+
+/* One named parameter tensor, as PyTorch would name and shape it. */
+struct gm_param_info {
+    char name[32];
+    int ndim;
+    int64_t shape[4]; /* PyTorch layout */
+    size_t offset;    /* into the flat parameter/gradient buffers, in floats */
+    size_t numel;
+    int rows, cols; /* the internal 2-D view (rows = output units); for PowerSGD */
+};
+
+/* Returns 1 when name is a model this build knows. */
+int gm_model_known(const char *name);
+
+int gm_model_new(const struct gm_model_spec *spec, int max_batch,
+                 struct gm_model **out) GM_MUST_CHECK;
+void gm_model_free(struct gm_model *m);
+
+size_t gm_model_num_params(const struct gm_model *m);
+float *gm_model_params(struct gm_model *m);
+float *gm_model_grads(struct gm_model *m);
+int gm_model_max_batch(const struct gm_model *m);
+int gm_model_classes(const struct gm_model *m);
+void gm_model_init_params(struct gm_model *m, uint64_t seed);
+
+/* Input staging buffer: max_batch samples of in_c*in_h*in_w floats, NCHW. */
+float *gm_model_input(struct gm_model *m);
+/* Forward pass over the first n samples of the input; train enables dropout
+ * (mask drawn from seed).  Logits (n, classes) in gm_model_logits(). */
+int gm_model_forward(struct gm_model *m, int n, int train, uint64_t seed) GM_MUST_CHECK;
+const float *gm_model_logits(const struct gm_model *m);
+/* Softmax cross-entropy on the last forward; sets the logits' gradient.
+ * Returns the mean loss; *correct counts argmax hits (may be NULL). */
+double gm_model_loss(struct gm_model *m, int n, const int32_t *labels, long *correct);
+/* Backward pass of the last forward: writes every gradient (no accumulate). */
+int gm_model_backward(struct gm_model *m, int n) GM_MUST_CHECK;
+
+size_t gm_model_num_tensors(const struct gm_model *m);
+const struct gm_param_info *gm_model_tensor(const struct gm_model *m, size_t i);
+/* Copies parameter i from src (internal layout, e.g. the flat parameter or
+ * gradient buffer) to dst in PyTorch layout, and back. */
+void gm_model_export_tensor(const struct gm_model *m, size_t i, const float *src_flat, float *dst);
+void gm_model_import_tensor(const struct gm_model *m, size_t i, const float *src, float *dst_flat);
+
+#endif

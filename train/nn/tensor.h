@@ -1,0 +1,59 @@
+/*
+ * train/nn/tensor.h - devices and tensors.
+ *
+ * A tensor is a view: a pointer, a shape and the device its memory lives on.
+ * Parameters, gradients and optimizer state are each one flat buffer carved
+ * into views (see train/nn/model.h), so tensors rarely own memory; activations
+ * are per-layer buffers owned by the model.  Memory comes from
+ * gm_device_alloc(), which knows every device: CPU memory is 64-byte aligned
+ * (AVX-512 friendly, one cache line).  CUDA memory arrives with the CUDA
+ * backend; in a build without it every CUDA entry point returns
+ * GM_ERR_DEVICE, so callers can test for it instead of crashing.
+ *
+ * Thread-safety: plain data; a tensor is used by one thread at a time (the
+ * trainer thread).
+ */
+#ifndef GM_TRAIN_NN_TENSOR_H
+#define GM_TRAIN_NN_TENSOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/err.h"
+
+enum gm_device {
+    GM_DEVICE_CPU = 0,
+    GM_DEVICE_CUDA = 1,
+};
+
+#define GM_TENSOR_MAX_DIMS 4
+
+struct gm_tensor {
+    float *data; /* borrowed unless noted by the owner */
+    enum gm_device device;
+    int ndim;
+    int64_t shape[GM_TENSOR_MAX_DIMS];
+};
+
+const char *gm_device_name(enum gm_device dev);
+/* True when the device can run kernels in this build on this machine. */
+int gm_device_available(enum gm_device dev);
+/* Parses "cpu" | "cuda" | "auto" (auto: CUDA when available, else CPU). */
+int gm_device_parse(const char *s, enum gm_device *out) GM_MUST_CHECK;
+
+/* Zero-initialised device memory; *out = NULL on error. */
+int gm_device_alloc(enum gm_device dev, size_t bytes, void **out) GM_MUST_CHECK;
+void gm_device_free(enum gm_device dev, void *p);
+/* Copies between host and device memory (either side may be CPU). */
+int gm_device_copy(enum gm_device dst_dev, void *dst, enum gm_device src_dev, const void *src,
+                   size_t bytes) GM_MUST_CHECK;
+
+static inline int64_t gm_tensor_numel(const struct gm_tensor *t)
+{
+    int64_t n = 1;
+    for (int i = 0; i < t->ndim; i++)
+        n *= t->shape[i];
+    return n;
+}
+
+#endif
