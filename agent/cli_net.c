@@ -762,6 +762,8 @@ int gm_cli_agent(int argc, char **argv)
     if (optind != argc)
         return usage_err("agent");
     err = gm_agent_open(gm_config_path(config), &a);
+    if (err == GM_ERR_CONFIG)
+        return GM_EXIT_CONFIG; /* the one line naming file, line and problem is out */
     if (err != 0)
         return fail("agent", err, "cannot start");
     err = gm_agent_start(a);
