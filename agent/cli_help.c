@@ -67,12 +67,16 @@ static const struct verb_help verbs[] = {
      "  --model lenet5|mlp     model whose step time per codec is estimated "
      "(lenet5)\n" CONFIG_LINE},
     {"train",
-     "--local JOB.ini [--summary-json FILE] [--out FILE] [--no-progress]\n"
-     "                     [--simulate-workers N] [--no-error-feedback]",
+     "--local JOB.ini [--summary-json FILE] [--out FILE] [--tensorboard DIR]\n"
+     "                     [--no-tensorboard] [--no-progress] [--simulate-workers N]\n"
+     "                     [--no-error-feedback]",
      "train a job on this machine alone (no agent, no network)",
      "  --local JOB.ini        the job file (gradmesh-job(5))\n"
      "  --summary-json FILE    write the run summary (accuracy, speed, ...) as JSON\n"
      "  --out FILE             final weights (safetensors); default: the job's out\n"
+     "  --tensorboard DIR      TensorBoard event files go here (default:\n"
+     "                         runs/JOBNAME-YYYYmmdd-HHMMSS)\n"
+     "  --no-tensorboard       write no event files\n"
      "  --no-progress          log lines instead of a progress bar on a terminal\n"
      "  --simulate-workers N   N data-parallel replicas in this process (1-64), codec from\n"
      "                         the job's [comm]; bytes_sent and codec in the summary\n"

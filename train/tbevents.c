@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,7 +12,9 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "common/byteorder.h"
 #include "common/log.h"
+#include "train/trainer.h"
 
 #define EVENT_MAX (GM_TB_TAG_MAX + 64) /* an encoded scalar event fits in this */
 
@@ -49,26 +52,14 @@ uint32_t gm_tb_mask_crc(uint32_t crc)
     return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
 }
 
-static void put_le32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put_le64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
 size_t gm_tb_frame(uint8_t *buf, size_t cap, const uint8_t *data, size_t len)
 {
     if (cap < len + 16)
         return 0;
-    put_le64(buf, (uint64_t)len);
-    put_le32(buf + 8, gm_tb_mask_crc(gm_tb_crc32c(buf, 8)));
+    gm_put_le64(buf, (uint64_t)len);
+    gm_put_le32(buf + 8, gm_tb_mask_crc(gm_tb_crc32c(buf, 8)));
     memcpy(buf + 12, data, len);
-    put_le32(buf + 12 + len, gm_tb_mask_crc(gm_tb_crc32c(data, len)));
+    gm_put_le32(buf + 12 + len, gm_tb_mask_crc(gm_tb_crc32c(data, len)));
     return len + 16;
 }
 
@@ -279,4 +270,61 @@ int gm_tb_close(struct gm_tb_writer *w)
 const char *gm_tb_path(const struct gm_tb_writer *w)
 {
     return w->path;
+}
+
+/* --- a training run's scalars --------------------------------------------------------------- */
+
+/* Errors stay in w->err (logged once, returned by gm_tb_close): a run is not stopped for
+ * its event file. */
+static void ignore(int err)
+{
+    (void)err;
+}
+
+static void scalar(struct gm_tb_writer *w, const char *tag, long step, double v)
+{
+    if (w->err == 0 && isfinite(v))
+        ignore(gm_tb_scalar(w, tag, step, 0, (float)v));
+}
+
+static void on_step(void *ctx, const struct gm_train_step_info *si)
+{
+    struct gm_tb_writer *w = ctx;
+
+    scalar(w, "train/loss", si->step, si->loss);
+    scalar(w, "train/learning_rate", si->step, si->lr);
+    scalar(w, "train/samples_per_s", si->step, si->samples_per_s);
+    scalar(w, "step_time/compute_s", si->step, si->compute_s);
+    scalar(w, "step_time/collective_s", si->step, si->collective_s);
+    scalar(w, "step_time/optimizer_s", si->step, si->optimizer_s);
+}
+
+static void on_eval(void *ctx, const struct gm_train_eval_info *ei)
+{
+    struct gm_tb_writer *w = ctx;
+
+    scalar(w, "test/accuracy_percent", ei->step, ei->test_accuracy);
+    scalar(w, "test/loss", ei->step, ei->test_loss);
+    scalar(w, "train/epoch_loss", ei->step, ei->epoch_loss);
+    if (ei->epoch_samples_per_s > 0)
+        scalar(w, "train/epoch_samples_per_s", ei->step, ei->epoch_samples_per_s);
+    ignore(gm_tb_flush(w)); /* TensorBoard shows each epoch as it ends */
+}
+
+void gm_tb_train_hooks(struct gm_tb_writer *w, struct gm_train_hooks *hooks)
+{
+    hooks->on_step = on_step;
+    hooks->on_eval = on_eval;
+    hooks->ctx = w;
+}
+
+int gm_tb_write_summary(struct gm_tb_writer *w, const struct gm_train_summary *sum)
+{
+    scalar(w, "summary/test_accuracy_percent", sum->steps, sum->test_accuracy);
+    scalar(w, "summary/test_loss", sum->steps, sum->test_loss);
+    scalar(w, "summary/train_loss", sum->steps, sum->train_loss);
+    scalar(w, "summary/samples_per_s", sum->steps, sum->samples_per_s);
+    scalar(w, "summary/wall_s", sum->steps, sum->wall_s);
+    scalar(w, "summary/bytes_sent", sum->steps, (double)sum->bytes_sent);
+    return gm_tb_flush(w);
 }

@@ -60,6 +60,24 @@ int gm_tb_close(struct gm_tb_writer *w);
 /* The file's path (owned by w). */
 const char *gm_tb_path(const struct gm_tb_writer *w);
 
+/*
+ * A training run's scalars.  gm_tb_train_hooks fills hooks that write, from the trainer
+ * (train/trainer.h), for every step:
+ *     train/loss  train/learning_rate  train/samples_per_s
+ *     step_time/compute_s  step_time/collective_s  step_time/optimizer_s
+ * and for every test evaluation, at the step it ran after:
+ *     test/accuracy_percent  test/loss  train/epoch_loss  train/epoch_samples_per_s
+ * gm_tb_write_summary writes the run summary at its last step (the numbers of
+ * --summary-json): summary/test_accuracy_percent  summary/test_loss  summary/train_loss
+ *     summary/samples_per_s  summary/wall_s  summary/bytes_sent
+ * A job adds link/<peer>/bytes_sent per step through its own hook (the job runtime).
+ * Write errors are sticky: the hooks stop writing, gm_tb_close() returns the error.
+ */
+struct gm_train_hooks;
+struct gm_train_summary;
+void gm_tb_train_hooks(struct gm_tb_writer *w, struct gm_train_hooks *hooks);
+int gm_tb_write_summary(struct gm_tb_writer *w, const struct gm_train_summary *sum) GM_MUST_CHECK;
+
 /* Exposed for tests. */
 uint32_t gm_tb_crc32c(const void *buf, size_t len);
 uint32_t gm_tb_mask_crc(uint32_t crc);

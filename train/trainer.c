@@ -225,6 +225,23 @@ static void teardown(struct run *r)
     free(r->eval_idx);
 }
 
+static void eval_hook(const struct run *r, double tloss, double acc, double epoch_loss,
+                      double epoch_sps)
+{
+    const struct gm_train_hooks *h = r->opts->hooks;
+    const struct gm_train_eval_info ei = {
+        .step = r->step,
+        .epoch = r->epoch + 1,
+        .test_loss = tloss,
+        .test_accuracy = acc,
+        .epoch_loss = epoch_loss,
+        .epoch_samples_per_s = epoch_sps,
+    };
+
+    if (h != NULL && h->on_eval != NULL)
+        h->on_eval(h->ctx, &ei);
+}
+
 int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
                    struct gm_train_summary *sum)
 {
@@ -266,6 +283,8 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
                 sum->interrupted = 1;
                 break;
             }
+            const uint64_t t_step = gm_time_mono_ns();
+            uint64_t t_coll = 0, t_opt = 0;
             gm_dataset_batch(&r.train, idx + (size_t)s * (size_t)B, (size_t)B,
                              gm_model_input(r.model), r.labels);
             if ((err = gm_model_forward(r.model, B, 1,
@@ -281,15 +300,31 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
             }
             if ((err = gm_model_backward(r.model, B)) < 0)
                 goto out;
+            t_coll = gm_time_mono_ns();
             if (comm != NULL && comm->reduce_grads != NULL &&
                 (err = comm->reduce_grads(comm->ctx, r.model, r.step, r.sched.total_steps)) < 0)
                 goto out;
+            t_opt = gm_time_mono_ns();
             gm_optim_step(&r.optim, gm_model_params(r.model), gm_model_grads(r.model),
                           gm_sched_lr(&r.sched, r.step));
             if (comm != NULL && comm->after_step != NULL &&
                 (err = comm->after_step(comm->ctx, r.model, r.step, r.sched.total_steps)) < 0)
                 goto out;
             r.step++;
+            if (opts->hooks != NULL && opts->hooks->on_step != NULL) {
+                const uint64_t t_end = gm_time_mono_ns();
+                const struct gm_train_step_info si = {
+                    .step = r.step,
+                    .epoch = r.epoch + 1,
+                    .loss = loss,
+                    .lr = gm_sched_lr(&r.sched, r.step - 1),
+                    .compute_s = (double)(t_coll - t_step) * 1e-9,
+                    .collective_s = (double)(t_opt - t_coll) * 1e-9,
+                    .optimizer_s = (double)(t_end - t_opt) * 1e-9,
+                    .samples_per_s = t_end > t_step ? B / ((double)(t_end - t_step) * 1e-9) : 0,
+                };
+                opts->hooks->on_step(opts->hooks->ctx, &si);
+            }
             window_steps++;
             loss_sum += loss;
             if (!quiet && (opts->progress || window_steps == job->log_every)) {
@@ -324,6 +359,7 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
         if ((r.epoch + 1) % job->eval_every == 0 || r.epoch + 1 == job->epochs) {
             if ((err = evaluate(&r, &acc, &tloss)) < 0)
                 goto out;
+            eval_hook(&r, tloss, acc, epoch_loss, epoch_s > 0 ? (double)s * B / epoch_s : 0);
             gm_info("event=epoch epoch=%d steps=%ld train_loss=%.4f test_loss=%.4f "
                     "test_accuracy=%.2f epoch_s=%.1f samples_per_s=%.0f",
                     r.epoch + 1, r.step, epoch_loss, tloss, acc, epoch_s, (double)s * B / epoch_s);
@@ -333,8 +369,11 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
                     r.epoch + 1, r.step, epoch_loss, epoch_s, (double)s * B / epoch_s);
         }
     }
-    if (!quiet && sum->interrupted && (err = evaluate(&r, &acc, &tloss)) < 0)
-        goto out;
+    if (!quiet && sum->interrupted) {
+        if ((err = evaluate(&r, &acc, &tloss)) < 0)
+            goto out;
+        eval_hook(&r, tloss, acc, epoch_loss, 0);
+    }
     if (!quiet && (err = save_weights(&r, out)) < 0)
         goto out;
     if (!quiet)
