@@ -27,6 +27,8 @@
 #include "agent/beacons.h"
 #include "agent/control.h"
 #include "agent/endpoints.h"
+#include "agent/job.h"
+#include "agent/jobroom.h"
 #include "agent/link.h"
 #include "agent/measure.h"
 #include "agent/members.h"
@@ -149,7 +151,7 @@ static const struct gm_room link_room = {
 /* Every room whose frames or control commands the agent serves (see
  * agent/state.h).  A new room adds its `const struct gm_room` here. */
 static const struct gm_room *const rooms[] = {
-    &link_room, &gm_members_room, &gm_measure_room, &gm_admit_room, &gm_views_room,
+    &link_room, &gm_members_room, &gm_measure_room, &gm_admit_room, &gm_views_room, &gm_job_room,
 };
 
 /* Programmer errors: a frame type or a command name claimed twice. */
@@ -218,6 +220,7 @@ static void on_close(struct gm_link *l, int err)
     if (p != NULL && p->link == l) {
         p->link = NULL;
         gm_measure_link_down(&p->m);
+        gm_jobs_link_down(a->jobs, p->node, err != 0 ? err : GM_ERR_ABORTED);
         gm_notice("event=link-down peer=%s err=%d msg=\"%s\" reason=\"%s\"", p->node, err,
                   gm_strerror(err), reason);
     } else if (c->ep != NULL && gm_link_state(l) != GM_LSTATE_UP && !c->duplicate) {
@@ -253,7 +256,7 @@ static void on_close(struct gm_link *l, int err)
 static void connection_cb(uv_stream_t *server, int status)
 {
     struct gm_agent *a = server->data;
-    struct gm_link_opts o = gm_agent_link_opts(GM_TLS_ROLE_SERVER);
+    struct gm_link_opts o = gm_agent_link_opts(a, GM_TLS_ROLE_SERVER);
     struct gm_lctx *c;
     int err;
 
@@ -473,6 +476,8 @@ int gm_agent_open(const char *config_path, struct gm_agent **out)
         err = gm_endpoints_parse(a);
     if (err == 0)
         gm_admit_load_admitter(a);
+    if (err == 0)
+        err = gm_jobroom_open(a);
     if (err != 0) {
         gm_agent_free(a);
         return err;
@@ -568,6 +573,7 @@ void gm_agent_stop(struct gm_agent *a)
     a->stopping = 1;
     if (a->started)
         gm_notify_stopping();
+    gm_jobs_stop(a->jobs); /* the trainer ends at its next step; rank 0 keeps its weights */
     /* BYE, close_notify, and a short wait for each peer's EOF: a stop is prompt even when a
      * peer is busy (e.g. mid throughput probe) and would drain slowly. */
     for (c = a->links; c != NULL; c = c->next) {
@@ -576,8 +582,6 @@ void gm_agent_stop(struct gm_agent *a)
                 gm_link_send(c->link, GM_MSG_BYE, 0, NULL, 0)); /* peers log a clean exit */
         gm_link_close_within(c->link, 0, STOP_LINGER_MS);
     }
-    gm_metrics_stop(a->metrics); /* joins its HTTP thread; frees the port now */
-    a->metrics = NULL;
     if (a->watchdog_started) {
         a->watchdog_started = 0;
         uv_close((uv_handle_t *)&a->watchdog, NULL); /* embedded; nothing to free */
@@ -607,6 +611,14 @@ void gm_agent_free(struct gm_agent *a)
         while (uv_run(&a->loop, UV_RUN_DEFAULT) != 0)
             ;
     }
+    if (a->jobs != NULL) { /* its trainer is gone: the loop above waited for it */
+        gm_jobs_free(a->jobs);
+        a->jobs = NULL;
+        while (uv_run(&a->loop, UV_RUN_DEFAULT) != 0)
+            ;
+    }
+    gm_metrics_stop(a->metrics); /* after the trainer: it may publish until it ends */
+    a->metrics = NULL;
     if (uv_loop_close(&a->loop) != 0)
         gm_warn("event=loop-close-busy");
     gm_tls_ctx_free(a->tls);

@@ -16,6 +16,9 @@ int gm_cli_agent(int argc, char **argv);
 int gm_cli_status(int argc, char **argv);
 int gm_cli_peers(int argc, char **argv);
 int gm_cli_doctor(int argc, char **argv);
+int gm_cli_submit(int argc, char **argv);
+int gm_cli_jobs(int argc, char **argv);
+int gm_cli_cancel(int argc, char **argv);
 
 /* agent/cli_help.c: the list of verbs; one verb's help (-1: no such verb); the synopsis
  * and a pointer to --help, on stderr, after a usage error. */

@@ -66,6 +66,19 @@ static const struct verb_help verbs[] = {
      "  --json                 the raw report as JSON\n"
      "  --model lenet5|mlp     model whose step time per codec is estimated "
      "(lenet5)\n" CONFIG_LINE},
+    {"submit", "JOB.ini [--follow] [--config FILE]",
+     "run a job on the cluster (every member must hold the same dataset)",
+     "  JOB.ini                the job file (gradmesh-job(5)); checked here first (exit 78)\n"
+     "  --follow               show progress until the job ends, then its test accuracy and\n"
+     "                         where the weights are\n" CONFIG_LINE
+     "  The local agent passes the job to the coordinator (the lowest node id among the\n"
+     "  members that are up); a member without the same files at [data] dir refuses it.\n"},
+    {"jobs", "[--json] [--config FILE]", "the running job and the last finished ones",
+     "  --json                 as JSON: id, state, step, epoch, world, loss, samples/s, bytes\n"
+     "                         per link, where the weights are\n" CONFIG_LINE},
+    {"cancel", "ID [--config FILE]", "stop a job at its next step boundary",
+     "  ID                     the job's id (gradmesh jobs)\n" CONFIG_LINE
+     "  The coordinator keeps the weights of the last finished step.\n"},
     {"train",
      "--local JOB.ini [--summary-json FILE] [--out FILE] [--tensorboard DIR]\n"
      "                     [--no-tensorboard] [--no-progress] [--simulate-workers N]\n"

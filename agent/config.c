@@ -40,6 +40,7 @@ enum kind {
     K_DEVICE, /* auto|cpu|cuda */
     K_THREADS,
     K_METRICS, /* ip:port or empty */
+    K_TIMEOUT, /* seconds, 5..3600 */
 };
 
 struct keydef {
@@ -55,6 +56,7 @@ static const struct keydef keys[] = {
     {"node", "listen", K_ADDR, F(listen)},
     {"node", "state_dir", K_PATH, F(state_dir)},
     {"node", "control", K_PATH, F(control)},
+    {"node", "peer_timeout", K_TIMEOUT, F(peer_timeout_s)},
     {"discovery", "multicast", K_GROUP, F(multicast)},
     {"discovery", "peers", K_PEERS, F(peers)},
     {"discovery", "tunnels", K_STR, F(tunnels)},
@@ -200,13 +202,16 @@ static void set(struct parse *p, const struct keydef *k, const char *v)
         iv = strcmp(v, "yes") == 0;
         memcpy(field, &iv, sizeof(iv));
         return;
-    case K_THREADS: {
+    case K_THREADS:
+    case K_TIMEOUT: {
+        const long lo = k->kind == K_THREADS ? 0 : 5, hi = k->kind == K_THREADS ? 4096 : 3600;
         char *end = NULL;
         long t;
         errno = 0;
         t = strtol(v, &end, 10);
-        if (*v < '0' || *v > '9' || *end != '\0' || errno != 0 || t > 4096) {
-            want = "a whole number from 0 (every core) to 4096";
+        if (*v < '0' || *v > '9' || *end != '\0' || errno != 0 || t < lo || t > hi) {
+            want = k->kind == K_THREADS ? "a whole number from 0 (every core) to 4096"
+                                        : "a whole number of seconds from 5 to 3600";
             break;
         }
         iv = (int)t;
@@ -486,6 +491,7 @@ void gm_config_defaults(struct gm_config *c)
     snprintf(c->device, sizeof(c->device), "auto");
     snprintf(c->multicast, sizeof(c->multicast), "%s", GM_DISC_GROUP_DEFAULT);
     c->measure = 1;
+    c->peer_timeout_s = GM_DEFAULT_PEER_TIMEOUT_S;
 }
 
 const char *gm_config_path(const char *flag)
@@ -508,7 +514,10 @@ int gm_config_save(const char *path, const struct gm_config *c)
                  "# gradmesh agent configuration (written by gradmesh init/join; every key is\n"
                  "# in gradmesh.conf(5))\n"
                  "[cluster]\nname = %s\n\n"
-                 "[node]\nid = %s\nlisten = %s\nstate_dir = %s\ncontrol = %s\n\n"
+                 "[node]\nid = %s\nlisten = %s\nstate_dir = %s\ncontrol = %s\n"
+                 "# peer_timeout: seconds of silence before a member is dropped (a job\n"
+                 "# re-forms without it); long enough for pings behind bulk on a slow tunnel\n"
+                 "peer_timeout = %d\n\n"
                  "[discovery]\n"
                  "# multicast: group for LAN beacons (\"off\" to disable)\n"
                  "multicast = %s\n"
@@ -525,7 +534,7 @@ int gm_config_save(const char *path, const struct gm_config *c)
                  "listen = %s\n"
                  "# metrics_public: yes allows a non-loopback listen address\n"
                  "metrics_public = %s\n",
-                 c->cluster, c->node, c->listen, c->state_dir, c->control,
+                 c->cluster, c->node, c->listen, c->state_dir, c->control, c->peer_timeout_s,
                  c->multicast[0] ? c->multicast : "off", c->peers, c->tunnels, c->interfaces,
                  c->measure ? "yes" : "no", c->device[0] ? c->device : "auto", c->threads,
                  c->metrics, c->metrics_public ? "yes" : "no");

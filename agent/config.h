@@ -3,7 +3,12 @@
  * `join`, read by every other command).
  *
  *   [cluster]  name
- *   [node]     id, listen (ip:port), state_dir, control (unix socket path)
+ *   [node]     id, listen (ip:port), state_dir, control (unix socket path),
+ *              peer_timeout (seconds, 5..3600, default 60): a member that sends nothing
+ *              (not even the PING every 5 s) for this long is dropped, and a running job
+ *              re-forms without it.  Control frames go ahead of bulk tensors, so a ping
+ *              waits behind at most about 1.3 MiB of a link's data plus the socket
+ *              buffers: seconds at 5 Mbit/s, hence the generous default for slow tunnels
  *   [discovery] multicast (group ip:port, default 239.192.74.50:7451, or "off"),
  *              peers (comma-separated host:port static endpoints, dialed with
  *              backoff until linked), tunnels (interface names to class as
@@ -38,6 +43,7 @@
 #define GM_CONFIG_DIR "/etc/gradmesh"
 #define GM_DEFAULT_CONFIG GM_CONFIG_DIR "/gradmesh.conf"
 #define GM_RUNTIME_DIR "/run/gradmesh" /* gradmesh@.service's RuntimeDirectory */
+#define GM_DEFAULT_PEER_TIMEOUT_S 60
 
 struct gm_config {
     char cluster[GM_ID_NAME_MAX + 1];
@@ -54,6 +60,7 @@ struct gm_config {
     int threads;
     char metrics[GM_ADDR_MAX];
     int metrics_public; /* 1: metrics may listen on a non-loopback address */
+    int peer_timeout_s;
 };
 
 /* Everything off or empty but device "auto", multicast on the default group, measure yes. */

@@ -61,6 +61,7 @@ struct gm_link {
     uint32_t state;
     int started, handles_open, closing, close_err, close_started, up, reading, got_close_notify;
     int connected, shut; /* tcp usable for writes; uv_shutdown requested */
+    int paused;          /* the owner stopped reading (gm_link_pause_read) */
     struct ctrl_frame *ctrl_head, **ctrl_tail;
     size_t ctrl_bytes;
     struct bulk_item *bulk_head, **bulk_tail;
@@ -774,8 +775,8 @@ static void process(struct gm_link *l, uv_stream_t *s, ssize_t nread)
     err = flush(l);
     if (err != 0)
         goto fail;
-    if (l->wq_bytes > GM_LINK_READ_STOP && l->reading) {
-        uv_read_stop(s); /* the peer is not reading what we owe it */
+    if ((l->wq_bytes > GM_LINK_READ_STOP || l->paused) && l->reading) {
+        uv_read_stop(s); /* the peer is not reading what we owe it, or the owner is full */
         l->reading = 0;
     }
     return;
@@ -785,10 +786,21 @@ fail:
 
 static void resume_read(struct gm_link *l)
 {
-    if (l->reading || l->close_started)
+    if (l->reading || l->close_started || l->paused)
         return;
     if (uv_read_start((uv_stream_t *)&l->tcp, alloc_cb, read_cb) == 0)
         l->reading = 1;
+}
+
+void gm_link_pause_read(struct gm_link *l, int pause)
+{
+    l->paused = pause != 0;
+    if (l->paused && l->reading && !l->close_started) {
+        uv_read_stop((uv_stream_t *)&l->tcp);
+        l->reading = 0;
+    } else if (!l->paused && l->wq_bytes < GM_LINK_READ_STOP / 2) {
+        resume_read(l);
+    }
 }
 
 static void tick_cb(uv_timer_t *t)
@@ -812,6 +824,8 @@ static void tick_cb(uv_timer_t *t)
     }
     if (l->opts.ping_ms == 0)
         return;
+    if (l->paused)
+        l->t_last_rx = now; /* we stopped reading: the peer's silence is ours */
     if (now - l->t_last_rx > (uint64_t)l->opts.timeout_ms * 1000000ull) {
         gm_link_close(l, -ETIMEDOUT);
         return;

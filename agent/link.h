@@ -95,6 +95,10 @@ void gm_link_close(struct gm_link *l, int err);
 /* gm_link_close, waiting at most linger_ms (not GM_LINK_LINGER_MS) for the peer to drain
  * before the handles close: for a daemon that is shutting down. */
 void gm_link_close_within(struct gm_link *l, int err, unsigned linger_ms);
+/* Owner backpressure: pause stops reading the socket (frames already
+ * decrypted are still delivered), 0 resumes.  While paused the idle timeout
+ * does not run: the silence is ours. */
+void gm_link_pause_read(struct gm_link *l, int pause);
 /* Sends a PING now (RTT and clock skew come back with the PONG). */
 void gm_link_ping(struct gm_link *l);
 void gm_link_pong(struct gm_link *l, const uint8_t *payload, size_t len);

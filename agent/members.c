@@ -8,6 +8,8 @@
  */
 #include "agent/members.h"
 
+#include "agent/job.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -285,9 +287,13 @@ static int h_hello(struct gm_agent *a, struct gm_link *l, const struct gm_frame_
     gm_notice("event=link-up peer=%s address=%s dialed=%d class=%s iface=%s", m.node,
               gm_link_peer_addr(l), c->dialed, gm_class_name(gm_measure_class(peer)), c->iface);
     err = send_members(a, l);
-    if (changed)
-        members_push(a, l);
+    /* Every link-up, not only a changed address: a member admitted by a join is
+     * in our table (with its address) before its first link, and the others
+     * must still hear of it. */
+    (void)changed;
+    members_push(a, l);
     gm_measure_link_start(a, peer, c->dialed);
+    gm_jobs_link_up(a->jobs, m.node);
     return err;
 }
 

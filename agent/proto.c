@@ -30,6 +30,13 @@ int gm_proto_type_known(uint16_t type)
     case GM_MSG_JOIN_ACCEPT:
     case GM_MSG_RENEW_REQUEST:
     case GM_MSG_RENEW_ACCEPT:
+    case GM_MSG_JOB_OFFER:
+    case GM_MSG_JOB_CHECK:
+    case GM_MSG_JOB_GROUP:
+    case GM_MSG_JOB_REPORT:
+    case GM_MSG_JOB_END:
+    case GM_MSG_JOB_SUBMIT:
+    case GM_MSG_TRAIN:
         return 1;
     default:
         return 0;
@@ -67,6 +74,20 @@ const char *gm_proto_type_name(uint16_t type)
         return "renew-request";
     case GM_MSG_RENEW_ACCEPT:
         return "renew-accept";
+    case GM_MSG_JOB_OFFER:
+        return "job-offer";
+    case GM_MSG_JOB_CHECK:
+        return "job-check";
+    case GM_MSG_JOB_GROUP:
+        return "job-group";
+    case GM_MSG_JOB_REPORT:
+        return "job-report";
+    case GM_MSG_JOB_END:
+        return "job-end";
+    case GM_MSG_JOB_SUBMIT:
+        return "job-submit";
+    case GM_MSG_TRAIN:
+        return "train";
     default:
         return "unknown";
     }

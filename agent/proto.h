@@ -24,6 +24,9 @@
  *   RENEW_REQUEST empty: a member asks the admitter for a fresh certificate
  *                for the key and name of the certificate it linked with
  *   RENEW_ACCEPT {cert}                                      admitter -> member
+ *   JOB_OFFER, JOB_CHECK, JOB_GROUP, JOB_REPORT, JOB_END, JOB_SUBMIT: job control (agent/jobmsg.h)
+ *   TRAIN        raw chunk of a collective message; req = generation << 32 | sequence
+ *                (agent/xport.h)
  *
  * Pure functions; any thread.
  */
@@ -54,6 +57,13 @@ enum gm_msg_type {
     GM_MSG_JOIN_ACCEPT = 17,
     GM_MSG_RENEW_REQUEST = 18,
     GM_MSG_RENEW_ACCEPT = 19,
+    GM_MSG_JOB_OFFER = 32, /* agent/jobmsg.h: the job control messages */
+    GM_MSG_JOB_CHECK = 33,
+    GM_MSG_JOB_GROUP = 34,
+    GM_MSG_JOB_REPORT = 35,
+    GM_MSG_JOB_END = 36,
+    GM_MSG_JOB_SUBMIT = 37,
+    GM_MSG_TRAIN = 40, /* bulk: one collective message, chunked (agent/xport.h) */
 };
 
 #define GM_ADDR_MAX 64

@@ -13,7 +13,6 @@
 #include "common/log.h"
 
 #define PING_MS 5000
-#define TIMEOUT_MS 20000
 
 struct gm_lctx *gm_agent_lctx_new(struct gm_agent *a)
 {
@@ -38,9 +37,10 @@ void gm_agent_lctx_free(struct gm_lctx *c)
     free(c);
 }
 
-struct gm_link_opts gm_agent_link_opts(enum gm_tls_role role)
+struct gm_link_opts gm_agent_link_opts(const struct gm_agent *a, enum gm_tls_role role)
 {
-    struct gm_link_opts o = {.role = role, .ping_ms = PING_MS, .timeout_ms = TIMEOUT_MS};
+    struct gm_link_opts o = {
+        .role = role, .ping_ms = PING_MS, .timeout_ms = (unsigned)a->cfg.peer_timeout_s * 1000u};
 
     return o;
 }
@@ -48,7 +48,7 @@ struct gm_link_opts gm_agent_link_opts(enum gm_tls_role role)
 int gm_agent_dial(struct gm_agent *a, const char *node, const struct sockaddr *addr,
                   struct gm_endpoint *ep)
 {
-    struct gm_link_opts o = gm_agent_link_opts(GM_TLS_ROLE_CLIENT);
+    struct gm_link_opts o = gm_agent_link_opts(a, GM_TLS_ROLE_CLIENT);
     struct gm_lctx *c;
     int err;
 

@@ -148,8 +148,9 @@ struct gm_agent {
     char notify_status[128]; /* the last STATUS= sent */
     /* metrics.c (its HTTP side runs on its own thread; views.c publishes into it) */
     struct gm_metrics *metrics; /* NULL: [metrics] listen is empty */
-    /* next rooms: one pointer each to their own state, e.g. job.c's
-     * `struct gm_jobs *jobs` */
+    /* job.c (via jobroom.c) */
+    struct gm_jobs *jobs;
+    /* next rooms: one pointer each to their own state */
 };
 
 /* --- rooms ------------------------------------------------------------------ */
@@ -191,8 +192,9 @@ static inline void gm_agent_ignore(int err)
 /* A link context on a->links (NULL: no memory); freed from the link's on_close. */
 struct gm_lctx *gm_agent_lctx_new(struct gm_agent *a);
 void gm_agent_lctx_free(struct gm_lctx *c);
-/* Link options (keepalive, timeout) for role. */
-struct gm_link_opts gm_agent_link_opts(enum gm_tls_role role);
+/* Link options for role: a PING every 5 s, and a member that sends nothing for
+ * [node] peer_timeout seconds is dropped (its link closes with -ETIMEDOUT). */
+struct gm_link_opts gm_agent_link_opts(const struct gm_agent *a, enum gm_tls_role role);
 /* The member named node, or NULL. */
 struct gm_peer *gm_agent_peer_find(struct gm_agent *a, const char *node);
 /* Closes l with err after an ERROR frame; what is kept as the reason.  Returns 0. */

@@ -16,6 +16,7 @@
 #include <jansson.h>
 
 #include "agent/endpoints.h"
+#include "agent/job.h"
 #include "agent/metrics.h"
 #include "agent/state.h"
 #include "common/assert.h"
@@ -101,7 +102,7 @@ static json_t *status_json(struct gm_agent *a)
     json_object_set_new(o, "term", json_integer(0));
     json_object_set_new(o, "quorum", json_boolean(2 * (up + 1) > a->npeers + 1));
     json_object_set_new(o, "members", members);
-    json_object_set_new(o, "job", json_null());
+    json_object_set_new(o, "job", gm_jobs_status_json(a->jobs));
     return o;
 }
 

@@ -19,6 +19,7 @@ static const char *const names[] = {
     [-(GM_ERR_PROTO - GM_ERR_BASE)] = "protocol error",
     [-(GM_ERR_MISMATCH - GM_ERR_BASE)] = "peers disagree",
     [-(GM_ERR_ABORTED - GM_ERR_BASE)] = "operation aborted",
+    [-(GM_ERR_REGROUP - GM_ERR_BASE)] = "training group changed",
 };
 
 const char *gm_strerror(int err)

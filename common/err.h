@@ -33,7 +33,8 @@ enum gm_err {
     GM_ERR_PROTO = -4009,    /* peer broke the wire protocol */
     GM_ERR_MISMATCH = -4010, /* peers disagree (sizes, codecs, steps) */
     GM_ERR_ABORTED = -4011,  /* operation aborted (peer lost, shutdown) */
-    GM_ERR_LAST = -4012,
+    GM_ERR_REGROUP = -4012,  /* the training group changed: re-synchronize, then go on */
+    GM_ERR_LAST = -4013,
 };
 
 /* Returns a static string naming any error returned by a gradmesh function. */

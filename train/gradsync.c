@@ -6,10 +6,12 @@
 #include "train/gradsync.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/assert.h"
 #include "common/log.h"
 #include "train/compress/diloco.h"
 #include "train/compress/powersgd.h"
@@ -26,6 +28,18 @@ struct gm_gradsync {
     struct gm_model *m; /* borrowed */
     long step;
     uint64_t hash_checks;
+    /* overlap (dense, exec with submit/wait): the bucket layout, made on first use */
+    struct bucket *buckets; /* owned, nbuckets */
+    size_t nbuckets, ntensors;
+    size_t *bucket_of; /* owned: per tensor */
+    size_t *missing;   /* owned: per bucket, tensors not yet ready this step */
+    size_t submitted;  /* buckets submitted this step */
+    bool overlap;      /* begin was called for this step */
+};
+
+struct bucket {
+    struct gm_gradsync *g;
+    size_t off, len, tensors;
 };
 
 /* --- strategies -------------------------------------------------------------------------- */
@@ -231,6 +245,9 @@ void gm_gradsync_free(struct gm_gradsync *g)
         return;
     gm_psgd_free(g->psgd);
     gm_diloco_free(g->dl);
+    free(g->buckets);
+    free(g->bucket_of);
+    free(g->missing);
     free(g);
 }
 
@@ -326,7 +343,99 @@ int gm_gradsync_reduce(struct gm_gradsync *g, struct gm_model *m, long step, lon
         }
         return 0;
     default:
+        if (g->overlap) {
+            g->overlap = false;
+            if (g->submitted == g->nbuckets)
+                return g->ex.wait(g->ex.ctx);
+            /* a layer never reported (cannot happen with the model's hook): finish the step
+             * the plain way once the submitted buckets are done */
+            if ((err = g->ex.wait(g->ex.ctx)) < 0)
+                return err;
+        }
         return run(g, start_dense, m, step, true);
+    }
+}
+
+static int start_bucket(struct gm_coll *c, void *arg, gm_coll_done_cb done, void *done_arg)
+{
+    struct bucket *b = arg;
+    struct gm_gradsync *g = b->g;
+    struct gm_coll_opts o = {
+        .algo = g->s.algo, .codec = g->s.codec, .reduce = GM_COLL_MEAN, .step = (uint64_t)g->step};
+
+    return gm_coll_allreduce_start(c, gm_model_grads(g->m) + b->off, b->len, &o, done, done_arg);
+}
+
+static int make_buckets(struct gm_gradsync *g, struct gm_model *m)
+{
+    size_t nt = gm_model_num_tensors(m), *end, *off, *len, n;
+
+    end = calloc(nt + 1, sizeof(size_t));
+    off = calloc(nt + 1, sizeof(size_t));
+    len = calloc(nt + 1, sizeof(size_t));
+    g->bucket_of = calloc(nt + 1, sizeof(size_t));
+    g->missing = calloc(nt + 1, sizeof(size_t));
+    g->buckets = calloc(nt + 1, sizeof(struct bucket));
+    if (end == NULL || off == NULL || len == NULL || g->bucket_of == NULL || g->missing == NULL ||
+        g->buckets == NULL) {
+        free(end);
+        free(off);
+        free(len);
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < nt; i++) {
+        const struct gm_param_info *pi = gm_model_tensor(m, i);
+        end[i] = pi->offset + pi->numel;
+        GM_ASSERT(pi->offset == (i > 0 ? end[i - 1] : 0)); /* contiguous, in order */
+    }
+    n = gm_coll_buckets(end, nt, gm_coll_bucket_bytes(NULL), off, len);
+    for (size_t k = 0; k < n; k++)
+        g->buckets[k] = (struct bucket){.g = g, .off = off[k], .len = len[k]};
+    for (size_t i = 0; i < nt; i++) {
+        size_t start = i > 0 ? end[i - 1] : 0;
+        for (size_t k = 0; k < n; k++)
+            if (start >= off[k] && end[i] <= off[k] + len[k]) {
+                g->bucket_of[i] = k;
+                g->buckets[k].tensors++;
+                break;
+            }
+    }
+    g->nbuckets = n;
+    g->ntensors = nt;
+    free(end);
+    free(off);
+    free(len);
+    return 0;
+}
+
+int gm_gradsync_backward_begin(struct gm_gradsync *g, struct gm_model *m, long step)
+{
+    int err;
+
+    g->overlap = false;
+    if (g->s.kind != GM_GRADSYNC_KIND_DENSE || g->ex.submit == NULL || g->ex.wait == NULL)
+        return 0;
+    if (g->buckets == NULL && (err = make_buckets(g, m)) < 0)
+        return err;
+    g->m = m;
+    g->step = step;
+    g->submitted = 0;
+    for (size_t k = 0; k < g->nbuckets; k++)
+        g->missing[k] = g->buckets[k].tensors;
+    g->overlap = true;
+    return 0;
+}
+
+void gm_gradsync_grads_ready(struct gm_gradsync *g, size_t first_tensor, size_t n)
+{
+    if (g == NULL || !g->overlap)
+        return;
+    for (size_t i = first_tensor; i < first_tensor + n && i < g->ntensors; i++) {
+        size_t k = g->bucket_of[i];
+        if (g->missing[k] == 0 || --g->missing[k] > 0)
+            continue;
+        g->ex.submit(g->ex.ctx, start_bucket, &g->buckets[k]);
+        g->submitted++;
     }
 }
 

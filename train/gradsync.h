@@ -81,6 +81,12 @@ struct gm_gradsync_exec {
      * calling (trainer) thread until the op completes; returns its status (or start's error).
      * counted: the op moves gradients/parameters (byte accounting), false for hash checks. */
     int (*run)(void *ctx, gm_gradsync_start_fn start, void *arg, bool counted);
+    /* Optional, for overlap: submit starts an op without waiting (ops complete in submit
+     * order, after every op run or submitted before); wait blocks until every op submitted
+     * since the last wait has completed and returns the first error among them (0 if none).
+     * A submit error is returned by the next wait.  Both NULL: no overlap. */
+    void (*submit)(void *ctx, gm_gradsync_start_fn start, void *arg);
+    int (*wait)(void *ctx);
     void *ctx; /* borrowed */
 };
 
@@ -104,6 +110,17 @@ GM_MUST_CHECK int gm_gradsync_new(const struct gm_gradsync_strategy *s, int rank
                                   struct gm_gradsync **out);
 /* NULL-safe.  No op may be in flight. */
 void gm_gradsync_free(struct gm_gradsync *g);
+
+/* Overlap of backward and communication (dense strategies, and only when the executor has
+ * submit/wait): call begin before backward, then grads_ready from the model's gradient hook
+ * (gm_model_set_grad_hook) as each layer's gradients become final.  The gradients are cut
+ * into buckets (gm_coll_buckets, reverse layer order, gm_coll_bucket_bytes); each bucket's
+ * all-reduce is submitted as soon as its last layer is ready, so it runs while the rest of
+ * backward does; gm_gradsync_reduce then waits for them.  Every rank cuts and submits the
+ * same buckets in the same order.  Without begin (or for other strategies) reduce
+ * all-reduces the whole buffer at once. */
+GM_MUST_CHECK int gm_gradsync_backward_begin(struct gm_gradsync *g, struct gm_model *m, long step);
+void gm_gradsync_grads_ready(struct gm_gradsync *g, size_t first_tensor, size_t n);
 
 /* After backward, before the optimizer step (trainer's reduce_grads).  0 or an error. */
 GM_MUST_CHECK int gm_gradsync_reduce(struct gm_gradsync *g, struct gm_model *m, long step,

@@ -123,7 +123,8 @@ static const struct keydef keys[] = {
 
     K_ENUM("optim", "name", optim.name, optimizer_names, "optimizer", K_REQUIRED),
     K_F64("optim", "lr", optim.lr, 0, INFINITY, K_REQUIRED | K_FMIN_OPEN),
-    K_INT("optim", "batch", optim.batch, 1, INT_MAX, K_REQUIRED),
+    K_INT("optim", "batch", optim.batch, 1, INT_MAX, 0),
+    K_INT("optim", "global_batch", optim.global_batch, 1, INT_MAX, 0),
     K_F64("optim", "momentum", optim.momentum, 0, 1, K_FMAX_OPEN),
     K_OTHER("optim", "nesterov", KT_BOOL, optim.nesterov),
     K_F64("optim", "weight_decay", optim.weight_decay, 0, INFINITY, 0),
@@ -666,6 +667,15 @@ static void check_whole(struct ctx *c)
             return;
         }
     }
+    if (line_of(c, "optim", "batch") == 0 && line_of(c, "optim", "global_batch") == 0) {
+        fail(c, 0, "missing required key [optim] batch (per worker) or global_batch");
+        return;
+    }
+    if (line_of(c, "optim", "batch") != 0 && line_of(c, "optim", "global_batch") != 0) {
+        fail(c, line_of(c, "optim", "global_batch"),
+             "[optim] batch (per worker) and global_batch exclude each other: keep one");
+        return;
+    }
     line = line_of(c, "optim", "nesterov");
     if (job->optim.nesterov && job->optim.momentum <= 0) {
         fail(c, line, "[optim] nesterov = true needs momentum > 0");
@@ -797,7 +807,8 @@ void gm_job_defaults(struct gm_job *job)
     job->data.channels = 3;
     job->optim.name = GM_JOB_OPTIMIZER_SGD; /* placeholder: required */
     job->optim.lr = 0;                      /* placeholder: required */
-    job->optim.batch = 0;                   /* placeholder: required */
+    job->optim.batch = 0;                   /* placeholder: this or global_batch required */
+    job->optim.global_batch = 0;
     job->optim.momentum = 0;
     job->optim.nesterov = false;
     job->optim.weight_decay = 0;
@@ -941,4 +952,27 @@ const char *gm_job_schedule_kind_name(enum gm_job_schedule_kind k)
 const char *gm_job_codec_name(enum gm_job_codec c)
 {
     return name_of(codec_names, GM_ARRAY_SIZE(codec_names), (int)c);
+}
+
+int gm_job_global_batch(const struct gm_job *job, int world, int *out)
+{
+    *out = 0;
+    if (world < 1)
+        return -EINVAL;
+    if (job->optim.global_batch > 0) {
+        if (job->optim.global_batch % world != 0) {
+            gm_err("job %s: [optim] global_batch = %d does not divide by %d workers", job->name,
+                   job->optim.global_batch, world);
+            return GM_ERR_CONFIG;
+        }
+        *out = job->optim.global_batch;
+        return 0;
+    }
+    if (job->optim.batch > INT_MAX / world) {
+        gm_err("job %s: [optim] batch = %d times %d workers is too large", job->name,
+               job->optim.batch, world);
+        return GM_ERR_CONFIG;
+    }
+    *out = job->optim.batch * world;
+    return 0;
 }

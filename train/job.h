@@ -10,7 +10,9 @@
  *   [data]     kind (idx | cifar10 | folder, required), dir (required),
  *              test_split ((0, 1), 0.1), image_size (0..4096, 0 = native), channels (1 | 3, 3);
  *              the last three apply to kind = folder only
- *   [optim]    name (sgd | adam, required), lr (> 0, required), batch (>= 1 per worker, required),
+ *   [optim]    name (sgd | adam, required), lr (> 0, required), batch (>= 1 per worker) or
+ *              global_batch (>= 1, split over the workers; must divide by their number at
+ *              submit): exactly one of the two is required,
  *              momentum ([0, 1), 0) and nesterov (bool, false): sgd only, nesterov needs
  *              momentum > 0; weight_decay (>= 0, 0); beta1 ([0, 1), 0.9), beta2 ([0, 1), 0.999),
  *              eps (> 0, 1e-8): adam only
@@ -112,7 +114,8 @@ struct gm_job {
     struct gm_job_optim {
         enum gm_job_optimizer name;
         double lr;
-        int batch; /* per worker */
+        int batch;        /* per worker; 0 when global_batch is set */
+        int global_batch; /* shared by the workers; 0 when batch is set */
         double momentum;
         bool nesterov;
         double weight_decay;
@@ -151,6 +154,11 @@ int gm_job_load(const char *path, struct gm_job *job) GM_MUST_CHECK;
  * (NULL: "job").  The text is copied into job->text.  Errors as gm_job_load. */
 int gm_job_parse(const char *text, size_t len, const char *origin,
                  struct gm_job *job) GM_MUST_CHECK;
+
+/* The global batch of a job run by world workers: global_batch, or batch * world.
+ * GM_ERR_CONFIG (one line logged) when global_batch does not divide by world, or when it
+ * gives a worker no sample. */
+int gm_job_global_batch(const struct gm_job *job, int world, int *out) GM_MUST_CHECK;
 
 /* Frees job->text; NULL-safe, idempotent; leaves the struct zeroed. */
 void gm_job_free(struct gm_job *job);

@@ -126,15 +126,19 @@ static int rendezvous(void *ctx, gm_gradsync_start_fn start, void *arg, bool cou
     return err;
 }
 
-static int hook_reduce(void *ctx, struct gm_model *m, long step, long total_steps)
+static int hook_reduce(void *ctx, struct gm_train_state *st)
 {
+    struct gm_model *m = st->model;
+    long step = st->step, total_steps = st->total_steps;
     struct rank_ctx *rc = ctx;
 
     return gm_gradsync_reduce(rc->sync, m, step, total_steps);
 }
 
-static int hook_after(void *ctx, struct gm_model *m, long step, long total_steps)
+static int hook_after(void *ctx, struct gm_train_state *st)
 {
+    struct gm_model *m = st->model;
+    long step = st->step, total_steps = st->total_steps;
     struct rank_ctx *rc = ctx;
 
     return gm_gradsync_after_step(rc->sync, m, step, total_steps);

@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,19 +38,28 @@ struct run {
     struct gm_sched sched;
     int32_t *labels;    /* owned: one batch */
     uint32_t *eval_idx; /* owned */
-    long step;
-    int epoch;
+    struct gm_train_state st;
+    int epoch;     /* of the sampler's permutation */
+    int max_batch; /* per-rank batch buffers */
     long steps_per_epoch;
     uint64_t t_start, last_bar;
 };
+
+void gm_train_share(int g, int world, int rank, int *off, int *n)
+{
+    int base = g / world, extra = g % world;
+
+    *n = base + (rank < extra ? 1 : 0);
+    *off = rank * base + (rank < extra ? rank : extra);
+}
 
 static void progress_bar(struct run *r, long step_in_epoch, double loss, double sps, int final)
 {
     char bar[31];
     const long total = r->steps_per_epoch;
     const int fill = total > 0 ? (int)(30 * step_in_epoch / total) : 30;
-    const long left_steps = (long)r->job->epochs * total - r->step;
-    const double eta = sps > 0 ? (double)left_steps * r->job->optim.batch / sps : 0;
+    const long left_steps = r->st.total_steps - r->st.step;
+    const double eta = sps > 0 ? (double)left_steps * r->st.global_batch / sps : 0;
     uint64_t now = gm_time_mono_ns();
 
     if (!final && now - r->last_bar < 100000000ull)
@@ -60,7 +70,7 @@ static void progress_bar(struct run *r, long step_in_epoch, double loss, double 
     bar[30] = 0;
     fprintf(stderr, "\repoch %d/%d [%s] %3d%% step %ld loss %.4f %6.0f samples/s ETA %d:%02d ",
             r->epoch + 1, r->job->epochs, bar, total > 0 ? (int)(100 * step_in_epoch / total) : 100,
-            r->step, loss, sps, (int)eta / 60, (int)eta % 60);
+            r->st.step, loss, sps, (int)eta / 60, (int)eta % 60);
     if (final)
         fputc('\n', stderr);
     fflush(stderr);
@@ -111,7 +121,7 @@ static int save_weights(struct run *r, const char *path)
         t[i].ndim = pi->ndim;
         memcpy(t[i].shape, pi->shape, sizeof(int64_t) * (size_t)pi->ndim);
     }
-    snprintf(step, sizeof(step), "%ld", r->step);
+    snprintf(step, sizeof(step), "%ld", r->st.step);
     snprintf(epoch, sizeof(epoch), "%d", r->epoch);
     snprintf(params, sizeof(params), "%zu", gm_model_num_params(m));
     const struct gm_st_meta meta[] = {
@@ -145,11 +155,22 @@ static int setup(struct run *r)
     struct gm_optim_config oc = {0};
     int err;
 
+    const struct gm_train_comm *comm = r->opts->comm;
+    const int world = comm != NULL ? comm->world : 1;
+    const int min_world = comm != NULL && comm->min_world > 0 ? comm->min_world : world;
+    int g;
+
+    if ((err = gm_job_global_batch(job, world, &g)) < 0)
+        return err;
+    r->st.global_batch = g;
+    r->st.rank = comm != NULL ? comm->rank : 0;
+    r->st.world = world;
+    r->max_batch = (g + min_world - 1) / min_world;
     if ((err = gm_dataset_load(&ds, &r->train, &r->test)) < 0)
         return err; /* logged by the loader, with the file name */
-    if (r->train.n < (size_t)job->optim.batch) {
-        gm_err("%s: %zu training samples, fewer than one batch of %d", job->data.dir, r->train.n,
-               job->optim.batch);
+    if (r->train.n < (size_t)g) {
+        gm_err("%s: %zu training samples, fewer than one global batch of %d", job->data.dir,
+               r->train.n, g);
         return GM_ERR_CONFIG;
     }
     ms.name = gm_job_model_name(job->model);
@@ -168,7 +189,7 @@ static int setup(struct run *r)
         ms.hidden[i] = job->hidden[i];
     ms.dropout = (float)job->dropout;
     ms.device = GM_DEVICE_CPU;
-    err = gm_model_new(&ms, job->optim.batch, &r->model);
+    err = gm_model_new(&ms, r->max_batch, &r->model);
     if (err == -EINVAL) {
         gm_err("job: model %s does not fit %dx%dx%d inputs", ms.name, ms.in_c, ms.in_h, ms.in_w);
         return GM_ERR_CONFIG;
@@ -188,11 +209,14 @@ static int setup(struct run *r)
         gm_err("job: invalid optimizer settings (%s)", gm_strerror(err));
         return err == -EINVAL ? GM_ERR_CONFIG : err;
     }
-    if ((err = gm_sampler_init(&r->sampler, r->train.n, job->seed,
-                               r->opts->comm != NULL ? r->opts->comm->rank : 0,
-                               r->opts->comm != NULL ? r->opts->comm->world : 1)) < 0)
+    /* the whole permutation: every rank cuts its share of each step's block from it */
+    if ((err = gm_sampler_init(&r->sampler, r->train.n, job->seed, 0, 1)) < 0)
         return err;
-    r->steps_per_epoch = (long)(gm_sampler_len(&r->sampler) / (size_t)job->optim.batch);
+    r->steps_per_epoch = (long)(r->train.n / (size_t)g);
+    r->st.steps_per_epoch = r->steps_per_epoch;
+    r->st.total_steps = r->steps_per_epoch * job->epochs;
+    r->st.model = r->model;
+    r->st.optim = &r->optim;
     r->sched.kind = job->schedule.kind == GM_JOB_SCHEDULE_KIND_STEP     ? GM_SCHED_STEP
                     : job->schedule.kind == GM_JOB_SCHEDULE_KIND_COSINE ? GM_SCHED_COSINE
                                                                         : GM_SCHED_CONSTANT;
@@ -206,7 +230,7 @@ static int setup(struct run *r)
         gm_err("job: invalid [schedule] for %ld total steps", r->sched.total_steps);
         return GM_ERR_CONFIG;
     }
-    r->labels = calloc((size_t)job->optim.batch, sizeof(int32_t));
+    r->labels = calloc((size_t)r->max_batch, sizeof(int32_t));
     r->eval_idx = calloc(r->test.n + 1, sizeof(uint32_t));
     if (r->labels == NULL || r->eval_idx == NULL)
         return -ENOMEM;
@@ -225,13 +249,101 @@ static void teardown(struct run *r)
     free(r->eval_idx);
 }
 
-static void eval_hook(const struct run *r, double tloss, double acc, double epoch_loss,
+/* Runs one communication hook.  A regroup re-synchronizes the state with the
+ * new group (again if the group changes during that).  Returns 0, 1 when the
+ * state was replaced (the caller restarts at st.step), or an error. */
+static int run_hook(struct run *r, int (*fn)(void *, struct gm_train_state *))
+{
+    const struct gm_train_comm *comm = r->opts->comm;
+    int err;
+
+    if (comm == NULL || fn == NULL)
+        return 0;
+    err = fn(comm->ctx, &r->st);
+    if (err != GM_ERR_REGROUP)
+        return err;
+    while (err == GM_ERR_REGROUP) {
+        if (comm->resync == NULL)
+            return GM_ERR_ABORTED;
+        err = comm->resync(comm->ctx, &r->st);
+    }
+    return err < 0 ? err : 1;
+}
+
+static void scale(float *g, size_t n, float f)
+{
+    for (size_t i = 0; i < n; i++)
+        g[i] *= f;
+}
+
+/* The model's gradient hook: weigh the layer's gradients for unequal shares,
+ * then hand them to the communication hook (overlap with the rest of backward). */
+struct grad_hook_ctx {
+    struct gm_model *m;
+    const struct gm_train_comm *comm;
+    float factor; /* this step's weight, 1 when shares are equal */
+};
+
+static void grad_hook(void *ctx, size_t first, size_t n)
+{
+    struct grad_hook_ctx *h = ctx;
+
+    if (h->factor != 1.0f)
+        for (size_t i = first; i < first + n; i++) {
+            const struct gm_param_info *pi = gm_model_tensor(h->m, i);
+            scale(gm_model_grads(h->m) + pi->offset, pi->numel, h->factor);
+        }
+    if (h->comm->grads_ready != NULL)
+        h->comm->grads_ready(h->comm->ctx, first, n);
+}
+
+struct epoch_stats {
+    int epoch;
+    uint64_t t0, t_window;
+    long steps, window_steps;
+    double loss_sum, sps;
+};
+
+static void epoch_begin(struct epoch_stats *es, int epoch)
+{
+    es->epoch = epoch;
+    es->t0 = es->t_window = gm_time_mono_ns();
+    es->steps = es->window_steps = 0;
+    es->loss_sum = 0;
+    es->sps = 0;
+}
+
+/* The observer hooks (trainer.h): a step just taken (t_*: its phase boundaries), an
+ * evaluation just made. */
+static void step_hook(const struct run *r, int epoch, double loss, uint64_t t_step, uint64_t t_coll,
+                      uint64_t t_opt)
+{
+    const struct gm_train_hooks *h = r->opts->hooks;
+    const uint64_t t_end = gm_time_mono_ns();
+
+    if (h == NULL || h->on_step == NULL)
+        return;
+    const struct gm_train_step_info si = {
+        .step = r->st.step,
+        .epoch = epoch + 1,
+        .loss = loss,
+        .lr = gm_sched_lr(&r->sched, r->st.step - 1),
+        .compute_s = (double)(t_coll - t_step) * 1e-9,
+        .collective_s = (double)(t_opt - t_coll) * 1e-9,
+        .optimizer_s = (double)(t_end - t_opt) * 1e-9,
+        .samples_per_s =
+            t_end > t_step ? r->st.global_batch / ((double)(t_end - t_step) * 1e-9) : 0,
+    };
+    h->on_step(h->ctx, &si);
+}
+
+static void eval_hook(const struct run *r, int epoch, double tloss, double acc, double epoch_loss,
                       double epoch_sps)
 {
     const struct gm_train_hooks *h = r->opts->hooks;
     const struct gm_train_eval_info ei = {
-        .step = r->step,
-        .epoch = r->epoch + 1,
+        .step = r->st.step,
+        .epoch = epoch + 1,
         .test_loss = tloss,
         .test_accuracy = acc,
         .epoch_loss = epoch_loss,
@@ -246,16 +358,17 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
                    struct gm_train_summary *sum)
 {
     struct run r = {.job = job, .opts = opts};
-    const int B = job->optim.batch;
-    double train_s = 0, epoch_loss = 0, acc = NAN, tloss = NAN;
+    double train_s = 0, epoch_loss = NAN, acc = NAN, tloss = NAN;
     const char *out = opts->out != NULL ? opts->out : job->out;
     const struct gm_train_comm *comm = opts->comm;
-    const int quiet = comm != NULL && comm->rank != 0; /* rank 0 speaks for all */
+    struct epoch_stats es = {.epoch = -1};
     struct rusage ru;
+    long steps_done = 0; /* by this replica, for samples/s */
     int err;
 
     memset(sum, 0, sizeof(*sum));
     r.t_start = gm_time_mono_ns();
+    r.epoch = -1;
     snprintf(sum->job, sizeof(sum->job), "%s", job->name);
     snprintf(sum->model, sizeof(sum->model), "%s", gm_job_model_name(job->model));
     /* one replica: nothing on a wire (train/sim.c overwrites it for its ranks) */
@@ -263,134 +376,181 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
     if ((err = setup(&r)) < 0)
         goto out;
     sum->params = gm_model_num_params(r.model);
-    if (!quiet)
+    if (r.st.rank == 0)
         gm_info("event=start job=%s model=%s params=%zu train=%zu test=%zu input=%dx%dx%d "
                 "classes=%d batch=%d epochs=%d steps_per_epoch=%ld optim=%s lr=%g threads=%d",
                 job->name, sum->model, sum->params, r.train.n, r.test.n, r.train.c, r.train.h,
-                r.train.w, gm_model_classes(r.model), B, job->epochs, r.steps_per_epoch,
-                gm_job_optimizer_name(job->optim.name), job->optim.lr, job->threads);
+                r.train.w, gm_model_classes(r.model), r.st.global_batch, job->epochs,
+                r.steps_per_epoch, gm_job_optimizer_name(job->optim.name), job->optim.lr,
+                job->threads);
+    struct grad_hook_ctx gh = {.m = r.model, .comm = comm, .factor = 1.0f};
+    if (comm != NULL)
+        gm_model_set_grad_hook(r.model, grad_hook, &gh);
+    if ((err = run_hook(&r, comm != NULL ? comm->start : NULL)) < 0)
+        goto out;
 
-    for (r.epoch = 0; r.epoch < job->epochs; r.epoch++) {
-        const uint64_t t_epoch = gm_time_mono_ns();
-        uint64_t t_window = t_epoch;
-        long window_steps = 0;
-        double loss_sum = 0, sps = 0;
-        gm_sampler_set_epoch(&r.sampler, r.epoch);
-        const uint32_t *idx = gm_sampler_indices(&r.sampler);
-        long s;
-        for (s = 0; s < r.steps_per_epoch; s++) {
-            if (opts->stop != NULL && *opts->stop) {
+    while (r.st.step < r.st.total_steps) {
+        const int G = r.st.global_batch;
+        const long s_in = r.st.step % r.steps_per_epoch;
+        const int e = (int)(r.st.step / r.steps_per_epoch);
+        int off, n, rc;
+
+        if (e != r.epoch) {
+            gm_sampler_set_epoch(&r.sampler, e);
+            r.epoch = e;
+        }
+        if (e != es.epoch)
+            epoch_begin(&es, e);
+        if (opts->stop != NULL && *opts->stop) {
+            sum->interrupted = 1;
+            break;
+        }
+        const uint64_t t_step = gm_time_mono_ns();
+        uint64_t t_coll, t_opt;
+        gm_train_share(G, r.st.world, r.st.rank, &off, &n);
+        if (n > r.max_batch || n < 1) {
+            gm_err("event=share rank=%d world=%d global_batch=%d: a share of %d samples does not "
+                   "fit the batch buffers (%d)",
+                   r.st.rank, r.st.world, G, n, r.max_batch);
+            err = -EINVAL;
+            goto out;
+        }
+        gm_dataset_batch(&r.train, gm_sampler_indices(&r.sampler) + (size_t)s_in * (size_t)G + off,
+                         (size_t)n, gm_model_input(r.model), r.labels);
+        if ((err = gm_model_forward(r.model, n, 1,
+                                    job->seed * 0x9e3779b97f4a7c15ull + (uint64_t)r.st.step)) < 0)
+            goto out;
+        double loss = gm_model_loss(r.model, n, r.labels, NULL);
+        if (!isfinite(loss)) {
+            gm_err("event=diverged step=%ld epoch=%d loss=%g: the loss is not finite; "
+                   "lower [optim] lr",
+                   r.st.step, e + 1, loss);
+            err = GM_ERR_NUMERIC;
+            goto out;
+        }
+        /* unequal shares: weigh by samples (see trainer.h), layer by layer in grad_hook */
+        gh.factor = n * r.st.world != G ? (float)n * (float)r.st.world / (float)G : 1.0f;
+        if ((rc = run_hook(&r, comm != NULL ? comm->backward_begin : NULL)) < 0) {
+            err = rc;
+            goto out;
+        }
+        if (rc == 1)
+            continue;
+        if ((err = gm_model_backward(r.model, n)) < 0)
+            goto out;
+        t_coll = gm_time_mono_ns();
+        if ((rc = run_hook(&r, comm != NULL ? comm->reduce_grads : NULL)) < 0) {
+            if (rc == GM_ERR_ABORTED && opts->stop != NULL && *opts->stop) {
+                sum->interrupted = 1; /* stopped mid-step: the last finished step stands */
+                break;
+            }
+            err = rc;
+            goto out;
+        }
+        if (rc == 1)
+            continue; /* the group's state replaced ours: take the step it says */
+        t_opt = gm_time_mono_ns();
+        gm_optim_step(&r.optim, gm_model_params(r.model), gm_model_grads(r.model),
+                      gm_sched_lr(&r.sched, r.st.step));
+        if ((rc = run_hook(&r, comm != NULL ? comm->after_step : NULL)) < 0) {
+            if (rc == GM_ERR_ABORTED && opts->stop != NULL && *opts->stop) {
+                r.st.step++; /* the optimizer took this step; only its check was cut */
                 sum->interrupted = 1;
                 break;
             }
-            const uint64_t t_step = gm_time_mono_ns();
-            uint64_t t_coll = 0, t_opt = 0;
-            gm_dataset_batch(&r.train, idx + (size_t)s * (size_t)B, (size_t)B,
-                             gm_model_input(r.model), r.labels);
-            if ((err = gm_model_forward(r.model, B, 1,
-                                        job->seed * 0x9e3779b97f4a7c15ull + (uint64_t)r.step)) < 0)
-                goto out;
-            double loss = gm_model_loss(r.model, B, r.labels, NULL);
-            if (!isfinite(loss)) {
-                gm_err("event=diverged step=%ld epoch=%d loss=%g: the loss is not finite; "
-                       "lower [optim] lr",
-                       r.step, r.epoch + 1, loss);
-                err = GM_ERR_NUMERIC;
-                goto out;
-            }
-            if ((err = gm_model_backward(r.model, B)) < 0)
-                goto out;
-            t_coll = gm_time_mono_ns();
-            if (comm != NULL && comm->reduce_grads != NULL &&
-                (err = comm->reduce_grads(comm->ctx, r.model, r.step, r.sched.total_steps)) < 0)
-                goto out;
-            t_opt = gm_time_mono_ns();
-            gm_optim_step(&r.optim, gm_model_params(r.model), gm_model_grads(r.model),
-                          gm_sched_lr(&r.sched, r.step));
-            if (comm != NULL && comm->after_step != NULL &&
-                (err = comm->after_step(comm->ctx, r.model, r.step, r.sched.total_steps)) < 0)
-                goto out;
-            r.step++;
-            if (opts->hooks != NULL && opts->hooks->on_step != NULL) {
-                const uint64_t t_end = gm_time_mono_ns();
-                const struct gm_train_step_info si = {
-                    .step = r.step,
-                    .epoch = r.epoch + 1,
-                    .loss = loss,
-                    .lr = gm_sched_lr(&r.sched, r.step - 1),
-                    .compute_s = (double)(t_coll - t_step) * 1e-9,
-                    .collective_s = (double)(t_opt - t_coll) * 1e-9,
-                    .optimizer_s = (double)(t_end - t_opt) * 1e-9,
-                    .samples_per_s = t_end > t_step ? B / ((double)(t_end - t_step) * 1e-9) : 0,
-                };
-                opts->hooks->on_step(opts->hooks->ctx, &si);
-            }
-            window_steps++;
-            loss_sum += loss;
-            if (!quiet && (opts->progress || window_steps == job->log_every)) {
-                uint64_t now = gm_time_mono_ns();
-                double dt = (double)(now - t_window) * 1e-9;
-                if (dt > 0 && window_steps > 0 && (!opts->progress || dt > 0.5)) {
-                    sps = (double)window_steps * B / dt;
-                    t_window = now;
-                    window_steps = 0;
-                }
-                if (opts->progress)
-                    progress_bar(&r, s + 1, loss_sum / (double)(s + 1), sps, 0);
-                else
-                    gm_info("event=train step=%ld epoch=%d loss=%.4f lr=%.3g samples_per_s=%.0f",
-                            r.step, r.epoch + 1, loss_sum / (double)(s + 1),
-                            gm_sched_lr(&r.sched, r.step - 1), sps);
-            }
+            err = rc;
+            goto out;
         }
-        double epoch_s = (double)(gm_time_mono_ns() - t_epoch) * 1e-9;
-        train_s += epoch_s;
-        epoch_loss = s > 0 ? loss_sum / (double)s : NAN;
-        if (opts->progress && !quiet)
-            progress_bar(&r, s, epoch_loss, s * B / (epoch_s > 0 ? epoch_s : 1), 1);
-        if (sum->interrupted) {
-            gm_notice("event=interrupted step=%ld epoch=%d: stopping, saving weights", r.step,
-                      r.epoch + 1);
-            break;
-        }
-        sum->epochs = r.epoch + 1;
-        if (quiet)
+        if (rc == 1)
             continue;
-        if ((r.epoch + 1) % job->eval_every == 0 || r.epoch + 1 == job->epochs) {
+        r.st.loss = loss;
+        r.st.step++;
+        steps_done++;
+        step_hook(&r, e, loss, t_step, t_coll, t_opt);
+        es.steps++;
+        es.window_steps++;
+        es.loss_sum += loss;
+        {
+            uint64_t now = gm_time_mono_ns();
+            double dt = (double)(now - es.t_window) * 1e-9;
+            bool due = opts->progress || es.window_steps == job->log_every;
+            if (due && dt > 0 && (!opts->progress || dt > 0.5)) {
+                es.sps = (double)es.window_steps * G / dt;
+                es.t_window = now;
+                es.window_steps = 0;
+            }
+            /* every rank reports (the agent shows a member's view too; its loss is over its
+             * own share of the batch); rank 0 alone logs */
+            if (comm != NULL && comm->progress != NULL)
+                comm->progress(comm->ctx, &r.st, e, es.loss_sum / (double)es.steps, es.sps);
+            if (r.st.rank == 0 && opts->progress)
+                progress_bar(&r, s_in + 1, es.loss_sum / (double)es.steps, es.sps, 0);
+            else if (r.st.rank == 0 && due)
+                gm_info("event=train step=%ld epoch=%d loss=%.4f lr=%.3g samples_per_s=%.0f",
+                        r.st.step, e + 1, es.loss_sum / (double)es.steps,
+                        gm_sched_lr(&r.sched, r.st.step - 1), es.sps);
+        }
+        if (r.st.step % r.steps_per_epoch != 0)
+            continue;
+        /* the end of epoch e */
+        double epoch_s = (double)(gm_time_mono_ns() - es.t0) * 1e-9;
+        train_s += epoch_s;
+        epoch_loss = es.steps > 0 ? es.loss_sum / (double)es.steps : NAN;
+        sum->epochs = e + 1;
+        if (r.st.rank != 0)
+            continue;
+        if (opts->progress)
+            progress_bar(&r, r.steps_per_epoch, epoch_loss,
+                         (double)es.steps * G / (epoch_s > 0 ? epoch_s : 1), 1);
+        if ((e + 1) % job->eval_every == 0 || e + 1 == job->epochs) {
             if ((err = evaluate(&r, &acc, &tloss)) < 0)
                 goto out;
-            eval_hook(&r, tloss, acc, epoch_loss, epoch_s > 0 ? (double)s * B / epoch_s : 0);
+            eval_hook(&r, e, tloss, acc, epoch_loss, (double)es.steps * G / epoch_s);
             gm_info("event=epoch epoch=%d steps=%ld train_loss=%.4f test_loss=%.4f "
                     "test_accuracy=%.2f epoch_s=%.1f samples_per_s=%.0f",
-                    r.epoch + 1, r.step, epoch_loss, tloss, acc, epoch_s, (double)s * B / epoch_s);
+                    e + 1, r.st.step, epoch_loss, tloss, acc, epoch_s,
+                    (double)es.steps * G / epoch_s);
         } else {
             gm_info("event=epoch epoch=%d steps=%ld train_loss=%.4f epoch_s=%.1f "
                     "samples_per_s=%.0f",
-                    r.epoch + 1, r.step, epoch_loss, epoch_s, (double)s * B / epoch_s);
+                    e + 1, r.st.step, epoch_loss, epoch_s, (double)es.steps * G / epoch_s);
+        }
+        if (comm != NULL && comm->progress != NULL)
+            comm->progress(comm->ctx, &r.st, e, epoch_loss, es.sps);
+    }
+    if (sum->interrupted) {
+        double epoch_s = (double)(gm_time_mono_ns() - es.t0) * 1e-9;
+        train_s += es.epoch >= 0 ? epoch_s : 0;
+        if (es.steps > 0)
+            epoch_loss = es.loss_sum / (double)es.steps;
+        if (opts->progress && r.st.rank == 0)
+            progress_bar(&r, r.st.step % r.steps_per_epoch, epoch_loss, es.sps, 1);
+        gm_notice("event=interrupted step=%ld epoch=%d: stopping, saving weights", r.st.step,
+                  r.epoch + 1);
+        if (r.st.rank == 0) {
+            if ((err = evaluate(&r, &acc, &tloss)) < 0)
+                goto out;
+            eval_hook(&r, r.epoch, tloss, acc, epoch_loss, 0);
         }
     }
-    if (!quiet && sum->interrupted) {
-        if ((err = evaluate(&r, &acc, &tloss)) < 0)
+    if (r.st.rank == 0 || (sum->interrupted && opts->keep_on_stop)) {
+        if ((err = save_weights(&r, out)) < 0)
             goto out;
-        eval_hook(&r, tloss, acc, epoch_loss, 0);
-    }
-    if (!quiet && (err = save_weights(&r, out)) < 0)
-        goto out;
-    if (!quiet)
         snprintf(sum->checkpoint, sizeof(sum->checkpoint), "%s", out);
-    sum->steps = r.step;
+    }
+    sum->steps = r.st.step;
     sum->test_accuracy = acc;
     sum->test_loss = tloss;
     sum->train_loss = epoch_loss;
     sum->train_s = train_s;
-    sum->samples_per_s = train_s > 0 ? (double)r.step * B / train_s : 0;
+    sum->samples_per_s = train_s > 0 ? (double)steps_done * r.st.global_batch / train_s : 0;
     sum->wall_s = gm_time_seconds_since(r.t_start);
     getrusage(RUSAGE_SELF, &ru);
     sum->peak_rss_kb = ru.ru_maxrss;
-    if (!quiet)
+    if (r.st.rank == 0)
         gm_info("event=done job=%s steps=%ld test_accuracy=%.2f test_loss=%.4f samples_per_s=%.0f "
                 "wall_s=%.1f weights=%s peak_rss_mb=%.1f",
-                job->name, r.step, acc, tloss, sum->samples_per_s, sum->wall_s, out,
+                job->name, r.st.step, acc, tloss, sum->samples_per_s, sum->wall_s, out,
                 (double)sum->peak_rss_kb / 1024.0);
 out:
     teardown(&r);

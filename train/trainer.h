@@ -45,27 +45,74 @@ struct gm_train_summary {
 };
 
 struct gm_model;
+struct gm_optim;
 
 /*
- * Optional communication hook (train/sim.c for --simulate-workers; the agent
- * later): the replica trains on shard `rank` of `world`, reduce_grads runs
- * after backward and before the optimizer step (replace m's gradients by
- * their reduction over ranks), after_step after the optimizer step (local
- * SGD / DiLoCo).  A negative return ends the run with that error.  Ranks
- * other than 0 neither log progress, evaluate nor write weights.
+ * The replica's state at a step boundary: what a group must hold identical,
+ * and what it may replace when its membership changes.
+ *
+ * Data order.  The global batch G is fixed for the life of a run (job
+ * global_batch, or batch * the initial world).  Epoch e is the permutation
+ * of the training set drawn from (seed, e); step s of the epoch takes its
+ * positions [s*G, (s+1)*G), so steps_per_epoch = floor(n / G) whatever the
+ * world.  Rank r of world W takes a contiguous share of that block
+ * (gm_train_share): G/W samples, the first G mod W ranks one more.  When
+ * shares differ, each rank scales its mean gradient by W*n_r/G before the
+ * all-reduce takes the mean, so the update is the mean over all G samples
+ * exactly as one replica with batch G would take it.  A membership change
+ * therefore re-shards at once, at the next step, with nothing to remember
+ * but the step.
+ */
+struct gm_train_state {
+    struct gm_model *model; /* borrowed */
+    struct gm_optim *optim; /* borrowed */
+    long step;              /* the next step to take, counted from 0 over the run */
+    long steps_per_epoch, total_steps;
+    int global_batch;
+    int rank, world; /* this replica's place in the group for the next step */
+    double loss;     /* of the last step taken */
+};
+
+/* Offset and length of rank's share of a global batch g split over world. */
+void gm_train_share(int g, int world, int rank, int *off, int *n);
+
+/*
+ * Optional communication hooks (train/sim.c for --simulate-workers; the
+ * agent's job runtime).  start runs once before the first step (e.g. take
+ * rank 0's initial state); reduce_grads after backward and before the
+ * optimizer step (replace the gradients by their reduction over ranks);
+ * after_step after the optimizer step (local SGD / DiLoCo, hash checks).
+ * A hook that returns GM_ERR_REGROUP says the group changed: the trainer
+ * calls resync, which makes st identical across the new group (rank,
+ * world, step, parameters, optimizer state), and continues from st->step.
+ * Any other negative return ends the run with that error.  Only rank 0
+ * logs progress, evaluates and writes weights.  min_world: the smallest
+ * world the run may shrink to (sizes the per-rank batch buffers; 0: world).
  */
 struct gm_train_comm {
-    int rank, world;
-    int (*reduce_grads)(void *ctx, struct gm_model *m, long step, long total_steps);
-    int (*after_step)(void *ctx, struct gm_model *m, long step, long total_steps);
+    int rank, world, min_world;
+    int (*start)(void *ctx, struct gm_train_state *st);
+    int (*reduce_grads)(void *ctx, struct gm_train_state *st);
+    int (*after_step)(void *ctx, struct gm_train_state *st);
+    int (*resync)(void *ctx, struct gm_train_state *st);
+    /* optional, for overlap: before backward, and as each layer's gradients are final
+     * (tensors [first, first + n), already weighted for unequal shares) */
+    int (*backward_begin)(void *ctx, struct gm_train_state *st);
+    void (*grads_ready)(void *ctx, size_t first_tensor, size_t n);
+    /* optional: rank 0's progress after every step (loss, samples/s), for the agent */
+    void (*progress)(void *ctx, const struct gm_train_state *st, int epoch, double loss,
+                     double samples_per_s);
     void *ctx;
 };
 
 /*
  * Optional observer of a run (train/tbevents.h writes TensorBoard events from it; the
  * agent's job runtime can feed agent/metrics.h the same way): on_step after every optimizer
- * step, on_eval after every test evaluation.  Called on the trainer's thread, on rank 0 only
- * (sim.c's other ranks run without hooks); the callbacks must not block for long.
+ * step, on_eval after every test evaluation (rank 0 evaluates).  Called on the trainer's
+ * thread of the replica given them (sim.c gives them to rank 0 only); they must not block
+ * for long.  The step time split: compute is batch, forward, loss and backward (with the
+ * overlap hooks, the collective runs during it); collective is the wait in reduce_grads
+ * after backward; optimizer is the optimizer step and after_step.
  */
 struct gm_train_step_info {
     long step;            /* steps done, this one included (1, 2, ...) */
@@ -93,10 +140,11 @@ struct gm_train_hooks {
 };
 
 struct gm_train_opts {
-    int progress;                       /* 1: terminal progress bar; 0: log lines */
-    volatile sig_atomic_t *stop;        /* borrowed, may be NULL */
-    const char *out;                    /* overrides job->out when not NULL */
-    const struct gm_train_comm *comm;   /* borrowed, may be NULL: one replica alone */
+    int progress;                     /* 1: terminal progress bar; 0: log lines */
+    volatile sig_atomic_t *stop;      /* borrowed, may be NULL */
+    const char *out;                  /* overrides job->out when not NULL */
+    const struct gm_train_comm *comm; /* borrowed, may be NULL: one replica alone */
+    int keep_on_stop; /* every rank (not only 0) writes its weights when stopped early */
     const struct gm_train_hooks *hooks; /* borrowed, may be NULL */
 };
 

@@ -48,7 +48,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         abort();
     if (!gm_id_name_valid(c.cluster) || !gm_id_name_valid(c.node) || c.state_dir[0] != '/' ||
         c.control[0] != '/' || gm_proto_addr_parse(c.listen, &ss) != 0 || c.threads < 0 ||
-        c.threads > 4096 || (c.measure != 0 && c.measure != 1))
+        c.threads > 4096 || (c.measure != 0 && c.measure != 1) || c.peer_timeout_s < 5 ||
+        c.peer_timeout_s > 3600)
         abort();
     if (c.metrics[0] != '\0' && !c.metrics_public && !gm_config_addr_is_loopback(c.metrics))
         abort();
@@ -64,7 +65,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     unlink(path);
     if (err != 0 || strcmp(c.cluster, d.cluster) != 0 || strcmp(c.node, d.node) != 0 ||
         strcmp(c.listen, d.listen) != 0 || strcmp(c.metrics, d.metrics) != 0 ||
-        c.metrics_public != d.metrics_public || c.measure != d.measure || c.threads != d.threads)
+        c.metrics_public != d.metrics_public || c.measure != d.measure || c.threads != d.threads ||
+        c.peer_timeout_s != d.peer_timeout_s)
         abort();
     return 0;
 }

@@ -410,9 +410,10 @@ static void test_bad_names(void)
     expect_bad(MINIMAL "[extra]\n",
                "error: job.ini:10: unknown section [extra] (known: job, model, data, optim, "
                "schedule, comm)");
-    expect_bad("[optim]\nlrr = 0.1\n",
-               "error: job.ini:2: unknown key 'lrr' in [optim] (known: name, lr, batch, momentum, "
-               "nesterov, weight_decay, beta1, beta2, eps)");
+    expect_bad(
+        "[optim]\nlrr = 0.1\n",
+        "error: job.ini:2: unknown key 'lrr' in [optim] (known: name, lr, batch, global_batch, "
+        "momentum, nesterov, weight_decay, beta1, beta2, eps)");
     expect_bad("model = mlp\n",
                "error: job.ini:1: key 'model' is outside any section (put it under [job], "
                "[data], ...)");
@@ -427,7 +428,11 @@ static void test_bad_structure(void)
                "error: job.ini:11: duplicate key [job] model (first set on line 2)");
     expect_bad("[job]\nmodel = mlp\n", "error: job.ini: missing required key [data] kind");
     expect_bad(HEAD "batch = 1\n", "error: job.ini: missing required key [optim] lr");
-    expect_bad(HEAD "lr = 1\n", "error: job.ini: missing required key [optim] batch");
+    expect_bad(HEAD "lr = 1\n",
+               "error: job.ini: missing required key [optim] batch (per worker) or global_batch");
+    expect_bad(HEAD "lr = 1\nbatch = 8\nglobal_batch = 16\n",
+               "error: job.ini:10: [optim] batch (per worker) and global_batch exclude each other: "
+               "keep one");
     expect_bad("", "error: job.ini: missing required key [job] model");
     expect_bad("[job]\nmodel mlp\n",
                "error: job.ini:2: syntax error: expected '[section]' or 'key = value'");

@@ -70,10 +70,18 @@ struct gm_model {
     /* export permutation for a linear layer after a spatial flatten */
     int flat_from[16][3]; /* per tensor: c, h, w of the flattened map, or 0 */
     size_t ntensors;
-    float *input;   /* owned: NCHW staging, max_batch * in size */
-    float *input_t; /* owned: NHWC copy when in_c > 1, else NULL */
-    float *dlogits; /* owned */
+    float *input;                 /* owned: NCHW staging, max_batch * in size */
+    float *input_t;               /* owned: NHWC copy when in_c > 1, else NULL */
+    float *dlogits;               /* owned */
+    gm_model_grad_hook grad_hook; /* borrowed; NULL: none */
+    void *grad_hook_ctx;
 };
+
+void gm_model_set_grad_hook(struct gm_model *m, gm_model_grad_hook fn, void *ctx)
+{
+    m->grad_hook = fn;
+    m->grad_hook_ctx = ctx;
+}
 
 int gm_model_known(const char *name)
 {
@@ -590,6 +598,8 @@ int gm_model_backward(struct gm_model *m, int n)
                 gm_dropout_backward_cpu(total, l->mask, dy, l->dx);
             break;
         }
+        if (l->w_tensor >= 0 && m->grad_hook != NULL) /* this layer's gradients are final */
+            m->grad_hook(m->grad_hook_ctx, (size_t)l->w_tensor, 2);
         dy = l->dx;
     }
     return 0;

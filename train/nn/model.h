@@ -86,6 +86,11 @@ const float *gm_model_logits(const struct gm_model *m);
 double gm_model_loss(struct gm_model *m, int n, const int32_t *labels, long *correct);
 /* Backward pass of the last forward: writes every gradient (no accumulate). */
 int gm_model_backward(struct gm_model *m, int n) GM_MUST_CHECK;
+/* Called by backward as soon as a layer's gradients are final (layers in
+ * reverse order): tensors [first, first + n) of gm_model_tensor(), so their
+ * reduction can start while the rest of backward runs.  NULL: none. */
+typedef void (*gm_model_grad_hook)(void *ctx, size_t first_tensor, size_t n);
+void gm_model_set_grad_hook(struct gm_model *m, gm_model_grad_hook fn, void *ctx);
 
 size_t gm_model_num_tensors(const struct gm_model *m);
 const struct gm_param_info *gm_model_tensor(const struct gm_model *m, size_t i);

@@ -1,0 +1,1311 @@
+/*
+ * agent/job.c - the job control room (see job.h).
+ *
+ * State: at most one current job (coordinated here or run here as a member)
+ * and a short history of finished ones for `gradmesh jobs`.  The coordinator
+ * tracks, per participant, whether its dataset check came back; per group
+ * generation, the rank order.  TRAIN frames of a generation not formed here
+ * yet wait in a bounded stash.
+ */
+#include "agent/job.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include <openssl/rand.h>
+
+#include "agent/datahash.h"
+#include "agent/jobmsg.h"
+#include "agent/link.h"
+#include "agent/proto.h"
+#include "agent/rank.h"
+#include "agent/xport.h"
+#include "common/assert.h"
+#include "common/log.h"
+#include "common/time.h"
+#include "train/job.h"
+
+#define HISTORY_MAX 16
+#define STASH_MAX (64u << 20)
+#define CHECK_TIMEOUT_MS 120000
+#define NODE_LEN (GM_ID_NAME_MAX + 1)
+
+enum jstate { J_CHECKING, J_RUNNING, J_DONE, J_CANCELLED, J_FAILED, J_REFUSED };
+
+static const char *const jstate_names[] = {"checking",  "running", "done",
+                                           "cancelled", "failed",  "refused"};
+
+struct part {
+    char node[NODE_LEN];
+    bool checked;             /* its dataset equals ours */
+    bool answered;            /* its JOB_CHECK came, not compared yet */
+    struct gm_jobfile *files; /* owned: its answer */
+    size_t nfiles;
+    char error[GM_JOB_MSG_MAX];
+};
+
+struct job {
+    struct job *next; /* history */
+    char id[GM_JOB_ID_LEN + 1];
+    bool coord; /* coordinated here */
+    char coordinator[NODE_LEN];
+    enum jstate state;
+    char error[GM_JOB_MSG_MAX];
+    struct gm_job job; /* parsed; owns the text */
+    char origin[256];
+    uint64_t t_submit, t_start, t_end;
+    /* coordinator */
+    struct part *parts; /* owned */
+    size_t nparts;
+    struct gm_jobfile *files; /* owned: this node's dataset */
+    size_t nfiles;
+    bool own_hashed;
+    uint32_t gen;            /* current group */
+    char (*ranks)[NODE_LEN]; /* owned: the current group's rank order */
+    size_t world;
+    uint32_t failed_gen; /* last generation reported failed (re-form once) */
+    /* both */
+    struct gm_rank *rank; /* owned; NULL when not running here */
+    bool stop_sent;
+    char weights[1200]; /* "node:path" for a member that learned it from JOB_END */
+    double test_accuracy, test_loss, samples_per_s, wall_s;
+    long steps;
+    int epochs;
+    uint64_t bytes_sent;
+    uint64_t link_sent[GM_JOB_RANKS_MAX], link_recv[GM_JOB_RANKS_MAX]; /* retired groups, by rank */
+    bool remote_summary; /* a member: the coordinator's figures came with JOB_END */
+    struct gm_rank_progress last;
+};
+
+struct stashed {
+    struct stashed *next;
+    char node[NODE_LEN];
+    struct gm_frame_hdr h;
+    uint8_t data[];
+};
+
+struct hashreq {
+    struct gm_jobs *j;
+    char id[GM_JOB_ID_LEN + 1];
+    char reply_to[NODE_LEN]; /* "" : the coordinator's own dataset */
+};
+
+struct gm_jobs {
+    struct gm_jobs_env env;
+    struct gm_datahash *dh; /* owned */
+    struct job *cur;        /* owned */
+    struct job *history;    /* owned, newest first */
+    struct stashed *stash;  /* owned */
+    size_t stash_bytes;
+    uv_timer_t timer; /* check timeouts */
+    bool stopping;
+};
+
+/* --- helpers ----------------------------------------------------------------------------- */
+
+static void job_free(struct job *jb)
+{
+    if (jb == NULL)
+        return;
+    GM_ASSERT(jb->rank == NULL);
+    gm_job_free(&jb->job);
+    for (size_t i = 0; i < jb->nparts; i++)
+        free(jb->parts[i].files);
+    free(jb->parts);
+    free(jb->files);
+    free(jb->ranks);
+    free(jb);
+}
+
+static void stash_drop(struct gm_jobs *j, uint32_t below_or_equal)
+{
+    struct stashed **pp = &j->stash;
+
+    while (*pp != NULL) {
+        struct stashed *s = *pp;
+        if (gm_xport_req_generation(s->h.req) <= below_or_equal) {
+            *pp = s->next;
+            j->stash_bytes -= s->h.len;
+            free(s);
+        } else {
+            pp = &s->next;
+        }
+    }
+}
+
+static int send_msg(struct gm_jobs *j, const char *node, uint16_t type, const struct gm_jobmsg *m)
+{
+    struct gm_link *l = j->env.link_to(j->env.agent, node);
+    char *json = NULL;
+    size_t len = 0;
+    int err;
+
+    if (l == NULL)
+        return -ENOTCONN;
+    if ((err = gm_jobmsg_encode(type, m, &json, &len)) < 0)
+        return err;
+    err = gm_link_send(l, type, 0, json, len);
+    free(json);
+    return err;
+}
+
+static void new_id(char out[GM_JOB_ID_LEN + 1])
+{
+    static const char hex[] = "0123456789abcdef";
+    unsigned char b[GM_JOB_ID_LEN / 2];
+
+    if (RAND_bytes(b, sizeof(b)) != 1) { /* not for secrecy: a name */
+        uint64_t t = gm_time_mono_ns();
+        memcpy(b, &t, sizeof(b) < sizeof(t) ? sizeof(b) : sizeof(t));
+    }
+    for (size_t i = 0; i < sizeof(b); i++) {
+        out[2 * i] = hex[b[i] >> 4];
+        out[2 * i + 1] = hex[b[i] & 15];
+    }
+    out[GM_JOB_ID_LEN] = 0;
+}
+
+static int cmp_node(const void *a, const void *b)
+{
+    return strcmp((const char *)a, (const char *)b);
+}
+
+const char *gm_jobs_coordinator(struct gm_jobs *j, char out[NODE_LEN])
+{
+    char(*up)[NODE_LEN] = calloc(GM_JOB_RANKS_MAX, NODE_LEN);
+    size_t n = up != NULL ? j->env.members_up(j->env.agent, up, GM_JOB_RANKS_MAX) : 0;
+
+    snprintf(out, NODE_LEN, "%s", j->env.node);
+    for (size_t i = 0; i < n && i < GM_JOB_RANKS_MAX; i++)
+        if (strcmp(up[i], out) < 0)
+            snprintf(out, NODE_LEN, "%s", up[i]);
+    free(up);
+    return out;
+}
+
+static void to_history(struct gm_jobs *j, struct job *jb)
+{
+    size_t n = 0;
+    struct job **pp;
+
+    if (j->cur == jb)
+        j->cur = NULL;
+    jb->next = j->history;
+    j->history = jb;
+    for (pp = &j->history; *pp != NULL && n < HISTORY_MAX; pp = &(*pp)->next)
+        n++;
+    while (*pp != NULL) {
+        struct job *old = *pp;
+        *pp = old->next;
+        job_free(old);
+    }
+}
+
+static struct job *find(struct gm_jobs *j, const char *id)
+{
+    if (j->cur != NULL && strcmp(j->cur->id, id) == 0)
+        return j->cur;
+    for (struct job *jb = j->history; jb != NULL; jb = jb->next)
+        if (strcmp(jb->id, id) == 0)
+            return jb;
+    return NULL;
+}
+
+static int rank_of(const struct job *jb, const char *node)
+{
+    for (size_t i = 0; i < jb->world; i++)
+        if (strcmp(jb->ranks[i], node) == 0)
+            return (int)i;
+    return -1;
+}
+
+/* Adds the current group's per-link bytes to the job's totals (before it is replaced). */
+static void account_group(struct job *jb)
+{
+    struct gm_xport *x = jb->rank != NULL ? gm_rank_xport(jb->rank) : NULL;
+
+    if (x == NULL)
+        return;
+    for (size_t i = 0; i < jb->world && i < GM_JOB_RANKS_MAX; i++) {
+        struct gm_xport_stats s;
+        gm_xport_stats(x, (int)i, &s);
+        /* by node: keep it under the node's index in the newest rank list at read time;
+         * rank indexes move between groups, so store by name hash-free: linear slots */
+        jb->link_sent[i] += s.bytes_sent;
+        jb->link_recv[i] += s.bytes_recv;
+    }
+}
+
+/* --- rank callbacks -------------------------------------------------------------------- */
+
+static void end_job(struct gm_jobs *j, struct job *jb, enum jstate st, const char *msg);
+
+static void rank_exit(struct gm_rank *rk, int err, const struct gm_train_summary *sum, void *arg)
+{
+    struct gm_jobs *j = arg;
+    struct job *jb = j->cur;
+
+    if (jb == NULL || jb->rank != rk) { /* cannot happen: a rank belongs to the current job */
+        gm_rank_free(rk);
+        return;
+    }
+    gm_rank_get_progress(rk, &jb->last);
+    account_group(jb);
+    jb->rank = NULL;
+    gm_rank_free(rk);
+    jb->steps = sum->steps;
+    jb->epochs = sum->epochs;
+    jb->test_accuracy = sum->test_accuracy;
+    jb->test_loss = sum->test_loss;
+    jb->samples_per_s = sum->samples_per_s;
+    jb->wall_s = sum->wall_s;
+    jb->bytes_sent = sum->bytes_sent;
+    if (sum->checkpoint[0])
+        snprintf(jb->weights, sizeof(jb->weights), "%s", sum->checkpoint);
+    if (jb->coord) {
+        if (err == 0)
+            end_job(j, jb, jb->stop_sent ? J_CANCELLED : J_DONE,
+                    jb->stop_sent ? "cancelled" : "finished");
+        else
+            end_job(j, jb, jb->stop_sent ? J_CANCELLED : J_FAILED, gm_strerror(err));
+        return;
+    }
+    if (err != 0 && !jb->stop_sent) {
+        struct gm_jobmsg m = {.gen = gm_rank_generation(rk), .code = err};
+        snprintf(m.id, sizeof(m.id), "%s", jb->id);
+        snprintf(m.event, sizeof(m.event), "exit");
+        snprintf(m.message, sizeof(m.message), "%s", gm_strerror(err));
+        (void)send_msg(j, jb->coordinator, GM_MSG_JOB_REPORT, &m);
+    }
+    if (err != 0 && jb->error[0] == 0)
+        snprintf(jb->error, sizeof(jb->error), "%s", gm_strerror(err));
+    if (jb->state == J_RUNNING && err == 0) {
+        /* every step is done here; the coordinator's JOB_END brings its evaluation */
+        gm_notice("event=job-rank-finished job=%s steps=%ld", jb->id, sum->steps);
+        return;
+    }
+    if (jb->state == J_RUNNING)
+        jb->state = J_FAILED;
+    jb->t_end = gm_time_mono_ns();
+    gm_notice("event=job-rank-exit job=%s state=%s steps=%ld err=\"%s\"", jb->id,
+              jstate_names[jb->state], sum->steps, gm_strerror(err));
+    to_history(j, jb);
+}
+
+static void reform(struct gm_jobs *j, struct job *jb, const char *reason);
+
+static void rank_group_failed(struct gm_rank *rk, uint32_t gen, int err, void *arg)
+{
+    struct gm_jobs *j = arg;
+    struct job *jb = j->cur;
+    struct gm_jobmsg m = {.gen = gen, .code = err};
+
+    (void)rk;
+    if (jb == NULL)
+        return;
+    if (jb->coord) {
+        if (gen == jb->gen && jb->failed_gen != gen) {
+            jb->failed_gen = gen;
+            reform(j, jb, "an operation failed here");
+        }
+        return;
+    }
+    snprintf(m.id, sizeof(m.id), "%s", jb->id);
+    snprintf(m.event, sizeof(m.event), "group-failed");
+    snprintf(m.message, sizeof(m.message), "%s", gm_strerror(err));
+    (void)send_msg(j, jb->coordinator, GM_MSG_JOB_REPORT, &m);
+}
+
+static const struct gm_rank_ops rank_ops = {
+    .on_exit = rank_exit,
+    .on_group_failed = rank_group_failed,
+};
+
+/* --- groups ------------------------------------------------------------------------------ */
+
+/* Builds this node's transport for group gen and hands it to the rank. */
+static int form_local(struct gm_jobs *j, struct job *jb)
+{
+    int me = rank_of(jb, j->env.node), err;
+    struct gm_xport *x = NULL;
+
+    if (me < 0)
+        return -EINVAL;
+    account_group(jb);
+    if ((err = gm_xport_new(j->env.loop, jb->gen, me, (int)jb->world, &x)) < 0)
+        return err;
+    for (size_t i = 0; i < jb->world; i++) {
+        if ((int)i == me)
+            continue;
+        struct gm_link *l = j->env.link_to(j->env.agent, jb->ranks[i]);
+        if (l != NULL)
+            gm_xport_set_link(x, (int)i, l);
+        else
+            gm_xport_link_down(x, (int)i, -ENOTCONN); /* the group fails; a new one follows */
+    }
+    if ((err = gm_rank_set_group(jb->rank, jb->gen, me, (int)jb->world, x)) < 0)
+        return err;
+    /* frames of this generation that came before the group */
+    stash_drop(j, jb->gen - 1);
+    for (struct stashed **pp = &j->stash; *pp != NULL;) {
+        struct stashed *s = *pp;
+        if (gm_xport_req_generation(s->h.req) != jb->gen) {
+            pp = &s->next;
+            continue;
+        }
+        int r = rank_of(jb, s->node);
+        struct gm_link *l = j->env.link_to(j->env.agent, s->node);
+        if (r >= 0 && gm_xport_on_frame(x, r, &s->h, s->data) < 0 && l != NULL)
+            gm_link_fail(l, GM_ERR_PROTO, "malformed training message");
+        *pp = s->next;
+        j->stash_bytes -= s->h.len;
+        free(s);
+    }
+    return 0;
+}
+
+static int start_rank(struct gm_jobs *j, struct job *jb)
+{
+    char dir[1024], out[1100];
+    int err;
+
+    snprintf(dir, sizeof(dir), "%s/jobs", j->env.state_dir);
+    (void)mkdir(dir, 0700);
+    snprintf(dir, sizeof(dir), "%s/jobs/%s", j->env.state_dir, jb->id);
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
+        gm_err("event=job-dir dir=%s err=\"%s\"", dir, strerror(errno));
+        return -errno;
+    }
+    snprintf(out, sizeof(out), "%s/%s.safetensors", dir, jb->job.name);
+    if ((err = gm_rank_start(j->env.loop, &jb->job, out, &rank_ops, j, &jb->rank)) < 0)
+        return err;
+    jb->t_start = gm_time_mono_ns();
+    return 0;
+}
+
+/* Coordinator: a new generation with every participant that has an up link. */
+static void reform(struct gm_jobs *j, struct job *jb, const char *reason)
+{
+    size_t n = 1;
+    struct gm_jobmsg m = {0};
+    int err;
+
+    if (jb->state != J_RUNNING || jb->rank == NULL)
+        return;
+    account_group(jb);
+    snprintf(jb->ranks[0], NODE_LEN, "%s", j->env.node);
+    for (size_t i = 0; i < jb->nparts; i++)
+        if (jb->parts[i].checked && j->env.link_to(j->env.agent, jb->parts[i].node) != NULL)
+            snprintf(jb->ranks[n++], NODE_LEN, "%s", jb->parts[i].node);
+    qsort(jb->ranks + 1, n - 1, NODE_LEN, cmp_node);
+    jb->world = n;
+    jb->gen++;
+    gm_notice("event=job-group job=%s generation=%u world=%zu reason=\"%s\"", jb->id, jb->gen, n,
+              reason);
+    m.gen = jb->gen;
+    m.ranks = jb->ranks;
+    m.nranks = n;
+    m.text = jb->job.text;
+    m.text_len = jb->job.text_len;
+    snprintf(m.id, sizeof(m.id), "%s", jb->id);
+    snprintf(m.origin, sizeof(m.origin), "%s", jb->origin);
+    for (size_t i = 1; i < n; i++)
+        if ((err = send_msg(j, jb->ranks[i], GM_MSG_JOB_GROUP, &m)) < 0)
+            gm_warn("event=job-group-send node=%s err=\"%s\"", jb->ranks[i], gm_strerror(err));
+    if ((err = form_local(j, jb)) < 0) {
+        gm_rank_stop(jb->rank);
+        snprintf(jb->error, sizeof(jb->error), "cannot form group %u: %s", jb->gen,
+                 gm_strerror(err));
+    }
+}
+
+/* --- the end ----------------------------------------------------------------------------- */
+
+static void end_job(struct gm_jobs *j, struct job *jb, enum jstate st, const char *msg)
+{
+    struct gm_jobmsg m = {0};
+
+    jb->state = st;
+    if (st != J_DONE && jb->error[0] == 0)
+        snprintf(jb->error, sizeof(jb->error), "%s", msg);
+    jb->t_end = gm_time_mono_ns();
+    snprintf(m.id, sizeof(m.id), "%s", jb->id);
+    snprintf(m.state, sizeof(m.state), "%s",
+             st == J_DONE        ? "done"
+             : st == J_CANCELLED ? "cancelled"
+                                 : "failed");
+    snprintf(m.message, sizeof(m.message), "%s", msg);
+    if (st == J_DONE) {
+        m.have_summary = true;
+        m.test_accuracy = jb->test_accuracy;
+        m.steps = jb->steps;
+        m.samples_per_s = jb->samples_per_s;
+        snprintf(m.weights, sizeof(m.weights), "%.1000s", jb->weights);
+    }
+    for (size_t i = 0; i < jb->nparts; i++)
+        (void)send_msg(j, jb->parts[i].node, GM_MSG_JOB_END, &m);
+    if (st == J_DONE)
+        gm_notice("event=job-done job=%s name=%s steps=%ld test_accuracy=%.2f samples_per_s=%.0f "
+                  "weights=%s",
+                  jb->id, jb->job.name, jb->steps, jb->test_accuracy, jb->samples_per_s,
+                  jb->weights);
+    else
+        gm_notice("event=job-end job=%s state=%s msg=\"%s\"", jb->id, jstate_names[st], jb->error);
+    if (jb->rank != NULL) { /* still running here: it ends at its next step */
+        jb->stop_sent = true;
+        gm_rank_stop(jb->rank);
+        return;
+    }
+    to_history(j, jb);
+}
+
+static void refuse(struct gm_jobs *j, struct job *jb, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void refuse(struct gm_jobs *j, struct job *jb, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(jb->error, sizeof(jb->error), fmt, ap);
+    va_end(ap);
+    gm_warn("event=job-refused job=%s msg=\"%s\"", jb->id, jb->error);
+    end_job(j, jb, J_REFUSED, jb->error);
+}
+
+/* --- checks ------------------------------------------------------------------------------ */
+
+static void maybe_start(struct gm_jobs *j, struct job *jb)
+{
+    int err = -ENOMEM;
+
+    if (jb->state != J_CHECKING || !jb->own_hashed)
+        return;
+    for (size_t i = 0; i < jb->nparts; i++)
+        if (!jb->parts[i].checked)
+            return;
+    jb->state = J_RUNNING;
+    jb->ranks = calloc(jb->nparts + 1, NODE_LEN);
+    if (jb->ranks == NULL || (err = start_rank(j, jb)) < 0) {
+        refuse(j, jb, "cannot start the trainer: %s", gm_strerror(err));
+        return;
+    }
+    reform(j, jb, "start");
+}
+
+/* Compares a member's files with ours; "" when equal. */
+static void compare(const struct job *jb, const char *node, const struct gm_jobfile *f, size_t n,
+                    char *why, size_t cap)
+{
+    size_t a = 0, b = 0;
+
+    why[0] = 0;
+    while (a < jb->nfiles || b < n) {
+        int c = a == jb->nfiles ? 1 : b == n ? -1 : strcmp(jb->files[a].name, f[b].name);
+        if (c < 0) {
+            snprintf(why, cap, "member %s is missing %.160s/%.160s", node, jb->job.data.dir,
+                     jb->files[a].name);
+            return;
+        }
+        if (c > 0) {
+            snprintf(why, cap, "member %s has %.160s/%.160s, which %s does not", node,
+                     jb->job.data.dir, f[b].name, jb->coordinator);
+            return;
+        }
+        if (strcmp(jb->files[a].sha256, f[b].sha256) != 0 || jb->files[a].size != f[b].size) {
+            snprintf(why, cap, "member %s: %.160s/%.160s differs (sha256 %.12s..., here %.12s...)",
+                     node, jb->job.data.dir, f[b].name, f[b].sha256, jb->files[a].sha256);
+            return;
+        }
+        a++;
+        b++;
+    }
+}
+
+static void evaluate(struct gm_jobs *j, struct job *jb);
+
+static void hashed(void *arg, struct gm_jobfile *files, size_t n, const char *error)
+{
+    struct hashreq *hr = arg;
+    struct gm_jobs *j = hr->j;
+    struct job *jb = find(j, hr->id);
+
+    if (hr->reply_to[0]) { /* a member answering an offer */
+        struct gm_jobmsg m = {.files = files, .nfiles = error[0] ? 0 : n};
+        snprintf(m.id, sizeof(m.id), "%s", hr->id);
+        snprintf(m.message, sizeof(m.message), "%s", error);
+        if (!j->stopping)
+            (void)send_msg(j, hr->reply_to, GM_MSG_JOB_CHECK, &m);
+        free(files);
+        free(hr);
+        return;
+    }
+    if (jb == NULL || jb != j->cur || jb->state != J_CHECKING) {
+        free(files);
+        free(hr);
+        return;
+    }
+    if (error[0]) {
+        free(files);
+        free(hr);
+        refuse(j, jb, "%s (on %s, the coordinator)", error, j->env.node);
+        return;
+    }
+    jb->files = files;
+    jb->nfiles = n;
+    jb->own_hashed = true;
+    free(hr);
+    evaluate(j, jb); /* members that answered before us are compared now */
+}
+
+/* Compares every answered check with our own files (once we have them):
+ * refuses at the first difference while checking, starts when all agree;
+ * while running, a member that passes joins at a new generation. */
+static void evaluate(struct gm_jobs *j, struct job *jb)
+{
+    char why[GM_JOB_MSG_MAX];
+
+    if (!jb->own_hashed)
+        return;
+    for (size_t i = 0; i < jb->nparts; i++) {
+        struct part *p = &jb->parts[i];
+        if (!p->answered)
+            continue;
+        p->answered = false;
+        if (p->error[0])
+            snprintf(why, sizeof(why), "member %s: %.400s", p->node, p->error);
+        else
+            compare(jb, p->node, p->files, p->nfiles, why, sizeof(why));
+        free(p->files);
+        p->files = NULL;
+        p->nfiles = 0;
+        if (why[0] && jb->state == J_CHECKING) {
+            refuse(j, jb, "%s", why);
+            return;
+        }
+        if (why[0]) {
+            gm_warn("event=job-member-refused job=%s node=%s msg=\"%s\"", jb->id, p->node, why);
+            continue;
+        }
+        p->checked = true;
+        if (jb->state == J_RUNNING)
+            reform(j, jb, "a member came (back)");
+    }
+    maybe_start(j, jb);
+}
+
+static int on_check(struct gm_jobs *j, const char *node, struct gm_jobmsg *m)
+{
+    struct job *jb = j->cur;
+    struct part *p = NULL;
+
+    if (jb == NULL || !jb->coord || strcmp(jb->id, m->id) != 0)
+        return 0; /* an old job's answer */
+    for (size_t i = 0; i < jb->nparts; i++)
+        if (strcmp(jb->parts[i].node, node) == 0)
+            p = &jb->parts[i];
+    if (p == NULL || (jb->state != J_CHECKING && jb->state != J_RUNNING))
+        return 0;
+    free(p->files);
+    p->files = m->files;
+    p->nfiles = m->nfiles;
+    m->files = NULL;
+    snprintf(p->error, sizeof(p->error), "%s", m->message);
+    p->answered = true;
+    evaluate(j, jb);
+    return 0;
+}
+
+static void offer(struct gm_jobs *j, struct job *jb, const char *node)
+{
+    struct gm_jobmsg m = {.text = jb->job.text, .text_len = jb->job.text_len};
+    int err;
+
+    snprintf(m.id, sizeof(m.id), "%s", jb->id);
+    snprintf(m.origin, sizeof(m.origin), "%s", jb->origin);
+    if ((err = send_msg(j, node, GM_MSG_JOB_OFFER, &m)) < 0)
+        gm_warn("event=job-offer node=%s err=\"%s\"", node, gm_strerror(err));
+}
+
+/* --- member side -------------------------------------------------------------------------- */
+
+static int member_parse(struct gm_jobmsg *m, struct gm_job *job)
+{
+    char origin[300];
+
+    snprintf(origin, sizeof(origin), "%s", m->origin[0] ? m->origin : "job");
+    return gm_job_parse(m->text, m->text_len, origin, job);
+}
+
+static int on_offer(struct gm_jobs *j, const char *node, struct gm_jobmsg *m)
+{
+    struct gm_job job;
+    struct hashreq *hr;
+    int err;
+
+    if ((err = member_parse(m, &job)) < 0) {
+        struct gm_jobmsg r = {0};
+        snprintf(r.id, sizeof(r.id), "%s", m->id);
+        snprintf(r.message, sizeof(r.message), "the job does not parse here (see %s's log)",
+                 j->env.node);
+        return send_msg(j, node, GM_MSG_JOB_CHECK, &r);
+    }
+    hr = calloc(1, sizeof(*hr));
+    if (hr == NULL) {
+        gm_job_free(&job);
+        return -ENOMEM;
+    }
+    hr->j = j;
+    snprintf(hr->id, sizeof(hr->id), "%s", m->id);
+    snprintf(hr->reply_to, sizeof(hr->reply_to), "%s", node);
+    err = gm_datahash_start(j->dh, job.data.dir, job.data.kind == GM_JOB_DATA_KIND_FOLDER, hashed,
+                            hr);
+    gm_job_free(&job);
+    if (err < 0)
+        free(hr);
+    return err;
+}
+
+static int on_group(struct gm_jobs *j, const char *node, struct gm_jobmsg *m)
+{
+    struct job *jb = j->cur;
+    int err;
+
+    if (jb != NULL && strcmp(jb->id, m->id) != 0) {
+        if (jb->coord)
+            return GM_ERR_PROTO; /* two coordinators: refuse the other one's group */
+        if (jb->rank != NULL) {
+            gm_warn("event=job-replaced job=%s by=%s", jb->id, m->id);
+            jb->stop_sent = true;
+            gm_rank_stop(jb->rank);
+            return 0; /* the coordinator sends the group again after our report */
+        }
+        to_history(j, jb);
+        jb = NULL;
+    }
+    if (jb == NULL) {
+        jb = calloc(1, sizeof(*jb));
+        if (jb == NULL)
+            return -ENOMEM;
+        snprintf(jb->id, sizeof(jb->id), "%s", m->id);
+        snprintf(jb->coordinator, sizeof(jb->coordinator), "%s", node);
+        snprintf(jb->origin, sizeof(jb->origin), "%s", m->origin);
+        jb->test_accuracy = NAN;
+        jb->t_submit = gm_time_mono_ns();
+        if ((err = member_parse(m, &jb->job)) < 0) {
+            free(jb);
+            return 0;
+        }
+        jb->state = J_RUNNING;
+        j->cur = jb;
+        if ((err = start_rank(j, jb)) < 0) {
+            jb->state = J_FAILED;
+            snprintf(jb->error, sizeof(jb->error), "cannot start the trainer: %s",
+                     gm_strerror(err));
+            to_history(j, jb);
+            return 0;
+        }
+        gm_notice("event=job-joined job=%s name=%s coordinator=%s", jb->id, jb->job.name, node);
+    }
+    if (jb->rank == NULL && jb->state == J_CHECKING && !jb->coord &&
+        strcmp(node, jb->coordinator) == 0) { /* our forwarded submit: it starts */
+        jb->state = J_RUNNING;
+        if ((err = start_rank(j, jb)) < 0) {
+            jb->state = J_FAILED;
+            snprintf(jb->error, sizeof(jb->error), "cannot start the trainer: %s",
+                     gm_strerror(err));
+            to_history(j, jb);
+            return 0;
+        }
+    }
+    if (strcmp(node, jb->coordinator) != 0 || jb->rank == NULL || m->gen <= jb->gen)
+        return 0; /* stale */
+    free(jb->ranks);
+    jb->ranks = m->ranks;
+    m->ranks = NULL;
+    jb->world = m->nranks;
+    jb->gen = m->gen;
+    if ((err = form_local(j, jb)) < 0)
+        gm_warn("event=job-form job=%s generation=%u err=\"%s\"", jb->id, jb->gen,
+                gm_strerror(err));
+    return 0;
+}
+
+static int on_report(struct gm_jobs *j, const char *node, struct gm_jobmsg *m)
+{
+    struct job *jb = j->cur;
+
+    if (jb == NULL || !jb->coord || strcmp(jb->id, m->id) != 0 || jb->state != J_RUNNING)
+        return 0;
+    if (strcmp(m->event, "exit") == 0) {
+        char why[GM_JOB_MSG_MAX + 64];
+        snprintf(why, sizeof(why), "rank on %s stopped: %s", node, m->message);
+        if (m->code == GM_ERR_MISMATCH)
+            snprintf(why, sizeof(why),
+                     "parameters differ between ranks (hash check failed on %s and its peers)",
+                     node);
+        end_job(j, jb, J_FAILED, why);
+        return 0;
+    }
+    if (m->gen == jb->gen && jb->failed_gen != m->gen) {
+        jb->failed_gen = m->gen;
+        reform(j, jb, "a member's operation failed");
+    }
+    return 0;
+}
+
+static int on_end(struct gm_jobs *j, const char *node, struct gm_jobmsg *m)
+{
+    struct job *jb = find(j, m->id);
+
+    if (jb == NULL || jb->coord || strcmp(node, jb->coordinator) != 0)
+        return 0;
+    jb->state = strcmp(m->state, "done") == 0        ? J_DONE
+                : strcmp(m->state, "cancelled") == 0 ? J_CANCELLED
+                : strcmp(m->state, "refused") == 0   ? J_REFUSED
+                                                     : J_FAILED;
+    jb->t_end = gm_time_mono_ns();
+    if (m->have_summary) { /* the coordinator's figures: rank 0 evaluated and wrote them */
+        jb->test_accuracy = m->test_accuracy;
+        jb->steps = m->steps;
+        jb->samples_per_s = m->samples_per_s;
+        snprintf(jb->weights, sizeof(jb->weights), "%s:%s", node, m->weights);
+        jb->remote_summary = true;
+    }
+    if (jb->state != J_DONE)
+        snprintf(jb->error, sizeof(jb->error), "%s", m->message);
+    if (jb->rank != NULL) {
+        if (jb->state != J_DONE) {
+            jb->stop_sent = true;
+            gm_rank_stop(jb->rank);
+        }
+        return 0; /* its exit moves it to the history */
+    }
+    if (jb == j->cur)
+        to_history(j, jb);
+    return 0;
+}
+
+/* --- frames ------------------------------------------------------------------------------- */
+
+int gm_jobs_handles(uint16_t type)
+{
+    return type == GM_MSG_TRAIN || (type >= GM_MSG_JOB_OFFER && type <= GM_MSG_JOB_SUBMIT);
+}
+
+static int on_train(struct gm_jobs *j, struct gm_link *l, const char *node,
+                    const struct gm_frame_hdr *h, const uint8_t *payload)
+{
+    struct job *jb = j->cur;
+    uint32_t gen = gm_xport_req_generation(h->req);
+    struct stashed *s;
+
+    (void)l;
+    if (jb != NULL && jb->rank != NULL && gen == gm_rank_generation(jb->rank)) {
+        int r = rank_of(jb, node);
+        struct gm_xport *x = gm_rank_xport(jb->rank);
+        if (r < 0 || r == rank_of(jb, j->env.node))
+            return GM_ERR_PROTO; /* not a rank of this group */
+        return x != NULL ? gm_xport_on_frame(x, r, h, payload) : 0;
+    }
+    if (jb != NULL && jb->rank != NULL && gen < gm_rank_generation(jb->rank))
+        return 0; /* a retired group's message still on the wire */
+    if (j->stash_bytes + h->len > STASH_MAX)
+        return GM_ERR_PROTO; /* nobody asked for that much */
+    s = malloc(sizeof(*s) + h->len);
+    if (s == NULL)
+        return -ENOMEM;
+    snprintf(s->node, sizeof(s->node), "%s", node);
+    s->h = *h;
+    memcpy(s->data, payload, h->len);
+    s->next = NULL;
+    struct stashed **pp = &j->stash;
+    while (*pp != NULL)
+        pp = &(*pp)->next;
+    *pp = s;
+    j->stash_bytes += h->len;
+    return 0;
+}
+
+static int on_submit(struct gm_jobs *j, const char *node, struct gm_jobmsg *m);
+
+int gm_jobs_on_frame(struct gm_jobs *j, struct gm_link *l, const char *node,
+                     const struct gm_frame_hdr *h, const uint8_t *payload)
+{
+    struct gm_jobmsg m;
+    int err;
+
+    if (h->type == GM_MSG_TRAIN)
+        return on_train(j, l, node, h, payload);
+    if ((err = gm_jobmsg_decode(h->type, payload, h->len, &m)) < 0)
+        return err;
+    switch (h->type) {
+    case GM_MSG_JOB_OFFER:
+        err = on_offer(j, node, &m);
+        break;
+    case GM_MSG_JOB_CHECK:
+        err = on_check(j, node, &m);
+        break;
+    case GM_MSG_JOB_GROUP:
+        err = on_group(j, node, &m);
+        break;
+    case GM_MSG_JOB_REPORT:
+        err = on_report(j, node, &m);
+        break;
+    case GM_MSG_JOB_END:
+        err = on_end(j, node, &m);
+        break;
+    case GM_MSG_JOB_SUBMIT:
+        err = on_submit(j, node, &m);
+        break;
+    default:
+        err = GM_ERR_PROTO;
+    }
+    gm_jobmsg_free(&m);
+    return err;
+}
+
+void gm_jobs_link_up(struct gm_jobs *j, const char *node)
+{
+    struct job *jb = j->cur;
+
+    if (jb == NULL || !jb->coord || jb->state != J_RUNNING || j->stopping)
+        return;
+    bool known = false;
+    for (size_t i = 0; i < jb->nparts; i++)
+        if (strcmp(jb->parts[i].node, node) == 0) {
+            known = true;
+            jb->parts[i].checked = false; /* it restarted: check it again */
+            jb->parts[i].answered = false;
+        }
+    if (!known) {
+        struct part *np = realloc(jb->parts, (jb->nparts + 1) * sizeof(*np));
+        char(*nr)[NODE_LEN] = realloc(jb->ranks, (jb->nparts + 2) * NODE_LEN);
+        if (np == NULL || nr == NULL) {
+            if (np != NULL)
+                jb->parts = np;
+            if (nr != NULL)
+                jb->ranks = nr;
+            return;
+        }
+        jb->parts = np;
+        jb->ranks = nr;
+        memset(&jb->parts[jb->nparts], 0, sizeof(*np));
+        snprintf(jb->parts[jb->nparts].node, NODE_LEN, "%s", node);
+        jb->nparts++;
+    }
+    gm_notice("event=job-offer-member job=%s node=%s", jb->id, node);
+    offer(j, jb, node);
+}
+
+void gm_jobs_link_down(struct gm_jobs *j, const char *node, int err)
+{
+    struct job *jb = j->cur;
+    int r;
+
+    if (jb == NULL)
+        return;
+    if (jb->rank != NULL && gm_rank_xport(jb->rank) != NULL && (r = rank_of(jb, node)) >= 0)
+        gm_xport_link_down(gm_rank_xport(jb->rank), r, err);
+    if (!jb->coord) {
+        if (strcmp(node, jb->coordinator) == 0 &&
+            (jb->state == J_RUNNING || jb->state == J_CHECKING)) {
+            snprintf(jb->error, sizeof(jb->error),
+                     "coordinator %s lost (%s): the job stops; this member keeps the weights "
+                     "of its last finished step (gradmesh jobs shows where)",
+                     node, gm_strerror(err));
+            gm_err("event=job-coordinator-lost job=%s coordinator=%s", jb->id, node);
+            jb->state = J_FAILED;
+            jb->t_end = gm_time_mono_ns();
+            if (jb->rank != NULL) {
+                jb->stop_sent = true;
+                gm_rank_stop(jb->rank);
+            } else {
+                to_history(j, jb);
+            }
+        }
+        return;
+    }
+    for (size_t i = 0; i < jb->nparts; i++) {
+        if (strcmp(jb->parts[i].node, node) != 0)
+            continue;
+        if (jb->state == J_CHECKING) {
+            refuse(j, jb, "member %s left during the dataset check", node);
+            return;
+        }
+        if (jb->state == J_RUNNING && rank_of(jb, node) >= 0) {
+            gm_warn("event=job-member-lost job=%s node=%s err=\"%s\"", jb->id, node,
+                    gm_strerror(err));
+            jb->parts[i].checked = false;
+            reform(j, jb, "a member was lost");
+        }
+    }
+}
+
+/* --- control ------------------------------------------------------------------------------ */
+
+static json_t *ctl_error(int code, const char *msg)
+{
+    return json_pack("{s:s,s:i}", "error", msg, "code", code);
+}
+
+/* The coordinator takes a job: from its own control socket (id NULL: a new one) or
+ * forwarded by a member (JOB_SUBMIT, with the member's id).  Returns 0 and fills id, or an
+ * error with one line for the user in msg. */
+static int coord_submit(struct gm_jobs *j, const char *text, size_t len, const char *origin,
+                        const char *given_id, char id[GM_JOB_ID_LEN + 1], char *msg, size_t cap)
+{
+    char(*up)[NODE_LEN] = NULL;
+    struct hashreq *hr = NULL;
+    struct job *jb;
+    size_t n;
+    int g, err;
+
+    if (j->cur != NULL) {
+        snprintf(msg, cap, "job %s (%s) is %s: one job at a time (cancel it first)", j->cur->id,
+                 j->cur->job.name, jstate_names[j->cur->state]);
+        return -EBUSY;
+    }
+    jb = calloc(1, sizeof(*jb));
+    up = calloc(GM_JOB_RANKS_MAX, NODE_LEN);
+    if (jb == NULL || up == NULL) {
+        free(jb);
+        free(up);
+        snprintf(msg, cap, "out of memory");
+        return -ENOMEM;
+    }
+    snprintf(jb->origin, sizeof(jb->origin), "%s", origin != NULL ? origin : "job");
+    if ((err = gm_job_parse(text, len, jb->origin, &jb->job)) < 0) {
+        free(jb);
+        free(up);
+        snprintf(msg, cap, "the job does not parse on the coordinator %s (its log says why)",
+                 j->env.node);
+        return GM_ERR_CONFIG;
+    }
+    n = j->env.members_up(j->env.agent, up, GM_JOB_RANKS_MAX - 1);
+    if ((err = gm_job_global_batch(&jb->job, (int)n + 1, &g)) < 0) {
+        snprintf(msg, cap, "%.200s: [optim] global_batch = %d does not divide by %zu workers",
+                 jb->origin, jb->job.optim.global_batch, n + 1);
+        gm_job_free(&jb->job);
+        free(jb);
+        free(up);
+        return GM_ERR_CONFIG;
+    }
+    if (given_id != NULL)
+        snprintf(jb->id, sizeof(jb->id), "%s", given_id);
+    else
+        new_id(jb->id);
+    jb->coord = true;
+    snprintf(jb->coordinator, sizeof(jb->coordinator), "%s", j->env.node);
+    jb->state = J_CHECKING;
+    jb->test_accuracy = NAN;
+    jb->t_submit = gm_time_mono_ns();
+    jb->parts = calloc(n + 1, sizeof(*jb->parts));
+    hr = calloc(1, sizeof(*hr));
+    if (jb->parts == NULL || hr == NULL) {
+        free(hr);
+        free(up);
+        job_free(jb);
+        snprintf(msg, cap, "out of memory");
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < n; i++)
+        snprintf(jb->parts[i].node, NODE_LEN, "%s", up[i]);
+    jb->nparts = n;
+    free(up);
+    j->cur = jb;
+    snprintf(id, GM_JOB_ID_LEN + 1, "%s", jb->id);
+    hr->j = j;
+    snprintf(hr->id, sizeof(hr->id), "%s", jb->id);
+    err = gm_datahash_start(j->dh, jb->job.data.dir, jb->job.data.kind == GM_JOB_DATA_KIND_FOLDER,
+                            hashed, hr);
+    if (err < 0) {
+        free(hr);
+        refuse(j, jb, "cannot hash %s: %s", jb->job.data.dir, gm_strerror(err));
+        return 0; /* refused: jobs says why */
+    }
+    for (size_t i = 0; i < jb->nparts; i++)
+        offer(j, jb, jb->parts[i].node);
+    gm_notice("event=job-submitted job=%s name=%s members=%zu global_batch=%d", jb->id,
+              jb->job.name, n + 1, g);
+    return 0;
+}
+
+/* A member forwards a submit to the coordinator and keeps a record of it, so that the
+ * submitter's `jobs` follows it (JOB_GROUP makes it run here, JOB_END ends it). */
+static int member_submit(struct gm_jobs *j, const char *coord, const char *text, size_t len,
+                         const char *origin, char id[GM_JOB_ID_LEN + 1], char *msg, size_t cap)
+{
+    struct gm_jobmsg m = {.text = (char *)text, .text_len = len};
+    struct job *jb;
+    int err;
+
+    if (j->cur != NULL) {
+        snprintf(msg, cap, "job %s (%s) is %s: one job at a time (cancel it first)", j->cur->id,
+                 j->cur->job.name, jstate_names[j->cur->state]);
+        return -EBUSY;
+    }
+    jb = calloc(1, sizeof(*jb));
+    if (jb == NULL) {
+        snprintf(msg, cap, "out of memory");
+        return -ENOMEM;
+    }
+    snprintf(jb->origin, sizeof(jb->origin), "%s", origin != NULL ? origin : "job");
+    if ((err = gm_job_parse(text, len, jb->origin, &jb->job)) < 0) {
+        free(jb);
+        snprintf(msg, cap, "the job does not parse on %s (its log says why)", j->env.node);
+        return GM_ERR_CONFIG;
+    }
+    new_id(jb->id);
+    snprintf(jb->coordinator, sizeof(jb->coordinator), "%s", coord);
+    jb->state = J_CHECKING;
+    jb->test_accuracy = NAN;
+    jb->t_submit = gm_time_mono_ns();
+    snprintf(m.id, sizeof(m.id), "%s", jb->id);
+    snprintf(m.origin, sizeof(m.origin), "%s", jb->origin);
+    if ((err = send_msg(j, coord, GM_MSG_JOB_SUBMIT, &m)) < 0) {
+        snprintf(msg, cap, "cannot reach the coordinator %s: %s", coord, gm_strerror(err));
+        job_free(jb);
+        return err;
+    }
+    snprintf(id, GM_JOB_ID_LEN + 1, "%s", jb->id);
+    j->cur = jb;
+    gm_notice("event=job-forwarded job=%s name=%s coordinator=%s", jb->id, jb->job.name, coord);
+    return 0;
+}
+
+json_t *gm_jobs_ctl_submit(struct gm_jobs *j, json_t *req)
+{
+    json_t *t = json_object_get(req, "text");
+    const char *text = json_string_value(t);
+    const char *origin = json_string_value(json_object_get(req, "origin"));
+    char coord[NODE_LEN], msg[GM_JOB_MSG_MAX] = "", id[GM_JOB_ID_LEN + 1] = "";
+    int err;
+
+    if (text == NULL)
+        return ctl_error(-EINVAL, "bad request: no job text");
+    gm_jobs_coordinator(j, coord);
+    if (strcmp(coord, j->env.node) == 0)
+        err = coord_submit(j, text, json_string_length(t), origin, NULL, id, msg, sizeof(msg));
+    else
+        err = member_submit(j, coord, text, json_string_length(t), origin, id, msg, sizeof(msg));
+    if (err < 0)
+        return ctl_error(err, msg);
+    return json_pack("{s:s,s:s,s:s}", "id", id, "state", "checking", "coordinator", coord);
+}
+
+static int on_submit(struct gm_jobs *j, const char *node, struct gm_jobmsg *m)
+{
+    char msg[GM_JOB_MSG_MAX] = "", id[GM_JOB_ID_LEN + 1], coord[NODE_LEN];
+    struct gm_jobmsg r = {0};
+    int err;
+
+    if (find(j, m->id) != NULL)
+        return 0; /* a repeat */
+    gm_jobs_coordinator(j, coord);
+    if (strcmp(coord, j->env.node) != 0) {
+        snprintf(msg, sizeof(msg), "%s is not the coordinator (%s is)", j->env.node, coord);
+        err = GM_ERR_CONFIG;
+    } else {
+        err = coord_submit(j, m->text, m->text_len, m->origin, m->id, id, msg, sizeof(msg));
+    }
+    if (err == 0) {
+        gm_notice("event=job-submitted-by job=%s node=%s", m->id, node);
+        return 0;
+    }
+    snprintf(r.id, sizeof(r.id), "%s", m->id);
+    snprintf(r.state, sizeof(r.state), "refused");
+    snprintf(r.message, sizeof(r.message), "%s", msg);
+    return send_msg(j, node, GM_MSG_JOB_END, &r);
+}
+
+static json_t *num(double v)
+{
+    return isfinite(v) ? json_real(round(v * 100.0) / 100.0) : json_null();
+}
+
+static json_t *job_json(struct gm_jobs *j, struct job *jb)
+{
+    struct gm_rank_progress p = jb->last;
+    json_t *o, *links = json_array();
+    double wall;
+
+    if (jb->rank != NULL)
+        gm_rank_get_progress(jb->rank, &p);
+    wall = (double)((jb->t_end ? jb->t_end : gm_time_mono_ns()) - jb->t_submit) * 1e-9;
+    o = json_pack("{s:s,s:s,s:s,s:s,s:s,s:I,s:I,s:i,s:i,s:I}", "id", jb->id, "name", jb->job.name,
+                  "state", jstate_names[jb->state], "coordinator", jb->coordinator, "codec",
+                  gm_job_codec_name(jb->job.comm.codec), "step",
+                  (json_int_t)(jb->rank != NULL ? p.step
+                               : jb->steps      ? jb->steps
+                                                : p.step),
+                  "total_steps", (json_int_t)p.total_steps, "epoch", p.epoch + 1, "world",
+                  jb->rank != NULL ? p.world : (int)jb->world, "generation", (json_int_t)jb->gen);
+    if (o == NULL) {
+        json_decref(links);
+        return NULL;
+    }
+    json_object_set_new(o, "loss", num(p.loss));
+    json_object_set_new(o, "samples_per_s",
+                        num(jb->rank != NULL ? p.samples_per_s : jb->samples_per_s));
+    json_object_set_new(o, "hash_checks", json_integer((json_int_t)p.hash_checks));
+    json_object_set_new(o, "wall_s", num(wall));
+    json_object_set_new(o, "error", jb->error[0] ? json_string(jb->error) : json_null());
+    json_object_set_new(o, "weights", jb->weights[0] ? json_string(jb->weights) : json_null());
+    /* bytes per link of the current group (and retired groups' under the same index) */
+    struct gm_xport *x = jb->rank != NULL ? gm_rank_xport(jb->rank) : NULL;
+    for (size_t i = 0; i < jb->world && i < GM_JOB_RANKS_MAX && jb->ranks != NULL; i++) {
+        struct gm_xport_stats s = {0};
+        if (strcmp(jb->ranks[i], j->env.node) == 0)
+            continue;
+        if (x != NULL)
+            gm_xport_stats(x, (int)i, &s);
+        json_array_append_new(links, json_pack("{s:s,s:I,s:I}", "node", jb->ranks[i], "bytes_sent",
+                                               (json_int_t)(s.bytes_sent + jb->link_sent[i]),
+                                               "bytes_received",
+                                               (json_int_t)(s.bytes_recv + jb->link_recv[i])));
+    }
+    json_object_set_new(o, "links", links);
+    if (jb->state == J_DONE || jb->state == J_CANCELLED) {
+        json_t *sum = json_pack(
+            "{s:o,s:o,s:i,s:I,s:o,s:o,s:I,s:s,s:o}", "test_accuracy", num(jb->test_accuracy),
+            "test_loss", num(jb->test_loss), "epochs", jb->epochs, "steps", (json_int_t)jb->steps,
+            "samples_per_s", num(jb->samples_per_s), "wall_s", num(jb->wall_s), "bytes_sent",
+            (json_int_t)jb->bytes_sent, "codec", gm_job_codec_name(jb->job.comm.codec),
+            "checkpoint", jb->weights[0] ? json_string(jb->weights) : json_null());
+        json_object_set_new(o, "summary", sum);
+    } else {
+        json_object_set_new(o, "summary", json_null());
+    }
+    return o;
+}
+
+json_t *gm_jobs_ctl_list(struct gm_jobs *j)
+{
+    json_t *a = json_array();
+
+    if (j->cur != NULL)
+        json_array_append_new(a, job_json(j, j->cur));
+    for (struct job *jb = j->history; jb != NULL; jb = jb->next)
+        json_array_append_new(a, job_json(j, jb));
+    return json_pack("{s:o}", "jobs", a);
+}
+
+json_t *gm_jobs_status_json(struct gm_jobs *j)
+{
+    if (j->cur != NULL)
+        return job_json(j, j->cur);
+    if (j->history != NULL)
+        return job_json(j, j->history);
+    return json_null();
+}
+
+json_t *gm_jobs_ctl_cancel(struct gm_jobs *j, json_t *req)
+{
+    const char *id = json_string_value(json_object_get(req, "id"));
+    struct job *jb = id != NULL ? find(j, id) : NULL;
+    char msg[256];
+
+    if (jb == NULL) {
+        snprintf(msg, sizeof(msg), "no job %s here", id != NULL ? id : "(none given)");
+        return ctl_error(-ENOENT, msg);
+    }
+    if (!jb->coord) {
+        snprintf(msg, sizeof(msg), "job %s is coordinated by %s: cancel it there", jb->id,
+                 jb->coordinator);
+        return ctl_error(GM_ERR_CONFIG, msg);
+    }
+    if (jb != j->cur || jb->stop_sent) {
+        snprintf(msg, sizeof(msg), "job %s is already %s", jb->id, jstate_names[jb->state]);
+        return ctl_error(-EALREADY, msg);
+    }
+    gm_notice("event=job-cancel job=%s", jb->id);
+    end_job(j, jb, J_CANCELLED, "cancelled by the user");
+    return json_pack("{s:s,s:s}", "id", jb->id, "state", "cancelled");
+}
+
+/* --- lifecycle ---------------------------------------------------------------------------- */
+
+static void timer_cb(uv_timer_t *t)
+{
+    struct gm_jobs *j = t->data;
+    struct job *jb = j->cur;
+
+    if (jb == NULL || jb->state != J_CHECKING || !jb->coord)
+        return;
+    if (gm_time_mono_ns() - jb->t_submit < (uint64_t)CHECK_TIMEOUT_MS * 1000000ull)
+        return;
+    for (size_t i = 0; i < jb->nparts; i++)
+        if (!jb->parts[i].checked) {
+            refuse(j, jb, "member %s did not answer the dataset check in %d s", jb->parts[i].node,
+                   CHECK_TIMEOUT_MS / 1000);
+            return;
+        }
+}
+
+int gm_jobs_new(const struct gm_jobs_env *env, struct gm_jobs **out)
+{
+    struct gm_jobs *j = calloc(1, sizeof(*j));
+    int err;
+
+    *out = NULL;
+    if (j == NULL)
+        return -ENOMEM;
+    j->env = *env;
+    if ((err = gm_datahash_new(env->loop, &j->dh)) < 0 ||
+        (err = uv_timer_init(env->loop, &j->timer)) < 0) {
+        gm_datahash_free(j->dh);
+        free(j);
+        return err;
+    }
+    j->timer.data = j;
+    (void)uv_timer_start(&j->timer, timer_cb, 1000, 1000);
+    uv_unref((uv_handle_t *)&j->timer);
+    *out = j;
+    return 0;
+}
+
+void gm_jobs_stop(struct gm_jobs *j)
+{
+    if (j == NULL)
+        return;
+    j->stopping = true;
+    if (j->cur != NULL && j->cur->rank != NULL) {
+        j->cur->stop_sent = true;
+        gm_rank_stop(j->cur->rank);
+    }
+}
+
+bool gm_jobs_idle(const struct gm_jobs *j)
+{
+    return j == NULL || j->cur == NULL || j->cur->rank == NULL;
+}
+
+static void timer_closed(uv_handle_t *h)
+{
+    struct gm_jobs *j = h->data;
+    struct job *jb;
+
+    job_free(j->cur);
+    while ((jb = j->history) != NULL) {
+        j->history = jb->next;
+        job_free(jb);
+    }
+    stash_drop(j, UINT32_MAX);
+    gm_datahash_free(j->dh);
+    free(j);
+}
+
+void gm_jobs_free(struct gm_jobs *j)
+{
+    if (j == NULL)
+        return;
+    GM_ASSERT(gm_jobs_idle(j));
+    uv_close((uv_handle_t *)&j->timer, timer_closed);
+}

@@ -1,0 +1,100 @@
+/*
+ * agent/jobroom.c - the job room's place in the agent: its frame and command
+ * tables (struct gm_room, see agent/state.h) and what agent/job.h needs from
+ * the agent (struct gm_jobs_env: member links, members that are up).  The
+ * job logic itself is agent/job.c, which sees the agent only through that
+ * env and so runs in tests without one.  Loop thread only.
+ */
+#include "agent/jobroom.h"
+
+#include <string.h>
+
+#include "agent/job.h"
+#include "agent/state.h"
+
+static struct gm_link *link_to(void *agent, const char *node)
+{
+    struct gm_peer *p = gm_agent_peer_find(agent, node);
+
+    return p != NULL && p->link != NULL && gm_link_state(p->link) == GM_LSTATE_UP &&
+                   !gm_link_is_closing(p->link)
+               ? p->link
+               : NULL;
+}
+
+static size_t members_up(void *agent, char (*nodes)[GM_ID_NAME_MAX + 1], size_t cap)
+{
+    struct gm_agent *a = agent;
+    size_t n = 0;
+
+    for (size_t i = 0; i < a->npeers; i++) {
+        if (link_to(a, a->peers[i].node) == NULL || strcmp(a->peers[i].node, a->cfg.node) == 0)
+            continue;
+        if (n < cap)
+            memcpy(nodes[n], a->peers[i].node, sizeof(nodes[n]));
+        n++;
+    }
+    return n < cap ? n : cap;
+}
+
+int gm_jobroom_open(struct gm_agent *a)
+{
+    struct gm_jobs_env env = {.loop = &a->loop,
+                              .node = a->cfg.node,
+                              .state_dir = a->cfg.state_dir,
+                              .link_to = link_to,
+                              .members_up = members_up,
+                              .agent = a};
+
+    return gm_jobs_new(&env, &a->jobs);
+}
+
+static int on_job_frame(struct gm_agent *a, struct gm_link *l, const struct gm_frame_hdr *h,
+                        const uint8_t *p)
+{
+    struct gm_lctx *c = gm_link_data(l);
+    int err = gm_jobs_on_frame(a->jobs, l, c->node, h, p);
+
+    if (err < 0)
+        return gm_agent_refuse(l, err,
+                               h->type == GM_MSG_TRAIN ? "malformed or unexpected training message"
+                                                       : "malformed job message");
+    return 0;
+}
+
+static json_t *cmd_submit(struct gm_agent *a, json_t *req)
+{
+    return gm_jobs_ctl_submit(a->jobs, req);
+}
+
+static json_t *cmd_jobs(struct gm_agent *a, json_t *req)
+{
+    (void)req;
+    return gm_jobs_ctl_list(a->jobs);
+}
+
+static json_t *cmd_cancel(struct gm_agent *a, json_t *req)
+{
+    return gm_jobs_ctl_cancel(a->jobs, req);
+}
+
+static const struct gm_room_frame frames[] = {
+    {GM_MSG_TRAIN, GM_LSTATE_UP, on_job_frame},      {GM_MSG_JOB_OFFER, GM_LSTATE_UP, on_job_frame},
+    {GM_MSG_JOB_CHECK, GM_LSTATE_UP, on_job_frame},  {GM_MSG_JOB_GROUP, GM_LSTATE_UP, on_job_frame},
+    {GM_MSG_JOB_REPORT, GM_LSTATE_UP, on_job_frame}, {GM_MSG_JOB_END, GM_LSTATE_UP, on_job_frame},
+    {GM_MSG_JOB_SUBMIT, GM_LSTATE_UP, on_job_frame},
+};
+
+static const struct gm_room_command commands[] = {
+    {"submit", cmd_submit},
+    {"jobs", cmd_jobs},
+    {"cancel", cmd_cancel},
+};
+
+const struct gm_room gm_job_room = {
+    .name = "job",
+    .frames = frames,
+    .nframes = sizeof(frames) / sizeof(frames[0]),
+    .commands = commands,
+    .ncommands = sizeof(commands) / sizeof(commands[0]),
+};

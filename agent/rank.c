@@ -1,0 +1,650 @@
+/*
+ * agent/rank.c - the trainer thread of one rank and its bridge to the loop
+ * (see rank.h).
+ *
+ * Locking: mu guards the request slot, the newest group's description, the
+ * stop flag, the exit flag and the progress snapshot.  The loop thread owns
+ * the gm_coll and the xport of the current group and of retired groups that
+ * are still winding down (the graveyard: a gm_coll may only be freed when it
+ * is idle, and never from inside its own callback, so retired groups are
+ * reaped from the async callback).  The trainer thread owns the gradsync
+ * strategy state and never touches a libuv handle.
+ */
+#include "agent/rank.h"
+
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agent/xport.h"
+#include "common/assert.h"
+#include "common/log.h"
+#include "train/comm/collective.h"
+#include "train/gradsync.h"
+#include "train/nn/model.h"
+#include "train/nn/optim.h"
+
+/* One collective operation asked for by the trainer thread. */
+struct req {
+    struct req *next;     /* pending / inflight queue (under mu, then the loop's) */
+    struct req *sub_next; /* trainer only: the overlap ops awaiting wait */
+    gm_gradsync_start_fn start;
+    void *arg;
+    uint32_t gen; /* the group it belongs to */
+    int status;
+    bool done;
+};
+
+struct old_group {
+    struct old_group *next;
+    struct gm_coll *coll; /* owned */
+    struct gm_xport *x;   /* owned */
+};
+
+struct gm_rank {
+    uv_loop_t *loop;
+    uv_async_t async; /* trainer -> loop: a request, or the exit; async.data = this */
+    const struct gm_rank_ops *ops;
+    void *arg;
+    pthread_t th;
+    bool th_started, exit_reported, freeing;
+
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    /* under mu */
+    struct req *pending, **pending_tail; /* FIFO: asked for, not yet taken by the loop */
+    uint32_t group_gen;                  /* newest group handed over */
+    int group_rank, group_world;
+    bool stopping, exited;
+    struct gm_rank_progress prog;
+
+    /* loop thread only */
+    struct req *inflight, **inflight_tail; /* FIFO: started; gm_coll completes in order */
+    struct gm_coll *coll;                  /* owned: the current group */
+    struct gm_xport *x;                    /* owned */
+    uint32_t coll_gen, broken_gen;
+    struct old_group *graveyard;
+    uint64_t payload_retired; /* gradient bytes sent by retired groups */
+
+    /* trainer thread only */
+    struct req *submitted, **submitted_tail; /* overlap: heap reqs, until wait */
+    int submit_err;
+    uint32_t synced_gen;
+    struct gm_gradsync *gs; /* owned */
+    struct gm_gradsync_strategy strat;
+    struct gm_gradsync_exec exec;
+    float *state_buf; /* owned: the resync broadcast */
+    struct gm_train_comm comm;
+    struct gm_train_opts opts;
+    volatile sig_atomic_t stop;
+    struct gm_job job; /* owned copy */
+    char out[GM_JOB_PATH_MAX];
+    int err;
+    struct gm_train_summary sum;
+};
+
+/* --- loop thread ----------------------------------------------------------------------- */
+
+static void complete(struct gm_rank *rk, struct req *r, int status)
+{
+    pthread_mutex_lock(&rk->mu);
+    r->status = status;
+    r->done = true;
+    pthread_cond_broadcast(&rk->cv);
+    pthread_mutex_unlock(&rk->mu);
+}
+
+static bool stopping(struct gm_rank *rk)
+{
+    bool s;
+
+    pthread_mutex_lock(&rk->mu);
+    s = rk->stopping;
+    pthread_mutex_unlock(&rk->mu);
+    return s;
+}
+
+/* What the trainer hears of an operation's error. */
+static int map_err(struct gm_rank *rk, uint32_t gen, int err)
+{
+    if (err >= 0)
+        return err;
+    if (stopping(rk))
+        return GM_ERR_ABORTED;
+    if (err == GM_ERR_MISMATCH || err == GM_ERR_NUMERIC || err == -EINVAL || err == -ENOMEM)
+        return err; /* not about the group: the run ends */
+    if (gen == rk->coll_gen && rk->broken_gen != gen) {
+        rk->broken_gen = gen;
+        gm_warn("event=group-failed generation=%u err=\"%s\"", gen, gm_strerror(err));
+        if (rk->ops->on_group_failed != NULL)
+            rk->ops->on_group_failed(rk, gen, err, rk->arg);
+    }
+    return GM_ERR_REGROUP;
+}
+
+static void op_done(struct gm_coll *c, int status, void *arg)
+{
+    struct gm_rank *rk = arg;
+    struct req *r = rk->inflight;
+
+    (void)c;
+    if (r != NULL) {
+        rk->inflight = r->next;
+        if (rk->inflight == NULL)
+            rk->inflight_tail = &rk->inflight;
+        complete(rk, r, map_err(rk, r->gen, status));
+    }
+    uv_async_send(&rk->async); /* reap retired groups outside this callback */
+}
+
+static void start_req(struct gm_rank *rk, struct req *r)
+{
+    int err;
+
+    if (stopping(rk)) {
+        complete(rk, r, GM_ERR_ABORTED);
+        return;
+    }
+    if (rk->coll == NULL || r->gen != rk->coll_gen || rk->broken_gen == r->gen) {
+        complete(rk, r, GM_ERR_REGROUP);
+        return;
+    }
+    err = r->start(rk->coll, r->arg, op_done, rk);
+    if (err < 0) {
+        complete(rk, r, map_err(rk, r->gen, err));
+        return;
+    }
+    r->next = NULL;
+    *rk->inflight_tail = r;
+    rk->inflight_tail = &r->next;
+}
+
+static void retire(struct gm_rank *rk)
+{
+    struct old_group *o;
+
+    if (rk->coll == NULL && rk->x == NULL)
+        return;
+    if (rk->x != NULL)
+        gm_xport_fail_all(rk->x, GM_ERR_ABORTED);
+    o = calloc(1, sizeof(*o));
+    GM_ASSERT(o != NULL); /* small; out of memory here leaves no sane way on */
+    o->coll = rk->coll;
+    o->x = rk->x;
+    o->next = rk->graveyard;
+    rk->graveyard = o;
+    rk->coll = NULL;
+    rk->x = NULL;
+}
+
+static void reap(struct gm_rank *rk)
+{
+    struct old_group **pp = &rk->graveyard;
+
+    while (*pp != NULL) {
+        struct old_group *o = *pp;
+        if (o->coll != NULL && gm_coll_busy(o->coll)) {
+            pp = &o->next;
+            continue;
+        }
+        if (o->coll != NULL) {
+            struct gm_coll_traffic t;
+            gm_coll_traffic_total(o->coll, &t, NULL);
+            rk->payload_retired += t.payload_bytes;
+        }
+        gm_coll_free(o->coll);
+        gm_xport_close(o->x);
+        *pp = o->next;
+        free(o);
+    }
+}
+
+static void handle_closed(uv_handle_t *h)
+{
+    struct gm_rank *rk = h->data;
+
+    gm_gradsync_free(rk->gs);
+    free(rk->state_buf);
+    gm_job_free(&rk->job);
+    pthread_mutex_destroy(&rk->mu);
+    pthread_cond_destroy(&rk->cv);
+    free(rk);
+}
+
+static void async_cb(uv_async_t *a)
+{
+    struct gm_rank *rk = a->data;
+    struct req *r;
+    bool report;
+
+    pthread_mutex_lock(&rk->mu);
+    r = rk->pending;
+    rk->pending = NULL;
+    rk->pending_tail = &rk->pending;
+    report = rk->exited && !rk->exit_reported;
+    pthread_mutex_unlock(&rk->mu);
+    while (r != NULL) { /* in order: every rank starts the same ops in the same order */
+        struct req *next = r->next;
+        start_req(rk, r);
+        r = next;
+    }
+    reap(rk);
+    if (rk->freeing) {
+        if (rk->graveyard == NULL && !uv_is_closing((uv_handle_t *)a))
+            uv_close((uv_handle_t *)a, handle_closed);
+        return;
+    }
+    if (report) {
+        rk->exit_reported = true;
+        pthread_join(rk->th, NULL);
+        rk->th_started = false;
+        if (rk->sum.bytes_sent == 0) {
+            uint64_t b = rk->payload_retired;
+            if (rk->coll != NULL) {
+                struct gm_coll_traffic t;
+                gm_coll_traffic_total(rk->coll, &t, NULL);
+                b += t.payload_bytes;
+            }
+            rk->sum.bytes_sent = b;
+        }
+        rk->ops->on_exit(rk, rk->err, &rk->sum, rk->arg);
+    }
+}
+
+int gm_rank_set_group(struct gm_rank *rk, uint32_t gen, int rank, int world, struct gm_xport *x)
+{
+    struct gm_coll_config cc = {.generation = gen, .chunk_bytes = GM_XPORT_CHUNK};
+
+    retire(rk);
+    rk->x = x;
+    rk->coll = gm_coll_new(gm_xport_transport(x), &cc);
+    if (rk->coll == NULL) {
+        retire(rk);
+        return -ENOMEM;
+    }
+    rk->coll_gen = gen;
+    pthread_mutex_lock(&rk->mu);
+    rk->group_gen = gen;
+    rk->group_rank = rank;
+    rk->group_world = world;
+    pthread_cond_broadcast(&rk->cv);
+    pthread_mutex_unlock(&rk->mu);
+    uv_async_send(&rk->async);
+    return 0;
+}
+
+struct gm_xport *gm_rank_xport(struct gm_rank *rk)
+{
+    return rk->x;
+}
+
+uint32_t gm_rank_generation(const struct gm_rank *rk)
+{
+    return rk->coll_gen;
+}
+
+void gm_rank_group_broken(struct gm_rank *rk)
+{
+    if (rk->coll == NULL || rk->broken_gen == rk->coll_gen)
+        return;
+    rk->broken_gen = rk->coll_gen;
+    gm_xport_fail_all(rk->x, GM_ERR_ABORTED); /* the op in flight fails, later ones regroup */
+}
+
+void gm_rank_stop(struct gm_rank *rk)
+{
+    pthread_mutex_lock(&rk->mu);
+    rk->stopping = true;
+    rk->stop = 1;
+    pthread_cond_broadcast(&rk->cv);
+    pthread_mutex_unlock(&rk->mu);
+    if (rk->x != NULL)
+        gm_xport_fail_all(rk->x, GM_ERR_ABORTED);
+}
+
+void gm_rank_get_progress(struct gm_rank *rk, struct gm_rank_progress *p)
+{
+    pthread_mutex_lock(&rk->mu);
+    *p = rk->prog;
+    pthread_mutex_unlock(&rk->mu);
+}
+
+/* --- trainer thread -------------------------------------------------------------------- */
+
+/* Queues r for the loop; 0, or why not (the trainer then does not wait for it). */
+static int enqueue(struct gm_rank *rk, struct req *r)
+{
+    pthread_mutex_lock(&rk->mu);
+    if (rk->stopping) {
+        pthread_mutex_unlock(&rk->mu);
+        return GM_ERR_ABORTED;
+    }
+    if (rk->group_gen != rk->synced_gen) { /* a newer group exists: leave this one */
+        pthread_mutex_unlock(&rk->mu);
+        return GM_ERR_REGROUP;
+    }
+    r->gen = rk->synced_gen;
+    r->next = NULL;
+    *rk->pending_tail = r;
+    rk->pending_tail = &r->next;
+    pthread_mutex_unlock(&rk->mu);
+    uv_async_send(&rk->async);
+    return 0;
+}
+
+/* Under mu: a stop withdraws the requests the loop has not taken yet. */
+static void withdraw_pending(struct gm_rank *rk)
+{
+    struct req *r;
+
+    while ((r = rk->pending) != NULL) {
+        rk->pending = r->next;
+        r->status = GM_ERR_ABORTED;
+        r->done = true;
+    }
+    rk->pending_tail = &rk->pending;
+}
+
+static void wait_done(struct gm_rank *rk, struct req *r)
+{
+    pthread_mutex_lock(&rk->mu);
+    while (!r->done) {
+        if (rk->stopping && rk->pending != NULL)
+            withdraw_pending(rk);
+        if (!r->done)
+            pthread_cond_wait(&rk->cv, &rk->mu);
+    }
+    pthread_mutex_unlock(&rk->mu);
+}
+
+/* gradsync's executor: the op runs on the loop, the trainer waits for it.
+ * Ops submitted for overlap come first (they were asked for first). */
+static int bridge_run(void *ctx, gm_gradsync_start_fn start, void *arg, bool counted)
+{
+    struct gm_rank *rk = ctx;
+    struct req r = {.start = start, .arg = arg};
+    int err;
+
+    (void)counted; /* the collective counts its own bytes */
+    if ((err = enqueue(rk, &r)) < 0)
+        return err;
+    wait_done(rk, &r);
+    return r.status;
+}
+
+static void bridge_submit(void *ctx, gm_gradsync_start_fn start, void *arg)
+{
+    struct gm_rank *rk = ctx;
+    struct req *r;
+    int err;
+
+    if (rk->submit_err < 0)
+        return;
+    r = calloc(1, sizeof(*r));
+    if (r == NULL) {
+        rk->submit_err = -ENOMEM;
+        return;
+    }
+    r->start = start;
+    r->arg = arg;
+    if ((err = enqueue(rk, r)) < 0) {
+        rk->submit_err = err;
+        free(r);
+        return;
+    }
+    *rk->submitted_tail = r;
+    rk->submitted_tail = &r->sub_next;
+}
+
+static int bridge_wait(void *ctx)
+{
+    struct gm_rank *rk = ctx;
+    struct req *r;
+    int err = rk->submit_err;
+
+    while ((r = rk->submitted) != NULL) {
+        wait_done(rk, r);
+        if (err == 0 && r->status < 0)
+            err = r->status;
+        rk->submitted = r->sub_next;
+        free(r);
+    }
+    rk->submitted_tail = &rk->submitted;
+    rk->submit_err = 0;
+    return err;
+}
+
+struct bcast {
+    float *buf;
+    size_t n;
+    uint32_t gen;
+};
+
+static int start_bcast(struct gm_coll *c, void *arg, gm_coll_done_cb done, void *done_arg)
+{
+    struct bcast *b = arg;
+
+    return gm_coll_broadcast_start(c, b->buf, b->n, 0, b->gen, done, done_arg);
+}
+
+/* Integers ride in the float broadcast as 16-bit pieces: every one is exact. */
+#define HDR_FLOATS 8
+
+static void put_u64(float *f, uint64_t v)
+{
+    for (int i = 0; i < 4; i++)
+        f[i] = (float)((v >> (16 * i)) & 0xffff);
+}
+
+static uint64_t get_u64(const float *f)
+{
+    uint64_t v = 0;
+
+    for (int i = 0; i < 4; i++)
+        v |= (uint64_t)f[i] << (16 * i);
+    return v;
+}
+
+/* Wait for a group newer than the last one, then take rank 0's state. */
+static int hook_resync(void *ctx, struct gm_train_state *st)
+{
+    struct gm_rank *rk = ctx;
+    const size_t np = gm_model_num_params(st->model), no = gm_optim_state_len(st->optim);
+    struct bcast b = {.n = np + no + HDR_FLOATS};
+    int rank, world, err;
+
+    pthread_mutex_lock(&rk->mu);
+    while (!rk->stopping && rk->group_gen <= rk->synced_gen)
+        pthread_cond_wait(&rk->cv, &rk->mu);
+    if (rk->stopping) {
+        pthread_mutex_unlock(&rk->mu);
+        return GM_ERR_ABORTED;
+    }
+    rk->synced_gen = rk->group_gen;
+    rank = rk->group_rank;
+    world = rk->group_world;
+    pthread_mutex_unlock(&rk->mu);
+
+    (void)bridge_wait(rk); /* overlap ops of the failed step are over before gradsync goes */
+    gm_gradsync_free(rk->gs);
+    rk->gs = NULL;
+    if (rk->state_buf == NULL && (rk->state_buf = malloc(b.n * sizeof(float))) == NULL)
+        return -ENOMEM;
+    b.buf = rk->state_buf;
+    b.gen = rk->synced_gen;
+    if (rank == 0) {
+        memcpy(b.buf, gm_model_params(st->model), np * sizeof(float));
+        if (no > 0)
+            memcpy(b.buf + np, gm_optim_state(st->optim), no * sizeof(float));
+        put_u64(b.buf + np + no, (uint64_t)st->step);
+        put_u64(b.buf + np + no + 4, (uint64_t)st->optim->step);
+    }
+    if (world > 1 && (err = bridge_run(rk, start_bcast, &b, false)) < 0)
+        return err;
+    if (rank != 0) {
+        memcpy(gm_model_params(st->model), b.buf, np * sizeof(float));
+        if (no > 0)
+            memcpy(gm_optim_state(st->optim), b.buf + np, no * sizeof(float));
+        st->step = (long)get_u64(b.buf + np + no);
+        st->optim->step = (long)get_u64(b.buf + np + no + 4);
+    }
+    st->rank = rank;
+    st->world = world;
+    err = gm_gradsync_new(&rk->strat, rank, world, rk->job.seed, &rk->exec, &rk->gs);
+    if (err < 0)
+        return err;
+    pthread_mutex_lock(&rk->mu);
+    rk->prog.rank = rank;
+    rk->prog.world = world;
+    rk->prog.generation = rk->synced_gen;
+    rk->prog.step = st->step;
+    rk->prog.total_steps = st->total_steps;
+    pthread_mutex_unlock(&rk->mu);
+    gm_notice("event=group generation=%u rank=%d world=%d step=%ld", rk->synced_gen, rank, world,
+              st->step);
+    return 0;
+}
+
+static int hook_backward_begin(void *ctx, struct gm_train_state *st)
+{
+    struct gm_rank *rk = ctx;
+
+    return gm_gradsync_backward_begin(rk->gs, st->model, st->step);
+}
+
+static void hook_grads_ready(void *ctx, size_t first, size_t n)
+{
+    struct gm_rank *rk = ctx;
+
+    gm_gradsync_grads_ready(rk->gs, first, n);
+}
+
+static int hook_reduce(void *ctx, struct gm_train_state *st)
+{
+    struct gm_rank *rk = ctx;
+
+    return gm_gradsync_reduce(rk->gs, st->model, st->step, st->total_steps);
+}
+
+static int hook_after(void *ctx, struct gm_train_state *st)
+{
+    struct gm_rank *rk = ctx;
+    int err = gm_gradsync_after_step(rk->gs, st->model, st->step, st->total_steps);
+
+    pthread_mutex_lock(&rk->mu);
+    rk->prog.hash_checks = gm_gradsync_hash_checks(rk->gs);
+    rk->prog.step = st->step + (err == 0 ? 1 : 0);
+    pthread_mutex_unlock(&rk->mu);
+    return err;
+}
+
+static void hook_progress(void *ctx, const struct gm_train_state *st, int epoch, double loss,
+                          double sps)
+{
+    struct gm_rank *rk = ctx;
+
+    pthread_mutex_lock(&rk->mu);
+    rk->prog.step = st->step;
+    rk->prog.total_steps = st->total_steps;
+    rk->prog.epoch = epoch;
+    rk->prog.loss = loss;
+    if (sps > 0)
+        rk->prog.samples_per_s = sps;
+    pthread_mutex_unlock(&rk->mu);
+}
+
+static void *trainer_main(void *arg)
+{
+    struct gm_rank *rk = arg;
+
+    rk->err = gm_trainer_run(&rk->job, &rk->opts, &rk->sum);
+    pthread_mutex_lock(&rk->mu);
+    rk->exited = true;
+    if (rk->err == 0)
+        rk->prog.test_accuracy = rk->sum.test_accuracy;
+    pthread_mutex_unlock(&rk->mu);
+    uv_async_send(&rk->async);
+    return NULL;
+}
+
+int gm_rank_start(uv_loop_t *loop, const struct gm_job *job, const char *out,
+                  const struct gm_rank_ops *ops, void *arg, struct gm_rank **out_rk)
+{
+    struct gm_rank *rk;
+    int err;
+
+    *out_rk = NULL;
+    rk = calloc(1, sizeof(*rk));
+    if (rk == NULL)
+        return -ENOMEM;
+    rk->loop = loop;
+    rk->ops = ops;
+    rk->arg = arg;
+    pthread_mutex_init(&rk->mu, NULL);
+    pthread_cond_init(&rk->cv, NULL);
+    rk->prog.test_accuracy = NAN;
+    rk->job = *job;
+    rk->job.text = NULL;
+    if (job->text != NULL) {
+        rk->job.text = malloc(job->text_len + 1);
+        if (rk->job.text == NULL) {
+            err = -ENOMEM;
+            goto fail;
+        }
+        memcpy(rk->job.text, job->text, job->text_len + 1);
+    }
+    snprintf(rk->out, sizeof(rk->out), "%s", out);
+    if ((err = gm_gradsync_strategy_from_job(&rk->job, &rk->strat)) < 0)
+        goto fail;
+    rk->exec = (struct gm_gradsync_exec){
+        .run = bridge_run, .submit = bridge_submit, .wait = bridge_wait, .ctx = rk};
+    rk->pending_tail = &rk->pending;
+    rk->inflight_tail = &rk->inflight;
+    rk->submitted_tail = &rk->submitted;
+    rk->comm = (struct gm_train_comm){.rank = 0,
+                                      .world = 1, /* the first group says; resync sets both */
+                                      .min_world = 1,
+                                      .start = hook_resync,
+                                      .reduce_grads = hook_reduce,
+                                      .after_step = hook_after,
+                                      .resync = hook_resync,
+                                      .backward_begin = hook_backward_begin,
+                                      .grads_ready = hook_grads_ready,
+                                      .progress = hook_progress,
+                                      .ctx = rk};
+    /* every rank keeps the weights of its last finished step when the job stops early (a
+     * lost coordinator, a cancel): the coordinator's are not the only copy then */
+    rk->opts = (struct gm_train_opts){
+        .progress = 0, .stop = &rk->stop, .out = rk->out, .comm = &rk->comm, .keep_on_stop = 1};
+    if ((err = uv_async_init(loop, &rk->async, async_cb)) < 0)
+        goto fail;
+    rk->async.data = rk;
+    if ((err = -pthread_create(&rk->th, NULL, trainer_main, rk)) < 0) {
+        rk->freeing = true;
+        uv_close((uv_handle_t *)&rk->async, handle_closed);
+        return err;
+    }
+    rk->th_started = true;
+    *out_rk = rk;
+    return 0;
+fail:
+    gm_job_free(&rk->job);
+    pthread_mutex_destroy(&rk->mu);
+    pthread_cond_destroy(&rk->cv);
+    free(rk);
+    return err;
+}
+
+void gm_rank_free(struct gm_rank *rk)
+{
+    if (rk == NULL || rk->freeing)
+        return;
+    GM_ASSERT(rk->exit_reported); /* stop it and wait for on_exit first */
+    rk->freeing = true;
+    retire(rk);
+    uv_async_send(&rk->async); /* closes once every retired group is idle */
+}

@@ -1,0 +1,81 @@
+/*
+ * agent/rank.h - one rank of a distributed job inside the agent: the trainer
+ * thread, and the bridge between it and the loop thread.
+ *
+ * Threads (DESIGN.md "Processes and threads").  gm_rank_start() spawns the
+ * trainer thread, which runs the same gm_trainer_run() as `train --local`,
+ * with communication hooks that run train/comm/gradsync.h's strategy (the
+ * one the simulation runs).  The trainer never calls libuv: each collective
+ * operation goes to the loop as a request in one slot under a mutex plus
+ * uv_async_send; the loop starts it on the group's gm_coll, and its
+ * completion wakes the trainer through a condition variable.  Everything
+ * else here (gm_rank_set_group, _group_broken, _stop, the exit callback)
+ * runs on the loop thread.
+ *
+ * Groups.  The job room (agent/job.c) hands the rank a group: a generation,
+ * this rank's place, the world size and an agent/xport.h transport (owned by
+ * the rank from then on).  An operation that fails because a link broke
+ * marks the group broken, tells the job room (on_group_failed, so the
+ * coordinator hears of it) and returns GM_ERR_REGROUP to the trainer, which
+ * calls resync: wait for a newer group, then broadcast rank 0's state
+ * (parameters, optimizer state, optimizer and training step) to every rank
+ * and go on from that step.  The first group is taken the same way (the
+ * start hook), so rank 0's initial weights reach every rank, and a member
+ * that comes back gets the current state at a step boundary.  Codec state
+ * (PowerSGD's Q and error feedback, DiLoCo's outer state) starts afresh with
+ * every group.
+ *
+ * Errors that are not about the group (GM_ERR_MISMATCH from a hash check,
+ * GM_ERR_NUMERIC, a bad job) end the run.  gm_rank_stop() ends it at the next
+ * step boundary; rank 0 still writes the weights of the last finished step.
+ */
+#ifndef GM_AGENT_RANK_H
+#define GM_AGENT_RANK_H
+
+#include <stdint.h>
+
+#include <uv.h>
+
+#include "common/err.h"
+#include "train/job.h"
+#include "train/trainer.h"
+
+struct gm_rank;
+struct gm_xport;
+
+struct gm_rank_progress {
+    long step, total_steps;
+    int epoch; /* 0-based, of the last step */
+    int rank, world;
+    uint32_t generation;
+    double loss, samples_per_s;
+    double test_accuracy; /* NAN until evaluated */
+    uint64_t hash_checks;
+};
+
+struct gm_rank_ops {
+    /* The trainer thread ended (err 0: finished or stopped); sum is its summary. */
+    void (*on_exit)(struct gm_rank *rk, int err, const struct gm_train_summary *sum, void *arg);
+    /* An operation of group gen failed on a link (err): a new group is needed. */
+    void (*on_group_failed)(struct gm_rank *rk, uint32_t gen, int err, void *arg);
+};
+
+/* job is copied (its text too); out: where rank 0 writes the weights. */
+GM_MUST_CHECK int gm_rank_start(uv_loop_t *loop, const struct gm_job *job, const char *out,
+                                const struct gm_rank_ops *ops, void *arg, struct gm_rank **rk);
+/* A new group; x is owned by the rank from now on (also on error). */
+GM_MUST_CHECK int gm_rank_set_group(struct gm_rank *rk, uint32_t gen, int rank, int world,
+                                    struct gm_xport *x);
+/* The current group's transport (borrowed), NULL before the first group. */
+struct gm_xport *gm_rank_xport(struct gm_rank *rk);
+uint32_t gm_rank_generation(const struct gm_rank *rk);
+/* The group is gone (a member left): its operations fail with GM_ERR_REGROUP. */
+void gm_rank_group_broken(struct gm_rank *rk);
+/* Ends the run at the next step boundary; why is logged by the caller. */
+void gm_rank_stop(struct gm_rank *rk);
+void gm_rank_get_progress(struct gm_rank *rk, struct gm_rank_progress *p);
+/* After on_exit: joins the thread, frees everything (asynchronously for the
+ * libuv handles and any collective still winding down).  NULL-safe. */
+void gm_rank_free(struct gm_rank *rk);
+
+#endif
