@@ -216,8 +216,10 @@ static void render_job(struct gm_metrics *m, struct text *t)
         head(t, "gradmesh_job_accuracy_percent", "gauge", "Last test accuracy.");
         put(t, "gradmesh_job_accuracy_percent{job=\"%s\"} %.4f\n", n, j->accuracy_pct);
     }
-    head(t, "gradmesh_job_bytes_per_step", "gauge", "Bytes sent by this rank per step.");
-    put(t, "gradmesh_job_bytes_per_step{job=\"%s\"} %.0f\n", n, j->bytes_per_step);
+    if (j->bytes_per_step >= 0) {
+        head(t, "gradmesh_job_bytes_per_step", "gauge", "Bytes sent by this rank per step.");
+        put(t, "gradmesh_job_bytes_per_step{job=\"%s\"} %.0f\n", n, j->bytes_per_step);
+    }
     if (j->compression_ratio >= 0) {
         head(t, "gradmesh_job_compression_ratio", "gauge", "fp32 bytes / bytes on the wire.");
         put(t, "gradmesh_job_compression_ratio{job=\"%s\"} %.4f\n", n, j->compression_ratio);

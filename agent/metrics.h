@@ -80,7 +80,7 @@ struct gm_metrics_job {
     double samples_per_s;
     double loss;
     double accuracy_pct;      /* < 0: not evaluated yet */
-    double bytes_per_step;    /* sent by this rank */
+    double bytes_per_step;    /* sent by this rank; < 0: unknown */
     double compression_ratio; /* fp32 bytes / bytes on the wire; < 0: unknown */
 };
 

@@ -114,6 +114,61 @@ r = json.load(urllib.request.urlopen("'$api'/query?" + q))["data"]["result"]
 sys.exit(0 if r and float(r[0]["value"][1]) > '$t_flood' else 1)'
 pass "held connections and garbage: status answered in < 1 s, scraping recovered"
 
+# --- a distributed job's series, published by the trainer threads -------------------------
+data=/usr/share/datasets/fashion-mnist
+if [ -r "$data/train-images-idx3-ubyte.gz" ]; then
+    cat >"$WORK/job.ini" <<JOB
+[job]
+name = prom-mlp
+model = mlp
+epochs = 8
+[model]
+hidden = 32
+[data]
+kind = idx
+dir = $data
+[optim]
+name = sgd
+lr = 0.05
+global_batch = 128
+[comm]
+codec = fp32
+JOB
+    "$GM" submit "$WORK/job.ini" --follow --config "$WORK/alpha.conf" >"$WORK/submit.log" 2>&1 &
+    SUBMIT=$!
+    # both agents' own /metrics show the job's step split, speed and step while it runs
+    python3 - "$MA" "$MB" <<'PY' || fail "job series missing from /metrics during the run"
+import sys, time, urllib.request
+want = {"compute", "collective", "optimizer"}
+todo, end = set(sys.argv[1:]), time.time() + 30
+while todo and time.time() < end:
+    for port in sorted(todo):
+        try:
+            text = urllib.request.urlopen("http://127.0.0.1:%s/metrics" % port, timeout=2).read().decode()
+        except OSError:
+            continue
+        seen, sps, step = set(), 0.0, 0
+        for line in text.splitlines():
+            if line.startswith('gradmesh_job_step_seconds{job="prom-mlp",phase="'):
+                seen.add(line.split('phase="')[1].split('"')[0])
+            elif line.startswith('gradmesh_job_samples_per_second{job="prom-mlp"}'):
+                sps = float(line.split()[-1])
+            elif line.startswith('gradmesh_job_step{job="prom-mlp"}'):
+                step = int(line.split()[-1])
+        if seen == want and sps > 0 and step > 0:
+            print("ok: :%s step %d, %.0f samples/s" % (port, step, sps))
+            todo.discard(port)
+    time.sleep(0.02)
+sys.exit(1 if todo else 0)
+PY
+    wait "$SUBMIT" || { cat "$WORK/submit.log"; fail "submit --follow exit $?"; }
+    curl -fsS "http://127.0.0.1:$MA/metrics" | grep -q '^gradmesh_job_step{' &&
+        fail "job series still exported after the job ended"
+    pass "a running job's step time split, samples/s and step are in both agents' /metrics"
+else
+    echo "no $data: job series not checked"
+fi
+
 kill "$PROM"; wait "$PROM"
 PIDS=("$PID_alpha" "$PID_beta")
 stop_agents
