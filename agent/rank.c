@@ -28,6 +28,7 @@
 #include "train/gradsync.h"
 #include "train/nn/model.h"
 #include "train/nn/optim.h"
+#include "train/tbevents.h"
 
 /* One collective operation asked for by the trainer thread. */
 struct req {
@@ -64,6 +65,7 @@ struct gm_rank {
     struct gm_rank_progress prog;
     struct gm_metrics *metrics; /* borrowed, may be NULL: where the trainer publishes */
     struct gm_metrics_job mjob; /* the last published (accuracy kept between evaluations) */
+    struct gm_tb_writer *tb;    /* owned, trainer thread only (NULL: none): the job's events */
 
     /* loop thread only */
     struct req *inflight, **inflight_tail; /* FIFO: started; gm_coll completes in order */
@@ -566,6 +568,8 @@ static void hook_step(void *ctx, const struct gm_train_step_info *si)
 {
     struct gm_rank *rk = ctx;
 
+    if (rk->tb != NULL)
+        gm_tb_on_step(rk->tb, si);
     pthread_mutex_lock(&rk->mu);
     rk->mjob.step = si->step;
     rk->mjob.epoch = si->epoch;
@@ -583,6 +587,8 @@ static void hook_eval(void *ctx, const struct gm_train_eval_info *ei)
 {
     struct gm_rank *rk = ctx;
 
+    if (rk->tb != NULL)
+        gm_tb_on_eval(rk->tb, ei);
     pthread_mutex_lock(&rk->mu);
     rk->mjob.accuracy_pct = ei->test_accuracy;
     if (rk->metrics != NULL)
@@ -602,6 +608,12 @@ static void *trainer_main(void *arg)
     struct gm_rank *rk = arg;
 
     rk->err = gm_trainer_run(&rk->job, &rk->opts, &rk->sum);
+    if (rk->tb != NULL) { /* a failed event file never fails the job (logged once) */
+        if (rk->err == 0 && gm_tb_write_summary(rk->tb, &rk->sum) != 0)
+            gm_warn("event=tensorboard-incomplete file=%s", gm_tb_path(rk->tb));
+        gm_tb_close(rk->tb);
+        rk->tb = NULL;
+    }
     pthread_mutex_lock(&rk->mu);
     rk->exited = true;
     if (rk->metrics != NULL)
@@ -671,10 +683,22 @@ int gm_rank_start(uv_loop_t *loop, const struct gm_job *job, const char *out,
                                       .comm = &rk->comm,
                                       .keep_on_stop = 1,
                                       .hooks = &rk->hooks};
+    {
+        /* the job's TensorBoard events, beside its weights: JOBDIR/tensorboard/ (each agent
+         * writes its own view; only rank 0 evaluates) */
+        char dir[GM_JOB_PATH_MAX + 16];
+        const char *slash = strrchr(rk->out, '/');
+        int n = slash != NULL ? (int)(slash - rk->out) : 1;
+        snprintf(dir, sizeof(dir), "%.*s/tensorboard", n, slash != NULL ? rk->out : ".");
+        if (gm_tb_open(dir, &rk->tb) < 0) /* logged; the job runs without events */
+            rk->tb = NULL;
+    }
     if ((err = uv_async_init(loop, &rk->async, async_cb)) < 0)
         goto fail;
     rk->async.data = rk;
     if ((err = -pthread_create(&rk->th, NULL, trainer_main, rk)) < 0) {
+        gm_tb_close(rk->tb);
+        rk->tb = NULL;
         rk->freeing = true;
         uv_close((uv_handle_t *)&rk->async, handle_closed);
         return err;
@@ -683,6 +707,7 @@ int gm_rank_start(uv_loop_t *loop, const struct gm_job *job, const char *out,
     *out_rk = rk;
     return 0;
 fail:
+    gm_tb_close(rk->tb); /* NULL-safe */
     gm_job_free(&rk->job);
     pthread_mutex_destroy(&rk->mu);
     pthread_cond_destroy(&rk->cv);

@@ -287,10 +287,8 @@ static void scalar(struct gm_tb_writer *w, const char *tag, long step, double v)
         ignore(gm_tb_scalar(w, tag, step, 0, (float)v));
 }
 
-static void on_step(void *ctx, const struct gm_train_step_info *si)
+void gm_tb_on_step(struct gm_tb_writer *w, const struct gm_train_step_info *si)
 {
-    struct gm_tb_writer *w = ctx;
-
     scalar(w, "train/loss", si->step, si->loss);
     scalar(w, "train/learning_rate", si->step, si->lr);
     scalar(w, "train/samples_per_s", si->step, si->samples_per_s);
@@ -299,16 +297,24 @@ static void on_step(void *ctx, const struct gm_train_step_info *si)
     scalar(w, "step_time/optimizer_s", si->step, si->optimizer_s);
 }
 
-static void on_eval(void *ctx, const struct gm_train_eval_info *ei)
+void gm_tb_on_eval(struct gm_tb_writer *w, const struct gm_train_eval_info *ei)
 {
-    struct gm_tb_writer *w = ctx;
-
     scalar(w, "test/accuracy_percent", ei->step, ei->test_accuracy);
     scalar(w, "test/loss", ei->step, ei->test_loss);
     scalar(w, "train/epoch_loss", ei->step, ei->epoch_loss);
     if (ei->epoch_samples_per_s > 0)
         scalar(w, "train/epoch_samples_per_s", ei->step, ei->epoch_samples_per_s);
     ignore(gm_tb_flush(w)); /* TensorBoard shows each epoch as it ends */
+}
+
+static void on_step(void *ctx, const struct gm_train_step_info *si)
+{
+    gm_tb_on_step(ctx, si);
+}
+
+static void on_eval(void *ctx, const struct gm_train_eval_info *ei)
+{
+    gm_tb_on_eval(ctx, ei);
 }
 
 void gm_tb_train_hooks(struct gm_tb_writer *w, struct gm_train_hooks *hooks)

@@ -76,6 +76,11 @@ const char *gm_tb_path(const struct gm_tb_writer *w);
 struct gm_train_hooks;
 struct gm_train_summary;
 void gm_tb_train_hooks(struct gm_tb_writer *w, struct gm_train_hooks *hooks);
+/* What those hooks do, for a caller with hooks of its own (the agent's rank). */
+struct gm_train_step_info;
+struct gm_train_eval_info;
+void gm_tb_on_step(struct gm_tb_writer *w, const struct gm_train_step_info *si);
+void gm_tb_on_eval(struct gm_tb_writer *w, const struct gm_train_eval_info *ei);
 int gm_tb_write_summary(struct gm_tb_writer *w, const struct gm_train_summary *sum) GM_MUST_CHECK;
 
 /* Exposed for tests. */

@@ -164,6 +164,25 @@ PY
     wait "$SUBMIT" || { cat "$WORK/submit.log"; fail "submit --follow exit $?"; }
     curl -fsS "http://127.0.0.1:$MA/metrics" | grep -q '^gradmesh_job_step{' &&
         fail "job series still exported after the job ended"
+    # each agent wrote the job's TensorBoard events beside its weights
+    for n in alpha beta; do
+        ev=$(ls "$WORK/$n"/jobs/*/tensorboard/events.out.tfevents.* 2>/dev/null | head -1)
+        [ -n "$ev" ] || fail "$n wrote no TensorBoard events for the job"
+        if python3 -c 'import tensorboard' 2>/dev/null; then
+            python3 - "$(dirname "$ev")" "$n" <<'PY' || fail "$n's job events"
+import sys
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+ea = EventAccumulator(sys.argv[1], size_guidance={"scalars": 0}); ea.Reload()
+tags = set(ea.Tags()["scalars"])
+steps = [e.step for e in ea.Scalars("step_time/collective_s")]
+assert steps == list(range(1, 8 * 468 + 1)), (steps[:3], len(steps))
+assert sum(e.value for e in ea.Scalars("step_time/collective_s")) > 0
+if sys.argv[2] == "alpha":  # rank 0 evaluates and holds the summary
+    assert len(ea.Scalars("test/accuracy_percent")) == 8, tags
+    assert "summary/test_accuracy_percent" in tags, tags
+PY
+        fi
+    done
     pass "a running job's step time split, samples/s and step are in both agents' /metrics"
 else
     echo "no $data: job series not checked"
