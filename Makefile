@@ -2,7 +2,7 @@
 #
 #   make                  build (release flags, -O3 -march=native)
 #   make test             install missing Debian packages, build, run every test
-#   make demo             train locally on Fashion-MNIST (becomes the distributed demo later)
+#   make demo             three agents on loopback train LeNet-5 together (tests/demo.sh)
 #   make bench            benchmarks against PyTorch (prints ratios)
 #   make fuzz             build the libFuzzer targets (clang) into build-fuzz/
 #   make SAN=address,undefined test      same tests under sanitizers (objects in build-san/)

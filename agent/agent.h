@@ -1,11 +1,12 @@
 /*
  * agent/agent.h - the gradmesh daemon: listener, member links, join
- * admission, link measurement, LAN discovery, control socket.  (Training and
- * the election come later.)
+ * admission, link measurement, LAN discovery, control socket, distributed
+ * jobs.  (The election comes later.)
  *
  * Inside, one room (file pair) per responsibility, listed in agent/state.h:
  * agent.c holds the lifecycle and the dispatch; members.c, admit.c,
- * measure.c, endpoints.c, beacons.c and views.c hold the rest.
+ * measure.c, endpoints.c, beacons.c, views.c and jobroom.c (with job.c)
+ * hold the rest.
  *
  * Members: every node id known from the join and from gossip (MEMBERS
  * frames) is kept in the state directory's `members` file.  Of two members

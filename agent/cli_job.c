@@ -121,10 +121,11 @@ int gm_cli_submit(int argc, char **argv)
                                    job.text_len, "origin", path),
                          &r);
     gm_job_free(&job);
+    /* 78 only for a job the agent refused as such (GM_ERR_CONFIG: it does not parse
+     * there, the batch does not divide, this node does not coordinate); no agent, a
+     * timeout or a busy cluster (one job at a time) are runtime failures: 1 */
     if (err != 0)
-        return err == -ENOENT || err == -ECONNREFUSED || err == -EPROTO || err == -ENOMEM
-                   ? GM_EXIT_RUNTIME
-                   : gm_err_exit_code(err == GM_ERR_CONFIG ? err : GM_ERR_CONFIG);
+        return gm_err_exit_code(err);
     snprintf(id, sizeof(id), "%s", s_of(r, "id"));
     json_decref(r);
     printf("job %s submitted: checking that every member has the same dataset\n", id);

@@ -597,6 +597,13 @@ int gm_cli_control(const char *cmd, const char *config, json_t *req, json_t **ou
         return -ENOMEM;
     err = gm_control_call(c.control, text, CONTROL_TIMEOUT_MS, &resp);
     free(text);
+    if (err == -ENOENT || err == -ECONNREFUSED) { /* no socket, or a dead agent's */
+        fprintf(stderr,
+                "gradmesh %s: no agent is running for %s (nothing answers at %s: %s); "
+                "start it with: gradmesh agent --config %s\n",
+                cmd, gm_config_path(config), c.control, gm_strerror(err), gm_config_path(config));
+        return err;
+    }
     if (err != 0) {
         fprintf(stderr, "gradmesh %s: cannot reach the agent at %s: %s\n", cmd, c.control,
                 gm_strerror(err));

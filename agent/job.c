@@ -34,6 +34,8 @@
 #define HISTORY_MAX 16
 #define STASH_MAX (64u << 20)
 #define CHECK_TIMEOUT_MS 120000
+#define MESH_TIMEOUT_MS 60000 /* a member waits this long for links to the other ranks */
+#define TICK_MS 200
 #define NODE_LEN (GM_ID_NAME_MAX + 1)
 
 enum jstate { J_CHECKING, J_RUNNING, J_DONE, J_CANCELLED, J_FAILED, J_REFUSED };
@@ -69,7 +71,10 @@ struct job {
     uint32_t gen;            /* current group */
     char (*ranks)[NODE_LEN]; /* owned: the current group's rank order */
     size_t world;
-    uint32_t failed_gen; /* last generation reported failed (re-form once) */
+    uint32_t failed_gen;  /* last generation reported failed (re-form once) */
+    unsigned fail_streak; /* groups that failed in a row without a step taken */
+    long streak_step;     /* the coordinator's step when the last one failed */
+    uint64_t reform_at;   /* a delayed re-form is due then (0: none) */
     /* both */
     struct gm_rank *rank; /* owned; NULL when not running here */
     bool stop_sent;
@@ -78,9 +83,15 @@ struct job {
     long steps;
     int epochs;
     uint64_t bytes_sent;
-    uint64_t link_sent[GM_JOB_RANKS_MAX], link_recv[GM_JOB_RANKS_MAX]; /* retired groups, by rank */
+    struct linkacc *acc; /* owned: training-channel bytes per peer node, of retired groups */
+    size_t nacc;
     bool remote_summary; /* a member: the coordinator's figures came with JOB_END */
     struct gm_rank_progress last;
+};
+
+struct linkacc {
+    char node[NODE_LEN];
+    uint64_t sent, recv;
 };
 
 struct stashed {
@@ -96,8 +107,23 @@ struct hashreq {
     char reply_to[NODE_LEN]; /* "" : the coordinator's own dataset */
 };
 
+/* A member's answer to an offer, held until its dataset is hashed and it has a link to
+ * every node it will train with (or the deadline passes). */
+struct pending_offer {
+    bool active, hashed;
+    char id[GM_JOB_ID_LEN + 1];
+    char coord[NODE_LEN];
+    char (*ranks)[NODE_LEN]; /* owned */
+    size_t nranks;
+    struct gm_jobfile *files; /* owned */
+    size_t nfiles;
+    char error[GM_JOB_MSG_MAX];
+    uint64_t deadline;
+};
+
 struct gm_jobs {
     struct gm_jobs_env env;
+    struct pending_offer po;
     struct gm_datahash *dh; /* owned */
     struct job *cur;        /* owned */
     struct job *history;    /* owned, newest first */
@@ -120,16 +146,31 @@ static void job_free(struct job *jb)
     free(jb->parts);
     free(jb->files);
     free(jb->ranks);
+    free(jb->acc);
     free(jb);
 }
 
-static void stash_drop(struct gm_jobs *j, uint32_t below_or_equal)
+/* A job's generations are (tag << 16) | n: the tag comes from its id, so a frame
+ * still on the wire from an earlier job never passes for one of this job's. */
+static uint32_t job_tag(const char *id)
+{
+    uint32_t t = 0;
+
+    for (int i = 0; i < 4 && id[i]; i++)
+        t = t << 4 | (uint32_t)(id[i] <= '9' ? id[i] - '0' : id[i] - 'a' + 10);
+    return t & 0xffff;
+}
+
+/* Drops stashed frames that cannot be used any more: every one when jb is NULL, else
+ * those of another job or of a generation older than gen. */
+static void stash_drop(struct gm_jobs *j, const struct job *jb, uint32_t gen)
 {
     struct stashed **pp = &j->stash;
 
     while (*pp != NULL) {
         struct stashed *s = *pp;
-        if (gm_xport_req_generation(s->h.req) <= below_or_equal) {
+        uint32_t g = gm_xport_req_generation(s->h.req);
+        if (jb == NULL || g >> 16 != job_tag(jb->id) || g < gen) {
             *pp = s->next;
             j->stash_bytes -= s->h.len;
             free(s);
@@ -194,8 +235,10 @@ static void to_history(struct gm_jobs *j, struct job *jb)
     size_t n = 0;
     struct job **pp;
 
-    if (j->cur == jb)
+    if (j->cur == jb) {
         j->cur = NULL;
+        stash_drop(j, NULL, 0);
+    }
     jb->next = j->history;
     j->history = jb;
     for (pp = &j->history; *pp != NULL && n < HISTORY_MAX; pp = &(*pp)->next)
@@ -225,20 +268,38 @@ static int rank_of(const struct job *jb, const char *node)
     return -1;
 }
 
-/* Adds the current group's per-link bytes to the job's totals (before it is replaced). */
+static struct linkacc *acc_of(struct job *jb, const char *node, bool add)
+{
+    struct linkacc *a;
+
+    for (size_t i = 0; i < jb->nacc; i++)
+        if (strcmp(jb->acc[i].node, node) == 0)
+            return &jb->acc[i];
+    if (!add || (a = realloc(jb->acc, (jb->nacc + 1) * sizeof(*a))) == NULL)
+        return NULL;
+    jb->acc = a;
+    a = &jb->acc[jb->nacc++];
+    memset(a, 0, sizeof(*a));
+    snprintf(a->node, sizeof(a->node), "%s", node);
+    return a;
+}
+
+/* Adds the current group's per-link bytes to the job's totals, by node; called just
+ * before the rank order changes (a new group) or the rank goes. */
 static void account_group(struct job *jb)
 {
     struct gm_xport *x = jb->rank != NULL ? gm_rank_xport(jb->rank) : NULL;
 
-    if (x == NULL)
+    if (x == NULL || jb->ranks == NULL)
         return;
-    for (size_t i = 0; i < jb->world && i < GM_JOB_RANKS_MAX; i++) {
-        struct gm_xport_stats s;
-        gm_xport_stats(x, (int)i, &s);
-        /* by node: keep it under the node's index in the newest rank list at read time;
-         * rank indexes move between groups, so store by name hash-free: linear slots */
-        jb->link_sent[i] += s.bytes_sent;
-        jb->link_recv[i] += s.bytes_recv;
+    for (size_t i = 0; i < jb->world; i++) {
+        struct gm_xport_stats st;
+        struct linkacc *a;
+        gm_xport_stats(x, (int)i, &st);
+        if ((st.bytes_sent | st.bytes_recv) == 0 || (a = acc_of(jb, jb->ranks[i], true)) == NULL)
+            continue;
+        a->sent += st.bytes_sent;
+        a->recv += st.bytes_recv;
     }
 }
 
@@ -299,6 +360,7 @@ static void rank_exit(struct gm_rank *rk, int err, const struct gm_train_summary
 }
 
 static void reform(struct gm_jobs *j, struct job *jb, const char *reason);
+static void reform_after_failure(struct gm_jobs *j, struct job *jb, const char *why);
 
 static void rank_group_failed(struct gm_rank *rk, uint32_t gen, int err, void *arg)
 {
@@ -312,7 +374,7 @@ static void rank_group_failed(struct gm_rank *rk, uint32_t gen, int err, void *a
     if (jb->coord) {
         if (gen == jb->gen && jb->failed_gen != gen) {
             jb->failed_gen = gen;
-            reform(j, jb, "an operation failed here");
+            reform_after_failure(j, jb, "an operation failed here");
         }
         return;
     }
@@ -337,7 +399,6 @@ static int form_local(struct gm_jobs *j, struct job *jb)
 
     if (me < 0)
         return -EINVAL;
-    account_group(jb);
     if ((err = gm_xport_new(j->env.loop, jb->gen, me, (int)jb->world, &x)) < 0)
         return err;
     for (size_t i = 0; i < jb->world; i++) {
@@ -352,7 +413,7 @@ static int form_local(struct gm_jobs *j, struct job *jb)
     if ((err = gm_rank_set_group(jb->rank, jb->gen, me, (int)jb->world, x)) < 0)
         return err;
     /* frames of this generation that came before the group */
-    stash_drop(j, jb->gen - 1);
+    stash_drop(j, jb, jb->gen);
     for (struct stashed **pp = &j->stash; *pp != NULL;) {
         struct stashed *s = *pp;
         if (gm_xport_req_generation(s->h.req) != jb->gen) {
@@ -400,6 +461,7 @@ static void reform(struct gm_jobs *j, struct job *jb, const char *reason)
 
     if (jb->state != J_RUNNING || jb->rank == NULL)
         return;
+    jb->reform_at = 0;
     account_group(jb);
     snprintf(jb->ranks[0], NODE_LEN, "%s", j->env.node);
     for (size_t i = 0; i < jb->nparts; i++)
@@ -407,12 +469,18 @@ static void reform(struct gm_jobs *j, struct job *jb, const char *reason)
             snprintf(jb->ranks[n++], NODE_LEN, "%s", jb->parts[i].node);
     qsort(jb->ranks + 1, n - 1, NODE_LEN, cmp_node);
     jb->world = n;
+    if ((jb->gen & 0xffff) == 0xffff) {
+        gm_rank_stop(jb->rank);
+        snprintf(jb->error, sizeof(jb->error), "65535 groups in one job: giving up");
+        return;
+    }
     jb->gen++;
-    gm_notice("event=job-group job=%s generation=%u world=%zu reason=\"%s\"", jb->id, jb->gen, n,
-              reason);
+    gm_notice("event=job-group job=%s generation=%u world=%zu reason=\"%s\"", jb->id,
+              jb->gen & 0xffff, n, reason);
     m.gen = jb->gen;
     m.ranks = jb->ranks;
     m.nranks = n;
+    m.global_batch = jb->job.optim.global_batch;
     m.text = jb->job.text;
     m.text_len = jb->job.text_len;
     snprintf(m.id, sizeof(m.id), "%s", jb->id);
@@ -425,6 +493,31 @@ static void reform(struct gm_jobs *j, struct job *jb, const char *reason)
         snprintf(jb->error, sizeof(jb->error), "cannot form group %u: %s", jb->gen,
                  gm_strerror(err));
     }
+}
+
+/* A group failed without anyone leaving (a link that is not up yet, a glitch): re-form
+ * at once the first time, then back off (0.2 s doubling to 5 s) while groups keep failing
+ * before a single step is taken, so a flapping link cannot spin the cluster. */
+static void reform_after_failure(struct gm_jobs *j, struct job *jb, const char *why)
+{
+    struct gm_rank_progress p = {0};
+    uint64_t delay_ms;
+
+    if (jb->rank != NULL)
+        gm_rank_get_progress(jb->rank, &p);
+    if (p.step > jb->streak_step)
+        jb->fail_streak = 0;
+    jb->streak_step = p.step;
+    if (jb->fail_streak++ == 0) {
+        reform(j, jb, why);
+        return;
+    }
+    delay_ms = 100ull << (jb->fail_streak < 6 ? jb->fail_streak : 6);
+    if (delay_ms > 5000)
+        delay_ms = 5000;
+    jb->reform_at = gm_time_mono_ns() + delay_ms * 1000000ull;
+    gm_warn("event=job-group-retry job=%s failures=%u delay_ms=%llu reason=\"%s\"", jb->id,
+            jb->fail_streak, (unsigned long long)delay_ms, why);
 }
 
 /* --- the end ----------------------------------------------------------------------------- */
@@ -485,7 +578,7 @@ static void refuse(struct gm_jobs *j, struct job *jb, const char *fmt, ...)
 
 static void maybe_start(struct gm_jobs *j, struct job *jb)
 {
-    int err = -ENOMEM;
+    int err = -ENOMEM; /* when the calloc fails */
 
     if (jb->state != J_CHECKING || !jb->own_hashed)
         return;
@@ -530,6 +623,42 @@ static void compare(const struct job *jb, const char *node, const struct gm_jobf
     }
 }
 
+static void offer_clear(struct pending_offer *po)
+{
+    free(po->ranks);
+    free(po->files);
+    memset(po, 0, sizeof(*po));
+}
+
+/* Sends the pending offer's JOB_CHECK when it can: hashed, and linked to every rank. */
+static void try_answer(struct gm_jobs *j)
+{
+    struct pending_offer *po = &j->po;
+    struct gm_jobmsg m = {0};
+    const char *missing = NULL;
+
+    if (!po->active || !po->hashed || j->stopping)
+        return;
+    for (size_t i = 0; i < po->nranks && po->error[0] == 0; i++)
+        if (strcmp(po->ranks[i], j->env.node) != 0 &&
+            j->env.link_to(j->env.agent, po->ranks[i]) == NULL)
+            missing = po->ranks[i];
+    if (missing != NULL && gm_time_mono_ns() < po->deadline)
+        return; /* its link may be coming up (a restarted member redials with backoff) */
+    snprintf(m.id, sizeof(m.id), "%s", po->id);
+    if (po->error[0])
+        snprintf(m.message, sizeof(m.message), "%s", po->error);
+    else if (missing != NULL)
+        snprintf(m.message, sizeof(m.message), "no link to %s after %d s", missing,
+                 MESH_TIMEOUT_MS / 1000);
+    else {
+        m.files = po->files;
+        m.nfiles = po->nfiles;
+    }
+    (void)send_msg(j, po->coord, GM_MSG_JOB_CHECK, &m);
+    offer_clear(po);
+}
+
 static void evaluate(struct gm_jobs *j, struct job *jb);
 
 static void hashed(void *arg, struct gm_jobfile *files, size_t n, const char *error)
@@ -538,14 +667,19 @@ static void hashed(void *arg, struct gm_jobfile *files, size_t n, const char *er
     struct gm_jobs *j = hr->j;
     struct job *jb = find(j, hr->id);
 
-    if (hr->reply_to[0]) { /* a member answering an offer */
-        struct gm_jobmsg m = {.files = files, .nfiles = error[0] ? 0 : n};
-        snprintf(m.id, sizeof(m.id), "%s", hr->id);
-        snprintf(m.message, sizeof(m.message), "%s", error);
-        if (!j->stopping)
-            (void)send_msg(j, hr->reply_to, GM_MSG_JOB_CHECK, &m);
-        free(files);
+    if (hr->reply_to[0]) { /* a member answering an offer: once it can reach every rank */
+        struct pending_offer *po = &j->po;
+        if (!po->active || strcmp(po->id, hr->id) != 0 || po->hashed) {
+            free(files);
+            free(hr);
+            return;
+        }
+        po->hashed = true;
+        po->files = files;
+        po->nfiles = error[0] ? 0 : n;
+        snprintf(po->error, sizeof(po->error), "%s", error);
         free(hr);
+        try_answer(j);
         return;
     }
     if (jb == NULL || jb != j->cur || jb->state != J_CHECKING) {
@@ -624,15 +758,26 @@ static int on_check(struct gm_jobs *j, const char *node, struct gm_jobmsg *m)
     return 0;
 }
 
+/* Offers the job to node, naming the nodes it would train with: this one and every
+ * participant with an up link.  The member answers once it has a link to each, so a
+ * group never forms around a missing member-to-member link. */
 static void offer(struct gm_jobs *j, struct job *jb, const char *node)
 {
     struct gm_jobmsg m = {.text = jb->job.text, .text_len = jb->job.text_len};
     int err;
 
+    m.ranks = calloc(jb->nparts + 1, NODE_LEN);
+    if (m.ranks != NULL) {
+        snprintf(m.ranks[m.nranks++], NODE_LEN, "%s", j->env.node);
+        for (size_t i = 0; i < jb->nparts; i++)
+            if (j->env.link_to(j->env.agent, jb->parts[i].node) != NULL)
+                snprintf(m.ranks[m.nranks++], NODE_LEN, "%s", jb->parts[i].node);
+    }
     snprintf(m.id, sizeof(m.id), "%s", jb->id);
     snprintf(m.origin, sizeof(m.origin), "%s", jb->origin);
     if ((err = send_msg(j, node, GM_MSG_JOB_OFFER, &m)) < 0)
         gm_warn("event=job-offer node=%s err=\"%s\"", node, gm_strerror(err));
+    free(m.ranks);
 }
 
 /* --- member side -------------------------------------------------------------------------- */
@@ -663,6 +808,14 @@ static int on_offer(struct gm_jobs *j, const char *node, struct gm_jobmsg *m)
         gm_job_free(&job);
         return -ENOMEM;
     }
+    offer_clear(&j->po); /* a newer offer replaces an unanswered one */
+    j->po.active = true;
+    snprintf(j->po.id, sizeof(j->po.id), "%s", m->id);
+    snprintf(j->po.coord, sizeof(j->po.coord), "%s", node);
+    j->po.ranks = m->ranks;
+    j->po.nranks = m->nranks;
+    m->ranks = NULL;
+    j->po.deadline = gm_time_mono_ns() + (uint64_t)MESH_TIMEOUT_MS * 1000000ull;
     hr->j = j;
     snprintf(hr->id, sizeof(hr->id), "%s", m->id);
     snprintf(hr->reply_to, sizeof(hr->reply_to), "%s", node);
@@ -704,6 +857,8 @@ static int on_group(struct gm_jobs *j, const char *node, struct gm_jobmsg *m)
             free(jb);
             return 0;
         }
+        jb->job.optim.global_batch = m->global_batch; /* the coordinator's, fixed at submit */
+        jb->job.optim.batch = 0;
         jb->state = J_RUNNING;
         j->cur = jb;
         if ((err = start_rank(j, jb)) < 0) {
@@ -716,7 +871,9 @@ static int on_group(struct gm_jobs *j, const char *node, struct gm_jobmsg *m)
         gm_notice("event=job-joined job=%s name=%s coordinator=%s", jb->id, jb->job.name, node);
     }
     if (jb->rank == NULL && jb->state == J_CHECKING && !jb->coord &&
-        strcmp(node, jb->coordinator) == 0) { /* our forwarded submit: it starts */
+        strcmp(node, jb->coordinator) == 0) {         /* our forwarded submit: it starts */
+        jb->job.optim.global_batch = m->global_batch; /* the coordinator's, fixed at submit */
+        jb->job.optim.batch = 0;
         jb->state = J_RUNNING;
         if ((err = start_rank(j, jb)) < 0) {
             jb->state = J_FAILED;
@@ -728,13 +885,14 @@ static int on_group(struct gm_jobs *j, const char *node, struct gm_jobmsg *m)
     }
     if (strcmp(node, jb->coordinator) != 0 || jb->rank == NULL || m->gen <= jb->gen)
         return 0; /* stale */
+    account_group(jb);
     free(jb->ranks);
     jb->ranks = m->ranks;
     m->ranks = NULL;
     jb->world = m->nranks;
     jb->gen = m->gen;
     if ((err = form_local(j, jb)) < 0)
-        gm_warn("event=job-form job=%s generation=%u err=\"%s\"", jb->id, jb->gen,
+        gm_warn("event=job-form job=%s generation=%u err=\"%s\"", jb->id, jb->gen & 0xffff,
                 gm_strerror(err));
     return 0;
 }
@@ -757,7 +915,7 @@ static int on_report(struct gm_jobs *j, const char *node, struct gm_jobmsg *m)
     }
     if (m->gen == jb->gen && jb->failed_gen != m->gen) {
         jb->failed_gen = m->gen;
-        reform(j, jb, "a member's operation failed");
+        reform_after_failure(j, jb, "a member's operation failed");
     }
     return 0;
 }
@@ -809,6 +967,8 @@ static int on_train(struct gm_jobs *j, struct gm_link *l, const char *node,
     struct stashed *s;
 
     (void)l;
+    if (jb != NULL && gen >> 16 != job_tag(jb->id))
+        return 0; /* an earlier job's message still on the wire */
     if (jb != NULL && jb->rank != NULL && gen == gm_rank_generation(jb->rank)) {
         int r = rank_of(jb, node);
         struct gm_xport *x = gm_rank_xport(jb->rank);
@@ -819,7 +979,7 @@ static int on_train(struct gm_jobs *j, struct gm_link *l, const char *node,
     if (jb != NULL && jb->rank != NULL && gen < gm_rank_generation(jb->rank))
         return 0; /* a retired group's message still on the wire */
     if (j->stash_bytes + h->len > STASH_MAX)
-        return GM_ERR_PROTO; /* nobody asked for that much */
+        return GM_ERR_PROTO; /* nobody asked for that much before its group */
     s = malloc(sizeof(*s) + h->len);
     if (s == NULL)
         return -ENOMEM;
@@ -876,6 +1036,8 @@ int gm_jobs_on_frame(struct gm_jobs *j, struct gm_link *l, const char *node,
 void gm_jobs_link_up(struct gm_jobs *j, const char *node)
 {
     struct job *jb = j->cur;
+
+    try_answer(j); /* a pending offer may have waited for this link */
 
     if (jb == NULL || !jb->coord || jb->state != J_RUNNING || j->stopping)
         return;
@@ -999,10 +1161,16 @@ static int coord_submit(struct gm_jobs *j, const char *text, size_t len, const c
         free(up);
         return GM_ERR_CONFIG;
     }
+    /* The global batch is fixed here, at the world of the submit, for the whole job: the ranks'
+     * trainers start before their first group says the world, a member that comes back may join
+     * a smaller or larger group, and every rank must cut the same blocks from the data. */
+    jb->job.optim.global_batch = g;
+    jb->job.optim.batch = 0;
     if (given_id != NULL)
         snprintf(jb->id, sizeof(jb->id), "%s", given_id);
     else
         new_id(jb->id);
+    jb->gen = job_tag(jb->id) << 16; /* the first group is ... | 1 */
     jb->coord = true;
     snprintf(jb->coordinator, sizeof(jb->coordinator), "%s", j->env.node);
     jb->state = J_CHECKING;
@@ -1099,7 +1267,11 @@ json_t *gm_jobs_ctl_submit(struct gm_jobs *j, json_t *req)
         err = member_submit(j, coord, text, json_string_length(t), origin, id, msg, sizeof(msg));
     if (err < 0)
         return ctl_error(err, msg);
-    return json_pack("{s:s,s:s,s:s}", "id", id, "state", "checking", "coordinator", coord);
+    /* the world at submit: the coordinator's participants, or a member's own view */
+    int world = j->cur != NULL && j->cur->coord ? (int)j->cur->nparts + 1
+                                                : (int)j->env.members_up(j->env.agent, NULL, 0) + 1;
+    return json_pack("{s:s,s:s,s:s,s:i}", "id", id, "state", "checking", "coordinator", coord,
+                     "world", world);
 }
 
 static int on_submit(struct gm_jobs *j, const char *node, struct gm_jobmsg *m)
@@ -1148,7 +1320,8 @@ static json_t *job_json(struct gm_jobs *j, struct job *jb)
                                : jb->steps      ? jb->steps
                                                 : p.step),
                   "total_steps", (json_int_t)p.total_steps, "epoch", p.epoch + 1, "world",
-                  jb->rank != NULL ? p.world : (int)jb->world, "generation", (json_int_t)jb->gen);
+                  jb->rank != NULL && p.world > 0 ? p.world : (int)jb->world, "generation",
+                  (json_int_t)(jb->gen & 0xffff));
     if (o == NULL) {
         json_decref(links);
         return NULL;
@@ -1160,18 +1333,27 @@ static json_t *job_json(struct gm_jobs *j, struct job *jb)
     json_object_set_new(o, "wall_s", num(wall));
     json_object_set_new(o, "error", jb->error[0] ? json_string(jb->error) : json_null());
     json_object_set_new(o, "weights", jb->weights[0] ? json_string(jb->weights) : json_null());
-    /* bytes per link of the current group (and retired groups' under the same index) */
+    /* bytes per peer node over the job's life: retired groups plus the current one */
     struct gm_xport *x = jb->rank != NULL ? gm_rank_xport(jb->rank) : NULL;
-    for (size_t i = 0; i < jb->world && i < GM_JOB_RANKS_MAX && jb->ranks != NULL; i++) {
-        struct gm_xport_stats s = {0};
+    for (size_t i = 0; x != NULL && i < jb->world && jb->ranks != NULL; i++) {
+        struct gm_xport_stats st;
         if (strcmp(jb->ranks[i], j->env.node) == 0)
             continue;
-        if (x != NULL)
-            gm_xport_stats(x, (int)i, &s);
-        json_array_append_new(links, json_pack("{s:s,s:I,s:I}", "node", jb->ranks[i], "bytes_sent",
-                                               (json_int_t)(s.bytes_sent + jb->link_sent[i]),
-                                               "bytes_received",
-                                               (json_int_t)(s.bytes_recv + jb->link_recv[i])));
+        gm_xport_stats(x, (int)i, &st);
+        if (acc_of(jb, jb->ranks[i], true) == NULL)
+            continue;
+        struct linkacc *a = acc_of(jb, jb->ranks[i], false);
+        json_array_append_new(links,
+                              json_pack("{s:s,s:I,s:I}", "node", a->node, "bytes_sent",
+                                        (json_int_t)(a->sent + st.bytes_sent), "bytes_received",
+                                        (json_int_t)(a->recv + st.bytes_recv)));
+    }
+    for (size_t i = 0; i < jb->nacc; i++) { /* peers not in the current group */
+        if (x != NULL && rank_of(jb, jb->acc[i].node) >= 0)
+            continue;
+        json_array_append_new(links, json_pack("{s:s,s:I,s:I}", "node", jb->acc[i].node,
+                                               "bytes_sent", (json_int_t)jb->acc[i].sent,
+                                               "bytes_received", (json_int_t)jb->acc[i].recv));
     }
     json_object_set_new(o, "links", links);
     if (jb->state == J_DONE || jb->state == J_CANCELLED) {
@@ -1239,6 +1421,13 @@ static void timer_cb(uv_timer_t *t)
     struct gm_jobs *j = t->data;
     struct job *jb = j->cur;
 
+    try_answer(j); /* the mesh deadline */
+    if (jb != NULL && jb->coord && jb->state == J_RUNNING && jb->reform_at != 0 &&
+        gm_time_mono_ns() >= jb->reform_at) {
+        jb->reform_at = 0;
+        reform(j, jb, "retry after a failed group");
+    }
+
     if (jb == NULL || jb->state != J_CHECKING || !jb->coord)
         return;
     if (gm_time_mono_ns() - jb->t_submit < (uint64_t)CHECK_TIMEOUT_MS * 1000000ull)
@@ -1267,7 +1456,7 @@ int gm_jobs_new(const struct gm_jobs_env *env, struct gm_jobs **out)
         return err;
     }
     j->timer.data = j;
-    (void)uv_timer_start(&j->timer, timer_cb, 1000, 1000);
+    (void)uv_timer_start(&j->timer, timer_cb, TICK_MS, TICK_MS);
     uv_unref((uv_handle_t *)&j->timer);
     *out = j;
     return 0;
@@ -1299,7 +1488,8 @@ static void timer_closed(uv_handle_t *h)
         j->history = jb->next;
         job_free(jb);
     }
-    stash_drop(j, UINT32_MAX);
+    stash_drop(j, NULL, 0);
+    offer_clear(&j->po);
     gm_datahash_free(j->dh);
     free(j);
 }

@@ -61,7 +61,8 @@ struct gm_jobs_env {
     const char *state_dir; /* borrowed */
     /* The up member link to node, or NULL. */
     struct gm_link *(*link_to)(void *agent, const char *node);
-    /* Member nodes with an up link (not this node); returns how many, writes at most cap. */
+    /* Member nodes with an up link (not this node); returns how many, writes at most cap
+     * (nodes NULL: only counts them). */
     size_t (*members_up)(void *agent, char (*nodes)[GM_ID_NAME_MAX + 1], size_t cap);
     /* Where a rank publishes its job metrics (agent/metrics.h), or NULL. */
     struct gm_metrics *(*metrics)(void *agent);

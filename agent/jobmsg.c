@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -180,6 +181,9 @@ static int decode(uint16_t type, json_t *o, struct gm_jobmsg *m)
         return GM_ERR_PROTO;
     switch (type) {
     case GM_MSG_JOB_OFFER:
+        if ((err = get_text(o, m)) < 0)
+            return err;
+        return json_object_get(o, "ranks") != NULL ? get_ranks(o, m) : 0;
     case GM_MSG_JOB_SUBMIT:
         return get_text(o, m);
     case GM_MSG_JOB_CHECK:
@@ -192,6 +196,11 @@ static int decode(uint16_t type, json_t *o, struct gm_jobmsg *m)
         m->gen = (uint32_t)u;
         if (m->gen == 0)
             return GM_ERR_PROTO;
+        if ((err = get_uint(o, "global_batch", INT_MAX, &u)) < 0)
+            return err;
+        if (u == 0)
+            return GM_ERR_PROTO;
+        m->global_batch = (int)u;
         return get_ranks(o, m);
     case GM_MSG_JOB_REPORT:
         if ((err = get_uint(o, "gen", UINT32_MAX, &u)) < 0)
@@ -248,13 +257,17 @@ int gm_jobmsg_encode(uint16_t type, const struct gm_jobmsg *m, char **out, size_
         return -ENOMEM;
     switch (type) {
     case GM_MSG_JOB_GROUP:
-        a = json_array();
-        for (size_t i = 0; i < m->nranks && a != NULL; i++)
-            json_array_append_new(a, json_string(m->ranks[i]));
-        json_object_set_new(o, "ranks", a);
         json_object_set_new(o, "gen", json_integer(m->gen));
+        json_object_set_new(o, "global_batch", json_integer(m->global_batch));
         /* fall through */
     case GM_MSG_JOB_OFFER:
+        if (m->nranks > 0) {
+            a = json_array();
+            for (size_t i = 0; i < m->nranks && a != NULL; i++)
+                json_array_append_new(a, json_string(m->ranks[i]));
+            json_object_set_new(o, "ranks", a);
+        }
+        /* fall through */
     case GM_MSG_JOB_SUBMIT:
         json_object_set_new(o, "text", json_stringn(m->text, m->text_len));
         json_object_set_new(o, "origin", json_string(m->origin));

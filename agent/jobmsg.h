@@ -4,9 +4,12 @@
  * character set and return GM_ERR_PROTO for anything else; they never trust
  * a count.  Pure functions: any thread; fuzzed by tests/fuzz/fuzz_jobmsg.c.
  *
- *   JOB_OFFER  {id, text, origin}                        coordinator -> member
+ *   JOB_OFFER  {id, text, origin, ranks?: [node]}        coordinator -> member; ranks: the
+ *                                                        nodes it will train with (it answers
+ *                                                        once it has a link to each)
  *   JOB_CHECK  {id, error?, files: [{name, size, sha256}]}  member -> coordinator
- *   JOB_GROUP  {id, text, origin, gen, ranks: [node]}    coordinator -> member
+ *   JOB_GROUP  {id, text, origin, gen, ranks: [node], global_batch}
+ *                                                        coordinator -> member
  *   JOB_REPORT {id, gen, event: "group-failed"|"exit", code, message}
  *                                                        member -> coordinator
  *   JOB_END    {id, state: "done"|"cancelled"|"failed"|"refused", message,
@@ -44,6 +47,7 @@ struct gm_jobmsg {
     uint32_t gen;                      /* GROUP, REPORT */
     char (*ranks)[GM_ID_NAME_MAX + 1]; /* owned (GROUP) */
     size_t nranks;
+    int global_batch;         /* GROUP: fixed by the coordinator at submit, >= 1 */
     struct gm_jobfile *files; /* owned (CHECK) */
     size_t nfiles;
     char event[16]; /* REPORT */

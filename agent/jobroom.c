@@ -30,11 +30,11 @@ static size_t members_up(void *agent, char (*nodes)[GM_ID_NAME_MAX + 1], size_t 
     for (size_t i = 0; i < a->npeers; i++) {
         if (link_to(a, a->peers[i].node) == NULL || strcmp(a->peers[i].node, a->cfg.node) == 0)
             continue;
-        if (n < cap)
+        if (nodes != NULL && n < cap)
             memcpy(nodes[n], a->peers[i].node, sizeof(nodes[n]));
         n++;
     }
-    return n < cap ? n : cap;
+    return nodes == NULL || n < cap ? n : cap; /* nodes NULL: just count */
 }
 
 /* The agent's metrics room; it outlives every rank (gm_agent_free stops it last). */

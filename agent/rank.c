@@ -125,7 +125,7 @@ static int map_err(struct gm_rank *rk, uint32_t gen, int err)
         return err; /* not about the group: the run ends */
     if (gen == rk->coll_gen && rk->broken_gen != gen) {
         rk->broken_gen = gen;
-        gm_warn("event=group-failed generation=%u err=\"%s\"", gen, gm_strerror(err));
+        gm_warn("event=group-failed generation=%u err=\"%s\"", gen & 0xffff, gm_strerror(err));
         if (rk->ops->on_group_failed != NULL)
             rk->ops->on_group_failed(rk, gen, err, rk->arg);
     }
@@ -510,8 +510,8 @@ static int hook_resync(void *ctx, struct gm_train_state *st)
     rk->prog.step = st->step;
     rk->prog.total_steps = st->total_steps;
     pthread_mutex_unlock(&rk->mu);
-    gm_notice("event=group generation=%u rank=%d world=%d step=%ld", rk->synced_gen, rank, world,
-              st->step);
+    gm_notice("event=group generation=%u rank=%d world=%d step=%ld", rk->synced_gen & 0xffff, rank,
+              world, st->step);
     return 0;
 }
 

@@ -2,15 +2,17 @@
  * agent/rank.h - one rank of a distributed job inside the agent: the trainer
  * thread, and the bridge between it and the loop thread.
  *
- * Threads (DESIGN.md "Processes and threads").  gm_rank_start() spawns the
- * trainer thread, which runs the same gm_trainer_run() as `train --local`,
- * with communication hooks that run train/comm/gradsync.h's strategy (the
- * one the simulation runs).  The trainer never calls libuv: each collective
- * operation goes to the loop as a request in one slot under a mutex plus
- * uv_async_send; the loop starts it on the group's gm_coll, and its
- * completion wakes the trainer through a condition variable.  Everything
- * else here (gm_rank_set_group, _group_broken, _stop, the exit callback)
- * runs on the loop thread.
+ * Threads (docs/ARCHITECTURE.md "Processes and threads").  gm_rank_start()
+ * spawns the trainer thread, which runs the same gm_trainer_run() as `train
+ * --local`, with communication hooks that run train/gradsync.h's strategy
+ * (the one the simulation runs).  The trainer never calls libuv: each
+ * collective operation goes to the loop as a request appended to a FIFO under
+ * a mutex plus uv_async_send; the loop starts the requests on the group's
+ * gm_coll in that order, and each completion wakes the trainer through a
+ * condition variable.  The trainer waits for each request at once (run), or,
+ * for the buckets of the gradient all-reduce during backward, later (submit,
+ * then wait).  Everything else here (gm_rank_set_group, _group_broken, _stop,
+ * the exit callback) runs on the loop thread.
  *
  * Groups.  The job room (agent/job.c) hands the rank a group: a generation,
  * this rank's place, the world size and an agent/xport.h transport (owned by
@@ -27,7 +29,8 @@
  *
  * Errors that are not about the group (GM_ERR_MISMATCH from a hash check,
  * GM_ERR_NUMERIC, a bad job) end the run.  gm_rank_stop() ends it at the next
- * step boundary; rank 0 still writes the weights of the last finished step.
+ * step boundary; every rank still writes the weights of its last finished
+ * step (train/trainer.h keep_on_stop).
  */
 #ifndef GM_AGENT_RANK_H
 #define GM_AGENT_RANK_H

@@ -16,6 +16,10 @@
  *   endpoints.c  static endpoints ([discovery] peers): resolve, dial, backoff
  *   beacons.c    LAN discovery glue: beacons become dials; join beacon keys
  *   views.c      status and doctor JSON (the control socket's read side)
+ *   jobroom.c    the job room's table and its view of the agent; the logic
+ *                is job.c (agent/job.h: submit, dataset check, groups), with
+ *                rank.c (trainer thread), xport.c (training channel),
+ *                jobmsg.c and datahash.c
  *
  * Registering a room: a room defines one `const struct gm_room` listing its
  * frames {type, allowed link states, handler} and its control commands

@@ -416,8 +416,11 @@ void gm_xport_fail_all(struct gm_xport *x, int err)
 void gm_xport_stats(const struct gm_xport *x, int peer, struct gm_xport_stats *s)
 {
     memset(s, 0, sizeof(*s));
-    if (peer >= 0 && peer < x->world)
+    if (peer >= 0 && peer < x->world) {
         *s = x->p[peer].st;
+        s->queued_bytes = x->p[peer].qbytes;
+        s->read_paused = x->p[peer].paused;
+    }
 }
 
 static void idle_closed_cb(uv_handle_t *h)

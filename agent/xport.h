@@ -55,6 +55,8 @@ struct gm_xport;
 struct gm_xport_stats {
     uint64_t bytes_sent, bytes_recv; /* training messages' bytes (no frame headers) */
     uint64_t msgs_sent, msgs_recv;
+    uint64_t queued_bytes; /* whole messages waiting for a recv (now) */
+    int read_paused;       /* 1 while the peer's link is paused by that queue */
 };
 
 /* world >= 1, 0 <= rank < world.  Every peer starts with no link: sends and

@@ -68,8 +68,8 @@ int gm_gradsync_strategy_from_job(const struct gm_job *job, struct gm_gradsync_s
 {
     switch (job->comm.codec) {
     case GM_JOB_CODEC_AUTO:
-        gm_info("codec=auto resolved to fp32: auto does not choose per link yet, and DESIGN.md "
-                "sends uncompressed on fast LANs");
+        gm_info("codec=auto resolved to fp32: auto does not choose per link yet, and fast links "
+                "need no compression");
         strategy_init(out, GM_GRADSYNC_KIND_DENSE, GM_CODEC_FP32, "fp32");
         break;
     case GM_JOB_CODEC_FP32:

@@ -2,7 +2,7 @@
  * train/trainer.h - the training loop: one process, one model replica.
  *
  * gm_trainer_run() is what `gradmesh train --local` runs and what the agent's
- * trainer thread will run per rank: load the data, build the model (seeded
+ * trainer thread runs per rank: load the data, build the model (seeded
  * init), then for every epoch reshuffle (seed, epoch), take this rank's
  * shard in full batches (a trailing partial batch is dropped so every rank
  * does the same number of steps), forward, loss, backward, optimizer step

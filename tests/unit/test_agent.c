@@ -26,8 +26,10 @@
 #include "agent/agent.h"
 #include "agent/cli.h"
 #include "agent/control.h"
+#include "agent/jobmsg.h"
 #include "agent/joiner.h"
 #include "agent/link.h"
+#include "agent/proto.h"
 #include "common/log.h"
 #include "common/test.h"
 #include "common/time.h"
@@ -745,6 +747,45 @@ static void test_still_serving(void)
     gm_join_result_free(&r);
 }
 
+/* JOB_GROUP carries the global batch the coordinator fixed at submit (a rank's trainer
+ * starts before its first group says the world, so it cannot work it out itself). */
+static void test_jobmsg_group_global_batch(void)
+{
+    char ranks[2][GM_ID_NAME_MAX + 1] = {"a1", "b1"};
+    struct gm_jobmsg m = {.id = "0123456789abcdef",
+                          .text = "[job]\n",
+                          .text_len = 6,
+                          .origin = "job.ini",
+                          .gen = 3,
+                          .ranks = ranks,
+                          .nranks = 2,
+                          .global_batch = 192},
+                     d;
+    char *txt = NULL, bad[512];
+    size_t len = 0;
+
+    GM_CHECK_OK(gm_jobmsg_encode(GM_MSG_JOB_GROUP, &m, &txt, &len));
+    GM_CHECK_OK(gm_jobmsg_decode(GM_MSG_JOB_GROUP, (const uint8_t *)txt, len, &d));
+    GM_CHECK_EQ(d.global_batch, 192);
+    GM_CHECK_EQ(d.gen, 3u);
+    GM_CHECK_EQ(d.nranks, 2u);
+    gm_jobmsg_free(&d);
+    free(txt);
+    static const char *const refused[] = {"0", "-1", "1.5", "\"64\"", "4294967296"};
+    for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+        int n = snprintf(bad, sizeof(bad),
+                         "{\"id\":\"0123456789abcdef\",\"text\":\"[job]\",\"origin\":\"j\","
+                         "\"gen\":1,\"ranks\":[\"a1\"],\"global_batch\":%s}",
+                         refused[i]);
+        GM_CHECK_ERR(gm_jobmsg_decode(GM_MSG_JOB_GROUP, (const uint8_t *)bad, (size_t)n, &d),
+                     GM_ERR_PROTO);
+    }
+    len = (size_t)snprintf(bad, sizeof(bad),
+                           "{\"id\":\"0123456789abcdef\",\"text\":\"[job]\",\"origin\":\"j\","
+                           "\"gen\":1,\"ranks\":[\"a1\"]}");
+    GM_CHECK_ERR(gm_jobmsg_decode(GM_MSG_JOB_GROUP, (const uint8_t *)bad, len, &d), GM_ERR_PROTO);
+}
+
 /* --- setup --------------------------------------------------------------------- */
 
 static void *agent_main(void *arg)
@@ -847,6 +888,7 @@ int main(void)
     GM_TEST_RUN(test_renewal);
     GM_TEST_RUN(test_member_renewal);
     GM_TEST_RUN(test_still_serving);
+    GM_TEST_RUN(test_jobmsg_group_global_batch);
 
     kill(getpid(), SIGTERM); /* the agents' signal watchers stop them */
     pthread_join(th, NULL);
