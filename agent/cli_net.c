@@ -715,7 +715,7 @@ int gm_cli_token(int argc, char **argv)
         if (err != 0)
             return gm_err_exit_code(err);
         if (as_json) {
-            char *s = json_dumps(r, JSON_COMPACT);
+            char *s = json_dumps(r, JSON_COMPACT | GM_JSON_HUMAN);
             printf("%s\n", s ? s : "{}");
             free(s);
         } else {
@@ -810,7 +810,7 @@ int gm_cli_status(int argc, char **argv)
     if (err != 0)
         return gm_err_exit_code(err);
     if (as_json) {
-        char *s = json_dumps(r, JSON_COMPACT);
+        char *s = json_dumps(r, JSON_COMPACT | GM_JSON_HUMAN);
         printf("%s\n", s ? s : "{}");
         free(s);
     } else {

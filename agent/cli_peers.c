@@ -81,7 +81,7 @@ static const char *yesno(json_t *v)
 
 static void print_json(json_t *r)
 {
-    char *s = json_dumps(r, JSON_COMPACT);
+    char *s = json_dumps(r, JSON_COMPACT | GM_JSON_HUMAN);
 
     printf("%s\n", s ? s : "{}");
     free(s);

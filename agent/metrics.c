@@ -116,6 +116,11 @@ static void render_cluster(struct gm_metrics *m, struct text *t)
     put(t, "gradmesh_members %u\n", c->members);
     head(t, "gradmesh_members_up", "gauge", "Members with an up link.");
     put(t, "gradmesh_members_up %u\n", c->members_up);
+}
+
+/* Counters the loop bumps as things happen: there with or without a cluster snapshot. */
+static void render_counters(struct gm_metrics *m, struct text *t)
+{
     head(t, "gradmesh_joins_total", "counter", "Join requests answered, by result.");
     put(t, "gradmesh_joins_total{result=\"accepted\"} %llu\n",
         (unsigned long long)m->joins_accepted);
@@ -130,6 +135,12 @@ static void render_cluster(struct gm_metrics *m, struct text *t)
     for (size_t i = 0; i < m->nrefusals; i++)
         put(t, "gradmesh_refused_total{what=\"%s\",reason=\"%s\"} %llu\n", m->refusals[i].what,
             m->refusals[i].reason, (unsigned long long)m->refusals[i].n);
+}
+
+static void render_cluster_tail(struct gm_metrics *m, struct text *t)
+{
+    const struct gm_metrics_cluster *c = &m->cluster;
+
     head(t, "gradmesh_token_uses_total", "counter", "Joins admitted by invite tokens.");
     put(t, "gradmesh_token_uses_total %llu\n", (unsigned long long)c->token_uses);
     if (c->checkpoint_age_s >= 0) {
@@ -142,7 +153,7 @@ static void render_cluster(struct gm_metrics *m, struct text *t)
     }
 }
 
-/* One series per link for the family name; fmt prints the value. */
+/* The per-link families, one series per member; unknown values left out. */
 static void render_links(struct gm_metrics *m, struct text *t)
 {
     char p[160], ad[160];
@@ -239,6 +250,9 @@ int gm_metrics_render(struct gm_metrics *m, char **out, size_t *len)
     pthread_mutex_lock(&m->mu);
     if (m->have_cluster)
         render_cluster(m, &t);
+    render_counters(m, &t);
+    if (m->have_cluster)
+        render_cluster_tail(m, &t);
     render_links(m, &t);
     if (m->have_job)
         render_job(m, &t);
@@ -418,10 +432,12 @@ void gm_metrics_refused(struct gm_metrics *m, const char *what, const char *reas
     for (size_t i = 0; i < m->nrefusals && r == NULL; i++)
         if (strcmp(m->refusals[i].what, what) == 0 && strcmp(m->refusals[i].reason, reason) == 0)
             r = &m->refusals[i];
-    if (r == NULL && m->nrefusals == GM_METRICS_REASONS_MAX) {
-        /* full: the last slot becomes the catch-all */
+    if (r == NULL && m->nrefusals >= GM_METRICS_REASONS_MAX - 1) {
+        /* all but one slot taken: the last is the catch-all {what="any", reason="other"} */
         r = &m->refusals[GM_METRICS_REASONS_MAX - 1];
+        snprintf(r->what, sizeof(r->what), "any");
         snprintf(r->reason, sizeof(r->reason), "other");
+        m->nrefusals = GM_METRICS_REASONS_MAX;
     } else if (r == NULL) {
         r = &m->refusals[m->nrefusals++];
         snprintf(r->what, sizeof(r->what), "%s", what);

@@ -97,7 +97,8 @@ void gm_metrics_set_cluster(struct gm_metrics *m, const struct gm_metrics_cluste
 GM_MUST_CHECK int gm_metrics_set_links(struct gm_metrics *m, const struct gm_metrics_link *links,
                                        size_t n);
 /* Counts a refused connection or join: what = "link" | "join"; reason from
- * gm_metrics_reason(err).  Past GM_METRICS_REASONS_MAX pairs they count as "other". */
+ * gm_metrics_reason(err).  Past GM_METRICS_REASONS_MAX - 1 pairs, new ones count as
+ * {what="any", reason="other"}. */
 void gm_metrics_refused(struct gm_metrics *m, const char *what, const char *reason);
 void gm_metrics_join_accepted(struct gm_metrics *m);
 /* A short label for an error code ("token", "auth", "protocol", "denied", "rate-limit",

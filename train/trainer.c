@@ -584,7 +584,7 @@ int gm_train_summary_write_json(const struct gm_train_summary *s, const char *pa
     json_object_set_new(o, "interrupted", json_boolean(s->interrupted));
     json_object_set_new(o, "checkpoint",
                         s->checkpoint[0] ? json_string(s->checkpoint) : json_null());
-    if (json_dump_file(o, path, JSON_INDENT(2) | JSON_SORT_KEYS) != 0) {
+    if (json_dump_file(o, path, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(10)) != 0) {
         gm_err("%s: cannot write the summary: %s", path, strerror(errno));
         err = -EIO;
     }

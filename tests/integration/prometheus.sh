@@ -80,6 +80,11 @@ promql 'gradmesh_joins_total{instance="127.0.0.1:'$MA'",result="accepted"}' |
     fail "alpha's accepted joins"
 rtt=$(promql 'gradmesh_link_rtt_seconds{peer="beta"}' | python3 -c 'import json,sys; print(json.load(sys.stdin)["data"]["result"][0]["value"][1])')
 pass "prometheus has per-link series for both agents (alpha->beta RTT ${rtt} s)"
+# status --json prints numbers as people read them: no 83.879999999999995
+"$GM" status --json --config "$WORK/alpha.conf" >"$WORK/status.json" || fail "status --json"
+grep -Eq '[0-9]\.[0-9]{11,}' "$WORK/status.json" && fail "status --json has long reals: $(cat "$WORK/status.json")"
+python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["members"][0]["rtt_ms"] > 0' "$WORK/status.json" ||
+    fail "status --json: $(cat "$WORK/status.json")"
 
 # --- a hostile scraper: held connections and garbage on alpha's metrics port -------------
 python3 - "$MA" >"$WORK/hostile.log" 2>&1 <<'PY' &

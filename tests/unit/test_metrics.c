@@ -212,6 +212,23 @@ static void test_contracts(void)
         GM_CHECK(gm_metrics_start(gm_metrics_address(m), &m2) < 0); /* port taken */
         GM_CHECK(m2 == NULL);
     }
+    if (m != NULL) { /* more distinct reasons than slots: the rest land in one catch-all */
+        char *text = NULL, reason[16];
+        size_t len = 0, lines = 0;
+        for (int i = 0; i < 2 * GM_METRICS_REASONS_MAX; i++) {
+            snprintf(reason, sizeof(reason), "r%d", i);
+            gm_metrics_refused(m, "link", reason);
+        }
+        GM_CHECK_OK(gm_metrics_render(m, &text, &len));
+        for (const char *p = text;
+             p != NULL && (p = strstr(p, "\ngradmesh_refused_total{")) != NULL; p++)
+            lines++;
+        GM_CHECK_EQ(lines, GM_METRICS_REASONS_MAX);
+        GM_CHECK(text != NULL &&
+                 strstr(text, "gradmesh_refused_total{what=\"any\",reason=\"other\"} 33\n") !=
+                     NULL);
+        free(text);
+    }
     gm_metrics_stop(m);
     gm_metrics_stop(NULL);
     GM_CHECK_STREQ(gm_metrics_reason(-ETIMEDOUT), "timeout");
