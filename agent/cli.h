@@ -20,8 +20,9 @@ int gm_cli_submit(int argc, char **argv);
 int gm_cli_jobs(int argc, char **argv);
 int gm_cli_cancel(int argc, char **argv);
 
-/* JSON for people: reals with at most 10 significant digits (83.88, not 83.879999999999995). */
-#define GM_JSON_HUMAN JSON_REAL_PRECISION(10)
+/* JSON for people: reals with at most 6 significant digits (83.88, not 83.879999999999995),
+ * as `gradmesh jobs --json` prints them. */
+#define GM_JSON_HUMAN JSON_REAL_PRECISION(6)
 
 /* agent/cli_help.c: the list of verbs; one verb's help (-1: no such verb); the synopsis
  * and a pointer to --help, on stderr, after a usage error. */
