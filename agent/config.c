@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <ini.h>
@@ -27,7 +28,10 @@
 #include "discovery/discovery.h"
 
 #define CONFIG_MAX 65536
-#define LINE_MAX_BYTES 1100 /* the longest value (peers) plus its key */
+/* inih reads a line into a fixed buffer of INI_MAX_LINE (200) bytes, "\r\n" and NUL
+ * included; a longer line would be split silently, so it is refused (as in train/job.c). */
+#define LINE_MAX_BYTES 197
+#define SOCKET_PATH_MAX (sizeof(((struct sockaddr_un *)0)->sun_path) - 1) /* 107 bytes */
 
 enum kind {
     K_NAME,   /* cluster/node name (gm_id_name_valid) */
@@ -233,6 +237,8 @@ static void set(struct parse *p, const struct keydef *k, const char *v)
     case K_PATH:
         if (v[0] != '/')
             want = "an absolute path";
+        else if (strcmp(k->key, "control") == 0 && strlen(v) > SOCKET_PATH_MAX)
+            want = "a unix socket path of at most 107 bytes";
         break;
     case K_PEERS:
         if (!peers_valid(v))
@@ -309,7 +315,7 @@ static char *read_line(char *buf, int num, void *stream)
         fail(p, p->line, "NUL byte in the line");
         return NULL;
     }
-    if (n + 2 > (size_t)num || n > LINE_MAX_BYTES) {
+    if (n > LINE_MAX_BYTES || n + 3 > (size_t)num) {
         fail(p, p->line, "line is longer than %d bytes", LINE_MAX_BYTES);
         return NULL;
     }
@@ -380,9 +386,19 @@ static void check_whole(struct parse *p)
              c->metrics);
         return;
     }
-    if (c->control[0] == '\0' && snprintf(c->control, sizeof(c->control), "%s/control.sock",
-                                          c->state_dir) >= (int)sizeof(c->control))
-        fail(p, 0, "[node] state_dir is too long");
+    if (c->control[0] == '\0') {
+        const size_t n = strlen(c->state_dir);
+        char sd[84];
+        if (n + strlen("/control.sock") > SOCKET_PATH_MAX) {
+            fail(p, line_of(p, "node", "state_dir"),
+                 "the control socket %s/control.sock would be longer than %zu bytes (the limit "
+                 "of a unix socket path); set [node] control to a shorter path",
+                 shown(sd, c->state_dir), SOCKET_PATH_MAX);
+            return;
+        }
+        memcpy(c->control, c->state_dir, n);
+        memcpy(c->control + n, "/control.sock", sizeof("/control.sock"));
+    }
 }
 
 int gm_config_parse(const char *text, size_t len, const char *origin, struct gm_config *c)

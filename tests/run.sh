@@ -45,7 +45,9 @@ if [ -z "${GM_SAN:-}" ] && ls tests/fuzz/fuzz_*.c >/dev/null 2>&1; then
             corpus=tests/fuzz/corpus/${name#fuzz_}
             work=$(mktemp -d)
             [ -d "$corpus" ] && cp -r "$corpus"/. "$work"/ 2>/dev/null
+            # -error_exitcode=1: libFuzzer's default for a finding is 77, which reads as "skipped"
             run_one "fuzz/$name" "$f" -max_total_time="${FUZZ_SECONDS:-10}" -rss_limit_mb=2048 \
+                -error_exitcode=1 \
                 -artifact_prefix="$logdir/$name-" "$work"
             rm -rf "$work"
         done

@@ -118,6 +118,11 @@ static void test_example_and_saved(void)
     GM_CHECK_EQ(d.threads, c.threads);
 }
 
+#define LONG100                                                                                    \
+    "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" \
+    "aa"                                                                                           \
+    "aaaa"
+
 struct bad {
     const char *text, *want;
 };
@@ -152,6 +157,12 @@ static void test_bad_files(void)
         {"[cluster]\nname = Lab!\n", "g.conf:2: [cluster] name = Lab!: must be 1 to 63"},
         {GOOD "this is not ini\n", "g.conf:7: syntax error"},
         {GOOD "[train]\ndevice = a\001b\n", "device = a?b"},
+        {GOOD "[node]\ncontrol = /run/" LONG100 ".sock\n", "g.conf:8: [node] control = /run/aaaa"},
+        {"[cluster]\nname = lab\n[node]\nid = n1\nlisten = 0.0.0.0:7450\nstate_dir = /" LONG100
+         "\n",
+         "g.conf:6: the control socket /aaaa"},
+        {GOOD "[discovery]\ntunnels = " LONG100 LONG100 "\n",
+         "g.conf:8: line is longer than 197 bytes"},
     };
     struct gm_config c;
     char log[2048];
