@@ -5,8 +5,9 @@
 #                        that tests/unit/test_vs_torch.c and the benchmarks compare with;
 #                        openvpn and iputils-ping for the namespace testbed,
 #                        tests/integration/netns.bash; systemd and man-db for the unit
-#                        and man page checks, prometheus for the metrics scrape test)
-#   .ci/deps.sh bench    the same (kept for bench/run.sh)
+#                        and man page checks, prometheus and curl for the metrics test)
+#   .ci/deps.sh bench    the same, plus what only the benchmarks' peers need
+#                        (OpenMPI for bench/allreduce.sh)
 set -euo pipefail
 
 pkgs=(gcc make pkg-config clang libclang-rt-14-dev
@@ -15,6 +16,9 @@ pkgs=(gcc make pkg-config clang libclang-rt-14-dev
       openssl iproute2 systemd man-db groff-base prometheus curl
       openvpn iputils-ping
       python3 python3-numpy python3-torch dataset-fashion-mnist)
+if [ "${1:-}" = bench ]; then
+    pkgs+=(openmpi-bin libopenmpi-dev)
+fi
 
 missing=()
 for p in "${pkgs[@]}"; do

@@ -22,9 +22,11 @@
 
 struct qmsg {
     struct qmsg *next;
-    size_t len;
+    size_t len, cap;
     uint8_t data[];
 };
+
+#define POOL_MAX 8 /* freed queue blocks kept for reuse: no malloc/mmap/page faults per chunk */
 
 struct sendreq {
     struct gm_xport *x;
@@ -63,6 +65,8 @@ struct gm_xport {
     struct xpeer *p; /* owned, world */
     struct posted *posts, **posts_tail;
     unsigned sends_out; /* handed to links, done not yet called */
+    struct qmsg *pool;  /* owned: freed queue blocks */
+    unsigned npool;
     bool closing, idle_closed;
 };
 
@@ -75,6 +79,7 @@ static void wake(struct gm_xport *x)
 }
 
 static void maybe_free(struct gm_xport *x);
+static void qrelease(struct gm_xport *x, struct qmsg *m);
 
 static void qfree(struct xpeer *p)
 {
@@ -118,7 +123,7 @@ static void deliver_queued(struct gm_xport *x)
             p->armed = false;
             resume_if_drained(p);
             cb(&x->t, i, 0, m->data, m->len, p->rarg);
-            free(m);
+            qrelease(x, m);
         } else if (p->down_err < 0) {
             p->armed = false;
             p->rcb(&x->t, i, p->down_err, NULL, 0, p->rarg);
@@ -306,11 +311,37 @@ struct gm_link *gm_xport_link(const struct gm_xport *x, int peer)
     return peer >= 0 && peer < x->world ? x->p[peer].link : NULL;
 }
 
+static struct qmsg *qalloc(struct gm_xport *x, size_t len)
+{
+    struct qmsg **pp, *m;
+
+    for (pp = &x->pool; (m = *pp) != NULL; pp = &m->next)
+        if (m->cap >= len) {
+            *pp = m->next;
+            x->npool--;
+            return m;
+        }
+    m = malloc(sizeof(*m) + len);
+    if (m != NULL)
+        m->cap = len;
+    return m;
+}
+
+static void qrelease(struct gm_xport *x, struct qmsg *m)
+{
+    if (x->npool < POOL_MAX && !x->closing) {
+        m->next = x->pool;
+        x->pool = m;
+        x->npool++;
+    } else {
+        free(m);
+    }
+}
+
 static int enqueue(struct gm_xport *x, struct xpeer *p, const uint8_t *data, size_t len)
 {
-    struct qmsg *m = malloc(sizeof(*m) + len);
+    struct qmsg *m = qalloc(x, len);
 
-    (void)x;
     if (m == NULL)
         return -ENOMEM;
     m->next = NULL;
@@ -434,6 +465,7 @@ static void idle_closed_cb(uv_handle_t *h)
 static void maybe_free(struct gm_xport *x)
 {
     struct posted *q;
+    struct qmsg *q2;
 
     if (!x->idle_closed || x->sends_out > 0)
         return;
@@ -444,6 +476,10 @@ static void maybe_free(struct gm_xport *x)
     for (int i = 0; i < x->world; i++) {
         qfree(&x->p[i]);
         free(x->p[i].part);
+    }
+    while ((q2 = x->pool) != NULL) {
+        x->pool = q2->next;
+        free(q2);
     }
     free(x->p);
     free(x);

@@ -14,10 +14,19 @@
  * busier side bounds what one core each could do, a figure that holds on a
  * machine shared with other work:  cpu_ratio = cpu-bound tls / cpu-bound tcp.
  *
- * usage: link_throughput [BYTES] [TRIALS] [SOCKBUF]
+ * usage: link_throughput [--rx-netns NS --tx-netns NS --addr IPV4] [BYTES] [TRIALS] [SOCKBUF]
+ *
+ * Without options both ends meet on 127.0.0.1.  With them (bench/link_veth.sh)
+ * the receiver listens on ADDR inside network namespace RX and the sender
+ * connects from namespace TX: the listening socket is made after setns(RX),
+ * then the process moves to TX before it forks, so the receiver's accepted
+ * sockets live in RX and every socket the sender makes lives in TX.  A socket
+ * keeps the namespace it was created in; nothing else here depends on one.
  */
 #define _GNU_SOURCE
+#include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sched.h>
@@ -42,6 +51,8 @@
 
 static size_t total;
 static int sockbuf;
+static struct in_addr addr;        /* where the receiver listens */
+static int rx_ns = -1, tx_ns = -1; /* /run/netns/NAME descriptors, or -1 */
 
 struct result {
     double gbps;           /* wall clock */
@@ -82,11 +93,40 @@ static void pin_cpu(int cpu)
     (void)sched_setaffinity(0, sizeof(set), &set);
 }
 
+static int enter_ns(int fd)
+{
+    if (fd >= 0 && setns(fd, CLONE_NEWNET) != 0) {
+        perror("setns");
+        return -1;
+    }
+    return 0;
+}
+
+static int open_ns(const char *name)
+{
+    char path[256];
+    int fd;
+
+    snprintf(path, sizeof(path), "/run/netns/%s", name);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        perror(path);
+    return fd;
+}
+
+/* A listening socket on addr in the receiver's namespace; the process is in
+ * the sender's namespace when it returns. */
 static int listen_any(int *port)
 {
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr = addr};
     socklen_t len = sizeof(a);
-    int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+    int fd, one = 1;
+
+    if (enter_ns(rx_ns) != 0)
+        return -1;
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0 || enter_ns(tx_ns) != 0)
+        return -1;
 
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     if (bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(fd, 4) != 0)
@@ -121,7 +161,7 @@ static struct result trial_tcp(void)
     char ack;
 
     memset(buf, 0x5a, 1u << 20);
-    if (pipe(pfd) != 0)
+    if (lfd < 0 || pipe(pfd) != 0)
         return res;
     pid = fork();
     if (pid == 0) { /* receiver */
@@ -143,9 +183,8 @@ static struct result trial_tcp(void)
     pin_cpu(0);
     close(lfd);
     {
-        struct sockaddr_in a = {.sin_family = AF_INET,
-                                .sin_port = htons((uint16_t)port),
-                                .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        struct sockaddr_in a = {
+            .sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr = addr};
         int fd = socket(AF_INET, SOCK_STREAM, 0);
         if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0)
             return res;
@@ -296,7 +335,7 @@ static struct result trial_tls(struct ids *ids)
     pid_t pid;
 
     memset(&s, 0, sizeof(s));
-    if (pipe(pfd) != 0)
+    if (lfd < 0 || pipe(pfd) != 0)
         return res;
     s.cpu_fd = pfd[1];
     pid = fork();
@@ -314,9 +353,8 @@ static struct result trial_tls(struct ids *ids)
     pin_cpu(0);
     close(lfd);
     {
-        struct sockaddr_in a = {.sin_family = AF_INET,
-                                .sin_port = htons((uint16_t)port),
-                                .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        struct sockaddr_in a = {
+            .sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr = addr};
         struct gm_link_opts o = {.role = GM_TLS_ROLE_CLIENT, .sockbuf = sockbuf};
         s.buf = malloc(BUF);
         memset(s.buf, 0xa5, BUF);
@@ -380,11 +418,26 @@ static double cpu_bound(const struct result *r)
 
 int main(int argc, char **argv)
 {
-    int trials = argc > 2 ? atoi(argv[2]) : 3, i;
+    int trials = 3, i;
     double tcp[32], tls[32], ctcp[32], ctls[32];
     struct ids ids;
 
+    addr.s_addr = htonl(INADDR_LOOPBACK);
+    while (argc > 2 && strncmp(argv[1], "--", 2) == 0) {
+        if (strcmp(argv[1], "--rx-netns") == 0)
+            rx_ns = open_ns(argv[2]);
+        else if (strcmp(argv[1], "--tx-netns") == 0)
+            tx_ns = open_ns(argv[2]);
+        else if (strcmp(argv[1], "--addr") != 0 || inet_pton(AF_INET, argv[2], &addr) != 1)
+            return 2;
+        if ((strcmp(argv[1], "--rx-netns") == 0 && rx_ns < 0) ||
+            (strcmp(argv[1], "--tx-netns") == 0 && tx_ns < 0))
+            return 2;
+        argc -= 2;
+        argv += 2;
+    }
     total = argc > 1 ? strtoull(argv[1], NULL, 0) : (1ull << 30);
+    trials = argc > 2 ? atoi(argv[2]) : 3;
     sockbuf = argc > 3 ? atoi(argv[3]) : 0;
     if (trials < 1 || trials > 32 || sodium_init() < 0 || make_ids(&ids) != 0)
         return 2;
@@ -407,7 +460,7 @@ int main(int argc, char **argv)
     qsort(tls, (size_t)trials, sizeof(double), cmp);
     qsort(ctcp, (size_t)trials, sizeof(double), cmp);
     qsort(ctls, (size_t)trials, sizeof(double), cmp);
-    printf("bytes=%zu trials=%d sockbuf=%d tcp_GBps=%.3f tls_GBps=%.3f ratio=%.3f "
+    printf("bytes=%zu trials=%d sockbuf=%d tcp_GBps=%.4f tls_GBps=%.4f ratio=%.3f "
            "cpu_tcp_GBps=%.3f cpu_tls_GBps=%.3f cpu_ratio=%.3f\n",
            total, trials, sockbuf, tcp[trials / 2], tls[trials / 2],
            tls[trials / 2] / tcp[trials / 2], ctcp[trials / 2], ctls[trials / 2],
