@@ -72,8 +72,11 @@ static void check_fields(uint16_t type, const struct gm_jobmsg *m)
     } else {
         need(m->text == NULL && m->text_len == 0);
     }
-    if (type == GM_MSG_JOB_GROUP) {
-        need(m->gen > 0 && m->nranks >= 1 && m->nranks <= GM_JOB_RANKS_MAX && m->ranks != NULL);
+    if (type == GM_MSG_JOB_GROUP)
+        need(m->gen > 0 && m->nranks >= 1);
+    if (type == GM_MSG_JOB_GROUP || (type == GM_MSG_JOB_OFFER && m->ranks != NULL)) {
+        /* GROUP always names its ranks; OFFER may (jobmsg.h: "ranks?") */
+        need(m->nranks >= 1 && m->nranks <= GM_JOB_RANKS_MAX && m->ranks != NULL);
         for (size_t i = 0; i < m->nranks; i++) {
             need(gm_id_name_valid(m->ranks[i]));
             for (size_t k = 0; k < i; k++)
