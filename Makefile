@@ -9,6 +9,9 @@
 #   make CUDA=auto|0|1    auto: build the CUDA backend when nvcc is found
 #   make V=1              show commands
 #   make format-check     clang-format conformance
+#   make install          PREFIX=/usr/local DESTDIR= : binary, systemd unit, sysusers/tmpfiles
+#                         snippets, man pages, bash completion, example config (Debian layout
+#                         with PREFIX=/usr); `make uninstall` removes them
 
 CC ?= cc
 SAN ?=
@@ -24,9 +27,45 @@ Q := @
 endif
 
 BUILD := build$(if $(SAN),-san)
-PKGS := openblas zlib libpng libjpeg inih libuv libsodium openssl jansson
-PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+PKG_CONFIG ?= pkg-config
+PKGS := openblas zlib libpng libjpeg inih libuv libsodium openssl jansson libsystemd libmicrohttpd
+PKG_CFLAGS := $(shell $(PKG_CONFIG) --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS := $(shell $(PKG_CONFIG) --libs $(PKGS) 2>/dev/null)
+
+# --- build dependencies ----------------------------------------------------
+# The Debian package that provides each pkg-config module.  A goal that compiles stops at
+# once, naming what is missing and the apt-get line that installs it, instead of failing
+# later on `fatal error: sodium.h`.  (`make test`, `demo` and `bench` install them first.)
+DEB_openblas := libopenblas-dev
+DEB_zlib := zlib1g-dev
+DEB_libpng := libpng-dev
+DEB_libjpeg := libjpeg-dev
+DEB_inih := libinih-dev
+DEB_libuv := libuv1-dev
+DEB_libsodium := libsodium-dev
+DEB_openssl := libssl-dev
+DEB_jansson := libjansson-dev
+DEB_libsystemd := libsystemd-dev
+DEB_libmicrohttpd := libmicrohttpd-dev
+NOTHING :=
+NO_DEPS_GOALS := test demo bench deps clean format format-check uninstall
+ifneq ($(filter-out $(NO_DEPS_GOALS),$(or $(MAKECMDGOALS),all)),)
+  ifeq ($(shell command -v $(PKG_CONFIG) 2>/dev/null),)
+    MISSING_DEBS := pkg-config $(foreach p,$(PKGS),$(DEB_$(p)))
+  else
+    MISSING_DEBS := $(foreach p,$(PKGS),$(if $(shell $(PKG_CONFIG) --exists $(p) && echo y),,$(DEB_$(p))))
+  endif
+  ifeq ($(shell command -v $(CC) 2>/dev/null),)
+    MISSING_DEBS := gcc $(MISSING_DEBS)
+  endif
+  ifneq ($(strip $(MISSING_DEBS)),)
+    $(info gradmesh: missing build dependencies (Debian packages): $(strip $(MISSING_DEBS)))
+    $(info install them (as root) with:)
+    $(info $(NOTHING)  apt-get install $(strip $(MISSING_DEBS)))
+    $(info or run `make deps` as root (it installs what the tests need as well).)
+    $(error missing build dependencies)
+  endif
+endif
 
 WARN := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wvla \
 	-Wformat=2 -Wimplicit-fallthrough
@@ -92,7 +131,7 @@ FUZZ_SRCS := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BINS := $(FUZZ_SRCS:tests/fuzz/%.c=build-fuzz/%)
 BIN := gradmesh$(if $(SAN),-san)
 
-.PHONY: all test unit demo bench fuzz deps clean format format-check cuda-note
+.PHONY: all test unit demo bench fuzz deps clean format format-check cuda-note install uninstall
 all: $(BIN) cuda-note
 
 cuda-note:
@@ -159,6 +198,40 @@ fuzz: $(FUZZ_BINS)
 
 # keep the fuzz objects between runs (make would delete them as intermediates)
 .SECONDARY: $(FUZZ_OBJS)
+
+# --- install (a Debian package would use PREFIX=/usr) ----------------------
+PREFIX ?= /usr/local
+BINDIR ?= $(PREFIX)/bin
+MANDIR ?= $(PREFIX)/share/man
+DOCDIR ?= $(PREFIX)/share/doc/gradmesh
+UNITDIR ?= $(PREFIX)/lib/systemd/system
+SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
+TMPFILESDIR ?= $(PREFIX)/lib/tmpfiles.d
+COMPLETIONDIR ?= $(PREFIX)/share/bash-completion/completions
+MAN_PAGES := docs/man/gradmesh.1 docs/man/gradmesh.conf.5 docs/man/gradmesh-job.5
+INSTALL ?= install
+
+install: $(BIN)
+	$(INSTALL) -D -m 0755 $(BIN) $(DESTDIR)$(BINDIR)/gradmesh
+	$(INSTALL) -d -m 0755 $(DESTDIR)$(UNITDIR)
+	sed 's#@BINDIR@#$(BINDIR)#g' systemd/gradmesh@.service > $(DESTDIR)$(UNITDIR)/gradmesh@.service
+	chmod 0644 $(DESTDIR)$(UNITDIR)/gradmesh@.service
+	$(INSTALL) -D -m 0644 systemd/gradmesh.sysusers $(DESTDIR)$(SYSUSERSDIR)/gradmesh.conf
+	$(INSTALL) -D -m 0644 systemd/gradmesh.tmpfiles $(DESTDIR)$(TMPFILESDIR)/gradmesh.conf
+	$(INSTALL) -D -m 0644 docs/man/gradmesh.1 $(DESTDIR)$(MANDIR)/man1/gradmesh.1
+	$(INSTALL) -D -m 0644 docs/man/gradmesh.conf.5 $(DESTDIR)$(MANDIR)/man5/gradmesh.conf.5
+	$(INSTALL) -D -m 0644 docs/man/gradmesh-job.5 $(DESTDIR)$(MANDIR)/man5/gradmesh-job.5
+	$(INSTALL) -D -m 0644 completion/gradmesh $(DESTDIR)$(COMPLETIONDIR)/gradmesh
+	$(INSTALL) -D -m 0644 docs/examples/gradmesh.conf $(DESTDIR)$(DOCDIR)/examples/gradmesh.conf
+	$(INSTALL) -m 0644 docs/jobs/*.ini $(DESTDIR)$(DOCDIR)/examples/
+	$(INSTALL) -m 0644 README.md $(DESTDIR)$(DOCDIR)/README.md
+
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/gradmesh $(DESTDIR)$(UNITDIR)/gradmesh@.service \
+		$(DESTDIR)$(SYSUSERSDIR)/gradmesh.conf $(DESTDIR)$(TMPFILESDIR)/gradmesh.conf \
+		$(DESTDIR)$(MANDIR)/man1/gradmesh.1 $(DESTDIR)$(MANDIR)/man5/gradmesh.conf.5 \
+		$(DESTDIR)$(MANDIR)/man5/gradmesh-job.5 $(DESTDIR)$(COMPLETIONDIR)/gradmesh
+	rm -rf $(DESTDIR)$(DOCDIR)
 
 format:
 	$(Q)clang-format -i $$(git ls-files '*.c' '*.h')

@@ -4,14 +4,16 @@
 #   .ci/deps.sh          build + test dependencies (python3-torch is the reference
 #                        that tests/unit/test_vs_torch.c and the benchmarks compare with;
 #                        openvpn and iputils-ping for the namespace testbed,
-#                        tests/integration/netns.bash)
+#                        tests/integration/netns.bash; systemd and man-db for the unit
+#                        and man page checks, prometheus and curl for the metrics test)
 #   .ci/deps.sh bench    the same, plus what only the benchmarks' peers need
 #                        (OpenMPI for bench/allreduce.sh)
 set -euo pipefail
 
 pkgs=(gcc make pkg-config clang libclang-rt-14-dev
       libopenblas-dev libinih-dev zlib1g-dev libpng-dev libjpeg-dev
-      libssl-dev libsodium-dev libuv1-dev libjansson-dev openssl iproute2
+      libssl-dev libsodium-dev libuv1-dev libjansson-dev libsystemd-dev libmicrohttpd-dev
+      openssl iproute2 systemd man-db groff-base prometheus curl
       openvpn iputils-ping
       python3 python3-numpy python3-torch dataset-fashion-mnist)
 if [ "${1:-}" = bench ]; then
@@ -38,10 +40,11 @@ if [ ${#missing[@]} -gt 0 ]; then
     apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# The Python reader of our checkpoints (PyPI: safetensors) for the tests, in the
-# python3 first on PATH.  Debian's own numpy/torch live under /usr/bin/python3.
-if ! python3 -c 'import safetensors.numpy, numpy' 2>/dev/null; then
-    echo "deps: pip install safetensors numpy"
-    python3 -m pip install -q safetensors numpy 2>&1 | grep -v -i 'warning: running pip as' || true
-    python3 -c 'import safetensors.numpy, numpy'
+# The Python reader of our checkpoints (PyPI: safetensors) and TensorBoard's event reader
+# (PyPI: tensorboard; Debian has no package) for the tests, in the python3 first on PATH.
+# Debian's own numpy/torch live under /usr/bin/python3.
+if ! python3 -c 'import safetensors.numpy, numpy, tensorboard.backend.event_processing.event_accumulator' 2>/dev/null; then
+    echo "deps: pip install safetensors numpy tensorboard"
+    python3 -m pip install -q safetensors numpy tensorboard 2>&1 | grep -v -i 'warning: running pip as' || true
+    python3 -c 'import safetensors.numpy, numpy, tensorboard.backend.event_processing.event_accumulator'
 fi

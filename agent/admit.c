@@ -17,6 +17,7 @@
 #include <sodium.h>
 
 #include "agent/members.h"
+#include "agent/metrics.h"
 #include "agent/state.h"
 #include "common/assert.h"
 #include "common/log.h"
@@ -140,6 +141,7 @@ static int h_join_request(struct gm_agent *a, struct gm_link *l, const struct gm
         return gm_agent_refuse(l, err, "admitter failed to issue a certificate");
     }
     a->stats.joins_accepted++;
+    gm_metrics_join_accepted(a->metrics);
     gm_notice("event=join-accepted token=%s node=%s address=%s", id, rq.node, rq.listen);
     gm_link_set_state(l, GM_LSTATE_DONE);
     snprintf(((struct gm_lctx *)gm_link_data(l))->reason, 256, "join answered");

@@ -32,6 +32,8 @@
 #include "agent/link.h"
 #include "agent/measure.h"
 #include "agent/members.h"
+#include "agent/metrics.h"
+#include "agent/notify.h"
 #include "agent/proto.h"
 #include "agent/state.h"
 #include "agent/views.h"
@@ -44,6 +46,7 @@
 #include "discovery/discovery.h"
 
 #define MAX_HANDSHAKING 64 /* unauthenticated connections at once; more are dropped */
+#define STOP_LINGER_MS 200 /* on stop, a link waits this long for its peer's EOF */
 
 static const char *lstate_name(uint32_t s)
 {
@@ -238,6 +241,7 @@ static void on_close(struct gm_link *l, int err)
         if (err == GM_ERR_AUTH || err == GM_ERR_PROTO) {
             a->stats.links_refused++;
             a->stats.last_refusal = err;
+            gm_metrics_refused(a->metrics, "link", gm_metrics_reason(err));
         }
         gm_warn("event=link-closed peer=%s address=%s err=%d msg=\"%s\" reason=\"%s\"",
                 c->node[0] ? c->node : "-", gm_link_peer_addr(l), err, gm_strerror(err), reason);
@@ -309,6 +313,8 @@ static void control_cb(void *arg, const char *req, size_t len, char **resp)
 
 /* --- lifecycle -------------------------------------------------------------- */
 
+static void notify_status(struct gm_agent *a);
+
 static void tick_cb(uv_timer_t *t)
 {
     struct gm_agent *a = t->data;
@@ -319,6 +325,27 @@ static void tick_cb(uv_timer_t *t)
     gm_measure_tick(a, now);
     gm_beacons_refresh_join_keys(a);
     gm_admit_tick(a, now);
+    notify_status(a);
+    gm_views_publish_metrics(a);
+}
+
+/* STATUS= for systemctl status: members up, and the job once there are jobs. */
+static void notify_status(struct gm_agent *a)
+{
+    char st[sizeof(a->notify_status)];
+
+    snprintf(st, sizeof(st), "%d of %zu members up; listening on %s", gm_agent_links_up(a),
+             a->npeers, a->listen_addr);
+    if (strcmp(st, a->notify_status) == 0)
+        return;
+    memcpy(a->notify_status, st, sizeof(st));
+    gm_notify_status(st);
+}
+
+static void watchdog_cb(uv_timer_t *t)
+{
+    (void)t;
+    gm_notify_watchdog(); /* from the loop: a hung loop stops feeding it */
 }
 
 static void handle_close_cb(uv_handle_t *h)
@@ -509,9 +536,31 @@ int gm_agent_start(struct gm_agent *a)
         err = gm_control_start(&a->loop, a->cfg.control, control_cb, a, &a->control);
     if (err != 0)
         return err;
+    if (a->cfg.metrics[0] != '\0') {
+        err = gm_metrics_start(a->cfg.metrics, &a->metrics);
+        if (err != 0)
+            return err;
+        gm_views_publish_metrics(a);
+    }
+    a->watchdog_ms = gm_notify_watchdog_ms();
+    if (a->watchdog_ms > 0) {
+        err = uv_timer_init(&a->loop, &a->watchdog);
+        if (err != 0)
+            return err;
+        a->watchdog.data = a;
+        a->watchdog_started = 1;
+        err = uv_timer_start(&a->watchdog, watchdog_cb, 0, a->watchdog_ms);
+        if (err != 0)
+            return err;
+    }
     gm_beacons_start(a); /* without it the agent still works through members and peers */
-    gm_notice("event=agent-started cluster=%s node=%s listen=%s members=%zu admitter=%d",
-              a->cfg.cluster, a->cfg.node, a->listen_addr, a->npeers, a->cakey != NULL);
+    gm_notice("event=agent-started cluster=%s node=%s listen=%s members=%zu admitter=%d "
+              "metrics=%s watchdog_ms=%llu",
+              a->cfg.cluster, a->cfg.node, a->listen_addr, a->npeers, a->cakey != NULL,
+              a->metrics != NULL ? gm_metrics_address(a->metrics) : "off",
+              (unsigned long long)a->watchdog_ms);
+    snprintf(a->notify_status, sizeof(a->notify_status), "listening on %s", a->listen_addr);
+    gm_notify_ready(a->notify_status);
     return 0;
 }
 
@@ -522,12 +571,20 @@ void gm_agent_stop(struct gm_agent *a)
     if (a->stopping)
         return;
     a->stopping = 1;
+    if (a->started)
+        gm_notify_stopping();
     gm_jobs_stop(a->jobs); /* the trainer ends at its next step; rank 0 keeps its weights */
+    /* BYE, close_notify, and a short wait for each peer's EOF: a stop is prompt even when a
+     * peer is busy (e.g. mid throughput probe) and would drain slowly. */
     for (c = a->links; c != NULL; c = c->next) {
         if (gm_link_state(c->link) == GM_LSTATE_UP)
             gm_agent_ignore(
                 gm_link_send(c->link, GM_MSG_BYE, 0, NULL, 0)); /* peers log a clean exit */
-        gm_link_close(c->link, 0);
+        gm_link_close_within(c->link, 0, STOP_LINGER_MS);
+    }
+    if (a->watchdog_started) {
+        a->watchdog_started = 0;
+        uv_close((uv_handle_t *)&a->watchdog, NULL); /* embedded; nothing to free */
     }
     gm_control_close(a->control);
     a->control = NULL;
@@ -560,6 +617,8 @@ void gm_agent_free(struct gm_agent *a)
         while (uv_run(&a->loop, UV_RUN_DEFAULT) != 0)
             ;
     }
+    gm_metrics_stop(a->metrics); /* after the trainer: it may publish until it ends */
+    a->metrics = NULL;
     if (uv_loop_close(&a->loop) != 0)
         gm_warn("event=loop-close-busy");
     gm_tls_ctx_free(a->tls);

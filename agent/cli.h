@@ -6,6 +6,8 @@
 #ifndef GM_AGENT_CLI_H
 #define GM_AGENT_CLI_H
 
+#include <stdio.h>
+
 int gm_cli_train(int argc, char **argv);
 int gm_cli_init(int argc, char **argv);
 int gm_cli_join(int argc, char **argv);
@@ -17,6 +19,16 @@ int gm_cli_doctor(int argc, char **argv);
 int gm_cli_submit(int argc, char **argv);
 int gm_cli_jobs(int argc, char **argv);
 int gm_cli_cancel(int argc, char **argv);
+
+/* JSON for people: reals with at most 6 significant digits (83.88, not 83.879999999999995),
+ * as `gradmesh jobs --json` prints them. */
+#define GM_JSON_HUMAN JSON_REAL_PRECISION(6)
+
+/* agent/cli_help.c: the list of verbs; one verb's help (-1: no such verb); the synopsis
+ * and a pointer to --help, on stderr, after a usage error. */
+void gm_cli_usage(FILE *f);
+int gm_cli_help(FILE *f, const char *verb);
+void gm_cli_usage_hint(const char *verb);
 
 /* Sends req (consumed) to the local agent of config; *out the answer.  Prints
  * the agent's error or why it is unreachable; returns a negative code then. */

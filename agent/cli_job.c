@@ -102,20 +102,15 @@ int gm_cli_submit(int argc, char **argv)
             follow = 1;
             break;
         case 'h':
-            printf("usage: gradmesh submit JOB.ini [--follow] [--config FILE]\n"
-                   "  Sends the job to the local agent, which passes it to the coordinator (the\n"
-                   "  lowest node id among the members that are up) unless it is that node.\n"
-                   "  Every member must hold the same dataset files at [data] dir; the job is\n"
-                   "  refused (exit 78) otherwise.\n"
-                   "  --follow   show progress until the job ends, then its test accuracy and\n"
-                   "             where the weights are\n");
+            gm_cli_help(stdout, "submit"); /* the text is in cli_help.c, with gradmesh(1)'s */
             return GM_EXIT_OK;
         default:
+            gm_cli_usage_hint("submit");
             return GM_EXIT_USAGE;
         }
     }
     if (optind != argc - 1) {
-        fprintf(stderr, "usage: gradmesh submit JOB.ini [--follow] [--config FILE]\n");
+        gm_cli_usage_hint("submit");
         return GM_EXIT_USAGE;
     }
     path = argv[optind];
@@ -212,16 +207,15 @@ int gm_cli_jobs(int argc, char **argv)
             as_json = 1;
             break;
         case 'h':
-            printf("usage: gradmesh jobs [--json] [--config FILE]\n"
-                   "  The running job and the last finished ones: id, state, step, epoch,\n"
-                   "  world, loss, samples/s, bytes per link and where the weights are.\n");
+            gm_cli_help(stdout, "jobs"); /* the text is in cli_help.c, with gradmesh(1)'s */
             return GM_EXIT_OK;
         default:
+            gm_cli_usage_hint("jobs");
             return GM_EXIT_USAGE;
         }
     }
     if (optind != argc) {
-        fprintf(stderr, "usage: gradmesh jobs [--json] [--config FILE]\n");
+        gm_cli_usage_hint("jobs");
         return GM_EXIT_USAGE;
     }
     if (gm_cli_control("jobs", config, json_pack("{s:s}", "cmd", "jobs"), &r) != 0)
@@ -273,16 +267,15 @@ int gm_cli_cancel(int argc, char **argv)
             config = optarg;
             break;
         case 'h':
-            printf("usage: gradmesh cancel ID [--config FILE]\n"
-                   "  Stops the job at the next step boundary; the coordinator keeps the\n"
-                   "  weights of the last finished step.\n");
+            gm_cli_help(stdout, "cancel"); /* the text is in cli_help.c, with gradmesh(1)'s */
             return GM_EXIT_OK;
         default:
+            gm_cli_usage_hint("cancel");
             return GM_EXIT_USAGE;
         }
     }
     if (optind != argc - 1) {
-        fprintf(stderr, "usage: gradmesh cancel ID [--config FILE]\n");
+        gm_cli_usage_hint("cancel");
         return GM_EXIT_USAGE;
     }
     err = gm_cli_control("cancel", config,

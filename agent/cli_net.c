@@ -33,9 +33,9 @@
 #define CONTROL_TIMEOUT_MS 10000
 #define FIND_WAIT_S 15 /* join without --peer: how long to look for an admitter */
 
-static int usage_err(const char *cmd, const char *synopsis)
+static int usage_err(const char *cmd)
 {
-    fprintf(stderr, "usage: gradmesh %s %s\n", cmd, synopsis);
+    gm_cli_usage_hint(cmd); /* the synopses live in cli_help.c */
     return GM_EXIT_USAGE;
 }
 
@@ -87,6 +87,50 @@ static int make_config_dir(const char *config)
     return mkdir_parents(config);
 }
 
+/*
+ * Where init and join write the config.  --config or $GRADMESH_CONFIG when given; otherwise
+ * /etc/gradmesh/CLUSTER.conf, the file gradmesh@CLUSTER.service reads (*link = 1: afterwards
+ * /etc/gradmesh/gradmesh.conf, the default of every other command, is made a symlink to it
+ * unless it exists).
+ */
+static int config_for(const char *flag, const char *cluster, char out[GM_PATH_MAX], int *link)
+{
+    const char *env = getenv("GRADMESH_CONFIG");
+    int n;
+
+    *link = 0;
+    if (flag != NULL || (env != NULL && env[0] != '\0'))
+        n = snprintf(out, GM_PATH_MAX, "%s", gm_config_path(flag));
+    else {
+        n = snprintf(out, GM_PATH_MAX, "%s/%s.conf", GM_CONFIG_DIR, cluster);
+        *link = 1;
+    }
+    return n < 0 || n >= GM_PATH_MAX ? -ENAMETOOLONG : 0;
+}
+
+/* What to run next: the systemd unit when the config is where the unit reads it. */
+static void print_next(const char *cluster, const char *config, int system_layout)
+{
+    if (system_layout)
+        printf("next: systemctl enable --now gradmesh@%s   (or: gradmesh agent --config %s)\n",
+               cluster, config);
+    else
+        printf("next: gradmesh agent --config %s\n", config);
+}
+
+/* /etc/gradmesh/gradmesh.conf -> CLUSTER.conf, unless something is there already. */
+static void link_default_config(const char *cluster)
+{
+    char target[GM_PATH_MAX];
+    struct stat st;
+
+    if (lstat(GM_DEFAULT_CONFIG, &st) == 0 || errno != ENOENT)
+        return;
+    snprintf(target, sizeof(target), "%s.conf", cluster);
+    if (symlink(target, GM_DEFAULT_CONFIG) != 0)
+        gm_warn("event=config-link file=%s err=%d", GM_DEFAULT_CONFIG, -errno);
+}
+
 static int state_file(const struct gm_config *c, const char *name, char *out)
 {
     return gm_config_state_path(c, name, out, GM_PATH_MAX);
@@ -110,13 +154,19 @@ static int check_listen(const char *listen)
 }
 
 /* Writes a fresh config skeleton in *c. */
+/* state == NULL: the system layout (/var/lib/gradmesh, control socket
+ * /run/gradmesh/CLUSTER.sock, the RuntimeDirectory of gradmesh@.service); a --state DIR keeps
+ * everything in DIR (control.sock there). */
 static int prepare_config(struct gm_config *c, const char *cluster, const char *node,
                           const char *listen, const char *state, const char *multicast)
 {
     char abs[GM_PATH_MAX];
-    int err;
+    int err, n;
+    const int system_layout = state == NULL;
 
     gm_config_defaults(c);
+    if (system_layout)
+        state = GM_DEFAULT_STATE;
     err = make_state_dir(state, abs, sizeof(abs));
     if (err != 0)
         return err;
@@ -124,7 +174,11 @@ static int prepare_config(struct gm_config *c, const char *cluster, const char *
     snprintf(c->node, sizeof(c->node), "%s", node);
     snprintf(c->listen, sizeof(c->listen), "%s", listen);
     snprintf(c->state_dir, sizeof(c->state_dir), "%s", abs);
-    if (snprintf(c->control, sizeof(c->control), "%s/control.sock", abs) >= (int)sizeof(c->control))
+    if (system_layout)
+        n = snprintf(c->control, sizeof(c->control), "%s/%s.sock", GM_RUNTIME_DIR, cluster);
+    else
+        n = snprintf(c->control, sizeof(c->control), "%s/control.sock", abs);
+    if (n < 0 || n >= (int)sizeof(c->control))
         return -ENAMETOOLONG;
     snprintf(c->device, sizeof(c->device), "auto");
     if (multicast != NULL)
@@ -168,10 +222,10 @@ int gm_cli_init(int argc, char **argv)
                                          {"node", required_argument, NULL, 'n'},
                                          {"multicast", required_argument, NULL, 'm'},
                                          {NULL, 0, NULL, 0}};
-    const char *syn = "--cluster NAME [--config FILE] [--state DIR] [--listen HOST:PORT] "
-                      "[--node ID] [--multicast GROUP:PORT|off]";
-    const char *cluster = NULL, *config = NULL, *state = GM_DEFAULT_STATE,
-               *listen = GM_DEFAULT_LISTEN, *node = NULL, *multicast = NULL;
+    const char *cluster = NULL, *config = NULL, *state = NULL, *listen = GM_DEFAULT_LISTEN,
+               *node = NULL, *multicast = NULL;
+    char config_buf[GM_PATH_MAX];
+    int link = 0;
     uint8_t bkey[GM_BEACON_KEY_LEN];
     char node_buf[GM_ID_NAME_MAX + 1], path[GM_PATH_MAX];
     struct gm_key *cakey = NULL, *key = NULL;
@@ -202,14 +256,13 @@ int gm_cli_init(int argc, char **argv)
             multicast = optarg;
             break;
         default:
-            return usage_err("init", syn);
+            return usage_err("init");
         }
     }
     if (optind != argc || cluster == NULL)
-        return usage_err("init", syn);
+        return usage_err("init");
     if (check_multicast("init", multicast) != 0)
         return GM_EXIT_USAGE;
-    config = gm_config_path(config);
     if (node == NULL) {
         random_node_id(node_buf);
         node = node_buf;
@@ -218,6 +271,9 @@ int gm_cli_init(int argc, char **argv)
         fprintf(stderr, "gradmesh init: names are 1-63 characters of a-z 0-9 . _ -\n");
         return GM_EXIT_USAGE;
     }
+    if (config_for(config, cluster, config_buf, &link) != 0)
+        return usage_err("init");
+    config = config_buf;
     if (check_listen(listen) != 0) {
         fprintf(stderr, "gradmesh init: --listen wants IP:PORT\n");
         return GM_EXIT_USAGE;
@@ -261,10 +317,12 @@ int gm_cli_init(int argc, char **argv)
     gm_id_cert_free(cert);
     if (err != 0)
         return fail("init", err, "could not create the cluster");
+    if (link)
+        link_default_config(cluster);
     gm_notice("event=cluster-created cluster=%s node=%s state=%s config=%s", cluster, node,
               c.state_dir, config);
-    printf("cluster %s created; this machine is node %s\nnext: gradmesh agent --config %s\n",
-           cluster, node, config);
+    printf("cluster %s created; this machine is node %s\n", cluster, node);
+    print_next(cluster, config, link);
     return GM_EXIT_OK;
 }
 
@@ -368,10 +426,10 @@ int gm_cli_join(int argc, char **argv)
         {"state", required_argument, NULL, 's'}, {"listen", required_argument, NULL, 'l'},
         {"node", required_argument, NULL, 'n'},  {"multicast", required_argument, NULL, 'm'},
         {"wait", required_argument, NULL, 'w'},  {NULL, 0, NULL, 0}};
-    const char *syn = "TOKEN [--peer HOST:PORT] [--config FILE] [--state DIR] [--listen HOST:PORT] "
-                      "[--node ID] [--multicast GROUP:PORT|off] [--wait SECONDS]";
-    const char *peer = NULL, *config = NULL, *state = GM_DEFAULT_STATE, *listen = GM_DEFAULT_LISTEN,
+    const char *peer = NULL, *config = NULL, *state = NULL, *listen = GM_DEFAULT_LISTEN,
                *node = NULL, *multicast = NULL;
+    char config_buf[GM_PATH_MAX];
+    int link = 0;
     char node_buf[GM_ID_NAME_MAX + 1], path[GM_PATH_MAX], peer_addr[GM_ADDR_MAX];
     struct sockaddr_storage ss;
     struct gm_token *tok = NULL;
@@ -408,16 +466,16 @@ int gm_cli_join(int argc, char **argv)
             char *end = NULL;
             long w = strtol(optarg, &end, 10);
             if (*end != '\0' || w < 1 || w > 3600)
-                return usage_err("join", syn);
+                return usage_err("join");
             wait_s = (int)w;
             break;
         }
         default:
-            return usage_err("join", syn);
+            return usage_err("join");
         }
     }
     if (optind != argc - 1)
-        return usage_err("join", syn);
+        return usage_err("join");
     if (check_multicast("join", multicast) != 0)
         return GM_EXIT_USAGE;
     if (peer == NULL && multicast != NULL && strcmp(multicast, "off") == 0) {
@@ -425,7 +483,6 @@ int gm_cli_join(int argc, char **argv)
                         "HOST:PORT\n");
         return GM_EXIT_USAGE;
     }
-    config = gm_config_path(config);
     err = gm_token_parse(argv[optind], strlen(argv[optind]), &tok);
     sodium_memzero(argv[optind], strlen(argv[optind])); /* out of /proc/PID/cmdline */
     if (err != 0) {
@@ -439,7 +496,7 @@ int gm_cli_join(int argc, char **argv)
     }
     if (!gm_id_name_valid(node) || check_listen(listen) != 0) {
         gm_token_free(tok);
-        return usage_err("join", syn);
+        return usage_err("join");
     }
     if (strcmp(strrchr(listen, ':'), ":0") == 0) {
         /* members dial the address given here: it needs a real port */
@@ -456,7 +513,10 @@ int gm_cli_join(int argc, char **argv)
         gm_token_free(tok);
         return peer != NULL ? fail("join", err, "--peer") : GM_EXIT_RUNTIME;
     }
-    err = prepare_config(&c, gm_token_cluster(tok), node, listen, state, multicast);
+    err = config_for(config, gm_token_cluster(tok), config_buf, &link);
+    config = config_buf;
+    if (err == 0)
+        err = prepare_config(&c, gm_token_cluster(tok), node, listen, state, multicast);
     if (err == 0)
         err = refuse_existing(&c);
     if (err == 0)
@@ -509,9 +569,11 @@ int gm_cli_join(int argc, char **argv)
     gm_join_result_free(&r);
     if (err != 0)
         return fail("join", err, "could not save the new identity");
+    if (link)
+        link_default_config(c.cluster);
     gm_notice("event=joined cluster=%s node=%s token=%s", c.cluster, node, id);
-    printf("joined cluster %s as node %s\nnext: gradmesh agent --config %s\n", c.cluster, node,
-           config);
+    printf("joined cluster %s as node %s\n", c.cluster, node);
+    print_next(c.cluster, config, link);
     return GM_EXIT_OK;
 }
 
@@ -595,7 +657,6 @@ int gm_cli_token(int argc, char **argv)
                                          {"config", required_argument, NULL, 'f'},
                                          {"json", no_argument, NULL, 'j'},
                                          {NULL, 0, NULL, 0}};
-    const char *syn = "create [--ttl 24h] [--uses 1] | list | revoke ID  [--config FILE]";
     const char *config = NULL, *sub;
     int64_t ttl = GM_TOKEN_DEFAULT_TTL_S;
     long uses = 1;
@@ -607,13 +668,13 @@ int gm_cli_token(int argc, char **argv)
         switch (o) {
         case 't':
             if (parse_ttl(optarg, &ttl) != 0)
-                return usage_err("token", syn);
+                return usage_err("token");
             break;
         case 'u': {
             char *end = NULL;
             uses = strtol(optarg, &end, 10);
             if (*end != '\0' || uses < 1 || uses > 10000)
-                return usage_err("token", syn);
+                return usage_err("token");
             break;
         }
         case 'f':
@@ -623,11 +684,11 @@ int gm_cli_token(int argc, char **argv)
             as_json = 1;
             break;
         default:
-            return usage_err("token", syn);
+            return usage_err("token");
         }
     }
     if (optind >= argc)
-        return usage_err("token", syn);
+        return usage_err("token");
     sub = argv[optind];
     if (strcmp(sub, "create") == 0 && optind == argc - 1) {
         err = gm_cli_control("token create", config,
@@ -654,7 +715,7 @@ int gm_cli_token(int argc, char **argv)
         if (err != 0)
             return gm_err_exit_code(err);
         if (as_json) {
-            char *s = json_dumps(r, JSON_COMPACT);
+            char *s = json_dumps(r, JSON_COMPACT | GM_JSON_HUMAN);
             printf("%s\n", s ? s : "{}");
             free(s);
         } else {
@@ -687,7 +748,7 @@ int gm_cli_token(int argc, char **argv)
         printf("token %s revoked\n", argv[optind + 1]);
         return GM_EXIT_OK;
     }
-    return usage_err("token", syn);
+    return usage_err("token");
 }
 
 int gm_cli_agent(int argc, char **argv)
@@ -703,11 +764,13 @@ int gm_cli_agent(int argc, char **argv)
         if (o == 'f')
             config = optarg;
         else
-            return usage_err("agent", "--config FILE");
+            return usage_err("agent");
     }
     if (optind != argc)
-        return usage_err("agent", "--config FILE");
+        return usage_err("agent");
     err = gm_agent_open(gm_config_path(config), &a);
+    if (err == GM_ERR_CONFIG)
+        return GM_EXIT_CONFIG; /* the one line naming file, line and problem is out */
     if (err != 0)
         return fail("agent", err, "cannot start");
     err = gm_agent_start(a);
@@ -739,15 +802,15 @@ int gm_cli_status(int argc, char **argv)
         else if (o == 'j')
             as_json = 1;
         else
-            return usage_err("status", "[--json] --config FILE");
+            return usage_err("status");
     }
     if (optind != argc)
-        return usage_err("status", "[--json] --config FILE");
+        return usage_err("status");
     err = gm_cli_control("status", config, json_pack("{s:s}", "cmd", "status"), &r);
     if (err != 0)
         return gm_err_exit_code(err);
     if (as_json) {
-        char *s = json_dumps(r, JSON_COMPACT);
+        char *s = json_dumps(r, JSON_COMPACT | GM_JSON_HUMAN);
         printf("%s\n", s ? s : "{}");
         free(s);
     } else {

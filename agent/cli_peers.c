@@ -52,8 +52,7 @@ static int parse_common(int argc, char **argv, const char *cmd, const char **con
             break;
     }
     if (o == '?' || optind != argc) {
-        fprintf(stderr, "usage: gradmesh %s [--json]%s [--config FILE]\n", cmd,
-                model ? " [--model lenet5|mlp]" : "");
+        gm_cli_usage_hint(cmd);
         return -1;
     }
     return 0;
@@ -82,7 +81,7 @@ static const char *yesno(json_t *v)
 
 static void print_json(json_t *r)
 {
-    char *s = json_dumps(r, JSON_COMPACT);
+    char *s = json_dumps(r, JSON_COMPACT | GM_JSON_HUMAN);
 
     printf("%s\n", s ? s : "{}");
     free(s);

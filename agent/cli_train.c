@@ -1,6 +1,7 @@
 /*
  * agent/cli_train.c - `gradmesh train --local JOB.ini [--summary-json FILE]
- * [--out FILE] [--no-progress] [--simulate-workers N [--no-error-feedback]]`:
+ * [--out FILE] [--tensorboard DIR | --no-tensorboard] [--no-progress]
+ * [--simulate-workers N [--no-error-feedback]]`:
  * the single-machine trainer, no network.  --simulate-workers runs N
  * data-parallel replicas in this process over the in-memory transport with
  * the job's [comm] codec (train/sim.h); --no-error-feedback turns PowerSGD's
@@ -16,12 +17,14 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "agent/cli.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "train/job.h"
+#include "train/tbevents.h"
 #include "train/sim.h"
 #include "train/trainer.h"
 
@@ -34,22 +37,6 @@ static void on_signal(int sig)
     stop_requested = 1;
 }
 
-static void usage(FILE *f)
-{
-    fprintf(f, "usage: gradmesh train --local JOB.ini [--summary-json FILE] [--out FILE]\n"
-               "                      [--no-progress] [--simulate-workers N]\n"
-               "\n"
-               "Trains the job on this machine alone (the single-machine baseline).\n"
-               "  --local JOB.ini      the job file (see README.md, \"Job file\")\n"
-               "  --summary-json FILE  write the run summary (accuracy, speed, ...) as JSON\n"
-               "  --out FILE           final weights (safetensors); default: the job's out\n"
-               "  --no-progress        log lines instead of a progress bar on a terminal\n"
-               "  --simulate-workers N N data-parallel replicas in this process, codec from\n"
-               "                       the job's [comm] (bytes_sent and codec in the summary)\n"
-               "  --no-error-feedback  with powersgd: turn error feedback off (experiments)\n"
-               "Distributed jobs are submitted to the agent with `gradmesh submit`.\n");
-}
-
 int gm_cli_train(int argc, char **argv)
 {
     static const struct option longopts[] = {
@@ -59,11 +46,16 @@ int gm_cli_train(int argc, char **argv)
         {"no-progress", no_argument, NULL, 'n'},
         {"simulate-workers", required_argument, NULL, 'w'},
         {"no-error-feedback", no_argument, NULL, 'e'},
+        {"tensorboard", required_argument, NULL, 't'},
+        {"no-tensorboard", no_argument, NULL, 'T'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    const char *job_path = NULL, *summary = NULL, *out = NULL;
-    int progress = isatty(2) && getenv("JOURNAL_STREAM") == NULL;
+    const char *job_path = NULL, *summary = NULL, *out = NULL, *tb_dir = NULL;
+    char tb_default[GM_JOB_NAME_MAX + 64];
+    struct gm_tb_writer *tb = NULL;
+    struct gm_train_hooks hooks;
+    int tb_on = 1, progress = isatty(2) && getenv("JOURNAL_STREAM") == NULL;
     struct gm_job job;
     struct gm_train_summary sum;
     struct gm_train_opts opts = {0};
@@ -100,11 +92,17 @@ int gm_cli_train(int argc, char **argv)
         case 'e':
             so.error_feedback = false;
             break;
+        case 't':
+            tb_dir = optarg;
+            break;
+        case 'T':
+            tb_on = 0;
+            break;
         case 'h':
-            usage(stdout);
+            gm_cli_help(stdout, "train");
             return GM_EXIT_OK;
         default:
-            usage(stderr);
+            gm_cli_usage_hint("train");
             return GM_EXIT_USAGE;
         }
     }
@@ -113,7 +111,7 @@ int gm_cli_train(int argc, char **argv)
             fprintf(stderr, "gradmesh train: --local JOB.ini is required\n");
         else
             fprintf(stderr, "gradmesh train: unexpected argument '%s'\n", argv[optind]);
-        usage(stderr);
+        gm_cli_usage_hint("train");
         return GM_EXIT_USAGE;
     }
     if ((err = gm_job_load(job_path, &job)) < 0)
@@ -127,12 +125,34 @@ int gm_cli_train(int argc, char **argv)
     opts.progress = progress;
     opts.stop = &stop_requested;
     opts.out = out;
+    if (tb_on) {
+        if (tb_dir == NULL) { /* runs/JOB-YYYYmmdd-HHMMSS: one TensorBoard run per run */
+            time_t now = time(NULL);
+            struct tm tm;
+            char stamp[32];
+            strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", localtime_r(&now, &tm));
+            snprintf(tb_default, sizeof(tb_default), "runs/%s-%s", job.name, stamp);
+            tb_dir = tb_default;
+        }
+        if ((err = gm_tb_open(tb_dir, &tb)) < 0) { /* logged with the directory */
+            gm_job_free(&job);
+            return GM_EXIT_RUNTIME;
+        }
+        gm_tb_train_hooks(tb, &hooks);
+        opts.hooks = &hooks;
+        gm_info("event=tensorboard file=%s", gm_tb_path(tb));
+    }
     if (so.workers > 0)
         err = gm_sim_train(&job, &opts, &so, &sum);
     else
         err = gm_trainer_run(&job, &opts, &sum);
     if (err == 0 && summary != NULL)
         err = gm_train_summary_write_json(&sum, summary);
+    if (tb != NULL) {
+        int e = err == 0 ? gm_tb_write_summary(tb, &sum) : 0;
+        if (gm_tb_close(tb) != 0 || e != 0)
+            gm_warn("event=tensorboard-incomplete dir=%s", tb_dir); /* the run still counts */
+    }
     gm_job_free(&job);
     if (err < 0) {
         if (err != GM_ERR_CONFIG && err != GM_ERR_DATA && err != GM_ERR_NUMERIC)

@@ -16,7 +16,13 @@
  *              on these; empty = every suitable one), measure (yes|no: probe
  *              each new link's throughput)
  *   [train]    device (auto|cpu|cuda), threads (0 = all cores)
- *   [metrics]  listen (empty = off)
+ *   [metrics]  listen (ip:port of the Prometheus endpoint; empty = off), metrics_public
+ *              (yes|no, default no: listen must be loopback unless yes)
+ *
+ * Strict, like the job file (a typo must not quietly run something else; systemd does not
+ * restart on the exit code 78 it leads to): unknown sections and keys (with the nearest known
+ * key as a hint), duplicate keys, keys outside a section and bad values are errors, each one
+ * line "FILE:LINE: problem".  Every key is in gradmesh.conf(5).
  *
  * The state directory holds node.key (0600), node.crt, ca.crt, and on the
  * admitter (the machine that ran init) ca.key (0600) and tokens (0600);
@@ -34,6 +40,9 @@
 #define GM_PATH_MAX 1024
 #define GM_DEFAULT_LISTEN "0.0.0.0:7450"
 #define GM_DEFAULT_STATE "/var/lib/gradmesh"
+#define GM_CONFIG_DIR "/etc/gradmesh"
+#define GM_DEFAULT_CONFIG GM_CONFIG_DIR "/gradmesh.conf"
+#define GM_RUNTIME_DIR "/run/gradmesh" /* gradmesh@.service's RuntimeDirectory */
 #define GM_DEFAULT_PEER_TIMEOUT_S 60
 
 struct gm_config {
@@ -50,6 +59,7 @@ struct gm_config {
     char device[16];
     int threads;
     char metrics[GM_ADDR_MAX];
+    int metrics_public; /* 1: metrics may listen on a non-loopback address */
     int peer_timeout_s;
 };
 
@@ -57,8 +67,14 @@ struct gm_config {
 void gm_config_defaults(struct gm_config *c);
 /* --config, else $GRADMESH_CONFIG, else /etc/gradmesh/gradmesh.conf. */
 const char *gm_config_path(const char *flag);
-/* GM_ERR_CONFIG (with a log line naming file and key) on a bad file. */
+/* GM_ERR_CONFIG on a bad or unreadable file, with one log line: for a missing or unreadable
+ * file a sentence saying what to do (init, join, --config), else "FILE:LINE: problem". */
 GM_MUST_CHECK int gm_config_load(const char *path, struct gm_config *c);
+/* The same checks on len bytes of text (need not be NUL-terminated); origin names it. */
+GM_MUST_CHECK int gm_config_parse(const char *text, size_t len, const char *origin,
+                                  struct gm_config *c);
+/* 1 when the ip:port is 127.0.0.0/8, ::1 or ::ffff:127.x; 0 otherwise or when unparsable. */
+int gm_config_addr_is_loopback(const char *addr);
 GM_MUST_CHECK int gm_config_save(const char *path, const struct gm_config *c);
 /* dir/name into out; -ENAMETOOLONG. */
 GM_MUST_CHECK int gm_config_state_path(const struct gm_config *c, const char *name, char *out,

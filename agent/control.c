@@ -159,6 +159,22 @@ static void listener_close_cb(uv_handle_t *h)
     srv_unref(h->data);
 }
 
+/* The socket's folder (/run/gradmesh outside systemd, where no RuntimeDirectory made it):
+ * made 0750 when missing; a failure shows up as the bind's error. */
+static void make_parent(const char *path)
+{
+    char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
+    const char *slash = strrchr(path, '/');
+    size_t n = slash != NULL ? (size_t)(slash - path) : 0;
+
+    if (n == 0 || n >= sizeof(dir))
+        return;
+    memcpy(dir, path, n);
+    dir[n] = '\0';
+    if (mkdir(dir, 0750) != 0 && errno != EEXIST)
+        gm_warn("event=control-mkdir dir=%s err=%d", dir, -errno);
+}
+
 int gm_control_start(uv_loop_t *loop, const char *path, gm_control_fn fn, void *arg,
                      struct gm_control **out)
 {
@@ -179,6 +195,7 @@ int gm_control_start(uv_loop_t *loop, const char *path, gm_control_fn fn, void *
     }
     c->listener.data = c;
     c->open = 1;
+    make_parent(path);
     (void)unlink(path); /* a stale socket from a crashed agent */
     old = umask(0177);  /* the socket is born 0600 */
     err = uv_pipe_bind(&c->listener, path);

@@ -451,6 +451,8 @@ static int start_rank(struct gm_jobs *j, struct job *jb)
     snprintf(out, sizeof(out), "%s/%s.safetensors", dir, jb->job.name);
     if ((err = gm_rank_start(j->env.loop, &jb->job, out, &rank_ops, j, &jb->rank)) < 0)
         return err;
+    if (j->env.metrics != NULL)
+        gm_rank_set_metrics(jb->rank, j->env.metrics(j->env.agent));
     jb->t_start = gm_time_mono_ns();
     return 0;
 }

@@ -64,6 +64,8 @@ struct gm_jobs_env {
     /* Member nodes with an up link (not this node); returns how many, writes at most cap
      * (nodes NULL: only counts them). */
     size_t (*members_up)(void *agent, char (*nodes)[GM_ID_NAME_MAX + 1], size_t cap);
+    /* Where a rank publishes its job metrics (agent/metrics.h), or NULL. */
+    struct gm_metrics *(*metrics)(void *agent);
     void *agent;
 };
 

@@ -37,6 +37,12 @@ static size_t members_up(void *agent, char (*nodes)[GM_ID_NAME_MAX + 1], size_t 
     return nodes == NULL || n < cap ? n : cap; /* nodes NULL: just count */
 }
 
+/* The agent's metrics room; it outlives every rank (gm_agent_free stops it last). */
+static struct gm_metrics *metrics_of(void *agent)
+{
+    return ((struct gm_agent *)agent)->metrics;
+}
+
 int gm_jobroom_open(struct gm_agent *a)
 {
     struct gm_jobs_env env = {.loop = &a->loop,
@@ -44,6 +50,7 @@ int gm_jobroom_open(struct gm_agent *a)
                               .state_dir = a->cfg.state_dir,
                               .link_to = link_to,
                               .members_up = members_up,
+                              .metrics = metrics_of,
                               .agent = a};
 
     return gm_jobs_new(&env, &a->jobs);

@@ -70,6 +70,7 @@ struct gm_link {
     int want_writable;
     size_t wq_bytes; /* ciphertext in libuv's write queue */
     uint64_t t_start, t_last_rx, t_last_ping;
+    unsigned linger_ms; /* closing: give up on a clean close after this */
     double rtt_ms, skew_ms;
     int have_skew;
     uint64_t tx, rx;
@@ -86,6 +87,7 @@ static void ignore(int err)
 static void pump(struct gm_link *l);
 static void resume_read(struct gm_link *l);
 static void start_close(struct gm_link *l);
+static void tick_cb(uv_timer_t *t);
 
 void *gm_link_data(const struct gm_link *l)
 {
@@ -560,17 +562,29 @@ static void start_close(struct gm_link *l)
     /* the timer (tick) closes the handles if the peer never drains */
 }
 
-void gm_link_close(struct gm_link *l, int err)
+void gm_link_close_within(struct gm_link *l, int err, unsigned linger_ms)
 {
-    if (l->closing)
-        return;
-    l->closing = 1;
-    l->close_err = err;
-    l->t_start = gm_time_mono_ns(); /* now the close deadline's origin */
+    if (l->closing) {
+        /* already closing: only shorten the wait */
+        if (linger_ms >= l->linger_ms || l->close_started)
+            return;
+    } else {
+        l->closing = 1;
+        l->close_err = err;
+        l->t_start = gm_time_mono_ns(); /* now the close deadline's origin */
+    }
+    l->linger_ms = linger_ms;
     if (!l->started)
         return;
+    if (linger_ms < TICK_MS)
+        ignore(uv_timer_start(&l->timer, tick_cb, linger_ms, linger_ms > 0 ? linger_ms : 1));
     resume_read(l); /* lingering close: read and discard until the peer's EOF */
     start_close(l);
+}
+
+void gm_link_close(struct gm_link *l, int err)
+{
+    gm_link_close_within(l, err, GM_LINK_LINGER_MS);
 }
 
 void gm_link_fail(struct gm_link *l, int err, const char *message)
@@ -799,7 +813,7 @@ static void tick_cb(uv_timer_t *t)
         pump(l);
     }
     if (l->closing) {
-        if (now - l->t_start > 2000000000ull)
+        if (now - l->t_start >= (uint64_t)l->linger_ms * 1000000ull)
             close_handles(l); /* peer never drained: give up on a clean close */
         return;
     }

@@ -42,6 +42,7 @@
 #define GM_LINK_READ_STOP (8u << 20)
 #define GM_LINK_CTRL_MAX (4u << 20) /* queued control bytes before sends fail */
 #define GM_LINK_HANDSHAKE_MS 10000
+#define GM_LINK_LINGER_MS 2000 /* a closing link waits this long for the peer's EOF */
 #define GM_LINK_USER_TIMEOUT_MS 30000
 
 struct gm_link;
@@ -91,6 +92,9 @@ GM_MUST_CHECK int gm_link_send_bulk(struct gm_link *l, uint16_t type, uint64_t r
 /* Sends ERROR {err, message} and closes with err. */
 void gm_link_fail(struct gm_link *l, int err, const char *message);
 void gm_link_close(struct gm_link *l, int err);
+/* gm_link_close, waiting at most linger_ms (not GM_LINK_LINGER_MS) for the peer to drain
+ * before the handles close: for a daemon that is shutting down. */
+void gm_link_close_within(struct gm_link *l, int err, unsigned linger_ms);
 /* Owner backpressure: pause stops reading the socket (frames already
  * decrypted are still delivered), 0 resumes.  While paused the idle timeout
  * does not run: the silence is ours. */

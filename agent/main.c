@@ -13,35 +13,26 @@
 struct subcommand {
     const char *name;
     int (*run)(int argc, char **argv);
-    const char *synopsis;
 };
 
+/* Synopses and help text: agent/cli_help.c (one table, checked against the man page). */
 static const struct subcommand commands[] = {
-    {"init", gm_cli_init,
-     "init --cluster NAME [--config FILE] [--state DIR] [--listen HOST:PORT] [--multicast "
-     "G:P|off]"},
-    {"join", gm_cli_join,
-     "join TOKEN [--peer HOST:PORT] [--config FILE] [--state DIR] [--listen HOST:PORT] [--wait S]"},
-    {"agent", gm_cli_agent, "agent --config FILE"},
-    {"token", gm_cli_token, "token create [--ttl 24h] [--uses 1] | list | revoke ID --config FILE"},
-    {"status", gm_cli_status, "status [--json] --config FILE"},
-    {"peers", gm_cli_peers, "peers [--json] --config FILE"},
-    {"doctor", gm_cli_doctor, "doctor [--json] [--model lenet5|mlp] --config FILE"},
-    {"submit", gm_cli_submit, "submit JOB.ini [--follow] --config FILE"},
-    {"jobs", gm_cli_jobs, "jobs [--json] --config FILE"},
-    {"cancel", gm_cli_cancel, "cancel ID --config FILE"},
-    {"train", gm_cli_train,
-     "train --local JOB.ini [--summary-json FILE] [--out FILE] [--simulate-workers N]"},
+    {"init", gm_cli_init},     {"join", gm_cli_join},     {"agent", gm_cli_agent},
+    {"token", gm_cli_token},   {"status", gm_cli_status}, {"peers", gm_cli_peers},
+    {"doctor", gm_cli_doctor}, {"submit", gm_cli_submit}, {"jobs", gm_cli_jobs},
+    {"cancel", gm_cli_cancel}, {"train", gm_cli_train},
 };
 
-static void usage(FILE *f)
+/* "--help" or "-h" anywhere after the verb (before a "--"). */
+static int wants_help(int argc, char **argv)
 {
-    size_t i;
-
-    fprintf(f, "usage: gradmesh COMMAND [ARGS]\n\ncommands:\n");
-    for (i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
-        fprintf(f, "  gradmesh %s\n", commands[i].synopsis);
-    fprintf(f, "\n'gradmesh COMMAND --help' describes one command.\n");
+    for (int i = 2; i < argc; i++) {
+        if (strcmp(argv[i], "--") == 0)
+            return 0;
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)
+            return 1;
+    }
+    return 0;
 }
 
 int main(int argc, char **argv)
@@ -50,19 +41,24 @@ int main(int argc, char **argv)
 
     gm_log_init();
     if (argc < 2) {
-        usage(stderr);
+        gm_cli_usage(stderr);
         return GM_EXIT_USAGE;
     }
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
-        strcmp(argv[1], "help") == 0) {
-        usage(stdout);
+        (strcmp(argv[1], "help") == 0 && argc == 2)) {
+        gm_cli_usage(stdout);
         return GM_EXIT_OK;
     }
+    if (strcmp(argv[1], "help") == 0 && argc == 3) /* gradmesh help VERB */
+        return gm_cli_help(stdout, argv[2]) == 0 ? GM_EXIT_OK : GM_EXIT_USAGE;
     for (i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
-        if (strcmp(argv[1], commands[i].name) == 0)
-            return commands[i].run(argc - 1, argv + 1);
+        if (strcmp(argv[1], commands[i].name) != 0)
+            continue;
+        if (wants_help(argc, argv))
+            return gm_cli_help(stdout, argv[1]) == 0 ? GM_EXIT_OK : GM_EXIT_USAGE;
+        return commands[i].run(argc - 1, argv + 1);
     }
     fprintf(stderr, "gradmesh: unknown command '%s'\n", argv[1]);
-    usage(stderr);
+    gm_cli_usage(stderr);
     return GM_EXIT_USAGE;
 }

@@ -22,6 +22,7 @@
 
 #include <openssl/evp.h>
 
+#include "agent/metrics.h"
 #include "agent/xport.h"
 #include "common/assert.h"
 #include "common/byteorder.h"
@@ -30,6 +31,7 @@
 #include "train/gradsync.h"
 #include "train/nn/model.h"
 #include "train/nn/optim.h"
+#include "train/tbevents.h"
 
 /* One collective operation asked for by the trainer thread. */
 struct req {
@@ -64,6 +66,9 @@ struct gm_rank {
     int group_rank, group_world;
     bool stopping, exited;
     struct gm_rank_progress prog;
+    struct gm_metrics *metrics; /* borrowed, may be NULL: where the trainer publishes */
+    struct gm_metrics_job mjob; /* the last published (accuracy kept between evaluations) */
+    struct gm_tb_writer *tb;    /* owned, trainer thread only (NULL: none): the job's events */
 
     /* loop thread only */
     struct req *inflight, **inflight_tail; /* FIFO: started; gm_coll completes in order */
@@ -82,6 +87,7 @@ struct gm_rank {
     struct gm_gradsync_exec exec;
     float *state_buf; /* owned: the resync broadcast */
     struct gm_train_comm comm;
+    struct gm_train_hooks hooks;
     struct gm_train_opts opts;
     volatile sig_atomic_t stop;
     struct gm_job job; /* owned copy */
@@ -624,13 +630,61 @@ static void hook_finish(void *ctx, const struct gm_train_state *st)
     pthread_mutex_unlock(&rk->mu);
 }
 
+/* Trainer thread: the observer hooks (train/trainer.h) feed the metrics room. */
+static void hook_step(void *ctx, const struct gm_train_step_info *si)
+{
+    struct gm_rank *rk = ctx;
+
+    if (rk->tb != NULL)
+        gm_tb_on_step(rk->tb, si);
+    pthread_mutex_lock(&rk->mu);
+    rk->mjob.step = si->step;
+    rk->mjob.epoch = si->epoch;
+    rk->mjob.compute_s = si->compute_s;
+    rk->mjob.collective_s = si->collective_s;
+    rk->mjob.optimizer_s = si->optimizer_s;
+    rk->mjob.samples_per_s = si->samples_per_s;
+    rk->mjob.loss = si->loss;
+    if (rk->metrics != NULL)
+        gm_metrics_job_update(rk->metrics, &rk->mjob); /* its own short lock, never ours */
+    pthread_mutex_unlock(&rk->mu);
+}
+
+static void hook_eval(void *ctx, const struct gm_train_eval_info *ei)
+{
+    struct gm_rank *rk = ctx;
+
+    if (rk->tb != NULL)
+        gm_tb_on_eval(rk->tb, ei);
+    pthread_mutex_lock(&rk->mu);
+    rk->mjob.accuracy_pct = ei->test_accuracy;
+    if (rk->metrics != NULL)
+        gm_metrics_job_update(rk->metrics, &rk->mjob);
+    pthread_mutex_unlock(&rk->mu);
+}
+
+void gm_rank_set_metrics(struct gm_rank *rk, struct gm_metrics *m)
+{
+    pthread_mutex_lock(&rk->mu);
+    rk->metrics = m;
+    pthread_mutex_unlock(&rk->mu);
+}
+
 static void *trainer_main(void *arg)
 {
     struct gm_rank *rk = arg;
 
     rk->err = gm_trainer_run(&rk->job, &rk->opts, &rk->sum);
+    if (rk->tb != NULL) { /* a failed event file never fails the job (logged once) */
+        if (rk->err == 0 && gm_tb_write_summary(rk->tb, &rk->sum) != 0)
+            gm_warn("event=tensorboard-incomplete file=%s", gm_tb_path(rk->tb));
+        gm_tb_close(rk->tb);
+        rk->tb = NULL;
+    }
     pthread_mutex_lock(&rk->mu);
     rk->exited = true;
+    if (rk->metrics != NULL)
+        gm_metrics_job_clear(rk->metrics); /* no gauges of a job that is over */
     if (rk->err == 0)
         rk->prog.test_accuracy = rk->sum.test_accuracy;
     pthread_mutex_unlock(&rk->mu);
@@ -686,12 +740,33 @@ int gm_rank_start(uv_loop_t *loop, const struct gm_job *job, const char *out,
                                       .ctx = rk};
     /* every rank keeps the weights of its last finished step when the job stops early (a
      * lost coordinator, a cancel): the coordinator's are not the only copy then */
-    rk->opts = (struct gm_train_opts){
-        .progress = 0, .stop = &rk->stop, .out = rk->out, .comm = &rk->comm, .keep_on_stop = 1};
+    rk->hooks = (struct gm_train_hooks){.on_step = hook_step, .on_eval = hook_eval, .ctx = rk};
+    snprintf(rk->mjob.name, sizeof(rk->mjob.name), "%s", job->name);
+    rk->mjob.accuracy_pct = -1;      /* not evaluated yet */
+    rk->mjob.bytes_per_step = -1;    /* not measured per step yet (see metrics.h) */
+    rk->mjob.compression_ratio = -1; /* idem */
+    rk->opts = (struct gm_train_opts){.progress = 0,
+                                      .stop = &rk->stop,
+                                      .out = rk->out,
+                                      .comm = &rk->comm,
+                                      .keep_on_stop = 1,
+                                      .hooks = &rk->hooks};
+    {
+        /* the job's TensorBoard events, beside its weights: JOBDIR/tensorboard/ (each agent
+         * writes its own view; only rank 0 evaluates) */
+        char dir[GM_JOB_PATH_MAX + 16];
+        const char *slash = strrchr(rk->out, '/');
+        int n = slash != NULL ? (int)(slash - rk->out) : 1;
+        snprintf(dir, sizeof(dir), "%.*s/tensorboard", n, slash != NULL ? rk->out : ".");
+        if (gm_tb_open(dir, &rk->tb) < 0) /* logged; the job runs without events */
+            rk->tb = NULL;
+    }
     if ((err = uv_async_init(loop, &rk->async, async_cb)) < 0)
         goto fail;
     rk->async.data = rk;
     if ((err = -pthread_create(&rk->th, NULL, trainer_main, rk)) < 0) {
+        gm_tb_close(rk->tb);
+        rk->tb = NULL;
         rk->freeing = true;
         uv_close((uv_handle_t *)&rk->async, handle_closed);
         return err;
@@ -700,6 +775,7 @@ int gm_rank_start(uv_loop_t *loop, const struct gm_job *job, const char *out,
     *out_rk = rk;
     return 0;
 fail:
+    gm_tb_close(rk->tb); /* NULL-safe */
     gm_job_free(&rk->job);
     pthread_mutex_destroy(&rk->mu);
     pthread_cond_destroy(&rk->cv);

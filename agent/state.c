@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "agent/metrics.h"
 #include "common/log.h"
 
 #define PING_MS 5000
@@ -85,6 +86,8 @@ int gm_agent_refuse(struct gm_link *l, int err, const char *what)
     snprintf(c->reason, sizeof(c->reason), "%s", what);
     c->a->stats.links_refused++;
     c->a->stats.last_refusal = err;
+    gm_metrics_refused(c->a->metrics, gm_link_state(l) == GM_LSTATE_JOIN ? "join" : "link",
+                       gm_metrics_reason(err));
     gm_link_fail(l, err, what);
     return 0;
 }

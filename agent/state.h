@@ -145,6 +145,13 @@ struct gm_agent {
     struct gm_disc *disc;
     uint8_t bkey[GM_BEACON_KEY_LEN];
     int have_bkey;
+    /* agent.c: systemd (notify.h) */
+    uv_timer_t watchdog;     /* WATCHDOG=1 every watchdog_ms, from the loop */
+    uint64_t watchdog_ms;    /* 0: systemd wants no watchdog */
+    int watchdog_started;    /* the timer handle is open */
+    char notify_status[128]; /* the last STATUS= sent */
+    /* metrics.c (its HTTP side runs on its own thread; views.c publishes into it) */
+    struct gm_metrics *metrics; /* NULL: [metrics] listen is empty */
     /* job.c (via jobroom.c) */
     struct gm_jobs *jobs;
     /* next rooms: one pointer each to their own state */

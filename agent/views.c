@@ -6,14 +6,18 @@
  */
 #include "agent/views.h"
 
-#include "agent/job.h"
-
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include <jansson.h>
 
 #include "agent/endpoints.h"
+#include "agent/job.h"
+#include "agent/metrics.h"
 #include "agent/state.h"
 #include "common/assert.h"
 #include "discovery/discovery.h"
@@ -209,3 +213,60 @@ const struct gm_room gm_views_room = {
     .commands = commands,
     .ncommands = GM_ARRAY_SIZE(commands),
 };
+
+/* --- metrics --------------------------------------------------------------- */
+
+static int64_t tcp_retransmits(const struct gm_link *l)
+{
+    struct tcp_info ti;
+    socklen_t len = sizeof(ti);
+    int fd = gm_link_fd(l);
+
+    if (fd < 0 || getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0)
+        return -1;
+    return (int64_t)ti.tcpi_total_retrans;
+}
+
+void gm_views_publish_metrics(struct gm_agent *a)
+{
+    struct gm_metrics_cluster c = {.checkpoint_age_s = -1, .term = -1};
+    struct gm_metrics_link *links;
+    size_t i;
+
+    if (a->metrics == NULL)
+        return;
+    snprintf(c.cluster, sizeof(c.cluster), "%s", a->cfg.cluster);
+    snprintf(c.node, sizeof(c.node), "%s", a->cfg.node);
+    c.members = (unsigned)a->npeers;
+    c.members_up = (unsigned)gm_agent_links_up(a);
+    c.token_uses = a->stats.joins_accepted; /* every admitted join spent one token use */
+    gm_metrics_set_cluster(a->metrics, &c);
+    links = calloc(a->npeers + 1, sizeof(*links));
+    if (links == NULL)
+        return; /* the previous list stays up; next tick tries again */
+    for (i = 0; i < a->npeers; i++) {
+        const struct gm_peer *p = &a->peers[i];
+        struct gm_metrics_link *l = &links[i];
+
+        snprintf(l->peer, sizeof(l->peer), "%s", p->node);
+        snprintf(l->address, sizeof(l->address), "%s", p->address);
+        l->cls = gm_class_name(p->link ? gm_measure_class(p) : path_class(a, p->address));
+        l->codec = "none"; /* the job runtime sets the codec per link */
+        l->up = p->link != NULL;
+        l->rtt_s = l->bps_out = l->bps_in = -1;
+        l->tcp_retransmits = -1;
+        if (p->link == NULL)
+            continue;
+        l->bytes_sent = gm_link_bytes_sent(p->link);
+        l->bytes_received = gm_link_bytes_received(p->link);
+        if (gm_link_rtt_ms(p->link) > 0)
+            l->rtt_s = gm_link_rtt_ms(p->link) / 1e3;
+        if (p->m.mbps_out >= 0)
+            l->bps_out = p->m.mbps_out * 1e6;
+        if (p->m.mbps_in >= 0)
+            l->bps_in = p->m.mbps_in * 1e6;
+        l->tcp_retransmits = tcp_retransmits(p->link);
+    }
+    gm_agent_ignore(gm_metrics_set_links(a->metrics, links, a->npeers));
+    free(links);
+}

@@ -8,12 +8,19 @@
  * here changes the agent.
  *
  * Control commands (gm_views_room): status, doctor.  Loop thread only.
+ *
+ * gm_views_publish_metrics (every tick, when [metrics] listen is set): the same member
+ * table as numbers for agent/metrics.h: per link class, state, bytes, RTT, throughput and
+ * the TCP retransmits the kernel counted (TCP_INFO); members up; token uses.
  */
 #ifndef GM_AGENT_VIEWS_H
 #define GM_AGENT_VIEWS_H
 
 struct gm_room;
+struct gm_agent;
 
 extern const struct gm_room gm_views_room;
+
+void gm_views_publish_metrics(struct gm_agent *a);
 
 #endif

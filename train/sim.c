@@ -202,6 +202,8 @@ int gm_sim_train(const struct gm_job *job, const struct gm_train_opts *opts,
                                           .ctx = rc};
         rc->opts = *opts;
         rc->opts.comm = &rc->comm;
+        if (i != 0)
+            rc->opts.hooks = NULL; /* rank 0 reports for all (and hooks need not be thread-safe) */
     }
     gm_info("event=simulate workers=%d codec=%s", s.n, s.strategy.name);
     for (int i = 0; i < s.n; i++) {

@@ -313,6 +313,47 @@ static void epoch_begin(struct epoch_stats *es, int epoch)
     es->sps = 0;
 }
 
+/* The observer hooks (trainer.h): a step just taken (t_*: its phase boundaries), an
+ * evaluation just made. */
+static void step_hook(const struct run *r, int epoch, double loss, uint64_t t_step, uint64_t t_coll,
+                      uint64_t t_opt)
+{
+    const struct gm_train_hooks *h = r->opts->hooks;
+    const uint64_t t_end = gm_time_mono_ns();
+
+    if (h == NULL || h->on_step == NULL)
+        return;
+    const struct gm_train_step_info si = {
+        .step = r->st.step,
+        .epoch = epoch + 1,
+        .loss = loss,
+        .lr = gm_sched_lr(&r->sched, r->st.step - 1),
+        .compute_s = (double)(t_coll - t_step) * 1e-9,
+        .collective_s = (double)(t_opt - t_coll) * 1e-9,
+        .optimizer_s = (double)(t_end - t_opt) * 1e-9,
+        .samples_per_s =
+            t_end > t_step ? r->st.global_batch / ((double)(t_end - t_step) * 1e-9) : 0,
+    };
+    h->on_step(h->ctx, &si);
+}
+
+static void eval_hook(const struct run *r, int epoch, double tloss, double acc, double epoch_loss,
+                      double epoch_sps)
+{
+    const struct gm_train_hooks *h = r->opts->hooks;
+    const struct gm_train_eval_info ei = {
+        .step = r->st.step,
+        .epoch = epoch + 1,
+        .test_loss = tloss,
+        .test_accuracy = acc,
+        .epoch_loss = epoch_loss,
+        .epoch_samples_per_s = epoch_sps,
+    };
+
+    if (h != NULL && h->on_eval != NULL)
+        h->on_eval(h->ctx, &ei);
+}
+
 int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
                    struct gm_train_summary *sum)
 {
@@ -365,6 +406,8 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
             sum->interrupted = 1;
             break;
         }
+        const uint64_t t_step = gm_time_mono_ns();
+        uint64_t t_coll, t_opt;
         gm_train_share(G, r.st.world, r.st.rank, &off, &n);
         if (n > r.max_batch || n < 1) {
             gm_err("event=share rank=%d world=%d global_batch=%d: a share of %d samples does not "
@@ -396,6 +439,7 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
             continue;
         if ((err = gm_model_backward(r.model, n)) < 0)
             goto out;
+        t_coll = gm_time_mono_ns();
         if ((rc = run_hook(&r, comm != NULL ? comm->reduce_grads : NULL)) < 0) {
             if (rc == GM_ERR_ABORTED && opts->stop != NULL && *opts->stop) {
                 sum->interrupted = 1; /* stopped mid-step: the last finished step stands */
@@ -406,6 +450,7 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
         }
         if (rc == 1)
             continue; /* the group's state replaced ours: take the step it says */
+        t_opt = gm_time_mono_ns();
         gm_optim_step(&r.optim, gm_model_params(r.model), gm_model_grads(r.model),
                       gm_sched_lr(&r.sched, r.st.step));
         /* The step is taken: st now describes the state after it.  A group that re-forms in
@@ -423,6 +468,7 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
             continue; /* the group's state is at another step: take the step it says */
         r.st.loss = loss;
         steps_done++;
+        step_hook(&r, e, loss, t_step, t_coll, t_opt);
         es.steps++;
         es.window_steps++;
         es.loss_sum += loss;
@@ -461,6 +507,7 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
         if ((e + 1) % job->eval_every == 0 || e + 1 == job->epochs) {
             if ((err = evaluate(&r, &acc, &tloss)) < 0)
                 goto out;
+            eval_hook(&r, e, tloss, acc, epoch_loss, (double)es.steps * G / epoch_s);
             gm_info("event=epoch epoch=%d steps=%ld train_loss=%.4f test_loss=%.4f "
                     "test_accuracy=%.2f epoch_s=%.1f samples_per_s=%.0f",
                     e + 1, r.st.step, epoch_loss, tloss, acc, epoch_s,
@@ -482,8 +529,11 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
             progress_bar(&r, r.st.step % r.steps_per_epoch, epoch_loss, es.sps, 1);
         gm_notice("event=interrupted step=%ld epoch=%d: stopping, saving weights", r.st.step,
                   r.epoch + 1);
-        if (r.st.rank == 0 && (err = evaluate(&r, &acc, &tloss)) < 0)
-            goto out;
+        if (r.st.rank == 0) {
+            if ((err = evaluate(&r, &acc, &tloss)) < 0)
+                goto out;
+            eval_hook(&r, r.epoch, tloss, acc, epoch_loss, 0);
+        }
     }
     if (!sum->interrupted && comm != NULL && comm->finish != NULL)
         comm->finish(comm->ctx, &r.st);
@@ -538,7 +588,7 @@ int gm_train_summary_write_json(const struct gm_train_summary *s, const char *pa
     json_object_set_new(o, "interrupted", json_boolean(s->interrupted));
     json_object_set_new(o, "checkpoint",
                         s->checkpoint[0] ? json_string(s->checkpoint) : json_null());
-    if (json_dump_file(o, path, JSON_INDENT(2) | JSON_SORT_KEYS) != 0) {
+    if (json_dump_file(o, path, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(10)) != 0) {
         gm_err("%s: cannot write the summary: %s", path, strerror(errno));
         err = -EIO;
     }

@@ -114,12 +114,47 @@ struct gm_train_comm {
     void *ctx;
 };
 
+/*
+ * Optional observer of a run (train/tbevents.h writes TensorBoard events from it; the
+ * agent's job runtime can feed agent/metrics.h the same way): on_step after every optimizer
+ * step, on_eval after every test evaluation (rank 0 evaluates).  Called on the trainer's
+ * thread of the replica given them (sim.c gives them to rank 0 only); they must not block
+ * for long.  The step time split: compute is batch, forward, loss and backward (with the
+ * overlap hooks, the collective runs during it); collective is the wait in reduce_grads
+ * after backward; optimizer is the optimizer step and after_step.
+ */
+struct gm_train_step_info {
+    long step;            /* steps done, this one included (1, 2, ...) */
+    int epoch;            /* 1-based */
+    double loss;          /* this step's batch loss */
+    double lr;            /* the learning rate this step used */
+    double compute_s;     /* data, forward, loss, backward */
+    double collective_s;  /* reduce_grads: waiting for the collective (0 alone) */
+    double optimizer_s;   /* optimizer step and after_step */
+    double samples_per_s; /* this step's batch / its wall time */
+};
+
+struct gm_train_eval_info {
+    long step;                       /* steps done at the evaluation */
+    int epoch;                       /* 1-based; the epoch just finished */
+    double test_loss, test_accuracy; /* percent */
+    double epoch_loss;               /* mean training loss of the epoch */
+    double epoch_samples_per_s;
+};
+
+struct gm_train_hooks {
+    void (*on_step)(void *ctx, const struct gm_train_step_info *s);
+    void (*on_eval)(void *ctx, const struct gm_train_eval_info *e);
+    void *ctx;
+};
+
 struct gm_train_opts {
     int progress;                     /* 1: terminal progress bar; 0: log lines */
     volatile sig_atomic_t *stop;      /* borrowed, may be NULL */
     const char *out;                  /* overrides job->out when not NULL */
     const struct gm_train_comm *comm; /* borrowed, may be NULL: one replica alone */
     int keep_on_stop; /* every rank (not only 0) writes its weights when stopped early */
+    const struct gm_train_hooks *hooks; /* borrowed, may be NULL */
 };
 
 /* Returns 0 or an error (GM_ERR_CONFIG / GM_ERR_DATA already logged with the

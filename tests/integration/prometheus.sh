@@ -1,0 +1,203 @@
+#!/usr/bin/env bash
+# tests/integration/prometheus.sh - Debian's real prometheus scrapes two linked agents on
+# loopback, and its HTTP API returns the per-link series with plausible values: the link
+# up, RTT between 1 us and 1 s, bytes sent and received > 0, a measured throughput, the
+# class "lan", TCP retransmits present.  Meanwhile a hostile client holds connections open
+# on alpha's metrics port and sends garbage: the agent keeps answering its control socket
+# and prometheus keeps scraping.
+#
+#   alpha 127.0.0.1:PA  <--TLS-->  beta 127.0.0.1:PB
+#   alpha metrics 127.0.0.1:MA, beta metrics 127.0.0.1:MB  <--  prometheus 127.0.0.1:PP
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+. tests/integration/lib.bash
+
+command -v prometheus >/dev/null || { echo "no prometheus (apt-get install prometheus)"; exit 77; }
+
+PA=$(free_port); PB=$(free_port); MA=$(free_port); MB=$(free_port); PP=$(free_port)
+"$GM" init --cluster lab --config "$WORK/alpha.conf" --state "$WORK/alpha" \
+    --listen 127.0.0.1:$PA --node alpha --multicast off >/dev/null 2>>"$WORK/cli.log" || fail "init"
+sed -i "s/^listen = $/listen = 127.0.0.1:$MA/" "$WORK/alpha.conf"
+start_agent alpha
+T=$("$GM" token create --config "$WORK/alpha.conf" 2>>"$WORK/cli.log") || fail "token create"
+"$GM" join "$T" --peer 127.0.0.1:$PA --config "$WORK/beta.conf" --state "$WORK/beta" \
+    --listen 127.0.0.1:$PB --node beta --multicast off >/dev/null 2>>"$WORK/cli.log" || fail "join"
+sed -i "s/^listen = $/listen = 127.0.0.1:$MB/" "$WORK/beta.conf"
+start_agent beta
+wait_for "alpha and beta linked" links_up alpha 1
+log_has alpha "event=metrics-listening address=127.0.0.1:$MA"
+
+cat >"$WORK/prometheus.yml" <<YML
+global:
+  scrape_interval: 1s
+  scrape_timeout: 900ms
+scrape_configs:
+  - job_name: gradmesh
+    static_configs:
+      - targets: ['127.0.0.1:$MA', '127.0.0.1:$MB']
+YML
+promtool check config "$WORK/prometheus.yml" >/dev/null 2>&1 || fail "promtool rejects the config"
+prometheus --config.file="$WORK/prometheus.yml" --storage.tsdb.path="$WORK/tsdb" \
+    --web.listen-address=127.0.0.1:$PP >"$WORK/prometheus.log" 2>&1 &
+PROM=$!
+PIDS+=($PROM)
+api="http://127.0.0.1:$PP/api/v1"
+wait_for "prometheus ready" curl -fsS "http://127.0.0.1:$PP/-/ready"
+
+# promql QUERY -> the API's JSON result list
+promql() { curl -fsS --get "$api/query" --data-urlencode "query=$1"; }
+# series_ok QUERY PYEXPR: every result has a value v (float) and labels l for which PYEXPR holds,
+# and there is at least one result per agent (instance)
+series_ok() {
+    promql "$1" | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+r = d["data"]["result"]
+inst = {x["metric"]["instance"] for x in r}
+ok = len(inst) == 2 and all((lambda l, v: '"$2"')(x["metric"], float(x["value"][1])) for x in r)
+sys.exit(0 if ok else 1)'
+}
+
+wait_for "both targets up" series_ok 'up{job="gradmesh"}' 'v == 1'
+# the measurement runs on connect: wait for the series that need it
+deadline=$((SECONDS + 20))
+until series_ok 'gradmesh_link_throughput_bits_per_second{direction="out"}' 'v > 1e6' &&
+      series_ok 'gradmesh_link_rtt_seconds' '1e-6 < v < 1'; do
+    [ $SECONDS -lt $deadline ] || { promql 'gradmesh_link_rtt_seconds'; fail "no RTT/throughput series"; }
+    sleep 0.2
+done
+series_ok 'gradmesh_link_up' 'v == 1 and l["class"] == "lan" and l["peer"] in ("alpha", "beta")' ||
+    fail "gradmesh_link_up: $(promql gradmesh_link_up)"
+series_ok 'gradmesh_link_sent_bytes_total' 'v > 1000' || fail "sent bytes: $(promql gradmesh_link_sent_bytes_total)"
+series_ok 'gradmesh_link_received_bytes_total' 'v > 1000' || fail "received bytes"
+series_ok 'gradmesh_link_tcp_retransmits_total' 'v >= 0' || fail "retransmits"
+series_ok 'gradmesh_link_info' 'v == 1 and l["codec"] == "none" and l["address"].startswith("127.0.0.1:")' ||
+    fail "link info: $(promql gradmesh_link_info)"
+series_ok 'gradmesh_members_up' 'v == 1' || fail "members up"
+series_ok 'gradmesh_up' 'l["cluster"] == "lab" and l["node"] in ("alpha", "beta")' || fail "gradmesh_up"
+promql 'gradmesh_joins_total{instance="127.0.0.1:'$MA'",result="accepted"}' |
+    python3 -c 'import json,sys; r=json.load(sys.stdin)["data"]["result"]; sys.exit(0 if r and float(r[0]["value"][1])==1 else 1)' ||
+    fail "alpha's accepted joins"
+rtt=$(promql 'gradmesh_link_rtt_seconds{peer="beta"}' | python3 -c 'import json,sys; print(json.load(sys.stdin)["data"]["result"][0]["value"][1])')
+pass "prometheus has per-link series for both agents (alpha->beta RTT ${rtt} s)"
+# status --json prints numbers as people read them: no 83.879999999999995
+"$GM" status --json --config "$WORK/alpha.conf" >"$WORK/status.json" || fail "status --json"
+python3 - "$WORK/status.json" <<'PY' || fail "status --json: $(cat "$WORK/status.json")"
+import json, sys
+reals = []
+d = json.load(open(sys.argv[1]), parse_float=lambda s: reals.append(s) or float(s))
+assert d["members"][0]["rtt_ms"] > 0 and reals, d
+long = [r for r in reals if len(r.lstrip("-0.").replace(".", "").split("e")[0]) > 6]
+assert not long, "reals with more than 6 significant digits: %s" % long
+PY
+
+# --- a hostile scraper: held connections and garbage on alpha's metrics port -------------
+python3 - "$MA" >"$WORK/hostile.log" 2>&1 <<'PY' &
+import socket, sys, time
+port = int(sys.argv[1]); held = []
+for i in range(40):
+    try:
+        s = socket.create_connection(("127.0.0.1", port), timeout=1)
+        s.send(b"GET /metr" if i % 2 else b"\x00\xff garbage \r\n\r\n")
+        held.append(s)
+    except OSError:
+        pass
+time.sleep(3)   # hold them for longer than a scrape interval
+for s in held:
+    s.close()
+print("held", len(held))
+PY
+HOSTILE=$!
+for i in 1 2 3 4 5; do
+    t0=$(date +%s%N)
+    "$GM" status --config "$WORK/alpha.conf" >/dev/null || fail "status while metrics port is flooded"
+    dt=$(( ($(date +%s%N) - t0) / 1000000 ))
+    [ $dt -lt 1000 ] || fail "status took $dt ms while metrics port is flooded"
+done
+wait $HOSTILE
+# scraping recovers: a fresh sample after the flood
+t_flood=$(date +%s)
+wait_for "fresh scrape of alpha after the flood" python3 -c '
+import json, sys, urllib.request, urllib.parse
+q = urllib.parse.urlencode({"query": "timestamp(gradmesh_members_up{instance=\"127.0.0.1:'$MA'\"})"})
+r = json.load(urllib.request.urlopen("'$api'/query?" + q))["data"]["result"]
+sys.exit(0 if r and float(r[0]["value"][1]) > '$t_flood' else 1)'
+pass "held connections and garbage: status answered in < 1 s, scraping recovered"
+
+# --- a distributed job's series, published by the trainer threads -------------------------
+data=/usr/share/datasets/fashion-mnist
+if [ -r "$data/train-images-idx3-ubyte.gz" ]; then
+    cat >"$WORK/job.ini" <<JOB
+[job]
+name = prom-mlp
+model = mlp
+epochs = 8
+[model]
+hidden = 32
+[data]
+kind = idx
+dir = $data
+[optim]
+name = sgd
+lr = 0.05
+global_batch = 128
+[comm]
+codec = fp32
+JOB
+    "$GM" submit "$WORK/job.ini" --follow --config "$WORK/alpha.conf" >"$WORK/submit.log" 2>&1 &
+    SUBMIT=$!
+    # both agents' own /metrics show the job's step split, speed and step while it runs
+    python3 - "$MA" "$MB" <<'PY' || fail "job series missing from /metrics during the run"
+import sys, time, urllib.request
+want = {"compute", "collective", "optimizer"}
+todo, end = set(sys.argv[1:]), time.time() + 30
+while todo and time.time() < end:
+    for port in sorted(todo):
+        try:
+            text = urllib.request.urlopen("http://127.0.0.1:%s/metrics" % port, timeout=2).read().decode()
+        except OSError:
+            continue
+        seen, sps, step = set(), 0.0, 0
+        for line in text.splitlines():
+            if line.startswith('gradmesh_job_step_seconds{job="prom-mlp",phase="'):
+                seen.add(line.split('phase="')[1].split('"')[0])
+            elif line.startswith('gradmesh_job_samples_per_second{job="prom-mlp"}'):
+                sps = float(line.split()[-1])
+            elif line.startswith('gradmesh_job_step{job="prom-mlp"}'):
+                step = int(line.split()[-1])
+        if seen == want and sps > 0 and step > 0:
+            print("ok: :%s step %d, %.0f samples/s" % (port, step, sps))
+            todo.discard(port)
+    time.sleep(0.02)
+sys.exit(1 if todo else 0)
+PY
+    wait "$SUBMIT" || { cat "$WORK/submit.log"; fail "submit --follow exit $?"; }
+    curl -fsS "http://127.0.0.1:$MA/metrics" | grep -q '^gradmesh_job_step{' &&
+        fail "job series still exported after the job ended"
+    # each agent wrote the job's TensorBoard events beside its weights
+    for n in alpha beta; do
+        ev=$(ls "$WORK/$n"/jobs/*/tensorboard/events.out.tfevents.* 2>/dev/null | head -1)
+        [ -n "$ev" ] || fail "$n wrote no TensorBoard events for the job"
+        if python3 -c 'import tensorboard' 2>/dev/null; then
+            python3 - "$(dirname "$ev")" "$n" <<'PY' || fail "$n's job events"
+import sys
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+ea = EventAccumulator(sys.argv[1], size_guidance={"scalars": 0}); ea.Reload()
+tags = set(ea.Tags()["scalars"])
+steps = [e.step for e in ea.Scalars("step_time/collective_s")]
+assert steps == list(range(1, 8 * 468 + 1)), (steps[:3], len(steps))
+assert sum(e.value for e in ea.Scalars("step_time/collective_s")) > 0
+if sys.argv[2] == "alpha":  # rank 0 evaluates and holds the summary
+    assert len(ea.Scalars("test/accuracy_percent")) == 8, tags
+    assert "summary/test_accuracy_percent" in tags, tags
+PY
+        fi
+    done
+    pass "a running job's step time split, samples/s and step are in both agents' /metrics"
+else
+    echo "no $data: job series not checked"
+fi
+
+kill "$PROM"; wait "$PROM"
+PIDS=("$PID_alpha" "$PID_beta")
+stop_agents
