@@ -53,6 +53,7 @@ for n in alpha beta gamma; do until_ok "$n's links" up $n; done
 echo
 echo "== gradmesh submit --follow: LeNet-5, Fashion-MNIST, 2 epochs, 3 ranks"
 sed -e 's/^epochs .*/epochs  = 2/' -e '/^out /d' -e 's/^batch .*/global_batch = 192 ; split over the agents/' \
+    -e 's/^lr .*/lr    = 0.003 ; 3x the one-machine lr for a 3x larger global batch/' \
     docs/jobs/fmnist-lenet5.ini >"$out/job.ini"
 "$bin" submit "$out/job.ini" --follow --config "$out/alpha.conf" | tee "$out/submit.out"
 weights=$(sed -n 's/^weights: //p' "$out/submit.out")
