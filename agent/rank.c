@@ -66,6 +66,7 @@ struct gm_rank {
     int group_rank, group_world;
     bool stopping, exited;
     struct gm_rank_progress prog;
+    uint64_t bytes_sent_total; /* collective payload this rank sent, all groups */
     struct gm_metrics *metrics; /* borrowed, may be NULL: where the trainer publishes */
     struct gm_metrics_job mjob; /* the last published (accuracy kept between evaluations) */
     struct gm_tb_writer *tb;    /* owned, trainer thread only (NULL: none): the job's events */
@@ -75,10 +76,13 @@ struct gm_rank {
     struct gm_coll *coll;                  /* owned: the current group */
     struct gm_xport *x;                    /* owned */
     uint32_t coll_gen, broken_gen;
+    uint64_t coll_bytes_seen; /* the current gm_coll's payload bytes sent, counted so far */
     struct old_group *graveyard;
     uint64_t payload_retired; /* gradient bytes sent by retired groups */
 
     /* trainer thread only */
+    uint64_t bytes_at_step; /* bytes_sent_total at the last step's report */
+    size_t nparams;
     struct req *submitted, **submitted_tail; /* overlap: heap reqs, until wait */
     int submit_err;
     uint32_t synced_gen;
@@ -140,7 +144,14 @@ static void op_done(struct gm_coll *c, int status, void *arg)
     struct gm_rank *rk = arg;
     struct req *r = rk->inflight;
 
-    (void)c;
+    if (c == rk->coll) { /* the bytes this op sent, for the per-step metrics */
+        struct gm_coll_traffic t;
+        gm_coll_traffic_total(c, &t, NULL);
+        pthread_mutex_lock(&rk->mu);
+        rk->bytes_sent_total += t.payload_bytes - rk->coll_bytes_seen;
+        pthread_mutex_unlock(&rk->mu);
+        rk->coll_bytes_seen = t.payload_bytes;
+    }
     if (r != NULL) {
         rk->inflight = r->next;
         if (rk->inflight == NULL)
@@ -276,6 +287,7 @@ int gm_rank_set_group(struct gm_rank *rk, uint32_t gen, int rank, int world, str
         return -ENOMEM;
     }
     rk->coll_gen = gen;
+    rk->coll_bytes_seen = 0;
     pthread_mutex_lock(&rk->mu);
     rk->group_gen = gen;
     rk->group_rank = rank;
@@ -503,6 +515,7 @@ static int hook_resync(void *ctx, struct gm_train_state *st)
     }
     st->rank = rank;
     st->world = world;
+    rk->nparams = np;
     err = gm_gradsync_new(&rk->strat, rank, world, rk->job.seed, &rk->exec, &rk->gs);
     if (err < 0)
         return err;
@@ -645,6 +658,15 @@ static void hook_step(void *ctx, const struct gm_train_step_info *si)
     rk->mjob.optimizer_s = si->optimizer_s;
     rk->mjob.samples_per_s = si->samples_per_s;
     rk->mjob.loss = si->loss;
+    {
+        uint64_t b = rk->bytes_sent_total - rk->bytes_at_step;
+        int w = rk->prog.world;
+        rk->bytes_at_step = rk->bytes_sent_total;
+        rk->mjob.bytes_per_step = w > 1 ? (double)b : -1;
+        /* against fp32 through the ring: 2(W-1)/W of the gradient's bytes per rank */
+        rk->mjob.compression_ratio =
+            w > 1 && b > 0 ? 2.0 * (w - 1) / w * (double)rk->nparams * 4.0 / (double)b : -1;
+    }
     if (rk->metrics != NULL)
         gm_metrics_job_update(rk->metrics, &rk->mjob); /* its own short lock, never ours */
     pthread_mutex_unlock(&rk->mu);
@@ -743,7 +765,7 @@ int gm_rank_start(uv_loop_t *loop, const struct gm_job *job, const char *out,
     rk->hooks = (struct gm_train_hooks){.on_step = hook_step, .on_eval = hook_eval, .ctx = rk};
     snprintf(rk->mjob.name, sizeof(rk->mjob.name), "%s", job->name);
     rk->mjob.accuracy_pct = -1;      /* not evaluated yet */
-    rk->mjob.bytes_per_step = -1;    /* not measured per step yet (see metrics.h) */
+    rk->mjob.bytes_per_step = -1;    /* until a step with a peer reports them */
     rk->mjob.compression_ratio = -1; /* idem */
     rk->opts = (struct gm_train_opts){.progress = 0,
                                       .stop = &rk->stop,
