@@ -66,7 +66,7 @@ struct gm_rank {
     int group_rank, group_world;
     bool stopping, exited;
     struct gm_rank_progress prog;
-    uint64_t bytes_sent_total; /* collective payload this rank sent, all groups */
+    uint64_t bytes_sent_total;  /* collective payload this rank sent, all groups */
     struct gm_metrics *metrics; /* borrowed, may be NULL: where the trainer publishes */
     struct gm_metrics_job mjob; /* the last published (accuracy kept between evaluations) */
     struct gm_tb_writer *tb;    /* owned, trainer thread only (NULL: none): the job's events */
