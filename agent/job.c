@@ -1002,6 +1002,15 @@ static int on_train(struct gm_jobs *j, struct gm_link *l, const char *node,
 
 static int on_submit(struct gm_jobs *j, const char *node, struct gm_jobmsg *m);
 
+/* The job messages and their handlers (the frames' link states are jobroom.c's table). */
+static const struct {
+    uint16_t type;
+    int (*fn)(struct gm_jobs *j, const char *node, struct gm_jobmsg *m);
+} handlers[] = {
+    {GM_MSG_JOB_OFFER, on_offer},   {GM_MSG_JOB_CHECK, on_check}, {GM_MSG_JOB_GROUP, on_group},
+    {GM_MSG_JOB_REPORT, on_report}, {GM_MSG_JOB_END, on_end},     {GM_MSG_JOB_SUBMIT, on_submit},
+};
+
 int gm_jobs_on_frame(struct gm_jobs *j, struct gm_link *l, const char *node,
                      const struct gm_frame_hdr *h, const uint8_t *payload)
 {
@@ -1012,28 +1021,10 @@ int gm_jobs_on_frame(struct gm_jobs *j, struct gm_link *l, const char *node,
         return on_train(j, l, node, h, payload);
     if ((err = gm_jobmsg_decode(h->type, payload, h->len, &m)) < 0)
         return err;
-    switch (h->type) {
-    case GM_MSG_JOB_OFFER:
-        err = on_offer(j, node, &m);
-        break;
-    case GM_MSG_JOB_CHECK:
-        err = on_check(j, node, &m);
-        break;
-    case GM_MSG_JOB_GROUP:
-        err = on_group(j, node, &m);
-        break;
-    case GM_MSG_JOB_REPORT:
-        err = on_report(j, node, &m);
-        break;
-    case GM_MSG_JOB_END:
-        err = on_end(j, node, &m);
-        break;
-    case GM_MSG_JOB_SUBMIT:
-        err = on_submit(j, node, &m);
-        break;
-    default:
-        err = GM_ERR_PROTO;
-    }
+    err = GM_ERR_PROTO;
+    for (size_t i = 0; i < sizeof(handlers) / sizeof(handlers[0]); i++)
+        if (handlers[i].type == h->type)
+            err = handlers[i].fn(j, node, &m);
     gm_jobmsg_free(&m);
     return err;
 }
