@@ -760,13 +760,13 @@ int gm_rank_start(uv_loop_t *loop, const struct gm_job *job, const char *out,
                                       .progress = hook_progress,
                                       .finish = hook_finish,
                                       .ctx = rk};
-    /* every rank keeps the weights of its last finished step when the job stops early (a
-     * lost coordinator, a cancel): the coordinator's are not the only copy then */
     rk->hooks = (struct gm_train_hooks){.on_step = hook_step, .on_eval = hook_eval, .ctx = rk};
     snprintf(rk->mjob.name, sizeof(rk->mjob.name), "%s", job->name);
     rk->mjob.accuracy_pct = -1;      /* not evaluated yet */
     rk->mjob.bytes_per_step = -1;    /* until a step with a peer reports them */
     rk->mjob.compression_ratio = -1; /* idem */
+    /* keep_on_stop: every rank keeps the weights of its last finished step when the job
+     * stops early (a lost coordinator, a cancel): the coordinator's are not the only copy */
     rk->opts = (struct gm_train_opts){.progress = 0,
                                       .stop = &rk->stop,
                                       .out = rk->out,
