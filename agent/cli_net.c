@@ -1,7 +1,7 @@
 /*
  * agent/cli_net.c - `gradmesh init | join | token | agent | status`.
  *
- * Contract: ../shared/DESIGN.md "Command line".  Exit codes: 0 ok, 1 runtime
+ * Contract: the command line in README.md and gradmesh(1).  Exit codes: 0 ok, 1 runtime
  * failure, 2 usage, 78 configuration error (bad config or token).  Tokens are
  * printed on stdout only (never logged); everything else goes to the log.
  */

@@ -9,7 +9,7 @@
  *
  * SIGINT/SIGTERM set a flag (the handler does nothing else); the trainer
  * stops at the next step boundary, saves the weights and the run ends with
- * exit code 130.  Exit codes otherwise as in DESIGN.md: 0, 1 runtime, 2
+ * exit code 130.  Exit codes otherwise as in gradmesh(1): 0, 1 runtime, 2
  * usage, 78 bad job or data file.
  */
 #include <getopt.h>

@@ -1,7 +1,7 @@
 /*
  * agent/main.c - the gradmesh command line: a table of subcommands, each a
  * function (argc, argv) -> exit code.  Exit codes: 0 success, 1 runtime
- * failure, 2 usage, 78 configuration error (../shared/DESIGN.md).
+ * failure, 2 usage, 78 configuration error (gradmesh(1), EXIT STATUS).
  */
 #include <stdio.h>
 #include <string.h>

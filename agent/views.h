@@ -1,6 +1,6 @@
 /*
  * agent/views.h - what the agent shows of itself over the control socket:
- * `status` (the object DESIGN.md fixes: cluster, node, role, chief, term,
+ * `status` (the object docs/ARCHITECTURE.md describes: cluster, node, role, chief, term,
  * quorum, members with link class, state, RTT, throughput, MTU, ...; job) and
  * `doctor` (status plus the control socket path, discovery counters, static
  * endpoints, the RTT and throughput matrix from every member's LINK_STATS,

@@ -1,7 +1,7 @@
 /*
  * common/err.h - error codes shared by every module.
  *
- * Convention (see ../shared/STYLE.md): fallible functions return 0 or a negative
+ * Convention (the house style): fallible functions return 0 or a negative
  * number.  Negative errno values (-ENOMEM, -EINVAL, ...) and libuv codes pass
  * through unchanged; codes specific to gradmesh live below GM_ERR_BASE (-4000) so
  * they never collide with either.  gm_strerror() names every one of them.

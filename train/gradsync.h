@@ -7,7 +7,7 @@
  * job runtime and `gradmesh doctor` all start from a strategy, so they cannot disagree.
  *
  * auto: resolved here, explicitly, to dense fp32, and the reason logged once per call
- * ("codec=auto resolved to fp32: ...").  DESIGN.md sends uncompressed on fast LANs, and no
+ * ("codec=auto resolved to fp32: ...").  Fast LANs need no compression, and no
  * link measurement reaches this code yet; a later issue makes auto choose per link.
  *
  * Settings, as the simulation has always used them: every kind runs the ring all-reduce (byte

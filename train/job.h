@@ -1,7 +1,7 @@
 /*
  * train/job.h - the job file: what to train, on what data, with which optimizer.
  *
- * A job file is INI (DESIGN.md "Job file"), parsed with inih.  Sections and keys:
+ * A job file is INI (README.md "Job file", gradmesh-job(5)), parsed with inih.  Sections and keys:
  *
  *   [job]      name (default "job"), model (mlp | lenet5, required), epochs (>= 1, 5),
  *              seed (u64, 1), threads (1..1024, 1), log_every (steps >= 1, 100),

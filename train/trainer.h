@@ -162,7 +162,7 @@ struct gm_train_opts {
 int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
                    struct gm_train_summary *sum) GM_MUST_CHECK;
 
-/* Writes the summary as one JSON object (DESIGN.md field names). */
+/* Writes the summary as one JSON object (the field names docs/ARCHITECTURE.md lists). */
 int gm_train_summary_write_json(const struct gm_train_summary *sum, const char *path) GM_MUST_CHECK;
 
 #endif

@@ -286,7 +286,7 @@ static void test_every_key_adam(void)
     gm_job_free(&job);
 }
 
-/* The example in DESIGN.md, verbatim. */
+/* The job-file example of the design card (README.md "Job file"), verbatim. */
 static void test_design_example(void)
 {
     static const char text[] =
