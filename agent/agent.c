@@ -16,6 +16,7 @@
 #include "agent/agent.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -435,6 +436,7 @@ int gm_agent_open(const char *config_path, struct gm_agent **out)
 
     *out = NULL;
     rooms_check();
+    signal(SIGPIPE, SIG_IGN); /* a vanished client or peer is EPIPE, not death */
     if (sodium_init() < 0)
         return -ENOMEM;
     a = calloc(1, sizeof(*a));

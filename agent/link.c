@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -166,6 +167,10 @@ int gm_link_new(uv_loop_t *loop, struct gm_tls_ctx *ctx, const struct gm_link_op
     int err;
 
     *out = NULL;
+    /* libuv writes with write(2): a peer that resets mid-write must fail
+     * this link with EPIPE, not kill the process with SIGPIPE. Process-wide,
+     * so every program with a link (agent, joiner, tests) gets it. */
+    signal(SIGPIPE, SIG_IGN);
     l = calloc(1, sizeof(*l));
     if (l == NULL)
         return -ENOMEM;

@@ -3,6 +3,7 @@
  * function (argc, argv) -> exit code.  Exit codes: 0 success, 1 runtime
  * failure, 2 usage, 78 configuration error (gradmesh(1), EXIT STATUS).
  */
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -40,6 +41,9 @@ int main(int argc, char **argv)
     size_t i;
 
     gm_log_init();
+    /* a closed socket (control client, peer link) is an error return, never a
+     * fatal signal */
+    signal(SIGPIPE, SIG_IGN);
     if (argc < 2) {
         gm_cli_usage(stderr);
         return GM_EXIT_USAGE;
