@@ -18,6 +18,7 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include "common/assert.h"
 #include "common/byteorder.h"
 #include "common/log.h"
 #include "common/time.h"
@@ -35,8 +36,8 @@ struct bulk_item {
     struct bulk_item *next;
     uint16_t type;
     uint64_t req;
-    const uint8_t *data; /* borrowed */
-    size_t len, off;
+    const uint8_t *head, *data; /* borrowed: the payload is head || data */
+    size_t head_len, len, off;  /* len: head_len + data's length; off: sent so far */
     gm_link_done_fn done;
     void *arg;
 };
@@ -339,17 +340,25 @@ static int flush(struct gm_link *l)
     return 0;
 }
 
-static int tls_write_frame(struct gm_link *l, uint16_t type, uint16_t flags, uint64_t req,
-                           const uint8_t *p, size_t len)
+/* One frame of a bulk item: bytes [off, off+n) of head || data.  The frame
+ * header and the head bytes go out as one small TLS record, the data as
+ * records of up to 16 KiB encrypted straight from the owner's buffer. */
+static int tls_write_chunk(struct gm_link *l, const struct bulk_item *b, uint16_t flags, size_t n)
 {
-    struct gm_frame_hdr h = {.type = type, .flags = flags, .len = (uint32_t)len, .req = req};
-    uint8_t hdr[GM_FRAME_HDR_LEN];
+    struct gm_frame_hdr h = {.type = b->type, .flags = flags, .len = (uint32_t)n, .req = b->req};
+    uint8_t small[GM_FRAME_HDR_LEN + GM_LINK_HEAD_MAX];
+    size_t hn = 0, off = b->off;
     int err;
 
-    gm_frame_hdr_encode(&h, hdr);
-    err = gm_tls_write(l->tls, hdr, sizeof(hdr));
-    if (err == 0)
-        err = gm_tls_write(l->tls, p, len);
+    gm_frame_hdr_encode(&h, small);
+    if (off < b->head_len) {
+        hn = GM_MIN(b->head_len - off, n);
+        memcpy(small + GM_FRAME_HDR_LEN, b->head + off, hn);
+    }
+    err = gm_tls_write(l->tls, small, GM_FRAME_HDR_LEN + hn);
+    off += hn;
+    if (err == 0 && n > hn)
+        err = gm_tls_write(l->tls, b->data + (off - b->head_len), n - hn);
     return err;
 }
 
@@ -403,8 +412,7 @@ static void pump(struct gm_link *l)
             size_t n = b->len - b->off;
             if (n > GM_LINK_CHUNK)
                 n = GM_LINK_CHUNK;
-            err = tls_write_frame(l, b->type, b->off + n < b->len ? GM_FRAME_F_MORE : 0, b->req,
-                                  b->data + b->off, n);
+            err = tls_write_chunk(l, b, b->off + n < b->len ? GM_FRAME_F_MORE : 0, n);
             b->off += n;
             l->bulk_bytes -= n;
             budget = budget > n ? budget - n : 0;
@@ -504,29 +512,39 @@ int gm_link_send_raw(struct gm_link *l, const void *bytes, size_t len)
     return 0;
 }
 
-int gm_link_send_bulk(struct gm_link *l, uint16_t type, uint64_t req, const void *data, size_t len,
-                      gm_link_done_fn done, void *arg)
+int gm_link_send_bulk2(struct gm_link *l, uint16_t type, uint64_t req, const void *head,
+                       size_t head_len, const void *data, size_t len, gm_link_done_fn done,
+                       void *arg)
 {
     struct bulk_item *b;
 
     if (l->closing)
         return -EPIPE;
-    if (len == 0)
+    if (head_len + len == 0 || head_len > GM_LINK_HEAD_MAX || (head == NULL && head_len > 0) ||
+        (data == NULL && len > 0))
         return -EINVAL;
     b = calloc(1, sizeof(*b));
     if (b == NULL)
         return -ENOMEM;
     b->type = type;
     b->req = req;
+    b->head = head;
+    b->head_len = head_len;
     b->data = data;
-    b->len = len;
+    b->len = head_len + len;
     b->done = done;
     b->arg = arg;
     *l->bulk_tail = b;
     l->bulk_tail = &b->next;
-    l->bulk_bytes += len;
+    l->bulk_bytes += b->len;
     pump(l);
     return 0;
+}
+
+int gm_link_send_bulk(struct gm_link *l, uint16_t type, uint64_t req, const void *data, size_t len,
+                      gm_link_done_fn done, void *arg)
+{
+    return gm_link_send_bulk2(l, type, req, NULL, 0, data, len, done, arg);
 }
 
 static void shutdown_cb(uv_shutdown_t *req, int status)

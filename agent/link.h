@@ -40,6 +40,7 @@
 #define GM_LINK_CHUNK (256u << 10)
 #define GM_LINK_HIGH_WATER (1u << 20)
 #define GM_LINK_READ_STOP (8u << 20)
+#define GM_LINK_HEAD_MAX 256u       /* gm_link_send_bulk2's head */
 #define GM_LINK_CTRL_MAX (4u << 20) /* queued control bytes before sends fail */
 #define GM_LINK_HANDSHAKE_MS 10000
 #define GM_LINK_LINGER_MS 2000 /* a closing link waits this long for the peer's EOF */
@@ -89,6 +90,13 @@ GM_MUST_CHECK int gm_link_send_raw(struct gm_link *l, const void *bytes, size_t 
  * from inside this function). */
 GM_MUST_CHECK int gm_link_send_bulk(struct gm_link *l, uint16_t type, uint64_t req,
                                     const void *data, size_t len, gm_link_done_fn done, void *arg);
+/* The same with the payload head || data: head (at most GM_LINK_HEAD_MAX
+ * bytes, a message header) and data are both borrowed until done runs, so a
+ * sender can put its own header before a slice of a larger buffer without
+ * copying the slice. */
+GM_MUST_CHECK int gm_link_send_bulk2(struct gm_link *l, uint16_t type, uint64_t req,
+                                     const void *head, size_t head_len, const void *data,
+                                     size_t len, gm_link_done_fn done, void *arg);
 /* Sends ERROR {err, message} and closes with err. */
 void gm_link_fail(struct gm_link *l, int err, const char *message);
 void gm_link_close(struct gm_link *l, int err);

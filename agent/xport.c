@@ -168,9 +168,10 @@ static void send_done(void *arg, int err)
         maybe_free(x);
 }
 
-static int x_send(struct gm_transport *t, int peer, const void *buf, size_t len,
-                  gm_transport_send_cb cb, void *arg)
+static int x_send(struct gm_transport *t, int peer, const void *head, size_t head_len,
+                  const void *body, size_t body_len, gm_transport_send_cb cb, void *arg)
 {
+    size_t len = head_len + body_len;
     struct gm_xport *x = t->impl;
     struct xpeer *p;
     struct sendreq *r;
@@ -187,8 +188,14 @@ static int x_send(struct gm_transport *t, int peer, const void *buf, size_t len,
     if (r == NULL)
         return -ENOMEM;
     *r = (struct sendreq){.x = x, .peer = peer, .cb = cb, .arg = arg};
-    err = gm_link_send_bulk(p->link, GM_MSG_TRAIN, gm_xport_req(x->gen, p->send_seq), buf, len,
-                            send_done, r);
+    if (head_len > GM_LINK_HEAD_MAX) /* a one-piece message: all of it is "body" */
+        err = head_len == len
+                  ? gm_link_send_bulk(p->link, GM_MSG_TRAIN, gm_xport_req(x->gen, p->send_seq),
+                                      head, len, send_done, r)
+                  : -EINVAL;
+    else
+        err = gm_link_send_bulk2(p->link, GM_MSG_TRAIN, gm_xport_req(x->gen, p->send_seq), head,
+                                 head_len, body, body_len, send_done, r);
     if (err < 0) {
         free(r);
         return err;

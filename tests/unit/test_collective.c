@@ -424,6 +424,19 @@ static void test_nonfinite(void)
         run_allreduce(&w, bufs, sz, &o);
         for (int r = 0; r < n; r++)
             GM_CHECK_ERR(w.s[r].status, GM_ERR_NUMERIC);
+        /* every place a check can look: lane 0, the last lane, the tail of a
+         * segment and of the buffer, both infinities */
+        {
+            const size_t at[] = {0, 7, 8, 74, 75, 149, sz - 1};
+            for (size_t k = 0; k < sizeof(at) / sizeof(at[0]); k++) {
+                for (int r = 0; r < n; r++)
+                    memset(bufs[r], 0, sz * sizeof(float));
+                bufs[(int)k % n][at[k]] = k % 2 ? -INFINITY : INFINITY;
+                run_allreduce(&w, bufs, sz, &o);
+                for (int r = 0; r < n; r++)
+                    GM_CHECK_ERR(w.s[r].status, GM_ERR_NUMERIC);
+            }
+        }
         /* fp16 SUM overflow: the ring re-encodes partial sums (60000 * 2 -> Inf ->
          * error); direct and hier encode only inputs and sum in fp32 (exact). */
         o.codec = GM_CODEC_FP16;

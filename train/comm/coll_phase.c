@@ -17,6 +17,33 @@
 
 #include "common/assert.h"
 
+/* --- checks -------------------------------------------------------------- */
+
+/* The exponent bits all set: Inf or NaN.  Eight lanes of max over the
+ * exponents, so that the compiler vectorises it. */
+bool gm_coll_all_finite(const float *x, size_t n)
+{
+    uint32_t m[8] = {0};
+    size_t i = 0;
+
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) {
+            uint32_t u;
+            memcpy(&u, &x[i + (size_t)k], sizeof(u));
+            u &= 0x7f800000u;
+            m[k] = u > m[k] ? u : m[k];
+        }
+    for (; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &x[i], sizeof(u));
+        u &= 0x7f800000u;
+        m[0] = u > m[0] ? u : m[0];
+    }
+    for (int k = 1; k < 8; k++)
+        m[0] = m[k] > m[0] ? m[k] : m[0];
+    return m[0] != 0x7f800000u;
+}
+
 /* --- sending ------------------------------------------------------------- */
 
 void gm_coll_account(struct gm_coll_traffic *t, size_t payload, size_t frame)
@@ -32,7 +59,7 @@ int gm_coll_wire_send(struct gm_coll *c, int peer, struct wire *w, struct gm_col
     int err;
 
     gm_coll_hdr_encode(h, w->data);
-    err = gm_transport_send(c->t, peer, w->data, w->len, c->on_sent, w);
+    err = gm_transport_send2(c->t, peer, w->data, w->len, w->body, w->body_len, c->on_sent, w);
     if (err < 0) {
         free(w);
         return err;
@@ -56,6 +83,8 @@ struct wire *gm_coll_wire_new(struct gm_coll *c, size_t payload)
         return NULL;
     w->c = c;
     w->len = GM_COLL_HDR_BYTES + payload;
+    w->body = NULL;
+    w->body_len = 0;
     return w;
 }
 
@@ -75,6 +104,11 @@ void gm_coll_base_hdr(const struct gm_coll *c, const struct op *op, struct gm_co
 /*
  * Sends one chunk [off, off+cnt) to peer: encoded from src (floats) or copied
  * from raw (already-encoded bytes).  *payload (optional) gets the encoded bytes.
+ * A RING phase's fp32 chunk is not copied: the transport reads it from src
+ * (op->buf) in place.  That is safe because the ring writes a region of
+ * op->buf only on receiving a message that causally follows the peer having
+ * received this rank's last send of that region (so the transport has taken
+ * its bytes), and the op completes only once every send is done.
  */
 static int send_chunk(struct gm_coll *c, struct op *op, int peer, uint32_t stage, uint32_t chunk,
                       size_t off, size_t cnt, const float *src, const void *raw,
@@ -82,17 +116,23 @@ static int send_chunk(struct gm_coll *c, struct op *op, int peer, uint32_t stage
 {
     struct phase *p = &op->ph[op->cur];
     size_t esz = gm_codec_elem_size(p->codec);
-    struct wire *w = gm_coll_wire_new(c, cnt * esz);
+    bool in_place = p->kind == PH_RING && p->codec == GM_CODEC_FP32 && src != NULL && cnt > 0;
+    struct wire *w = gm_coll_wire_new(c, in_place ? 0 : cnt * esz);
     struct gm_coll_hdr h;
     unsigned char *pl;
 
     if (w == NULL)
         return -ENOMEM;
     pl = w->data + GM_COLL_HDR_BYTES;
-    if (src != NULL)
+    if (in_place) {
+        w->body = src;
+        w->body_len = cnt * esz;
+        pl = (unsigned char *)src;
+    } else if (src != NULL) {
         gm_codec_encode(p->codec, src, cnt, pl);
-    else if (cnt > 0 && raw != NULL)
+    } else if (cnt > 0 && raw != NULL) {
         memcpy(pl, raw, cnt * esz);
+    }
     if (payload != NULL)
         *payload = pl;
     gm_coll_base_hdr(c, op, &h);
@@ -184,6 +224,7 @@ static int ring_start(struct gm_coll *c, struct op *op, struct phase *p)
     for (int j = 0; j < p->nm; j++)
         p->seg_off[j + 1] =
             p->seg_off[j] + op->n / (size_t)p->nm + ((size_t)j < op->n % (size_t)p->nm ? 1 : 0);
+    p->finite_checked = true; /* ring_on_msg checks every chunk as it becomes final */
     right = p->members[mod(p->me + 1, p->nm)];
     seg = p->me;
     for (k = 0; k < nchunks(p, seg_len(p, seg)); k++) {
@@ -224,11 +265,14 @@ static int ring_on_msg(struct gm_coll *c, struct op *op, struct phase *p, int fr
             err = send_chunk(c, op, right, st + 1, p->chunk, off, cnt, dst, NULL, &enc);
             if (err == 0 && p->codec != GM_CODEC_FP32)
                 gm_codec_decode(p->codec, enc, cnt, dst); /* keep what the others get */
+            p->nonfinite |= !gm_coll_all_finite(dst, cnt);
         }
     } else { /* all-gather: take the owner's bytes and pass them on unchanged */
         gm_codec_decode(p->codec, pl, cnt, dst);
-        if (st < 2 * (uint32_t)nm - 3)
-            err = send_chunk(c, op, right, st + 1, p->chunk, off, cnt, NULL, pl, NULL);
+        p->nonfinite |= !gm_coll_all_finite(dst, cnt);
+        if (st < 2 * (uint32_t)nm - 3) /* fp32: dst holds the same bytes, sent in place */
+            err = send_chunk(c, op, right, st + 1, p->chunk, off, cnt,
+                             p->codec == GM_CODEC_FP32 ? dst : NULL, pl, NULL);
     }
     if (err < 0)
         return err;

@@ -11,6 +11,8 @@
 #include "train/comm/coll_state.h"
 
 void gm_coll_account(struct gm_coll_traffic *t, size_t payload, size_t frame);
+/* false when x[0..n) holds an Inf or a NaN */
+bool gm_coll_all_finite(const float *x, size_t n);
 struct wire *gm_coll_wire_new(struct gm_coll *c, size_t payload);
 /* Sends w (freed on error or in c->on_sent); counts it. */
 int gm_coll_wire_send(struct gm_coll *c, int peer, struct wire *w, struct gm_coll_hdr *h);

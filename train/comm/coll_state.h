@@ -34,6 +34,8 @@ struct phase {
     /* ring */
     size_t *seg_off; /* owned, nm + 1 */
     uint32_t stage, chunk;
+    bool finite_checked; /* every final element went through the check below */
+    bool nonfinite;      /* a final element was Inf or NaN */
     /* direct, reduce, bcast */
     uint32_t *next_chunk;  /* owned, nm */
     unsigned char **store; /* owned, nm (entries owned) */
@@ -82,9 +84,14 @@ struct gm_coll {
     struct gm_coll_traffic sent_codec[GM_CODEC_COUNT], recvd_codec[GM_CODEC_COUNT];
 };
 
+/* One message on its way: the header (and an encoded payload) in data, or,
+ * for an fp32 ring chunk, the header in data and the payload read in place
+ * from the operation's buffer (body, borrowed until on_sent). */
 struct wire {
     struct gm_coll *c;
-    size_t len;
+    size_t len; /* bytes in data */
+    const void *body;
+    size_t body_len;
     unsigned char data[];
 };
 

@@ -132,18 +132,6 @@ static void op_fail(struct gm_coll *c, int err)
     send_aborts(c, op, err);
 }
 
-static bool all_finite(const float *x, size_t n)
-{
-    uint32_t bad = 0;
-
-    for (size_t i = 0; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, &x[i], sizeof(u));
-        bad |= ((u & 0x7f800000u) == 0x7f800000u);
-    }
-    return bad == 0;
-}
-
 static void op_free(struct op *op)
 {
     for (int i = 0; i < 3; i++)
@@ -157,8 +145,13 @@ static void finish(struct gm_coll *c)
     int status = op->status;
 
     c->active = NULL;
-    if (status == 0 && op->kind == OP_ALLREDUCE && !all_finite(op->buf, op->n))
-        status = GM_ERR_NUMERIC;
+    if (status == 0 && op->kind == OP_ALLREDUCE) {
+        /* a ring checked each chunk as it became final, while it was in cache */
+        const struct phase *last = &op->ph[op->nph - 1];
+        bool bad = last->finite_checked ? last->nonfinite : !gm_coll_all_finite(op->buf, op->n);
+        if (bad)
+            status = GM_ERR_NUMERIC;
+    }
     if (status != 0 && status != GM_ERR_NUMERIC)
         c->broken = true; /* NUMERIC: every rank agrees, the group stays usable */
     gm_coll_done_cb cb = op->cb;

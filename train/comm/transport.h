@@ -13,9 +13,12 @@
  *    returns 0 invokes it exactly once (unless the recv is stopped first).
  *  - Messages are whole (framing is the transport's job) and arrive in the order
  *    sent, per ordered pair of ranks.  Nothing is reordered across peers' queues.
- *  - send(): buf is BORROWED until send_cb runs; send_cb means "the transport no
- *    longer needs buf" (written to the socket or copied), not "the peer read it".
- *    On a broken link send_cb gets a negative status.
+ *  - send(): the message is head || body (two pieces, so that a collective can
+ *    send a small header beside a slice of the caller's tensor without copying
+ *    the slice; body may be NULL with body_len 0).  Both are BORROWED until
+ *    send_cb runs; send_cb means "the transport no longer needs them" (written
+ *    to the socket, encrypted or copied), not "the peer read it".  On a broken
+ *    link send_cb gets a negative status.
  *  - recv(): one-shot pull.  At most one recv may be armed per peer; it delivers
  *    the next message from that peer (messages that arrive with no recv armed wait
  *    in the transport, which may stop reading the socket: that is the backpressure)
@@ -40,8 +43,8 @@ typedef void (*gm_transport_recv_cb)(struct gm_transport *t, int peer, int statu
 typedef void (*gm_transport_post_cb)(struct gm_transport *t, void *arg);
 
 struct gm_transport_ops {
-    int (*send)(struct gm_transport *t, int peer, const void *buf, size_t len,
-                gm_transport_send_cb cb, void *arg);
+    int (*send)(struct gm_transport *t, int peer, const void *head, size_t head_len,
+                const void *body, size_t body_len, gm_transport_send_cb cb, void *arg);
     int (*recv)(struct gm_transport *t, int peer, gm_transport_recv_cb cb, void *arg);
     void (*recv_stop)(struct gm_transport *t, int peer);
     int (*post)(struct gm_transport *t, gm_transport_post_cb cb, void *arg);
@@ -58,7 +61,16 @@ struct gm_transport {
 GM_MUST_CHECK static inline int gm_transport_send(struct gm_transport *t, int peer, const void *buf,
                                                   size_t len, gm_transport_send_cb cb, void *arg)
 {
-    return t->ops->send(t, peer, buf, len, cb, arg);
+    return t->ops->send(t, peer, buf, len, NULL, 0, cb, arg);
+}
+
+/* One message made of two borrowed pieces, head then body. */
+GM_MUST_CHECK static inline int gm_transport_send2(struct gm_transport *t, int peer,
+                                                   const void *head, size_t head_len,
+                                                   const void *body, size_t body_len,
+                                                   gm_transport_send_cb cb, void *arg)
+{
+    return t->ops->send(t, peer, head, head_len, body, body_len, cb, arg);
 }
 
 GM_MUST_CHECK static inline int gm_transport_recv(struct gm_transport *t, int peer,

@@ -80,15 +80,17 @@ static void drop_queue(struct mem_link *l)
     l->queued = 0;
 }
 
-static int mem_send(struct gm_transport *t, int peer, const void *buf, size_t len,
-                    gm_transport_send_cb cb, void *arg)
+static int mem_send(struct gm_transport *t, int peer, const void *buf, size_t head_len,
+                    const void *body, size_t body_len, gm_transport_send_cb cb, void *arg)
 {
+    size_t len = head_len + body_len;
     struct gm_memnet *n = t->impl;
     struct mem_link *l;
     struct mem_msg *m;
     struct mem_event *e;
 
-    if (peer < 0 || peer >= n->world || peer == t->rank || (buf == NULL && len > 0) || cb == NULL)
+    if (peer < 0 || peer >= n->world || peer == t->rank || (buf == NULL && head_len > 0) ||
+        (body == NULL && body_len > 0) || cb == NULL)
         return -EINVAL;
     l = link_of(n, t->rank, peer);
     if (l->down)
@@ -102,8 +104,10 @@ static int mem_send(struct gm_transport *t, int peer, const void *buf, size_t le
     }
     m->next = NULL;
     m->len = len;
-    if (len > 0)
-        memcpy(m->data, buf, len);
+    if (head_len > 0)
+        memcpy(m->data, buf, head_len);
+    if (body_len > 0)
+        memcpy(m->data + head_len, body, body_len);
     if (l->tail != NULL)
         l->tail->next = m;
     else
