@@ -14,6 +14,7 @@
 # 2/1 ratios (the machine is shared, and a round's two runs see similar load).
 #
 # Usage: bench/dist_train.sh [GRADMESH_BINARY]     ROUNDS=3 STEPS=400 WARMUP=20 MODEL=lenet5
+#   IMPLS="gradmesh pytorch" (either alone to time one side)
 #   PIN=0 starts the agents unpinned (a diagnosis, not the issue's setup); KEEP=1 keeps
 #   the agents' configs and logs.
 set -euo pipefail
@@ -119,7 +120,7 @@ echo "# $(date -u +%FT%TZ) $ncpu cores, load $(cut -d' ' -f1-3 /proc/loadavg)," 
     "batch 64/worker, $steps steps after $warmup"
 gm_setup
 for r in $(seq "$rounds"); do
-    for impl in gradmesh pytorch; do
+    for impl in ${IMPLS:-gradmesh pytorch}; do
         for n in 1 2; do
             rc=0
             sps=$("${impl}_train" "$n" 2>"$tmp/err") || rc=$?
