@@ -697,6 +697,10 @@ static void *trainer_main(void *arg)
     struct gm_rank *rk = arg;
 
     rk->err = gm_trainer_run(&rk->job, &rk->opts, &rk->sum);
+    pthread_mutex_lock(&rk->mu); /* every op this thread waited for has counted its bytes */
+    if (rk->sum.bytes_sent == 0)
+        rk->sum.bytes_sent = rk->bytes_sent_total;
+    pthread_mutex_unlock(&rk->mu);
     if (rk->tb != NULL) { /* a failed event file never fails the job (logged once) */
         if (rk->err == 0 && gm_tb_write_summary(rk->tb, &rk->sum) != 0)
             gm_warn("event=tensorboard-incomplete file=%s", gm_tb_path(rk->tb));

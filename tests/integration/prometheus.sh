@@ -187,6 +187,8 @@ tags = set(ea.Tags()["scalars"])
 steps = [e.step for e in ea.Scalars("step_time/collective_s")]
 assert steps == list(range(1, 8 * 468 + 1)), (steps[:3], len(steps))
 assert sum(e.value for e in ea.Scalars("step_time/collective_s")) > 0
+# the run's all-reduce payload: 8 epochs of a 2-rank fp32 ring sent something
+assert ea.Scalars("summary/bytes_sent")[-1].value > 8 * 468 * 1000, ea.Scalars("summary/bytes_sent")
 if sys.argv[2] == "alpha":  # rank 0 evaluates and holds the summary
     assert len(ea.Scalars("test/accuracy_percent")) == 8, tags
     assert "summary/test_accuracy_percent" in tags, tags
