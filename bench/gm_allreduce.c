@@ -21,7 +21,8 @@
  * call; the ranks agree on an iteration count from their mean calibration time
  * (an all-reduce of a time vector: bitwise identical on every rank, so every
  * rank computes the same count) for about TARGET_S seconds, bounded to
- * [MIN_ITERS, MAX_ITERS]; a gm_coll barrier; that many all-reduces back to back
+ * [MIN_ITERS, MAX_ITERS] (GM_ALLREDUCE_ITERS=I fixes it instead, for
+ * profiling a fixed amount of work); a gm_coll barrier; that many all-reduces back to back
  * (each started from the previous one's callback); the slowest rank's time.
  * Rank 0 prints, per size:
  *   impl=gradmesh ranks=N bytes=B iters=I lat_ms=... algbw_GBps=... busbw_GBps=... cpu_ms=...
