@@ -443,7 +443,10 @@ static void pump(struct gm_link *l)
     }
     if (was_bulk && l->bulk_head == NULL)
         l->want_writable = 1;
-    if (fin || l->want_writable)
+    /* on_writable is due only once the bulk queue is empty: kicking for it
+     * while bulk waits on a full socket would spin the loop (poll, nothing
+     * to do, kick) until the kernel drained it */
+    if (fin || (l->want_writable && l->bulk_head == NULL))
         kick(l);
 }
 
