@@ -26,7 +26,15 @@ struct qmsg {
     uint8_t data[];
 };
 
-#define POOL_MAX 8 /* freed queue blocks kept for reuse: no malloc/mmap/page faults per chunk */
+/* Freed large queue blocks are kept for reuse, up to as many bytes as a
+ * peer's queue may hold before its link pauses: the queue's peak is what the
+ * next burst needs again, and a large block freed to the heap comes back as
+ * fresh pages (a page fault for every 4 KiB of it).  Small blocks go back to
+ * malloc, which recycles them cheaply; the count bound keeps qalloc's scan
+ * short. */
+#define POOL_MIN_BLOCK (64u << 10)
+#define POOL_MAX_BYTES GM_XPORT_QUEUE_MAX
+#define POOL_MAX_BLOCKS 96u
 
 struct sendreq {
     struct gm_xport *x;
@@ -66,7 +74,8 @@ struct gm_xport {
     struct posted *posts, **posts_tail;
     unsigned sends_out; /* handed to links, done not yet called */
     struct qmsg *pool;  /* owned: freed queue blocks */
-    unsigned npool;
+    size_t pool_bytes;
+    unsigned pool_blocks;
     bool closing, idle_closed;
 };
 
@@ -322,10 +331,11 @@ static struct qmsg *qalloc(struct gm_xport *x, size_t len)
 {
     struct qmsg **pp, *m;
 
-    for (pp = &x->pool; (m = *pp) != NULL; pp = &m->next)
+    for (pp = &x->pool; len >= POOL_MIN_BLOCK && (m = *pp) != NULL; pp = &m->next)
         if (m->cap >= len) {
             *pp = m->next;
-            x->npool--;
+            x->pool_bytes -= m->cap;
+            x->pool_blocks--;
             return m;
         }
     m = malloc(sizeof(*m) + len);
@@ -336,10 +346,12 @@ static struct qmsg *qalloc(struct gm_xport *x, size_t len)
 
 static void qrelease(struct gm_xport *x, struct qmsg *m)
 {
-    if (x->npool < POOL_MAX && !x->closing) {
+    if (m->cap >= POOL_MIN_BLOCK && x->pool_bytes + m->cap <= POOL_MAX_BYTES &&
+        x->pool_blocks < POOL_MAX_BLOCKS && !x->closing) {
         m->next = x->pool;
         x->pool = m;
-        x->npool++;
+        x->pool_bytes += m->cap;
+        x->pool_blocks++;
     } else {
         free(m);
     }
