@@ -123,16 +123,22 @@ static void deliver_queued(struct gm_xport *x)
         if (!p->armed)
             continue;
         if (p->qhead != NULL) {
-            struct qmsg *m = p->qhead;
-            gm_transport_recv_cb cb = p->rcb;
-            p->qhead = m->next;
-            if (p->qhead == NULL)
-                p->qtail = &p->qhead;
-            p->qbytes -= m->len;
-            p->armed = false;
-            resume_if_drained(p);
-            cb(&x->t, i, 0, m->data, m->len, p->rarg);
-            qrelease(x, m);
+            /* the whole queue while the owner re-arms from its callback: one
+             * message an iteration let a backlog persist, and every message
+             * that arrives behind a backlog is queued (copied) too */
+            while (p->armed && p->qhead != NULL && !x->closing) {
+                struct qmsg *m = p->qhead;
+                gm_transport_recv_cb cb = p->rcb;
+                p->qhead = m->next;
+                if (p->qhead == NULL)
+                    p->qtail = &p->qhead;
+                p->qbytes -= m->len;
+                p->armed = false;
+                resume_if_drained(p);
+                cb(&x->t, i, 0, m->data, m->len, p->rarg);
+                qrelease(x, m);
+            }
+            p->deliver_pending = p->armed && (p->qhead != NULL || p->down_err < 0);
         } else if (p->down_err < 0) {
             p->armed = false;
             p->rcb(&x->t, i, p->down_err, NULL, 0, p->rarg);
