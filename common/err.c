@@ -20,6 +20,7 @@ static const char *const names[] = {
     [-(GM_ERR_MISMATCH - GM_ERR_BASE)] = "peers disagree",
     [-(GM_ERR_ABORTED - GM_ERR_BASE)] = "operation aborted",
     [-(GM_ERR_REGROUP - GM_ERR_BASE)] = "training group changed",
+    [-(GM_ERR_GPU - GM_ERR_BASE)] = "GPU library call failed",
 };
 
 const char *gm_strerror(int err)

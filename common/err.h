@@ -34,7 +34,8 @@ enum gm_err {
     GM_ERR_MISMATCH = -4010, /* peers disagree (sizes, codecs, steps) */
     GM_ERR_ABORTED = -4011,  /* operation aborted (peer lost, shutdown) */
     GM_ERR_REGROUP = -4012,  /* the training group changed: re-synchronize, then go on */
-    GM_ERR_LAST = -4013,
+    GM_ERR_GPU = -4013,      /* a CUDA, cuBLAS or cuDNN call failed (logged with its message) */
+    GM_ERR_LAST = -4014,
 };
 
 /* Returns a static string naming any error returned by a gradmesh function. */

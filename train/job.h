@@ -5,7 +5,9 @@
  *
  *   [job]      name (default "job"), model (mlp | lenet5, required), epochs (>= 1, 5),
  *              seed (u64, 1), threads (1..1024, 1), log_every (steps >= 1, 100),
- *              eval_every (epochs >= 1, 1), out (default "<name>.safetensors")
+ *              eval_every (epochs >= 1, 1), out (default "<name>.safetensors"),
+ *              device (auto | cpu | cuda | cuda:N | cuda:all; unset: the agent's [train] device,
+ *              else auto; train/nn/device.h)
  *   [model]    hidden (comma list of MLP hidden sizes, "256"; mlp only), dropout ([0, 1), 0)
  *   [data]     kind (idx | cifar10 | folder, required), dir (required),
  *              test_split ((0, 1), 0.1), image_size (0..4096, 0 = native), channels (1 | 3, 3);
@@ -50,6 +52,7 @@
 #include <stdint.h>
 
 #include "common/err.h"
+#include "train/nn/device.h"
 
 #define GM_JOB_NAME_MAX 64    /* buffer size: 63 bytes + NUL */
 #define GM_JOB_PATH_MAX 1024  /* buffer size for dir and out */
@@ -93,10 +96,12 @@ struct gm_job {
     enum gm_job_model model;
     int epochs;
     uint64_t seed;
-    int threads;               /* BLAS / compute threads */
-    int log_every;             /* steps */
-    int eval_every;            /* epochs */
-    char out[GM_JOB_PATH_MAX]; /* final weights; "<name>.safetensors" unless set */
+    int threads;                  /* BLAS / compute threads */
+    int log_every;                /* steps */
+    int eval_every;               /* epochs */
+    char out[GM_JOB_PATH_MAX];    /* final weights; "<name>.safetensors" unless set */
+    struct gm_device_spec device; /* auto unless set */
+    bool device_set;              /* [job] device was given: it wins over the agent's */
 
     /* [model] */
     int hidden[GM_JOB_HIDDEN_MAX]; /* MLP hidden sizes, n_hidden of them */

@@ -39,8 +39,9 @@ struct run {
     int32_t *labels;    /* owned: one batch */
     uint32_t *eval_idx; /* owned */
     struct gm_train_state st;
-    int epoch;     /* of the sampler's permutation */
-    int max_batch; /* per-rank batch buffers */
+    struct gm_device_choice device; /* where the model lives */
+    int epoch;                      /* of the sampler's permutation */
+    int max_batch;                  /* per-rank batch buffers */
     long steps_per_epoch;
     uint64_t t_start, last_bar;
 };
@@ -188,7 +189,12 @@ static int setup(struct run *r)
     for (int i = 0; i < ms.nhidden; i++)
         ms.hidden[i] = job->hidden[i];
     ms.dropout = (float)job->dropout;
-    ms.device = GM_DEVICE_CPU;
+    /* auto takes a GPU only when the model's layers can run there (logged either way) */
+    char why[400];
+    if (gm_device_choose(&job->device, gm_device_available(GM_DEVICE_CUDA), &r->device, why,
+                         sizeof(why)) < 0)
+        return GM_ERR_CONFIG; /* logged with the reason */
+    ms.device = r->device.device;
     err = gm_model_new(&ms, r->max_batch, &r->model);
     if (err == -EINVAL) {
         gm_err("job: model %s does not fit %dx%dx%d inputs", ms.name, ms.in_c, ms.in_h, ms.in_w);
@@ -376,6 +382,10 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
     if ((err = setup(&r)) < 0)
         goto out;
     sum->params = gm_model_num_params(r.model);
+    if (r.device.device == GM_DEVICE_CUDA)
+        snprintf(sum->device, sizeof(sum->device), "cuda:%d", r.device.index);
+    else
+        snprintf(sum->device, sizeof(sum->device), "cpu");
     if (r.st.rank == 0)
         gm_info("event=start job=%s model=%s params=%zu train=%zu test=%zu input=%dx%dx%d "
                 "classes=%d batch=%d epochs=%d steps_per_epoch=%ld optim=%s lr=%g threads=%d",
@@ -570,6 +580,7 @@ int gm_train_summary_write_json(const struct gm_train_summary *s, const char *pa
         return -ENOMEM;
     json_object_set_new(o, "job", json_string(s->job));
     json_object_set_new(o, "model", json_string(s->model));
+    json_object_set_new(o, "device", json_string(s->device));
     json_object_set_new(o, "test_accuracy",
                         isfinite(s->test_accuracy) ? json_real(s->test_accuracy) : json_null());
     json_object_set_new(o, "test_loss",

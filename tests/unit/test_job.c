@@ -125,6 +125,8 @@ static void test_defaults(void)
     GM_CHECK_EQ(job.log_every, 100);
     GM_CHECK_EQ(job.eval_every, 1);
     GM_CHECK_STREQ(job.out, "job.safetensors");
+    GM_CHECK_EQ(job.device.want, GM_DEVICE_WANT_AUTO);
+    GM_CHECK(!job.device_set);
     GM_CHECK_EQ(job.n_hidden, 1);
     GM_CHECK_EQ(job.hidden[0], 256);
     GM_CHECK(job.dropout == 0);
@@ -173,6 +175,7 @@ static void test_every_key_sgd(void)
                                "log_every = 7\n"
                                "eval_every = 3\n"
                                "out = /tmp/w.safetensors\n"
+                               "device = cuda:1\n"
                                "[model]\n"
                                "hidden = 512, 256,128\n"
                                "dropout = 0.25\n"
@@ -208,6 +211,9 @@ static void test_every_key_sgd(void)
     GM_CHECK_EQ(job.log_every, 7);
     GM_CHECK_EQ(job.eval_every, 3);
     GM_CHECK_STREQ(job.out, "/tmp/w.safetensors");
+    GM_CHECK_EQ(job.device.want, GM_DEVICE_WANT_CUDA);
+    GM_CHECK_EQ(job.device.index, 1);
+    GM_CHECK(job.device_set);
     GM_CHECK_EQ(job.n_hidden, 3);
     GM_CHECK_EQ(job.hidden[0], 512);
     GM_CHECK_EQ(job.hidden[1], 256);
@@ -379,6 +385,10 @@ static void test_bad_values(void)
                "error: job.ini:2: [model] hidden = 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17: "
                "must be a comma-separated list of 1 to 16 integers from 1 to 1048576");
     expect_bad("[data]\nchannels = 2\n", "error: job.ini:2: [data] channels = 2: must be 1 or 3");
+    expect_bad("[job]\ndevice = gpu\n", "error: job.ini:2: [job] device = gpu: must be auto, cpu, "
+                                        "cuda, cuda:N (N < 64) or cuda:all");
+    expect_bad("[job]\ndevice = cuda:64\n", "error: job.ini:2: [job] device = cuda:64: must be "
+                                            "auto, cpu, cuda, cuda:N (N < 64) or cuda:all");
     expect_bad("[data]\ntest_split = 1\n",
                "error: job.ini:2: [data] test_split = 1: must be a number in (0, 1)");
     expect_bad("[schedule]\ngamma = 1.5\n",

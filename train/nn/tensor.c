@@ -25,19 +25,6 @@ int gm_device_available(enum gm_device dev)
     return dev == GM_DEVICE_CPU;
 }
 
-int gm_device_parse(const char *s, enum gm_device *out)
-{
-    if (strcmp(s, "cpu") == 0 || strcmp(s, "auto") == 0) {
-        *out = GM_DEVICE_CPU;
-        return 0;
-    }
-    if (strcmp(s, "cuda") == 0) {
-        *out = GM_DEVICE_CUDA;
-        return gm_device_available(GM_DEVICE_CUDA) ? 0 : GM_ERR_DEVICE;
-    }
-    return -EINVAL;
-}
-
 int gm_device_alloc(enum gm_device dev, size_t bytes, void **out)
 {
     void *p;

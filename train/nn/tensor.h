@@ -38,8 +38,7 @@ struct gm_tensor {
 const char *gm_device_name(enum gm_device dev);
 /* True when the device can run kernels in this build on this machine. */
 int gm_device_available(enum gm_device dev);
-/* Parses "cpu" | "cuda" | "auto" (auto: CUDA when available, else CPU). */
-int gm_device_parse(const char *s, enum gm_device *out) GM_MUST_CHECK;
+/* The device setting (auto | cpu | cuda[:N]) and its resolution: train/nn/device.h. */
 
 /* Zero-initialised device memory; *out = NULL on error. */
 int gm_device_alloc(enum gm_device dev, size_t bytes, void **out) GM_MUST_CHECK;
