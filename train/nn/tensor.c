@@ -1,7 +1,7 @@
 /*
  * train/nn/tensor.c - device memory.  CPU: aligned_alloc(64) + memset.  CUDA:
  * only in a build with the CUDA backend (GM_HAVE_CUDA); otherwise every CUDA
- * request fails with GM_ERR_DEVICE.
+ * request fails with -ENOTSUP.
  */
 #include "train/nn/tensor.h"
 
@@ -33,7 +33,7 @@ int gm_device_parse(const char *s, enum gm_device *out)
     }
     if (strcmp(s, "cuda") == 0) {
         *out = GM_DEVICE_CUDA;
-        return gm_device_available(GM_DEVICE_CUDA) ? 0 : GM_ERR_DEVICE;
+        return gm_device_available(GM_DEVICE_CUDA) ? 0 : -ENOTSUP;
     }
     return -EINVAL;
 }
@@ -45,7 +45,7 @@ int gm_device_alloc(enum gm_device dev, size_t bytes, void **out)
 
     *out = NULL;
     if (dev != GM_DEVICE_CPU)
-        return GM_ERR_DEVICE;
+        return -ENOTSUP;
     rounded = (bytes + 63) & ~(size_t)63;
     if (rounded < bytes)
         return -ENOMEM;
@@ -71,7 +71,7 @@ int gm_device_copy(enum gm_device dst_dev, void *dst, enum gm_device src_dev, co
                    size_t bytes)
 {
     if (dst_dev != GM_DEVICE_CPU || src_dev != GM_DEVICE_CPU)
-        return GM_ERR_DEVICE;
+        return -ENOTSUP;
     if (bytes > 0)
         memmove(dst, src, bytes);
     return 0;
