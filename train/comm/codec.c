@@ -18,20 +18,6 @@
 #define HAVE_F16C 0
 #endif
 
-static uint32_t f2u(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof(u));
-    return u;
-}
-
-static float u2f(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof(f));
-    return f;
-}
-
 /* The scalar conversions are the ones the CUDA packing kernels use (train/kernels/kfn.h). */
 uint16_t gm_f32_to_f16(float f)
 {
@@ -45,17 +31,12 @@ float gm_f16_to_f32(uint16_t h)
 
 uint16_t gm_f32_to_bf16(float f)
 {
-    uint32_t u = f2u(f);
-
-    if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x7fffffu) != 0)
-        return (uint16_t)((u >> 16) | 0x40u); /* quiet NaN */
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
+    return gm_kf32_to_bf16(f);
 }
 
 float gm_bf16_to_f32(uint16_t h)
 {
-    return u2f((uint32_t)h << 16);
+    return gm_kbf16_to_f32(h);
 }
 
 size_t gm_codec_elem_size(enum gm_codec c)

@@ -17,9 +17,24 @@
 
 #include "train/kernels/cuda_ctx.h"
 
+/* The calling thread's context (cuda.h: the op table's entries take no context). */
+static _Thread_local struct gm_cuda *current;
+
 int gm_cuda_built(void)
 {
     return 1;
+}
+
+struct gm_cuda *gm_cuda_current(void)
+{
+    return current;
+}
+
+int gm_cuda_take_error(struct gm_cuda *cu)
+{
+    int err = cu->first_err;
+    cu->first_err = 0;
+    return err;
 }
 
 /* Logs "what: msg" once and keeps it as the context's last error. */
@@ -29,8 +44,11 @@ static int fail(struct gm_cuda *cu, int err, const char *what, const char *msg)
 
     snprintf(line, sizeof(line), "%s: %s", what, msg);
     gm_err("cuda: %s", line);
-    if (cu != NULL)
+    if (cu != NULL) {
         snprintf(cu->last_error, sizeof(cu->last_error), "%s", line);
+        if (cu->first_err == 0)
+            cu->first_err = err;
+    }
     return err;
 }
 
@@ -76,11 +94,11 @@ int gm_cuda_device_count(char *why, size_t whylen)
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
         snprintf(why, whylen, "no usable CUDA driver or device (%s)", cudaGetErrorString(e));
-        return GM_ERR_DEVICE;
+        return -ENOTSUP;
     }
     if (n < 1) {
         snprintf(why, whylen, "the CUDA driver reports no device");
-        return GM_ERR_DEVICE;
+        return -ENOTSUP;
     }
     return n;
 }
@@ -281,12 +299,26 @@ int gm_cuda_new(int index, struct gm_cuda **out)
         goto fail;
     if ((err = gm_cuda_check_dnn(cu, cudnnSetStream(cu->dnn, cu->compute), "cudnnSetStream")) < 0)
         goto fail;
+    for (int i = 0; i < 4; i++)
+        if ((err = gm_cuda_check_dnn(cu, cudnnCreateTensorDescriptor(&cu->td[i]),
+                                     "cudnnCreateTensorDescriptor")) < 0)
+            goto fail;
+    if ((err = gm_cuda_check_dnn(cu, cudnnCreateFilterDescriptor(&cu->fd),
+                                 "cudnnCreateFilterDescriptor")) < 0 ||
+        (err = gm_cuda_check_dnn(cu, cudnnCreateConvolutionDescriptor(&cu->cd),
+                                 "cudnnCreateConvolutionDescriptor")) < 0 ||
+        (err = gm_cuda_check_dnn(cu, cudnnCreateActivationDescriptor(&cu->ad),
+                                 "cudnnCreateActivationDescriptor")) < 0 ||
+        (err = gm_cuda_check_dnn(cu, cudnnCreatePoolingDescriptor(&cu->pd),
+                                 "cudnnCreatePoolingDescriptor")) < 0)
+        goto fail;
     if ((err = gm_cuda_alloc(cu, GM_CUDA_SCRATCH_BYTES, &cu->scratch)) < 0)
         goto fail;
     if ((err = gm_cuda_host_alloc(cu, GM_CUDA_SCRATCH_BYTES, &cu->scratch_host)) < 0)
         goto fail;
     if (gm_cuda_device_describe(index, desc, sizeof(desc)) == 0)
         gm_info("event=cuda_context device=cuda:%d name=\"%s\"", index, desc);
+    current = cu;
     *out = cu;
     return 0;
 fail:
@@ -298,6 +330,8 @@ void gm_cuda_free(struct gm_cuda *cu)
 {
     if (cu == NULL)
         return;
+    if (current == cu)
+        current = NULL;
     if (cu->compute != NULL)
         (void)cudaStreamSynchronize(cu->compute);
     if (cu->copy != NULL)
@@ -305,6 +339,17 @@ void gm_cuda_free(struct gm_cuda *cu)
     gm_cuda_dealloc(cu->workspace);
     gm_cuda_dealloc(cu->scratch);
     gm_cuda_host_dealloc(cu->scratch_host);
+    for (int i = 0; i < 4; i++)
+        if (cu->td[i] != NULL)
+            (void)cudnnDestroyTensorDescriptor(cu->td[i]);
+    if (cu->fd != NULL)
+        (void)cudnnDestroyFilterDescriptor(cu->fd);
+    if (cu->cd != NULL)
+        (void)cudnnDestroyConvolutionDescriptor(cu->cd);
+    if (cu->ad != NULL)
+        (void)cudnnDestroyActivationDescriptor(cu->ad);
+    if (cu->pd != NULL)
+        (void)cudnnDestroyPoolingDescriptor(cu->pd);
     if (cu->dnn != NULL)
         (void)cudnnDestroy(cu->dnn);
     if (cu->blas != NULL)
@@ -329,7 +374,7 @@ int gm_cuda_built(void)
 int gm_cuda_device_count(char *why, size_t whylen)
 {
     snprintf(why, whylen, "this build has no CUDA backend (built without nvcc, or CUDA=0)");
-    return GM_ERR_DEVICE;
+    return -ENOTSUP;
 }
 
 int gm_cuda_device_describe(int index, char *buf, size_t len)
@@ -337,14 +382,14 @@ int gm_cuda_device_describe(int index, char *buf, size_t len)
     (void)index;
     if (len > 0)
         buf[0] = '\0';
-    return GM_ERR_DEVICE;
+    return -ENOTSUP;
 }
 
 int gm_cuda_new(int index, struct gm_cuda **out)
 {
     (void)index;
     *out = NULL;
-    return GM_ERR_DEVICE;
+    return -ENOTSUP;
 }
 
 void gm_cuda_free(struct gm_cuda *cu)
@@ -358,6 +403,17 @@ int gm_cuda_index(const struct gm_cuda *cu)
     return -1;
 }
 
+struct gm_cuda *gm_cuda_current(void)
+{
+    return NULL;
+}
+
+int gm_cuda_take_error(struct gm_cuda *cu)
+{
+    (void)cu;
+    return 0;
+}
+
 const char *gm_cuda_last_error(const struct gm_cuda *cu)
 {
     (void)cu;
@@ -367,7 +423,7 @@ const char *gm_cuda_last_error(const struct gm_cuda *cu)
 int gm_cuda_sync(struct gm_cuda *cu)
 {
     (void)cu;
-    return GM_ERR_DEVICE;
+    return -ENOTSUP;
 }
 
 int gm_cuda_alloc(struct gm_cuda *cu, size_t bytes, void **out)
@@ -375,7 +431,7 @@ int gm_cuda_alloc(struct gm_cuda *cu, size_t bytes, void **out)
     (void)cu;
     (void)bytes;
     *out = NULL;
-    return GM_ERR_DEVICE;
+    return -ENOTSUP;
 }
 
 void gm_cuda_dealloc(void *p)
@@ -401,7 +457,7 @@ int gm_cuda_copy(struct gm_cuda *cu, void *dst, const void *src, size_t bytes,
     (void)src;
     (void)bytes;
     (void)kind;
-    return GM_ERR_DEVICE;
+    return -ENOTSUP;
 }
 
 int gm_cuda_copy_async(struct gm_cuda *cu, void *dst, const void *src, size_t bytes,

@@ -7,7 +7,7 @@
  *   which dlopen()s the driver at the first call; a machine without a driver or a GPU gets
  *   an error from gm_cuda_device_count() (with the runtime's message) and trains on the
  *   CPU.  In a build without the CUDA backend (no nvcc, CUDA=0, sanitizer builds) every
- *   entry point here exists and answers "no CUDA backend in this build" / GM_ERR_DEVICE.
+ *   entry point here exists and answers "no CUDA backend in this build" / -ENOTSUP.
  * - Every CUDA runtime, cuBLAS and cuDNN call goes through gm_cuda_check_*(): a failure
  *   logs one line naming the call and the library's own message (cudaGetErrorString,
  *   cublasGetStatusString, cudnnGetErrorString plus cudnnGetLastErrorString), keeps that
@@ -19,6 +19,11 @@
  *   buckets go to pinned host buffers on the copy stream while backward goes on), and the
  *   cuBLAS and cuDNN handles bound to the compute stream.  Nothing here is global: two
  *   contexts on two threads (two ranks, two GPUs) do not share state.
+ * - The op table (train/nn/ops.h, ops_cuda.c) calls kernels without a context argument, so
+ *   gm_cuda_new() also makes the context the calling thread's current one
+ *   (gm_cuda_current(), a thread-local pointer, like CUDA's own per-thread current device;
+ *   the only mutable state outside a struct here), and its void entries record their first
+ *   error in the context for gm_cuda_take_error().
  * - Memory: device buffers from cudaMalloc (zeroed, as gm_device_alloc promises); pinned
  *   host buffers from cudaHostAlloc for batch uploads and gradient downloads.
  */
@@ -52,6 +57,10 @@ int gm_cuda_new(int index, struct gm_cuda **out) GM_MUST_CHECK;
 void gm_cuda_free(struct gm_cuda *cu); /* NULL-safe */
 
 int gm_cuda_index(const struct gm_cuda *cu);
+/* The calling thread's context (the last gm_cuda_new on this thread), or NULL. */
+struct gm_cuda *gm_cuda_current(void);
+/* The first error recorded since the last call (0: none), and clears it. */
+int gm_cuda_take_error(struct gm_cuda *cu);
 /* The last error this context logged ("" when none). */
 const char *gm_cuda_last_error(const struct gm_cuda *cu);
 /* Waits for the compute and copy streams; 0 or GM_ERR_GPU (a kernel's late error). */

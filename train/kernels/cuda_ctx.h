@@ -24,7 +24,7 @@ extern "C" {
 
 /* A convolution's algorithms, found once per shape (cudnnFind*) and cached. */
 struct gm_cuda_conv_algo {
-    int n, h, w, c, oc, k, pad; /* the shape; n == 0: free slot */
+    int n, h, w, c, oc, k, pad, stride; /* the shape; n == 0: free slot */
     cudnnConvolutionFwdAlgo_t fwd;
     cudnnConvolutionBwdDataAlgo_t bwd_data;
     cudnnConvolutionBwdFilterAlgo_t bwd_filter;
@@ -43,10 +43,28 @@ struct gm_cuda {
     void *scratch;      /* owned: small per-call results (loss, hash lanes), device */
     void *scratch_host; /* owned: pinned mirror of scratch */
     struct gm_cuda_conv_algo algos[GM_CUDA_ALGO_CACHE];
+    int algo_next; /* the slot a new shape takes (round robin once full) */
+    /* cuDNN descriptors, created once and set per call (setting one is cheap) */
+    cudnnTensorDescriptor_t td[4];
+    cudnnFilterDescriptor_t fd;
+    cudnnConvolutionDescriptor_t cd;
+    cudnnActivationDescriptor_t ad;
+    cudnnPoolingDescriptor_t pd;
     char last_error[256];
+    int first_err; /* the first error since gm_cuda_take_error (the op table's entries
+                      return void and record it here) */
 };
 
 #define GM_CUDA_SCRATCH_BYTES 4096
+
+/* Blocks of `threads` for n elements, at least 1, at most max (kernels stride over the rest). */
+static inline unsigned gm_cuda_blocks(size_t n, unsigned threads, size_t max)
+{
+    size_t b = (n + threads - 1) / threads;
+    if (b < 1)
+        b = 1;
+    return (unsigned)(b < max ? b : max);
+}
 
 /* Each returns 0 on success; otherwise logs "what: <library message>" once, stores it in
  * cu->last_error (cu may be NULL) and returns GM_ERR_GPU (-ENOMEM for out of memory). */

@@ -34,10 +34,7 @@ __device__ inline gm_kgrid here()
 
 unsigned blocks_for(size_t n)
 {
-    size_t b = (n + kThreads - 1) / kThreads;
-    if (b < 1)
-        b = 1;
-    return (unsigned)(b < kMaxBlocks ? b : kMaxBlocks);
+    return gm_cuda_blocks(n, kThreads, kMaxBlocks);
 }
 
 __global__ void k_f16_pack(size_t n, const float *in, uint16_t *out)
@@ -48,6 +45,16 @@ __global__ void k_f16_pack(size_t n, const float *in, uint16_t *out)
 __global__ void k_f16_unpack(size_t n, const uint16_t *in, const float *x, float *out)
 {
     gm_kbody_f16_unpack(here(), n, in, x, out);
+}
+
+__global__ void k_bf16_pack(size_t n, const float *in, uint16_t *out)
+{
+    gm_kbody_bf16_pack(here(), n, in, out);
+}
+
+__global__ void k_bf16_unpack(size_t n, const uint16_t *in, const float *x, float *out)
+{
+    gm_kbody_bf16_unpack(here(), n, in, x, out);
 }
 
 __global__ void k_sgd(size_t n, float *p, const float *g, float *buf, float neg_lr, float wd,
@@ -99,6 +106,23 @@ extern "C" int gm_kf16_unpack_cuda(gm_cuda *cu, size_t n, const uint16_t *in, co
         return 0;
     k_f16_unpack<<<blocks_for(n), kThreads, 0, cu->compute>>>(n, in, x, out);
     return launched(cu, "kernel f16_unpack");
+}
+
+extern "C" int gm_kbf16_pack_cuda(gm_cuda *cu, size_t n, const float *in, uint16_t *out)
+{
+    if (n == 0)
+        return 0;
+    k_bf16_pack<<<blocks_for(n), kThreads, 0, cu->compute>>>(n, in, out);
+    return launched(cu, "kernel bf16_pack");
+}
+
+extern "C" int gm_kbf16_unpack_cuda(gm_cuda *cu, size_t n, const uint16_t *in, const float *x,
+                                    float *out)
+{
+    if (n == 0)
+        return 0;
+    k_bf16_unpack<<<blocks_for(n), kThreads, 0, cu->compute>>>(n, in, x, out);
+    return launched(cu, "kernel bf16_unpack");
 }
 
 extern "C" int gm_ksgd_cuda(gm_cuda *cu, size_t n, float *p, const float *g, float *buf, float lr,

@@ -1,10 +1,11 @@
 /*
  * train/kernels/custom.h - gradmesh's own kernels, where no library call exists: softmax
  * cross-entropy (loss and gradient), the SGD and Adam updates, fp32 <-> fp16 packing for the
- * wire, and the parameter hash.  Each has two builds of one body (train/kernels/kfn.h):
+ * wire (fp16 and bf16), and the parameter hash.  Each has two builds of one body
+ * (train/kernels/kfn.h):
  *
  *   _cuda   a __global__ kernel on the context's compute stream (train/kernels/custom.cu);
- *           in a build without the CUDA backend it returns GM_ERR_DEVICE;
+ *           in a build without the CUDA backend it returns -ENOTSUP;
  *   _host   the same per-thread body called for every (block, thread) of a grid given by
  *           struct gm_klaunch, on the calling CPU thread (train/kernels/custom_host.c).
  *
@@ -50,6 +51,9 @@ void gm_kadam_prepare(float beta1, float beta2, float eps, float weight_decay, l
 void gm_kf16_pack_host(struct gm_klaunch l, size_t n, const float *in, uint16_t *out);
 void gm_kf16_unpack_host(struct gm_klaunch l, size_t n, const uint16_t *in, const float *x,
                          float *out);
+void gm_kbf16_pack_host(struct gm_klaunch l, size_t n, const float *in, uint16_t *out);
+void gm_kbf16_unpack_host(struct gm_klaunch l, size_t n, const uint16_t *in, const float *x,
+                          float *out);
 void gm_ksgd_host(struct gm_klaunch l, size_t n, float *p, const float *g, float *buf, float lr,
                   float wd, float mu, unsigned flags);
 void gm_kadam_host(struct gm_klaunch l, size_t n, float *p, const float *g, float *m, float *v,
@@ -63,6 +67,9 @@ uint64_t gm_khash_host(struct gm_klaunch l, const void *p, size_t nbytes);
 int gm_kf16_pack_cuda(struct gm_cuda *cu, size_t n, const float *in, uint16_t *out) GM_MUST_CHECK;
 int gm_kf16_unpack_cuda(struct gm_cuda *cu, size_t n, const uint16_t *in, const float *x,
                         float *out) GM_MUST_CHECK;
+int gm_kbf16_pack_cuda(struct gm_cuda *cu, size_t n, const float *in, uint16_t *out) GM_MUST_CHECK;
+int gm_kbf16_unpack_cuda(struct gm_cuda *cu, size_t n, const uint16_t *in, const float *x,
+                         float *out) GM_MUST_CHECK;
 int gm_ksgd_cuda(struct gm_cuda *cu, size_t n, float *p, const float *g, float *buf, float lr,
                  float wd, float mu, unsigned flags) GM_MUST_CHECK;
 int gm_kadam_cuda(struct gm_cuda *cu, size_t n, float *p, const float *g, float *m, float *v,

@@ -2,9 +2,11 @@
  * train/kernels/custom_host.c - the host twins of the custom kernels (custom.h): each calls
  * the kernel's per-thread body (kfn.h) for every thread of every block of the given grid,
  * in order, on the calling thread.  Also Adam's per-step scalars, and, in a build without
- * the CUDA backend, the _cuda entry points that answer GM_ERR_DEVICE.
+ * the CUDA backend, the _cuda entry points that answer -ENOTSUP.
  */
 #include "train/kernels/custom.h"
+
+#include <errno.h>
 
 #include <math.h>
 
@@ -41,6 +43,19 @@ void gm_kf16_unpack_host(struct gm_klaunch l, size_t n, const uint16_t *in, cons
 {
     FOR_GRID(l, g)
     gm_kbody_f16_unpack(g, n, in, x, out);
+}
+
+void gm_kbf16_pack_host(struct gm_klaunch l, size_t n, const float *in, uint16_t *out)
+{
+    FOR_GRID(l, g)
+    gm_kbody_bf16_pack(g, n, in, out);
+}
+
+void gm_kbf16_unpack_host(struct gm_klaunch l, size_t n, const uint16_t *in, const float *x,
+                          float *out)
+{
+    FOR_GRID(l, g)
+    gm_kbody_bf16_unpack(g, n, in, x, out);
 }
 
 void gm_ksgd_host(struct gm_klaunch l, size_t n, float *p, const float *g, float *buf, float lr,
@@ -86,28 +101,39 @@ uint64_t gm_khash_host(struct gm_klaunch l, const void *p, size_t nbytes)
 int gm_kf16_pack_cuda(struct gm_cuda *cu, size_t n, const float *in, uint16_t *out)
 {
     (void)cu, (void)n, (void)in, (void)out;
-    return GM_ERR_DEVICE;
+    return -ENOTSUP;
 }
 
 int gm_kf16_unpack_cuda(struct gm_cuda *cu, size_t n, const uint16_t *in, const float *x,
                         float *out)
 {
     (void)cu, (void)n, (void)in, (void)x, (void)out;
-    return GM_ERR_DEVICE;
+    return -ENOTSUP;
+}
+
+int gm_kbf16_pack_cuda(struct gm_cuda *cu, size_t n, const float *in, uint16_t *out)
+{
+    return gm_kf16_pack_cuda(cu, n, in, out);
+}
+
+int gm_kbf16_unpack_cuda(struct gm_cuda *cu, size_t n, const uint16_t *in, const float *x,
+                         float *out)
+{
+    return gm_kf16_unpack_cuda(cu, n, in, x, out);
 }
 
 int gm_ksgd_cuda(struct gm_cuda *cu, size_t n, float *p, const float *g, float *buf, float lr,
                  float wd, float mu, unsigned flags)
 {
     (void)cu, (void)n, (void)p, (void)g, (void)buf, (void)lr, (void)wd, (void)mu, (void)flags;
-    return GM_ERR_DEVICE;
+    return -ENOTSUP;
 }
 
 int gm_kadam_cuda(struct gm_cuda *cu, size_t n, float *p, const float *g, float *m, float *v,
                   const struct gm_kadam *a)
 {
     (void)cu, (void)n, (void)p, (void)g, (void)m, (void)v, (void)a;
-    return GM_ERR_DEVICE;
+    return -ENOTSUP;
 }
 
 int gm_kxent_cuda(struct gm_cuda *cu, int n, int k, const float *logits, const int32_t *labels,
@@ -115,13 +141,13 @@ int gm_kxent_cuda(struct gm_cuda *cu, int n, int k, const float *logits, const i
 {
     (void)cu, (void)n, (void)k, (void)logits, (void)labels, (void)dlogits, (void)loss,
         (void)correct;
-    return GM_ERR_DEVICE;
+    return -ENOTSUP;
 }
 
 int gm_khash_cuda(struct gm_cuda *cu, const void *p, size_t nbytes, uint64_t *out)
 {
     (void)cu, (void)p, (void)nbytes, (void)out;
-    return GM_ERR_DEVICE;
+    return -ENOTSUP;
 }
 
 #endif

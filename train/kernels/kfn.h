@@ -131,7 +131,38 @@ GM_KFN float gm_kf16_to_f32(uint16_t h)
     return gm_ku2f(sign | ((exp + 112u) << 23) | (man << 13));
 }
 
-/* ---- fp16 packing: in (n floats) -> out (n halves); back, optionally adding x ---- */
+/* fp32 -> bf16 bits: the top half, rounded to nearest even; NaN stays a quiet NaN. */
+GM_KFN uint16_t gm_kf32_to_bf16(float f)
+{
+    uint32_t u = gm_kf2u(f);
+
+    if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x7fffffu) != 0)
+        return (uint16_t)((u >> 16) | 0x40u); /* quiet NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+GM_KFN float gm_kbf16_to_f32(uint16_t h)
+{
+    return gm_ku2f((uint32_t)h << 16);
+}
+
+/* ---- wire packing: in (n floats) -> out (n halves); back, optionally adding x ---- */
+
+GM_KFN void gm_kbody_bf16_pack(struct gm_kgrid g, size_t n, const float *GM_KRESTRICT in,
+                               uint16_t *GM_KRESTRICT out)
+{
+    for (size_t i = gm_kgrid_first(g); i < n; i += gm_kgrid_stride(g))
+        out[i] = gm_kf32_to_bf16(in[i]);
+}
+
+/* out[i] = bf16(in[i]) (+ x[i] when x != NULL); out may alias x. */
+GM_KFN void gm_kbody_bf16_unpack(struct gm_kgrid g, size_t n, const uint16_t *in, const float *x,
+                                 float *out)
+{
+    for (size_t i = gm_kgrid_first(g); i < n; i += gm_kgrid_stride(g))
+        out[i] = x != NULL ? gm_kbf16_to_f32(in[i]) + x[i] : gm_kbf16_to_f32(in[i]);
+}
 
 GM_KFN void gm_kbody_f16_pack(struct gm_kgrid g, size_t n, const float *GM_KRESTRICT in,
                               uint16_t *GM_KRESTRICT out)

@@ -79,7 +79,7 @@ static int refuse(const char *name, const char *reason, char *why, size_t whylen
 {
     snprintf(why, whylen, "device = %s: %s", name, reason);
     gm_err("%s", why);
-    return GM_ERR_DEVICE;
+    return -ENOTSUP;
 }
 
 int gm_device_choose(const struct gm_device_spec *spec, int cuda_ok, struct gm_device_choice *out,

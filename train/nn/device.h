@@ -53,7 +53,7 @@ void gm_device_spec_format(const struct gm_device_spec *s, char *buf, size_t len
 
 /* Resolves spec on this machine.  cuda_ok: whether the model can run on CUDA in this build
  * (the CUDA ops are registered); auto only takes a GPU when it can.  Logs one line naming
- * the device taken (and the GPU), or why auto fell back to the CPU.  Errors (GM_ERR_DEVICE,
+ * the device taken (and the GPU), or why auto fell back to the CPU.  Errors (-ENOTSUP,
  * the reason logged and written to why): cuda[:N] with no usable driver, no such GPU, or a
  * model that cannot run on CUDA; cuda:all (not implemented). */
 int gm_device_choose(const struct gm_device_spec *spec, int cuda_ok, struct gm_device_choice *out,

@@ -6,12 +6,15 @@
  *   y     output activations (flatten aliases its input instead)
  *   dx    gradient w.r.t. the layer input (NULL, and not computed, when only
  *         the input data lies below: the first layer's input gradient)
- *   col   conv: im2col of the input, kept from forward for dW
- *   dcol  conv: gradient of col
+ *   ws    conv: the kernel's workspace (ops->conv2d_ws_floats: im2col of the
+ *         input kept from forward for dW, and its gradient; or packed weights)
  *   arg   maxpool: argmax position per output
  *   mask  dropout: the mask of the last training forward
  * Backward walks the layers in reverse; each takes dy (the next layer's dx,
  * or dlogits) and writes its dx and its parameter gradients.
+ *
+ * Every kernel is called through the device's op table (train/nn/ops.h),
+ * fetched once in gm_model_new; a device without a table is -ENOTSUP.
  */
 #include "train/nn/model.h"
 
@@ -22,12 +25,9 @@
 #include <string.h>
 
 #include "common/assert.h"
-#include "train/nn/rng.h"
-#include "train/kernels/act.h"
 #include "train/kernels/conv2d.h"
-#include "train/kernels/linear.h"
-#include "train/kernels/maxpool.h"
-#include "train/kernels/xent.h"
+#include "train/nn/ops.h"
+#include "train/nn/rng.h"
 
 enum layer_kind {
     LAYER_CONV2D,
@@ -48,10 +48,8 @@ struct layer {
     int w_tensor; /* index into m->tensors of the weight (bias = +1), or -1 */
     float *y;     /* owned, or borrowed (flatten) */
     float *dx;    /* owned; NULL for layer 0 */
-    float *col;   /* owned: conv */
-    float *dcol;  /* owned: conv */
-    float *wpack; /* owned: direct conv (weights repacked / dW accumulators) */
-    int direct;   /* conv: direct kernel instead of im2col + sgemm */
+    float *ws;    /* owned: conv workspace */
+    int need_dx;  /* conv: dx is computed (dx != NULL) */
     uint8_t *arg; /* owned: maxpool */
     float *mask;  /* owned: dropout */
     int owns_y;
@@ -60,6 +58,7 @@ struct layer {
 struct gm_model {
     struct gm_model_spec spec;
     enum gm_device device;
+    const struct gm_ops *ops; /* borrowed: the device's kernels */
     int max_batch;
     struct layer *layers; /* owned */
     int nlayers;
@@ -327,21 +326,12 @@ static int alloc_buffers(struct gm_model *m)
             (err = alloc_floats(m, nb * in_size(l), &l->dx)) < 0)
             return err;
         if (l->kind == LAYER_CONV2D) {
-            const size_t rows = nb * (size_t)l->out_h * l->out_w;
-            const size_t kdim = (size_t)l->k * l->k * l->in_c;
             struct gm_conv2d_shape s;
             if ((err = gm_conv2d_shape_init(&s, m->max_batch, l->in_h, l->in_w, l->in_c, l->out_c,
-                                            l->k, l->pad)) < 0)
+                                            l->k, l->pad, 1)) < 0)
                 return err;
-            l->direct = gm_conv2d_use_direct(&s, need_dx);
-            if (l->direct) {
-                if ((err = alloc_floats(m, gm_conv2d_direct_pack_floats(&s), &l->wpack)) < 0)
-                    return err;
-                continue;
-            }
-            if ((err = alloc_floats(m, rows * kdim, &l->col)) < 0)
-                return err;
-            if (need_dx && (err = alloc_floats(m, rows * kdim, &l->dcol)) < 0)
+            l->need_dx = need_dx;
+            if ((err = alloc_floats(m, m->ops->conv2d_ws_floats(&s, need_dx), &l->ws)) < 0)
                 return err;
         }
         if (l->kind == LAYER_MAXPOOL) {
@@ -364,12 +354,13 @@ int gm_model_new(const struct gm_model_spec *spec, int max_batch, struct gm_mode
         spec->in_h < 1 || spec->in_w < 1 || spec->classes < 2 || spec->nhidden < 0 ||
         spec->nhidden > GM_MODEL_MAX_HIDDEN || !(spec->dropout >= 0 && spec->dropout < 1))
         return -EINVAL;
-    if (!gm_device_available(spec->device))
-        return GM_ERR_DEVICE;
+    if (!gm_device_available(spec->device) || gm_ops_get(spec->device) == NULL)
+        return -ENOTSUP;
     m = calloc(1, sizeof(*m));
     if (m == NULL)
         return -ENOMEM;
     m->spec = *spec;
+    m->ops = gm_ops_get(spec->device);
     m->device = spec->device;
     m->max_batch = max_batch;
     m->layers = calloc(32, sizeof(*m->layers));
@@ -397,9 +388,7 @@ void gm_model_free(struct gm_model *m)
         if (l->owns_y)
             gm_device_free(m->device, l->y);
         gm_device_free(m->device, l->dx);
-        gm_device_free(m->device, l->col);
-        gm_device_free(m->device, l->dcol);
-        gm_device_free(m->device, l->wpack);
+        gm_device_free(m->device, l->ws);
         gm_device_free(m->device, l->arg);
         gm_device_free(m->device, l->mask);
     }
@@ -489,20 +478,15 @@ static float *b_of(struct gm_model *m, const struct layer *l, float *flat)
 
 int gm_model_forward(struct gm_model *m, int n, int train, uint64_t seed)
 {
+    const struct gm_ops *ops = m->ops;
     const float *x;
+    int err;
 
     if (n < 1 || n > m->max_batch)
         return -EINVAL;
-    if (m->device != GM_DEVICE_CPU)
-        return GM_ERR_DEVICE;
     x = m->input;
     if (m->input_t != NULL) { /* NCHW -> NHWC */
-        const int c = m->spec.in_c, hw = m->spec.in_h * m->spec.in_w;
-        for (int b = 0; b < n; b++)
-            for (int ch = 0; ch < c; ch++)
-                for (int i = 0; i < hw; i++)
-                    m->input_t[((size_t)b * hw + i) * c + ch] =
-                        m->input[((size_t)b * c + ch) * hw + i];
+        ops->nchw_to_nhwc(n, m->spec.in_c, m->spec.in_h * m->spec.in_w, m->input, m->input_t);
         x = m->input_t;
     }
     for (int i = 0; i < m->nlayers; i++) {
@@ -511,35 +495,31 @@ int gm_model_forward(struct gm_model *m, int n, int train, uint64_t seed)
         switch (l->kind) {
         case LAYER_CONV2D: {
             struct gm_conv2d_shape s;
-            int err =
-                gm_conv2d_shape_init(&s, n, l->in_h, l->in_w, l->in_c, l->out_c, l->k, l->pad);
+            err = gm_conv2d_shape_init(&s, n, l->in_h, l->in_w, l->in_c, l->out_c, l->k, l->pad, 1);
             GM_ASSERT(err == 0);
-            if (l->direct)
-                gm_conv2d_direct_forward_cpu(&s, x, w_of(m, l, m->params), b_of(m, l, m->params),
-                                             l->wpack, l->y);
-            else
-                gm_conv2d_forward_cpu(&s, x, w_of(m, l, m->params), b_of(m, l, m->params), l->col,
-                                      l->y);
+            ops->conv2d_forward(&s, l->need_dx, x, w_of(m, l, m->params), b_of(m, l, m->params),
+                                l->ws, l->y);
             break;
         }
         case LAYER_MAXPOOL:
-            gm_maxpool_forward_cpu(n, l->in_h, l->in_w, l->in_c, l->k, l->relu, x, l->y, l->arg);
+            ops->maxpool_forward(n, l->in_h, l->in_w, l->in_c, l->k, l->relu, x, l->y, l->arg);
             break;
         case LAYER_RELU:
-            gm_relu_forward_cpu(total, x, l->y);
+            ops->relu_forward(total, x, l->y);
             break;
         case LAYER_FLATTEN:
             l->y = (float *)x; /* a view: NHWC order is the flattened order */
             break;
         case LAYER_LINEAR:
-            gm_linear_forward_cpu(n, l->in_c, l->out_c, x, w_of(m, l, m->params),
-                                  b_of(m, l, m->params), l->y);
+            ops->linear_forward(n, l->in_c, l->out_c, x, w_of(m, l, m->params),
+                                b_of(m, l, m->params), l->y);
             break;
         case LAYER_DROPOUT:
             if (train)
-                gm_dropout_forward_cpu(total, l->p, seed ^ ((uint64_t)i << 56), x, l->mask, l->y);
-            else
-                memcpy(l->y, x, total * sizeof(float));
+                ops->dropout_forward(total, l->p, seed ^ ((uint64_t)i << 56), x, l->mask, l->y);
+            else if ((err = gm_device_copy(m->device, l->y, m->device, x, total * sizeof(float))) <
+                     0)
+                return err;
             break;
         }
         x = l->y;
@@ -550,17 +530,16 @@ int gm_model_forward(struct gm_model *m, int n, int train, uint64_t seed)
 double gm_model_loss(struct gm_model *m, int n, const int32_t *labels, long *correct)
 {
     GM_ASSERT(n >= 1 && n <= m->max_batch);
-    return gm_xent_cpu(n, m->spec.classes, gm_model_logits(m), labels, m->dlogits, correct);
+    return m->ops->xent(n, m->spec.classes, gm_model_logits(m), labels, m->dlogits, correct);
 }
 
 int gm_model_backward(struct gm_model *m, int n)
 {
+    const struct gm_ops *ops = m->ops;
     const float *dy = m->dlogits;
 
     if (n < 1 || n > m->max_batch)
         return -EINVAL;
-    if (m->device != GM_DEVICE_CPU)
-        return GM_ERR_DEVICE;
     for (int i = m->nlayers - 1; i >= 0; i--) {
         struct layer *l = &m->layers[i];
         const float *x = i > 0 ? m->layers[i - 1].y : (m->input_t ? m->input_t : m->input);
@@ -569,33 +548,29 @@ int gm_model_backward(struct gm_model *m, int n)
         case LAYER_CONV2D: {
             struct gm_conv2d_shape s;
             int err =
-                gm_conv2d_shape_init(&s, n, l->in_h, l->in_w, l->in_c, l->out_c, l->k, l->pad);
+                gm_conv2d_shape_init(&s, n, l->in_h, l->in_w, l->in_c, l->out_c, l->k, l->pad, 1);
             GM_ASSERT(err == 0);
-            if (l->direct)
-                gm_conv2d_direct_backward_cpu(&s, x, dy, w_of(m, l, m->grads), b_of(m, l, m->grads),
-                                              l->wpack);
-            else
-                gm_conv2d_backward_cpu(&s, l->col, w_of(m, l, m->params), dy, w_of(m, l, m->grads),
-                                       b_of(m, l, m->grads), l->dcol, l->dx);
+            ops->conv2d_backward(&s, x, w_of(m, l, m->params), dy, w_of(m, l, m->grads),
+                                 b_of(m, l, m->grads), l->dx, l->ws);
             break;
         }
         case LAYER_MAXPOOL:
             if (l->dx != NULL)
-                gm_maxpool_backward_cpu(n, l->in_h, l->in_w, l->in_c, l->k, dy, l->arg, l->dx);
+                ops->maxpool_backward(n, l->in_h, l->in_w, l->in_c, l->k, dy, l->arg, l->dx);
             break;
         case LAYER_RELU:
             if (l->dx != NULL)
-                gm_relu_backward_cpu(total, l->y, dy, l->dx);
+                ops->relu_backward(total, l->y, dy, l->dx);
             break;
         case LAYER_FLATTEN:
             continue; /* dy passes through unchanged */
         case LAYER_LINEAR:
-            gm_linear_backward_cpu(n, l->in_c, l->out_c, x, w_of(m, l, m->params), dy,
-                                   w_of(m, l, m->grads), b_of(m, l, m->grads), l->dx);
+            ops->linear_backward(n, l->in_c, l->out_c, x, w_of(m, l, m->params), dy,
+                                 w_of(m, l, m->grads), b_of(m, l, m->grads), l->dx);
             break;
         case LAYER_DROPOUT:
             if (l->dx != NULL)
-                gm_dropout_backward_cpu(total, l->mask, dy, l->dx);
+                ops->dropout_backward(total, l->mask, dy, l->dx);
             break;
         }
         if (l->w_tensor >= 0 && m->grad_hook != NULL) /* this layer's gradients are final */

@@ -26,7 +26,7 @@
  * the job seed, so every rank starts identical.
  *
  * Device: every buffer lives on m->device; only the CPU exists in this build
- * (GM_ERR_DEVICE otherwise).  Used by the trainer thread only.
+ * (-ENOTSUP otherwise).  Used by the trainer thread only.
  */
 #ifndef GM_TRAIN_NN_MODEL_H
 #define GM_TRAIN_NN_MODEL_H

@@ -8,7 +8,10 @@
  * gm_device_alloc(), which knows every device: CPU memory is 64-byte aligned
  * (AVX-512 friendly, one cache line).  CUDA memory arrives with the CUDA
  * backend; in a build without it every CUDA entry point returns
- * GM_ERR_DEVICE, so callers can test for it instead of crashing.
+ * -ENOTSUP (the house error for "not on this device"; there is no
+ * project-specific device code), so callers can test for it instead of
+ * crashing.  Kernels are reached through the device's op table,
+ * train/nn/ops.h.
  *
  * Thread-safety: plain data; a tensor is used by one thread at a time (the
  * trainer thread).
