@@ -19,7 +19,7 @@
  *   buckets go to pinned host buffers on the copy stream while backward goes on), and the
  *   cuBLAS and cuDNN handles bound to the compute stream.  Nothing here is global: two
  *   contexts on two threads (two ranks, two GPUs) do not share state.
- * - The op table (train/nn/ops.h, ops_cuda.c) calls kernels without a context argument, so
+ * - The op table (train/nn/ops.h, train/nn/ops_cuda.c) calls kernels without a context argument, so
  *   gm_cuda_new() also makes the context the calling thread's current one
  *   (gm_cuda_current(), a thread-local pointer, like CUDA's own per-thread current device;
  *   the only mutable state outside a struct here), and its void entries record their first

@@ -1,9 +1,8 @@
 /*
- * train/kernels/layers.cu - the layer kernels the CUDA op table (ops_cuda.c) needs where the
- * op table's contract leaves no library call that fits:
- *   max pooling with the CPU's argmax bytes and fused ReLU (the table's backward gets dy
- *     and the argmax only, while cuDNN's pooling backward needs x and y);
- *   dropout with the CPU's counter-based mask (same seed, same mask on every device);
+ * train/kernels/layers.cu - the layer kernels the CUDA op table (train/nn/ops_cuda.c) needs where
+ * the op table's contract leaves no library call that fits: max pooling with the CPU's argmax bytes
+ * and fused ReLU (the table's backward gets dy and the argmax only, while cuDNN's pooling backward
+ * needs x and y); dropout with the CPU's counter-based mask (same seed, same mask on every device);
  *   ResNet's option-A shortcut (strided subsample + channel zero-padding).
  * One thread per output element (backward: per input element, so every dx element is
  * written and nothing needs atomics); 64-bit indices; 256 threads a block, grid-stride

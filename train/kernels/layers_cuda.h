@@ -1,7 +1,7 @@
 /*
  * train/kernels/layers_cuda.h - launchers of the layer kernels in layers.cu (see there for
  * why these are custom).  Device pointers; the context's compute stream; 0 or GM_ERR_GPU.
- * Only in builds with the CUDA backend; called by ops_cuda.c on the trainer thread.
+ * Only in builds with the CUDA backend; called by train/nn/ops_cuda.c on the trainer thread.
  */
 #ifndef GM_TRAIN_KERNELS_LAYERS_CUDA_H
 #define GM_TRAIN_KERNELS_LAYERS_CUDA_H

@@ -1,5 +1,5 @@
 /*
- * train/kernels/ops_cuda.c - the CUDA op table (train/nn/ops.h: gm_ops_cuda), in builds with
+ * train/nn/ops_cuda.c - the CUDA op table (train/nn/ops.h: gm_ops_cuda), in builds with
  * the CUDA backend.
  *
  * Choices:
