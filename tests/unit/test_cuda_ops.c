@@ -363,6 +363,9 @@ static void test_hash_codecs(void)
     for (size_t bytes = 0; bytes < 70; bytes += 7)
         GM_CHECK(gpu->param_hash(x.d, bytes) == cpu->param_hash(x.h, bytes));
     GM_CHECK(gpu->param_hash(x.d, n * 4) == cpu->param_hash(x.h, n * 4));
+    /* an unaligned start (the lanes then read bytes) */
+    GM_CHECK(gpu->param_hash((const char *)x.d + 3, n * 4 - 3) ==
+             cpu->param_hash((const char *)x.h + 3, n * 4 - 3));
     GM_CHECK_OK(gm_device_alloc(GM_DEVICE_CUDA, n * 4, &wire_d));
     for (int c = 0; c < GM_CODEC_COUNT; c++) {
         const size_t eb = gm_codec_elem_size((enum gm_codec)c);

@@ -321,7 +321,10 @@ GM_KFN uint64_t gm_khash_lane_run(int lane, const unsigned char *p, size_t nbyte
     for (size_t i = 0; i + 32 <= nbytes; i += 32) {
         uint64_t w;
 #ifdef __CUDA_ARCH__
-        w = *(const uint64_t *)(const void *)(p + i + 8 * (size_t)lane); /* cudaMalloc: aligned */
+        if (((uintptr_t)p & 7u) == 0) /* device buffers are (cudaMalloc: 256 bytes) */
+            w = *(const uint64_t *)(const void *)(p + i + 8 * (size_t)lane);
+        else
+            memcpy(&w, p + i + 8 * (size_t)lane, sizeof(w));
 #else
         memcpy(&w, p + i + 8 * (size_t)lane, sizeof(w));
 #endif
