@@ -68,7 +68,7 @@ struct keydef {
     const char *what;         /* KT_ENUM: what the value names, for messages */
 };
 
-static const char *const model_names[] = {"mlp", "lenet5", NULL};
+static const char *const model_names[] = {"mlp", "lenet5", "vgg7", "resnet20", NULL};
 static const char *const data_kind_names[] = {"idx", "cifar10", "folder", NULL};
 static const char *const optimizer_names[] = {"sgd", "adam", NULL};
 static const char *const schedule_kind_names[] = {"constant", "step", "cosine", NULL};

@@ -3,7 +3,8 @@
  *
  * A job file is INI (README.md "Job file", gradmesh-job(5)), parsed with inih.  Sections and keys:
  *
- *   [job]      name (default "job"), model (mlp | lenet5, required), epochs (>= 1, 5),
+ *   [job]      name (default "job"), model (mlp | lenet5 | vgg7 | resnet20, required),
+ *              epochs (>= 1, 5),
  *              seed (u64, 1), threads (1..1024, 1), log_every (steps >= 1, 100),
  *              eval_every (epochs >= 1, 1), out (default "<name>.safetensors")
  *   [model]    hidden (comma list of MLP hidden sizes, "256"; mlp only), dropout ([0, 1), 0)
@@ -60,6 +61,8 @@
 enum gm_job_model {
     GM_JOB_MODEL_MLP,
     GM_JOB_MODEL_LENET5,
+    GM_JOB_MODEL_VGG7,
+    GM_JOB_MODEL_RESNET20,
 };
 
 enum gm_job_data_kind {

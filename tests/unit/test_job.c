@@ -391,9 +391,9 @@ static void test_bad_values(void)
 static void test_bad_names(void)
 {
     expect_bad("[job]\nmodel = lenet7\n",
-               "error: job.ini:2: unknown model 'lenet7' (known: mlp, lenet5)");
+               "error: job.ini:2: unknown model 'lenet7' (known: mlp, lenet5, vgg7, resnet20)");
     expect_bad("[job]\nmodel = MLP\n",
-               "error: job.ini:2: unknown model 'MLP' (known: mlp, lenet5)");
+               "error: job.ini:2: unknown model 'MLP' (known: mlp, lenet5, vgg7, resnet20)");
     expect_bad("[optim]\nname = rmsprop\n",
                "error: job.ini:2: unknown optimizer 'rmsprop' (known: sgd, adam)");
     expect_bad("[data]\nkind = csv\n",

@@ -35,7 +35,8 @@ void gm_batchnorm_forward_cpu(size_t rows, int c, int train, float momentum, flo
                 const double invstd = 1.0 / sqrt(var + (double)eps);
                 save_mean[ch] = (float)mean[j];
                 save_invstd[ch] = (float)invstd;
-                running_mean[ch] = (float)((1.0 - momentum) * running_mean[ch] + momentum * mean[j]);
+                running_mean[ch] =
+                    (float)((1.0 - momentum) * running_mean[ch] + momentum * mean[j]);
                 if (rows > 1)
                     running_var[ch] = (float)((1.0 - momentum) * running_var[ch] +
                                               momentum * var * (double)rows / (double)(rows - 1));

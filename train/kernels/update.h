@@ -17,18 +17,18 @@
 /* Adam's per-step scalars, computed once per step by the caller (in double,
  * rounded to float as torch does with its Python-float scalars). */
 struct gm_adam_scalars {
-    float b1, omb1;       /* beta1, 1 - beta1 */
-    float b2, omb2;       /* beta2, 1 - beta2 */
-    float wd, eps;        /* weight decay (0: none), epsilon */
-    float inv_bc2_sqrt;   /* 1 / sqrt(1 - beta2^t) */
-    float neg_step_size;  /* -lr / (1 - beta1^t) */
+    float b1, omb1;      /* beta1, 1 - beta1 */
+    float b2, omb2;      /* beta2, 1 - beta2 */
+    float wd, eps;       /* weight decay (0: none), epsilon */
+    float inv_bc2_sqrt;  /* 1 / sqrt(1 - beta2^t) */
+    float neg_step_size; /* -lr / (1 - beta1^t) */
 };
 
 /* p[n], g[n]; buf[n] momentum buffer, NULL when mu == 0.
  * d = g + wd*p (skipped when wd == 0); buf = mu*buf + d;
  * d = nesterov ? d + mu*buf : buf; p -= lr*d. */
-void gm_sgd_update_cpu(size_t n, float *p, const float *g, float *buf, float lr, float wd,
-                       float mu, int nesterov);
+void gm_sgd_update_cpu(size_t n, float *p, const float *g, float *buf, float lr, float wd, float mu,
+                       int nesterov);
 /* p[n], g[n], m[n], v[n]: d = g + wd*p; m = b1*m + (1-b1)*d; v = b2*v + (1-b2)*d*d;
  * p += neg_step_size * m / (sqrt(v) * inv_bc2_sqrt + eps). */
 void gm_adam_update_cpu(size_t n, float *p, const float *g, float *m, float *v,

@@ -82,8 +82,8 @@ static void sgd_mom(size_t n, float *restrict p, const float *restrict g, float 
         sgd_kernel(n, p, g, buf, lr, wd, mu, 1, 1, 1);
 }
 
-void gm_sgd_update_cpu(size_t n, float *p, const float *g, float *buf, float lr, float wd,
-                       float mu, int nesterov)
+void gm_sgd_update_cpu(size_t n, float *p, const float *g, float *buf, float lr, float wd, float mu,
+                       int nesterov)
 {
     const int decay = wd != 0.0f;
 

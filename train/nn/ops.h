@@ -70,13 +70,13 @@ struct gm_ops {
 
     void (*linear_forward)(int n, int in, int out, const float *x, const float *w, const float *b,
                            float *y);
-    void (*linear_backward)(int n, int in, int out, const float *x, const float *w,
-                            const float *dy, float *dw, float *db, float *dx);
+    void (*linear_backward)(int n, int in, int out, const float *x, const float *w, const float *dy,
+                            float *dw, float *db, float *dx);
 
     void (*maxpool_forward)(int n, int h, int w, int c, int k, int relu, const float *x, float *y,
                             uint8_t *arg);
-    void (*maxpool_backward)(int n, int h, int w, int c, int k, const float *dy,
-                             const uint8_t *arg, float *dx);
+    void (*maxpool_backward)(int n, int h, int w, int c, int k, const float *dy, const uint8_t *arg,
+                             float *dx);
 
     void (*relu_forward)(size_t n, const float *x, float *y);
     void (*relu_backward)(size_t n, const float *y, const float *dy, float *dx);
@@ -103,15 +103,14 @@ struct gm_ops {
     double (*xent)(int n, int k, const float *logits, const int32_t *labels, float *dlogits,
                    long *correct);
 
-    void (*sgd_update)(size_t n, float *p, const float *g, float *buf, float lr, float wd,
-                       float mu, int nesterov);
+    void (*sgd_update)(size_t n, float *p, const float *g, float *buf, float lr, float wd, float mu,
+                       int nesterov);
     void (*adam_update)(size_t n, float *p, const float *g, float *m, float *v,
                         const struct gm_adam_scalars *k);
 
     uint64_t (*param_hash)(const void *buf, size_t nbytes);
     void (*grad_encode)(enum gm_codec c, const float *in, size_t n, void *out);
-    void (*grad_decode_add)(enum gm_codec c, const void *in, const float *x, size_t n,
-                            float *out);
+    void (*grad_decode_add)(enum gm_codec c, const void *in, const float *x, size_t n, float *out);
 };
 
 extern const struct gm_ops gm_ops_cpu;
