@@ -10,7 +10,8 @@
  *   [model]    hidden (comma list of MLP hidden sizes, "256"; mlp only), dropout ([0, 1), 0)
  *   [data]     kind (idx | cifar10 | folder, required), dir (required),
  *              test_split ((0, 1), 0.1), image_size (0..4096, 0 = native), channels (1 | 3, 3);
- *              the last three apply to kind = folder only
+ *              the last three apply to kind = folder only; pad (0..64, 0): a zero border
+ *              around every image (Fashion-MNIST 28x28 + pad 2 = 32x32 for vgg7/resnet20)
  *   [optim]    name (sgd | adam, required), lr (> 0, required), batch (>= 1 per worker) or
  *              global_batch (>= 1, split over the workers; must divide by their number at
  *              submit): exactly one of the two is required,
@@ -112,6 +113,7 @@ struct gm_job {
         double test_split; /* folder */
         int image_size;    /* folder; 0 = native size */
         int channels;      /* folder; 1 or 3 */
+        int pad;           /* zero border in pixels, 0..64 (any kind) */
     } data;
 
     struct gm_job_optim {

@@ -166,6 +166,7 @@ static int setup(struct run *r)
         .image_size = job->data.image_size,
         .channels = job->data.channels,
         .seed = job->seed,
+        .pad = job->data.pad,
     };
     struct gm_model_spec ms = {0};
     struct gm_optim_config oc = {0};
