@@ -69,7 +69,7 @@ struct keydef {
     const char *what;         /* KT_ENUM: what the value names, for messages */
 };
 
-static const char *const model_names[] = {"mlp", "lenet5", NULL};
+static const char *const model_names[] = {"mlp", "lenet5", "vgg7", "resnet20", NULL};
 static const char *const data_kind_names[] = {"idx", "cifar10", "folder", NULL};
 static const char *const optimizer_names[] = {"sgd", "adam", NULL};
 static const char *const schedule_kind_names[] = {"constant", "step", "cosine", NULL};
@@ -122,6 +122,7 @@ static const struct keydef keys[] = {
     K_F64("data", "test_split", data.test_split, 0, 1, K_FMIN_OPEN | K_FMAX_OPEN),
     K_INT("data", "image_size", data.image_size, 0, 4096, 0),
     K_OTHER("data", "channels", KT_CHANNELS, data.channels),
+    K_INT("data", "pad", data.pad, 0, 64, 0),
 
     K_ENUM("optim", "name", optim.name, optimizer_names, "optimizer", K_REQUIRED),
     K_F64("optim", "lr", optim.lr, 0, INFINITY, K_REQUIRED | K_FMIN_OPEN),

@@ -104,12 +104,16 @@ static int evaluate(struct run *r, double *acc, double *loss)
 static int save_weights(struct run *r, const char *path)
 {
     struct gm_model *m = r->model;
-    const size_t nt = gm_model_num_tensors(m);
-    struct gm_st_tensor *t = calloc(nt, sizeof(*t));
-    float *buf = malloc(gm_model_num_params(m) * sizeof(float) + 1);
+    const size_t nt = gm_model_num_tensors(m), nb = gm_model_num_buffers(m);
+    size_t nbuf = 0, off;
+    struct gm_st_tensor *t = calloc(nt + nb, sizeof(*t));
+    float *buf = NULL;
     char step[32], epoch[32], params[32];
     int err;
 
+    for (size_t i = 0; i < nb; i++)
+        nbuf += gm_model_buffer_len(m, i);
+    buf = malloc((gm_model_num_params(m) + nbuf) * sizeof(float) + 1);
     if (t == NULL || buf == NULL) {
         err = -ENOMEM;
         goto out;
@@ -121,6 +125,18 @@ static int save_weights(struct run *r, const char *path)
         t[i].data = buf + pi->offset;
         t[i].ndim = pi->ndim;
         memcpy(t[i].shape, pi->shape, sizeof(int64_t) * (size_t)pi->ndim);
+    }
+    /* the buffers (batch norm running statistics) follow the parameters */
+    off = gm_model_num_params(m);
+    for (size_t i = 0; i < nb; i++) {
+        const struct gm_param_info *bi = gm_model_buffer(m, i);
+        if ((err = gm_model_export_buffer(m, i, buf + off)) < 0)
+            goto out;
+        t[nt + i].name = bi->name;
+        t[nt + i].data = buf + off;
+        t[nt + i].ndim = bi->ndim;
+        memcpy(t[nt + i].shape, bi->shape, sizeof(int64_t) * (size_t)bi->ndim);
+        off += gm_model_buffer_len(m, i);
     }
     snprintf(step, sizeof(step), "%ld", r->st.step);
     snprintf(epoch, sizeof(epoch), "%d", r->epoch);
@@ -134,7 +150,7 @@ static int save_weights(struct run *r, const char *path)
         {"epoch", epoch},
         {"params", params},
     };
-    err = gm_safetensors_write(path, t, nt, meta, sizeof(meta) / sizeof(meta[0]));
+    err = gm_safetensors_write(path, t, nt + nb, meta, sizeof(meta) / sizeof(meta[0]));
 out:
     free(t);
     free(buf);
@@ -151,6 +167,7 @@ static int setup(struct run *r)
         .image_size = job->data.image_size,
         .channels = job->data.channels,
         .seed = job->seed,
+        .pad = job->data.pad,
     };
     struct gm_model_spec ms = {0};
     struct gm_optim_config oc = {0};

@@ -135,6 +135,7 @@ static void test_defaults(void)
     GM_CHECK(job.data.test_split == 0.1);
     GM_CHECK_EQ(job.data.image_size, 0);
     GM_CHECK_EQ(job.data.channels, 3);
+    GM_CHECK_EQ(job.data.pad, 0);
     GM_CHECK_EQ(job.optim.name, GM_JOB_OPTIMIZER_SGD);
     GM_CHECK(job.optim.lr == 0.1);
     GM_CHECK_EQ(job.optim.batch, 64);
@@ -185,6 +186,7 @@ static void test_every_key_sgd(void)
                                "test_split = 0.2\n"
                                "image_size = 32\n"
                                "channels = 1\n"
+                               "pad = 2\n"
                                "[optim]\n"
                                "name = sgd\n"
                                "lr = 1e-2\n"
@@ -224,6 +226,7 @@ static void test_every_key_sgd(void)
     GM_CHECK(job.data.test_split == 0.2);
     GM_CHECK_EQ(job.data.image_size, 32);
     GM_CHECK_EQ(job.data.channels, 1);
+    GM_CHECK_EQ(job.data.pad, 2);
     GM_CHECK_EQ(job.optim.name, GM_JOB_OPTIMIZER_SGD);
     GM_CHECK(job.optim.lr == 1e-2);
     GM_CHECK_EQ(job.optim.batch, 128);
@@ -401,9 +404,9 @@ static void test_bad_values(void)
 static void test_bad_names(void)
 {
     expect_bad("[job]\nmodel = lenet7\n",
-               "error: job.ini:2: unknown model 'lenet7' (known: mlp, lenet5)");
+               "error: job.ini:2: unknown model 'lenet7' (known: mlp, lenet5, vgg7, resnet20)");
     expect_bad("[job]\nmodel = MLP\n",
-               "error: job.ini:2: unknown model 'MLP' (known: mlp, lenet5)");
+               "error: job.ini:2: unknown model 'MLP' (known: mlp, lenet5, vgg7, resnet20)");
     expect_bad("[optim]\nname = rmsprop\n",
                "error: job.ini:2: unknown optimizer 'rmsprop' (known: sgd, adam)");
     expect_bad("[data]\nkind = csv\n",
@@ -524,6 +527,33 @@ static void write_file(const char *path, const char *data, size_t len)
     fclose(f);
 }
 
+/* The recipes shipped in docs/jobs/ parse, and name the model their file name says. */
+static void test_shipped_jobs(void)
+{
+    static const struct {
+        const char *file;
+        enum gm_job_model model;
+        int pad;
+    } jobs[] = {
+        {"docs/jobs/fmnist-mlp.ini", GM_JOB_MODEL_MLP, 0},
+        {"docs/jobs/fmnist-lenet5.ini", GM_JOB_MODEL_LENET5, 0},
+        {"docs/jobs/fmnist-vgg7.ini", GM_JOB_MODEL_VGG7, 2},
+        {"docs/jobs/fmnist-resnet20.ini", GM_JOB_MODEL_RESNET20, 2},
+        {"docs/jobs/cifar10-vgg7.ini", GM_JOB_MODEL_VGG7, 0},
+        {"docs/jobs/cifar10-resnet20.ini", GM_JOB_MODEL_RESNET20, 0},
+    };
+    char log[4096];
+    struct gm_job job;
+
+    for (size_t i = 0; i < sizeof(jobs) / sizeof(jobs[0]); i++) {
+        GM_CHECK_OK(load_capture(jobs[i].file, &job, log, sizeof(log)));
+        GM_CHECK_STREQ(log, "");
+        GM_CHECK_EQ(job.model, jobs[i].model);
+        GM_CHECK_EQ(job.data.pad, jobs[i].pad);
+        gm_job_free(&job);
+    }
+}
+
 static void test_load(void)
 {
     char path[512], want[1024], log[4096];
@@ -614,6 +644,7 @@ int main(void)
     GM_TEST_RUN(test_bad_combinations);
     GM_TEST_RUN(test_bad_bytes);
     GM_TEST_RUN(test_load);
+    GM_TEST_RUN(test_shipped_jobs);
     cleanup_tmpdir();
     return gm_test_finish("test_job");
 }
