@@ -102,21 +102,46 @@ CU_SRCS := $(wildcard train/kernels/*.cu)
 # Nothing to build until the tree has CUDA kernels (train/kernels/*.cu).
 ifeq ($(CU_SRCS),)
   ifeq ($(USE_CUDA),1)
-    CUDA_REASON := nvcc found, but no CUDA kernels in this tree yet
+    CUDA_REASON := nvcc found, but no CUDA kernels in this tree
   endif
   USE_CUDA := 0
 endif
+# The CUDA build: nvcc compiles the kernels (train/kernels/*.cu); gcc compiles the C files that
+# call the CUDA runtime, cuBLAS and cuDNN (their APIs are C), with -DGM_HAVE_CUDA=1.  The runtime
+# is linked statically (cudart_static): it dlopen()s the driver (libcuda.so.1) at the first call,
+# so the same binary starts and trains on the CPU on a machine without a driver or a GPU.
+# cuBLAS and cuDNN are shared libraries found through the rpath; neither needs the driver to
+# load.  CUDA 13 builds for Turing (sm_75) and newer: machine code for each CUDA_ARCHS entry
+# plus PTX for the oldest, which the driver compiles for GPUs newer than the list.
+CUDA_ARCHS ?= 75 80 86 89 90 120
 ifeq ($(USE_CUDA),1)
   CUDA_HOME := $(patsubst %/bin/nvcc,%,$(NVCC_FOUND))
-  CFLAGS_ALL += -DGM_HAVE_CUDA=1 -I$(CUDA_HOME)/include
-  LDLIBS_ALL += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart
+  CFLAGS_ALL += -DGM_HAVE_CUDA=1 -isystem $(CUDA_HOME)/include
+  LDLIBS_ALL += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudnn -lcublas \
+	-lcudart_static -ldl -lrt -lstdc++
   CU_OBJS := $(CU_SRCS:%.cu=$(BUILD)/%.cu.o)
-  CUDA_NOTE := CUDA backend: on ($(NVCC_FOUND))
+  CUDA_NOTE := CUDA backend: on ($(NVCC_FOUND), sm $(CUDA_ARCHS))
 else
   CU_OBJS :=
   CUDA_NOTE := CUDA backend: off$(if $(CUDA_REASON), ($(CUDA_REASON)))
 endif
-NVCCFLAGS ?= -O3 -std=c++17 -arch=native -I. -Xcompiler -fPIC
+# Warnings are errors in nvcc and in the host compiler it drives.  -fmad=false: no fused
+# multiply-add contraction, so the optimizer kernels round exactly like the CPU's (gcc at
+# -std=c11 does not contract either) and every rank's parameters stay bitwise identical.
+NVCC_GENCODE := $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
+	-gencode arch=compute_$(firstword $(CUDA_ARCHS)),code=compute_$(firstword $(CUDA_ARCHS))
+NVCCFLAGS ?= -O3 -std=c++17 -I. -fmad=false -Werror all-warnings \
+	-Xcompiler -Wall,-Wextra,-Werror,-Wshadow,-fPIC $(NVCC_GENCODE)
+
+# Objects depend on the flags they were built with: switching CUDA (or CFLAGS, OPT) rebuilds
+# them instead of linking objects compiled with and without -DGM_HAVE_CUDA together.
+FLAGS_STAMP := $(BUILD)/.flags
+ifneq ($(filter-out $(NO_DEPS_GOALS),$(or $(MAKECMDGOALS),all)),)
+  FLAGS_NOW := $(CC) $(CFLAGS_ALL) | $(NVCCFLAGS) | $(LDLIBS_ALL)
+  ifneq ($(FLAGS_NOW),$(shell cat $(FLAGS_STAMP) 2>/dev/null))
+    $(shell mkdir -p $(BUILD) && printf '%s\n' '$(FLAGS_NOW)' > $(FLAGS_STAMP))
+  endif
+endif
 
 # --- sources ---------------------------------------------------------------
 MAIN_SRC := agent/main.c
@@ -145,17 +170,17 @@ $(LIB): $(LIB_OBJS)
 	@echo "  AR      $@"
 	$(Q)rm -f $@ && ar rcs $@ $^
 
-$(BUILD)/%.o: %.c
+$(BUILD)/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	@echo "  CC      $<"
 	$(Q)$(CC) $(CFLAGS_ALL) -c -o $@ $<
 
-$(BUILD)/%.cu.o: %.cu
+$(BUILD)/%.cu.o: %.cu $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	@echo "  NVCC    $<"
-	$(Q)$(NVCC_FOUND) $(NVCCFLAGS) -DGM_HAVE_CUDA=1 -c -o $@ $<
+	$(Q)$(NVCC_FOUND) $(NVCCFLAGS) -DGM_HAVE_CUDA=1 -MMD -MP -MF $(@:.o=.d) -c -o $@ $<
 
-$(BUILD)/tests/%: tests/unit/%.c $(LIB)
+$(BUILD)/tests/%: tests/unit/%.c $(LIB) $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	@echo "  CC      $<"
 	$(Q)$(CC) $(CFLAGS_ALL) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS_ALL)

@@ -180,7 +180,7 @@ static int prepare_config(struct gm_config *c, const char *cluster, const char *
         n = snprintf(c->control, sizeof(c->control), "%s/control.sock", abs);
     if (n < 0 || n >= (int)sizeof(c->control))
         return -ENAMETOOLONG;
-    snprintf(c->device, sizeof(c->device), "auto");
+    c->device.want = GM_DEVICE_WANT_AUTO;
     if (multicast != NULL)
         snprintf(c->multicast, sizeof(c->multicast), "%s",
                  strcmp(multicast, "off") == 0 ? "" : multicast);

@@ -41,7 +41,7 @@ enum kind {
     K_PEERS,  /* host:port, comma-separated */
     K_GROUP,  /* multicast group:port or off */
     K_BOOL,   /* yes|no */
-    K_DEVICE, /* auto|cpu|cuda */
+    K_DEVICE, /* struct gm_device_spec: auto|cpu|cuda|cuda:N|cuda:all */
     K_THREADS,
     K_METRICS, /* ip:port or empty */
     K_TIMEOUT, /* seconds, 5..3600 */
@@ -252,10 +252,15 @@ static void set(struct parse *p, const struct keydef *k, const char *v)
         if (gm_disc_parse_group(v, &g) != 0)
             want = "an IPv4 multicast GROUP:PORT (e.g. " GM_DISC_GROUP_DEFAULT ") or off";
         break;
-    case K_DEVICE:
-        if (strcmp(v, "auto") != 0 && strcmp(v, "cpu") != 0 && strcmp(v, "cuda") != 0)
-            want = "auto, cpu or cuda";
-        break;
+    case K_DEVICE: {
+        struct gm_device_spec d;
+        if (gm_device_spec_parse(v, &d) != 0) {
+            want = "auto, cpu, cuda, cuda:N (a GPU number) or cuda:all";
+            break;
+        }
+        memcpy(field, &d, sizeof(d));
+        return;
+    }
     case K_STR:
         break;
     }
@@ -504,7 +509,7 @@ int gm_config_load(const char *path, struct gm_config *c)
 void gm_config_defaults(struct gm_config *c)
 {
     memset(c, 0, sizeof(*c));
-    snprintf(c->device, sizeof(c->device), "auto");
+    c->device.want = GM_DEVICE_WANT_AUTO;
     snprintf(c->multicast, sizeof(c->multicast), "%s", GM_DISC_GROUP_DEFAULT);
     c->measure = 1;
     c->peer_timeout_s = GM_DEFAULT_PEER_TIMEOUT_S;
@@ -523,9 +528,10 @@ const char *gm_config_path(const char *flag)
 
 int gm_config_save(const char *path, const struct gm_config *c)
 {
-    char buf[8192];
+    char buf[8192], device[GM_DEVICE_SPEC_LEN];
     int n;
 
+    gm_device_spec_format(&c->device, device, sizeof(device));
     n = snprintf(buf, sizeof(buf),
                  "# gradmesh agent configuration (written by gradmesh init/join; every key is\n"
                  "# in gradmesh.conf(5))\n"
@@ -552,8 +558,8 @@ int gm_config_save(const char *path, const struct gm_config *c)
                  "metrics_public = %s\n",
                  c->cluster, c->node, c->listen, c->state_dir, c->control, c->peer_timeout_s,
                  c->multicast[0] ? c->multicast : "off", c->peers, c->tunnels, c->interfaces,
-                 c->measure ? "yes" : "no", c->device[0] ? c->device : "auto", c->threads,
-                 c->metrics, c->metrics_public ? "yes" : "no");
+                 c->measure ? "yes" : "no", device, c->threads, c->metrics,
+                 c->metrics_public ? "yes" : "no");
     if (n < 0 || n >= (int)sizeof(buf))
         return -ENAMETOOLONG;
     return gm_id_write_file(path, buf, (size_t)n, 0644);

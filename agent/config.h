@@ -15,7 +15,8 @@
  *              tunnels besides tun/tap/WireGuard/ppp), interfaces (beacons only
  *              on these; empty = every suitable one), measure (yes|no: probe
  *              each new link's throughput)
- *   [train]    device (auto|cpu|cuda), threads (0 = all cores)
+ *   [train]    device (auto|cpu|cuda|cuda:N|cuda:all: train/nn/device.h), threads (0 = all
+ *              cores)
  *   [metrics]  listen (ip:port of the Prometheus endpoint; empty = off), metrics_public
  *              (yes|no, default no: listen must be loopback unless yes)
  *
@@ -36,6 +37,7 @@
 #include "agent/proto.h"
 #include "common/err.h"
 #include "crypto/identity.h"
+#include "train/nn/device.h"
 
 #define GM_PATH_MAX 1024
 #define GM_DEFAULT_LISTEN "0.0.0.0:7450"
@@ -56,7 +58,7 @@ struct gm_config {
     char tunnels[256];
     char interfaces[256]; /* beacons only on these; "" = every suitable one */
     int measure;
-    char device[16];
+    struct gm_device_spec device;
     int threads;
     char metrics[GM_ADDR_MAX];
     int metrics_public; /* 1: metrics may listen on a non-loopback address */

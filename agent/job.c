@@ -449,6 +449,8 @@ static int start_rank(struct gm_jobs *j, struct job *jb)
         return -errno;
     }
     snprintf(out, sizeof(out), "%s/%s.safetensors", dir, jb->job.name);
+    if (!jb->job.device_set) /* the job file did not choose: this agent's [train] device */
+        jb->job.device = j->env.device;
     if ((err = gm_rank_start(j->env.loop, &jb->job, out, &rank_ops, j, &jb->rank)) < 0)
         return err;
     if (j->env.metrics != NULL)

@@ -49,6 +49,7 @@
 
 #include "agent/frame.h"
 #include "common/err.h"
+#include "train/nn/device.h"
 #include "crypto/identity.h"
 
 struct gm_jobs;
@@ -59,6 +60,8 @@ struct gm_jobs_env {
     uv_loop_t *loop;
     const char *node;      /* this node's id (borrowed, lives as long as the agent) */
     const char *state_dir; /* borrowed */
+    /* [train] device: the device of this agent's ranks unless the job file sets one */
+    struct gm_device_spec device;
     /* The up member link to node, or NULL. */
     struct gm_link *(*link_to)(void *agent, const char *node);
     /* Member nodes with an up link (not this node); returns how many, writes at most cap

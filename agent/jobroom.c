@@ -48,6 +48,7 @@ int gm_jobroom_open(struct gm_agent *a)
     struct gm_jobs_env env = {.loop = &a->loop,
                               .node = a->cfg.node,
                               .state_dir = a->cfg.state_dir,
+                              .device = a->cfg.device,
                               .link_to = link_to,
                               .members_up = members_up,
                               .metrics = metrics_of,

@@ -12,7 +12,6 @@ static const char *const names[] = {
     [-(GM_ERR_DATA - GM_ERR_BASE)] = "bad or truncated data file",
     [-(GM_ERR_FORMAT - GM_ERR_BASE)] = "malformed input",
     [-(GM_ERR_SHAPE - GM_ERR_BASE)] = "tensor shapes do not match",
-    [-(GM_ERR_DEVICE - GM_ERR_BASE)] = "operation not supported on this device",
     [-(GM_ERR_NUMERIC - GM_ERR_BASE)] = "non-finite value (NaN or Inf)",
     [-(GM_ERR_TOKEN - GM_ERR_BASE)] = "invalid invite token",
     [-(GM_ERR_AUTH - GM_ERR_BASE)] = "authentication failed",
@@ -20,6 +19,7 @@ static const char *const names[] = {
     [-(GM_ERR_MISMATCH - GM_ERR_BASE)] = "peers disagree",
     [-(GM_ERR_ABORTED - GM_ERR_BASE)] = "operation aborted",
     [-(GM_ERR_REGROUP - GM_ERR_BASE)] = "training group changed",
+    [-(GM_ERR_GPU - GM_ERR_BASE)] = "GPU library call failed",
 };
 
 const char *gm_strerror(int err)

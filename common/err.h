@@ -22,11 +22,13 @@
 
 enum gm_err {
     GM_ERR_BASE = -4000,
-    GM_ERR_CONFIG = -4001,   /* bad configuration or job file */
-    GM_ERR_DATA = -4002,     /* bad or truncated dataset file */
-    GM_ERR_FORMAT = -4003,   /* malformed bytes (wrong magic, bad header) */
-    GM_ERR_SHAPE = -4004,    /* tensor shapes do not fit together */
-    GM_ERR_DEVICE = -4005,   /* operation not available on this device */
+    GM_ERR_CONFIG = -4001, /* bad configuration or job file */
+    GM_ERR_DATA = -4002,   /* bad or truncated dataset file */
+    GM_ERR_FORMAT = -4003, /* malformed bytes (wrong magic, bad header) */
+    GM_ERR_SHAPE = -4004,  /* tensor shapes do not fit together */
+    /* was GM_ERR_DEVICE; "not on this device" is -ENOTSUP (house style). Never returned,
+     * kept so the codes after it keep their values. */
+    GM_ERR_RETIRED_DEVICE = -4005,
     GM_ERR_NUMERIC = -4006,  /* NaN or Inf where a finite value is required */
     GM_ERR_TOKEN = -4007,    /* bad, expired, revoked or used invite token */
     GM_ERR_AUTH = -4008,     /* authentication or pin check failed */
@@ -34,7 +36,8 @@ enum gm_err {
     GM_ERR_MISMATCH = -4010, /* peers disagree (sizes, codecs, steps) */
     GM_ERR_ABORTED = -4011,  /* operation aborted (peer lost, shutdown) */
     GM_ERR_REGROUP = -4012,  /* the training group changed: re-synchronize, then go on */
-    GM_ERR_LAST = -4013,
+    GM_ERR_GPU = -4013,      /* a CUDA, cuBLAS or cuDNN call failed (logged with its message) */
+    GM_ERR_LAST = -4014,
 };
 
 /* Returns a static string naming any error returned by a gradmesh function. */

@@ -47,6 +47,7 @@ enum ktype {
     KT_ENUM,     /* one of names[], stored as int */
     KT_HIDDEN,   /* comma list of ints into job->hidden / n_hidden */
     KT_CHANNELS, /* 1 or 3 */
+    KT_DEVICE,   /* auto | cpu | cuda | cuda:N | cuda:all (train/nn/device.h) */
 };
 
 enum {
@@ -68,7 +69,7 @@ struct keydef {
     const char *what;         /* KT_ENUM: what the value names, for messages */
 };
 
-static const char *const model_names[] = {"mlp", "lenet5", NULL};
+static const char *const model_names[] = {"mlp", "lenet5", "vgg7", "resnet20", NULL};
 static const char *const data_kind_names[] = {"idx", "cifar10", "folder", NULL};
 static const char *const optimizer_names[] = {"sgd", "adam", NULL};
 static const char *const schedule_kind_names[] = {"constant", "step", "cosine", NULL};
@@ -111,6 +112,7 @@ static const struct keydef keys[] = {
     K_INT("job", "log_every", log_every, 1, INT_MAX, 0),
     K_INT("job", "eval_every", eval_every, 1, INT_MAX, 0),
     K_STR("job", "out", out, 0),
+    K_OTHER("job", "device", KT_DEVICE, device),
 
     K_OTHER("model", "hidden", KT_HIDDEN, hidden),
     K_F64("model", "dropout", dropout, 0, 1, K_FMAX_OPEN),
@@ -120,6 +122,7 @@ static const struct keydef keys[] = {
     K_F64("data", "test_split", data.test_split, 0, 1, K_FMIN_OPEN | K_FMAX_OPEN),
     K_INT("data", "image_size", data.image_size, 0, 4096, 0),
     K_OTHER("data", "channels", KT_CHANNELS, data.channels),
+    K_INT("data", "pad", data.pad, 0, 64, 0),
 
     K_ENUM("optim", "name", optim.name, optimizer_names, "optimizer", K_REQUIRED),
     K_F64("optim", "lr", optim.lr, 0, INFINITY, K_REQUIRED | K_FMIN_OPEN),
@@ -271,6 +274,9 @@ static void describe(char *dst, size_t n, const struct keydef *k)
         break;
     case KT_CHANNELS:
         snprintf(dst, n, "1 or 3");
+        break;
+    case KT_DEVICE:
+        snprintf(dst, n, "auto, cpu, cuda, cuda:N (N < %d) or cuda:all", GM_DEVICE_CUDA_MAX);
         break;
     case KT_HIDDEN:
         snprintf(dst, n, "a comma-separated list of 1 to %d integers from 1 to %d",
@@ -489,6 +495,15 @@ static void set_value(struct ctx *c, const struct keydef *k, const char *value)
         ok = parse_bool(value, &v);
         if (ok)
             memcpy(field, &v, sizeof(v));
+        break;
+    }
+    case KT_DEVICE: {
+        struct gm_device_spec v;
+        ok = gm_device_spec_parse(value, &v) == 0;
+        if (ok) {
+            memcpy(field, &v, sizeof(v));
+            c->job->device_set = true;
+        }
         break;
     }
     case KT_CHANNELS: {

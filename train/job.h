@@ -3,13 +3,17 @@
  *
  * A job file is INI (README.md "Job file", gradmesh-job(5)), parsed with inih.  Sections and keys:
  *
- *   [job]      name (default "job"), model (mlp | lenet5, required), epochs (>= 1, 5),
+ *   [job]      name (default "job"), model (mlp | lenet5 | vgg7 | resnet20, required),
+ *              epochs (>= 1, 5),
  *              seed (u64, 1), threads (1..1024, 1), log_every (steps >= 1, 100),
- *              eval_every (epochs >= 1, 1), out (default "<name>.safetensors")
+ *              eval_every (epochs >= 1, 1), out (default "<name>.safetensors"),
+ *              device (auto | cpu | cuda | cuda:N | cuda:all; unset: the agent's [train] device,
+ *              else auto; train/nn/device.h)
  *   [model]    hidden (comma list of MLP hidden sizes, "256"; mlp only), dropout ([0, 1), 0)
  *   [data]     kind (idx | cifar10 | folder, required), dir (required),
  *              test_split ((0, 1), 0.1), image_size (0..4096, 0 = native), channels (1 | 3, 3);
- *              the last three apply to kind = folder only
+ *              the last three apply to kind = folder only; pad (0..64, 0): a zero border
+ *              around every image (Fashion-MNIST 28x28 + pad 2 = 32x32 for vgg7/resnet20)
  *   [optim]    name (sgd | adam, required), lr (> 0, required), batch (>= 1 per worker) or
  *              global_batch (>= 1, split over the workers; must divide by their number at
  *              submit): exactly one of the two is required,
@@ -50,6 +54,7 @@
 #include <stdint.h>
 
 #include "common/err.h"
+#include "train/nn/device.h"
 
 #define GM_JOB_NAME_MAX 64    /* buffer size: 63 bytes + NUL */
 #define GM_JOB_PATH_MAX 1024  /* buffer size for dir and out */
@@ -60,6 +65,8 @@
 enum gm_job_model {
     GM_JOB_MODEL_MLP,
     GM_JOB_MODEL_LENET5,
+    GM_JOB_MODEL_VGG7,
+    GM_JOB_MODEL_RESNET20,
 };
 
 enum gm_job_data_kind {
@@ -93,10 +100,12 @@ struct gm_job {
     enum gm_job_model model;
     int epochs;
     uint64_t seed;
-    int threads;               /* BLAS / compute threads */
-    int log_every;             /* steps */
-    int eval_every;            /* epochs */
-    char out[GM_JOB_PATH_MAX]; /* final weights; "<name>.safetensors" unless set */
+    int threads;                  /* BLAS / compute threads */
+    int log_every;                /* steps */
+    int eval_every;               /* epochs */
+    char out[GM_JOB_PATH_MAX];    /* final weights; "<name>.safetensors" unless set */
+    struct gm_device_spec device; /* auto unless set */
+    bool device_set;              /* [job] device was given: it wins over the agent's */
 
     /* [model] */
     int hidden[GM_JOB_HIDDEN_MAX]; /* MLP hidden sizes, n_hidden of them */
@@ -109,6 +118,7 @@ struct gm_job {
         double test_split; /* folder */
         int image_size;    /* folder; 0 = native size */
         int channels;      /* folder; 1 or 3 */
+        int pad;           /* zero border in pixels, 0..64 (any kind) */
     } data;
 
     struct gm_job_optim {

@@ -39,8 +39,9 @@ struct run {
     int32_t *labels;    /* owned: one batch */
     uint32_t *eval_idx; /* owned */
     struct gm_train_state st;
-    int epoch;     /* of the sampler's permutation */
-    int max_batch; /* per-rank batch buffers */
+    struct gm_device_choice device; /* where the model lives */
+    int epoch;                      /* of the sampler's permutation */
+    int max_batch;                  /* per-rank batch buffers */
     long steps_per_epoch;
     uint64_t t_start, last_bar;
 };
@@ -103,12 +104,16 @@ static int evaluate(struct run *r, double *acc, double *loss)
 static int save_weights(struct run *r, const char *path)
 {
     struct gm_model *m = r->model;
-    const size_t nt = gm_model_num_tensors(m);
-    struct gm_st_tensor *t = calloc(nt, sizeof(*t));
-    float *buf = malloc(gm_model_num_params(m) * sizeof(float) + 1);
+    const size_t nt = gm_model_num_tensors(m), nb = gm_model_num_buffers(m);
+    size_t nbuf = 0, off;
+    struct gm_st_tensor *t = calloc(nt + nb, sizeof(*t));
+    float *buf = NULL;
     char step[32], epoch[32], params[32];
     int err;
 
+    for (size_t i = 0; i < nb; i++)
+        nbuf += gm_model_buffer_len(m, i);
+    buf = malloc((gm_model_num_params(m) + nbuf) * sizeof(float) + 1);
     if (t == NULL || buf == NULL) {
         err = -ENOMEM;
         goto out;
@@ -120,6 +125,18 @@ static int save_weights(struct run *r, const char *path)
         t[i].data = buf + pi->offset;
         t[i].ndim = pi->ndim;
         memcpy(t[i].shape, pi->shape, sizeof(int64_t) * (size_t)pi->ndim);
+    }
+    /* the buffers (batch norm running statistics) follow the parameters */
+    off = gm_model_num_params(m);
+    for (size_t i = 0; i < nb; i++) {
+        const struct gm_param_info *bi = gm_model_buffer(m, i);
+        if ((err = gm_model_export_buffer(m, i, buf + off)) < 0)
+            goto out;
+        t[nt + i].name = bi->name;
+        t[nt + i].data = buf + off;
+        t[nt + i].ndim = bi->ndim;
+        memcpy(t[nt + i].shape, bi->shape, sizeof(int64_t) * (size_t)bi->ndim);
+        off += gm_model_buffer_len(m, i);
     }
     snprintf(step, sizeof(step), "%ld", r->st.step);
     snprintf(epoch, sizeof(epoch), "%d", r->epoch);
@@ -133,7 +150,7 @@ static int save_weights(struct run *r, const char *path)
         {"epoch", epoch},
         {"params", params},
     };
-    err = gm_safetensors_write(path, t, nt, meta, sizeof(meta) / sizeof(meta[0]));
+    err = gm_safetensors_write(path, t, nt + nb, meta, sizeof(meta) / sizeof(meta[0]));
 out:
     free(t);
     free(buf);
@@ -150,6 +167,7 @@ static int setup(struct run *r)
         .image_size = job->data.image_size,
         .channels = job->data.channels,
         .seed = job->seed,
+        .pad = job->data.pad,
     };
     struct gm_model_spec ms = {0};
     struct gm_optim_config oc = {0};
@@ -188,7 +206,12 @@ static int setup(struct run *r)
     for (int i = 0; i < ms.nhidden; i++)
         ms.hidden[i] = job->hidden[i];
     ms.dropout = (float)job->dropout;
-    ms.device = GM_DEVICE_CPU;
+    /* auto takes a GPU only when the model's layers can run there (logged either way) */
+    char why[400];
+    if (gm_device_choose(&job->device, gm_device_available(GM_DEVICE_CUDA), &r->device, why,
+                         sizeof(why)) < 0)
+        return GM_ERR_CONFIG; /* logged with the reason */
+    ms.device = r->device.device;
     err = gm_model_new(&ms, r->max_batch, &r->model);
     if (err == -EINVAL) {
         gm_err("job: model %s does not fit %dx%dx%d inputs", ms.name, ms.in_c, ms.in_h, ms.in_w);
@@ -376,6 +399,10 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
     if ((err = setup(&r)) < 0)
         goto out;
     sum->params = gm_model_num_params(r.model);
+    if (r.device.device == GM_DEVICE_CUDA)
+        snprintf(sum->device, sizeof(sum->device), "cuda:%d", r.device.index);
+    else
+        snprintf(sum->device, sizeof(sum->device), "cpu");
     if (r.st.rank == 0)
         gm_info("event=start job=%s model=%s params=%zu train=%zu test=%zu input=%dx%dx%d "
                 "classes=%d batch=%d epochs=%d steps_per_epoch=%ld optim=%s lr=%g threads=%d",
@@ -570,6 +597,7 @@ int gm_train_summary_write_json(const struct gm_train_summary *s, const char *pa
         return -ENOMEM;
     json_object_set_new(o, "job", json_string(s->job));
     json_object_set_new(o, "model", json_string(s->model));
+    json_object_set_new(o, "device", json_string(s->device));
     json_object_set_new(o, "test_accuracy",
                         isfinite(s->test_accuracy) ? json_real(s->test_accuracy) : json_null());
     json_object_set_new(o, "test_loss",

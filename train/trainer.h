@@ -28,6 +28,7 @@
 struct gm_train_summary {
     char job[64];
     char model[16];
+    char device[16]; /* "cpu" or "cuda:N": what the run trained on */
     char codec[16];
     int epochs; /* completed */
     long steps;

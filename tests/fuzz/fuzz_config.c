@@ -44,7 +44,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         !terminated(c.multicast, sizeof(c.multicast)) ||
         !terminated(c.tunnels, sizeof(c.tunnels)) ||
         !terminated(c.interfaces, sizeof(c.interfaces)) ||
-        !terminated(c.device, sizeof(c.device)) || !terminated(c.metrics, sizeof(c.metrics)))
+        !terminated(c.metrics, sizeof(c.metrics)))
+        abort();
+    /* the device is one of device.h's spellings */
+    if (c.device.want < GM_DEVICE_WANT_AUTO || c.device.want > GM_DEVICE_WANT_CUDA_ALL ||
+        c.device.index < 0 || c.device.index >= GM_DEVICE_CUDA_MAX ||
+        (c.device.want != GM_DEVICE_WANT_CUDA && c.device.index != 0))
         abort();
     if (!gm_id_name_valid(c.cluster) || !gm_id_name_valid(c.node) || c.state_dir[0] != '/' ||
         c.control[0] != '/' || gm_proto_addr_parse(c.listen, &ss) != 0 || c.threads < 0 ||
@@ -66,7 +71,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (err != 0 || strcmp(c.cluster, d.cluster) != 0 || strcmp(c.node, d.node) != 0 ||
         strcmp(c.listen, d.listen) != 0 || strcmp(c.metrics, d.metrics) != 0 ||
         c.metrics_public != d.metrics_public || c.measure != d.measure || c.threads != d.threads ||
-        c.peer_timeout_s != d.peer_timeout_s)
+        c.peer_timeout_s != d.peer_timeout_s || c.device.want != d.device.want ||
+        c.device.index != d.device.index)
         abort();
     return 0;
 }

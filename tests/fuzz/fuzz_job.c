@@ -32,6 +32,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             job.out[0] == '\0' || job.data.dir[0] == '\0' ||
             (job.optim.nesterov && !(job.optim.momentum > 0)))
             abort();
+        if (job.device.index < 0 || job.device.index >= GM_DEVICE_CUDA_MAX ||
+            (job.device.want != GM_DEVICE_WANT_CUDA && job.device.index != 0) ||
+            (!job.device_set && job.device.want != GM_DEVICE_WANT_AUTO))
+            abort();
     } else if (job.text != NULL) {
         abort(); /* freed on failure */
     }

@@ -180,7 +180,7 @@ n0=$(submitted)
 job "$WORK/model.ini" "$DS/good" "model=resnet50"
 lineno() { grep -n "^$1 = " "$2" | cut -d: -f1; }
 refused model "$WORK/model.ini" 78 "error: $WORK/model.ini:$(lineno model "$WORK/model.ini"): \
-unknown model 'resnet50' (known: mlp, lenet5)"
+unknown model 'resnet50' (known: mlp, lenet5, vgg7, resnet20)"
 job "$WORK/codec.ini" "$DS/good" "codec=zstd"
 refused codec "$WORK/codec.ini" 78 "error: $WORK/codec.ini:$(lineno codec "$WORK/codec.ini"): \
 unknown codec 'zstd' (known: auto, fp32, fp16, powersgd, diloco)"

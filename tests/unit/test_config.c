@@ -71,7 +71,18 @@ static void test_good_and_defaults(void)
     GM_CHECK_STREQ(c.cluster, "lab");
     GM_CHECK_STREQ(c.control, "/var/lib/gradmesh/control.sock");
     GM_CHECK_STREQ(c.multicast, "239.192.74.50:7451");
-    GM_CHECK_STREQ(c.device, "auto");
+    GM_CHECK_EQ(c.device.want, GM_DEVICE_WANT_AUTO);
+    /* [train] device: every spelling device.h names */
+    GM_CHECK_OK(capture(GOOD "[train]\ndevice = cuda:3\n", NULL, &c, log, sizeof(log)));
+    GM_CHECK_EQ(c.device.want, GM_DEVICE_WANT_CUDA);
+    GM_CHECK_EQ(c.device.index, 3);
+    GM_CHECK_OK(capture(GOOD "[train]\ndevice = cuda\n", NULL, &c, log, sizeof(log)));
+    GM_CHECK_EQ(c.device.want, GM_DEVICE_WANT_CUDA);
+    GM_CHECK_EQ(c.device.index, 0);
+    GM_CHECK_OK(capture(GOOD "[train]\ndevice = cuda:all\n", NULL, &c, log, sizeof(log)));
+    GM_CHECK_EQ(c.device.want, GM_DEVICE_WANT_CUDA_ALL);
+    GM_CHECK_OK(capture(GOOD "[train]\ndevice = cpu\n", NULL, &c, log, sizeof(log)));
+    GM_CHECK_EQ(c.device.want, GM_DEVICE_WANT_CPU);
     GM_CHECK_EQ(c.measure, 1);
     GM_CHECK_EQ(c.metrics_public, 0);
     GM_CHECK_STREQ(c.metrics, "");
@@ -107,6 +118,8 @@ static void test_example_and_saved(void)
     snprintf(c.peers, sizeof(c.peers), "10.8.0.1:7450");
     c.metrics_public = 1;
     snprintf(c.metrics, sizeof(c.metrics), "[::]:9464");
+    c.device.want = GM_DEVICE_WANT_CUDA;
+    c.device.index = 2;
     GM_CHECK_OK(gm_config_save(path, &c));
     GM_CHECK_OK(capture(NULL, path, &d, log, sizeof(log)));
     GM_CHECK_STREQ(d.peers, c.peers);
@@ -116,6 +129,8 @@ static void test_example_and_saved(void)
     GM_CHECK_EQ(d.metrics_public, 1);
     GM_CHECK_EQ(d.measure, c.measure);
     GM_CHECK_EQ(d.threads, c.threads);
+    GM_CHECK_EQ(d.device.want, GM_DEVICE_WANT_CUDA);
+    GM_CHECK_EQ(d.device.index, 2);
 }
 
 #define LONG100                                                                                    \
@@ -143,7 +158,11 @@ static void test_bad_files(void)
         {GOOD "[train]\nthreads = -1\n", "g.conf:8: [train] threads = -1: must be a whole number"},
         {GOOD "[train]\nthreads = 4097\n", "g.conf:8: [train] threads = 4097"},
         {GOOD "[train]\ndevice = gpu\n",
-         "g.conf:8: [train] device = gpu: must be auto, cpu or cuda"},
+         "g.conf:8: [train] device = gpu: must be auto, cpu, cuda, cuda:N (a GPU number) or "
+         "cuda:all"},
+        {GOOD "[train]\ndevice = cuda:01\n",
+         "g.conf:8: [train] device = cuda:01: must be auto, cpu, cuda, cuda:N (a GPU number) or "
+         "cuda:all"},
         {GOOD "[discovery]\nmulticast = 10.0.0.1:7451\n", "g.conf:8: [discovery] multicast"},
         {GOOD "[discovery]\npeers = host-without-port\n", "g.conf:8: [discovery] peers"},
         {GOOD "[discovery]\nmeasure = 1\n", "must be yes or no"},

@@ -613,6 +613,32 @@ static void test_fashion_mnist(void)
             GM_CHECK_EQ(hist[k], 6000);
         GM_CHECK_EQ(tr.labels[0], 9); /* the first training image is an ankle boot */
     }
+    /* pad = 2: 32x32 with a black border, the same pixels inside, labels untouched */
+    struct gm_dataset ptr, pte;
+    spec.pad = 2;
+    GM_CHECK_OK(gm_dataset_load(&spec, &ptr, &pte));
+    GM_CHECK(ptr.n == tr.n && pte.n == te.n && ptr.c == 1 && ptr.h == 32 && ptr.w == 32);
+    GM_CHECK(pte.h == 32 && pte.w == 32);
+    if (ptr.n == tr.n && ptr.h == 32 && pte.n == te.n && pte.h == 32) {
+        size_t border = 0, inside = 0;
+        for (size_t i = 0; i < tr.n; i += 997)
+            for (int y = 0; y < 32; y++)
+                for (int x = 0; x < 32; x++) {
+                    const uint8_t v = ptr.images[i * 1024 + (size_t)y * 32 + (size_t)x];
+                    if (y < 2 || y >= 30 || x < 2 || x >= 30)
+                        border += v != 0;
+                    else
+                        inside += v != tr.images[i * 784 + (size_t)(y - 2) * 28 + (size_t)(x - 2)];
+                }
+        GM_CHECK_EQ(border, 0);
+        GM_CHECK_EQ(inside, 0);
+        GM_CHECK(memcmp(ptr.labels, tr.labels, tr.n) == 0);
+        GM_CHECK(pte.images[9999 * 1024 + 16 * 32 + 16] == te.images[9999 * 784 + 14 * 28 + 14]);
+    }
+    gm_dataset_free(&ptr);
+    gm_dataset_free(&pte);
+    spec.pad = 65;
+    expect_load_error_at(__LINE__, &spec, GM_ERR_CONFIG, "data", "pad 65 is not in 0..64");
     gm_dataset_free(&tr);
     gm_dataset_free(&te);
 }

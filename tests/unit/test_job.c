@@ -125,6 +125,8 @@ static void test_defaults(void)
     GM_CHECK_EQ(job.log_every, 100);
     GM_CHECK_EQ(job.eval_every, 1);
     GM_CHECK_STREQ(job.out, "job.safetensors");
+    GM_CHECK_EQ(job.device.want, GM_DEVICE_WANT_AUTO);
+    GM_CHECK(!job.device_set);
     GM_CHECK_EQ(job.n_hidden, 1);
     GM_CHECK_EQ(job.hidden[0], 256);
     GM_CHECK(job.dropout == 0);
@@ -133,6 +135,7 @@ static void test_defaults(void)
     GM_CHECK(job.data.test_split == 0.1);
     GM_CHECK_EQ(job.data.image_size, 0);
     GM_CHECK_EQ(job.data.channels, 3);
+    GM_CHECK_EQ(job.data.pad, 0);
     GM_CHECK_EQ(job.optim.name, GM_JOB_OPTIMIZER_SGD);
     GM_CHECK(job.optim.lr == 0.1);
     GM_CHECK_EQ(job.optim.batch, 64);
@@ -173,6 +176,7 @@ static void test_every_key_sgd(void)
                                "log_every = 7\n"
                                "eval_every = 3\n"
                                "out = /tmp/w.safetensors\n"
+                               "device = cuda:1\n"
                                "[model]\n"
                                "hidden = 512, 256,128\n"
                                "dropout = 0.25\n"
@@ -182,6 +186,7 @@ static void test_every_key_sgd(void)
                                "test_split = 0.2\n"
                                "image_size = 32\n"
                                "channels = 1\n"
+                               "pad = 2\n"
                                "[optim]\n"
                                "name = sgd\n"
                                "lr = 1e-2\n"
@@ -208,6 +213,9 @@ static void test_every_key_sgd(void)
     GM_CHECK_EQ(job.log_every, 7);
     GM_CHECK_EQ(job.eval_every, 3);
     GM_CHECK_STREQ(job.out, "/tmp/w.safetensors");
+    GM_CHECK_EQ(job.device.want, GM_DEVICE_WANT_CUDA);
+    GM_CHECK_EQ(job.device.index, 1);
+    GM_CHECK(job.device_set);
     GM_CHECK_EQ(job.n_hidden, 3);
     GM_CHECK_EQ(job.hidden[0], 512);
     GM_CHECK_EQ(job.hidden[1], 256);
@@ -218,6 +226,7 @@ static void test_every_key_sgd(void)
     GM_CHECK(job.data.test_split == 0.2);
     GM_CHECK_EQ(job.data.image_size, 32);
     GM_CHECK_EQ(job.data.channels, 1);
+    GM_CHECK_EQ(job.data.pad, 2);
     GM_CHECK_EQ(job.optim.name, GM_JOB_OPTIMIZER_SGD);
     GM_CHECK(job.optim.lr == 1e-2);
     GM_CHECK_EQ(job.optim.batch, 128);
@@ -379,6 +388,10 @@ static void test_bad_values(void)
                "error: job.ini:2: [model] hidden = 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17: "
                "must be a comma-separated list of 1 to 16 integers from 1 to 1048576");
     expect_bad("[data]\nchannels = 2\n", "error: job.ini:2: [data] channels = 2: must be 1 or 3");
+    expect_bad("[job]\ndevice = gpu\n", "error: job.ini:2: [job] device = gpu: must be auto, cpu, "
+                                        "cuda, cuda:N (N < 64) or cuda:all");
+    expect_bad("[job]\ndevice = cuda:64\n", "error: job.ini:2: [job] device = cuda:64: must be "
+                                            "auto, cpu, cuda, cuda:N (N < 64) or cuda:all");
     expect_bad("[data]\ntest_split = 1\n",
                "error: job.ini:2: [data] test_split = 1: must be a number in (0, 1)");
     expect_bad("[schedule]\ngamma = 1.5\n",
@@ -391,9 +404,9 @@ static void test_bad_values(void)
 static void test_bad_names(void)
 {
     expect_bad("[job]\nmodel = lenet7\n",
-               "error: job.ini:2: unknown model 'lenet7' (known: mlp, lenet5)");
+               "error: job.ini:2: unknown model 'lenet7' (known: mlp, lenet5, vgg7, resnet20)");
     expect_bad("[job]\nmodel = MLP\n",
-               "error: job.ini:2: unknown model 'MLP' (known: mlp, lenet5)");
+               "error: job.ini:2: unknown model 'MLP' (known: mlp, lenet5, vgg7, resnet20)");
     expect_bad("[optim]\nname = rmsprop\n",
                "error: job.ini:2: unknown optimizer 'rmsprop' (known: sgd, adam)");
     expect_bad("[data]\nkind = csv\n",
@@ -514,6 +527,33 @@ static void write_file(const char *path, const char *data, size_t len)
     fclose(f);
 }
 
+/* The recipes shipped in docs/jobs/ parse, and name the model their file name says. */
+static void test_shipped_jobs(void)
+{
+    static const struct {
+        const char *file;
+        enum gm_job_model model;
+        int pad;
+    } jobs[] = {
+        {"docs/jobs/fmnist-mlp.ini", GM_JOB_MODEL_MLP, 0},
+        {"docs/jobs/fmnist-lenet5.ini", GM_JOB_MODEL_LENET5, 0},
+        {"docs/jobs/fmnist-vgg7.ini", GM_JOB_MODEL_VGG7, 2},
+        {"docs/jobs/fmnist-resnet20.ini", GM_JOB_MODEL_RESNET20, 2},
+        {"docs/jobs/cifar10-vgg7.ini", GM_JOB_MODEL_VGG7, 0},
+        {"docs/jobs/cifar10-resnet20.ini", GM_JOB_MODEL_RESNET20, 0},
+    };
+    char log[4096];
+    struct gm_job job;
+
+    for (size_t i = 0; i < sizeof(jobs) / sizeof(jobs[0]); i++) {
+        GM_CHECK_OK(load_capture(jobs[i].file, &job, log, sizeof(log)));
+        GM_CHECK_STREQ(log, "");
+        GM_CHECK_EQ(job.model, jobs[i].model);
+        GM_CHECK_EQ(job.data.pad, jobs[i].pad);
+        gm_job_free(&job);
+    }
+}
+
 static void test_load(void)
 {
     char path[512], want[1024], log[4096];
@@ -604,6 +644,7 @@ int main(void)
     GM_TEST_RUN(test_bad_combinations);
     GM_TEST_RUN(test_bad_bytes);
     GM_TEST_RUN(test_load);
+    GM_TEST_RUN(test_shipped_jobs);
     cleanup_tmpdir();
     return gm_test_finish("test_job");
 }

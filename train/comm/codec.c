@@ -9,6 +9,8 @@
 #include <errno.h>
 #include <string.h>
 
+#include "train/kernels/kfn.h"
+
 #if defined(__F16C__) && defined(__AVX__)
 #include <immintrin.h>
 #define HAVE_F16C 1
@@ -16,82 +18,25 @@
 #define HAVE_F16C 0
 #endif
 
-static uint32_t f2u(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof(u));
-    return u;
-}
-
-static float u2f(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof(f));
-    return f;
-}
-
+/* The scalar conversions are the ones the CUDA packing kernels use (train/kernels/kfn.h). */
 uint16_t gm_f32_to_f16(float f)
 {
-    uint32_t u = f2u(f);
-    uint32_t sign = (u >> 16) & 0x8000u;
-    uint32_t exp = (u >> 23) & 0xffu;
-    uint32_t man = u & 0x7fffffu;
-
-    if (exp == 0xffu) /* Inf or NaN (NaN made quiet, payload top bits kept) */
-        return (uint16_t)(sign | 0x7c00u | (man != 0 ? 0x200u | (man >> 13) : 0));
-    int e = (int)exp - 127 + 15;
-    if (e >= 31)
-        return (uint16_t)(sign | 0x7c00u);
-    if (e <= 0) { /* subnormal half (or zero) */
-        if (e < -10)
-            return (uint16_t)sign;
-        man |= 0x800000u;
-        int shift = 14 - e; /* 14..24 */
-        uint32_t half = man >> shift;
-        uint32_t rem = man & ((1u << shift) - 1);
-        uint32_t mid = 1u << (shift - 1);
-        if (rem > mid || (rem == mid && (half & 1u)))
-            half++;
-        return (uint16_t)(sign | half);
-    }
-    uint32_t half = ((uint32_t)e << 10) | (man >> 13);
-    uint32_t rem = man & 0x1fffu;
-    if (rem > 0x1000u || (rem == 0x1000u && (half & 1u)))
-        half++; /* may carry into the exponent, up to Inf: correct */
-    return (uint16_t)(sign | half);
+    return gm_kf32_to_f16(f);
 }
 
 float gm_f16_to_f32(uint16_t h)
 {
-    uint32_t sign = ((uint32_t)h & 0x8000u) << 16;
-    uint32_t exp = (h >> 10) & 0x1fu;
-    uint32_t man = h & 0x3ffu;
-
-    if (exp == 0x1fu)
-        return u2f(sign | 0x7f800000u | (man << 13));
-    if (exp == 0) {
-        if (man == 0)
-            return u2f(sign);
-        /* subnormal: man * 2^-24 is exact in fp32 */
-        float v = (float)man * 0x1p-24f;
-        return sign ? -v : v;
-    }
-    return u2f(sign | ((exp + 112u) << 23) | (man << 13));
+    return gm_kf16_to_f32(h);
 }
 
 uint16_t gm_f32_to_bf16(float f)
 {
-    uint32_t u = f2u(f);
-
-    if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x7fffffu) != 0)
-        return (uint16_t)((u >> 16) | 0x40u); /* quiet NaN */
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
+    return gm_kf32_to_bf16(f);
 }
 
 float gm_bf16_to_f32(uint16_t h)
 {
-    return u2f((uint32_t)h << 16);
+    return gm_kbf16_to_f32(h);
 }
 
 size_t gm_codec_elem_size(enum gm_codec c)

@@ -6,6 +6,7 @@
 #include "train/comm/coll_wire.h"
 
 #include "common/byteorder.h"
+#include "train/kernels/kfn.h"
 
 void gm_coll_hdr_encode(const struct gm_coll_hdr *h, unsigned char *out)
 {
@@ -55,26 +56,19 @@ int gm_coll_hdr_decode(const void *buf, size_t len, struct gm_coll_hdr *h)
 uint64_t gm_coll_hash(const void *buf, size_t nbytes)
 {
     const unsigned char *p = buf;
-    uint64_t h[4] = {0x243f6a8885a308d3u, 0x13198a2e03707344u, 0xa4093822299f31d0u,
-                     0x082efa98ec4e6c89u};
-    const uint64_t k = 0x9e3779b97f4a7c15u;
-    size_t i = 0;
+    uint64_t h[4];
 
-    for (; i + 32 <= nbytes; i += 32) {
+    /* The lane step, seeds and finish are shared with the CUDA kernel (train/kernels/kfn.h),
+     * which runs the four lanes in four threads; here they go through memory once,
+     * interleaved. */
+    for (int l = 0; l < 4; l++)
+        h[l] = gm_khash_seed(l);
+    for (size_t i = 0; i + 32 <= nbytes; i += 32) {
         for (int l = 0; l < 4; l++) {
             uint64_t w;
             memcpy(&w, p + i + 8 * (size_t)l, sizeof(w));
-            h[l] = (h[l] ^ w) * k;
-            h[l] ^= h[l] >> 29;
+            h[l] = gm_khash_lane(h[l], w);
         }
     }
-    uint64_t r = (uint64_t)nbytes * k;
-    for (int l = 0; l < 4; l++)
-        r = (r ^ h[l]) * k, r ^= r >> 31;
-    for (; i < nbytes; i++)
-        r = (r ^ p[i]) * k;
-    r ^= r >> 33;
-    r *= 0xff51afd7ed558ccdu;
-    r ^= r >> 33;
-    return r;
+    return gm_khash_finish(h, nbytes, p + (nbytes & ~(size_t)31));
 }

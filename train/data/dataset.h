@@ -25,11 +25,14 @@ struct gm_data_spec {
                           size of the first image and require all the same */
     int channels;      /* folder only: 1 (grayscale) or 3 (RGB) */
     uint64_t seed;     /* folder only: which samples go to test */
+    int pad;           /* every kind: zero border of pad pixels around each image, 0..64
+                          (Fashion-MNIST's 28x28 -> 32x32 with pad = 2, for CIFAR models) */
 };
 
 /* Limits that keep a bad header from asking for absurd memory. */
 #define GM_DATA_MAX_SAMPLE_BYTES ((size_t)1 << 26) /* c*h*w of one sample */
 #define GM_DATA_MAX_BYTES ((uint64_t)1 << 36)      /* all samples of one file or split */
 #define GM_DATA_MAX_SAMPLES ((uint64_t)UINT32_MAX) /* sampler indices are uint32_t */
+#define GM_DATA_MAX_PAD 64
 
 #endif

@@ -12,6 +12,7 @@
  *   y    (N, OH, OW, OC)         = col x w^T + b: one sgemm for the whole batch
  * Backward: dW = dy^T x col, db = column sums of dy, dcol = dy x w,
  * dx = col2im(dcol) (skipped when dx is NULL: the first layer).
+ * b and db may be NULL: a convolution without bias (before a batch norm).
  *
  * CPU twin only for now (OpenBLAS sgemm); called from the trainer thread.
  */
@@ -23,12 +24,13 @@
 struct gm_conv2d_shape {
     int n, h, w, c; /* input */
     int oc, k, pad; /* output channels, kernel size, zero padding */
-    int oh, ow;     /* output: h + 2*pad - k + 1, w + 2*pad - k + 1 */
+    int stride;     /* >= 1, both axes */
+    int oh, ow;     /* output: (h + 2*pad - k) / stride + 1, same for w */
 };
 
 /* Fills oh/ow; returns 0, or -EINVAL when the kernel does not fit. */
 int gm_conv2d_shape_init(struct gm_conv2d_shape *s, int n, int h, int w, int c, int oc, int k,
-                         int pad);
+                         int pad, int stride);
 
 void gm_conv2d_im2col_cpu(const struct gm_conv2d_shape *s, const float *x, float *col);
 void gm_conv2d_col2im_cpu(const struct gm_conv2d_shape *s, const float *col, float *dx);
@@ -38,10 +40,8 @@ void gm_conv2d_forward_cpu(const struct gm_conv2d_shape *s, const float *x, cons
 void gm_conv2d_backward_cpu(const struct gm_conv2d_shape *s, const float *col, const float *w,
                             const float *dy, float *dw, float *db, float *dcol, float *dx);
 
-#endif
-
 /*
- * Direct convolution for layers with at most 8 output channels whose input
+ * Direct convolution (stride 1 only) for layers with at most 8 output channels whose input
  * gradient is not needed (the first layer of a CNN: few input channels,
  * where im2col would copy tiny runs and dominate).  All output channels of
  * one pixel live in one 8-lane vector; weights are repacked per call into
@@ -55,3 +55,20 @@ void gm_conv2d_direct_forward_cpu(const struct gm_conv2d_shape *s, const float *
                                   const float *b, float *wpack, float *y);
 void gm_conv2d_direct_backward_cpu(const struct gm_conv2d_shape *s, const float *x, const float *dy,
                                    float *dw, float *db, float *accbuf);
+
+/*
+ * The layer entry points (what the op table, train/nn/ops.h, calls): pick the
+ * direct kernel or im2col + sgemm for the shape, and carve their buffers from
+ * one workspace of gm_conv2d_layer_ws_floats_cpu(s, need_dx) floats (64-byte
+ * aligned): the direct kernel's packed weights, or col then dcol (dcol only
+ * when need_dx).  forward and backward must see the same shape, need_dx and
+ * workspace; backward reads what forward left there (col), and x again.
+ * need_dx == (dx != NULL) in backward.
+ */
+size_t gm_conv2d_layer_ws_floats_cpu(const struct gm_conv2d_shape *s, int need_dx);
+void gm_conv2d_layer_forward_cpu(const struct gm_conv2d_shape *s, int need_dx, const float *x,
+                                 const float *w, const float *b, float *ws, float *y);
+void gm_conv2d_layer_backward_cpu(const struct gm_conv2d_shape *s, const float *x, const float *w,
+                                  const float *dy, float *dw, float *db, float *dx, float *ws);
+
+#endif

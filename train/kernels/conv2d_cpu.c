@@ -12,10 +12,10 @@
 #include <string.h>
 
 int gm_conv2d_shape_init(struct gm_conv2d_shape *s, int n, int h, int w, int c, int oc, int k,
-                         int pad)
+                         int pad, int stride)
 {
     memset(s, 0, sizeof(*s));
-    if (n < 1 || h < 1 || w < 1 || c < 1 || oc < 1 || k < 1 || pad < 0)
+    if (n < 1 || h < 1 || w < 1 || c < 1 || oc < 1 || k < 1 || pad < 0 || stride < 1)
         return -EINVAL;
     if (h + 2 * pad < k || w + 2 * pad < k)
         return -EINVAL;
@@ -26,8 +26,9 @@ int gm_conv2d_shape_init(struct gm_conv2d_shape *s, int n, int h, int w, int c, 
     s->oc = oc;
     s->k = k;
     s->pad = pad;
-    s->oh = h + 2 * pad - k + 1;
-    s->ow = w + 2 * pad - k + 1;
+    s->stride = stride;
+    s->oh = (h + 2 * pad - k) / stride + 1;
+    s->ow = (w + 2 * pad - k) / stride + 1;
     return 0;
 }
 
@@ -51,7 +52,7 @@ static inline GM_INLINE_LOOPS void zero_floats(float *restrict d, int n)
 GM_INLINE_LOOPS void gm_conv2d_im2col_cpu(const struct gm_conv2d_shape *s, const float *x,
                                           float *col)
 {
-    const int k = s->k, c = s->c, pad = s->pad;
+    const int k = s->k, c = s->c, pad = s->pad, st = s->stride;
     const size_t rowlen = (size_t)k * k * c;
     float *restrict out = col;
 
@@ -60,10 +61,11 @@ GM_INLINE_LOOPS void gm_conv2d_im2col_cpu(const struct gm_conv2d_shape *s, const
         for (int oy = 0; oy < s->oh; oy++) {
             for (int ox = 0; ox < s->ow; ox++) {
                 /* valid kernel columns for this output column */
-                int kx0 = pad - ox > 0 ? pad - ox : 0;
-                int kx1 = s->w + pad - ox < k ? s->w + pad - ox : k;
+                const int x0 = ox * st; /* input column of kernel column `pad` */
+                int kx0 = pad - x0 > 0 ? pad - x0 : 0;
+                int kx1 = s->w + pad - x0 < k ? s->w + pad - x0 : k;
                 for (int ky = 0; ky < k; ky++) {
-                    int iy = oy + ky - pad;
+                    int iy = oy * st + ky - pad;
                     float *dst = out + (size_t)ky * k * c;
                     if (iy < 0 || iy >= s->h) {
                         zero_floats(dst, k * c);
@@ -73,7 +75,7 @@ GM_INLINE_LOOPS void gm_conv2d_im2col_cpu(const struct gm_conv2d_shape *s, const
                         zero_floats(dst, kx0 * c);
                     if (kx1 > kx0)
                         copy_floats(dst + (size_t)kx0 * c,
-                                    xn + ((size_t)iy * s->w + (size_t)(ox + kx0 - pad)) * c,
+                                    xn + ((size_t)iy * s->w + (size_t)(x0 + kx0 - pad)) * c,
                                     (kx1 - kx0) * c);
                     if (kx1 < k)
                         zero_floats(dst + (size_t)kx1 * c, (k - kx1) * c);
@@ -86,7 +88,7 @@ GM_INLINE_LOOPS void gm_conv2d_im2col_cpu(const struct gm_conv2d_shape *s, const
 
 void gm_conv2d_col2im_cpu(const struct gm_conv2d_shape *s, const float *col, float *dx)
 {
-    const int k = s->k, c = s->c, pad = s->pad;
+    const int k = s->k, c = s->c, pad = s->pad, st = s->stride;
     const size_t rowlen = (size_t)k * k * c;
     const float *src = col;
 
@@ -95,14 +97,15 @@ void gm_conv2d_col2im_cpu(const struct gm_conv2d_shape *s, const float *col, flo
         float *xn = dx + (size_t)n * s->h * s->w * c;
         for (int oy = 0; oy < s->oh; oy++) {
             for (int ox = 0; ox < s->ow; ox++) {
-                int kx0 = pad - ox > 0 ? pad - ox : 0;
-                int kx1 = s->w + pad - ox < k ? s->w + pad - ox : k;
+                const int x0 = ox * st; /* input column of kernel column `pad` */
+                int kx0 = pad - x0 > 0 ? pad - x0 : 0;
+                int kx1 = s->w + pad - x0 < k ? s->w + pad - x0 : k;
                 for (int ky = 0; ky < k; ky++) {
-                    int iy = oy + ky - pad;
+                    int iy = oy * st + ky - pad;
                     if (iy < 0 || iy >= s->h || kx1 <= kx0)
                         continue;
                     const float *restrict a = src + ((size_t)ky * k + (size_t)kx0) * c;
-                    float *restrict d = xn + ((size_t)iy * s->w + (size_t)(ox + kx0 - pad)) * c;
+                    float *restrict d = xn + ((size_t)iy * s->w + (size_t)(x0 + kx0 - pad)) * c;
                     const int len = (kx1 - kx0) * c;
                     for (int i = 0; i < len; i++)
                         d[i] += a[i];
@@ -123,10 +126,11 @@ void gm_conv2d_forward_cpu(const struct gm_conv2d_shape *s, const float *x, cons
     gm_conv2d_im2col_cpu(s, x, col);
     /* y = bias broadcast, then y += col x w^T (beta = 1 spares OpenBLAS a
      * separate pass that zeroes y) */
-    for (int r = 0; r < rows; r++)
-        copy_floats(y + (size_t)r * oc, b, oc);
+    if (b != NULL)
+        for (int r = 0; r < rows; r++)
+            copy_floats(y + (size_t)r * oc, b, oc);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, oc, kdim, 1.0f, col, kdim, w, kdim,
-                1.0f, y, oc);
+                b != NULL ? 1.0f : 0.0f, y, oc);
 }
 
 void gm_conv2d_backward_cpu(const struct gm_conv2d_shape *s, const float *col, const float *w,
@@ -139,11 +143,13 @@ void gm_conv2d_backward_cpu(const struct gm_conv2d_shape *s, const float *col, c
     /* dW (OC, K) = dy^T (OC, rows) x col (rows, K) */
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, oc, kdim, rows, 1.0f, dy, oc, col, kdim,
                 0.0f, dw, kdim);
-    memset(db, 0, sizeof(float) * (size_t)oc);
-    for (int r = 0; r < rows; r++) {
-        const float *restrict d = dy + (size_t)r * oc;
-        for (int o = 0; o < oc; o++)
-            db[o] += d[o];
+    if (db != NULL) {
+        memset(db, 0, sizeof(float) * (size_t)oc);
+        for (int r = 0; r < rows; r++) {
+            const float *restrict d = dy + (size_t)r * oc;
+            for (int o = 0; o < oc; o++)
+                db[o] += d[o];
+        }
     }
     if (dx == NULL)
         return;
@@ -174,7 +180,7 @@ static inline void store_partial(float *p, v8f v, int n)
 
 int gm_conv2d_use_direct(const struct gm_conv2d_shape *s, int need_dx)
 {
-    return !need_dx && s->oc <= GM_CONV2D_DIRECT_MAX_OC;
+    return !need_dx && s->oc <= GM_CONV2D_DIRECT_MAX_OC && s->stride == 1;
 }
 
 size_t gm_conv2d_direct_pack_floats(const struct gm_conv2d_shape *s)
@@ -199,7 +205,7 @@ void gm_conv2d_direct_forward_cpu(const struct gm_conv2d_shape *s, const float *
 {
     const int k = s->k, c = s->c, oc = s->oc, taps = k * k * c, kc = k * c;
     v8f *wp = (v8f *)wpack;
-    const v8f bias = load_partial(b, oc);
+    const v8f bias = b != NULL ? load_partial(b, oc) : (v8f){0};
 
     for (int t = 0; t < taps; t++) {
         v8f v = {0};
@@ -301,8 +307,42 @@ void gm_conv2d_direct_backward_cpu(const struct gm_conv2d_shape *s, const float 
         }
     }
     for (int o = 0; o < oc; o++) {
-        db[o] = bacc[o];
+        if (db != NULL)
+            db[o] = bacc[o];
         for (int t = 0; t < taps; t++)
             dw[(size_t)o * taps + t] = acc[t][o];
     }
+}
+
+/* ---- layer entry points (see conv2d.h) ------------------------------------- */
+
+static size_t col_floats(const struct gm_conv2d_shape *s)
+{
+    const size_t floats = (size_t)s->n * s->oh * s->ow * s->k * s->k * s->c;
+    return (floats + 15) & ~(size_t)15; /* keep dcol 64-byte aligned */
+}
+
+size_t gm_conv2d_layer_ws_floats_cpu(const struct gm_conv2d_shape *s, int need_dx)
+{
+    if (gm_conv2d_use_direct(s, need_dx))
+        return gm_conv2d_direct_pack_floats(s);
+    return col_floats(s) * (need_dx ? 2 : 1);
+}
+
+void gm_conv2d_layer_forward_cpu(const struct gm_conv2d_shape *s, int need_dx, const float *x,
+                                 const float *w, const float *b, float *ws, float *y)
+{
+    if (gm_conv2d_use_direct(s, need_dx))
+        gm_conv2d_direct_forward_cpu(s, x, w, b, ws, y);
+    else
+        gm_conv2d_forward_cpu(s, x, w, b, ws, y);
+}
+
+void gm_conv2d_layer_backward_cpu(const struct gm_conv2d_shape *s, const float *x, const float *w,
+                                  const float *dy, float *dw, float *db, float *dx, float *ws)
+{
+    if (gm_conv2d_use_direct(s, dx != NULL))
+        gm_conv2d_direct_backward_cpu(s, x, dy, dw, db, ws);
+    else
+        gm_conv2d_backward_cpu(s, ws, w, dy, dw, db, dx != NULL ? ws + col_floats(s) : NULL, dx);
 }

@@ -6,12 +6,15 @@
  *   y     output activations (flatten aliases its input instead)
  *   dx    gradient w.r.t. the layer input (NULL, and not computed, when only
  *         the input data lies below: the first layer's input gradient)
- *   col   conv: im2col of the input, kept from forward for dW
- *   dcol  conv: gradient of col
+ *   ws    conv: the kernel's workspace (ops->conv2d_ws_floats: im2col of the
+ *         input kept from forward for dW, and its gradient; or packed weights)
  *   arg   maxpool: argmax position per output
  *   mask  dropout: the mask of the last training forward
  * Backward walks the layers in reverse; each takes dy (the next layer's dx,
  * or dlogits) and writes its dx and its parameter gradients.
+ *
+ * Every kernel is called through the device's op table (train/nn/ops.h),
+ * fetched once in gm_model_new; a device without a table is -ENOTSUP.
  */
 #include "train/nn/model.h"
 
@@ -22,12 +25,9 @@
 #include <string.h>
 
 #include "common/assert.h"
-#include "train/nn/rng.h"
-#include "train/kernels/act.h"
 #include "train/kernels/conv2d.h"
-#include "train/kernels/linear.h"
-#include "train/kernels/maxpool.h"
-#include "train/kernels/xent.h"
+#include "train/nn/ops.h"
+#include "train/nn/rng.h"
 
 enum layer_kind {
     LAYER_CONV2D,
@@ -36,40 +36,70 @@ enum layer_kind {
     LAYER_FLATTEN,
     LAYER_LINEAR,
     LAYER_DROPOUT,
+    LAYER_BATCHNORM,
+    LAYER_RESADD,  /* y = x + shortcut(layers[src].y) */
+    LAYER_AVGPOOL, /* global average pool; the map becomes a vector */
+};
+
+#define MAX_LAYERS 128
+#define MAX_TENSORS 128
+#define MAX_BUFFERS 96
+#define BN_MOMENTUM 0.1f /* PyTorch's defaults */
+#define BN_EPS 1e-5f
+
+/* How gm_model_init_params fills a tensor (PyTorch's defaults). */
+enum init_kind {
+    INIT_FAN_IN, /* U(+-1/sqrt(fan_in)), fan_in = the tensor's cols */
+    INIT_BIAS,   /* U(+-1/sqrt(fan_in)) with the weight's (previous tensor's) fan_in */
+    INIT_ONE,    /* batch norm weight */
+    INIT_ZERO,   /* batch norm bias */
 };
 
 struct layer {
     enum layer_kind kind;
     int in_c, in_h, in_w; /* per sample; dense layers use in_c only */
     int out_c, out_h, out_w;
-    int k, pad;   /* conv kernel and padding; pool window */
-    int relu;     /* maxpool: fused ReLU before the pool */
-    float p;      /* dropout probability */
-    int w_tensor; /* index into m->tensors of the weight (bias = +1), or -1 */
-    float *y;     /* owned, or borrowed (flatten) */
-    float *dx;    /* owned; NULL for layer 0 */
-    float *col;   /* owned: conv */
-    float *dcol;  /* owned: conv */
-    float *wpack; /* owned: direct conv (weights repacked / dW accumulators) */
-    int direct;   /* conv: direct kernel instead of im2col + sgemm */
-    uint8_t *arg; /* owned: maxpool */
-    float *mask;  /* owned: dropout */
+    int k, pad;        /* conv kernel and padding; pool window */
+    int stride;        /* conv; resadd: the shortcut's subsampling */
+    int relu;          /* maxpool: fused ReLU before the pool */
+    float p;           /* dropout probability */
+    int w_tensor;      /* index into m->tensors of the weight (bias = +1), or -1 */
+    int bias;          /* conv: has a bias tensor (w_tensor + 1) */
+    int src;           /* resadd: the layer whose output is the skip input */
+    size_t stat;       /* batchnorm: running_mean at m->stats + stat, running_var after it */
+    float *save;       /* owned: batchnorm: mean then invstd of the last training batch (2C) */
+    float *dskip;      /* owned: resadd with a subsampling shortcut: gradient of the skip input */
+    const float *skip; /* borrowed, set in backward: gradient to add into dx (resadd) */
+    float *y;          /* owned, or borrowed (flatten) */
+    float *dx;         /* owned; NULL for layer 0 */
+    float *ws;         /* owned: conv workspace */
+    int need_dx;       /* conv: dx is computed (dx != NULL) */
+    uint8_t *arg;      /* owned: maxpool */
+    float *mask;       /* owned: dropout */
     int owns_y;
 };
 
 struct gm_model {
     struct gm_model_spec spec;
     enum gm_device device;
+    const struct gm_ops *ops; /* borrowed: the device's kernels */
     int max_batch;
     struct layer *layers; /* owned */
     int nlayers;
     float *params; /* owned, flat */
     float *grads;  /* owned, flat */
     size_t nparams;
-    struct gm_param_info tensors[16];
+    struct gm_param_info tensors[MAX_TENSORS];
     /* export permutation for a linear layer after a spatial flatten */
-    int flat_from[16][3]; /* per tensor: c, h, w of the flattened map, or 0 */
+    int flat_from[MAX_TENSORS][3]; /* per tensor: c, h, w of the flattened map, or 0 */
+    enum init_kind init[MAX_TENSORS];
     size_t ntensors;
+    /* non-trainable state: batch norm running statistics */
+    float *stats; /* owned, flat: per batch norm, running_mean[C] then running_var[C] */
+    size_t nstats;
+    struct gm_param_info buffers[MAX_BUFFERS]; /* offset into stats; numel 0 for the counter */
+    size_t nbuffers;
+    int64_t batches_tracked;      /* num_batches_tracked: training forwards with a batch norm */
     float *input;                 /* owned: NCHW staging, max_batch * in size */
     float *input_t;               /* owned: NHWC copy when in_c > 1, else NULL */
     float *dlogits;               /* owned */
@@ -83,9 +113,14 @@ void gm_model_set_grad_hook(struct gm_model *m, gm_model_grad_hook fn, void *ctx
     m->grad_hook_ctx = ctx;
 }
 
+static const char *const known_models[] = {"mlp", "lenet5", "vgg7", "resnet20"};
+
 int gm_model_known(const char *name)
 {
-    return strcmp(name, "mlp") == 0 || strcmp(name, "lenet5") == 0;
+    for (size_t i = 0; i < GM_ARRAY_SIZE(known_models); i++)
+        if (strcmp(name, known_models[i]) == 0)
+            return 1;
+    return 0;
 }
 
 /* ---- building ------------------------------------------------------------ */
@@ -106,6 +141,7 @@ static struct layer *push(struct builder *b, enum layer_kind kind)
 
     if (b->err)
         return NULL;
+    GM_ASSERT(m->nlayers < MAX_LAYERS);
     l = &m->layers[m->nlayers++];
     memset(l, 0, sizeof(*l));
     l->kind = kind;
@@ -113,17 +149,19 @@ static struct layer *push(struct builder *b, enum layer_kind kind)
     l->in_h = b->h;
     l->in_w = b->w;
     l->w_tensor = -1;
+    l->src = -1;
+    l->stride = 1;
     return l;
 }
 
 static void add_tensor(struct builder *b, const char *name, int ndim, const int64_t *shape,
-                       int rows, int cols)
+                       int rows, int cols, enum init_kind init)
 {
     struct gm_model *m = b->m;
     struct gm_param_info *t = &m->tensors[m->ntensors];
     size_t n = 1;
 
-    GM_ASSERT(m->ntensors < GM_ARRAY_SIZE(m->tensors));
+    GM_ASSERT(m->ntensors < MAX_TENSORS);
     memset(t, 0, sizeof(*t));
     snprintf(t->name, sizeof(t->name), "%s", name);
     t->ndim = ndim;
@@ -135,14 +173,33 @@ static void add_tensor(struct builder *b, const char *name, int ndim, const int6
     t->offset = m->nparams;
     t->rows = rows;
     t->cols = cols;
+    m->init[m->ntensors] = init;
     m->nparams += n;
     m->ntensors++;
 }
 
-static void conv(struct builder *b, int oc, int k, int pad)
+static void add_buffer(struct builder *b, const char *prefix, const char *suffix, int c)
+{
+    struct gm_model *m = b->m;
+    struct gm_param_info *t = &m->buffers[m->nbuffers++];
+
+    GM_ASSERT(m->nbuffers <= MAX_BUFFERS);
+    memset(t, 0, sizeof(*t));
+    snprintf(t->name, sizeof(t->name), "%s.%s", prefix, suffix);
+    t->ndim = c > 0 ? 1 : 0; /* the counter is a scalar, as in PyTorch */
+    t->shape[0] = c;
+    t->numel = c > 0 ? (size_t)c : 0;
+    t->offset = m->nstats;
+    t->rows = c;
+    t->cols = 1;
+    m->nstats += t->numel;
+}
+
+/* name: the module's PyTorch name ("features.0"), or NULL for "conv<n>". */
+static void conv(struct builder *b, int oc, int k, int pad, int stride, int bias, const char *name)
 {
     struct layer *l = push(b, LAYER_CONV2D);
-    char name[32];
+    char tn[48], mod[24];
 
     if (l == NULL)
         return;
@@ -152,18 +209,49 @@ static void conv(struct builder *b, int oc, int k, int pad)
     }
     l->k = k;
     l->pad = pad;
+    l->stride = stride;
+    l->bias = bias;
     l->out_c = oc;
-    l->out_h = b->h + 2 * pad - k + 1;
-    l->out_w = b->w + 2 * pad - k + 1;
+    l->out_h = (b->h + 2 * pad - k) / stride + 1;
+    l->out_w = (b->w + 2 * pad - k) / stride + 1;
     l->w_tensor = (int)b->m->ntensors;
     b->nconv++;
-    snprintf(name, sizeof(name), "conv%d.weight", b->nconv);
-    add_tensor(b, name, 4, (int64_t[]){oc, b->c, k, k}, oc, k * k * b->c);
-    snprintf(name, sizeof(name), "conv%d.bias", b->nconv);
-    add_tensor(b, name, 1, (int64_t[]){oc}, oc, 1);
+    if (name == NULL) {
+        snprintf(mod, sizeof(mod), "conv%d", b->nconv);
+        name = mod;
+    }
+    snprintf(tn, sizeof(tn), "%s.weight", name);
+    add_tensor(b, tn, 4, (int64_t[]){oc, b->c, k, k}, oc, k * k * b->c, INIT_FAN_IN);
+    if (bias) {
+        snprintf(tn, sizeof(tn), "%s.bias", name);
+        add_tensor(b, tn, 1, (int64_t[]){oc}, oc, 1, INIT_BIAS);
+    }
     b->c = oc;
     b->h = l->out_h;
     b->w = l->out_w;
+}
+
+/* Batch norm over the channels of the current map (BatchNorm2d), or of the
+ * vector after a flatten (BatchNorm1d). */
+static void batchnorm(struct builder *b, const char *name)
+{
+    struct layer *l = push(b, LAYER_BATCHNORM);
+    char tn[48];
+
+    if (l == NULL)
+        return;
+    l->out_c = b->c;
+    l->out_h = b->h;
+    l->out_w = b->w;
+    l->w_tensor = (int)b->m->ntensors;
+    snprintf(tn, sizeof(tn), "%s.weight", name);
+    add_tensor(b, tn, 1, (int64_t[]){b->c}, b->c, 1, INIT_ONE);
+    snprintf(tn, sizeof(tn), "%s.bias", name);
+    add_tensor(b, tn, 1, (int64_t[]){b->c}, b->c, 1, INIT_ZERO);
+    l->stat = b->m->nstats;
+    add_buffer(b, name, "running_mean", b->c);
+    add_buffer(b, name, "running_var", b->c);
+    add_buffer(b, name, "num_batches_tracked", 0);
 }
 
 static void same_shape(struct builder *b, enum layer_kind kind, float p)
@@ -199,6 +287,39 @@ static void pool(struct builder *b, int k, int relu)
     b->w = l->out_w;
 }
 
+/* The residual sum: the current map plus the output of layer src, through
+ * ResNet's option-A shortcut when the shapes differ. */
+static void resadd(struct builder *b, int src)
+{
+    struct layer *l = push(b, LAYER_RESADD);
+    const struct layer *s;
+
+    if (l == NULL)
+        return;
+    s = &b->m->layers[src];
+    l->src = src;
+    l->out_c = b->c;
+    l->out_h = b->h;
+    l->out_w = b->w;
+    l->stride = s->out_h / b->h;
+    if (l->stride < 1 || (s->out_h + l->stride - 1) / l->stride != b->h ||
+        (s->out_w + l->stride - 1) / l->stride != b->w || b->c < s->out_c ||
+        (b->c - s->out_c) % 2 != 0)
+        b->err = -EINVAL;
+}
+
+static void avgpool(struct builder *b)
+{
+    struct layer *l = push(b, LAYER_AVGPOOL);
+
+    if (l == NULL)
+        return;
+    l->out_c = b->c;
+    l->out_h = l->out_w = 1;
+    b->h = b->w = 1;
+    b->spatial = 0;
+}
+
 static void flatten(struct builder *b)
 {
     struct layer *l = push(b, LAYER_FLATTEN);
@@ -215,11 +336,12 @@ static void flatten(struct builder *b)
     l->out_h = l->out_w = 1;
 }
 
-static void fc(struct builder *b, int out)
+/* name: the module's PyTorch name, or NULL for "fc<n>". */
+static void fc(struct builder *b, int out, const char *name)
 {
     struct layer *l = push(b, LAYER_LINEAR);
     struct gm_model *m = b->m;
-    char name[32];
+    char tn[48], mod[24];
 
     if (l == NULL)
         return;
@@ -230,6 +352,7 @@ static void fc(struct builder *b, int out)
     l->out_c = out;
     l->out_h = l->out_w = 1;
     l->w_tensor = (int)m->ntensors;
+    l->bias = 1;
     b->nfc++;
     if (b->flat_c > 0) { /* first fc after a flatten: remember the map for export */
         m->flat_from[m->ntensors][0] = b->flat_c;
@@ -237,11 +360,74 @@ static void fc(struct builder *b, int out)
         m->flat_from[m->ntensors][2] = b->flat_w;
         b->flat_c = 0;
     }
-    snprintf(name, sizeof(name), "fc%d.weight", b->nfc);
-    add_tensor(b, name, 2, (int64_t[]){out, b->c}, out, b->c);
-    snprintf(name, sizeof(name), "fc%d.bias", b->nfc);
-    add_tensor(b, name, 1, (int64_t[]){out}, out, 1);
+    if (name == NULL) {
+        snprintf(mod, sizeof(mod), "fc%d", b->nfc);
+        name = mod;
+    }
+    snprintf(tn, sizeof(tn), "%s.weight", name);
+    add_tensor(b, tn, 2, (int64_t[]){out, b->c}, out, b->c, INIT_FAN_IN);
+    snprintf(tn, sizeof(tn), "%s.bias", name);
+    add_tensor(b, tn, 1, (int64_t[]){out}, out, 1, INIT_BIAS);
     b->c = out;
+}
+
+/* vgg7: torchvision's VGG naming: features.<i> (i counts every module of the
+ * Sequential, ReLU and MaxPool2d included), classifier. */
+static void build_vgg7(struct builder *b, int classes)
+{
+    static const int cfg[] = {32, 32, 0, 64, 64, 0, 128, 128, 0}; /* 0: max-pool */
+    char name[24];
+    int seq = 0;
+
+    for (size_t i = 0; i < GM_ARRAY_SIZE(cfg); i++) {
+        const int pool_next = i + 1 < GM_ARRAY_SIZE(cfg) && cfg[i + 1] == 0;
+        if (cfg[i] == 0)
+            continue;
+        snprintf(name, sizeof(name), "features.%d", seq++);
+        conv(b, cfg[i], 3, 1, 1, 0, name);
+        snprintf(name, sizeof(name), "features.%d", seq++);
+        batchnorm(b, name);
+        seq++; /* ReLU */
+        if (pool_next) {
+            pool(b, 2, 1); /* ReLU + MaxPool2d(2) */
+            seq++;
+        } else {
+            same_shape(b, LAYER_RELU, 0);
+        }
+    }
+    flatten(b);
+    fc(b, classes, "classifier");
+}
+
+/* resnet20: He et al.'s CIFAR ResNet (3 stages of 3 basic blocks, 16/32/64
+ * channels), option A shortcuts, named as the common PyTorch definition
+ * (conv1, bn1, layer<s>.<i>.conv1/bn1/conv2/bn2, linear). */
+static void build_resnet20(struct builder *b, int classes)
+{
+    char name[32];
+
+    conv(b, 16, 3, 1, 1, 0, "conv1");
+    batchnorm(b, "bn1");
+    same_shape(b, LAYER_RELU, 0);
+    for (int stage = 0; stage < 3; stage++) {
+        for (int i = 0; i < 3; i++) {
+            const int in = b->m->nlayers - 1; /* the block's input: the last ReLU */
+            const int stride = stage > 0 && i == 0 ? 2 : 1;
+            snprintf(name, sizeof(name), "layer%d.%d.conv1", stage + 1, i);
+            conv(b, 16 << stage, 3, 1, stride, 0, name);
+            snprintf(name, sizeof(name), "layer%d.%d.bn1", stage + 1, i);
+            batchnorm(b, name);
+            same_shape(b, LAYER_RELU, 0);
+            snprintf(name, sizeof(name), "layer%d.%d.conv2", stage + 1, i);
+            conv(b, 16 << stage, 3, 1, 1, 0, name);
+            snprintf(name, sizeof(name), "layer%d.%d.bn2", stage + 1, i);
+            batchnorm(b, name);
+            resadd(b, in);
+            same_shape(b, LAYER_RELU, 0);
+        }
+    }
+    avgpool(b);
+    fc(b, classes, "linear");
 }
 
 static int build(struct gm_model *m)
@@ -250,31 +436,35 @@ static int build(struct gm_model *m)
     struct builder b = {.m = m, .c = s->in_c, .h = s->in_h, .w = s->in_w, .spatial = 1};
 
     if (strcmp(s->name, "lenet5") == 0) {
-        conv(&b, 6, 5, 2);
+        conv(&b, 6, 5, 2, 1, 1, NULL);
         pool(&b, 2, 1); /* relu + pool */
-        conv(&b, 16, 5, 0);
+        conv(&b, 16, 5, 0, 1, 1, NULL);
         pool(&b, 2, 1); /* relu + pool */
         flatten(&b);
-        fc(&b, 120);
+        fc(&b, 120, NULL);
         same_shape(&b, LAYER_RELU, 0);
         if (s->dropout > 0)
             same_shape(&b, LAYER_DROPOUT, s->dropout);
-        fc(&b, 84);
+        fc(&b, 84, NULL);
         same_shape(&b, LAYER_RELU, 0);
         if (s->dropout > 0)
             same_shape(&b, LAYER_DROPOUT, s->dropout);
-        fc(&b, s->classes);
+        fc(&b, s->classes, NULL);
     } else if (strcmp(s->name, "mlp") == 0) {
         flatten(&b);
         for (int i = 0; i < s->nhidden; i++) {
             if (s->hidden[i] < 1)
                 return -EINVAL;
-            fc(&b, s->hidden[i]);
+            fc(&b, s->hidden[i], NULL);
             same_shape(&b, LAYER_RELU, 0);
             if (s->dropout > 0)
                 same_shape(&b, LAYER_DROPOUT, s->dropout);
         }
-        fc(&b, s->classes);
+        fc(&b, s->classes, NULL);
+    } else if (strcmp(s->name, "vgg7") == 0) {
+        build_vgg7(&b, s->classes);
+    } else if (strcmp(s->name, "resnet20") == 0) {
+        build_resnet20(&b, s->classes);
     } else {
         return -EINVAL;
     }
@@ -296,6 +486,30 @@ static int alloc_floats(struct gm_model *m, size_t n, float **out)
     return gm_device_alloc(m->device, n * sizeof(float), (void **)out);
 }
 
+/* PyTorch's initial statistics: running_mean 0, running_var 1, the counter 0.
+ * Built on the host, then copied to the device in one piece. */
+static int init_stats(struct gm_model *m)
+{
+    float *host;
+    int err;
+
+    m->batches_tracked = 0;
+    if (m->nstats == 0)
+        return 0;
+    host = calloc(m->nstats, sizeof(float));
+    if (host == NULL)
+        return -ENOMEM;
+    for (size_t i = 0; i < m->nbuffers; i++) {
+        const struct gm_param_info *b = &m->buffers[i];
+        if (strstr(b->name, ".running_var") != NULL)
+            for (size_t j = 0; j < b->numel; j++)
+                host[b->offset + j] = 1.0f;
+    }
+    err = gm_device_copy(m->device, m->stats, GM_DEVICE_CPU, host, m->nstats * sizeof(float));
+    free(host);
+    return err;
+}
+
 static int alloc_buffers(struct gm_model *m)
 {
     const size_t nb = (size_t)m->max_batch;
@@ -304,6 +518,7 @@ static int alloc_buffers(struct gm_model *m)
 
     if ((err = alloc_floats(m, m->nparams, &m->params)) < 0 ||
         (err = alloc_floats(m, m->nparams, &m->grads)) < 0 ||
+        (err = alloc_floats(m, m->nstats, &m->stats)) < 0 ||
         (err = alloc_floats(m, nb * in, &m->input)) < 0 ||
         (err = alloc_floats(m, nb * (size_t)m->spec.classes, &m->dlogits)) < 0)
         return err;
@@ -327,21 +542,12 @@ static int alloc_buffers(struct gm_model *m)
             (err = alloc_floats(m, nb * in_size(l), &l->dx)) < 0)
             return err;
         if (l->kind == LAYER_CONV2D) {
-            const size_t rows = nb * (size_t)l->out_h * l->out_w;
-            const size_t kdim = (size_t)l->k * l->k * l->in_c;
             struct gm_conv2d_shape s;
             if ((err = gm_conv2d_shape_init(&s, m->max_batch, l->in_h, l->in_w, l->in_c, l->out_c,
-                                            l->k, l->pad)) < 0)
+                                            l->k, l->pad, l->stride)) < 0)
                 return err;
-            l->direct = gm_conv2d_use_direct(&s, need_dx);
-            if (l->direct) {
-                if ((err = alloc_floats(m, gm_conv2d_direct_pack_floats(&s), &l->wpack)) < 0)
-                    return err;
-                continue;
-            }
-            if ((err = alloc_floats(m, rows * kdim, &l->col)) < 0)
-                return err;
-            if (need_dx && (err = alloc_floats(m, rows * kdim, &l->dcol)) < 0)
+            l->need_dx = need_dx;
+            if ((err = alloc_floats(m, m->ops->conv2d_ws_floats(&s, need_dx), &l->ws)) < 0)
                 return err;
         }
         if (l->kind == LAYER_MAXPOOL) {
@@ -350,8 +556,19 @@ static int alloc_buffers(struct gm_model *m)
         }
         if (l->kind == LAYER_DROPOUT && (err = alloc_floats(m, ysz, &l->mask)) < 0)
             return err;
+        if (l->kind == LAYER_BATCHNORM &&
+            (err = alloc_floats(m, 2 * (size_t)l->out_c, &l->save)) < 0)
+            return err;
+        if (l->kind == LAYER_RESADD) {
+            const struct layer *src = &m->layers[l->src];
+            GM_ASSERT(l->src + 1 < i && m->layers[l->src + 1].dx != NULL);
+            if (l->stride > 1 || src->out_c != l->out_c) {
+                if ((err = alloc_floats(m, nb * out_size(src), &l->dskip)) < 0)
+                    return err;
+            }
+        }
     }
-    return 0;
+    return init_stats(m);
 }
 
 int gm_model_new(const struct gm_model_spec *spec, int max_batch, struct gm_model **out)
@@ -364,15 +581,16 @@ int gm_model_new(const struct gm_model_spec *spec, int max_batch, struct gm_mode
         spec->in_h < 1 || spec->in_w < 1 || spec->classes < 2 || spec->nhidden < 0 ||
         spec->nhidden > GM_MODEL_MAX_HIDDEN || !(spec->dropout >= 0 && spec->dropout < 1))
         return -EINVAL;
-    if (!gm_device_available(spec->device))
-        return GM_ERR_DEVICE;
+    if (!gm_device_available(spec->device) || gm_ops_get(spec->device) == NULL)
+        return -ENOTSUP;
     m = calloc(1, sizeof(*m));
     if (m == NULL)
         return -ENOMEM;
     m->spec = *spec;
+    m->ops = gm_ops_get(spec->device);
     m->device = spec->device;
     m->max_batch = max_batch;
-    m->layers = calloc(32, sizeof(*m->layers));
+    m->layers = calloc(MAX_LAYERS, sizeof(*m->layers));
     if (m->layers == NULL) {
         err = -ENOMEM;
         goto fail;
@@ -397,15 +615,16 @@ void gm_model_free(struct gm_model *m)
         if (l->owns_y)
             gm_device_free(m->device, l->y);
         gm_device_free(m->device, l->dx);
-        gm_device_free(m->device, l->col);
-        gm_device_free(m->device, l->dcol);
-        gm_device_free(m->device, l->wpack);
+        gm_device_free(m->device, l->ws);
+        gm_device_free(m->device, l->save);
+        gm_device_free(m->device, l->dskip);
         gm_device_free(m->device, l->arg);
         gm_device_free(m->device, l->mask);
     }
     free(m->layers);
     gm_device_free(m->device, m->params);
     gm_device_free(m->device, m->grads);
+    gm_device_free(m->device, m->stats);
     gm_device_free(m->device, m->input);
     gm_device_free(m->device, m->input_t);
     gm_device_free(m->device, m->dlogits);
@@ -465,11 +684,16 @@ void gm_model_init_params(struct gm_model *m, uint64_t seed)
     gm_rng_init(&r, seed, 0x6d6f64656c); /* stream "model" */
     for (size_t t = 0; t < m->ntensors; t++) {
         const struct gm_param_info *ti = &m->tensors[t];
+        float *p = m->params + ti->offset;
+        if (m->init[t] == INIT_ONE || m->init[t] == INIT_ZERO) {
+            for (size_t i = 0; i < ti->numel; i++)
+                p[i] = m->init[t] == INIT_ONE ? 1.0f : 0.0f;
+            continue;
+        }
         /* fan_in of the layer: the weight's elements per output unit; a bias
          * uses its weight's fan_in (PyTorch's default init). */
-        const struct gm_param_info *w = ti->ndim == 1 && t > 0 ? &m->tensors[t - 1] : ti;
+        const struct gm_param_info *w = m->init[t] == INIT_BIAS ? &m->tensors[t - 1] : ti;
         const double bound = 1.0 / sqrt((double)w->cols);
-        float *p = m->params + ti->offset;
         for (size_t i = 0; i < ti->numel; i++)
             p[i] = (float)((2.0 * gm_rng_double(&r) - 1.0) * bound);
     }
@@ -482,27 +706,29 @@ static float *w_of(struct gm_model *m, const struct layer *l, float *flat)
     return flat + m->tensors[l->w_tensor].offset;
 }
 
+/* NULL for a convolution without bias */
 static float *b_of(struct gm_model *m, const struct layer *l, float *flat)
 {
-    return flat + m->tensors[l->w_tensor + 1].offset;
+    return l->kind == LAYER_CONV2D && !l->bias ? NULL : flat + m->tensors[l->w_tensor + 1].offset;
+}
+
+/* Tensors a layer owns: weight, and bias unless a bias-free convolution. */
+static size_t layer_tensors(const struct layer *l)
+{
+    return l->kind == LAYER_CONV2D && !l->bias ? 1 : 2;
 }
 
 int gm_model_forward(struct gm_model *m, int n, int train, uint64_t seed)
 {
+    const struct gm_ops *ops = m->ops;
     const float *x;
+    int err, has_bn = 0;
 
     if (n < 1 || n > m->max_batch)
         return -EINVAL;
-    if (m->device != GM_DEVICE_CPU)
-        return GM_ERR_DEVICE;
     x = m->input;
     if (m->input_t != NULL) { /* NCHW -> NHWC */
-        const int c = m->spec.in_c, hw = m->spec.in_h * m->spec.in_w;
-        for (int b = 0; b < n; b++)
-            for (int ch = 0; ch < c; ch++)
-                for (int i = 0; i < hw; i++)
-                    m->input_t[((size_t)b * hw + i) * c + ch] =
-                        m->input[((size_t)b * c + ch) * hw + i];
+        ops->nchw_to_nhwc(n, m->spec.in_c, m->spec.in_h * m->spec.in_w, m->input, m->input_t);
         x = m->input_t;
     }
     for (int i = 0; i < m->nlayers; i++) {
@@ -511,56 +737,75 @@ int gm_model_forward(struct gm_model *m, int n, int train, uint64_t seed)
         switch (l->kind) {
         case LAYER_CONV2D: {
             struct gm_conv2d_shape s;
-            int err =
-                gm_conv2d_shape_init(&s, n, l->in_h, l->in_w, l->in_c, l->out_c, l->k, l->pad);
+            err = gm_conv2d_shape_init(&s, n, l->in_h, l->in_w, l->in_c, l->out_c, l->k, l->pad,
+                                       l->stride);
             GM_ASSERT(err == 0);
-            if (l->direct)
-                gm_conv2d_direct_forward_cpu(&s, x, w_of(m, l, m->params), b_of(m, l, m->params),
-                                             l->wpack, l->y);
-            else
-                gm_conv2d_forward_cpu(&s, x, w_of(m, l, m->params), b_of(m, l, m->params), l->col,
-                                      l->y);
+            ops->conv2d_forward(&s, l->need_dx, x, w_of(m, l, m->params), b_of(m, l, m->params),
+                                l->ws, l->y);
             break;
         }
         case LAYER_MAXPOOL:
-            gm_maxpool_forward_cpu(n, l->in_h, l->in_w, l->in_c, l->k, l->relu, x, l->y, l->arg);
+            ops->maxpool_forward(n, l->in_h, l->in_w, l->in_c, l->k, l->relu, x, l->y, l->arg);
             break;
         case LAYER_RELU:
-            gm_relu_forward_cpu(total, x, l->y);
+            ops->relu_forward(total, x, l->y);
             break;
         case LAYER_FLATTEN:
             l->y = (float *)x; /* a view: NHWC order is the flattened order */
             break;
         case LAYER_LINEAR:
-            gm_linear_forward_cpu(n, l->in_c, l->out_c, x, w_of(m, l, m->params),
-                                  b_of(m, l, m->params), l->y);
+            ops->linear_forward(n, l->in_c, l->out_c, x, w_of(m, l, m->params),
+                                b_of(m, l, m->params), l->y);
             break;
         case LAYER_DROPOUT:
             if (train)
-                gm_dropout_forward_cpu(total, l->p, seed ^ ((uint64_t)i << 56), x, l->mask, l->y);
-            else
-                memcpy(l->y, x, total * sizeof(float));
+                ops->dropout_forward(total, l->p, seed ^ ((uint64_t)i << 56), x, l->mask, l->y);
+            else if ((err = gm_device_copy(m->device, l->y, m->device, x, total * sizeof(float))) <
+                     0)
+                return err;
+            break;
+        case LAYER_BATCHNORM:
+            ops->batchnorm_forward((size_t)n * l->out_h * l->out_w, l->out_c, train, BN_MOMENTUM,
+                                   BN_EPS, x, w_of(m, l, m->params), b_of(m, l, m->params),
+                                   m->stats + l->stat, m->stats + l->stat + l->out_c, l->save,
+                                   l->save + l->out_c, l->y);
+            has_bn = 1;
+            break;
+        case LAYER_RESADD: {
+            const struct layer *src = &m->layers[l->src];
+            if (l->dskip == NULL) {
+                ops->add(total, x, src->y, l->y);
+            } else {
+                ops->shortcut_forward(n, src->out_h, src->out_w, src->out_c, l->out_c, l->stride,
+                                      src->y, l->y);
+                ops->add(total, l->y, x, l->y);
+            }
+            break;
+        }
+        case LAYER_AVGPOOL:
+            ops->avgpool_forward(n, l->in_h * l->in_w, l->in_c, x, l->y);
             break;
         }
         x = l->y;
     }
+    if (train && has_bn)
+        m->batches_tracked++;
     return 0;
 }
 
 double gm_model_loss(struct gm_model *m, int n, const int32_t *labels, long *correct)
 {
     GM_ASSERT(n >= 1 && n <= m->max_batch);
-    return gm_xent_cpu(n, m->spec.classes, gm_model_logits(m), labels, m->dlogits, correct);
+    return m->ops->xent(n, m->spec.classes, gm_model_logits(m), labels, m->dlogits, correct);
 }
 
 int gm_model_backward(struct gm_model *m, int n)
 {
+    const struct gm_ops *ops = m->ops;
     const float *dy = m->dlogits;
 
     if (n < 1 || n > m->max_batch)
         return -EINVAL;
-    if (m->device != GM_DEVICE_CPU)
-        return GM_ERR_DEVICE;
     for (int i = m->nlayers - 1; i >= 0; i--) {
         struct layer *l = &m->layers[i];
         const float *x = i > 0 ? m->layers[i - 1].y : (m->input_t ? m->input_t : m->input);
@@ -568,38 +813,61 @@ int gm_model_backward(struct gm_model *m, int n)
         switch (l->kind) {
         case LAYER_CONV2D: {
             struct gm_conv2d_shape s;
-            int err =
-                gm_conv2d_shape_init(&s, n, l->in_h, l->in_w, l->in_c, l->out_c, l->k, l->pad);
+            int err = gm_conv2d_shape_init(&s, n, l->in_h, l->in_w, l->in_c, l->out_c, l->k, l->pad,
+                                           l->stride);
             GM_ASSERT(err == 0);
-            if (l->direct)
-                gm_conv2d_direct_backward_cpu(&s, x, dy, w_of(m, l, m->grads), b_of(m, l, m->grads),
-                                              l->wpack);
-            else
-                gm_conv2d_backward_cpu(&s, l->col, w_of(m, l, m->params), dy, w_of(m, l, m->grads),
-                                       b_of(m, l, m->grads), l->dcol, l->dx);
+            ops->conv2d_backward(&s, x, w_of(m, l, m->params), dy, w_of(m, l, m->grads),
+                                 b_of(m, l, m->grads), l->dx, l->ws);
             break;
         }
         case LAYER_MAXPOOL:
             if (l->dx != NULL)
-                gm_maxpool_backward_cpu(n, l->in_h, l->in_w, l->in_c, l->k, dy, l->arg, l->dx);
+                ops->maxpool_backward(n, l->in_h, l->in_w, l->in_c, l->k, dy, l->arg, l->dx);
             break;
         case LAYER_RELU:
             if (l->dx != NULL)
-                gm_relu_backward_cpu(total, l->y, dy, l->dx);
+                ops->relu_backward(total, l->y, dy, l->dx);
             break;
         case LAYER_FLATTEN:
             continue; /* dy passes through unchanged */
         case LAYER_LINEAR:
-            gm_linear_backward_cpu(n, l->in_c, l->out_c, x, w_of(m, l, m->params), dy,
-                                   w_of(m, l, m->grads), b_of(m, l, m->grads), l->dx);
+            ops->linear_backward(n, l->in_c, l->out_c, x, w_of(m, l, m->params), dy,
+                                 w_of(m, l, m->grads), b_of(m, l, m->grads), l->dx);
             break;
         case LAYER_DROPOUT:
             if (l->dx != NULL)
-                gm_dropout_backward_cpu(total, l->mask, dy, l->dx);
+                ops->dropout_backward(total, l->mask, dy, l->dx);
+            break;
+        case LAYER_BATCHNORM:
+            ops->batchnorm_backward((size_t)n * l->out_h * l->out_w, l->out_c, x,
+                                    w_of(m, l, m->params), l->save, l->save + l->out_c, dy,
+                                    w_of(m, l, m->grads), b_of(m, l, m->grads), l->dx);
+            break;
+        case LAYER_RESADD: {
+            /* dx = dy: passed on as is; the skip input's gradient goes to the
+             * layer after src, which adds it into its dx (src's dy) */
+            const struct layer *src = &m->layers[l->src];
+            struct layer *after = &m->layers[l->src + 1];
+            if (l->dskip == NULL) {
+                after->skip = dy;
+            } else {
+                ops->shortcut_backward(n, src->out_h, src->out_w, src->out_c, l->out_c, l->stride,
+                                       dy, l->dskip);
+                after->skip = l->dskip;
+            }
+            continue;
+        }
+        case LAYER_AVGPOOL:
+            if (l->dx != NULL)
+                ops->avgpool_backward(n, l->in_h * l->in_w, l->in_c, dy, l->dx);
             break;
         }
+        if (l->skip != NULL) {
+            ops->add((size_t)n * in_size(l), l->dx, l->skip, l->dx);
+            l->skip = NULL;
+        }
         if (l->w_tensor >= 0 && m->grad_hook != NULL) /* this layer's gradients are final */
-            m->grad_hook(m->grad_hook_ctx, (size_t)l->w_tensor, 2);
+            m->grad_hook(m->grad_hook_ctx, (size_t)l->w_tensor, layer_tensors(l));
         dy = l->dx;
     }
     return 0;
@@ -644,4 +912,50 @@ void gm_model_import_tensor(const struct gm_model *m, size_t i, const float *src
 
     for (size_t j = 0; j < ti->numel; j++)
         dst[internal_index(m, i, j)] = src[j];
+}
+
+/* ---- buffers ---------------------------------------------------------------- */
+
+size_t gm_model_num_buffers(const struct gm_model *m)
+{
+    return m->nbuffers;
+}
+
+const struct gm_param_info *gm_model_buffer(const struct gm_model *m, size_t i)
+{
+    GM_ASSERT(i < m->nbuffers);
+    return &m->buffers[i];
+}
+
+size_t gm_model_buffer_len(const struct gm_model *m, size_t i)
+{
+    const struct gm_param_info *b = gm_model_buffer(m, i);
+
+    return b->ndim == 0 ? 1 : b->numel;
+}
+
+int gm_model_export_buffer(const struct gm_model *m, size_t i, float *dst)
+{
+    const struct gm_param_info *b = gm_model_buffer(m, i);
+
+    if (b->ndim == 0) { /* num_batches_tracked */
+        dst[0] = (float)m->batches_tracked;
+        return 0;
+    }
+    return gm_device_copy(GM_DEVICE_CPU, dst, m->device, m->stats + b->offset,
+                          b->numel * sizeof(float));
+}
+
+int gm_model_import_buffer(struct gm_model *m, size_t i, const float *src)
+{
+    const struct gm_param_info *b = gm_model_buffer(m, i);
+
+    if (b->ndim == 0) {
+        if (!(src[0] >= 0 && src[0] <= 16777216.0f))
+            return -EINVAL;
+        m->batches_tracked = (int64_t)src[0];
+        return 0;
+    }
+    return gm_device_copy(m->device, m->stats + b->offset, GM_DEVICE_CPU, src,
+                          b->numel * sizeof(float));
 }

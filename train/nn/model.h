@@ -15,18 +15,43 @@
  * names ("conv1.weight", "fc3.bias"), so a state_dict loads them as is.
  *
  * Models (by name, as in the job file):
- *   lenet5: conv 5x5x6 pad 2, relu, pool 2, conv 5x5x16, relu, pool 2,
- *           fc 120, relu, fc 84, relu, fc classes (28x28 input -> 400 features)
- *   mlp:    flatten, [fc hidden_i, relu, (dropout)]..., fc classes
+ *   lenet5:   conv 5x5x6 pad 2, relu, pool 2, conv 5x5x16, relu, pool 2,
+ *             fc 120, relu, fc 84, relu, fc classes (28x28 input -> 400 features)
+ *   mlp:      flatten, [fc hidden_i, relu, (dropout)]..., fc classes
+ *   vgg7:     VGG-style for 32x32 inputs (CIFAR-10, padded Fashion-MNIST):
+ *             [conv 3x3 pad 1 (no bias), batch norm, relu] x2 with 32, 64 and 128
+ *             channels, each pair followed by max-pool 2; flatten; one linear head.
+ *             PyTorch names: features.<i>.* (i counts every module of the
+ *             Sequential, ReLU and MaxPool2d included: 0,1 / 3,4 / 7,8 / 10,11 /
+ *             14,15 / 17,18), classifier.*.  32x32: 0.29M parameters.
+ *   resnet20: He et al.'s CIFAR ResNet-20: conv 3x3x16 + bn + relu, three stages
+ *             of three basic blocks (16, 32, 64 channels; the first block of
+ *             stages 2 and 3 has stride 2), global average pool, linear.
+ *             Shortcuts are option A (parameter-free: subsample by 2 and pad the
+ *             channels with zeros on both sides), as in the paper's CIFAR
+ *             experiments.  Convolutions have no bias.  PyTorch names: conv1,
+ *             bn1, layer<s>.<b>.{conv1,bn1,conv2,bn2}, linear.  0.27M parameters.
  * Dropout (p > 0) goes after each hidden activation of the MLP and after
  * fc1/fc2 of LeNet-5.
  *
+ * Batch norm (BatchNorm2d over NHWC channels; PyTorch's momentum 0.1 and eps
+ * 1e-5): training forwards normalize with the batch statistics and update
+ * running_mean / running_var (unbiased) and num_batches_tracked; evaluation
+ * forwards (train = 0) use the running statistics.  The running statistics
+ * are not parameters (no gradient, not in the flat buffers the optimizer and
+ * the collective see): they are the model's buffers, listed by
+ * gm_model_num_buffers / gm_model_buffer under PyTorch's names
+ * (x.running_mean, x.running_var, x.num_batches_tracked) and saved in
+ * checkpoints beside the parameters.  In data-parallel training each rank
+ * keeps its own (as PyTorch's DDP with broadcast_buffers=False); checkpoints
+ * hold rank 0's.
+ *
  * Initialisation is PyTorch's default for Linear and Conv2d: weights and
  * biases uniform in +-1/sqrt(fan_in), drawn from train/nn/rng.h seeded with
- * the job seed, so every rank starts identical.
+ * the job seed, so every rank starts identical; batch norm weight 1, bias 0.
  *
  * Device: every buffer lives on m->device; only the CPU exists in this build
- * (GM_ERR_DEVICE otherwise).  Used by the trainer thread only.
+ * (-ENOTSUP otherwise).  Used by the trainer thread only.
  */
 #ifndef GM_TRAIN_NN_MODEL_H
 #define GM_TRAIN_NN_MODEL_H
@@ -53,7 +78,7 @@ struct gm_model_spec {
 
 /* One named parameter tensor, as PyTorch would name and shape it. */
 struct gm_param_info {
-    char name[32];
+    char name[48]; /* "layer3.2.bn2.num_batches_tracked" fits */
     int ndim;
     int64_t shape[4]; /* PyTorch layout */
     size_t offset;    /* into the flat parameter/gradient buffers, in floats */
@@ -98,5 +123,16 @@ const struct gm_param_info *gm_model_tensor(const struct gm_model *m, size_t i);
  * gradient buffer) to dst in PyTorch layout, and back. */
 void gm_model_export_tensor(const struct gm_model *m, size_t i, const float *src_flat, float *dst);
 void gm_model_import_tensor(const struct gm_model *m, size_t i, const float *src, float *dst_flat);
+
+/* Buffers: non-trainable state (batch norm running statistics), in PyTorch
+ * layout already.  numel floats each; num_batches_tracked is a scalar
+ * (ndim 0, numel 1 when exported) held as a float (exact below 2^24 steps). */
+size_t gm_model_num_buffers(const struct gm_model *m);
+const struct gm_param_info *gm_model_buffer(const struct gm_model *m, size_t i);
+/* Elements of buffer i when exported (numel, or 1 for the scalar counter). */
+size_t gm_model_buffer_len(const struct gm_model *m, size_t i);
+/* Copies buffer i to / from host memory (gm_model_buffer_len floats). */
+int gm_model_export_buffer(const struct gm_model *m, size_t i, float *dst) GM_MUST_CHECK;
+int gm_model_import_buffer(struct gm_model *m, size_t i, const float *src) GM_MUST_CHECK;
 
 #endif

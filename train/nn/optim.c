@@ -2,16 +2,12 @@
  * train/nn/optim.c - SGD and Adam over flat buffers, learning-rate schedules.
  * Semantics and state layout: see train/nn/optim.h.
  *
- * Speed: a step is one pass over params, grads and state. Each variant is a plain
- * loop over restrict pointers that GCC vectorizes at -O3 (checked with
- * -fopt-info-vec: AVX2 on these machines; -fno-math-errno lets sqrtf become
- * vsqrtps). The variant (decay or not, momentum, Nesterov) is chosen once per
- * step, outside the loop, by calling an always-inline kernel with constant flags,
- * so each loop body holds no branch. Per-step scalars (Adam's bias corrections)
- * are computed once in double, then rounded to float, as torch does with its
- * Python-float scalars. The arithmetic follows torch's operation order (except
- * the one reciprocal noted at adam_kernel) so results match torch to rounding;
- * no FMA contraction happens (-std=c11 implies -ffp-contract=off).
+ * A step is one pass over params, grads and state, done by the device's
+ * update kernel (train/nn/ops.h -> train/kernels/update.h, where the speed
+ * notes are). Per-step scalars (Adam's bias corrections) are computed here
+ * once in double, then rounded to float, as torch does with its Python-float
+ * scalars. The arithmetic follows torch's operation order (except the one
+ * reciprocal noted in update_cpu.c) so results match torch to rounding.
  *
  * weight_decay == 0 skips the decay term rather than adding 0*p, like torch (this
  * differs only when p is Inf or NaN).
@@ -25,8 +21,7 @@
 #include <string.h>
 
 #include "common/assert.h"
-
-#define ALWAYS_INLINE inline __attribute__((always_inline))
+#include "train/nn/ops.h"
 
 static int nonneg(float x)
 {
@@ -88,11 +83,16 @@ int gm_optim_init(struct gm_optim *o, const struct gm_optim_config *cfg, size_t 
     /* Adam needs 2n floats: refuse sizes whose byte count overflows before calloc. */
     if (n > SIZE_MAX / (2 * sizeof(float)))
         return -ENOMEM;
+    o->ops = gm_ops_get(cfg->device);
+    if (o->ops == NULL)
+        return -ENOTSUP;
     len = state_floats(cfg, n);
     if (len > 0) {
-        o->state = calloc(len, sizeof(float)); /* owned */
-        if (o->state == NULL)
-            return -ENOMEM;
+        err = gm_device_alloc(cfg->device, len * sizeof(float), (void **)&o->state); /* owned */
+        if (err < 0) {
+            memset(o, 0, sizeof(*o));
+            return err;
+        }
     }
     o->cfg = *cfg;
     o->n = n;
@@ -103,7 +103,7 @@ void gm_optim_free(struct gm_optim *o)
 {
     if (o == NULL)
         return;
-    free(o->state);
+    gm_device_free(o->cfg.device, o->state);
     memset(o, 0, sizeof(*o));
 }
 
@@ -126,115 +126,36 @@ void gm_optim_reset(struct gm_optim *o)
     o->step = 0;
 }
 
-/* p[n], g[n], buf[n] (NULL unless mom). Torch: d_p = g.add(p, alpha=wd);
- * buf.mul_(mu).add_(d_p); d_p = nesterov ? d_p.add(buf, alpha=mu) : buf;
- * p.add_(d_p, alpha=-lr). */
-static ALWAYS_INLINE void sgd_kernel(size_t n, float *restrict p, const float *restrict g,
-                                     float *restrict buf, float lr, float wd, float mu,
-                                     const int decay, const int mom, const int nesterov)
-{
-    const float neg_lr = -lr;
-
-    for (size_t i = 0; i < n; i++) {
-        float d = g[i];
-        if (decay)
-            d = d + wd * p[i];
-        if (mom) {
-            float b = buf[i] * mu + d;
-            buf[i] = b;
-            d = nesterov ? d + mu * b : b;
-        }
-        p[i] = p[i] + neg_lr * d;
-    }
-}
-
-/* p[n], g[n], m[n], v[n]. Torch: d = g.add(p, alpha=wd); m.mul_(b1).add_(d, alpha=1-b1);
- * v.mul_(b2).addcmul_(d, d, value=1-b2); denom = (v.sqrt() / bc2_sqrt).add_(eps);
- * p.addcdiv_(m, denom, value=-step_size).
- * One deviation: sqrt(v) / bc2_sqrt is computed as sqrt(v) * (1 / bc2_sqrt), the
- * reciprocal taken once per step in double. Same formula, at most 1 ulp apart in the
- * denominator, and one vdivps fewer per 8 elements: the loop is bound by divide and
- * sqrt throughput while the buffers sit in cache (1M params: 0.52 -> 0.40 ms). */
-static ALWAYS_INLINE void adam_kernel(size_t n, float *restrict p, const float *restrict g,
-                                      float *restrict m, float *restrict v, float b1, float omb1,
-                                      float b2, float omb2, float wd, float eps, float inv_bc2_sqrt,
-                                      float neg_step_size, const int decay)
-{
-    for (size_t i = 0; i < n; i++) {
-        float d = g[i];
-        if (decay)
-            d = d + wd * p[i];
-        float mi = m[i] * b1 + omb1 * d;
-        float vi = v[i] * b2 + omb2 * d * d;
-        m[i] = mi;
-        v[i] = vi;
-        float denom = sqrtf(vi) * inv_bc2_sqrt + eps;
-        p[i] = p[i] + neg_step_size * (mi / denom);
-    }
-}
-
-/* One out-of-line copy per variant: each holds one branch-free vectorized loop. */
-static void sgd_plain(size_t n, float *restrict p, const float *restrict g, float lr)
-{
-    sgd_kernel(n, p, g, NULL, lr, 0.0f, 0.0f, 0, 0, 0);
-}
-
-static void sgd_plain_wd(size_t n, float *restrict p, const float *restrict g, float lr, float wd)
-{
-    sgd_kernel(n, p, g, NULL, lr, wd, 0.0f, 1, 0, 0);
-}
-
-static void sgd_mom(size_t n, float *restrict p, const float *restrict g, float *restrict buf,
-                    float lr, float wd, float mu, int decay, int nesterov)
-{
-    if (!decay && !nesterov)
-        sgd_kernel(n, p, g, buf, lr, 0.0f, mu, 0, 1, 0);
-    else if (decay && !nesterov)
-        sgd_kernel(n, p, g, buf, lr, wd, mu, 1, 1, 0);
-    else if (!decay)
-        sgd_kernel(n, p, g, buf, lr, 0.0f, mu, 0, 1, 1);
-    else
-        sgd_kernel(n, p, g, buf, lr, wd, mu, 1, 1, 1);
-}
-
-static void adam(struct gm_optim *o, float *restrict p, const float *restrict g, float lr)
+static void adam(struct gm_optim *o, float *p, const float *g, float lr)
 {
     const struct gm_optim_config *c = &o->cfg;
-    const size_t n = o->n;
     const double t = (double)o->step; /* already incremented: 1 on the first step */
     const double bc1 = 1.0 - pow((double)c->beta1, t);
     const double bc2 = 1.0 - pow((double)c->beta2, t);
-    const float neg_step_size = (float)(-((double)lr / bc1));
-    const float inv_bc2_sqrt = (float)(1.0 / sqrt(bc2));
-    const float omb1 = (float)(1.0 - (double)c->beta1);
-    const float omb2 = (float)(1.0 - (double)c->beta2);
-    float *restrict m = o->state;
-    float *restrict v = o->state + n;
+    const struct gm_adam_scalars k = {
+        .b1 = c->beta1,
+        .omb1 = (float)(1.0 - (double)c->beta1),
+        .b2 = c->beta2,
+        .omb2 = (float)(1.0 - (double)c->beta2),
+        .wd = c->weight_decay,
+        .eps = c->eps,
+        .inv_bc2_sqrt = (float)(1.0 / sqrt(bc2)),
+        .neg_step_size = (float)(-((double)lr / bc1)),
+    };
 
-    if (c->weight_decay != 0.0f)
-        adam_kernel(n, p, g, m, v, c->beta1, omb1, c->beta2, omb2, c->weight_decay, c->eps,
-                    inv_bc2_sqrt, neg_step_size, 1);
-    else
-        adam_kernel(n, p, g, m, v, c->beta1, omb1, c->beta2, omb2, 0.0f, c->eps, inv_bc2_sqrt,
-                    neg_step_size, 0);
+    o->ops->adam_update(o->n, p, g, o->state, o->state + o->n, &k);
 }
 
 void gm_optim_step(struct gm_optim *o, float *params, const float *grads, float lr)
 {
     const struct gm_optim_config *c = &o->cfg;
-    const int decay = c->weight_decay != 0.0f;
 
     GM_ASSERT(o->n > 0 && params != NULL && grads != NULL); /* initialized, not freed */
     o->step++;
     switch (c->kind) {
     case GM_OPTIM_SGD:
-        if (o->state == NULL && decay)
-            sgd_plain_wd(o->n, params, grads, lr, c->weight_decay);
-        else if (o->state == NULL)
-            sgd_plain(o->n, params, grads, lr);
-        else
-            sgd_mom(o->n, params, grads, o->state, lr, c->weight_decay, c->momentum, decay,
-                    c->nesterov != 0);
+        o->ops->sgd_update(o->n, params, grads, o->state, lr, c->weight_decay, c->momentum,
+                           c->nesterov != 0);
         return;
     case GM_OPTIM_ADAM:
         adam(o, params, grads, lr);

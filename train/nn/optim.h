@@ -40,6 +40,9 @@
 #include <stddef.h>
 
 #include "common/err.h"
+#include "train/nn/tensor.h"
+
+struct gm_ops;
 
 enum gm_optim_kind {
     GM_OPTIM_SGD,
@@ -52,12 +55,14 @@ struct gm_optim_config {
     int nesterov;            /* SGD: nonzero = Nesterov momentum (needs momentum > 0) */
     float weight_decay;      /* both: L2 term added to the gradient */
     float beta1, beta2, eps; /* Adam */
+    enum gm_device device;   /* where params, grads and the state live (default CPU) */
 };
 
 struct gm_optim {
     struct gm_optim_config cfg;
-    size_t n;     /* parameters */
-    long step;    /* steps taken; Adam's t of the last step */
+    const struct gm_ops *ops; /* borrowed: the device's kernels (train/nn/ops.h) */
+    size_t n;                 /* parameters */
+    long step;                /* steps taken; Adam's t of the last step */
     float *state; /* owned: SGD momentum: n floats (NULL if momentum == 0); Adam: m then v */
 };
 
@@ -65,8 +70,9 @@ struct gm_optim {
  * (0.9, 0.999), eps 1e-8, no decay. */
 void gm_optim_config_default(struct gm_optim_config *cfg, enum gm_optim_kind kind);
 
-/* Zeroes *o, then checks cfg (-EINVAL if invalid or n == 0) and allocates zeroed
- * state (-ENOMEM). On failure *o is left zeroed and gm_optim_free(o) is safe. */
+/* Zeroes *o, then checks cfg (-EINVAL if invalid or n == 0; -ENOTSUP when this build
+ * has no kernels for cfg->device) and allocates zeroed state on that device (-ENOMEM). On failure
+ * *o is left zeroed and gm_optim_free(o) is safe. */
 int gm_optim_init(struct gm_optim *o, const struct gm_optim_config *cfg, size_t n) GM_MUST_CHECK;
 
 /* Releases the state and zeroes *o. NULL-safe, idempotent. */

@@ -1,13 +1,16 @@
 /*
  * train/nn/tensor.c - device memory.  CPU: aligned_alloc(64) + memset.  CUDA:
- * only in a build with the CUDA backend (GM_HAVE_CUDA); otherwise every CUDA
- * request fails with GM_ERR_DEVICE.
+ * cudaMalloc through the calling thread's CUDA context (train/kernels/cuda.h), in a
+ * build with the CUDA backend and on a thread that made one; otherwise every CUDA
+ * request fails with -ENOTSUP.
  */
 #include "train/nn/tensor.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "train/kernels/cuda.h"
 
 const char *gm_device_name(enum gm_device dev)
 {
@@ -25,27 +28,16 @@ int gm_device_available(enum gm_device dev)
     return dev == GM_DEVICE_CPU;
 }
 
-int gm_device_parse(const char *s, enum gm_device *out)
-{
-    if (strcmp(s, "cpu") == 0 || strcmp(s, "auto") == 0) {
-        *out = GM_DEVICE_CPU;
-        return 0;
-    }
-    if (strcmp(s, "cuda") == 0) {
-        *out = GM_DEVICE_CUDA;
-        return gm_device_available(GM_DEVICE_CUDA) ? 0 : GM_ERR_DEVICE;
-    }
-    return -EINVAL;
-}
-
 int gm_device_alloc(enum gm_device dev, size_t bytes, void **out)
 {
     void *p;
     size_t rounded;
 
     *out = NULL;
+    if (dev == GM_DEVICE_CUDA) /* needs the thread's CUDA context (train/kernels/cuda.h) */
+        return gm_cuda_current() != NULL ? gm_cuda_alloc(gm_cuda_current(), bytes, out) : -ENOTSUP;
     if (dev != GM_DEVICE_CPU)
-        return GM_ERR_DEVICE;
+        return -ENOTSUP;
     rounded = (bytes + 63) & ~(size_t)63;
     if (rounded < bytes)
         return -ENOMEM;
@@ -65,13 +57,24 @@ void gm_device_free(enum gm_device dev, void *p)
         return;
     if (dev == GM_DEVICE_CPU)
         free(p);
+    else if (dev == GM_DEVICE_CUDA)
+        gm_cuda_dealloc(p);
 }
 
 int gm_device_copy(enum gm_device dst_dev, void *dst, enum gm_device src_dev, const void *src,
                    size_t bytes)
 {
+    if (dst_dev == GM_DEVICE_CUDA || src_dev == GM_DEVICE_CUDA) {
+        struct gm_cuda *cu = gm_cuda_current();
+        if (cu == NULL)
+            return -ENOTSUP;
+        return gm_cuda_copy(cu, dst, src, bytes,
+                            dst_dev != GM_DEVICE_CUDA   ? GM_CUDA_D2H
+                            : src_dev != GM_DEVICE_CUDA ? GM_CUDA_H2D
+                                                        : GM_CUDA_D2D);
+    }
     if (dst_dev != GM_DEVICE_CPU || src_dev != GM_DEVICE_CPU)
-        return GM_ERR_DEVICE;
+        return -ENOTSUP;
     if (bytes > 0)
         memmove(dst, src, bytes);
     return 0;

@@ -8,7 +8,10 @@
  * gm_device_alloc(), which knows every device: CPU memory is 64-byte aligned
  * (AVX-512 friendly, one cache line).  CUDA memory arrives with the CUDA
  * backend; in a build without it every CUDA entry point returns
- * GM_ERR_DEVICE, so callers can test for it instead of crashing.
+ * -ENOTSUP (the house error for "not on this device"; there is no
+ * project-specific device code), so callers can test for it instead of
+ * crashing.  Kernels are reached through the device's op table,
+ * train/nn/ops.h.
  *
  * Thread-safety: plain data; a tensor is used by one thread at a time (the
  * trainer thread).
@@ -38,8 +41,7 @@ struct gm_tensor {
 const char *gm_device_name(enum gm_device dev);
 /* True when the device can run kernels in this build on this machine. */
 int gm_device_available(enum gm_device dev);
-/* Parses "cpu" | "cuda" | "auto" (auto: CUDA when available, else CPU). */
-int gm_device_parse(const char *s, enum gm_device *out) GM_MUST_CHECK;
+/* The device setting (auto | cpu | cuda[:N]) and its resolution: train/nn/device.h. */
 
 /* Zero-initialised device memory; *out = NULL on error. */
 int gm_device_alloc(enum gm_device dev, size_t bytes, void **out) GM_MUST_CHECK;

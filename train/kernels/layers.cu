@@ -1,0 +1,223 @@
+/*
+ * train/kernels/layers.cu - the layer kernels the CUDA op table (train/nn/ops_cuda.c) needs where
+ * the op table's contract leaves no library call that fits: max pooling with the CPU's argmax bytes
+ * and fused ReLU (the table's backward gets dy and the argmax only, while cuDNN's pooling backward
+ * needs x and y); dropout with the CPU's counter-based mask (same seed, same mask on every device);
+ *   ResNet's option-A shortcut (strided subsample + channel zero-padding).
+ * One thread per output element (backward: per input element, so every dx element is
+ * written and nothing needs atomics); 64-bit indices; 256 threads a block, grid-stride
+ * loops.  Semantics are train/kernels/maxpool.h, act.h and resid.h; tests/unit/test_cuda_ops.c
+ * checks them against the CPU table where a GPU answers.
+ */
+#include "train/kernels/cuda_ctx.h"
+#include "train/kernels/layers_cuda.h"
+#include "train/kernels/maxpool.h"
+
+namespace
+{
+
+constexpr unsigned kThreads = 256;
+
+unsigned blocks_for(size_t n)
+{
+    return gm_cuda_blocks(n, kThreads, 8192);
+}
+
+/* Position of flat index i in an (N, H, W, C) array. */
+struct nhwc {
+    int b, y, x, q;
+};
+
+__device__ inline nhwc nhwc_at(size_t i, int h, int w, int c)
+{
+    nhwc p;
+    p.q = (int)(i % c);
+    i /= c;
+    p.x = (int)(i % w);
+    i /= w;
+    p.y = (int)(i % h);
+    p.b = (int)(i / h);
+    return p;
+}
+
+#define GRID_LOOP(i, n)                                                                            \
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                        \
+         i += (size_t)gridDim.x * blockDim.x)
+
+__global__ void k_maxpool_fwd(int n, int h, int w, int c, int k, int relu, const float *x, float *y,
+                              uint8_t *arg)
+{
+    const int oh = h / k, ow = w / k;
+    const size_t total = (size_t)n * oh * ow * c;
+    const float floor_v = relu ? 0.0f : -INFINITY;
+
+    GRID_LOOP(i, total)
+    {
+        const nhwc o = nhwc_at(i, oh, ow, c);
+        const int q = o.q, ox = o.x, oy = o.y, b = o.b;
+        float m = -INFINITY;
+        int best = 0;
+        for (int dy = 0; dy < k; dy++)
+            for (int dx = 0; dx < k; dx++) {
+                const float v =
+                    x[(((size_t)b * h + (size_t)oy * k + dy) * w + (size_t)ox * k + dx) * c + q];
+                if ((dy == 0 && dx == 0) || v > m) { /* first maximum on ties */
+                    m = v;
+                    best = dy * k + dx;
+                }
+            }
+        const int keep = m > floor_v;
+        y[i] = relu ? (m > 0.0f ? m : 0.0f) : m;
+        arg[i] = keep ? (uint8_t)best : (uint8_t)GM_MAXPOOL_NONE;
+    }
+}
+
+__global__ void k_maxpool_bwd(int n, int h, int w, int c, int k, const float *dy,
+                              const uint8_t *arg, float *dx)
+{
+    const int oh = h / k, ow = w / k;
+    const size_t total = (size_t)n * h * w * c;
+
+    GRID_LOOP(i, total)
+    {
+        const nhwc o = nhwc_at(i, h, w, c);
+        const int q = o.q, xx = o.x, yy = o.y, b = o.b;
+        const int oy = yy / k, ox = xx / k;
+        float v = 0.0f;
+        if (oy < oh && ox < ow) {
+            const size_t o = (((size_t)b * oh + oy) * ow + ox) * c + q;
+            if (arg[o] == (uint8_t)((yy - oy * k) * k + (xx - ox * k)))
+                v = dy[o];
+        }
+        dx[i] = v;
+    }
+}
+
+__device__ inline uint64_t mix64(uint64_t z)
+{
+    z += 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+__global__ void k_dropout_fwd(size_t n, float keep_scale, uint32_t threshold, uint64_t seed,
+                              const float *x, float *mask, float *y)
+{
+    GRID_LOOP(i, n)
+    {
+        const uint32_t r = (uint32_t)(mix64(seed ^ (i * 0xd1b54a32d192ed03ull)) >> 40);
+        const float mk = r >= threshold ? keep_scale : 0.0f;
+        mask[i] = mk;
+        y[i] = x[i] * mk;
+    }
+}
+
+__global__ void k_mul(size_t n, const float *a, const float *b, float *y)
+{
+    GRID_LOOP(i, n)
+    y[i] = a[i] * b[i];
+}
+
+__global__ void k_shortcut_fwd(int n, int h, int w, int c, int oc, int stride, const float *x,
+                               float *y)
+{
+    const int oh = (h + stride - 1) / stride, ow = (w + stride - 1) / stride, p = (oc - c) / 2;
+    const size_t total = (size_t)n * oh * ow * oc;
+
+    GRID_LOOP(i, total)
+    {
+        const nhwc o = nhwc_at(i, oh, ow, oc);
+        const int q = o.q, ox = o.x, oy = o.y, b = o.b;
+        const int ch = q - p;
+        y[i] = ch >= 0 && ch < c
+                   ? x[(((size_t)b * h + (size_t)oy * stride) * w + (size_t)ox * stride) * c + ch]
+                   : 0.0f;
+    }
+}
+
+__global__ void k_shortcut_bwd(int n, int h, int w, int c, int oc, int stride, const float *dy,
+                               float *dx)
+{
+    const int oh = (h + stride - 1) / stride, ow = (w + stride - 1) / stride, p = (oc - c) / 2;
+    const size_t total = (size_t)n * h * w * c;
+
+    GRID_LOOP(i, total)
+    {
+        const nhwc o = nhwc_at(i, h, w, c);
+        const int q = o.q, xx = o.x, yy = o.y, b = o.b;
+        float v = 0.0f;
+        if (yy % stride == 0 && xx % stride == 0)
+            v = dy[(((size_t)b * oh + yy / stride) * ow + xx / stride) * oc + q + p];
+        dx[i] = v;
+    }
+}
+
+int launched(gm_cuda *cu, const char *what)
+{
+    return gm_cuda_check_rt(cu, cudaGetLastError(), what);
+}
+
+} // namespace
+
+extern "C" int gm_maxpool_forward_cuda(gm_cuda *cu, int n, int h, int w, int c, int k, int relu,
+                                       const float *x, float *y, uint8_t *arg)
+{
+    const size_t total = (size_t)n * (h / k) * (w / k) * c;
+    if (total == 0)
+        return 0;
+    k_maxpool_fwd<<<blocks_for(total), kThreads, 0, cu->compute>>>(n, h, w, c, k, relu, x, y, arg);
+    return launched(cu, "kernel maxpool_forward");
+}
+
+extern "C" int gm_maxpool_backward_cuda(gm_cuda *cu, int n, int h, int w, int c, int k,
+                                        const float *dy, const uint8_t *arg, float *dx)
+{
+    const size_t total = (size_t)n * h * w * c;
+    if (total == 0)
+        return 0;
+    k_maxpool_bwd<<<blocks_for(total), kThreads, 0, cu->compute>>>(n, h, w, c, k, dy, arg, dx);
+    return launched(cu, "kernel maxpool_backward");
+}
+
+extern "C" int gm_dropout_forward_cuda(gm_cuda *cu, size_t n, float p, uint64_t seed,
+                                       const float *x, float *mask, float *y)
+{
+    /* the CPU's scalars (act_cpu.c), computed the same way on the host */
+    const float keep_scale = 1.0f / (1.0f - p);
+    const uint32_t threshold = (uint32_t)((double)p * 16777216.0);
+    if (n == 0)
+        return 0;
+    k_dropout_fwd<<<blocks_for(n), kThreads, 0, cu->compute>>>(n, keep_scale, threshold, seed, x,
+                                                               mask, y);
+    return launched(cu, "kernel dropout_forward");
+}
+
+extern "C" int gm_dropout_backward_cuda(gm_cuda *cu, size_t n, const float *mask, const float *dy,
+                                        float *dx)
+{
+    if (n == 0)
+        return 0;
+    k_mul<<<blocks_for(n), kThreads, 0, cu->compute>>>(n, dy, mask, dx);
+    return launched(cu, "kernel dropout_backward");
+}
+
+extern "C" int gm_shortcut_forward_cuda(gm_cuda *cu, int n, int h, int w, int c, int oc, int stride,
+                                        const float *x, float *y)
+{
+    const size_t total = (size_t)n * ((h + stride - 1) / stride) * ((w + stride - 1) / stride) * oc;
+    if (total == 0)
+        return 0;
+    k_shortcut_fwd<<<blocks_for(total), kThreads, 0, cu->compute>>>(n, h, w, c, oc, stride, x, y);
+    return launched(cu, "kernel shortcut_forward");
+}
+
+extern "C" int gm_shortcut_backward_cuda(gm_cuda *cu, int n, int h, int w, int c, int oc,
+                                         int stride, const float *dy, float *dx)
+{
+    const size_t total = (size_t)n * h * w * c;
+    if (total == 0)
+        return 0;
+    k_shortcut_bwd<<<blocks_for(total), kThreads, 0, cu->compute>>>(n, h, w, c, oc, stride, dy, dx);
+    return launched(cu, "kernel shortcut_backward");
+}

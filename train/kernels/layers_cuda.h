@@ -1,0 +1,35 @@
+/*
+ * train/kernels/layers_cuda.h - launchers of the layer kernels in layers.cu (see there for
+ * why these are custom).  Device pointers; the context's compute stream; 0 or GM_ERR_GPU.
+ * Only in builds with the CUDA backend; called by train/nn/ops_cuda.c on the trainer thread.
+ */
+#ifndef GM_TRAIN_KERNELS_LAYERS_CUDA_H
+#define GM_TRAIN_KERNELS_LAYERS_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "train/kernels/cuda.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+int gm_maxpool_forward_cuda(struct gm_cuda *cu, int n, int h, int w, int c, int k, int relu,
+                            const float *x, float *y, uint8_t *arg);
+int gm_maxpool_backward_cuda(struct gm_cuda *cu, int n, int h, int w, int c, int k, const float *dy,
+                             const uint8_t *arg, float *dx);
+int gm_dropout_forward_cuda(struct gm_cuda *cu, size_t n, float p, uint64_t seed, const float *x,
+                            float *mask, float *y);
+int gm_dropout_backward_cuda(struct gm_cuda *cu, size_t n, const float *mask, const float *dy,
+                             float *dx);
+int gm_shortcut_forward_cuda(struct gm_cuda *cu, int n, int h, int w, int c, int oc, int stride,
+                             const float *x, float *y);
+int gm_shortcut_backward_cuda(struct gm_cuda *cu, int n, int h, int w, int c, int oc, int stride,
+                              const float *dy, float *dx);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
