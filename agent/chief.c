@@ -69,9 +69,9 @@ struct gm_chief {
 struct prop {
     struct raft_apply req;
     struct gm_chief *ch;
-    uint64_t origin_req;                 /* the asker's request id */
+    uint64_t origin_req;                /* the asker's request id */
     char origin[GM_CHIEF_NAME_MAX + 1]; /* "" : this node */
-    int own;                             /* the controller's */
+    int own;                            /* the controller's */
     char what[96];
 };
 
@@ -201,8 +201,9 @@ static void no_chief_reason(struct gm_chief *ch, char *out, size_t cap)
         return;
     c = &ch->raft.configuration;
     if (c->n == 0) {
-        snprintf(out, cap, "this node is not in the raft configuration yet: waiting for the chief "
-                           "to add it");
+        snprintf(out, cap,
+                 "this node is not in the raft configuration yet: waiting for the chief "
+                 "to add it");
         return;
     }
     for (unsigned i = 0; i < c->n; i++) {
@@ -224,7 +225,8 @@ void gm_chief_status(struct gm_agent *a, json_t *o)
     char leader[GM_CHIEF_NAME_MAX + 1], why[MSG_MAX];
     uint64_t term = 0;
     int have = gm_chief_leader(a, leader, &term) == 0;
-    const struct raft_server *s = ch != NULL && ch->raft_ready ? server_find(ch, a->cfg.node) : NULL;
+    const struct raft_server *s =
+        ch != NULL && ch->raft_ready ? server_find(ch, a->cfg.node) : NULL;
 
     json_object_set_new(o, "chief", have ? json_string(leader) : json_null());
     json_object_set_new(o, "term", json_integer((json_int_t)term));
@@ -316,8 +318,15 @@ static int fsm_snapshot(struct raft_fsm *f, struct raft_buffer *bufs[], unsigned
         free(text);
         return RAFT_NOMEM;
     }
-    (*bufs)[0].base = text; /* freed by fsm_snapshot_finalize */
-    (*bufs)[0].len = len;
+    (*bufs)[0].len = (len + 7) & ~(size_t)7;         /* a multiple of 8, as entries */
+    (*bufs)[0].base = realloc(text, (*bufs)[0].len); /* freed by fsm_snapshot_finalize */
+    if ((*bufs)[0].base == NULL) {
+        free(text);
+        raft_free(*bufs);
+        *bufs = NULL;
+        return RAFT_NOMEM;
+    }
+    memset((char *)(*bufs)[0].base + len, ' ', (*bufs)[0].len - len);
     *n = 1;
     return 0;
 }
@@ -343,8 +352,8 @@ static int fsm_restore(struct raft_fsm *f, struct raft_buffer *buf)
         return RAFT_CORRUPT;
     }
     raft_free(buf->base);
-    gm_info("event=chief-snapshot-restored term=%llu members=%zu",
-            (unsigned long long)ch->fsm.term, ch->fsm.nmembers);
+    gm_info("event=chief-snapshot-restored term=%llu members=%zu", (unsigned long long)ch->fsm.term,
+            ch->fsm.nmembers);
     return 0;
 }
 
@@ -366,10 +375,10 @@ static void answer(struct gm_chief *ch, const struct prop *p, int code, const ch
     o = json_pack("{s:i, s:s}", "code", code, "message", msg);
     text = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
-    if (l != NULL && text != NULL)
-        gm_agent_ignore(gm_agent_send_json(l, GM_MSG_CHIEF_ANS, text, strlen(text), 0));
-    else
-        free(text);
+    if (l != NULL && text != NULL &&
+        gm_link_send(l, GM_MSG_CHIEF_ANS, p->origin_req, text, strlen(text)) != 0)
+        gm_info("event=chief-answer-lost origin=%s", p->origin); /* it times out */
+    free(text);
 }
 
 static void apply_cb(struct raft_apply *req, int status, void *result)
@@ -409,7 +418,8 @@ static int propose(struct gm_chief *ch, struct gm_chief_cmd *c, const char *orig
     if (err != 0)
         return err;
     p = calloc(1, sizeof(*p));
-    b.base = raft_malloc(len);
+    b.len = (len + 7) & ~(size_t)7; /* raft's disk format needs a multiple of 8 (see chief.h) */
+    b.base = raft_malloc(b.len);
     if (p == NULL || b.base == NULL) {
         free(p);
         raft_free(b.base);
@@ -417,7 +427,7 @@ static int propose(struct gm_chief *ch, struct gm_chief_cmd *c, const char *orig
         return -ENOMEM;
     }
     memcpy(b.base, text, len);
-    b.len = len;
+    memset((char *)b.base + len, ' ', b.len - len); /* JSON ignores trailing blanks */
     free(text);
     p->ch = ch;
     p->req.data = p;
@@ -494,8 +504,10 @@ static int request(struct gm_chief *ch, const char *cmd, const char *node, const
     snprintf(c.node, sizeof(c.node), "%s", node);
     if (strcmp(cmd, "revoke") == 0) {
         if (strcmp(node, ch->a->cfg.node) == 0) {
-            snprintf(why, cap, "%s is the chief: it cannot revoke itself (stop it, or make it "
-                               "a spare first)", node);
+            snprintf(why, cap,
+                     "%s is the chief: it cannot revoke itself (stop it, or make it "
+                     "a spare first)",
+                     node);
             return -EPERM;
         }
         err = majority_check(ch, node, 0, why, cap);
@@ -563,6 +575,20 @@ static void controller(struct gm_chief *ch)
         ch->raft.configuration_uncommitted_index != 0)
         return;
     ch->change.data = ch;
+    if (gm_chief_role_of(a, a->cfg.node) == GM_CHIEF_ROLE_WITNESS) { /* a trainer leads */
+        for (unsigned i = 0; i < c->n; i++) {
+            const struct raft_server *s = &c->servers[i];
+            if (s->role == RAFT_VOTER && s->id != ch->raft.id && link_up(a, s->address) &&
+                gm_chief_role_of(a, s->address) == GM_CHIEF_ROLE_VOTER) {
+                gm_notice("event=chief-transfer to=%s reason=\"this node is a witness\"",
+                          s->address);
+                ch->transfer.data = ch;
+                ch->transfer_busy =
+                    raft_transfer(&ch->raft, &ch->transfer, s->id, transfer_cb) == 0;
+                return;
+            }
+        }
+    }
     for (unsigned i = 0; i < c->n; i++) { /* revoked: out */
         const struct raft_server *s = &c->servers[i];
         if (gm_chief_fsm_is_revoked(&ch->fsm, s->address) && s->id != ch->raft.id) {
@@ -601,8 +627,7 @@ static void controller(struct gm_chief *ch)
         err = raft_assign(&ch->raft, &ch->change, s->id, want, change_cb);
         ch->change_busy = err == 0;
         if (err != 0)
-            gm_info("event=chief-assign-failed node=%s err=\"%s\"", s->address,
-                    raft_strerror(err));
+            gm_info("event=chief-assign-failed node=%s err=\"%s\"", s->address, raft_strerror(err));
         return;
     }
     for (size_t i = 0; i < a->npeers; i++) { /* up members raft does not know: in */
@@ -872,10 +897,10 @@ static json_t *cmd_members(struct gm_agent *a, json_t *req)
     json_object_set_new(o, "node", json_string(a->cfg.node));
     /* every node the state machine, raft or the member table knows, once */
     for (size_t i = 0; i <= a->npeers + c->n + ch->fsm.nmembers; i++) {
-        const char *node = i == 0                       ? a->cfg.node
-                           : i <= a->npeers             ? a->peers[i - 1].node
-                           : i <= a->npeers + c->n      ? c->servers[i - 1 - a->npeers].address
-                                                        : ch->fsm.members[i - 1 - a->npeers - c->n].node;
+        const char *node = i == 0                  ? a->cfg.node
+                           : i <= a->npeers        ? a->peers[i - 1].node
+                           : i <= a->npeers + c->n ? c->servers[i - 1 - a->npeers].address
+                                                   : ch->fsm.members[i - 1 - a->npeers - c->n].node;
         const struct gm_chief_member *m = gm_chief_fsm_member(&ch->fsm, node);
         const struct raft_server *s = server_find(ch, node);
         size_t k;
@@ -893,9 +918,9 @@ static json_t *cmd_members(struct gm_agent *a, json_t *req)
                             strcmp(node, a->cfg.node) == 0 ? "self"
                             : link_up(a, node) != NULL     ? "up"
                                                            : "down",
-                            "chief", json_is_string(json_object_get(o, "chief")) &&
-                                         strcmp(json_string_value(json_object_get(o, "chief")),
-                                                node) == 0));
+                            "chief",
+                            json_is_string(json_object_get(o, "chief")) &&
+                                strcmp(json_string_value(json_object_get(o, "chief")), node) == 0));
     }
     json_object_set_new(o, "members", list);
     st = gm_chief_fsm_json(&ch->fsm);
@@ -969,8 +994,8 @@ static json_t *cmd_role(struct gm_agent *a, json_t *req)
 static json_t *cmd_result(struct gm_agent *a, json_t *req)
 {
     json_t *id = json_object_get(req, "req");
-    struct result *r = json_is_integer(id) ? result_find(a->chief, (uint64_t)json_integer_value(id))
-                                           : NULL;
+    struct result *r =
+        json_is_integer(id) ? result_find(a->chief, (uint64_t)json_integer_value(id)) : NULL;
 
     if (r == NULL)
         return gm_agent_ctl_error(-ENOENT, "no such request");

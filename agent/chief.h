@@ -11,6 +11,9 @@
  * (randomised 1-2 s), heartbeat 100 ms; a snapshot every 256 entries keeps
  * the log bounded (64 trailing entries kept for slow followers).  A server's
  * raft id is derived from its node id and its raft address is the node id.
+ * Every entry and snapshot is padded with blanks to a multiple of 8 bytes:
+ * raft's segment format silently misreads entries of other lengths after a
+ * restart or on a follower (canonical/raft issues 189 and 304).
  *
  * Bootstrap: the node that holds the CA key (the one that ran `init`) makes
  * the first configuration, itself as the only voter, when its raft folder is
@@ -24,7 +27,9 @@
  * witnesses exist, else as a spare; raft's role of each server follows the
  * recorded one (voter and witness: raft voter; spare: raft standby, which
  * follows the log without voting); a revoked node leaves the configuration.
- * A chief whose own recorded role is spare hands leadership to a voter first.
+ * A chief whose own recorded role is spare hands leadership to a voter first;
+ * a witness that wins an election (it votes, so it can) hands it to a voter
+ * with an up link as soon as there is one: the chief coordinates training.
  *
  * Commands (control socket; on a member they are forwarded to the chief in
  * CHIEF_REQ and answered in CHIEF_ANS once committed or refused):

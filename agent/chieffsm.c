@@ -15,8 +15,8 @@ static const struct {
     enum gm_chief_op op;
     const char *name;
 } op_names[] = {
-    {GM_CHIEF_OP_MEMBER, "member"},       {GM_CHIEF_OP_REVOKE, "revoke"},
-    {GM_CHIEF_OP_TOKEN_USE, "token-use"}, {GM_CHIEF_OP_JOB, "job"},
+    {GM_CHIEF_OP_MEMBER, "member"},         {GM_CHIEF_OP_REVOKE, "revoke"},
+    {GM_CHIEF_OP_TOKEN_USE, "token-use"},   {GM_CHIEF_OP_JOB, "job"},
     {GM_CHIEF_OP_CHECKPOINT, "checkpoint"},
 };
 
@@ -500,8 +500,7 @@ json_t *gm_chief_fsm_json(const struct gm_chief_fsm *f)
     int err = o == NULL || mem == NULL || rev == NULL || tok == NULL || jobs == NULL || ck == NULL;
 
     for (size_t i = 0; !err && i < f->nmembers; i++)
-        err = json_array_append_new(mem, json_pack("{s:s, s:s}", "node", f->members[i].node,
-                                                   "role",
+        err = json_array_append_new(mem, json_pack("{s:s, s:s}", "node", f->members[i].node, "role",
                                                    gm_chief_role_name(f->members[i].role)));
     for (size_t i = 0; !err && i < f->nrevoked; i++)
         err = json_array_append_new(rev, json_pack("{s:s, s:I, s:I}", "node", f->revoked[i].node,
@@ -517,10 +516,10 @@ json_t *gm_chief_fsm_json(const struct gm_chief_fsm *f)
                                                     (json_int_t)f->jobs[i].term));
     for (size_t i = 0; !err && i < f->nckpts; i++) {
         const struct gm_chief_ckpt *k = &f->ckpts[i];
-        err = json_array_append_new(ck, json_pack("{s:s, s:I, s:I, s:s, s:o}", "job", k->job,
-                                                  "step", (json_int_t)k->step, "term",
-                                                  (json_int_t)k->term, "sha256", k->sha256,
-                                                  "holders", holders_json(k->holders, k->nholders)));
+        err = json_array_append_new(
+            ck, json_pack("{s:s, s:I, s:I, s:s, s:o}", "job", k->job, "step", (json_int_t)k->step,
+                          "term", (json_int_t)k->term, "sha256", k->sha256, "holders",
+                          holders_json(k->holders, k->nholders)));
     }
     if (!err)
         err = json_object_set_new(o, "members", mem) | json_object_set_new(o, "revoked", rev) |
@@ -562,8 +561,8 @@ int gm_chief_fsm_snapshot(const struct gm_chief_fsm *f, char **out, size_t *len)
 
 /* Reads one array of the snapshot into a fresh array of elements of size,
  * at most max, with fn parsing each element. */
-static int restore_array(json_t *o, const char *key, size_t max, size_t size, void **arr,
-                         size_t *n, int (*fn)(json_t *e, void *out))
+static int restore_array(json_t *o, const char *key, size_t max, size_t size, void **arr, size_t *n,
+                         int (*fn)(json_t *e, void *out))
 {
     json_t *a = json_object_get(o, key), *e;
     size_t i;
@@ -663,8 +662,8 @@ static int r_ckpt(json_t *e, void *out)
 
 int gm_chief_fsm_restore(struct gm_chief_fsm *f, const uint8_t *p, size_t len)
 {
-    static const char *const keys[] = {"v",      "term", "applied", "members",
-                                       "revoked", "tokens", "jobs",  "checkpoints"};
+    static const char *const keys[] = {"v",       "term",   "applied", "members",
+                                       "revoked", "tokens", "jobs",    "checkpoints"};
     struct gm_chief_fsm n;
     json_error_t e;
     json_t *o = json_loadb((const char *)p, len, JSON_REJECT_DUPLICATES, &e);
@@ -679,14 +678,14 @@ int gm_chief_fsm_restore(struct gm_chief_fsm *f, const uint8_t *p, size_t len)
     if (err == 0)
         err = get_u64(o, "applied", &n.applied);
     if (err == 0)
-        err = restore_array(o, "members", GM_MEMBERS_MAX, sizeof(*n.members),
-                            (void **)&n.members, &n.nmembers, r_member);
+        err = restore_array(o, "members", GM_MEMBERS_MAX, sizeof(*n.members), (void **)&n.members,
+                            &n.nmembers, r_member);
     if (err == 0)
-        err = restore_array(o, "revoked", GM_MEMBERS_MAX, sizeof(*n.revoked),
-                            (void **)&n.revoked, &n.nrevoked, r_revoked);
+        err = restore_array(o, "revoked", GM_MEMBERS_MAX, sizeof(*n.revoked), (void **)&n.revoked,
+                            &n.nrevoked, r_revoked);
     if (err == 0)
-        err = restore_array(o, "tokens", GM_CHIEF_TOKENS_MAX, sizeof(*n.tokens),
-                            (void **)&n.tokens, &n.ntokens, r_token);
+        err = restore_array(o, "tokens", GM_CHIEF_TOKENS_MAX, sizeof(*n.tokens), (void **)&n.tokens,
+                            &n.ntokens, r_token);
     if (err == 0)
         err = restore_array(o, "jobs", GM_CHIEF_JOBS_MAX, sizeof(*n.jobs), (void **)&n.jobs,
                             &n.njobs, r_job);

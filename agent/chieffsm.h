@@ -73,14 +73,14 @@ typedef char gm_chief_name[GM_CHIEF_NAME_MAX + 1];
 struct gm_chief_cmd {
     enum gm_chief_op op;
     uint64_t term;
-    gm_chief_name node;                     /* member, revoke */
-    enum gm_chief_role role;                /* member */
-    int64_t at;                             /* revoke: the chief's wall clock, s */
-    char token[GM_CHIEF_TOKEN_HEX + 1];     /* token-use */
-    gm_chief_name job;                      /* job, checkpoint */
-    char state[GM_CHIEF_STATE_MAX + 1];     /* job */
-    int64_t step;                           /* job, checkpoint */
-    char sha256[65];                        /* checkpoint: hex */
+    gm_chief_name node;                          /* member, revoke */
+    enum gm_chief_role role;                     /* member */
+    int64_t at;                                  /* revoke: the chief's wall clock, s */
+    char token[GM_CHIEF_TOKEN_HEX + 1];          /* token-use */
+    gm_chief_name job;                           /* job, checkpoint */
+    char state[GM_CHIEF_STATE_MAX + 1];          /* job */
+    int64_t step;                                /* job, checkpoint */
+    char sha256[65];                             /* checkpoint: hex */
     gm_chief_name holders[GM_CHIEF_HOLDERS_MAX]; /* checkpoint */
     size_t nholders;
 };
@@ -118,8 +118,8 @@ struct gm_chief_ckpt {
 };
 
 struct gm_chief_fsm {
-    uint64_t term;    /* the highest term of an applied command */
-    uint64_t applied; /* commands applied (refused ones included) */
+    uint64_t term;                   /* the highest term of an applied command */
+    uint64_t applied;                /* commands applied (refused ones included) */
     struct gm_chief_member *members; /* owned, each array */
     size_t nmembers;
     struct gm_chief_revoked *revoked;

@@ -31,7 +31,7 @@ struct chan {
     uint64_t id;
     int outbound; /* we are the connector (raft's client side) */
     int closing;
-    uv_pipe_t pipe;                        /* our end */
+    uv_pipe_t pipe;                      /* our end */
     uint8_t rbuf[1 + GM_CHIEFNET_CHUNK]; /* op byte, then what raft wrote */
 };
 
@@ -104,7 +104,7 @@ static void send_op(struct gm_chiefnet *n, const char *node, uint64_t id, uint8_
     struct gm_link *l = n->env.link_to(n->env.agent, node);
 
     if (l != NULL)
-        if (gm_link_send(l, GM_MSG_RAFT, id, &op, 1) != 0) /* the link is going: its close */
+        if (gm_link_send(l, GM_MSG_RAFT, id, &op, 1) != 0)     /* the link is going: its close */
             gm_debug("event=raft-close-unsent peer=%s", node); /* closes the peer's end */
 }
 

@@ -47,7 +47,7 @@
 #include "agent/frame.h"
 #include "common/err.h"
 
-#define GM_CHIEFNET_CHUNK (64u << 10) /* raft bytes per frame */
+#define GM_CHIEFNET_CHUNK (64u << 10)     /* raft bytes per frame */
 #define GM_CHIEFNET_QUEUE_MAX (32u << 20) /* bytes waiting for raft to read, per channel */
 
 struct gm_link;

@@ -116,8 +116,8 @@ static int await(const char *cmd, const char *config, json_int_t req, int wait_s
         json_t *r = NULL;
         const char *state;
 
-        err = gm_cli_control(cmd, config, json_pack("{s:s, s:I}", "cmd", "chief-result", "req", req),
-                             &r);
+        err = gm_cli_control(cmd, config,
+                             json_pack("{s:s, s:I}", "cmd", "chief-result", "req", req), &r);
         if (err != 0)
             return gm_err_exit_code(err);
         state = str(r, "state");
@@ -161,8 +161,8 @@ int gm_cli_revoke(int argc, char **argv)
 
     if (parse(argc, argv, "revoke", &config, NULL, &wait_s, 1) != 0)
         return GM_EXIT_USAGE;
-    return change("revoke", config,
-                  json_pack("{s:s, s:s}", "cmd", "revoke", "node", argv[optind]), wait_s);
+    return change("revoke", config, json_pack("{s:s, s:s}", "cmd", "revoke", "node", argv[optind]),
+                  wait_s);
 }
 
 int gm_cli_role(int argc, char **argv)
@@ -179,8 +179,8 @@ int gm_cli_role(int argc, char **argv)
         gm_cli_usage_hint("role");
         return GM_EXIT_USAGE;
     }
-    return change("role", config,
-                  json_pack("{s:s, s:s, s:s}", "cmd", "role", "node", argv[optind], "role",
-                            argv[optind + 1]),
-                  wait_s);
+    return change(
+        "role", config,
+        json_pack("{s:s, s:s, s:s}", "cmd", "role", "node", argv[optind], "role", argv[optind + 1]),
+        wait_s);
 }

@@ -69,12 +69,14 @@ static const struct verb_help verbs[] = {
     {"members", "[--json] [--config FILE]",
      "the chief, the term, and every member's role (voter, witness, spare)",
      "  --json                 as JSON: chief, term, quorum, chief_reason, members [{node,\n"
-     "                         role, raft, link, chief}], revoked, the replicated state\n" CONFIG_LINE
+     "                         role, raft, link, chief}], revoked, the replicated "
+     "state\n" CONFIG_LINE
      "  With no chief (no majority of voters reachable) the first line says why.\n"},
     {"revoke", "NODE [--wait SECONDS] [--config FILE]",
      "deny a node the cluster: every member closes its links and refuses it",
      "  NODE                   the node id (gradmesh members)\n"
-     "  --wait SECONDS         how long to wait for the chief to commit it (1-3600, 10)\n" CONFIG_LINE
+     "  --wait SECONDS         how long to wait for the chief to commit it (1-3600, "
+     "10)\n" CONFIG_LINE
      "  The denylist is replicated by the chief; revoking the chief itself, or a voter\n"
      "  whose loss would leave no majority, is refused.\n"},
     {"role", "NODE voter|witness|spare [--wait SECONDS] [--config FILE]",
@@ -82,7 +84,8 @@ static const struct verb_help verbs[] = {
      "  NODE                   the node id (gradmesh members)\n"
      "  voter|witness|spare    voter: votes for the chief and trains; witness: votes,\n"
      "                         never trains; spare: follows the replicated state only\n"
-     "  --wait SECONDS         how long to wait for the chief to commit it (1-3600, 10)\n" CONFIG_LINE
+     "  --wait SECONDS         how long to wait for the chief to commit it (1-3600, "
+     "10)\n" CONFIG_LINE
      "  A change that would leave the voters without a reachable majority is refused.\n"},
     {"submit", "JOB.ini [--follow] [--config FILE]",
      "run a job on the cluster (every member must hold the same dataset)",
