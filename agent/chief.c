@@ -58,7 +58,7 @@ struct gm_chief {
     struct raft_transfer transfer;
     int change_busy, own_busy, transfer_busy;
     /* what was last logged about the chief */
-    uint64_t logged_term;
+    uint64_t logged_term, restores_logged;
     char logged_chief[GM_CHIEF_NAME_MAX + 1];
     /* requests made here */
     struct result results[RESULTS_MAX];
@@ -262,10 +262,16 @@ static void log_chief(struct gm_chief *ch)
 /* --- the state machine ---------------------------------------------------------- */
 
 /* What a committed command does outside the state machine, on every node. */
-static void after_apply(struct gm_chief *ch, const struct gm_chief_cmd *c, int code)
+static void after_apply(void *arg, const struct gm_chief_cmd *c, int code)
 {
+    struct gm_chief *ch = arg;
     struct gm_agent *a = ch->a;
 
+    if (ch->fsm.restores != ch->restores_logged) {
+        ch->restores_logged = ch->fsm.restores;
+        gm_info("event=chief-snapshot-restored term=%llu members=%zu",
+                (unsigned long long)ch->fsm.term, ch->fsm.nmembers);
+    }
     if (code != 0) {
         gm_warn("event=chief-command-refused op=%d term=%llu err=%d msg=\"%s\"", (int)c->op,
                 (unsigned long long)c->term, code, gm_strerror(code));
@@ -286,75 +292,6 @@ static void after_apply(struct gm_chief *ch, const struct gm_chief_cmd *c, int c
         gm_notice("event=member-role node=%s role=%s term=%llu", c->node,
                   gm_chief_role_name(c->role), (unsigned long long)c->term);
     }
-}
-
-static int fsm_apply(struct raft_fsm *f, const struct raft_buffer *buf, void **result)
-{
-    struct gm_chief *ch = f->data;
-    struct gm_chief_cmd c;
-    int code = gm_chief_cmd_decode(buf->base, buf->len, &c);
-
-    if (code == 0)
-        code = gm_chief_fsm_apply(&ch->fsm, &c);
-    else
-        ch->fsm.applied++; /* a malformed entry is refused the same way everywhere */
-    if (code == 0 || code != GM_ERR_PROTO)
-        after_apply(ch, &c, code);
-    *result = (void *)(intptr_t)code;
-    return 0; /* refusals are results: the replicas stay identical */
-}
-
-static int fsm_snapshot(struct raft_fsm *f, struct raft_buffer *bufs[], unsigned *n)
-{
-    struct gm_chief *ch = f->data;
-    char *text;
-    size_t len;
-    int err = gm_chief_fsm_snapshot(&ch->fsm, &text, &len);
-
-    if (err != 0)
-        return RAFT_NOMEM;
-    *bufs = raft_malloc(sizeof(**bufs));
-    if (*bufs == NULL) {
-        free(text);
-        return RAFT_NOMEM;
-    }
-    (*bufs)[0].len = (len + 7) & ~(size_t)7;         /* a multiple of 8, as entries */
-    (*bufs)[0].base = realloc(text, (*bufs)[0].len); /* freed by fsm_snapshot_finalize */
-    if ((*bufs)[0].base == NULL) {
-        free(text);
-        raft_free(*bufs);
-        *bufs = NULL;
-        return RAFT_NOMEM;
-    }
-    memset((char *)(*bufs)[0].base + len, ' ', (*bufs)[0].len - len);
-    *n = 1;
-    return 0;
-}
-
-static int fsm_snapshot_finalize(struct raft_fsm *f, struct raft_buffer *bufs[], unsigned *n)
-{
-    (void)f;
-    for (unsigned i = 0; i < *n; i++)
-        free((*bufs)[i].base);
-    raft_free(*bufs);
-    *bufs = NULL;
-    *n = 0;
-    return 0;
-}
-
-static int fsm_restore(struct raft_fsm *f, struct raft_buffer *buf)
-{
-    struct gm_chief *ch = f->data;
-    int err = gm_chief_fsm_restore(&ch->fsm, buf->base, buf->len);
-
-    if (err != 0) {
-        gm_err("event=chief-snapshot-refused err=%d msg=\"%s\"", err, gm_strerror(err));
-        return RAFT_CORRUPT;
-    }
-    raft_free(buf->base);
-    gm_info("event=chief-snapshot-restored term=%llu members=%zu", (unsigned long long)ch->fsm.term,
-            ch->fsm.nmembers);
-    return 0;
 }
 
 /* --- proposals ---------------------------------------------------------------- */
@@ -407,28 +344,19 @@ static int propose(struct gm_chief *ch, struct gm_chief_cmd *c, const char *orig
 {
     struct prop *p;
     struct raft_buffer b;
-    char *text;
-    size_t len;
     int err;
 
     if (!is_leader(ch))
         return -EAGAIN;
     c->term = ch->raft.current_term;
-    err = gm_chief_cmd_encode(c, &text, &len);
+    err = gm_chief_cmd_buffer(c, &b);
     if (err != 0)
         return err;
     p = calloc(1, sizeof(*p));
-    b.len = (len + 7) & ~(size_t)7; /* raft's disk format needs a multiple of 8 (see chief.h) */
-    b.base = raft_malloc(b.len);
-    if (p == NULL || b.base == NULL) {
-        free(p);
+    if (p == NULL) {
         raft_free(b.base);
-        free(text);
         return -ENOMEM;
     }
-    memcpy(b.base, text, len);
-    memset((char *)b.base + len, ' ', b.len - len); /* JSON ignores trailing blanks */
-    free(text);
     p->ch = ch;
     p->req.data = p;
     p->own = own;
@@ -719,12 +647,9 @@ int gm_chief_open(struct gm_agent *a)
     }
     ch->io_ready = 1;
     raft_uv_set_connect_retry_delay(&ch->io, 250);
-    ch->rfsm.version = 2;
-    ch->rfsm.data = ch;
-    ch->rfsm.apply = fsm_apply;
-    ch->rfsm.snapshot = fsm_snapshot;
-    ch->rfsm.snapshot_finalize = fsm_snapshot_finalize;
-    ch->rfsm.restore = fsm_restore;
+    ch->fsm.after = after_apply;
+    ch->fsm.after_arg = ch;
+    gm_chief_fsm_raft(&ch->fsm, &ch->rfsm);
     err = raft_init(&ch->raft, &ch->io, &ch->rfsm, gm_chiefnet_raft_id(a->cfg.node), a->cfg.node);
     if (err != 0) {
         gm_err("event=chief-init-failed err=\"%s\"", raft_errmsg(&ch->raft));

@@ -698,7 +698,122 @@ out:
         gm_chief_fsm_free(&n);
         return err;
     }
+    n.after = f->after;
+    n.after_arg = f->after_arg;
+    n.restores = f->restores + 1;
     gm_chief_fsm_free(f);
     *f = n;
     return 0;
+}
+
+/* --- raft's view ------------------------------------------------------------------- */
+
+/* text (malloc'd, len bytes) padded with blanks to a multiple of 8; NULL: no memory
+ * (text freed). */
+static char *pad8(char *text, size_t len, size_t *padded)
+{
+    char *p;
+
+    *padded = (len + 7) & ~(size_t)7;
+    p = realloc(text, *padded == 0 ? 8 : *padded);
+    if (p == NULL) {
+        free(text);
+        return NULL;
+    }
+    memset(p + len, ' ', *padded - len); /* JSON ignores trailing blanks */
+    return p;
+}
+
+int gm_chief_cmd_buffer(const struct gm_chief_cmd *c, struct raft_buffer *out)
+{
+    char *text;
+    size_t len;
+    int err = gm_chief_cmd_encode(c, &text, &len);
+
+    out->base = NULL;
+    out->len = 0;
+    if (err != 0)
+        return err;
+    text = pad8(text, len, &out->len);
+    out->base = text != NULL ? raft_malloc(out->len) : NULL;
+    if (out->base == NULL) {
+        free(text);
+        return -ENOMEM;
+    }
+    memcpy(out->base, text, out->len);
+    free(text);
+    return 0;
+}
+
+static int r_apply(struct raft_fsm *rf, const struct raft_buffer *buf, void **result)
+{
+    struct gm_chief_fsm *f = rf->data;
+    struct gm_chief_cmd c;
+    int code = gm_chief_cmd_decode(buf->base, buf->len, &c);
+
+    if (code == 0)
+        code = gm_chief_fsm_apply(f, &c);
+    else
+        f->applied++; /* a malformed entry is refused the same way everywhere */
+    if (f->after != NULL)
+        f->after(f->after_arg, &c, code);
+    *result = (void *)(intptr_t)code;
+    return 0; /* refusals are results: the replicas stay identical */
+}
+
+static int r_snapshot(struct raft_fsm *rf, struct raft_buffer *bufs[], unsigned *n)
+{
+    struct gm_chief_fsm *f = rf->data;
+    char *text;
+    size_t len;
+
+    *bufs = NULL;
+    *n = 0;
+    if (gm_chief_fsm_snapshot(f, &text, &len) != 0)
+        return RAFT_NOMEM;
+    *bufs = raft_malloc(sizeof(**bufs));
+    if (*bufs == NULL) {
+        free(text);
+        return RAFT_NOMEM;
+    }
+    (*bufs)[0].base = pad8(text, len, &(*bufs)[0].len); /* freed by r_finalize */
+    if ((*bufs)[0].base == NULL) {
+        raft_free(*bufs);
+        *bufs = NULL;
+        return RAFT_NOMEM;
+    }
+    *n = 1;
+    return 0;
+}
+
+static int r_finalize(struct raft_fsm *rf, struct raft_buffer *bufs[], unsigned *n)
+{
+    (void)rf;
+    for (unsigned i = 0; *bufs != NULL && i < *n; i++)
+        free((*bufs)[i].base);
+    raft_free(*bufs);
+    *bufs = NULL;
+    *n = 0;
+    return 0;
+}
+
+static int r_restore(struct raft_fsm *rf, struct raft_buffer *buf)
+{
+    struct gm_chief_fsm *f = rf->data;
+
+    if (gm_chief_fsm_restore(f, buf->base, buf->len) != 0)
+        return RAFT_CORRUPT;
+    raft_free(buf->base); /* ours on success */
+    return 0;
+}
+
+void gm_chief_fsm_raft(struct gm_chief_fsm *f, struct raft_fsm *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->version = 2;
+    out->data = f;
+    out->apply = r_apply;
+    out->snapshot = r_snapshot;
+    out->snapshot_finalize = r_finalize;
+    out->restore = r_restore;
 }

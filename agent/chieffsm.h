@@ -39,6 +39,7 @@
 #include <stdint.h>
 
 #include <jansson.h>
+#include <raft.h>
 
 #include "agent/proto.h"
 #include "common/err.h"
@@ -117,7 +118,14 @@ struct gm_chief_ckpt {
     size_t nholders;
 };
 
+/* Called after each command is applied (code: its result; c is zeroed when the entry
+ * did not decode): what a command does outside the state (agent/chief.c). */
+typedef void (*gm_chief_after_fn)(void *arg, const struct gm_chief_cmd *c, int code);
+
 struct gm_chief_fsm {
+    gm_chief_after_fn after; /* optional; kept by restore */
+    void *after_arg;
+    uint64_t restores;               /* snapshots restored (kept by restore) */
     uint64_t term;                   /* the highest term of an applied command */
     uint64_t applied;                /* commands applied (refused ones included) */
     struct gm_chief_member *members; /* owned, each array */
@@ -150,6 +158,14 @@ int gm_chief_fsm_apply(struct gm_chief_fsm *f, const struct gm_chief_cmd *c);
 GM_MUST_CHECK int gm_chief_fsm_snapshot(const struct gm_chief_fsm *f, char **out, size_t *len);
 /* Replaces the state with a snapshot's; on error f is unchanged. */
 GM_MUST_CHECK int gm_chief_fsm_restore(struct gm_chief_fsm *f, const uint8_t *p, size_t len);
+
+/* raft's view of f: apply, snapshot (version 2: snapshot_finalize frees it) and
+ * restore.  out->data is f.  Entries and snapshots are JSON padded with blanks to a
+ * multiple of 8 bytes: raft's segment format misreads entries of other lengths after a
+ * restart or on a follower (canonical/raft issues 189 and 304). */
+void gm_chief_fsm_raft(struct gm_chief_fsm *f, struct raft_fsm *out);
+/* c as one raft entry: out->base raft_malloc'd (raft_apply takes it), padded. */
+GM_MUST_CHECK int gm_chief_cmd_buffer(const struct gm_chief_cmd *c, struct raft_buffer *out);
 
 /* The member entry of node, or NULL. */
 const struct gm_chief_member *gm_chief_fsm_member(const struct gm_chief_fsm *f, const char *node);
