@@ -219,6 +219,17 @@ static void no_chief_reason(struct gm_chief *ch, char *out, size_t cap)
         snprintf(out, cap, "election in progress (%u of %u voters reachable)", up, voters);
 }
 
+int gm_chief_coordinator(struct gm_agent *a, char out[GM_CHIEF_NAME_MAX + 1], uint64_t *term,
+                         char *why, size_t cap)
+{
+    int err = gm_chief_leader(a, out, term);
+
+    why[0] = '\0';
+    if (err != 0)
+        no_chief_reason(a->chief, why, cap);
+    return err;
+}
+
 void gm_chief_status(struct gm_agent *a, json_t *o)
 {
     struct gm_chief *ch = a->chief;

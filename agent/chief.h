@@ -78,6 +78,10 @@ void gm_chief_free(struct gm_agent *a);
 int gm_chief_is_revoked(struct gm_agent *a, const char *node);
 /* The chief's node id into out and its term: 0, or -ENOENT when there is no chief now. */
 int gm_chief_leader(struct gm_agent *a, char out[GM_CHIEF_NAME_MAX + 1], uint64_t *term);
+/* The job coordinator's view: the chief into out and the term (*term set either way):
+ * 0, or -ENOENT with why in why. */
+int gm_chief_coordinator(struct gm_agent *a, char out[GM_CHIEF_NAME_MAX + 1], uint64_t *term,
+                         char *why, size_t cap);
 /* The role the replicated state gives node (GM_CHIEF_ROLE_VOTER when unknown). */
 enum gm_chief_role gm_chief_role_of(struct gm_agent *a, const char *node);
 /* The current raft term (0 before raft started). */

@@ -116,33 +116,44 @@ static void test_commands(void)
     GM_CHECK_ERR(decode_str("", &d), GM_ERR_PROTO);
     GM_CHECK_ERR(decode_str("not json", &d), GM_ERR_PROTO);
     GM_CHECK_ERR(decode_str("[1]", &d), GM_ERR_PROTO);
-    GM_CHECK_ERR(decode_str("{\"v\":2,\"op\":\"member\",\"term\":1,\"node\":\"a\",\"role\":\"voter\"}", &d),
+    GM_CHECK_ERR(
+        decode_str("{\"v\":2,\"op\":\"member\",\"term\":1,\"node\":\"a\",\"role\":\"voter\"}", &d),
+        GM_ERR_PROTO);
+    GM_CHECK_ERR(decode_str("{\"v\":1,\"op\":\"crown\",\"term\":1,\"node\":\"a\"}", &d),
                  GM_ERR_PROTO);
-    GM_CHECK_ERR(decode_str("{\"v\":1,\"op\":\"crown\",\"term\":1,\"node\":\"a\"}", &d), GM_ERR_PROTO);
-    GM_CHECK_ERR(decode_str("{\"v\":1,\"op\":\"member\",\"term\":1,\"node\":\"a\",\"role\":\"voter\","
-                            "\"extra\":1}",
-                            &d),
-                 GM_ERR_PROTO);
-    GM_CHECK_ERR(decode_str("{\"v\":1,\"op\":\"member\",\"term\":-1,\"node\":\"a\",\"role\":\"voter\"}", &d),
-                 GM_ERR_PROTO);
-    GM_CHECK_ERR(decode_str("{\"v\":1,\"op\":\"member\",\"term\":1,\"node\":\"A B\",\"role\":\"voter\"}", &d),
-                 GM_ERR_PROTO);
-    GM_CHECK_ERR(decode_str("{\"v\":1,\"op\":\"member\",\"term\":1,\"node\":\"a\",\"role\":\"king\"}", &d),
-                 GM_ERR_PROTO);
-    GM_CHECK_ERR(decode_str("{\"v\":1,\"op\":\"member\",\"term\":1,\"term\":2,\"node\":\"a\",\"role\":\"voter\"}",
-                            &d),
-                 GM_ERR_PROTO);
-    GM_CHECK_ERR(decode_str("{\"v\":1,\"op\":\"token-use\",\"term\":1,\"token\":\"0123456789ABCDEF\"}", &d),
-                 GM_ERR_PROTO);
+    GM_CHECK_ERR(
+        decode_str("{\"v\":1,\"op\":\"member\",\"term\":1,\"node\":\"a\",\"role\":\"voter\","
+                   "\"extra\":1}",
+                   &d),
+        GM_ERR_PROTO);
+    GM_CHECK_ERR(
+        decode_str("{\"v\":1,\"op\":\"member\",\"term\":-1,\"node\":\"a\",\"role\":\"voter\"}", &d),
+        GM_ERR_PROTO);
+    GM_CHECK_ERR(
+        decode_str("{\"v\":1,\"op\":\"member\",\"term\":1,\"node\":\"A B\",\"role\":\"voter\"}",
+                   &d),
+        GM_ERR_PROTO);
+    GM_CHECK_ERR(
+        decode_str("{\"v\":1,\"op\":\"member\",\"term\":1,\"node\":\"a\",\"role\":\"king\"}", &d),
+        GM_ERR_PROTO);
+    GM_CHECK_ERR(
+        decode_str(
+            "{\"v\":1,\"op\":\"member\",\"term\":1,\"term\":2,\"node\":\"a\",\"role\":\"voter\"}",
+            &d),
+        GM_ERR_PROTO);
+    GM_CHECK_ERR(
+        decode_str("{\"v\":1,\"op\":\"token-use\",\"term\":1,\"token\":\"0123456789ABCDEF\"}", &d),
+        GM_ERR_PROTO);
     GM_CHECK_ERR(decode_str("{\"v\":1,\"op\":\"checkpoint\",\"term\":1,\"job\":\"j\",\"step\":1,"
                             "\"sha256\":\"00\",\"holders\":[]}",
                             &d),
                  GM_ERR_PROTO);
-    GM_CHECK_ERR(decode_str("{\"v\":1,\"op\":\"checkpoint\",\"term\":1,\"job\":\"j\",\"step\":1,\"sha256\":"
-                            "\"000000000000000000000000000000000000000000000000000000000000000"
-                            "0\",\"holders\":[\"a\",\"a\"]}",
-                            &d),
-                 GM_ERR_PROTO);
+    GM_CHECK_ERR(
+        decode_str("{\"v\":1,\"op\":\"checkpoint\",\"term\":1,\"job\":\"j\",\"step\":1,\"sha256\":"
+                   "\"000000000000000000000000000000000000000000000000000000000000000"
+                   "0\",\"holders\":[\"a\",\"a\"]}",
+                   &d),
+        GM_ERR_PROTO);
     GM_CHECK_EQ(d.op, 0);
     GM_CHECK_EQ(d.term, 0);
 }
@@ -530,8 +541,8 @@ static void test_snapshots(void)
     lag = (l + 1) % 3;
     raft_fixture_kill(&k.f, lag);
     for (int i = 0; i < 60; i++) {
-        c = (struct gm_chief_cmd){.op = GM_CHIEF_OP_JOB, .term = raft_fixture_get(&k.f, l)->current_term,
-                                  .step = i};
+        c = (struct gm_chief_cmd){
+            .op = GM_CHIEF_OP_JOB, .term = raft_fixture_get(&k.f, l)->current_term, .step = i};
         snprintf(job, sizeof(job), "job%d", i % 5);
         snprintf(c.job, sizeof(c.job), "%s", job);
         snprintf(c.state, sizeof(c.state), "running");
