@@ -12,7 +12,9 @@
 #  5. `revoke gamma` (asked on a member that is not the chief, so it is forwarded): every
 #     agent closes its link to gamma, refuses gamma's links from then on (logged), and
 #     gamma leaves the raft configuration
-#  6. from every log: exactly one chief per term
+#  6. the voter that is not the chief killed: the chief steps down; status and members say
+#     there is no chief and why (no majority), and a submit is refused with that reason
+#  7. from every log: exactly one chief per term
 # Every wait polls a condition; the 5 s bound of step 3 is the one timed assertion.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
@@ -116,7 +118,33 @@ d = json.load(sys.stdin)
 assert "gamma" not in [m["node"] for m in d["members"]], d' || fail "gamma still listed"
 pass "gamma revoked (asked on $OTHER, forwarded to $NEW): links closed, new ones refused"
 
-# --- 6. one chief per term --------------------------------------------------------------------
+# --- 6. no majority, no chief, no training ----------------------------------------------------
+# the voters are now alpha and beta; with the one that is not the chief killed, the chief
+# steps down (it hears from no majority) and says why; a submit is refused with that reason
+LEFT=$NEW
+[ "$NEW" = alpha ] && GONE=beta || GONE=alpha
+kill9_agent "$GONE"
+wait_for "$LEFT: no chief" members_is "$LEFT" 'd["chief"] is None and d["quorum"] is False'
+"$GM" status --json --config "$WORK/$LEFT.conf" | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+assert d["chief"] is None and d["quorum"] is False, d
+assert "no majority: 1 of 2 voters reachable" in d["chief_reason"], d["chief_reason"]' ||
+    fail "status of $LEFT without a majority"
+"$GM" members --config "$WORK/$LEFT.conf" | head -1 | grep -q "^no chief (term [0-9]*): no majority" ||
+    fail "members without a majority: $("$GM" members --config "$WORK/$LEFT.conf")"
+DATA=/usr/share/datasets/fashion-mnist
+if [ -d "$DATA" ]; then
+    printf '[job]\nname = nm\nmodel = mlp\nepochs = 1\n[data]\nkind = idx\ndir = %s\n[optim]\nname = sgd\nlr = 0.1\nbatch = 32\n' "$DATA" >"$WORK/job.ini"
+    "$GM" submit "$WORK/job.ini" --config "$WORK/$LEFT.conf" >"$WORK/nm.out" 2>&1; rc=$?
+    [ $rc = 1 ] && grep -q "no chief, so no training: no majority" "$WORK/nm.out" ||
+        fail "submit without a majority: exit $rc $(cat "$WORK/nm.out")"
+    pass "$LEFT alone: no chief (\"$(members_get "$LEFT" 'd["chief_reason"]')\"); submit refused"
+else
+    pass "$LEFT alone: no chief (\"$(members_get "$LEFT" 'd["chief_reason"]')\") (no dataset: submit not tried)"
+fi
+
+# --- 7. one chief per term --------------------------------------------------------------------
 grep -h "event=chief-elected" "$WORK"/*.log | sed 's/.*node=\([^ ]*\) term=\([0-9]*\).*/\2 \1/' | sort -u >"$WORK/chiefs"
 [ -s "$WORK/chiefs" ] || fail "no chief-elected lines"
 dup=$(awk '{print $1}' "$WORK/chiefs" | uniq -d)
