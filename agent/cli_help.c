@@ -92,8 +92,8 @@ static const struct verb_help verbs[] = {
      "  JOB.ini                the job file (gradmesh-job(5)); checked here first (exit 78)\n"
      "  --follow               show progress until the job ends, then its test accuracy and\n"
      "                         where the weights are\n" CONFIG_LINE
-     "  The local agent passes the job to the coordinator (the lowest node id among the\n"
-     "  members that are up); a member without the same files at [data] dir refuses it.\n"},
+     "  The local agent passes the job to the coordinator (the elected chief; with no\n"
+     "  chief the job is refused); a member without the same files at [data] dir refuses it.\n"},
     {"jobs", "[--json] [--config FILE]", "the running job and the last finished ones",
      "  --json                 as JSON: id, state, step, epoch, world, loss, samples/s, bytes\n"
      "                         per link, where the weights are\n" CONFIG_LINE},

@@ -111,8 +111,10 @@ static void test_fence(void)
     GM_CHECK(strstr(why, "no majority") != NULL);
     req = json_pack("{s:s, s:s}", "cmd", "submit", "text", "[job]\nname = x\n");
     r = gm_jobs_ctl_submit(j, req);
-    GM_CHECK(r != NULL && strstr(json_string_value(json_object_get(r, "error")), "no chief") != NULL);
-    GM_CHECK(r != NULL && strstr(json_string_value(json_object_get(r, "error")), "no majority") != NULL);
+    GM_CHECK(r != NULL &&
+             strstr(json_string_value(json_object_get(r, "error")), "no chief") != NULL);
+    GM_CHECK(r != NULL &&
+             strstr(json_string_value(json_object_get(r, "error")), "no majority") != NULL);
     json_decref(r);
     json_decref(req);
 
