@@ -475,6 +475,23 @@ static int request(struct gm_chief *ch, const char *cmd, const char *node, const
     return err;
 }
 
+void gm_chief_record_job(struct gm_agent *a, const char *id, const char *state, long step)
+{
+    struct gm_chief *ch = a->chief;
+    struct gm_chief_cmd c = {.op = GM_CHIEF_OP_JOB, .step = step < 0 ? 0 : step};
+    char what[96];
+    int err;
+
+    if (ch == NULL || !is_leader(ch))
+        return;
+    snprintf(c.job, sizeof(c.job), "%s", id);
+    snprintf(c.state, sizeof(c.state), "%s", state);
+    snprintf(what, sizeof(what), "job %s %s", id, state);
+    err = propose(ch, &c, "", 0, 0, what);
+    if (err != 0)
+        gm_info("event=chief-job-unrecorded job=%s state=%s err=%d", id, state, err);
+}
+
 /* --- the controller --------------------------------------------------------------- */
 
 static void change_cb(struct raft_change *req, int status)

@@ -82,6 +82,9 @@ int gm_chief_leader(struct gm_agent *a, char out[GM_CHIEF_NAME_MAX + 1], uint64_
  * 0, or -ENOENT with why in why. */
 int gm_chief_coordinator(struct gm_agent *a, char out[GM_CHIEF_NAME_MAX + 1], uint64_t *term,
                          char *why, size_t cap);
+/* On the chief: proposes job id's state and step to the replicated state (a job command,
+ * fenced by the chief's term); elsewhere nothing (the coordinator is the chief). */
+void gm_chief_record_job(struct gm_agent *a, const char *id, const char *state, long step);
 /* The role the replicated state gives node (GM_CHIEF_ROLE_VOTER when unknown). */
 enum gm_chief_role gm_chief_role_of(struct gm_agent *a, const char *node);
 /* The current raft term (0 before raft started). */

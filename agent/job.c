@@ -326,6 +326,13 @@ static void account_group(struct job *jb)
 
 /* --- rank callbacks -------------------------------------------------------------------- */
 
+/* The coordinator's job state into the chief's replicated state. */
+static void record(struct gm_jobs *j, const struct job *jb, enum jstate st)
+{
+    if (j->env.record != NULL && jb->coord)
+        j->env.record(j->env.agent, jb->id, jstate_names[st], jb->steps);
+}
+
 static void end_job(struct gm_jobs *j, struct job *jb, enum jstate st, const char *msg);
 
 static void rank_exit(struct gm_rank *rk, int err, const struct gm_train_summary *sum, void *arg)
@@ -553,6 +560,7 @@ static void end_job(struct gm_jobs *j, struct job *jb, enum jstate st, const cha
     struct gm_jobmsg m = {0};
 
     jb->state = st;
+    record(j, jb, st);
     if (st != J_DONE && jb->error[0] == 0)
         snprintf(jb->error, sizeof(jb->error), "%s", msg);
     jb->t_end = gm_time_mono_ns();
@@ -612,6 +620,7 @@ static void maybe_start(struct gm_jobs *j, struct job *jb)
         if (!jb->parts[i].checked)
             return;
     jb->state = J_RUNNING;
+    record(j, jb, J_RUNNING);
     jb->ranks = calloc(jb->nparts + 1, NODE_LEN);
     if (jb->ranks == NULL || (err = start_rank(j, jb)) < 0) {
         refuse(j, jb, "cannot start the trainer: %s", gm_strerror(err));
@@ -1197,6 +1206,7 @@ static int coord_submit(struct gm_jobs *j, const char *text, size_t len, const c
     jb->coord = true;
     snprintf(jb->coordinator, sizeof(jb->coordinator), "%s", j->env.node);
     jb->state = J_CHECKING;
+    record(j, jb, J_CHECKING);
     jb->test_accuracy = NAN;
     jb->t_submit = gm_time_mono_ns();
     jb->parts = calloc(n + 1, sizeof(*jb->parts));

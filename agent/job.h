@@ -78,6 +78,8 @@ struct gm_jobs_env {
      * chief): 0, or -ENOENT with why there is none in why.  NULL: no consensus (tests):
      * the lowest node id up coordinates and frames carry term 0. */
     int (*chief)(void *agent, char out[GM_ID_NAME_MAX + 1], uint64_t *term, char *why, size_t cap);
+    /* Records a coordinated job's state in the replicated state (optional). */
+    void (*record)(void *agent, const char *id, const char *state, long step);
     /* Where a rank publishes its job metrics (agent/metrics.h), or NULL. */
     struct gm_metrics *(*metrics)(void *agent);
     void *agent;

@@ -45,6 +45,11 @@ static int chief_of(void *agent, char out[GM_ID_NAME_MAX + 1], uint64_t *term, c
     return gm_chief_coordinator(agent, out, term, why, cap);
 }
 
+static void record_job(void *agent, const char *id, const char *state, long step)
+{
+    gm_chief_record_job(agent, id, state, step);
+}
+
 /* The agent's metrics room; it outlives every rank (gm_agent_free stops it last). */
 static struct gm_metrics *metrics_of(void *agent)
 {
@@ -59,6 +64,7 @@ int gm_jobroom_open(struct gm_agent *a)
                               .link_to = link_to,
                               .members_up = members_up,
                               .chief = chief_of,
+                              .record = record_job,
                               .metrics = metrics_of,
                               .agent = a};
 
