@@ -309,9 +309,10 @@ static void after_apply(void *arg, const struct gm_chief_cmd *c, int code)
 
 static void answer(struct gm_chief *ch, const struct prop *p, int code, const char *msg)
 {
+    struct gm_chief_ans ans = {.code = code};
     struct gm_link *l;
-    json_t *o;
-    char *text;
+    char *text = NULL;
+    size_t len;
 
     if (p->own)
         return;
@@ -320,11 +321,9 @@ static void answer(struct gm_chief *ch, const struct prop *p, int code, const ch
         return;
     }
     l = link_up(ch->a, p->origin);
-    o = json_pack("{s:i, s:s}", "code", code, "message", msg);
-    text = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
-    json_decref(o);
-    if (l != NULL && text != NULL &&
-        gm_link_send(l, GM_MSG_CHIEF_ANS, p->origin_req, text, strlen(text)) != 0)
+    snprintf(ans.message, sizeof(ans.message), "%s", msg);
+    if (l != NULL && gm_chief_ans_encode(&ans, &text, &len) == 0 &&
+        gm_link_send(l, GM_MSG_CHIEF_ANS, p->origin_req, text, len) != 0)
         gm_info("event=chief-answer-lost origin=%s", p->origin); /* it times out */
     free(text);
 }
@@ -787,27 +786,22 @@ static int on_req(struct gm_agent *a, struct gm_link *l, const struct gm_frame_h
 {
     struct gm_lctx *c = gm_link_data(l);
     struct gm_chief *ch = a->chief;
-    json_error_t e;
-    json_t *o = json_loadb((const char *)p, h->len, JSON_REJECT_DUPLICATES, &e);
-    const char *cmd = json_string_value(json_object_get(o, "cmd"));
-    const char *node = json_string_value(json_object_get(o, "node"));
-    const char *role = json_string_value(json_object_get(o, "role"));
+    struct gm_chief_req r;
     struct prop fake = {.ch = ch, .origin_req = h->req};
     char why[MSG_MAX];
     int err;
 
-    if (cmd == NULL || (strcmp(cmd, "revoke") != 0 && strcmp(cmd, "role") != 0)) {
-        json_decref(o);
+    if (gm_chief_req_decode(p, h->len, &r) != 0)
         return gm_agent_refuse(l, GM_ERR_PROTO, "malformed chief request");
-    }
     snprintf(fake.origin, sizeof(fake.origin), "%s", c->node);
     if (!is_leader(ch)) {
         snprintf(why, sizeof(why), "%s is not the chief (any more)", a->cfg.node);
         err = -EAGAIN;
     } else {
-        err = request(ch, cmd, node, role, c->node, h->req, why, sizeof(why));
+        err = request(ch, r.cmd, r.node,
+                      strcmp(r.cmd, "role") == 0 ? gm_chief_role_name(r.role) : NULL, c->node,
+                      h->req, why, sizeof(why));
     }
-    json_decref(o);
     if (err != 0) {
         gm_warn("event=chief-request-refused origin=%s reason=\"%s\"", c->node, why);
         answer(ch, &fake, err, why);
@@ -818,17 +812,11 @@ static int on_req(struct gm_agent *a, struct gm_link *l, const struct gm_frame_h
 static int on_ans(struct gm_agent *a, struct gm_link *l, const struct gm_frame_hdr *h,
                   const uint8_t *p)
 {
-    json_error_t e;
-    json_t *o = json_loadb((const char *)p, h->len, JSON_REJECT_DUPLICATES, &e);
-    json_t *code = json_object_get(o, "code");
-    const char *msg = json_string_value(json_object_get(o, "message"));
+    struct gm_chief_ans ans;
 
-    if (!json_is_integer(code) || msg == NULL) {
-        json_decref(o);
+    if (gm_chief_ans_decode(p, h->len, &ans) != 0)
         return gm_agent_refuse(l, GM_ERR_PROTO, "malformed chief answer");
-    }
-    result_set(a->chief, h->req, (int)json_integer_value(code), msg);
-    json_decref(o);
+    result_set(a->chief, h->req, ans.code, ans.message);
     return 0;
 }
 
@@ -921,11 +909,17 @@ static json_t *change(struct gm_agent *a, json_t *req, const char *cmd)
         snprintf(why, sizeof(why), "no link to the chief %s", leader);
         return gm_agent_ctl_error(-EHOSTUNREACH, why);
     }
-    json_t *fw = role != NULL ? json_pack("{s:s, s:s, s:s}", "cmd", cmd, "node", node, "role", role)
-                              : json_pack("{s:s, s:s}", "cmd", cmd, "node", node);
-    char *text = fw != NULL ? json_dumps(fw, JSON_COMPACT) : NULL;
-    json_decref(fw);
-    if (text == NULL || gm_link_send(l, GM_MSG_CHIEF_REQ, r->req, text, strlen(text)) != 0) {
+    struct gm_chief_req fr = {0};
+    char *text = NULL;
+    size_t len = 0;
+    snprintf(fr.cmd, sizeof(fr.cmd), "%s", cmd);
+    snprintf(fr.node, sizeof(fr.node), "%s", node);
+    if (strcmp(cmd, "role") == 0 && (role == NULL || gm_chief_role_parse(role, &fr.role) != 0)) {
+        r->state = RES_FREE;
+        return gm_agent_ctl_error(-EINVAL, "role must be voter, witness or spare");
+    }
+    if (gm_chief_req_encode(&fr, &text, &len) != 0 ||
+        gm_link_send(l, GM_MSG_CHIEF_REQ, r->req, text, len) != 0) {
         free(text);
         r->state = RES_FREE;
         return gm_agent_ctl_error(-EIO, "could not forward the request to the chief");

@@ -817,3 +817,87 @@ void gm_chief_fsm_raft(struct gm_chief_fsm *f, struct raft_fsm *out)
     out->snapshot_finalize = r_finalize;
     out->restore = r_restore;
 }
+
+/* --- CHIEF_REQ and CHIEF_ANS ------------------------------------------------------ */
+
+static char *dump(json_t *o, size_t *len)
+{
+    char *s = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
+
+    json_decref(o);
+    *len = s != NULL ? strlen(s) : 0;
+    return s;
+}
+
+int gm_chief_req_encode(const struct gm_chief_req *r, char **out, size_t *len)
+{
+    json_t *o = strcmp(r->cmd, "role") == 0
+                    ? json_pack("{s:s, s:s, s:s}", "cmd", r->cmd, "node", r->node, "role",
+                                gm_chief_role_name(r->role))
+                    : json_pack("{s:s, s:s}", "cmd", r->cmd, "node", r->node);
+
+    *out = dump(o, len);
+    return *out != NULL ? 0 : -ENOMEM;
+}
+
+int gm_chief_req_decode(const uint8_t *p, size_t len, struct gm_chief_req *r)
+{
+    static const char *const keys[] = {"cmd", "node", "role"};
+    json_error_t e;
+    json_t *o;
+    char role[16];
+    int err = GM_ERR_PROTO;
+
+    memset(r, 0, sizeof(*r));
+    if (len > GM_CHIEF_CMD_MAX)
+        return GM_ERR_PROTO;
+    o = json_loadb((const char *)p, len, JSON_REJECT_DUPLICATES, &e);
+    if (!json_is_object(o) || keys_only(o, keys, 3) != 0 ||
+        get_str(o, "cmd", r->cmd, sizeof(r->cmd)) != 0 || get_name(o, "node", r->node) != 0)
+        goto out;
+    if (strcmp(r->cmd, "revoke") == 0)
+        err = json_object_get(o, "role") == NULL ? 0 : GM_ERR_PROTO;
+    else if (strcmp(r->cmd, "role") == 0)
+        err =
+            get_str(o, "role", role, sizeof(role)) == 0 && gm_chief_role_parse(role, &r->role) == 0
+                ? 0
+                : GM_ERR_PROTO;
+out:
+    json_decref(o);
+    if (err != 0)
+        memset(r, 0, sizeof(*r));
+    return err;
+}
+
+int gm_chief_ans_encode(const struct gm_chief_ans *a, char **out, size_t *len)
+{
+    *out = dump(json_pack("{s:i, s:s}", "code", a->code, "message", a->message), len);
+    return *out != NULL ? 0 : -ENOMEM;
+}
+
+int gm_chief_ans_decode(const uint8_t *p, size_t len, struct gm_chief_ans *a)
+{
+    static const char *const keys[] = {"code", "message"};
+    json_error_t e;
+    json_t *o, *code;
+    int err = GM_ERR_PROTO;
+
+    memset(a, 0, sizeof(*a));
+    if (len > GM_CHIEF_CMD_MAX)
+        return GM_ERR_PROTO;
+    o = json_loadb((const char *)p, len, JSON_REJECT_DUPLICATES, &e);
+    code = json_object_get(o, "code");
+    if (json_is_object(o) && keys_only(o, keys, 2) == 0 && json_is_integer(code) &&
+        json_integer_value(code) <= 0 && json_integer_value(code) >= -100000 &&
+        get_str(o, "message", a->message, sizeof(a->message)) == 0) {
+        err = 0;
+        for (const char *s = a->message; *s; s++) /* shown to people */
+            if ((unsigned char)*s < 0x20 || (unsigned char)*s > 0x7e)
+                err = GM_ERR_PROTO;
+        a->code = (int)json_integer_value(code);
+    }
+    json_decref(o);
+    if (err != 0)
+        memset(a, 0, sizeof(*a));
+    return err;
+}

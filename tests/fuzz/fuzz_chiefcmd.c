@@ -1,10 +1,13 @@
 /*
  * tests/fuzz/fuzz_chiefcmd.c - the chief's replicated state machine's parsers
  * (agent/chieffsm.h), which read raft log entries and snapshots that came
- * from other nodes: byte 0 picks the parser, the rest is its input.
- *   even: gm_chief_cmd_decode (one command), then gm_chief_fsm_apply on a
- *         machine that already holds a little state;
- *   odd:  gm_chief_fsm_restore (a whole snapshot) over that machine.
+ * from other nodes, and the CHIEF_REQ / CHIEF_ANS payloads: byte 0 % 4 picks
+ * the parser, the rest is its input.
+ *   0: gm_chief_cmd_decode (one command), then gm_chief_fsm_apply on a
+ *      machine that already holds a little state;
+ *   1: gm_chief_fsm_restore (a whole snapshot) over that machine;
+ *   2: gm_chief_req_decode; 3: gm_chief_ans_decode (each: zeroed on error,
+ *      valid fields, encode and decode again to the same).
  * Checks:
  *   - the result is 0, GM_ERR_PROTO or -ENOMEM; a refused command is zeroed,
  *     a refused snapshot leaves the machine as it was (same snapshot text);
@@ -16,7 +19,8 @@
  *     term on a refusal.
  *
  * Seeds: GM_FUZZ_CHIEFCMD_SEEDS=<dir> build-fuzz/fuzz_chiefcmd -runs=0 writes
- * encoded commands of every op and a snapshot, each behind its selector byte,
+ * encoded commands of every op, a snapshot, two requests and an answer, each
+ * behind its selector byte,
  * into dir (tests/fuzz/corpus/chiefcmd/ holds them).
  */
 #include <errno.h>
@@ -154,14 +158,67 @@ static void fuzz_snapshot(const uint8_t *p, size_t n)
     gm_chief_fsm_free(&f);
 }
 
+static void fuzz_req(const uint8_t *p, size_t n)
+{
+    static const struct gm_chief_req zero;
+    struct gm_chief_req r, s;
+    char *text;
+    size_t len;
+    int err = gm_chief_req_decode(p, n, &r);
+
+    need(err == 0 || err == GM_ERR_PROTO || err == -ENOMEM);
+    if (err != 0) {
+        need(memcmp(&r, &zero, sizeof(r)) == 0);
+        return;
+    }
+    need((strcmp(r.cmd, "revoke") == 0 && r.role == GM_CHIEF_ROLE_VOTER) ||
+         (strcmp(r.cmd, "role") == 0 && (unsigned)r.role <= GM_CHIEF_ROLE_SPARE));
+    need(gm_id_name_valid(r.node));
+    need(gm_chief_req_encode(&r, &text, &len) == 0);
+    need(gm_chief_req_decode((const uint8_t *)text, len, &s) == 0);
+    need(memcmp(&r, &s, sizeof(r)) == 0);
+    free(text);
+}
+
+static void fuzz_ans(const uint8_t *p, size_t n)
+{
+    static const struct gm_chief_ans zero;
+    struct gm_chief_ans a, b;
+    char *text;
+    size_t len;
+    int err = gm_chief_ans_decode(p, n, &a);
+
+    need(err == 0 || err == GM_ERR_PROTO || err == -ENOMEM);
+    if (err != 0) {
+        need(memcmp(&a, &zero, sizeof(a)) == 0);
+        return;
+    }
+    need(a.code <= 0 && strlen(a.message) < sizeof(a.message));
+    for (const char *s = a.message; *s; s++)
+        need((unsigned char)*s >= 0x20 && (unsigned char)*s <= 0x7e);
+    need(gm_chief_ans_encode(&a, &text, &len) == 0);
+    need(gm_chief_ans_decode((const uint8_t *)text, len, &b) == 0);
+    need(memcmp(&a, &b, sizeof(a)) == 0);
+    free(text);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size == 0)
         return 0;
-    if (data[0] % 2 == 0)
+    switch (data[0] % 4) {
+    case 0:
         fuzz_cmd(data + 1, size - 1);
-    else
+        break;
+    case 1:
         fuzz_snapshot(data + 1, size - 1);
+        break;
+    case 2:
+        fuzz_req(data + 1, size - 1);
+        break;
+    default:
+        fuzz_ans(data + 1, size - 1);
+    }
     return 0;
 }
 
@@ -212,5 +269,20 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     seed(dir, "snapshot", 1, text, len);
     free(text);
     gm_chief_fsm_free(&f);
+    {
+        struct gm_chief_req r = {.cmd = "role", .node = "gamma", .role = GM_CHIEF_ROLE_SPARE};
+        struct gm_chief_ans a = {.code = -16, .message = "role gamma spare: refused"};
+        need(gm_chief_req_encode(&r, &text, &len) == 0);
+        seed(dir, "req-role", 2, text, len);
+        free(text);
+        snprintf(r.cmd, sizeof(r.cmd), "revoke");
+        r.role = GM_CHIEF_ROLE_VOTER;
+        need(gm_chief_req_encode(&r, &text, &len) == 0);
+        seed(dir, "req-revoke", 2, text, len);
+        free(text);
+        need(gm_chief_ans_encode(&a, &text, &len) == 0);
+        seed(dir, "ans", 3, text, len);
+        free(text);
+    }
     return 0;
 }
