@@ -216,7 +216,10 @@ static void no_chief_reason(struct gm_chief *ch, char *out, size_t cap)
         snprintf(out, cap, "no majority: %u of %u voters reachable (%u needed); training pauses",
                  up, voters, voters / 2 + 1);
     else
-        snprintf(out, cap, "election in progress (%u of %u voters reachable)", up, voters);
+        snprintf(out, cap,
+                 "no chief heard from: an election is under way, or this node is cut off "
+                 "(%u of %u voters still linked)",
+                 up, voters);
 }
 
 int gm_chief_coordinator(struct gm_agent *a, char out[GM_CHIEF_NAME_MAX + 1], uint64_t *term,
