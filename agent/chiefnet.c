@@ -158,6 +158,11 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     }
 }
 
+static void raft_end_close_cb(uv_handle_t *h)
+{
+    raft_free(h); /* raft's end, never handed over */
+}
+
 /* A new channel; *raft_end: raft's end, a uv_pipe_t made with raft_malloc. */
 static int chan_new(struct gm_chiefnet *n, const char *node, uint64_t id, int outbound,
                     struct chan **out, uv_stream_t **raft_end)
@@ -201,13 +206,14 @@ static int chan_new(struct gm_chiefnet *n, const char *node, uint64_t id, int ou
             chan_close(c, 0);
     } else {
         free(c);
+        c = NULL;
     }
     if (err == 0)
         err = uv_pipe_init(n->env.loop, rp, 0);
     if (err == 0) {
         err = uv_pipe_open(rp, sv[1]);
         if (err != 0)
-            uv_close((uv_handle_t *)rp, (uv_close_cb)raft_free);
+            uv_close((uv_handle_t *)rp, raft_end_close_cb);
         else
             sv[1] = -1;
     } else {
