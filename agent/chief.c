@@ -477,19 +477,27 @@ static int request(struct gm_chief *ch, const char *cmd, const char *node, const
     return err;
 }
 
-void gm_chief_record_job(struct gm_agent *a, const char *id, const char *state, long step)
+int gm_chief_propose(struct gm_agent *a, struct gm_chief_cmd *c, const char *what)
 {
     struct gm_chief *ch = a->chief;
+
+    if (ch == NULL || !is_leader(ch))
+        return -EAGAIN;
+    return propose(ch, c, "", 0, 0, what);
+}
+
+void gm_chief_record_job(struct gm_agent *a, const char *id, const char *state, long step)
+{
     struct gm_chief_cmd c = {.op = GM_CHIEF_OP_JOB, .step = step < 0 ? 0 : step};
     char what[96];
     int err;
 
-    if (ch == NULL || !is_leader(ch))
+    if (a->chief == NULL || !is_leader(a->chief))
         return;
     snprintf(c.job, sizeof(c.job), "%s", id);
     snprintf(c.state, sizeof(c.state), "%s", state);
     snprintf(what, sizeof(what), "job %s %s", id, state);
-    err = propose(ch, &c, "", 0, 0, what);
+    err = gm_chief_propose(a, &c, what);
     if (err != 0)
         gm_info("event=chief-job-unrecorded job=%s state=%s err=%d", id, state, err);
 }

@@ -82,6 +82,11 @@ int gm_chief_leader(struct gm_agent *a, char out[GM_CHIEF_NAME_MAX + 1], uint64_
  * 0, or -ENOENT with why in why. */
 int gm_chief_coordinator(struct gm_agent *a, char out[GM_CHIEF_NAME_MAX + 1], uint64_t *term,
                          char *why, size_t cap);
+/* On the chief: proposes c to the replicated state, stamped with the chief's term
+ * (c->term is set here); committed or refused later, the outcome logged.  -EAGAIN
+ * when this node is not the chief.  For the rooms that record state there (jobs,
+ * checkpoints: GM_CHIEF_OP_JOB, GM_CHIEF_OP_CHECKPOINT). */
+GM_MUST_CHECK int gm_chief_propose(struct gm_agent *a, struct gm_chief_cmd *c, const char *what);
 /* On the chief: proposes job id's state and step to the replicated state (a job command,
  * fenced by the chief's term); elsewhere nothing (the coordinator is the chief). */
 void gm_chief_record_job(struct gm_agent *a, const char *id, const char *state, long step);
