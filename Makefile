@@ -28,7 +28,7 @@ endif
 
 BUILD := build$(if $(SAN),-san)
 PKG_CONFIG ?= pkg-config
-PKGS := openblas zlib libpng libjpeg inih libuv libsodium openssl jansson libsystemd libmicrohttpd
+PKGS := openblas zlib libpng libjpeg inih libuv libsodium openssl jansson libsystemd libmicrohttpd raft
 PKG_CFLAGS := $(shell $(PKG_CONFIG) --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS := $(shell $(PKG_CONFIG) --libs $(PKGS) 2>/dev/null)
 
@@ -47,6 +47,7 @@ DEB_openssl := libssl-dev
 DEB_jansson := libjansson-dev
 DEB_libsystemd := libsystemd-dev
 DEB_libmicrohttpd := libmicrohttpd-dev
+DEB_raft := libraft-dev
 NOTHING :=
 NO_DEPS_GOALS := test demo bench deps clean format format-check uninstall
 ifneq ($(filter-out $(NO_DEPS_GOALS),$(or $(MAKECMDGOALS),all)),)

@@ -12,7 +12,7 @@ set -euo pipefail
 
 pkgs=(gcc make pkg-config clang libclang-rt-14-dev
       libopenblas-dev libinih-dev zlib1g-dev libpng-dev libjpeg-dev
-      libssl-dev libsodium-dev libuv1-dev libjansson-dev libsystemd-dev libmicrohttpd-dev
+      libssl-dev libsodium-dev libuv1-dev libjansson-dev libsystemd-dev libmicrohttpd-dev libraft-dev
       openssl iproute2 systemd man-db groff-base prometheus curl
       openvpn iputils-ping
       python3 python3-numpy python3-torch dataset-fashion-mnist)

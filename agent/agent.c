@@ -26,6 +26,7 @@
 
 #include "agent/admit.h"
 #include "agent/beacons.h"
+#include "agent/chief.h"
 #include "agent/control.h"
 #include "agent/endpoints.h"
 #include "agent/job.h"
@@ -100,6 +101,8 @@ static int on_up(struct gm_link *l)
     snprintf(c->node, sizeof(c->node), "%s", gm_tls_peer_node(t));
     if (strcmp(c->node, a->cfg.node) == 0)
         return gm_agent_refuse(l, GM_ERR_AUTH, "peer uses this node's own name");
+    if (gm_chief_is_revoked(a, c->node))
+        return gm_agent_refuse(l, GM_ERR_AUTH, "this node is revoked");
     gm_link_set_state(l, GM_LSTATE_HELLO);
     gm_measure_link_view(a, c);
     return gm_members_send_hello(a, c);
@@ -152,7 +155,8 @@ static const struct gm_room link_room = {
 /* Every room whose frames or control commands the agent serves (see
  * agent/state.h).  A new room adds its `const struct gm_room` here. */
 static const struct gm_room *const rooms[] = {
-    &link_room, &gm_members_room, &gm_measure_room, &gm_admit_room, &gm_views_room, &gm_job_room,
+    &link_room,     &gm_members_room, &gm_measure_room, &gm_admit_room,
+    &gm_views_room, &gm_job_room,     &gm_chief_room,
 };
 
 /* Programmer errors: a frame type or a command name claimed twice. */
@@ -222,6 +226,7 @@ static void on_close(struct gm_link *l, int err)
         p->link = NULL;
         gm_measure_link_down(&p->m);
         gm_jobs_link_down(a->jobs, p->node, err != 0 ? err : GM_ERR_ABORTED);
+        gm_chief_link_down(a, p->node);
         gm_notice("event=link-down peer=%s err=%d msg=\"%s\" reason=\"%s\"", p->node, err,
                   gm_strerror(err), reason);
     } else if (c->ep != NULL && gm_link_state(l) != GM_LSTATE_UP && !c->duplicate) {
@@ -326,6 +331,7 @@ static void tick_cb(uv_timer_t *t)
     gm_measure_tick(a, now);
     gm_beacons_refresh_join_keys(a);
     gm_admit_tick(a, now);
+    gm_chief_tick(a, now);
     notify_status(a);
     gm_views_publish_metrics(a);
 }
@@ -480,6 +486,8 @@ int gm_agent_open(const char *config_path, struct gm_agent **out)
         gm_admit_load_admitter(a);
     if (err == 0)
         err = gm_jobroom_open(a);
+    if (err == 0)
+        err = gm_chief_open(a);
     if (err != 0) {
         gm_agent_free(a);
         return err;
@@ -555,6 +563,9 @@ int gm_agent_start(struct gm_agent *a)
         if (err != 0)
             return err;
     }
+    err = gm_chief_start(a);
+    if (err != 0)
+        return err;
     gm_beacons_start(a); /* without it the agent still works through members and peers */
     gm_notice("event=agent-started cluster=%s node=%s listen=%s members=%zu admitter=%d "
               "metrics=%s watchdog_ms=%llu",
@@ -593,6 +604,7 @@ void gm_agent_stop(struct gm_agent *a)
     gm_beacons_stop(a);
     gm_endpoints_stop(a);
     gm_measure_stop(a);
+    gm_chief_stop(a); /* raft closes its I/O and its channels */
     if (a->started) {
         uv_close((uv_handle_t *)&a->listener, handle_close_cb);
         if (a->handles_open >= 2)
@@ -608,11 +620,12 @@ void gm_agent_free(struct gm_agent *a)
 {
     if (a == NULL)
         return;
-    if (a->started) {
+    if (a->started || a->chief != NULL) {
         gm_agent_stop(a);
         while (uv_run(&a->loop, UV_RUN_DEFAULT) != 0)
             ;
     }
+    gm_chief_free(a);
     if (a->jobs != NULL) { /* its trainer is gone: the loop above waited for it */
         gm_jobs_free(a->jobs);
         a->jobs = NULL;

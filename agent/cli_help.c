@@ -66,13 +66,34 @@ static const struct verb_help verbs[] = {
      "  --json                 the raw report as JSON\n"
      "  --model lenet5|mlp     model whose step time per codec is estimated "
      "(lenet5)\n" CONFIG_LINE},
+    {"members", "[--json] [--config FILE]",
+     "the chief, the term, and every member's role (voter, witness, spare)",
+     "  --json                 as JSON: chief, term, quorum, chief_reason, members [{node,\n"
+     "                         role, raft, link, chief}], revoked, the replicated "
+     "state\n" CONFIG_LINE
+     "  With no chief (no majority of voters reachable) the first line says why.\n"},
+    {"revoke", "NODE [--wait SECONDS] [--config FILE]",
+     "deny a node the cluster: every member closes its links and refuses it",
+     "  NODE                   the node id (gradmesh members)\n"
+     "  --wait SECONDS         how long to wait for the chief to commit it (1-3600, "
+     "10)\n" CONFIG_LINE
+     "  The denylist is replicated by the chief; revoking the chief itself, or a voter\n"
+     "  whose loss would leave no majority, is refused.\n"},
+    {"role", "NODE voter|witness|spare [--wait SECONDS] [--config FILE]",
+     "set a member's role: voter (votes, trains), witness (votes only), spare",
+     "  NODE                   the node id (gradmesh members)\n"
+     "  voter|witness|spare    voter: votes for the chief and trains; witness: votes,\n"
+     "                         never trains; spare: follows the replicated state only\n"
+     "  --wait SECONDS         how long to wait for the chief to commit it (1-3600, "
+     "10)\n" CONFIG_LINE
+     "  A change that would leave the voters without a reachable majority is refused.\n"},
     {"submit", "JOB.ini [--follow] [--config FILE]",
      "run a job on the cluster (every member must hold the same dataset)",
      "  JOB.ini                the job file (gradmesh-job(5)); checked here first (exit 78)\n"
      "  --follow               show progress until the job ends, then its test accuracy and\n"
      "                         where the weights are\n" CONFIG_LINE
-     "  The local agent passes the job to the coordinator (the lowest node id among the\n"
-     "  members that are up); a member without the same files at [data] dir refuses it.\n"},
+     "  The local agent passes the job to the coordinator (the elected chief; with no\n"
+     "  chief the job is refused); a member without the same files at [data] dir refuses it.\n"},
     {"jobs", "[--json] [--config FILE]", "the running job and the last finished ones",
      "  --json                 as JSON: id, state, step, epoch, world, loss, samples/s, bytes\n"
      "                         per link, where the weights are\n" CONFIG_LINE},

@@ -820,6 +820,11 @@ int gm_cli_status(int argc, char **argv)
                json_string_value(json_object_get(r, "role")),
                json_string_value(json_object_get(r, "listen")),
                json_is_true(json_object_get(r, "quorum")) ? "yes" : "no");
+        if (json_is_string(json_object_get(r, "chief")))
+            printf("chief %s  term %lld\n", json_string_value(json_object_get(r, "chief")),
+                   (long long)json_integer_value(json_object_get(r, "term")));
+        else
+            printf("no chief: %s\n", json_string_value(json_object_get(r, "chief_reason")));
         printf("%-24s %-24s %-6s %-5s %s\n", "MEMBER", "ADDRESS", "LINK", "STATE", "RTT_MS");
         json_array_foreach(json_object_get(r, "members"), i, m)
         {

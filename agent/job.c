@@ -180,6 +180,17 @@ static void stash_drop(struct gm_jobs *j, const struct job *jb, uint32_t gen)
     }
 }
 
+/* This node's raft term (0 without consensus). */
+static uint64_t my_term(struct gm_jobs *j)
+{
+    char chief[NODE_LEN], why[8];
+    uint64_t term = 0;
+
+    if (j->env.chief != NULL)
+        (void)j->env.chief(j->env.agent, chief, &term, why, sizeof(why)); /* term either way */
+    return term;
+}
+
 static int send_msg(struct gm_jobs *j, const char *node, uint16_t type, const struct gm_jobmsg *m)
 {
     struct gm_link *l = j->env.link_to(j->env.agent, node);
@@ -191,7 +202,7 @@ static int send_msg(struct gm_jobs *j, const char *node, uint16_t type, const st
         return -ENOTCONN;
     if ((err = gm_jobmsg_encode(type, m, &json, &len)) < 0)
         return err;
-    err = gm_link_send(l, type, 0, json, len);
+    err = gm_link_send(l, type, my_term(j), json, len); /* req: the term (job.h) */
     free(json);
     return err;
 }
@@ -217,11 +228,21 @@ static int cmp_node(const void *a, const void *b)
     return strcmp((const char *)a, (const char *)b);
 }
 
-const char *gm_jobs_coordinator(struct gm_jobs *j, char out[NODE_LEN])
+const char *gm_jobs_coordinator(struct gm_jobs *j, char out[NODE_LEN], char *why, size_t cap)
 {
-    char(*up)[NODE_LEN] = calloc(GM_JOB_RANKS_MAX, NODE_LEN);
-    size_t n = up != NULL ? j->env.members_up(j->env.agent, up, GM_JOB_RANKS_MAX) : 0;
+    char(*up)[NODE_LEN];
+    size_t n;
+    uint64_t term;
+    char tmp[8];
 
+    if (j->env.chief != NULL) {
+        if (j->env.chief(j->env.agent, out, &term, why != NULL ? why : tmp,
+                         why != NULL ? cap : sizeof(tmp)) != 0)
+            out[0] = '\0';
+        return out;
+    }
+    up = calloc(GM_JOB_RANKS_MAX, NODE_LEN);
+    n = up != NULL ? j->env.members_up(j->env.agent, up, GM_JOB_RANKS_MAX) : 0;
     snprintf(out, NODE_LEN, "%s", j->env.node);
     for (size_t i = 0; i < n && i < GM_JOB_RANKS_MAX; i++)
         if (strcmp(up[i], out) < 0)
@@ -304,6 +325,13 @@ static void account_group(struct job *jb)
 }
 
 /* --- rank callbacks -------------------------------------------------------------------- */
+
+/* The coordinator's job state into the chief's replicated state. */
+static void record(struct gm_jobs *j, const struct job *jb, enum jstate st)
+{
+    if (j->env.record != NULL && jb->coord)
+        j->env.record(j->env.agent, jb->id, jstate_names[st], jb->steps);
+}
 
 static void end_job(struct gm_jobs *j, struct job *jb, enum jstate st, const char *msg);
 
@@ -534,6 +562,7 @@ static void end_job(struct gm_jobs *j, struct job *jb, enum jstate st, const cha
     struct gm_jobmsg m = {0};
 
     jb->state = st;
+    record(j, jb, st);
     if (st != J_DONE && jb->error[0] == 0)
         snprintf(jb->error, sizeof(jb->error), "%s", msg);
     jb->t_end = gm_time_mono_ns();
@@ -593,6 +622,7 @@ static void maybe_start(struct gm_jobs *j, struct job *jb)
         if (!jb->parts[i].checked)
             return;
     jb->state = J_RUNNING;
+    record(j, jb, J_RUNNING);
     jb->ranks = calloc(jb->nparts + 1, NODE_LEN);
     if (jb->ranks == NULL || (err = start_rank(j, jb)) < 0) {
         refuse(j, jb, "cannot start the trainer: %s", gm_strerror(err));
@@ -1021,6 +1051,12 @@ int gm_jobs_on_frame(struct gm_jobs *j, struct gm_link *l, const char *node,
 
     if (h->type == GM_MSG_TRAIN)
         return on_train(j, l, node, h, payload);
+    if (h->req != 0 && h->req < my_term(j)) { /* a deposed chief's, or a late answer to one */
+        gm_warn("event=job-message-stale type=%s from=%s term=%llu current_term=%llu",
+                gm_proto_type_name(h->type), node, (unsigned long long)h->req,
+                (unsigned long long)my_term(j));
+        return 0;
+    }
     if ((err = gm_jobmsg_decode(h->type, payload, h->len, &m)) < 0)
         return err;
     err = GM_ERR_PROTO;
@@ -1172,6 +1208,7 @@ static int coord_submit(struct gm_jobs *j, const char *text, size_t len, const c
     jb->coord = true;
     snprintf(jb->coordinator, sizeof(jb->coordinator), "%s", j->env.node);
     jb->state = J_CHECKING;
+    record(j, jb, J_CHECKING);
     jb->test_accuracy = NAN;
     jb->t_submit = gm_time_mono_ns();
     jb->parts = calloc(n + 1, sizeof(*jb->parts));
@@ -1254,11 +1291,16 @@ json_t *gm_jobs_ctl_submit(struct gm_jobs *j, json_t *req)
     const char *text = json_string_value(t);
     const char *origin = json_string_value(json_object_get(req, "origin"));
     char coord[NODE_LEN], msg[GM_JOB_MSG_MAX] = "", id[GM_JOB_ID_LEN + 1] = "";
+    char why[200] = "", line[260];
     int err;
 
     if (text == NULL)
         return ctl_error(-EINVAL, "bad request: no job text");
-    gm_jobs_coordinator(j, coord);
+    gm_jobs_coordinator(j, coord, why, sizeof(why));
+    if (coord[0] == '\0') {
+        snprintf(line, sizeof(line), "no chief, so no training: %s", why);
+        return ctl_error(-EAGAIN, line);
+    }
     if (strcmp(coord, j->env.node) == 0)
         err = coord_submit(j, text, json_string_length(t), origin, NULL, id, msg, sizeof(msg));
     else
@@ -1280,9 +1322,10 @@ static int on_submit(struct gm_jobs *j, const char *node, struct gm_jobmsg *m)
 
     if (find(j, m->id) != NULL)
         return 0; /* a repeat */
-    gm_jobs_coordinator(j, coord);
+    gm_jobs_coordinator(j, coord, NULL, 0);
     if (strcmp(coord, j->env.node) != 0) {
-        snprintf(msg, sizeof(msg), "%s is not the coordinator (%s is)", j->env.node, coord);
+        snprintf(msg, sizeof(msg), "%s is not the coordinator (%s is)", j->env.node,
+                 coord[0] ? coord : "none: no chief");
         err = GM_ERR_CONFIG;
     } else {
         err = coord_submit(j, m->text, m->text_len, m->origin, m->id, id, msg, sizeof(msg));

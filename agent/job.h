@@ -2,9 +2,19 @@
  * agent/job.h - distributed jobs: submit, check, form groups, re-form on
  * membership changes, finish (the job control room).
  *
- * Roles.  One agent coordinates (gm_jobs_coordinator(): the lowest node id
- * among this node and the members with an up link; the election issue
- * replaces that one function).  The coordinator is always rank 0.
+ * Roles.  One agent coordinates (gm_jobs_coordinator()): the chief, the raft
+ * leader the members elected (agent/chief.h).  With no chief (no majority of
+ * voters reachable) there is no coordinator and a submit is refused with the
+ * reason: no majority, no training.  Only an agent without consensus at all
+ * (env.chief NULL: the unit tests' bare job rooms) falls back to the lowest
+ * node id among this node and the members with an up link.  The coordinator
+ * is always rank 0; witnesses never train (env.members_up leaves them out).
+ *
+ * Term fencing: every JOB_* frame carries the sender's raft term in the frame
+ * header's request id (0: the sender knows no term).  A JOB_* frame whose
+ * term is older than this node's is dropped and logged (a deposed chief's
+ * offer, group or end never acts); a newer one is fine (this node is behind
+ * and raft brings it up to date).
  *
  * One job at a time runs in a cluster.  Its life, on the coordinator:
  *   submit    the CLI already parsed the job (it prints the parse error and
@@ -67,6 +77,12 @@ struct gm_jobs_env {
     /* Member nodes with an up link (not this node); returns how many, writes at most cap
      * (nodes NULL: only counts them). */
     size_t (*members_up)(void *agent, char (*nodes)[GM_ID_NAME_MAX + 1], size_t cap);
+    /* The chief (node id into out) and the current term (*term, also when there is no
+     * chief): 0, or -ENOENT with why there is none in why.  NULL: no consensus (tests):
+     * the lowest node id up coordinates and frames carry term 0. */
+    int (*chief)(void *agent, char out[GM_ID_NAME_MAX + 1], uint64_t *term, char *why, size_t cap);
+    /* Records a coordinated job's state in the replicated state (optional). */
+    void (*record)(void *agent, const char *id, const char *state, long step);
     /* Where a rank publishes its job metrics (agent/metrics.h), or NULL. */
     struct gm_metrics *(*metrics)(void *agent);
     void *agent;
@@ -79,8 +95,10 @@ void gm_jobs_stop(struct gm_jobs *j);
 bool gm_jobs_idle(const struct gm_jobs *j);
 void gm_jobs_free(struct gm_jobs *j);
 
-/* The node that coordinates jobs now (this node or a member with an up link). */
-const char *gm_jobs_coordinator(struct gm_jobs *j, char out[GM_ID_NAME_MAX + 1]);
+/* The node that coordinates jobs now (the chief), or "" with why there is none in why
+ * (why may be NULL). */
+const char *gm_jobs_coordinator(struct gm_jobs *j, char out[GM_ID_NAME_MAX + 1], char *why,
+                                size_t cap);
 
 /* A JOB_* or TRAIN frame from the member link l of node; a negative return
  * closes that link (the caller sends ERROR first). */

@@ -9,6 +9,7 @@
 
 #include <string.h>
 
+#include "agent/chief.h"
 #include "agent/job.h"
 #include "agent/state.h"
 
@@ -28,13 +29,25 @@ static size_t members_up(void *agent, char (*nodes)[GM_ID_NAME_MAX + 1], size_t 
     size_t n = 0;
 
     for (size_t i = 0; i < a->npeers; i++) {
-        if (link_to(a, a->peers[i].node) == NULL || strcmp(a->peers[i].node, a->cfg.node) == 0)
+        if (link_to(a, a->peers[i].node) == NULL || strcmp(a->peers[i].node, a->cfg.node) == 0 ||
+            gm_chief_role_of(a, a->peers[i].node) == GM_CHIEF_ROLE_WITNESS) /* never trains */
             continue;
         if (nodes != NULL && n < cap)
             memcpy(nodes[n], a->peers[i].node, sizeof(nodes[n]));
         n++;
     }
     return nodes == NULL || n < cap ? n : cap; /* nodes NULL: just count */
+}
+
+static int chief_of(void *agent, char out[GM_ID_NAME_MAX + 1], uint64_t *term, char *why,
+                    size_t cap)
+{
+    return gm_chief_coordinator(agent, out, term, why, cap);
+}
+
+static void record_job(void *agent, const char *id, const char *state, long step)
+{
+    gm_chief_record_job(agent, id, state, step);
 }
 
 /* The agent's metrics room; it outlives every rank (gm_agent_free stops it last). */
@@ -51,6 +64,8 @@ int gm_jobroom_open(struct gm_agent *a)
                               .device = a->cfg.device,
                               .link_to = link_to,
                               .members_up = members_up,
+                              .chief = chief_of,
+                              .record = record_job,
                               .metrics = metrics_of,
                               .agent = a};
 

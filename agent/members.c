@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "agent/admit.h"
+#include "agent/chief.h"
 #include "agent/endpoints.h"
 #include "agent/state.h"
 #include "common/assert.h"
@@ -136,7 +137,8 @@ void gm_members_dial(struct gm_agent *a, struct gm_peer *p)
 {
     struct sockaddr_storage ss;
 
-    if (a->stopping || p->link != NULL || p->dialing || gm_members_dialing_to(a, p->node))
+    if (a->stopping || p->link != NULL || p->dialing || gm_members_dialing_to(a, p->node) ||
+        gm_chief_is_revoked(a, p->node))
         return;
     if (gm_proto_addr_parse(p->address, &ss) != 0)
         return;

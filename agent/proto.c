@@ -37,6 +37,9 @@ int gm_proto_type_known(uint16_t type)
     case GM_MSG_JOB_END:
     case GM_MSG_JOB_SUBMIT:
     case GM_MSG_TRAIN:
+    case GM_MSG_RAFT:
+    case GM_MSG_CHIEF_REQ:
+    case GM_MSG_CHIEF_ANS:
         return 1;
     default:
         return 0;
@@ -88,6 +91,12 @@ const char *gm_proto_type_name(uint16_t type)
         return "job-submit";
     case GM_MSG_TRAIN:
         return "train";
+    case GM_MSG_RAFT:
+        return "raft";
+    case GM_MSG_CHIEF_REQ:
+        return "chief-req";
+    case GM_MSG_CHIEF_ANS:
+        return "chief-ans";
     default:
         return "unknown";
     }

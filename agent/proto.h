@@ -27,6 +27,9 @@
  *   JOB_OFFER, JOB_CHECK, JOB_GROUP, JOB_REPORT, JOB_END, JOB_SUBMIT: job control (agent/jobmsg.h)
  *   TRAIN        raw chunk of a collective message; req = generation << 32 | sequence
  *                (agent/xport.h)
+ *   RAFT         op byte + raft bytes of one channel; req = channel id (agent/chiefnet.h)
+ *   CHIEF_REQ    {cmd, node, role?}: a change a member forwards to the chief
+ *   CHIEF_ANS    {code, message, index}: its outcome; req = the member's request id
  *
  * Pure functions; any thread.
  */
@@ -63,7 +66,10 @@ enum gm_msg_type {
     GM_MSG_JOB_REPORT = 35,
     GM_MSG_JOB_END = 36,
     GM_MSG_JOB_SUBMIT = 37,
-    GM_MSG_TRAIN = 40, /* bulk: one collective message, chunked (agent/xport.h) */
+    GM_MSG_TRAIN = 40,     /* bulk: one collective message, chunked (agent/xport.h) */
+    GM_MSG_RAFT = 44,      /* raft's bytes on a channel of the link (agent/chiefnet.h) */
+    GM_MSG_CHIEF_REQ = 45, /* a member asks the chief for a change (agent/chief.h) */
+    GM_MSG_CHIEF_ANS = 46, /* the chief's answer, once committed or refused */
 };
 
 #define GM_ADDR_MAX 64

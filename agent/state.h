@@ -16,6 +16,8 @@
  *   endpoints.c  static endpoints ([discovery] peers): resolve, dial, backoff
  *   beacons.c    LAN discovery glue: beacons become dials; join beacon keys
  *   views.c      status and doctor JSON (the control socket's read side)
+ *   chief.c      the chief: raft over the links (chiefnet.c), the replicated state
+ *                (chieffsm.c), members, revoke, role
  *   jobroom.c    the job room's table and its view of the agent; the logic
  *                is job.c (agent/job.h: submit, dataset check, groups), with
  *                rank.c (trainer thread), xport.c (training channel),
@@ -154,6 +156,8 @@ struct gm_agent {
     struct gm_metrics *metrics; /* NULL: [metrics] listen is empty */
     /* job.c (via jobroom.c) */
     struct gm_jobs *jobs;
+    /* chief.c: consensus and the replicated state */
+    struct gm_chief *chief;
     /* next rooms: one pointer each to their own state */
 };
 

@@ -15,6 +15,7 @@
 
 #include <jansson.h>
 
+#include "agent/chief.h"
 #include "agent/endpoints.h"
 #include "agent/job.h"
 #include "agent/metrics.h"
@@ -98,9 +99,7 @@ static json_t *status_json(struct gm_agent *a)
     json_object_set_new(o, "node", json_string(a->cfg.node));
     json_object_set_new(o, "listen", json_string(a->listen_addr));
     json_object_set_new(o, "role", json_string(a->cakey ? "admitter" : "member"));
-    json_object_set_new(o, "chief", json_null());
-    json_object_set_new(o, "term", json_integer(0));
-    json_object_set_new(o, "quorum", json_boolean(2 * (up + 1) > a->npeers + 1));
+    gm_chief_status(a, o); /* chief, term, quorum, chief_reason, member_role, raft_role */
     json_object_set_new(o, "members", members);
     json_object_set_new(o, "job", gm_jobs_status_json(a->jobs));
     return o;

@@ -242,4 +242,15 @@ for i in $(seq 600); do ended && break; sleep 0.1; done
 ended || fail "job $ID did not end after cancel"
 for n in alpha beta gamma; do links_up $n 2 || fail "$n lost a link"; done
 pass "after the refusals a good job ran on all three agents (cancelled); links still up"
+# the coordinator (the chief) recorded the job's states in the replicated state: every agent
+# holds the last one, with the chief's term
+recorded() {
+    "$GM" members --json --config "$WORK/$1.conf" | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+j = [j for j in d["state"]["jobs"] if j["job"] == sys.argv[1]]
+sys.exit(0 if j and j[0]["state"] == "cancelled" and j[0]["term"] == d["term"] >= 1 else 1)' "$ID"
+}
+for n in alpha beta gamma; do wait_for "$n: job $ID cancelled in the replicated state" recorded $n; done
+pass "job $ID's end is in the replicated state on all three agents"
 stop_agents
