@@ -5,7 +5,9 @@
  *
  *   [job]      name (default "job"), model (mlp | lenet5, required), epochs (>= 1, 5),
  *              seed (u64, 1), threads (1..1024, 1), log_every (steps >= 1, 100),
- *              eval_every (epochs >= 1, 1), out (default "<name>.safetensors")
+ *              eval_every (epochs >= 1, 1), out (default "<name>.safetensors"),
+ *              checkpoint_every (steps >= 0, 0 = no checkpoints), checkpoint_keep (>= 1, 3),
+ *              checkpoint_dir (train --local only; default "<name>.checkpoints")
  *   [model]    hidden (comma list of MLP hidden sizes, "256"; mlp only), dropout ([0, 1), 0)
  *   [data]     kind (idx | cifar10 | folder, required), dir (required),
  *              test_split ((0, 1), 0.1), image_size (0..4096, 0 = native), channels (1 | 3, 3);
@@ -93,10 +95,13 @@ struct gm_job {
     enum gm_job_model model;
     int epochs;
     uint64_t seed;
-    int threads;               /* BLAS / compute threads */
-    int log_every;             /* steps */
-    int eval_every;            /* epochs */
-    char out[GM_JOB_PATH_MAX]; /* final weights; "<name>.safetensors" unless set */
+    int threads;                          /* BLAS / compute threads */
+    int log_every;                        /* steps */
+    int eval_every;                       /* epochs */
+    char out[GM_JOB_PATH_MAX];            /* final weights; "<name>.safetensors" unless set */
+    int checkpoint_every;                 /* steps between checkpoints; 0: none */
+    int checkpoint_keep;                  /* newest checkpoints kept */
+    char checkpoint_dir[GM_JOB_PATH_MAX]; /* train --local; "<name>.checkpoints" unless set */
 
     /* [model] */
     int hidden[GM_JOB_HIDDEN_MAX]; /* MLP hidden sizes, n_hidden of them */
