@@ -21,7 +21,7 @@ static const struct subcommand commands[] = {
     {"init", gm_cli_init},     {"join", gm_cli_join},     {"agent", gm_cli_agent},
     {"token", gm_cli_token},   {"status", gm_cli_status}, {"peers", gm_cli_peers},
     {"doctor", gm_cli_doctor}, {"submit", gm_cli_submit}, {"jobs", gm_cli_jobs},
-    {"cancel", gm_cli_cancel}, {"train", gm_cli_train},
+    {"cancel", gm_cli_cancel}, {"train", gm_cli_train},   {"checkpoint", gm_cli_checkpoint},
 };
 
 /* "--help" or "-h" anywhere after the verb (before a "--"). */

@@ -37,10 +37,30 @@ int gm_proto_type_known(uint16_t type)
     case GM_MSG_JOB_END:
     case GM_MSG_JOB_SUBMIT:
     case GM_MSG_TRAIN:
+    case GM_MSG_CKPT_DATA:
+    case GM_MSG_CKPT_ACK:
         return 1;
     default:
         return 0;
     }
+}
+
+bool gm_proto_is_hex(const char *s, size_t n)
+{
+    if (strlen(s) != n)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+            return false;
+    return true;
+}
+
+bool gm_proto_printable(const char *s)
+{
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || (unsigned char)*s > 0x7e)
+            return false;
+    return true;
 }
 
 const char *gm_proto_type_name(uint16_t type)
@@ -88,6 +108,10 @@ const char *gm_proto_type_name(uint16_t type)
         return "job-submit";
     case GM_MSG_TRAIN:
         return "train";
+    case GM_MSG_CKPT_DATA:
+        return "ckpt-data";
+    case GM_MSG_CKPT_ACK:
+        return "ckpt-ack";
     default:
         return "unknown";
     }

@@ -85,6 +85,7 @@ struct gm_peer {
 };
 
 struct gm_endpoint;
+struct gm_ckptx;
 struct gm_reach;
 
 /* One per link, made by agent.c, freed in its on_close. */
@@ -154,6 +155,8 @@ struct gm_agent {
     struct gm_metrics *metrics; /* NULL: [metrics] listen is empty */
     /* job.c (via jobroom.c) */
     struct gm_jobs *jobs;
+    /* ckptxfer.c */
+    struct gm_ckptx *ckptx;
     /* next rooms: one pointer each to their own state */
 };
 
@@ -201,6 +204,8 @@ void gm_agent_lctx_free(struct gm_lctx *c);
 struct gm_link_opts gm_agent_link_opts(const struct gm_agent *a, enum gm_tls_role role);
 /* The member named node, or NULL. */
 struct gm_peer *gm_agent_peer_find(struct gm_agent *a, const char *node);
+/* The up (and not closing) member link to node, or NULL. */
+struct gm_link *gm_agent_up_link(struct gm_agent *a, const char *node);
 /* Closes l with err after an ERROR frame; what is kept as the reason.  Returns 0. */
 int gm_agent_refuse(struct gm_link *l, int err, const char *what);
 /* Sends json (malloc'd, freed here) as one frame; err != 0 is passed through. */

@@ -19,8 +19,7 @@
 int gm_file_sync_dir(const char *path) GM_MUST_CHECK;
 
 /* Writes len bytes to path atomically with mode (e.g. 0644).  0 or -errno. */
-int gm_file_write_atomic(const char *path, const void *data, size_t len,
-                         int mode) GM_MUST_CHECK;
+int gm_file_write_atomic(const char *path, const void *data, size_t len, int mode) GM_MUST_CHECK;
 
 /* Reads a regular file of at most max bytes into a malloc'd buffer with a NUL after the
  * last byte (a file that shrinks meanwhile gives what is left).  -EFBIG over max, -EINVAL

@@ -246,8 +246,17 @@ static int load_resume(struct run *r, struct gm_st_file *f, struct gm_ckpt_info 
     if (stat(want, &st) == 0 && S_ISDIR(st.st_mode)) {
         if (gm_ckpt_dir_newest(want, -1, r->job_hash, model, f, info, path, cap) == 0)
             return 0;
+        if (r->opts->resume_optional) {
+            gm_info("event=resume-none dir=%s: no usable checkpoint of job %s, starting at step 0",
+                    want, r->job->name);
+            return 1;
+        }
         gm_err("%s: no usable checkpoint of job %s to resume from", want, r->job->name);
         return GM_ERR_CONFIG;
+    }
+    if (r->opts->resume_optional) {
+        gm_info("event=resume-none dir=%s: no checkpoints yet, starting at step 0", want);
+        return 1;
     }
     snprintf(path, cap, "%s", want);
     if (gm_ckpt_load(want, r->job_hash, model, f, info, NULL) == 0)
@@ -277,8 +286,8 @@ static int resume(struct run *r)
     const struct gm_st_entry *e;
     int err;
 
-    if ((err = load_resume(r, &f, &info, path, sizeof(path))) < 0)
-        return err;
+    if ((err = load_resume(r, &f, &info, path, sizeof(path))) != 0)
+        return err < 0 ? err : 0; /* 1: nothing to resume from, start afresh */
     err = GM_ERR_CONFIG;
     if (info.global_batch != r->st.global_batch || info.total_steps != r->st.total_steps ||
         info.params != gm_model_num_params(m) || info.seed != r->job->seed) {
@@ -731,6 +740,13 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
                 goto out;
             eval_hook(&r, r.epoch, tloss, acc, epoch_loss, 0);
         }
+    }
+    if (!sum->interrupted && r.st.rank == 0 && isnan(acc)) {
+        /* resumed from a checkpoint at the end: nothing was trained, evaluate what is there */
+        if ((err = evaluate(&r, &acc, &tloss)) < 0)
+            goto out;
+        eval_hook(&r, r.epoch, tloss, acc, epoch_loss, 0);
+        gm_info("event=eval step=%ld test_loss=%.4f test_accuracy=%.2f", r.st.step, tloss, acc);
     }
     if (!sum->interrupted && comm != NULL && comm->finish != NULL)
         comm->finish(comm->ctx, &r.st);

@@ -177,6 +177,9 @@ struct gm_train_opts {
      * refused file (corrupt, truncated, foreign: logged) falls back to the newest valid one
      * before it in its directory; none usable fails the run with GM_ERR_CONFIG. */
     const char *resume;
+    /* resume names a directory that may hold no usable checkpoint: start from the beginning
+     * then (logged) instead of failing (the agent's coordinator) */
+    int resume_optional;
 };
 
 /* Returns 0 or an error (GM_ERR_CONFIG / GM_ERR_DATA already logged with the

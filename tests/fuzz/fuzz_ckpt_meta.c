@@ -65,9 +65,9 @@ static void fuzz_meta(const uint8_t *data, size_t size)
     if (err != 0 && err != GM_ERR_FORMAT)
         abort();
     if (err == 0) {
-        if (info.format != GM_CKPT_FORMAT || strlen(info.job_hash) != 64 ||
-            info.global_batch < 1 || info.step > info.total_steps || info.step < 0 ||
-            info.epoch < 0 || info.data_offset < 0 || info.optim_step < 0)
+        if (info.format != GM_CKPT_FORMAT || strlen(info.job_hash) != 64 || info.global_batch < 1 ||
+            info.step > info.total_steps || info.step < 0 || info.epoch < 0 ||
+            info.data_offset < 0 || info.optim_step < 0)
             abort();
         for (int i = 0; i < 64; i++)
             if (strchr("0123456789abcdef", info.job_hash[i]) == NULL)

@@ -173,7 +173,7 @@ static void test_refusals(void)
     GM_CHECK_OK(write_step(dir, HASH_A, "mlp", 10, p10, sha));
     GM_CHECK_OK(write_step(dir, HASH_A, "mlp", 20, p20, sha));
     GM_CHECK_OK(write_step(dir, HASH_A, "mlp", 30, p30, sha));
-    GM_CHECK_OK(write_step(dir, HASH_B, "mlp", 40, p40, sha));   /* another job */
+    GM_CHECK_OK(write_step(dir, HASH_B, "mlp", 40, p40, sha));    /* another job */
     GM_CHECK_OK(write_step(dir, HASH_A, "lenet5", 50, p50, sha)); /* another model */
 
     GM_CHECK_ERR(gm_ckpt_load(p40, HASH_A, "mlp", &f, &out, NULL), GM_ERR_MISMATCH);
@@ -201,8 +201,7 @@ static void test_refusals(void)
     GM_CHECK_STREQ(got, p10);
     gm_safetensors_free(&f);
     /* max_step: nothing at or below 5 */
-    GM_CHECK_ERR(gm_ckpt_dir_newest(dir, 5, HASH_A, "mlp", &f, &out, got, sizeof(got)),
-                 -ENOENT);
+    GM_CHECK_ERR(gm_ckpt_dir_newest(dir, 5, HASH_A, "mlp", &f, &out, got, sizeof(got)), -ENOENT);
 
     /* a .sha256 naming another file, and a missing one */
     {
@@ -217,8 +216,7 @@ static void test_refusals(void)
         GM_CHECK_OK(unlink(s10));
         GM_CHECK_ERR(gm_ckpt_load(p10, NULL, NULL, &f, &out, NULL), GM_ERR_FORMAT);
     }
-    GM_CHECK_ERR(gm_ckpt_dir_newest(dir, -1, HASH_A, "mlp", &f, &out, got, sizeof(got)),
-                 -ENOENT);
+    GM_CHECK_ERR(gm_ckpt_dir_newest(dir, -1, HASH_A, "mlp", &f, &out, got, sizeof(got)), -ENOENT);
     rm_tree(dir);
 }
 
@@ -228,9 +226,11 @@ static void test_bad_metadata(void)
     static const struct {
         const char *key, *value;
     } cases[] = {
-        {"gradmesh.ckpt", "2"},         {"step", "-1"},        {"step", "12x"},
-        {"seed", "18446744073709551616"}, {"job_hash", "abc"}, {"global_batch", "0"},
-        {"step", "1001"},               {"model", "a\tb"},     {"params", ""},
+        {"gradmesh.ckpt", "2"}, {"step", "-1"},
+        {"step", "12x"},        {"seed", "18446744073709551616"},
+        {"job_hash", "abc"},    {"global_batch", "0"},
+        {"step", "1001"},       {"model", "a\tb"},
+        {"params", ""},
     };
     char path[1024];
     float w[1] = {1};
@@ -240,12 +240,12 @@ static void test_bad_metadata(void)
 
     snprintf(path, sizeof(path), "%s/meta.safetensors", tmpdir);
     for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
-        const char *keys[] = {"gradmesh.ckpt", "job_hash", "job_name", "model",
-                              "params",        "step",     "total_steps", "epoch",
-                              "data_offset",   "global_batch", "seed", "optim",
-                              "optim_step",    "term",     "gradmesh.codec"};
-        const char *vals[] = {"1", HASH_A, "j", "mlp", "1", "5", "1000", "0", "0", "8",
-                              "1", "sgd", "0", "0", ""};
+        const char *keys[] = {"gradmesh.ckpt", "job_hash",     "job_name",      "model",
+                              "params",        "step",         "total_steps",   "epoch",
+                              "data_offset",   "global_batch", "seed",          "optim",
+                              "optim_step",    "term",         "gradmesh.codec"};
+        const char *vals[] = {"1", HASH_A, "j", "mlp", "1", "5", "1000", "0",
+                              "0", "8",    "1", "sgd", "0", "0", ""};
         struct gm_st_meta m[15];
         for (int i = 0; i < 15; i++) {
             m[i].key = keys[i];
@@ -259,11 +259,11 @@ static void test_bad_metadata(void)
     /* and the unchanged set parses */
     {
         const struct gm_st_meta m[] = {
-            {"gradmesh.ckpt", "1"}, {"job_hash", HASH_A}, {"job_name", "j"},
-            {"model", "mlp"},       {"params", "1"},      {"step", "5"},
-            {"total_steps", "1000"}, {"epoch", "0"},      {"data_offset", "0"},
-            {"global_batch", "8"},  {"seed", "1"},        {"optim", "sgd"},
-            {"optim_step", "0"},    {"term", "0"},        {"gradmesh.codec", ""},
+            {"gradmesh.ckpt", "1"},  {"job_hash", HASH_A}, {"job_name", "j"},
+            {"model", "mlp"},        {"params", "1"},      {"step", "5"},
+            {"total_steps", "1000"}, {"epoch", "0"},       {"data_offset", "0"},
+            {"global_batch", "8"},   {"seed", "1"},        {"optim", "sgd"},
+            {"optim_step", "0"},     {"term", "0"},        {"gradmesh.codec", ""},
         };
         GM_CHECK_OK(gm_safetensors_write(path, &t, 1, m, 15));
         GM_CHECK_OK(gm_safetensors_load(path, &f));
@@ -409,8 +409,9 @@ static void test_kill_mid_write(void)
         GM_CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
         cut += check_dir_after_kill(dir, &committed) > 0;
     }
-    fprintf(stderr, "test_kill_mid_write: %d kills, %d left a temp file (cut mid-write), %d "
-                    "committed checkpoints checked\n",
+    fprintf(stderr,
+            "test_kill_mid_write: %d kills, %d left a temp file (cut mid-write), %d "
+            "committed checkpoints checked\n",
             rounds, cut, committed);
     GM_CHECK(cut > 0);       /* the kills did land inside writes */
     GM_CHECK(committed > 0); /* and between them */

@@ -61,8 +61,8 @@ static const char *base_name(const char *path)
 int gm_ckpt_write(const char *path, const struct gm_st_tensor *t, size_t nt,
                   const struct gm_ckpt_info *info, const char *job_text, char sha256[65])
 {
-    char fmt[16], params[32], step[32], total[32], epoch[32], off[32], gb[32], seed[32],
-        ostep[32], term[32], hex[65], line[1200];
+    char fmt[16], params[32], step[32], total[32], epoch[32], off[32], gb[32], seed[32], ostep[32],
+        term[32], hex[65], line[1200];
     char *shapath = NULL, *buf = NULL;
     size_t len = 0;
     int err;
@@ -170,9 +170,9 @@ int gm_ckpt_info_parse(const struct gm_st_file *f, const char *origin, struct gm
         const char *key;
         uint64_t max;
     } nums[] = {
-        {"gradmesh.ckpt", INT_MAX}, {"params", SIZE_MAX},     {"step", LONG_MAX},
-        {"total_steps", LONG_MAX},  {"epoch", INT_MAX},       {"data_offset", LONG_MAX},
-        {"global_batch", INT_MAX},  {"seed", UINT64_MAX},     {"optim_step", LONG_MAX},
+        {"gradmesh.ckpt", INT_MAX}, {"params", SIZE_MAX}, {"step", LONG_MAX},
+        {"total_steps", LONG_MAX},  {"epoch", INT_MAX},   {"data_offset", LONG_MAX},
+        {"global_batch", INT_MAX},  {"seed", UINT64_MAX}, {"optim_step", LONG_MAX},
         {"term", UINT64_MAX},
     };
     uint64_t v[sizeof(nums) / sizeof(nums[0])];
@@ -282,8 +282,8 @@ int gm_ckpt_load(const char *path, const char *want_job_hash, const char *want_m
     if (err != 0) {
         gm_err("event=checkpoint-refused path=%s reason=\"%s%s\"", path,
                err == GM_ERR_FORMAT ? "malformed " : "no readable ",
-               err == GM_ERR_FORMAT ? GM_CKPT_SHA_SUFFIX " file" : GM_CKPT_SHA_SUFFIX
-                                                                   " file (not committed)");
+               err == GM_ERR_FORMAT ? GM_CKPT_SHA_SUFFIX " file"
+                                    : GM_CKPT_SHA_SUFFIX " file (not committed)");
         return err == GM_ERR_FORMAT || err == -ENOENT ? GM_ERR_FORMAT : err;
     }
     err = gm_file_read(path, FILE_MAX, &buf, &len);
@@ -394,8 +394,7 @@ int gm_ckpt_dir_list(const char *dir, struct gm_ckpt_entry **out, size_t *n)
         e = &v[*n];
         memset(e, 0, sizeof(*e));
         e->step = step;
-        if (snprintf(e->path, sizeof(e->path), "%s/%s", dir, de->d_name) >=
-                (int)sizeof(e->path) ||
+        if (snprintf(e->path, sizeof(e->path), "%s/%s", dir, de->d_name) >= (int)sizeof(e->path) ||
             stat(e->path, &st) != 0 || !S_ISREG(st.st_mode))
             continue;
         e->bytes = (int64_t)st.st_size;
