@@ -85,8 +85,7 @@ static int get_uint(json_t *o, const char *key, uint64_t max, uint64_t *out)
 {
     json_t *v = json_object_get(o, key);
 
-    if (!json_is_integer(v) || json_integer_value(v) < 0 ||
-        (uint64_t)json_integer_value(v) > max)
+    if (!json_is_integer(v) || json_integer_value(v) < 0 || (uint64_t)json_integer_value(v) > max)
         return GM_ERR_PROTO;
     *out = (uint64_t)json_integer_value(v);
     return 0;
@@ -102,8 +101,8 @@ int gm_ckptx_hdr_encode(const struct gm_ckptx_hdr *h, uint8_t *buf, size_t cap, 
     if (!hex_ok(h->key, GM_CKPTX_KEY_LEN) || !hex_ok(h->sha256, 64) || h->step < 0 ||
         h->bytes > GM_CKPTX_FILE_MAX || h->keep < 1 || h->term > (uint64_t)INT64_MAX)
         return -EINVAL;
-    o = json_pack("{s:s,s:I,s:s,s:I,s:i,s:I}", "key", h->key, "step", (json_int_t)h->step,
-                  "sha256", h->sha256, "bytes", (json_int_t)h->bytes, "keep", h->keep, "term",
+    o = json_pack("{s:s,s:I,s:s,s:I,s:i,s:I}", "key", h->key, "step", (json_int_t)h->step, "sha256",
+                  h->sha256, "bytes", (json_int_t)h->bytes, "keep", h->keep, "term",
                   (json_int_t)h->term);
     if (o == NULL)
         return -ENOMEM;
@@ -241,8 +240,8 @@ static struct gm_ckpt_held *held_find(struct gm_ckptx *x, const char *key, long 
     return NULL;
 }
 
-static void held_add(struct gm_ckptx *x, const char *key, long step, const char *sha,
-                     uint64_t term, const char *node)
+static void held_add(struct gm_ckptx *x, const char *key, long step, const char *sha, uint64_t term,
+                     const char *node)
 {
     struct gm_ckpt_held *h = held_find(x, key, step, sha);
 
@@ -340,7 +339,9 @@ void gm_ckptx_send(struct gm_ckptx *x, const char *key, const char *path, const 
     if (b == NULL || (err = gm_ckptx_hdr_encode(&h, hdr, sizeof(hdr), &hlen)) != 0 ||
         (b->data = malloc(hlen + flen + 1)) == NULL) {
         gm_err("event=checkpoint-send-failed path=%s err=\"%s\"", path,
-               gm_strerror(b == NULL ? -ENOMEM : err != 0 ? err : -ENOMEM));
+               gm_strerror(b == NULL  ? -ENOMEM
+                           : err != 0 ? err
+                                      : -ENOMEM));
         free(b);
         free(file);
         return;

@@ -275,16 +275,16 @@ static int export(json_t *ans, const char *id, const char *path, bool full)
                 pick = &items[i];
     }
     if (pick == NULL) {
-        fprintf(stderr, "gradmesh checkpoint: no checkpoint %s in %s (see gradmesh checkpoint "
-                        "list)\n",
+        fprintf(stderr,
+                "gradmesh checkpoint: no checkpoint %s in %s (see gradmesh checkpoint "
+                "list)\n",
                 id, dir);
         free(items);
         return GM_EXIT_RUNTIME;
     }
     err = gm_ckpt_load(pick->e.path, NULL, NULL, &f, &info, sha); /* logs why it refuses */
     if (err != 0) {
-        fprintf(stderr, "gradmesh checkpoint: %s is not usable: %s\n", pick->id,
-                gm_strerror(err));
+        fprintf(stderr, "gradmesh checkpoint: %s is not usable: %s\n", pick->id, gm_strerror(err));
         free(items);
         return GM_EXIT_RUNTIME;
     }
@@ -345,8 +345,7 @@ int gm_cli_checkpoint(int argc, char **argv)
         gm_cli_usage_hint("checkpoint");
         return GM_EXIT_USAGE;
     }
-    if (gm_cli_control("checkpoints", config, json_pack("{s:s}", "cmd", "checkpoints"), &ans) !=
-        0)
+    if (gm_cli_control("checkpoints", config, json_pack("{s:s}", "cmd", "checkpoints"), &ans) != 0)
         return GM_EXIT_RUNTIME;
     if (strcmp(sub, "list") == 0)
         rc = list(ans, as_json);

@@ -20,6 +20,8 @@
  *                is job.c (agent/job.h: submit, dataset check, groups), with
  *                rank.c (trainer thread), xport.c (training channel),
  *                jobmsg.c and datahash.c
+ *   ckptxfer.c   checkpoints: replication to the other ranks, receiving,
+ *                holders (agent/ckptxfer.h)
  *
  * Registering a room: a room defines one `const struct gm_room` listing its
  * frames {type, allowed link states, handler} and its control commands
