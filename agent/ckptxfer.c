@@ -500,16 +500,19 @@ static void rx_finish(struct gm_ckptx *x, struct rx *r)
     }
     if (why == NULL && fsync(r->fd) != 0)
         err = -errno;
+    snprintf(shapath, sizeof(shapath), "%s" GM_CKPT_SHA_SUFFIX, r->final);
     if (why == NULL && err == 0) {
         err = close(r->fd) != 0 ? -errno : 0;
         r->fd = -1;
+        /* an older copy of this step is uncommitted first (see gm_ckpt_write) */
+        if (err == 0 && unlink(shapath) != 0 && errno != ENOENT)
+            err = -errno;
         if (err == 0 && rename(r->tmp, r->final) != 0)
             err = -errno;
         if (err != 0)
             unlink(r->tmp);
     }
     if (why == NULL && err == 0) {
-        snprintf(shapath, sizeof(shapath), "%s" GM_CKPT_SHA_SUFFIX, r->final);
         snprintf(line, sizeof(line), "%s  %s\n", hex, slash != NULL ? slash + 1 : r->final);
         err = gm_file_sync_dir(r->final);
         if (err == 0)

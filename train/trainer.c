@@ -232,6 +232,18 @@ out:
     return err;
 }
 
+/* A checkpoint that cannot be written (a full disk) does not stop training: the one before
+ * stays the newest, and the next one is tried at its step. */
+static void checkpoint(struct run *r)
+{
+    int err = write_checkpoint(r);
+
+    if (err < 0)
+        gm_warn("event=checkpoint-failed step=%ld err=\"%s\": training goes on; the previous "
+                "checkpoint stays the newest",
+                r->st.step, gm_strerror(err));
+}
+
 /* Loads the checkpoint to resume from (opts->resume: a file, or a directory's newest valid
  * one); a refused file falls back to the newest valid one before it in its directory. */
 static int load_resume(struct run *r, struct gm_st_file *f, struct gm_ckpt_info *info, char *path,
@@ -695,9 +707,8 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
                         r.st.step, e + 1, es.loss_sum / (double)es.steps,
                         gm_sched_lr(&r.sched, r.st.step - 1), es.sps);
         }
-        if (job->checkpoint_every > 0 && r.st.rank == 0 && r.st.step % job->checkpoint_every == 0 &&
-            (err = write_checkpoint(&r)) < 0)
-            goto out;
+        if (job->checkpoint_every > 0 && r.st.rank == 0 && r.st.step % job->checkpoint_every == 0)
+            checkpoint(&r);
         if (r.st.step % r.steps_per_epoch != 0)
             continue;
         /* the end of epoch e */
@@ -751,9 +762,8 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
     if (!sum->interrupted && comm != NULL && comm->finish != NULL)
         comm->finish(comm->ctx, &r.st);
     /* the last checkpoint: at the end, or where the run was stopped */
-    if (job->checkpoint_every > 0 && r.st.rank == 0 && r.last_checkpoint != r.st.step &&
-        (err = write_checkpoint(&r)) < 0)
-        goto out;
+    if (job->checkpoint_every > 0 && r.st.rank == 0 && r.last_checkpoint != r.st.step)
+        checkpoint(&r);
     if (r.st.rank == 0 || (sum->interrupted && opts->keep_on_stop)) {
         if ((err = save_weights(&r, out)) < 0)
             goto out;

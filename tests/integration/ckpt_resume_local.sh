@@ -13,7 +13,9 @@
 #  4. refusals: the newest checkpoint of a copy of A's directory corrupted (one byte) -> a
 #     --resume of that directory falls back to the one before, logs why, ends identical to
 #     A; a truncated file given by name falls back the same way; a checkpoint of another job
-#     (another seed) is refused as foreign: exit 78, one error line naming the file;
+#     (another seed) is refused as foreign: exit 78, one error line naming the file; a
+#     checkpoint directory that cannot be written warns at every checkpoint and the run
+#     still ends with the same weights;
 #  5. the last checkpoint loads with Python's safetensors (safetensors.numpy) and a NumPy
 #     forward pass gives the accuracy the run reported (within 0.05 points).
 set -euo pipefail
@@ -143,6 +145,15 @@ set -e
 grep -q "reason=\"foreign: job 'ck'" "$tmp/o.log" || { cat "$tmp/o.log"; fail "no foreign reason"; }
 [ -e "$tmp/o.safetensors" ] && fail "a refused resume trained anyway"
 echo "ok: foreign checkpoint refused: $(grep '^error: ' "$tmp/o.log" | tail -1)"
+
+# a checkpoint that cannot be written does not stop training (ck.checkpoints is a file here)
+mkdir -p "$tmp/nodir" && : >"$tmp/nodir/ck.checkpoints"
+train "$tmp/nodir" --out "$tmp/nodir.safetensors" 2>"$tmp/nodir.log" \
+    || { tail "$tmp/nodir.log"; fail "a run whose checkpoints cannot be written failed"; }
+[ "$(grep -c 'event=checkpoint-failed' "$tmp/nodir.log")" -eq $((total / 100 + 1)) ] \
+    || fail "want a checkpoint-failed warning per checkpoint"
+cmp "$tmp/a.safetensors" "$tmp/nodir.safetensors" || fail "weights differ without checkpoints"
+echo "ok: checkpoints that cannot be written: $((total / 100 + 1)) warnings, training unchanged"
 
 # --- 5. the checkpoint in Python ---------------------------------------------------------------
 acc=$(python3 -c "import json;print(json.load(open('$tmp/a.json'))['test_accuracy'])")

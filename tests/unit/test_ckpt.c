@@ -156,6 +156,12 @@ static void test_round_trip(void)
     /* any job and model when the caller does not care */
     GM_CHECK_OK(gm_ckpt_load(path, NULL, NULL, &f, &out, NULL));
     gm_safetensors_free(&f);
+    /* the same step written again (a resumed run) with other content: committed anew */
+    GM_CHECK_OK(write_step(dir, HASH_B, "mlp", 120, path, sha2));
+    GM_CHECK(strcmp(sha2, sha) != 0);
+    GM_CHECK_OK(gm_ckpt_load(path, HASH_B, "mlp", &f, &out, sha));
+    GM_CHECK_STREQ(sha, sha2);
+    gm_safetensors_free(&f);
     rm_tree(dir);
     snprintf(dir, sizeof(dir), "%s/rt", tmpdir);
     rmdir(dir);

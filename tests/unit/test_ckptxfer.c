@@ -74,8 +74,10 @@ static size_t header(uint8_t *buf, long step, const uint8_t *body, size_t n, boo
 static int frame(struct gm_ckptx *x, const char *node, uint64_t req, bool more, const uint8_t *p,
                  size_t n)
 {
-    struct gm_frame_hdr h = {
-        .type = GM_MSG_CKPT_DATA, .flags = more ? GM_FRAME_F_MORE : 0, .len = (uint32_t)n, .req = req};
+    struct gm_frame_hdr h = {.type = GM_MSG_CKPT_DATA,
+                             .flags = more ? GM_FRAME_F_MORE : 0,
+                             .len = (uint32_t)n,
+                             .req = req};
 
     return gm_ckptx_on_frame(x, node, &h, p);
 }
@@ -103,7 +105,8 @@ static void test_codecs(void)
         static const char *const bad[] = {
             "{\"key\":\"0123456789abcdef\",\"step\":1,\"sha256\":\"" /* short hash */
             "abc\",\"bytes\":1,\"keep\":1,\"term\":0}",
-            "{\"key\":\"0123456789abcdef\",\"step\":-1,\"sha256\":\"eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee"
+            "{\"key\":\"0123456789abcdef\",\"step\":-1,\"sha256\":"
+            "\"eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee"
             "eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee\",\"bytes\":1,\"keep\":1,\"term\":0}",
             "{\"key\":\"0123456789abcdef\",\"step\":1,\"sha256\":\"eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee"
             "eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee\",\"bytes\":99999999999,\"keep\":1,\"term\":0}",
@@ -264,13 +267,14 @@ static void test_holders(void)
     GM_CHECK_EQ(hd.calls, 2);
     ack(x, "beta", 100, sha1, true);
     ack(x, "gamma", 100, sha1, true);
-    ack(x, "gamma", 100, sha1, true);  /* twice: counted once */
-    ack(x, "beta", 200, sha2, false);  /* not replicated */
-    ack(x, "beta", 200, sha1, true);   /* another hash: not this checkpoint */
+    ack(x, "gamma", 100, sha1, true); /* twice: counted once */
+    ack(x, "beta", 200, sha2, false); /* not replicated */
+    ack(x, "beta", 200, sha1, true);  /* another hash: not this checkpoint */
     GM_CHECK_EQ(hd.calls, 4);
     GM_CHECK_EQ(hd.last_holders, 3);
     GM_CHECK_EQ(gm_ckptx_held(x, held, 4), 2);
-    GM_CHECK(held[0].step == 200 && held[0].nholders == 1 && strcmp(held[0].holders[0], "alpha") == 0);
+    GM_CHECK(held[0].step == 200 && held[0].nholders == 1 &&
+             strcmp(held[0].holders[0], "alpha") == 0);
     GM_CHECK(held[1].step == 100 && held[1].nholders == 3 && held[1].term == 3 &&
              strcmp(held[1].holders[1], "beta") == 0 && strcmp(held[1].holders[2], "gamma") == 0);
     gm_ckptx_free(x);

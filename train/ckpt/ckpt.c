@@ -100,18 +100,29 @@ int gm_ckpt_write(const char *path, const struct gm_st_tensor *t, size_t nt,
         {"gradmesh.codec", info->codec},
     };
 
+    if (asprintf(&shapath, "%s" GM_CKPT_SHA_SUFFIX, path) < 0)
+        return -ENOMEM;
+    /* a checkpoint of this step written before (a resumed run) is uncommitted from here on,
+     * so no moment pairs the new file with the old hash */
+    if (unlink(shapath) != 0 && errno != ENOENT) {
+        err = -errno;
+        gm_err("%s: cannot remove: %s", shapath, gm_strerror(err));
+        free(shapath);
+        return err;
+    }
     err = gm_safetensors_write(path, t, nt, meta, sizeof(meta) / sizeof(meta[0]));
-    if (err != 0)
+    if (err != 0) {
+        free(shapath);
         return err; /* logged */
+    }
     err = gm_file_read(path, FILE_MAX, &buf, &len);
     if (err != 0) {
         gm_err("%s: cannot read back the checkpoint: %s", path, gm_strerror(err));
+        free(shapath);
         return err;
     }
     gm_ckpt_sha256_hex(buf, len, hex);
     free(buf);
-    if (asprintf(&shapath, "%s" GM_CKPT_SHA_SUFFIX, path) < 0)
-        return -ENOMEM;
     snprintf(line, sizeof(line), "%s  %s\n", hex, base_name(path));
     err = gm_file_write_atomic(shapath, line, strlen(line), 0644);
     if (err != 0)
