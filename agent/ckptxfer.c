@@ -20,6 +20,7 @@
 #include "common/byteorder.h"
 #include "common/file.h"
 #include "common/log.h"
+#include "common/time.h"
 #include "train/ckpt/ckpt.h"
 
 #define NODE_LEN (GM_ID_NAME_MAX + 1)
@@ -254,6 +255,7 @@ static void held_add(struct gm_ckptx *x, const char *key, long step, const char 
         snprintf(h->sha256, sizeof(h->sha256), "%s", sha);
         h->step = step;
         h->term = term;
+        h->t_ns = gm_time_mono_ns();
         x->held_order[i] = ++x->order_seq;
     }
     for (size_t i = 0; i < h->nholders; i++)
@@ -285,6 +287,16 @@ size_t gm_ckptx_held(const struct gm_ckptx *x, struct gm_ckpt_held *out, size_t 
     for (size_t i = 0; i < n && i < cap; i++)
         out[i] = x->held[idx[i]];
     return n;
+}
+
+double gm_ckptx_newest_age_s(const struct gm_ckptx *x)
+{
+    uint64_t newest = 0;
+
+    for (size_t i = 0; i < x->nheld; i++)
+        if (x->held[i].t_ns > newest)
+            newest = x->held[i].t_ns;
+    return x->nheld == 0 ? -1 : (double)(gm_time_mono_ns() - newest) * 1e-9;
 }
 
 void gm_ckptx_set_on_held(struct gm_ckptx *x, void (*fn)(void *arg, const struct gm_ckpt_held *h),
@@ -527,6 +539,8 @@ static void rx_finish(struct gm_ckptx *x, struct rx *r)
         char dir[1200];
         gm_info("event=checkpoint-received peer=%s key=%s step=%ld bytes=%llu sha256=%s path=%s",
                 r->node, r->h.key, r->h.step, (unsigned long long)r->got, r->h.sha256, r->final);
+        held_add(x, r->h.key, r->h.step, r->h.sha256, r->h.term, r->node);
+        held_add(x, r->h.key, r->h.step, r->h.sha256, r->h.term, x->env.node);
         snprintf(dir, sizeof(dir), "%.*s", (int)(slash - r->final), r->final);
         if (gm_ckpt_dir_prune(dir, r->h.keep) != 0)
             gm_warn("event=checkpoint-prune-failed dir=%s", dir);

@@ -22,7 +22,8 @@
  * one, more bytes than announced) closes the link with GM_ERR_PROTO.
  *
  * Holders.  The sender records, per checkpoint (key, step, sha256, term), the nodes that hold
- * it: itself at once, each member whose ACK says ok.  gm_ckptx_held() lists them, newest first;
+ * it: itself at once, each member whose ACK says ok; a receiver records the sender and itself
+ * for each checkpoint it commits.  gm_ckptx_held() lists them, newest first;
  * gm_ckptx_set_on_held() registers a callback run each time a holder is added (the chief
  * records a checkpoint held by a majority in its log).  The last GM_CKPTX_HELD_MAX are kept.
  *
@@ -81,6 +82,7 @@ struct gm_ckpt_held {
     uint64_t term;
     size_t nholders;
     char holders[GM_CKPTX_HOLDERS_MAX][GM_ID_NAME_MAX + 1];
+    uint64_t t_ns; /* monotonic time it was first recorded here */
 };
 
 struct gm_ckptx_env {
@@ -122,6 +124,10 @@ size_t gm_ckptx_held(const struct gm_ckptx *x, struct gm_ckpt_held *out, size_t 
 /* Called (loop thread) each time a node is added as the holder of a checkpoint. */
 void gm_ckptx_set_on_held(struct gm_ckptx *x, void (*fn)(void *arg, const struct gm_ckpt_held *h),
                           void *arg);
+
+/* Seconds since the newest checkpoint was recorded here (written by this node's rank or
+ * received from another), or -1 when none was (gradmesh_checkpoint_age_seconds). */
+double gm_ckptx_newest_age_s(const struct gm_ckptx *x);
 
 /* The control command "checkpoints": {dir, held: [{key, step, sha256, term, holders}]}. */
 json_t *gm_ckptx_ctl_list(struct gm_ckptx *x);

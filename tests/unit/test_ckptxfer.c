@@ -170,6 +170,13 @@ static void test_transfers(void)
     gm_ckpt_sha256_hex(body, sizeof(body), hex);
     GM_CHECK(n == 1 && v[0].step == 100 && strcmp(v[0].sha256, hex) == 0);
     free(v);
+    {
+        struct gm_ckpt_held held[2];
+        GM_CHECK_EQ(gm_ckptx_held(x, held, 2), 1); /* the receiver knows: beta and itself */
+        GM_CHECK(held[0].step == 100 && held[0].nholders == 2 && held[0].term == 4 &&
+                 strcmp(held[0].holders[0], "beta") == 0 &&
+                 strcmp(held[0].holders[1], "alpha") == 0 && strcmp(held[0].sha256, hex) == 0);
+    }
 
     /* a wrong hash: nothing committed */
     hl = header(buf, 200, body, sizeof(body), true, sizeof(body));
@@ -261,10 +268,12 @@ static void test_holders(void)
     sha2[64] = '\0';
     GM_CHECK_OK(gm_ckptx_new(&env, &x));
     gm_ckptx_set_on_held(x, on_held, &hd);
+    GM_CHECK(gm_ckptx_newest_age_s(x) < 0); /* none yet */
     /* no other rank: recorded with this node as the one holder, nothing read */
     gm_ckptx_send(x, KEY, "/nonexistent", sha1, 100, 2, 3, NULL, 0);
     gm_ckptx_send(x, KEY, "/nonexistent", sha2, 200, 2, 3, NULL, 0);
     GM_CHECK_EQ(hd.calls, 2);
+    GM_CHECK(gm_ckptx_newest_age_s(x) >= 0 && gm_ckptx_newest_age_s(x) < 60);
     ack(x, "beta", 100, sha1, true);
     ack(x, "gamma", 100, sha1, true);
     ack(x, "gamma", 100, sha1, true); /* twice: counted once */
