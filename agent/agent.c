@@ -27,6 +27,7 @@
 #include "agent/admit.h"
 #include "agent/beacons.h"
 #include "agent/chief.h"
+#include "agent/ckptxfer.h"
 #include "agent/control.h"
 #include "agent/endpoints.h"
 #include "agent/job.h"
@@ -156,7 +157,7 @@ static const struct gm_room link_room = {
  * agent/state.h).  A new room adds its `const struct gm_room` here. */
 static const struct gm_room *const rooms[] = {
     &link_room,     &gm_members_room, &gm_measure_room, &gm_admit_room,
-    &gm_views_room, &gm_job_room,     &gm_chief_room,
+    &gm_views_room, &gm_job_room,     &gm_chief_room,   &gm_ckpt_room,
 };
 
 /* Programmer errors: a frame type or a command name claimed twice. */
@@ -227,6 +228,7 @@ static void on_close(struct gm_link *l, int err)
         gm_measure_link_down(&p->m);
         gm_jobs_link_down(a->jobs, p->node, err != 0 ? err : GM_ERR_ABORTED);
         gm_chief_link_down(a, p->node);
+        gm_ckptx_link_down(a->ckptx, p->node);
         gm_notice("event=link-down peer=%s err=%d msg=\"%s\" reason=\"%s\"", p->node, err,
                   gm_strerror(err), reason);
     } else if (c->ep != NULL && gm_link_state(l) != GM_LSTATE_UP && !c->duplicate) {
@@ -488,6 +490,8 @@ int gm_agent_open(const char *config_path, struct gm_agent **out)
         err = gm_jobroom_open(a);
     if (err == 0)
         err = gm_chief_open(a);
+    if (err == 0)
+        err = gm_ckptroom_open(a);
     if (err != 0) {
         gm_agent_free(a);
         return err;
@@ -632,6 +636,8 @@ void gm_agent_free(struct gm_agent *a)
         while (uv_run(&a->loop, UV_RUN_DEFAULT) != 0)
             ;
     }
+    gm_ckptx_free(a->ckptx); /* after the links: nothing arrives any more */
+    a->ckptx = NULL;
     gm_metrics_stop(a->metrics); /* after the trainer: it may publish until it ends */
     a->metrics = NULL;
     if (uv_loop_close(&a->loop) != 0)

@@ -100,10 +100,21 @@ static const struct verb_help verbs[] = {
     {"cancel", "ID [--config FILE]", "stop a job at its next step boundary",
      "  ID                     the job's id (gradmesh jobs)\n" CONFIG_LINE
      "  The coordinator keeps the weights of the last finished step.\n"},
+    {"checkpoint", "list [--json] | export ID PATH [--full]  [--config FILE]",
+     "list this agent's checkpoints; export one as a safetensors file",
+     "  list                   ID (KEY-STEP), job, model, step, epoch, bytes, state (ok,\n"
+     "                         refused, uncommitted) and the nodes that hold it; every file\n"
+     "                         is verified against its .sha256\n"
+     "  --json                 list as JSON\n"
+     "  export ID PATH         write checkpoint ID (or latest) to PATH: the weights and\n"
+     "                         metadata, a state_dict for safetensors and PyTorch\n"
+     "  --full                 export the whole checkpoint (optimizer and codec state "
+     "too)\n" CONFIG_LINE
+     "  Checkpoints live in STATE_DIR/checkpoints/KEY/ (KEY: from the job file's text).\n"},
     {"train",
      "--local JOB.ini [--summary-json FILE] [--out FILE] [--tensorboard DIR]\n"
-     "                     [--no-tensorboard] [--no-progress] [--simulate-workers N]\n"
-     "                     [--no-error-feedback]",
+     "                     [--no-tensorboard] [--no-progress] [--resume CKPT|DIR]\n"
+     "                     [--simulate-workers N] [--no-error-feedback]",
      "train a job on this machine alone (no agent, no network)",
      "  --local JOB.ini        the job file (gradmesh-job(5))\n"
      "  --summary-json FILE    write the run summary (accuracy, speed, ...) as JSON\n"
@@ -112,6 +123,9 @@ static const struct verb_help verbs[] = {
      "                         runs/JOBNAME-YYYYmmdd-HHMMSS)\n"
      "  --no-tensorboard       write no event files\n"
      "  --no-progress          log lines instead of a progress bar on a terminal\n"
+     "  --resume CKPT|DIR      go on from a checkpoint (the job's checkpoint_every writes\n"
+     "                         them), or the newest valid one of a directory; a refused one\n"
+     "                         (corrupt, truncated, another job) falls back to the one before\n"
      "  --simulate-workers N   N data-parallel replicas in this process (1-64), codec from\n"
      "                         the job's [comm]; bytes_sent and codec in the summary\n"
      "  --no-error-feedback    with powersgd: turn error feedback off (experiments)\n"

@@ -1,11 +1,13 @@
 /*
  * agent/cli_train.c - `gradmesh train --local JOB.ini [--summary-json FILE]
  * [--out FILE] [--tensorboard DIR | --no-tensorboard] [--no-progress]
- * [--simulate-workers N [--no-error-feedback]]`:
+ * [--resume CKPT|DIR] [--simulate-workers N [--no-error-feedback]]`:
  * the single-machine trainer, no network.  --simulate-workers runs N
  * data-parallel replicas in this process over the in-memory transport with
  * the job's [comm] codec (train/sim.h); --no-error-feedback turns PowerSGD's
  * error feedback off (the negative control of docs/BENCHMARKS.md).
+ * --resume goes on from a checkpoint (train/ckpt/ckpt.h; the job's
+ * checkpoint_every writes them), or from the newest valid one of a directory.
  *
  * SIGINT/SIGTERM set a flag (the handler does nothing else); the trainer
  * stops at the next step boundary, saves the weights and the run ends with
@@ -48,6 +50,7 @@ int gm_cli_train(int argc, char **argv)
         {"no-error-feedback", no_argument, NULL, 'e'},
         {"tensorboard", required_argument, NULL, 't'},
         {"no-tensorboard", no_argument, NULL, 'T'},
+        {"resume", required_argument, NULL, 'r'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -97,6 +100,9 @@ int gm_cli_train(int argc, char **argv)
             break;
         case 'T':
             tb_on = 0;
+            break;
+        case 'r':
+            opts.resume = optarg;
             break;
         case 'h':
             gm_cli_help(stdout, "train");

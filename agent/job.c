@@ -29,6 +29,7 @@
 #include "common/assert.h"
 #include "common/log.h"
 #include "common/time.h"
+#include "train/ckpt/ckpt.h"
 #include "train/job.h"
 
 #define HISTORY_MAX 16
@@ -417,10 +418,37 @@ static void rank_group_failed(struct gm_rank *rk, uint32_t gen, int err, void *a
     (void)send_msg(j, jb->coordinator, GM_MSG_JOB_REPORT, &m);
 }
 
+/* Rank 0 committed a checkpoint: the agent replicates it to the group's other ranks. */
+static void rank_checkpoint(struct gm_rank *rk, const char *path, const char *sha256, long step,
+                            void *arg)
+{
+    struct gm_jobs *j = arg;
+    struct job *jb = j->cur;
+    char key[GM_JOBS_CKPT_KEY_LEN + 1];
+
+    (void)rk;
+    if (jb == NULL || !jb->coord || j->env.ckpt_written == NULL || jb->world < 1)
+        return;
+    gm_jobs_ckpt_key(&jb->job, key);
+    j->env.ckpt_written(j->env.agent, key, path, sha256, step, jb->job.checkpoint_keep,
+                        (const char(*)[GM_ID_NAME_MAX + 1])(jb->ranks + 1), jb->world - 1);
+}
+
 static const struct gm_rank_ops rank_ops = {
     .on_exit = rank_exit,
     .on_group_failed = rank_group_failed,
+    .on_checkpoint = rank_checkpoint,
 };
+
+void gm_jobs_ckpt_key(const struct gm_job *job, char key[GM_JOBS_CKPT_KEY_LEN + 1])
+{
+    char hex[65];
+
+    gm_ckpt_sha256_hex(job->text != NULL ? job->text : "", job->text != NULL ? job->text_len : 0,
+                       hex);
+    memcpy(key, hex, GM_JOBS_CKPT_KEY_LEN);
+    key[GM_JOBS_CKPT_KEY_LEN] = '\0';
+}
 
 /* --- groups ------------------------------------------------------------------------------ */
 
@@ -466,7 +494,8 @@ static int form_local(struct gm_jobs *j, struct job *jb)
 
 static int start_rank(struct gm_jobs *j, struct job *jb)
 {
-    char dir[1024], out[1100];
+    char dir[1024], out[1100], ckdir[1100], key[GM_JOBS_CKPT_KEY_LEN + 1];
+    struct gm_rank_ckpt ck = {0};
     int err;
 
     snprintf(dir, sizeof(dir), "%s/jobs", j->env.state_dir);
@@ -479,7 +508,14 @@ static int start_rank(struct gm_jobs *j, struct job *jb)
     snprintf(out, sizeof(out), "%s/%s.safetensors", dir, jb->job.name);
     if (!jb->job.device_set) /* the job file did not choose: this agent's [train] device */
         jb->job.device = j->env.device;
-    if ((err = gm_rank_start(j->env.loop, &jb->job, out, &rank_ops, j, &jb->rank)) < 0)
+    /* checkpoints: STATE_DIR/checkpoints/KEY (KEY from the job text, so a job submitted again
+     * finds them); the coordinator resumes from the newest valid one there, if any */
+    gm_jobs_ckpt_key(&jb->job, key);
+    snprintf(ckdir, sizeof(ckdir), "%s/checkpoints/%s", j->env.state_dir, key);
+    ck.dir = ckdir;
+    ck.resume = jb->coord;
+    ck.term = my_term(j); /* the chief's term when the job started here */
+    if ((err = gm_rank_start(j->env.loop, &jb->job, out, &ck, &rank_ops, j, &jb->rank)) < 0)
         return err;
     if (j->env.metrics != NULL)
         gm_rank_set_metrics(jb->rank, j->env.metrics(j->env.agent));

@@ -85,8 +85,20 @@ struct gm_jobs_env {
     void (*record)(void *agent, const char *id, const char *state, long step);
     /* Where a rank publishes its job metrics (agent/metrics.h), or NULL. */
     struct gm_metrics *(*metrics)(void *agent);
+    /* Optional: rank 0 here committed a checkpoint of the job whose checkpoint directory is
+     * STATE_DIR/checkpoints/key (path, SHA-256 hex, step, the job's checkpoint_keep); nodes[n]
+     * are the group's other ranks, to replicate it to. */
+    void (*ckpt_written)(void *agent, const char *key, const char *path, const char *sha256,
+                         long step, int keep, const char (*nodes)[GM_ID_NAME_MAX + 1], size_t n);
     void *agent;
 };
+
+#define GM_JOBS_CKPT_KEY_LEN 16
+struct gm_job;
+/* The name of a job's checkpoint directory: the first 16 hex digits of the SHA-256 of its
+ * text (the job hash of train/ckpt/ckpt.h), so the same job file submitted again finds its
+ * checkpoints. */
+void gm_jobs_ckpt_key(const struct gm_job *job, char key[GM_JOBS_CKPT_KEY_LEN + 1]);
 
 GM_MUST_CHECK int gm_jobs_new(const struct gm_jobs_env *env, struct gm_jobs **out);
 /* Stops the running rank, if any; the agent keeps its loop running until

@@ -24,23 +24,12 @@ void gm_jobmsg_free(struct gm_jobmsg *m)
 
 static bool id_ok(const char *s)
 {
-    size_t n = strlen(s);
-
-    if (n != GM_JOB_ID_LEN)
-        return false;
-    for (size_t i = 0; i < n; i++)
-        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
-            return false;
-    return true;
+    return gm_proto_is_hex(s, GM_JOB_ID_LEN);
 }
 
-/* Printable ASCII (messages and file names are shown to people). */
 static bool printable(const char *s)
 {
-    for (; *s; s++)
-        if ((unsigned char)*s < 0x20 || (unsigned char)*s > 0x7e)
-            return false;
-    return true;
+    return gm_proto_printable(s);
 }
 
 static int get_str(json_t *o, const char *key, char *out, size_t cap, bool required)

@@ -10,17 +10,22 @@
 #include <string.h>
 
 #include "agent/chief.h"
+#include "agent/ckptxfer.h"
 #include "agent/job.h"
 #include "agent/state.h"
 
 static struct gm_link *link_to(void *agent, const char *node)
 {
-    struct gm_peer *p = gm_agent_peer_find(agent, node);
+    return gm_agent_up_link(agent, node);
+}
 
-    return p != NULL && p->link != NULL && gm_link_state(p->link) == GM_LSTATE_UP &&
-                   !gm_link_is_closing(p->link)
-               ? p->link
-               : NULL;
+/* Rank 0 here committed a checkpoint: the checkpoint room replicates it. */
+static void ckpt_written(void *agent, const char *key, const char *path, const char *sha256,
+                         long step, int keep, const char (*nodes)[GM_ID_NAME_MAX + 1], size_t n)
+{
+    struct gm_agent *a = agent;
+
+    gm_ckptx_send(a->ckptx, key, path, sha256, step, keep, 0, nodes, n);
 }
 
 static size_t members_up(void *agent, char (*nodes)[GM_ID_NAME_MAX + 1], size_t cap)
@@ -67,6 +72,7 @@ int gm_jobroom_open(struct gm_agent *a)
                               .chief = chief_of,
                               .record = record_job,
                               .metrics = metrics_of,
+                              .ckpt_written = ckpt_written,
                               .agent = a};
 
     return gm_jobs_new(&env, &a->jobs);

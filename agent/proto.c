@@ -40,10 +40,30 @@ int gm_proto_type_known(uint16_t type)
     case GM_MSG_RAFT:
     case GM_MSG_CHIEF_REQ:
     case GM_MSG_CHIEF_ANS:
+    case GM_MSG_CKPT_DATA:
+    case GM_MSG_CKPT_ACK:
         return 1;
     default:
         return 0;
     }
+}
+
+bool gm_proto_is_hex(const char *s, size_t n)
+{
+    if (strlen(s) != n)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+            return false;
+    return true;
+}
+
+bool gm_proto_printable(const char *s)
+{
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || (unsigned char)*s > 0x7e)
+            return false;
+    return true;
 }
 
 const char *gm_proto_type_name(uint16_t type)
@@ -97,6 +117,10 @@ const char *gm_proto_type_name(uint16_t type)
         return "chief-req";
     case GM_MSG_CHIEF_ANS:
         return "chief-ans";
+    case GM_MSG_CKPT_DATA:
+        return "ckpt-data";
+    case GM_MSG_CKPT_ACK:
+        return "ckpt-ack";
     default:
         return "unknown";
     }

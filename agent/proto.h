@@ -36,6 +36,7 @@
 #ifndef GM_AGENT_PROTO_H
 #define GM_AGENT_PROTO_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -70,6 +71,8 @@ enum gm_msg_type {
     GM_MSG_RAFT = 44,      /* raft's bytes on a channel of the link (agent/chiefnet.h) */
     GM_MSG_CHIEF_REQ = 45, /* a member asks the chief for a change (agent/chief.h) */
     GM_MSG_CHIEF_ANS = 46, /* the chief's answer, once committed or refused */
+    GM_MSG_CKPT_DATA = 48, /* bulk: a checkpoint file with its header (agent/ckptxfer.h) */
+    GM_MSG_CKPT_ACK = 49,  /* JSON: a checkpoint received (or not) */
 };
 
 #define GM_ADDR_MAX 64
@@ -123,6 +126,11 @@ struct gm_msg_join_accept {
 
 int gm_proto_type_known(uint16_t type);
 const char *gm_proto_type_name(uint16_t type);
+
+/* Payload field checks shared by the JSON messages: s is exactly n lower-case hex digits;
+ * s is printable ASCII (what is shown to people). */
+bool gm_proto_is_hex(const char *s, size_t n);
+bool gm_proto_printable(const char *s);
 
 /* "1.2.3.4:5" or "[::1]:5" (IP literals only) -> sockaddr. -EINVAL otherwise. */
 GM_MUST_CHECK int gm_proto_addr_parse(const char *s, struct sockaddr_storage *out);

@@ -70,6 +70,12 @@ struct gm_rank {
     struct gm_metrics *metrics; /* borrowed, may be NULL: where the trainer publishes */
     struct gm_metrics_job mjob; /* the last published (accuracy kept between evaluations) */
     struct gm_tb_writer *tb;    /* owned, trainer thread only (NULL: none): the job's events */
+    struct ckpt_note {          /* the newest checkpoint written, until the loop takes it */
+        bool pending;
+        long step;
+        char sha256[65];
+        char path[GM_JOB_PATH_MAX + 64];
+    } ckpt;
 
     /* loop thread only */
     struct req *inflight, **inflight_tail; /* FIFO: started; gm_coll completes in order */
@@ -96,6 +102,7 @@ struct gm_rank {
     volatile sig_atomic_t stop;
     struct gm_job job; /* owned copy */
     char out[GM_JOB_PATH_MAX];
+    char ckpt_dir[GM_JOB_PATH_MAX];
     int err;
     struct gm_train_summary sum;
 };
@@ -239,6 +246,7 @@ static void async_cb(uv_async_t *a)
 {
     struct gm_rank *rk = a->data;
     struct req *r;
+    struct ckpt_note ck;
     bool report;
 
     pthread_mutex_lock(&rk->mu);
@@ -246,12 +254,16 @@ static void async_cb(uv_async_t *a)
     rk->pending = NULL;
     rk->pending_tail = &rk->pending;
     report = rk->exited && !rk->exit_reported;
+    ck = rk->ckpt;
+    rk->ckpt.pending = false;
     pthread_mutex_unlock(&rk->mu);
     while (r != NULL) { /* in order: every rank starts the same ops in the same order */
         struct req *next = r->next;
         start_req(rk, r);
         r = next;
     }
+    if (ck.pending && !rk->freeing && rk->ops->on_checkpoint != NULL)
+        rk->ops->on_checkpoint(rk, ck.path, ck.sha256, ck.step, rk->arg);
     reap(rk);
     if (rk->freeing) {
         if (rk->graveyard == NULL && !uv_is_closing((uv_handle_t *)a))
@@ -643,6 +655,30 @@ static void hook_finish(void *ctx, const struct gm_train_state *st)
     pthread_mutex_unlock(&rk->mu);
 }
 
+/* Trainer thread: the codec state a checkpoint holds (this rank's gradsync). */
+static size_t hook_codec_state(void *ctx, struct gm_st_tensor *t, size_t cap, const char **codec)
+{
+    struct gm_rank *rk = ctx;
+
+    *codec = "";
+    return rk->gs != NULL ? gm_gradsync_ckpt_state(rk->gs, t, cap, codec) : 0;
+}
+
+/* Trainer thread: a checkpoint is written and committed; the loop hears of it (the newest
+ * one wins when two come before the loop runs: the older one stays on disk here). */
+static void hook_checkpoint(void *ctx, const char *path, const char *sha256, long step)
+{
+    struct gm_rank *rk = ctx;
+
+    pthread_mutex_lock(&rk->mu);
+    rk->ckpt.pending = true;
+    rk->ckpt.step = step;
+    snprintf(rk->ckpt.sha256, sizeof(rk->ckpt.sha256), "%s", sha256);
+    snprintf(rk->ckpt.path, sizeof(rk->ckpt.path), "%s", path);
+    pthread_mutex_unlock(&rk->mu);
+    uv_async_send(&rk->async);
+}
+
 /* Trainer thread: the observer hooks (train/trainer.h) feed the metrics room. */
 static void hook_step(void *ctx, const struct gm_train_step_info *si)
 {
@@ -719,7 +755,8 @@ static void *trainer_main(void *arg)
 }
 
 int gm_rank_start(uv_loop_t *loop, const struct gm_job *job, const char *out,
-                  const struct gm_rank_ops *ops, void *arg, struct gm_rank **out_rk)
+                  const struct gm_rank_ckpt *ck, const struct gm_rank_ops *ops, void *arg,
+                  struct gm_rank **out_rk)
 {
     struct gm_rank *rk;
     int err;
@@ -763,6 +800,7 @@ int gm_rank_start(uv_loop_t *loop, const struct gm_job *job, const char *out,
                                       .grads_ready = hook_grads_ready,
                                       .progress = hook_progress,
                                       .finish = hook_finish,
+                                      .codec_state = hook_codec_state,
                                       .ctx = rk};
     rk->hooks = (struct gm_train_hooks){.on_step = hook_step, .on_eval = hook_eval, .ctx = rk};
     snprintf(rk->mjob.name, sizeof(rk->mjob.name), "%s", job->name);
@@ -777,6 +815,17 @@ int gm_rank_start(uv_loop_t *loop, const struct gm_job *job, const char *out,
                                       .comm = &rk->comm,
                                       .keep_on_stop = 1,
                                       .hooks = &rk->hooks};
+    if (ck != NULL && ck->dir != NULL) {
+        snprintf(rk->ckpt_dir, sizeof(rk->ckpt_dir), "%s", ck->dir);
+        rk->opts.ckpt_dir = rk->ckpt_dir;
+        rk->opts.term = ck->term;
+        rk->opts.on_checkpoint = hook_checkpoint;
+        rk->opts.ckpt_ctx = rk;
+        if (ck->resume) {
+            rk->opts.resume = rk->ckpt_dir;
+            rk->opts.resume_optional = 1;
+        }
+    }
     {
         /* the job's TensorBoard events, beside its weights: JOBDIR/tensorboard/ (each agent
          * writes its own view; only rank 0 evaluates) */

@@ -39,6 +39,7 @@
 #ifndef GM_AGENT_RANK_H
 #define GM_AGENT_RANK_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include <uv.h>
@@ -65,16 +66,30 @@ struct gm_rank_progress {
     char params_sha256[65];
 };
 
+/* Checkpoints of a rank (train/ckpt/ckpt.h): rank 0 writes them into dir every
+ * checkpoint_every steps of the job, at the end and when stopped; resume: go on from the newest
+ * valid checkpoint of this job in dir, if there is one (the coordinator; the other ranks take
+ * its state in the first resync). */
+struct gm_rank_ckpt {
+    const char *dir; /* borrowed (copied); NULL: no checkpoints */
+    bool resume;
+    uint64_t term; /* recorded in each checkpoint */
+};
+
 struct gm_rank_ops {
     /* The trainer thread ended (err 0: finished or stopped); sum is its summary. */
     void (*on_exit)(struct gm_rank *rk, int err, const struct gm_train_summary *sum, void *arg);
     /* An operation of group gen failed on a link (err): a new group is needed. */
     void (*on_group_failed)(struct gm_rank *rk, uint32_t gen, int err, void *arg);
+    /* Optional: rank 0 wrote and committed a checkpoint (path, SHA-256 hex, step). */
+    void (*on_checkpoint)(struct gm_rank *rk, const char *path, const char *sha256, long step,
+                          void *arg);
 };
 
-/* job is copied (its text too); out: where rank 0 writes the weights. */
+/* job is copied (its text too); out: where rank 0 writes the weights; ck may be NULL. */
 GM_MUST_CHECK int gm_rank_start(uv_loop_t *loop, const struct gm_job *job, const char *out,
-                                const struct gm_rank_ops *ops, void *arg, struct gm_rank **rk);
+                                const struct gm_rank_ckpt *ck, const struct gm_rank_ops *ops,
+                                void *arg, struct gm_rank **rk);
 /* A new group; x is owned by the rank from now on (also on error). */
 GM_MUST_CHECK int gm_rank_set_group(struct gm_rank *rk, uint32_t gen, int rank, int world,
                                     struct gm_xport *x);

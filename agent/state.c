@@ -102,6 +102,16 @@ struct gm_peer *gm_agent_peer_find(struct gm_agent *a, const char *node)
     return NULL;
 }
 
+struct gm_link *gm_agent_up_link(struct gm_agent *a, const char *node)
+{
+    struct gm_peer *p = gm_agent_peer_find(a, node);
+
+    return p != NULL && p->link != NULL && gm_link_state(p->link) == GM_LSTATE_UP &&
+                   !gm_link_is_closing(p->link)
+               ? p->link
+               : NULL;
+}
+
 int gm_agent_state_read(const struct gm_agent *a, const char *name, char path[GM_PATH_MAX],
                         char **text)
 {

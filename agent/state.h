@@ -22,6 +22,8 @@
  *                is job.c (agent/job.h: submit, dataset check, groups), with
  *                rank.c (trainer thread), xport.c (training channel),
  *                jobmsg.c and datahash.c
+ *   ckptxfer.c   checkpoints: replication to the other ranks, receiving,
+ *                holders (agent/ckptxfer.h)
  *
  * Registering a room: a room defines one `const struct gm_room` listing its
  * frames {type, allowed link states, handler} and its control commands
@@ -87,6 +89,7 @@ struct gm_peer {
 };
 
 struct gm_endpoint;
+struct gm_ckptx;
 struct gm_reach;
 
 /* One per link, made by agent.c, freed in its on_close. */
@@ -158,6 +161,8 @@ struct gm_agent {
     struct gm_jobs *jobs;
     /* chief.c: consensus and the replicated state */
     struct gm_chief *chief;
+    /* ckptxfer.c */
+    struct gm_ckptx *ckptx;
     /* next rooms: one pointer each to their own state */
 };
 
@@ -205,6 +210,8 @@ void gm_agent_lctx_free(struct gm_lctx *c);
 struct gm_link_opts gm_agent_link_opts(const struct gm_agent *a, enum gm_tls_role role);
 /* The member named node, or NULL. */
 struct gm_peer *gm_agent_peer_find(struct gm_agent *a, const char *node);
+/* The up (and not closing) member link to node, or NULL. */
+struct gm_link *gm_agent_up_link(struct gm_agent *a, const char *node);
 /* Closes l with err after an ERROR frame; what is kept as the reason.  Returns 0. */
 int gm_agent_refuse(struct gm_link *l, int err, const char *what);
 /* Sends json (malloc'd, freed here) as one frame; err != 0 is passed through. */

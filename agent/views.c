@@ -19,6 +19,7 @@
 #include "agent/endpoints.h"
 #include "agent/job.h"
 #include "agent/metrics.h"
+#include "agent/ckptxfer.h"
 #include "agent/state.h"
 #include "common/assert.h"
 #include "discovery/discovery.h"
@@ -239,6 +240,7 @@ void gm_views_publish_metrics(struct gm_agent *a)
     c.members = (unsigned)a->npeers;
     c.members_up = (unsigned)gm_agent_links_up(a);
     c.token_uses = a->stats.joins_accepted; /* every admitted join spent one token use */
+    c.checkpoint_age_s = gm_ckptx_newest_age_s(a->ckptx);
     gm_metrics_set_cluster(a->metrics, &c);
     links = calloc(a->npeers + 1, sizeof(*links));
     if (links == NULL)

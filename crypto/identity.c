@@ -22,6 +22,7 @@
 #include <openssl/x509v3.h>
 #include <sodium.h>
 
+#include "common/file.h"
 #include "common/log.h"
 #include "crypto/internal.h"
 
@@ -119,90 +120,15 @@ int gm_id_read_private_file(const char *path, size_t max, char **out, size_t *le
     return gm_id_read_file(path, max, out, len);
 }
 
+/* Both are common/file.h's, kept under these names for crypto's callers. */
 int gm_id_write_file(const char *path, const void *data, size_t len, int mode)
 {
-    char tmp[4096];
-    const char *p = data;
-    int fd, err = 0;
-
-    if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp))
-        return -ENAMETOOLONG;
-    (void)unlink(tmp);
-    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
-    if (fd < 0)
-        return -errno;
-    if (fchmod(fd, (mode_t)mode) != 0) {
-        err = -errno;
-        goto out;
-    }
-    while (len > 0) {
-        ssize_t w = write(fd, p, len);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0) {
-            err = w < 0 ? -errno : -EIO;
-            goto out;
-        }
-        p += w;
-        len -= (size_t)w;
-    }
-    if (fsync(fd) != 0)
-        err = -errno;
-out:
-    if (close(fd) != 0 && err == 0)
-        err = -errno;
-    if (err == 0 && rename(tmp, path) != 0)
-        err = -errno;
-    if (err != 0)
-        (void)unlink(tmp);
-    return err;
+    return gm_file_write_atomic(path, data, len, mode);
 }
 
 int gm_id_read_file(const char *path, size_t max, char **out, size_t *len)
 {
-    struct stat st;
-    char *buf = NULL;
-    size_t have = 0;
-    int fd, err = 0;
-
-    *out = NULL;
-    *len = 0;
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -errno;
-    if (fstat(fd, &st) != 0) {
-        err = -errno;
-        goto out;
-    }
-    if (st.st_size < 0 || (size_t)st.st_size > max) {
-        err = -EFBIG;
-        goto out;
-    }
-    buf = malloc((size_t)st.st_size + 1);
-    if (buf == NULL) {
-        err = -ENOMEM;
-        goto out;
-    }
-    while (have < (size_t)st.st_size) {
-        ssize_t r = read(fd, buf + have, (size_t)st.st_size - have);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0) {
-            err = -errno;
-            goto out;
-        }
-        if (r == 0)
-            break;
-        have += (size_t)r;
-    }
-    buf[have] = '\0';
-    *out = buf;
-    *len = have;
-    buf = NULL;
-out:
-    free(buf);
-    close(fd);
-    return err;
+    return gm_file_read(path, max, out, len);
 }
 
 int gm_id_key_save(const struct gm_key *k, const char *path)

@@ -15,6 +15,7 @@
 #include "common/log.h"
 #include "train/compress/diloco.h"
 #include "train/compress/powersgd.h"
+#include "train/ckpt/ckpt.h"
 #include "train/nn/model.h"
 
 struct gm_gradsync {
@@ -463,4 +464,35 @@ int gm_gradsync_after_step(struct gm_gradsync *g, struct gm_model *m, long step,
     if (err == GM_ERR_MISMATCH)
         gm_err("event=replicas_differ step=%ld: parameters are not bitwise identical", step);
     return err;
+}
+
+static size_t flat(struct gm_st_tensor *t, const char *name, const float *data, size_t n)
+{
+    t->name = name;
+    t->data = data;
+    t->ndim = 1;
+    t->shape[0] = (int64_t)n;
+    return 1;
+}
+
+size_t gm_gradsync_ckpt_state(const struct gm_gradsync *g, struct gm_st_tensor *t, size_t cap,
+                              const char **codec)
+{
+    size_t k = 0;
+
+    *codec = g->s.name;
+    if (g->psgd != NULL && cap >= 2) {
+        size_t nq;
+        const float *q = gm_psgd_q(g->psgd, &nq);
+        k += flat(&t[k], GM_CKPT_CODEC_PREFIX "powersgd.error", gm_psgd_error(g->psgd),
+                  gm_psgd_nelems(g->psgd));
+        k += flat(&t[k], GM_CKPT_CODEC_PREFIX "powersgd.q", q, q != NULL ? nq : 0);
+    }
+    if (g->dl != NULL && cap >= k + 2) {
+        const float *anchor, *mom;
+        size_t n = gm_diloco_state(g->dl, &anchor, &mom);
+        k += flat(&t[k], GM_CKPT_CODEC_PREFIX "diloco.anchor", anchor, n);
+        k += flat(&t[k], GM_CKPT_CODEC_PREFIX "diloco.momentum", mom, n);
+    }
+    return k;
 }

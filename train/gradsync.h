@@ -129,6 +129,15 @@ GM_MUST_CHECK int gm_gradsync_reduce(struct gm_gradsync *g, struct gm_model *m, 
  * replicas differ). */
 GM_MUST_CHECK int gm_gradsync_after_step(struct gm_gradsync *g, struct gm_model *m, long step,
                                          long total_steps);
+/* This rank's codec state for a checkpoint (train/ckpt/ckpt.h): PowerSGD's error feedback and
+ * Q factors ("gradmesh.codec.powersgd.error", ".q"), DiLoCo's anchor and outer momentum
+ * ("gradmesh.codec.diloco.anchor", ".momentum"), flat; up to cap tensors into t (data
+ * borrowed until the next call into g), *codec the strategy's name.  Returns how many (0
+ * before the state exists, and for dense strategies). */
+struct gm_st_tensor;
+size_t gm_gradsync_ckpt_state(const struct gm_gradsync *g, struct gm_st_tensor *t, size_t cap,
+                              const char **codec);
+
 /* Hash checks this rank passed. */
 uint64_t gm_gradsync_hash_checks(const struct gm_gradsync *g);
 

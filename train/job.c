@@ -113,6 +113,9 @@ static const struct keydef keys[] = {
     K_INT("job", "eval_every", eval_every, 1, INT_MAX, 0),
     K_STR("job", "out", out, 0),
     K_OTHER("job", "device", KT_DEVICE, device),
+    K_INT("job", "checkpoint_every", checkpoint_every, 0, INT_MAX, 0),
+    K_INT("job", "checkpoint_keep", checkpoint_keep, 1, 1000000, 0),
+    K_STR("job", "checkpoint_dir", checkpoint_dir, 0),
 
     K_OTHER("model", "hidden", KT_HIDDEN, hidden),
     K_F64("model", "dropout", dropout, 0, 1, K_FMAX_OPEN),
@@ -709,6 +712,8 @@ static void check_whole(struct ctx *c)
     }
     if (line_of(c, "job", "out") == 0)
         snprintf(job->out, sizeof(job->out), "%s.safetensors", job->name);
+    if (line_of(c, "job", "checkpoint_dir") == 0)
+        snprintf(job->checkpoint_dir, sizeof(job->checkpoint_dir), "%s.checkpoints", job->name);
 }
 
 /* Offset of the first byte that is not well-formed UTF-8 or is NUL, or len if none. */
@@ -813,6 +818,9 @@ void gm_job_defaults(struct gm_job *job)
     job->log_every = 100;
     job->eval_every = 1;
     snprintf(job->out, sizeof(job->out), "job.safetensors");
+    job->checkpoint_every = 0;
+    job->checkpoint_keep = 3;
+    snprintf(job->checkpoint_dir, sizeof(job->checkpoint_dir), "job.checkpoints");
     job->hidden[0] = 256;
     job->n_hidden = 1;
     job->dropout = 0;

@@ -9,6 +9,8 @@
  *              eval_every (epochs >= 1, 1), out (default "<name>.safetensors"),
  *              device (auto | cpu | cuda | cuda:N | cuda:all; unset: the agent's [train] device,
  *              else auto; train/nn/device.h)
+ *              checkpoint_every (steps >= 0, 0 = no checkpoints), checkpoint_keep (>= 1, 3),
+ *              checkpoint_dir (train --local only; default "<name>.checkpoints")
  *   [model]    hidden (comma list of MLP hidden sizes, "256"; mlp only), dropout ([0, 1), 0)
  *   [data]     kind (idx | cifar10 | folder, required), dir (required),
  *              test_split ((0, 1), 0.1), image_size (0..4096, 0 = native), channels (1 | 3, 3);
@@ -100,12 +102,15 @@ struct gm_job {
     enum gm_job_model model;
     int epochs;
     uint64_t seed;
-    int threads;                  /* BLAS / compute threads */
-    int log_every;                /* steps */
-    int eval_every;               /* epochs */
-    char out[GM_JOB_PATH_MAX];    /* final weights; "<name>.safetensors" unless set */
-    struct gm_device_spec device; /* auto unless set */
-    bool device_set;              /* [job] device was given: it wins over the agent's */
+    int threads;                          /* BLAS / compute threads */
+    int log_every;                        /* steps */
+    int eval_every;                       /* epochs */
+    char out[GM_JOB_PATH_MAX];            /* final weights; "<name>.safetensors" unless set */
+    struct gm_device_spec device;         /* auto unless set */
+    bool device_set;                      /* [job] device was given: it wins over the agent's */
+    int checkpoint_every;                 /* steps between checkpoints; 0: none */
+    int checkpoint_keep;                  /* newest checkpoints kept */
+    char checkpoint_dir[GM_JOB_PATH_MAX]; /* train --local; "<name>.checkpoints" unless set */
 
     /* [model] */
     int hidden[GM_JOB_HIDDEN_MAX]; /* MLP hidden sizes, n_hidden of them */

@@ -144,6 +144,13 @@ static int hook_after(void *ctx, struct gm_train_state *st)
     return gm_gradsync_after_step(rc->sync, m, step, total_steps);
 }
 
+static size_t hook_codec_state(void *ctx, struct gm_st_tensor *t, size_t cap, const char **codec)
+{
+    struct rank_ctx *rc = ctx;
+
+    return gm_gradsync_ckpt_state(rc->sync, t, cap, codec);
+}
+
 static void *rank_main(void *arg)
 {
     struct rank_ctx *rc = arg;
@@ -199,6 +206,7 @@ int gm_sim_train(const struct gm_job *job, const struct gm_train_opts *opts,
                                           .world = s.n,
                                           .reduce_grads = hook_reduce,
                                           .after_step = hook_after,
+                                          .codec_state = hook_codec_state,
                                           .ctx = rc};
         rc->opts = *opts;
         rc->opts.comm = &rc->comm;

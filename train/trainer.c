@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/log.h"
@@ -26,6 +27,7 @@
 #include "train/gradsync.h"
 #include "train/nn/model.h"
 #include "train/nn/optim.h"
+#include "train/ckpt/ckpt.h"
 #include "train/ckpt/safetensors.h"
 
 struct run {
@@ -44,6 +46,8 @@ struct run {
     int max_batch;                  /* per-rank batch buffers */
     long steps_per_epoch;
     uint64_t t_start, last_bar;
+    char job_hash[65];    /* SHA-256 of the job text: checkpoints name their job by it */
+    long last_checkpoint; /* step of the last checkpoint written, -1 */
 };
 
 void gm_train_share(int g, int world, int rank, int *off, int *n)
@@ -101,43 +105,62 @@ static int evaluate(struct run *r, double *acc, double *loss)
     return 0;
 }
 
-static int save_weights(struct run *r, const char *path)
+/* The weights as safetensors tensors in PyTorch layout: t[0..nt) point into *buf (owned by
+ * the caller), which holds the exported copy.  -ENOMEM. */
+/* The model's tensors as safetensors entries, t[0 .. *count): the parameters,
+ * then the buffers (batch norm running statistics), under PyTorch's names.  t
+ * has room for gm_model_num_tensors + gm_model_num_buffers entries; *buf
+ * (owned by the caller) holds their data. */
+static int weight_tensors(struct gm_model *m, struct gm_st_tensor *t, float **buf, size_t *count)
 {
-    struct gm_model *m = r->model;
     const size_t nt = gm_model_num_tensors(m), nb = gm_model_num_buffers(m);
     size_t nbuf = 0, off;
-    struct gm_st_tensor *t = calloc(nt + nb, sizeof(*t));
-    float *buf = NULL;
-    char step[32], epoch[32], params[32];
     int err;
 
     for (size_t i = 0; i < nb; i++)
         nbuf += gm_model_buffer_len(m, i);
-    buf = malloc((gm_model_num_params(m) + nbuf) * sizeof(float) + 1);
-    if (t == NULL || buf == NULL) {
-        err = -ENOMEM;
-        goto out;
-    }
+    *buf = malloc((gm_model_num_params(m) + nbuf) * sizeof(float) + 1);
+    if (*buf == NULL)
+        return -ENOMEM;
     for (size_t i = 0; i < nt; i++) {
         const struct gm_param_info *pi = gm_model_tensor(m, i);
-        gm_model_export_tensor(m, i, gm_model_params(m), buf + pi->offset);
+        gm_model_export_tensor(m, i, gm_model_params(m), *buf + pi->offset);
         t[i].name = pi->name;
-        t[i].data = buf + pi->offset;
+        t[i].data = *buf + pi->offset;
         t[i].ndim = pi->ndim;
         memcpy(t[i].shape, pi->shape, sizeof(int64_t) * (size_t)pi->ndim);
     }
-    /* the buffers (batch norm running statistics) follow the parameters */
     off = gm_model_num_params(m);
     for (size_t i = 0; i < nb; i++) {
         const struct gm_param_info *bi = gm_model_buffer(m, i);
-        if ((err = gm_model_export_buffer(m, i, buf + off)) < 0)
-            goto out;
+        if ((err = gm_model_export_buffer(m, i, *buf + off)) < 0)
+            return err;
         t[nt + i].name = bi->name;
-        t[nt + i].data = buf + off;
+        t[nt + i].data = *buf + off;
         t[nt + i].ndim = bi->ndim;
         memcpy(t[nt + i].shape, bi->shape, sizeof(int64_t) * (size_t)bi->ndim);
         off += gm_model_buffer_len(m, i);
     }
+    *count = nt + nb;
+    return 0;
+}
+
+static int save_weights(struct run *r, const char *path)
+{
+    struct gm_model *m = r->model;
+    const size_t nt = gm_model_num_tensors(m) + gm_model_num_buffers(m);
+    struct gm_st_tensor *t = calloc(nt, sizeof(*t));
+    size_t n = 0;
+    float *buf = NULL;
+    char step[32], epoch[32], params[32];
+    int err;
+
+    if (t == NULL) {
+        err = -ENOMEM;
+        goto out;
+    }
+    if ((err = weight_tensors(m, t, &buf, &n)) < 0)
+        goto out;
     snprintf(step, sizeof(step), "%ld", r->st.step);
     snprintf(epoch, sizeof(epoch), "%d", r->epoch);
     snprintf(params, sizeof(params), "%zu", gm_model_num_params(m));
@@ -150,10 +173,217 @@ static int save_weights(struct run *r, const char *path)
         {"epoch", epoch},
         {"params", params},
     };
-    err = gm_safetensors_write(path, t, nt + nb, meta, sizeof(meta) / sizeof(meta[0]));
+    err = gm_safetensors_write(path, t, n, meta, sizeof(meta) / sizeof(meta[0]));
 out:
     free(t);
     free(buf);
+    return err;
+}
+
+#define CODEC_TENSORS_MAX 8
+
+static const char *ckpt_dir(const struct run *r)
+{
+    return r->opts->ckpt_dir != NULL ? r->opts->ckpt_dir : r->job->checkpoint_dir;
+}
+
+/* Writes the checkpoint of the current step (rank 0), prunes old ones and tells
+ * opts->on_checkpoint.  Errors are logged. */
+static int write_checkpoint(struct run *r)
+{
+    const struct gm_train_comm *comm = r->opts->comm;
+    struct gm_model *m = r->model;
+    const size_t nw = gm_model_num_tensors(m) + gm_model_num_buffers(m);
+    struct gm_st_tensor *t = calloc(nw + 1 + CODEC_TENSORS_MAX, sizeof(*t));
+    const char *codec = "";
+    float *buf = NULL;
+    char path[GM_JOB_PATH_MAX + 64], sha[65];
+    struct gm_ckpt_info info;
+    uint64_t t0 = gm_time_mono_ns();
+    size_t nt = nw;
+    int err;
+
+    if (t == NULL)
+        return -ENOMEM;
+    if ((err = gm_ckpt_mkdirs(ckpt_dir(r))) < 0) {
+        gm_err("%s: cannot create the checkpoint directory: %s", ckpt_dir(r), gm_strerror(err));
+        goto out;
+    }
+    if ((err = gm_ckpt_path(ckpt_dir(r), r->st.step, path, sizeof(path))) < 0) {
+        gm_err("%s: checkpoint directory name too long", ckpt_dir(r));
+        goto out;
+    }
+    if ((err = weight_tensors(m, t, &buf, &nt)) < 0)
+        goto out;
+    if (gm_optim_state_len(&r->optim) > 0) {
+        t[nt].name = GM_CKPT_OPTIM_TENSOR;
+        t[nt].data = gm_optim_state(&r->optim);
+        t[nt].ndim = 1;
+        t[nt].shape[0] = (int64_t)gm_optim_state_len(&r->optim);
+        nt++;
+    }
+    if (comm != NULL && comm->codec_state != NULL)
+        nt += comm->codec_state(comm->ctx, t + nt, CODEC_TENSORS_MAX, &codec);
+    memset(&info, 0, sizeof(info));
+    memcpy(info.job_hash, r->job_hash, sizeof(info.job_hash));
+    snprintf(info.job_name, sizeof(info.job_name), "%s", r->job->name);
+    snprintf(info.model, sizeof(info.model), "%s", gm_job_model_name(r->job->model));
+    snprintf(info.optim, sizeof(info.optim), "%s", gm_job_optimizer_name(r->job->optim.name));
+    snprintf(info.codec, sizeof(info.codec), "%s", codec);
+    info.step = r->st.step;
+    info.total_steps = r->st.total_steps;
+    info.epoch = (int)(r->st.step / r->steps_per_epoch);
+    info.data_offset = (r->st.step % r->steps_per_epoch) * r->st.global_batch;
+    info.global_batch = r->st.global_batch;
+    info.seed = r->job->seed;
+    info.optim_step = r->optim.step;
+    info.term = r->opts->term;
+    info.params = gm_model_num_params(m);
+    if ((err = gm_ckpt_write(path, t, nt, &info, r->job->text, sha)) < 0)
+        goto out;
+    r->last_checkpoint = r->st.step;
+    gm_info("event=checkpoint step=%ld path=%s sha256=%s write_ms=%.1f", r->st.step, path, sha,
+            (double)(gm_time_mono_ns() - t0) * 1e-6);
+    if (gm_ckpt_dir_prune(ckpt_dir(r), r->job->checkpoint_keep) < 0)
+        gm_warn("event=checkpoint-prune-failed dir=%s", ckpt_dir(r)); /* the new one stands */
+    if (r->opts->on_checkpoint != NULL)
+        r->opts->on_checkpoint(r->opts->ckpt_ctx, path, sha, r->st.step);
+out:
+    free(t);
+    free(buf);
+    return err;
+}
+
+/* A checkpoint that cannot be written (a full disk) does not stop training: the one before
+ * stays the newest, and the next one is tried at its step. */
+static void checkpoint(struct run *r)
+{
+    int err = write_checkpoint(r);
+
+    if (err < 0)
+        gm_warn("event=checkpoint-failed step=%ld err=\"%s\": training goes on; the previous "
+                "checkpoint stays the newest",
+                r->st.step, gm_strerror(err));
+}
+
+/* Loads the checkpoint to resume from (opts->resume: a file, or a directory's newest valid
+ * one); a refused file falls back to the newest valid one before it in its directory. */
+static int load_resume(struct run *r, struct gm_st_file *f, struct gm_ckpt_info *info, char *path,
+                       size_t cap)
+{
+    const char *want = r->opts->resume, *model = gm_job_model_name(r->job->model);
+    struct stat st;
+    char dir[GM_JOB_PATH_MAX];
+    const char *slash;
+    long step;
+
+    if (stat(want, &st) == 0 && S_ISDIR(st.st_mode)) {
+        if (gm_ckpt_dir_newest(want, -1, r->job_hash, model, f, info, path, cap) == 0)
+            return 0;
+        if (r->opts->resume_optional) {
+            gm_info("event=resume-none dir=%s: no usable checkpoint of job %s, starting at step 0",
+                    want, r->job->name);
+            return 1;
+        }
+        gm_err("%s: no usable checkpoint of job %s to resume from", want, r->job->name);
+        return GM_ERR_CONFIG;
+    }
+    if (r->opts->resume_optional) {
+        gm_info("event=resume-none dir=%s: no checkpoints yet, starting at step 0", want);
+        return 1;
+    }
+    snprintf(path, cap, "%s", want);
+    if (gm_ckpt_load(want, r->job_hash, model, f, info, NULL) == 0)
+        return 0;
+    slash = strrchr(want, '/');
+    snprintf(dir, sizeof(dir), "%.*s", slash != NULL ? (int)(slash - want) : 1,
+             slash != NULL ? want : ".");
+    step = gm_ckpt_name_step(want);
+    if (step > 0 &&
+        gm_ckpt_dir_newest(dir, step - 1, r->job_hash, model, f, info, path, cap) == 0) {
+        gm_warn("event=checkpoint-fallback refused=%s using=%s", want, path);
+        return 0;
+    }
+    gm_err("%s: cannot resume: the checkpoint is refused and no earlier one of job %s is usable",
+           want, r->job->name);
+    return GM_ERR_CONFIG;
+}
+
+/* Restores the weights, optimizer state and step from the checkpoint to resume from. */
+static int resume(struct run *r)
+{
+    struct gm_model *m = r->model;
+    struct gm_st_file f;
+    struct gm_ckpt_info info;
+    char path[GM_JOB_PATH_MAX + 64];
+    float *tmp = NULL;
+    const struct gm_st_entry *e;
+    int err;
+
+    if ((err = load_resume(r, &f, &info, path, sizeof(path))) != 0)
+        return err < 0 ? err : 0; /* 1: nothing to resume from, start afresh */
+    err = GM_ERR_CONFIG;
+    if (info.global_batch != r->st.global_batch || info.total_steps != r->st.total_steps ||
+        info.params != gm_model_num_params(m) || info.seed != r->job->seed) {
+        gm_err("%s: cannot resume: checkpoint of global batch %d, %ld steps, %zu parameters, "
+               "seed %llu; this run has %d, %ld, %zu, %llu",
+               path, info.global_batch, info.total_steps, info.params,
+               (unsigned long long)info.seed, r->st.global_batch, r->st.total_steps,
+               gm_model_num_params(m), (unsigned long long)r->job->seed);
+        goto out;
+    }
+    tmp = malloc(gm_model_num_params(m) * sizeof(float) + 1);
+    if (tmp == NULL) {
+        err = -ENOMEM;
+        goto out;
+    }
+    for (size_t i = 0; i < gm_model_num_tensors(m); i++) {
+        const struct gm_param_info *pi = gm_model_tensor(m, i);
+        e = gm_safetensors_find(&f, pi->name);
+        if (e == NULL || e->dtype != GM_ST_DTYPE_F32 || e->numel != (int64_t)pi->numel ||
+            gm_safetensors_to_f32(e, tmp, pi->numel) != 0) {
+            gm_err("%s: cannot resume: tensor %s is missing or not %zu F32 values", path, pi->name,
+                   pi->numel);
+            goto out;
+        }
+        gm_model_import_tensor(m, i, tmp, gm_model_params(m));
+    }
+    for (size_t i = 0; i < gm_model_num_buffers(m); i++) { /* batch norm running statistics */
+        const struct gm_param_info *bi = gm_model_buffer(m, i);
+        size_t len = gm_model_buffer_len(m, i);
+        float *vals = malloc(len * sizeof(float) + 1);
+        e = gm_safetensors_find(&f, bi->name);
+        if (vals == NULL || e == NULL || e->dtype != GM_ST_DTYPE_F32 ||
+            e->numel != (int64_t)len || gm_safetensors_to_f32(e, vals, len) != 0 ||
+            gm_model_import_buffer(m, i, vals) != 0) {
+            gm_err("%s: cannot resume: buffer %s is missing or not %zu F32 values", path,
+                   bi->name, len);
+            free(vals);
+            goto out;
+        }
+        free(vals);
+    }
+    if (gm_optim_state_len(&r->optim) > 0) {
+        e = gm_safetensors_find(&f, GM_CKPT_OPTIM_TENSOR);
+        if (e == NULL || e->dtype != GM_ST_DTYPE_F32 ||
+            gm_safetensors_to_f32(e, gm_optim_state(&r->optim), gm_optim_state_len(&r->optim)) !=
+                0) {
+            gm_err("%s: cannot resume: no optimizer state of %zu F32 values (%s)", path,
+                   gm_optim_state_len(&r->optim), info.optim);
+            goto out;
+        }
+    }
+    r->optim.step = info.optim_step;
+    r->st.step = info.step;
+    r->last_checkpoint = info.step;
+    err = 0;
+    if (r->st.rank == 0)
+        gm_info("event=resume path=%s step=%ld epoch=%d data_offset=%ld optim_step=%ld term=%llu",
+                path, info.step, info.epoch + 1, info.data_offset, info.optim_step,
+                (unsigned long long)info.term);
+out:
+    free(tmp);
+    gm_safetensors_free(&f);
     return err;
 }
 
@@ -258,6 +488,11 @@ static int setup(struct run *r)
     if (r->labels == NULL || r->eval_idx == NULL)
         return -ENOMEM;
     openblas_set_num_threads(job->threads);
+    gm_ckpt_sha256_hex(job->text != NULL ? job->text : "", job->text != NULL ? job->text_len : 0,
+                       r->job_hash);
+    r->last_checkpoint = -1;
+    if (r->opts->resume != NULL && (err = resume(r)) < 0)
+        return err;
     return 0;
 }
 
@@ -519,6 +754,8 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
                         r.st.step, e + 1, es.loss_sum / (double)es.steps,
                         gm_sched_lr(&r.sched, r.st.step - 1), es.sps);
         }
+        if (job->checkpoint_every > 0 && r.st.rank == 0 && r.st.step % job->checkpoint_every == 0)
+            checkpoint(&r);
         if (r.st.step % r.steps_per_epoch != 0)
             continue;
         /* the end of epoch e */
@@ -562,8 +799,18 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
             eval_hook(&r, r.epoch, tloss, acc, epoch_loss, 0);
         }
     }
+    if (!sum->interrupted && r.st.rank == 0 && isnan(acc)) {
+        /* resumed from a checkpoint at the end: nothing was trained, evaluate what is there */
+        if ((err = evaluate(&r, &acc, &tloss)) < 0)
+            goto out;
+        eval_hook(&r, r.epoch, tloss, acc, epoch_loss, 0);
+        gm_info("event=eval step=%ld test_loss=%.4f test_accuracy=%.2f", r.st.step, tloss, acc);
+    }
     if (!sum->interrupted && comm != NULL && comm->finish != NULL)
         comm->finish(comm->ctx, &r.st);
+    /* the last checkpoint: at the end, or where the run was stopped */
+    if (job->checkpoint_every > 0 && r.st.rank == 0 && r.last_checkpoint != r.st.step)
+        checkpoint(&r);
     if (r.st.rank == 0 || (sum->interrupted && opts->keep_on_stop)) {
         if ((err = save_weights(&r, out)) < 0)
             goto out;

@@ -11,9 +11,13 @@
  * PyTorch names and layout, metadata: job text, step, epoch) atomically.
  *
  * Progress: a bar on stderr when it is a terminal, else one log line every
- * log_every steps.  A stop request (SIGINT/SIGTERM in the CLI sets *stop)
- * ends the run at the next step boundary and still writes the weights.
- * Runs on the calling thread; no global state.
+ * log_every steps.  Checkpoints (weights, optimizer state, data position; see
+ * train/ckpt/ckpt.h) every checkpoint_every steps, and a run resumed from
+ * one (opts->resume) ends with bitwise the same weights as a run that never
+ * stopped: the data order, dropout masks and learning rate depend only on
+ * (seed, step), and the optimizer state and step are restored.  A stop request (SIGINT/SIGTERM in
+ * the CLI sets *stop) ends the run at the next step boundary and still writes the weights. Runs on
+ * the calling thread; no global state.
  */
 #ifndef GM_TRAIN_TRAINER_H
 #define GM_TRAIN_TRAINER_H
@@ -47,6 +51,7 @@ struct gm_train_summary {
 
 struct gm_model;
 struct gm_optim;
+struct gm_st_tensor;
 
 /*
  * The replica's state at a step boundary: what a group must hold identical,
@@ -112,6 +117,10 @@ struct gm_train_comm {
     /* optional: rank 0's progress after every step (loss, samples/s), for the agent */
     void (*progress)(void *ctx, const struct gm_train_state *st, int epoch, double loss,
                      double samples_per_s);
+    /* optional: this rank's codec state for a checkpoint: up to cap tensors (data borrowed
+     * until the next hook call), named GM_CKPT_CODEC_PREFIX..., *codec its name; returns how
+     * many (0: none) */
+    size_t (*codec_state)(void *ctx, struct gm_st_tensor *t, size_t cap, const char **codec);
     void *ctx;
 };
 
@@ -156,6 +165,22 @@ struct gm_train_opts {
     const struct gm_train_comm *comm; /* borrowed, may be NULL: one replica alone */
     int keep_on_stop; /* every rank (not only 0) writes its weights when stopped early */
     const struct gm_train_hooks *hooks; /* borrowed, may be NULL */
+    /* Checkpoints (train/ckpt/ckpt.h), written by rank 0 when the job's checkpoint_every > 0:
+     * every checkpoint_every steps, at the end and when stopped early, into ckpt_dir (NULL:
+     * the job's checkpoint_dir), keeping the newest checkpoint_keep.  term goes into each. */
+    const char *ckpt_dir;
+    uint64_t term;
+    /* Optional: called on rank 0's thread after each checkpoint is written and committed
+     * (its path, SHA-256 hex and step); the agent streams it to the other members. */
+    void (*on_checkpoint)(void *ctx, const char *path, const char *sha256, long step);
+    void *ckpt_ctx;
+    /* Resume from this checkpoint file, or from the newest valid one of this directory.  A
+     * refused file (corrupt, truncated, foreign: logged) falls back to the newest valid one
+     * before it in its directory; none usable fails the run with GM_ERR_CONFIG. */
+    const char *resume;
+    /* resume names a directory that may hold no usable checkpoint: start from the beginning
+     * then (logged) instead of failing (the agent's coordinator) */
+    int resume_optional;
 };
 
 /* Returns 0 or an error (GM_ERR_CONFIG / GM_ERR_DATA already logged with the

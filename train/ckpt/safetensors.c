@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "common/byteorder.h"
+#include "common/file.h"
 #include "common/log.h"
 
 #if !defined(__BYTE_ORDER__) || !defined(__ORDER_LITTLE_ENDIAN__) || !defined(__ORDER_BIG_ENDIAN__)
@@ -208,34 +209,6 @@ fail:
     return err;
 }
 
-/* fsync of the directory that holds path. */
-static int sync_dir(const char *path)
-{
-    const char *slash = strrchr(path, '/');
-    char *dir;
-    int fd, err = 0;
-
-    if (slash == NULL)
-        dir = strdup(".");
-    else if (slash == path)
-        dir = strdup("/");
-    else
-        dir = strndup(path, (size_t)(slash - path));
-    if (dir == NULL)
-        return -ENOMEM;
-    fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) {
-        err = -errno;
-    } else {
-        /* Some file systems cannot sync a directory (EINVAL); the rename is done either way. */
-        if (fsync(fd) != 0 && errno != EINVAL && errno != ENOTSUP)
-            err = -errno;
-        close(fd);
-    }
-    free(dir);
-    return err;
-}
-
 int gm_safetensors_write(const char *path, const struct gm_st_tensor *t, size_t nt,
                          const struct gm_st_meta *meta, size_t nm)
 {
@@ -314,7 +287,7 @@ int gm_safetensors_write(const char *path, const struct gm_st_tensor *t, size_t 
     free(tmp);
     tmp = NULL;
     what = "fsync directory";
-    err = sync_dir(path);
+    err = gm_file_sync_dir(path);
     if (err != 0)
         goto fail;
     goto out;

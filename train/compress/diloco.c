@@ -137,3 +137,10 @@ uint64_t gm_diloco_syncs(const struct gm_diloco *d)
 {
     return d->syncs;
 }
+
+size_t gm_diloco_state(const struct gm_diloco *d, const float **anchor, const float **momentum)
+{
+    *anchor = d->anchor;
+    *momentum = d->momentum;
+    return d->n;
+}

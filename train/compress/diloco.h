@@ -51,6 +51,8 @@ GM_MUST_CHECK int gm_diloco_sync_start(struct gm_diloco *d, struct gm_coll *c, f
  * the local steps since: how a run that ends mid-round ends identical on
  * every rank, with DiLoCo's outer parameters.  -EBUSY during a sync. */
 GM_MUST_CHECK int gm_diloco_restore(struct gm_diloco *d, float *params);
+/* The outer state (checkpoints): the anchor and the outer momentum, n floats each. */
+size_t gm_diloco_state(const struct gm_diloco *d, const float **anchor, const float **momentum);
 /* Floats all-reduced per sync (n) and syncs completed. */
 size_t gm_diloco_payload_floats(const struct gm_diloco *d);
 uint64_t gm_diloco_syncs(const struct gm_diloco *d);

@@ -83,6 +83,10 @@ size_t gm_psgd_matrices(const struct gm_psgd *p);
 size_t gm_psgd_dense_floats(const struct gm_psgd *p);
 /* Error-feedback memory (nelems floats; zero outside matrices). */
 const float *gm_psgd_error(const struct gm_psgd *p);
+/* nelems, as given to gm_psgd_new. */
+size_t gm_psgd_nelems(const struct gm_psgd *p);
+/* The Q factors of every matrix, back to back (the warm start; checkpoints); *n floats. */
+const float *gm_psgd_q(const struct gm_psgd *p, size_t *n);
 
 /* Orthonormalizes the columns of a (rows, cols) row-major matrix in place:
  * modified Gram-Schmidt, fp32, column /= (norm + eps); columns that are

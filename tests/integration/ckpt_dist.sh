@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# tests/integration/ckpt_dist.sh - checkpoints of a distributed job: written by rank 0 (the
+# coordinator), replicated over the member links, listed and exported with the CLI, and a
+# cluster killed (-9) mid-job and restarted resumes from the newest valid checkpoint.
+#
+#   alpha (init; coordinator, rank 0) --TLS-- beta (rank 1)
+#        \                                    /
+#         `---------------TLS------- gamma (rank 2)
+#   every agent on 127.0.0.1 with its own config and state directory
+#
+# The job: an MLP (hidden 64) on Fashion-MNIST, Adam lr 2e-3, global_batch 192, 2 epochs =
+# 624 steps, seed 2, fp32, checkpoint_every = 100, checkpoint_keep = 2.
+#  1. undisturbed run: alpha writes checkpoints 100..600 and 624; beta and gamma each receive
+#     every one (event=checkpoint-received with alpha's SHA-256) and keep the newest 2, byte
+#     for byte alpha's; alpha records 3 holders of step 624 (event=checkpoint-replicated);
+#  2. `checkpoint list --json` on alpha: 600 and 624, state ok, holders alpha, beta, gamma;
+#     on beta: the same files, verified there;
+#  3. `checkpoint export KEY-624 FILE` on beta (a replica): loads with safetensors.numpy and a
+#     NumPy forward pass gives the test accuracy the job reported (within 0.05 points); an ID
+#     that does not exist exits 1;
+#  4. the checkpoints removed everywhere, the same job again; once it passed step 250, all
+#     three agents are killed (-9), alpha's newest checkpoint is corrupted (one byte), all
+#     three restart and the job is submitted again: alpha refuses the corrupt one, resumes
+#     from the one before (event=resume), the job completes, and its final parameters are
+#     bitwise those of the undisturbed run (the same world, the same data order from the
+#     resumed step, rank 0's state broadcast to the others).
+# Nothing here is timed: every wait polls a condition (deadlines only keep a hung run from
+# hanging CI).
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit 1
+. tests/integration/lib.bash
+
+DATA=/usr/share/datasets/fashion-mnist
+[ -r "$DATA/train-images-idx3-ubyte.gz" ] || { echo "skip: $DATA missing"; exit 77; }
+python3 -c 'import numpy, safetensors.numpy' 2>/dev/null || { echo "skip: no numpy/safetensors"; exit 77; }
+STEPS=624
+JOB_TIMEOUT=${JOB_TIMEOUT:-600}
+
+cat >"$WORK/job.ini" <<JOB
+[job]
+name = ckd
+model = mlp
+epochs = 2
+seed = 2
+log_every = 100
+checkpoint_every = 100
+checkpoint_keep = 2
+[model]
+hidden = 64
+[data]
+kind = idx
+dir = $DATA
+[optim]
+name = adam
+lr = 0.002
+global_batch = 192
+[comm]
+codec = fp32
+JOB
+KEY=$(python3 -c 'import hashlib,sys; print(hashlib.sha256(open(sys.argv[1],"rb").read()).hexdigest()[:16])' "$WORK/job.ini")
+
+make_cluster ckd alpha beta gamma
+start_agent beta
+start_agent gamma
+for n in alpha beta gamma; do wait_for "$n's links" links_up $n 2; done
+pass "three agents linked"
+
+final_hash() { # NAME ID: params_sha256 of NAME's one event=job-final-hash for job ID
+    grep -F "event=job-final-hash job=$2 " "$WORK/$1.log" | sed -n 's/.*params_sha256=\([0-9a-f]*\).*/\1/p'
+}
+ckpt_sha() { # NAME STEP: the SHA-256 NAME's .sha256 records for STEP
+    cut -d' ' -f1 "$WORK/$1/checkpoints/$KEY/$(printf 'step-%010d' "$2").safetensors.sha256" 2>/dev/null
+}
+
+# --- 1. the undisturbed run --------------------------------------------------------------
+timeout "$JOB_TIMEOUT" "$GM" submit "$WORK/job.ini" --follow --config "$WORK/alpha.conf" \
+    >"$WORK/ref.submit" 2>&1 || { cat "$WORK/ref.submit"; fail "undisturbed run"; }
+REF=$(sed -n 's/^job \([0-9a-f]*\) submitted.*/\1/p' "$WORK/ref.submit")
+job_is alpha "$REF" 'j["state"] == "done" and j["summary"]["steps"] == '$STEPS || fail "run $REF not done"
+ACC=$(job_get alpha "$REF" 'j["summary"]["test_accuracy"]')
+HREF=$(final_hash alpha "$REF")
+[ -n "$HREF" ] || fail "no final hash"
+for s in 100 200 300 400 500 600 624; do
+    grep -q "event=checkpoint step=$s path=$WORK/alpha/checkpoints/$KEY/" "$WORK/alpha.log" || fail "alpha: no checkpoint at $s"
+done
+SHA624=$(ckpt_sha alpha 624)
+[ -n "$SHA624" ] || fail "alpha has no committed checkpoint 624"
+for n in beta gamma; do
+    log_has $n "event=checkpoint-received peer=alpha key=$KEY step=624 "
+    grep -q "event=checkpoint-received peer=alpha key=$KEY step=624 .*sha256=$SHA624" "$WORK/$n.log" || fail "$n: wrong hash for 624"
+    [ "$(grep -c "event=checkpoint-received peer=alpha key=$KEY " "$WORK/$n.log")" -eq 7 ] || fail "$n: not 7 checkpoints received"
+    got=$(cd "$WORK/$n/checkpoints/$KEY" && ls *.safetensors | xargs)
+    [ "$got" = "step-0000000600.safetensors step-0000000624.safetensors" ] || fail "$n keeps '$got'"
+    for s in 600 624; do
+        f=$(printf 'step-%010d.safetensors' $s)
+        cmp "$WORK/alpha/checkpoints/$KEY/$f" "$WORK/$n/checkpoints/$KEY/$f" || fail "$n: $f differs"
+    done
+    (cd "$WORK/$n/checkpoints/$KEY" && sha256sum --quiet -c *.sha256) || fail "$n: sha256sum -c"
+done
+log_has alpha "event=checkpoint-replicated peer=gamma key=$KEY step=624 sha256=$SHA624 holders="
+grep -q "event=checkpoint-replicated .* step=624 .*holders=3" "$WORK/alpha.log" || fail "alpha: 624 not held by 3"
+pass "7 checkpoints written by alpha, each replicated to beta and gamma (newest 2 kept, byte-identical), accuracy $ACC%"
+
+# --- 2. list ---------------------------------------------------------------------------------
+"$GM" checkpoint list --json --config "$WORK/alpha.conf" >"$WORK/list.alpha" || fail "list on alpha"
+python3 - "$WORK/list.alpha" "$KEY" <<'PY' || fail "alpha's list: $(cat "$WORK/list.alpha")"
+import json, sys
+l = json.load(open(sys.argv[1]))
+assert [c["step"] for c in l] == [600, 624], l
+for c in l:
+    assert c["state"] == "ok" and c["job"] == "ckd" and c["model"] == "mlp" and c["id"] == f"{sys.argv[2]}-{c['step']}", c
+assert sorted(l[1]["holders"]) == ["alpha", "beta", "gamma"], l[1]
+PY
+"$GM" checkpoint list --config "$WORK/beta.conf" >"$WORK/list.beta" || fail "list on beta"
+[ "$(grep -c " ok " "$WORK/list.beta")" -eq 2 ] || fail "beta's list: $(cat "$WORK/list.beta")"
+pass "checkpoint list: 600 and 624 ok, 624 held by alpha, beta and gamma"
+
+# --- 3. export from a replica ----------------------------------------------------------------
+"$GM" checkpoint export "$KEY-624" "$WORK/exported.safetensors" --config "$WORK/beta.conf" \
+    >"$WORK/export.out" || fail "export: $(cat "$WORK/export.out")"
+PY=$(python3 tests/integration/eval_checkpoint.py "$WORK/exported.safetensors" "$DATA") || fail "eval"
+PYACC=$(python3 -c "import json,sys;d=json.loads(sys.argv[1]);assert d['tensors']==['fc1.bias','fc1.weight','fc2.bias','fc2.weight'],d;print(d['accuracy'])" "$PY") \
+    || fail "exported tensors: $PY"
+python3 -c "import sys; sys.exit(0 if abs($PYACC - $ACC) <= 0.05 else 1)" || fail "NumPy $PYACC% vs reported $ACC%"
+"$GM" checkpoint export "$KEY-999" "$WORK/nope.safetensors" --config "$WORK/beta.conf" 2>/dev/null && fail "export of a missing ID"
+pass "exported from beta: NumPy forward pass $PYACC% (reported $ACC%)"
+
+# --- 4. all agents killed mid-job, restarted, the job resumed ---------------------------------
+for n in alpha beta gamma; do rm -rf "$WORK/$n/checkpoints/$KEY"; done
+"$GM" submit "$WORK/job.ini" --config "$WORK/alpha.conf" >"$WORK/run.submit" 2>&1 || fail "submit"
+ID=$(sed -n 's/^job \([0-9a-f]*\) submitted.*/\1/p' "$WORK/run.submit")
+wait_until "$JOB_TIMEOUT" "step 250" job_is alpha "$ID" 'j["step"] >= 250'
+for n in alpha beta gamma; do kill9_agent $n; done
+# the newest two committed ones (a kill during a write may leave a newer one uncommitted)
+NEWEST=$(cd "$WORK/alpha/checkpoints/$KEY" && ls step-*.sha256 | sort | tail -1 | sed 's/.sha256$//')
+BEFORE=$(cd "$WORK/alpha/checkpoints/$KEY" && ls step-*.sha256 | sort | tail -2 | head -1 | sed 's/.sha256$//')
+[ "$NEWEST" != "$BEFORE" ] || fail "alpha holds one checkpoint only"
+size=$(stat -c %s "$WORK/alpha/checkpoints/$KEY/$NEWEST")
+printf '\x55' | dd of="$WORK/alpha/checkpoints/$KEY/$NEWEST" bs=1 seek=$((size - 7)) conv=notrunc status=none
+pass "all three agents killed (-9) after step 250; alpha's $NEWEST corrupted"
+for n in alpha beta gamma; do start_agent $n; done
+for n in alpha beta gamma; do wait_for "$n's links" links_up $n 2; done
+timeout "$JOB_TIMEOUT" "$GM" submit "$WORK/job.ini" --follow --config "$WORK/alpha.conf" \
+    >"$WORK/res.submit" 2>&1 || { cat "$WORK/res.submit"; fail "resumed run"; }
+RES=$(sed -n 's/^job \([0-9a-f]*\) submitted.*/\1/p' "$WORK/res.submit")
+grep -q "event=checkpoint-refused path=$WORK/alpha/checkpoints/$KEY/$NEWEST reason=\"corrupt" "$WORK/alpha.log" || fail "corrupt checkpoint not refused"
+grep -q "event=resume path=$WORK/alpha/checkpoints/$KEY/$BEFORE " "$WORK/alpha.log" || fail "not resumed from $BEFORE"
+job_is alpha "$RES" 'j["state"] == "done" and j["summary"]["steps"] == '$STEPS || fail "resumed run not done"
+HRES=$(final_hash alpha "$RES")
+[ "$HRES" = "$HREF" ] || fail "resumed run ends with $HRES, the undisturbed one with $HREF"
+for n in beta gamma; do [ "$(final_hash $n "$RES")" = "$HREF" ] || fail "$n's final parameters differ"; done
+pass "restarted cluster resumed from $BEFORE (the corrupt $NEWEST refused): final parameters bitwise the undisturbed run's"
+stop_agents
