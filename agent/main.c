@@ -22,8 +22,7 @@ static const struct subcommand commands[] = {
     {"token", gm_cli_token},   {"status", gm_cli_status}, {"peers", gm_cli_peers},
     {"doctor", gm_cli_doctor}, {"submit", gm_cli_submit}, {"jobs", gm_cli_jobs},
     {"cancel", gm_cli_cancel}, {"train", gm_cli_train},   {"members", gm_cli_members},
-    {"revoke", gm_cli_revoke}, {"role", gm_cli_role},
-    {"checkpoint", gm_cli_checkpoint},
+    {"revoke", gm_cli_revoke}, {"role", gm_cli_role},     {"checkpoint", gm_cli_checkpoint},
 };
 
 /* "--help" or "-h" anywhere after the verb (before a "--"). */

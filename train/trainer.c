@@ -353,11 +353,10 @@ static int resume(struct run *r)
         size_t len = gm_model_buffer_len(m, i);
         float *vals = malloc(len * sizeof(float) + 1);
         e = gm_safetensors_find(&f, bi->name);
-        if (vals == NULL || e == NULL || e->dtype != GM_ST_DTYPE_F32 ||
-            e->numel != (int64_t)len || gm_safetensors_to_f32(e, vals, len) != 0 ||
-            gm_model_import_buffer(m, i, vals) != 0) {
-            gm_err("%s: cannot resume: buffer %s is missing or not %zu F32 values", path,
-                   bi->name, len);
+        if (vals == NULL || e == NULL || e->dtype != GM_ST_DTYPE_F32 || e->numel != (int64_t)len ||
+            gm_safetensors_to_f32(e, vals, len) != 0 || gm_model_import_buffer(m, i, vals) != 0) {
+            gm_err("%s: cannot resume: buffer %s is missing or not %zu F32 values", path, bi->name,
+                   len);
             free(vals);
             goto out;
         }

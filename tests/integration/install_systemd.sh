@@ -34,6 +34,10 @@ expect=(
     usr/share/doc/gradmesh/examples/gradmesh.conf
     usr/share/doc/gradmesh/examples/fmnist-lenet5.ini
     usr/share/doc/gradmesh/examples/fmnist-mlp.ini
+    usr/share/doc/gradmesh/examples/fmnist-resnet20.ini
+    usr/share/doc/gradmesh/examples/fmnist-vgg7.ini
+    usr/share/doc/gradmesh/examples/cifar10-resnet20.ini
+    usr/share/doc/gradmesh/examples/cifar10-vgg7.ini
 )
 for f in "${expect[@]}"; do [ -f "$WORK/root/$f" ] || fail "make install did not place /$f"; done
 got=$(cd "$WORK/root" && find . -type f | sed 's#^\./##' | sort)
