@@ -23,6 +23,7 @@
 #include <raft/uv.h>
 
 #include "agent/chiefnet.h"
+#include "agent/ckptxfer.h"
 #include "agent/link.h"
 #include "agent/state.h"
 #include "common/log.h"
@@ -716,6 +717,42 @@ int gm_chief_open(struct gm_agent *a)
     return 0;
 }
 
+/*
+ * A checkpoint gained a holder (agent/ckptxfer.h).  On the chief, once the
+ * voters (and witnesses) holding it are a majority of the recorded ones, it is
+ * committed to the replicated state: job key, step, SHA-256, the chief's term
+ * and its holders.  Each later holder updates the record.
+ */
+static void on_ckpt_held(void *arg, const struct gm_ckpt_held *h)
+{
+    struct gm_agent *a = arg;
+    struct gm_chief *ch = a->chief;
+    struct gm_chief_cmd c = {.op = GM_CHIEF_OP_CHECKPOINT};
+    unsigned voters, held = 0;
+    char what[96];
+    int err;
+
+    if (ch == NULL || !is_leader(ch))
+        return;
+    voters = recorded_voters(&ch->fsm);
+    for (size_t i = 0; i < h->nholders; i++) {
+        const struct gm_chief_member *m = gm_chief_fsm_member(&ch->fsm, h->holders[i]);
+        held += m != NULL && m->role != GM_CHIEF_ROLE_SPARE;
+        if (c.nholders < GM_CHIEF_HOLDERS_MAX)
+            snprintf(c.holders[c.nholders++], sizeof(c.holders[0]), "%s", h->holders[i]);
+    }
+    if (voters == 0 || 2 * held <= voters)
+        return; /* not yet held by a majority */
+    c.term = ch->raft.current_term;
+    c.step = h->step;
+    snprintf(c.job, sizeof(c.job), "%s", h->key);
+    snprintf(c.sha256, sizeof(c.sha256), "%s", h->sha256);
+    snprintf(what, sizeof(what), "checkpoint %s step %ld (%u of %u voters)", h->key, h->step, held,
+             voters);
+    if ((err = gm_chief_propose(a, &c, what)) != 0)
+        gm_info("event=chief-checkpoint-unrecorded key=%s step=%ld err=%d", h->key, h->step, err);
+}
+
 int gm_chief_start(struct gm_agent *a)
 {
     struct gm_chief *ch = a->chief;
@@ -726,6 +763,8 @@ int gm_chief_start(struct gm_agent *a)
         return -EIO;
     }
     ch->started = 1;
+    if (a->ckptx != NULL)
+        gm_ckptx_set_on_held(a->ckptx, on_ckpt_held, a);
     gm_info("event=chief-started node=%s raft_id=%llu term=%llu servers=%u", a->cfg.node,
             (unsigned long long)ch->raft.id, (unsigned long long)ch->raft.current_term,
             ch->raft.configuration.n);

@@ -14,14 +14,16 @@
 #     every one (event=checkpoint-received with alpha's SHA-256) and keep the newest 2, byte
 #     for byte alpha's; alpha records 3 holders of step 624 (event=checkpoint-replicated);
 #  2. `checkpoint list --json` on alpha: 600 and 624, state ok, holders alpha, beta, gamma;
+#     the chief committed 624 (held by a majority of the voters) to the replicated state;
 #     on beta: the same files, verified there;
 #  3. `checkpoint export KEY-624 FILE` on beta (a replica): loads with safetensors.numpy and a
 #     NumPy forward pass gives the test accuracy the job reported (within 0.05 points); an ID
 #     that does not exist exits 1;
 #  4. the checkpoints removed everywhere, the same job again; once it passed step 250, all
-#     three agents are killed (-9), alpha's newest checkpoint is corrupted (one byte), all
-#     three restart and the job is submitted again: alpha refuses the corrupt one, resumes
-#     from the one before (event=resume), the job completes, and its final parameters are
+#     three agents are killed (-9), each one's newest checkpoint is corrupted (one byte), all
+#     three restart and the job is submitted again: the coordinator (the chief the restarted
+#     cluster elects) refuses its corrupt one, resumes from the one before (event=resume), the
+#     job completes, and its final parameters are
 #     bitwise those of the undisturbed run (the same world, the same data order from the
 #     resumed step, rank 0's state broadcast to the others).
 # Nothing here is timed: every wait polls a condition (deadlines only keep a hung run from
@@ -115,6 +117,22 @@ PY
 [ "$(grep -c " ok " "$WORK/list.beta")" -eq 2 ] || fail "beta's list: $(cat "$WORK/list.beta")"
 pass "checkpoint list: 600 and 624 ok, 624 held by alpha, beta and gamma"
 
+# the chief commits a checkpoint held by a majority of the voters to the replicated state, on
+# every member's copy of it (gradmesh members --json: state.checkpoints)
+for n in alpha gamma; do
+    "$GM" members --json --config "$WORK/$n.conf" >"$WORK/members.$n" || fail "members on $n"
+    python3 - "$WORK/members.$n" "$KEY" "$SHA624" <<'PY' || fail "$n's replicated checkpoints: $(cat "$WORK/members.$n")"
+import json, sys
+m = json.load(open(sys.argv[1]))
+ck = {c["step"]: c for c in m["state"]["checkpoints"] if c["job"] == sys.argv[2]}
+assert 624 in ck, ck
+c = ck[624]
+assert c["sha256"] == sys.argv[3] and c["term"] >= 1, c
+assert len(c["holders"]) >= 2 and set(c["holders"]) <= {"alpha", "beta", "gamma"}, c
+PY
+done
+pass "the chief committed step 624 (held by a majority) to the replicated state, seen on alpha and gamma"
+
 # --- 3. export from a replica ----------------------------------------------------------------
 "$GM" checkpoint export "$KEY-624" "$WORK/exported.safetensors" --config "$WORK/beta.conf" \
     >"$WORK/export.out" || fail "export: $(cat "$WORK/export.out")"
@@ -131,23 +149,32 @@ for n in alpha beta gamma; do rm -rf "$WORK/$n/checkpoints/$KEY"; done
 ID=$(sed -n 's/^job \([0-9a-f]*\) submitted.*/\1/p' "$WORK/run.submit")
 wait_until "$JOB_TIMEOUT" "step 250" job_is alpha "$ID" 'j["step"] >= 250'
 for n in alpha beta gamma; do kill9_agent $n; done
-# the newest two committed ones (a kill during a write may leave a newer one uncommitted)
-NEWEST=$(cd "$WORK/alpha/checkpoints/$KEY" && ls step-*.sha256 | sort | tail -1 | sed 's/.sha256$//')
-BEFORE=$(cd "$WORK/alpha/checkpoints/$KEY" && ls step-*.sha256 | sort | tail -2 | head -1 | sed 's/.sha256$//')
-[ "$NEWEST" != "$BEFORE" ] || fail "alpha holds one checkpoint only"
-size=$(stat -c %s "$WORK/alpha/checkpoints/$KEY/$NEWEST")
-printf '\x55' | dd of="$WORK/alpha/checkpoints/$KEY/$NEWEST" bs=1 seek=$((size - 7)) conv=notrunc status=none
-pass "all three agents killed (-9) after step 250; alpha's $NEWEST corrupted"
+# Whichever agent the restarted cluster elects chief coordinates the job and resumes from its
+# own copy, so every agent's newest committed checkpoint is corrupted (a kill during a write or
+# a transfer may leave a newer one uncommitted, or a replica one behind).
+declare -A NEWEST BEFORE
+for n in alpha beta gamma; do
+    NEWEST[$n]=$(cd "$WORK/$n/checkpoints/$KEY" && ls step-*.sha256 | sort | tail -1 | sed 's/.sha256$//')
+    BEFORE[$n]=$(cd "$WORK/$n/checkpoints/$KEY" && ls step-*.sha256 | sort | tail -2 | head -1 | sed 's/.sha256$//')
+    [ "${NEWEST[$n]}" != "${BEFORE[$n]}" ] || fail "$n holds one checkpoint only"
+    size=$(stat -c %s "$WORK/$n/checkpoints/$KEY/${NEWEST[$n]}")
+    printf '\x55' | dd of="$WORK/$n/checkpoints/$KEY/${NEWEST[$n]}" bs=1 seek=$((size - 7)) conv=notrunc status=none
+done
+pass "all three agents killed (-9) after step 250; each one's newest checkpoint corrupted (alpha's ${NEWEST[alpha]})"
 for n in alpha beta gamma; do start_agent $n; done
 for n in alpha beta gamma; do wait_for "$n's links" links_up $n 2; done
 timeout "$JOB_TIMEOUT" "$GM" submit "$WORK/job.ini" --follow --config "$WORK/alpha.conf" \
     >"$WORK/res.submit" 2>&1 || { cat "$WORK/res.submit"; fail "resumed run"; }
 RES=$(sed -n 's/^job \([0-9a-f]*\) submitted.*/\1/p' "$WORK/res.submit")
-grep -q "event=checkpoint-refused path=$WORK/alpha/checkpoints/$KEY/$NEWEST reason=\"corrupt" "$WORK/alpha.log" || fail "corrupt checkpoint not refused"
-grep -q "event=resume path=$WORK/alpha/checkpoints/$KEY/$BEFORE " "$WORK/alpha.log" || fail "not resumed from $BEFORE"
+C=$(grep -ho "event=resume path=$WORK/[a-z]*/" "$WORK"/{alpha,beta,gamma}.log | sed "s#.*$WORK/##; s#/##" | head -1)
+[ -n "$C" ] || fail "no agent resumed the job"
+NEWEST=${NEWEST[$C]}
+BEFORE=${BEFORE[$C]}
+grep -q "event=checkpoint-refused path=$WORK/$C/checkpoints/$KEY/$NEWEST reason=\"corrupt" "$WORK/$C.log" || fail "$C (the coordinator): corrupt checkpoint not refused"
+grep -q "event=resume path=$WORK/$C/checkpoints/$KEY/$BEFORE " "$WORK/$C.log" || fail "$C: not resumed from $BEFORE"
 job_is alpha "$RES" 'j["state"] == "done" and j["summary"]["steps"] == '$STEPS || fail "resumed run not done"
 HRES=$(final_hash alpha "$RES")
 [ "$HRES" = "$HREF" ] || fail "resumed run ends with $HRES, the undisturbed one with $HREF"
 for n in beta gamma; do [ "$(final_hash $n "$RES")" = "$HREF" ] || fail "$n's final parameters differ"; done
-pass "restarted cluster resumed from $BEFORE (the corrupt $NEWEST refused): final parameters bitwise the undisturbed run's"
+pass "restarted cluster resumed on $C from $BEFORE (the corrupt $NEWEST refused): final parameters bitwise the undisturbed run's"
 stop_agents
