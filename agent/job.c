@@ -20,6 +20,7 @@
 
 #include <openssl/rand.h>
 
+#include "agent/autocodec.h"
 #include "agent/datahash.h"
 #include "agent/jobmsg.h"
 #include "agent/link.h"
@@ -85,7 +86,9 @@ struct job {
     uint64_t bytes_sent;
     struct linkacc *acc; /* owned: training-channel bytes per peer node, of retired groups */
     size_t nacc;
-    bool remote_summary; /* a member: the coordinator's figures came with JOB_END */
+    bool remote_summary;    /* a member: the coordinator's figures came with JOB_END */
+    bool codec_auto;        /* [comm] codec = auto, resolved by the coordinator into job.comm */
+    char codec_reason[200]; /* coordinator: why auto picked what it did */
     struct gm_rank_progress last;
 };
 
@@ -394,6 +397,58 @@ static const struct gm_rank_ops rank_ops = {
     .on_group_failed = rank_group_failed,
 };
 
+/* --- codec = auto ------------------------------------------------------------------------ */
+
+/* Coordinator, at submit: auto's choice for this node and the n members up (agent/autocodec.h),
+ * into jb->job.comm; JOB_GROUP carries it to every rank. */
+static void resolve_auto(struct gm_jobs *j, struct job *jb, char (*up)[NODE_LEN], size_t n)
+{
+    int world = (int)n + 1, err;
+    struct gm_coll_link *links = calloc((size_t)world * (size_t)world, sizeof(*links));
+    struct gm_gradsync_auto_out o;
+
+    jb->codec_auto = true;
+    for (int a = 0; links != NULL && a < world; a++)
+        for (int b = 0; b < world; b++) {
+            const char *from = a == 0 ? j->env.node : up[a - 1];
+            const char *to = b == 0 ? j->env.node : up[b - 1];
+            double rtt, mbps;
+            if (a == b || j->env.link_measured == NULL)
+                continue;
+            /* a member that has not sent LINK_STATS yet: the reverse direction stands in */
+            if (j->env.link_measured(j->env.agent, from, to, &rtt, &mbps) < 0 &&
+                j->env.link_measured(j->env.agent, to, from, &rtt, &mbps) < 0)
+                continue;
+            links[a * world + b] = (struct gm_coll_link){rtt / 2e3, mbps * 1e6 / 8};
+        }
+    err = gm_autocodec_resolve(&jb->job, world, links, &o, jb->codec_reason,
+                               sizeof(jb->codec_reason));
+    free(links);
+    if (err < 0)
+        snprintf(jb->codec_reason, sizeof(jb->codec_reason), "fp32: auto failed (%s)",
+                 gm_strerror(err));
+    gm_notice("event=codec-auto job=%s codec=%s local_steps=%d world=%d speedup=%.2f "
+              "reason=\"%s\"",
+              jb->id, gm_job_codec_name(jb->job.comm.codec), jb->job.comm.local_steps, world,
+              o.speedup, jb->codec_reason);
+    if (err == 0 && o.too_slow)
+        gm_warn("event=codec-auto-too-slow world=%d speedup=%.2f: the links are too slow for "
+                "%d agents to train faster than one (predicted %.2fx of one agent's speed)",
+                world, o.speedup, world, o.speedup);
+}
+
+/* Member: the coordinator's choice for codec = auto, from JOB_GROUP. */
+static void apply_comm(struct job *jb, const struct gm_jobmsg *m)
+{
+    enum gm_job_codec c;
+
+    if (m->codec[0] == '\0' || gm_autocodec_parse(m->codec, &c) < 0)
+        return; /* the decoder accepts only the four names */
+    jb->codec_auto = true;
+    jb->job.comm.codec = c;
+    jb->job.comm.local_steps = (int)m->local_steps;
+}
+
 /* --- groups ------------------------------------------------------------------------------ */
 
 /* Builds this node's transport for group gen and hands it to the rank. */
@@ -486,6 +541,10 @@ static void reform(struct gm_jobs *j, struct job *jb, const char *reason)
     m.ranks = jb->ranks;
     m.nranks = n;
     m.global_batch = jb->job.optim.global_batch;
+    if (jb->codec_auto) { /* auto's choice, so every rank runs the same strategy */
+        snprintf(m.codec, sizeof(m.codec), "%s", gm_job_codec_name(jb->job.comm.codec));
+        m.local_steps = (uint32_t)jb->job.comm.local_steps;
+    }
     m.text = jb->job.text;
     m.text_len = jb->job.text_len;
     snprintf(m.id, sizeof(m.id), "%s", jb->id);
@@ -864,6 +923,7 @@ static int on_group(struct gm_jobs *j, const char *node, struct gm_jobmsg *m)
         }
         jb->job.optim.global_batch = m->global_batch; /* the coordinator's, fixed at submit */
         jb->job.optim.batch = 0;
+        apply_comm(jb, m);
         jb->state = J_RUNNING;
         j->cur = jb;
         if ((err = start_rank(j, jb)) < 0) {
@@ -879,6 +939,7 @@ static int on_group(struct gm_jobs *j, const char *node, struct gm_jobmsg *m)
         strcmp(node, jb->coordinator) == 0) {         /* our forwarded submit: it starts */
         jb->job.optim.global_batch = m->global_batch; /* the coordinator's, fixed at submit */
         jb->job.optim.batch = 0;
+        apply_comm(jb, m);
         jb->state = J_RUNNING;
         if ((err = start_rank(j, jb)) < 0) {
             jb->state = J_FAILED;
@@ -1169,6 +1230,8 @@ static int coord_submit(struct gm_jobs *j, const char *text, size_t len, const c
     jb->gen = job_tag(jb->id) << 16; /* the first group is ... | 1 */
     jb->coord = true;
     snprintf(jb->coordinator, sizeof(jb->coordinator), "%s", j->env.node);
+    if (jb->job.comm.codec == GM_JOB_CODEC_AUTO)
+        resolve_auto(j, jb, up, n);
     jb->state = J_CHECKING;
     jb->test_accuracy = NAN;
     jb->t_submit = gm_time_mono_ns();
@@ -1329,6 +1392,13 @@ static json_t *job_json(struct gm_jobs *j, struct job *jb)
     json_object_set_new(o, "params_sha256",
                         p.params_sha256[0] ? json_string(p.params_sha256) : json_null());
     json_object_set_new(o, "wall_s", num(wall));
+    json_object_set_new(o, "codec_auto", json_boolean(jb->codec_auto));
+    json_object_set_new(o, "codec_reason",
+                        jb->codec_reason[0] ? json_string(jb->codec_reason) : json_null());
+    json_object_set_new(o, "local_steps",
+                        jb->job.comm.codec == GM_JOB_CODEC_DILOCO
+                            ? json_integer(jb->job.comm.local_steps)
+                            : json_null());
     json_object_set_new(o, "error", jb->error[0] ? json_string(jb->error) : json_null());
     json_object_set_new(o, "weights", jb->weights[0] ? json_string(jb->weights) : json_null());
     /* bytes per peer node over the job's life: retired groups plus the current one */

@@ -64,6 +64,11 @@ struct gm_jobs_env {
     /* Member nodes with an up link (not this node); returns how many, writes at most cap
      * (nodes NULL: only counts them). */
     size_t (*members_up)(void *agent, char (*nodes)[GM_ID_NAME_MAX + 1], size_t cap);
+    /* What is measured of the link from node `from` to node `to` (this node's own links, or
+     * what member `from` said of its links): RTT in ms and throughput in Mbit/s, both > 0;
+     * -ENOENT when either is unknown.  NULL: nothing is (codec = auto then runs fp32). */
+    int (*link_measured)(void *agent, const char *from, const char *to, double *rtt_ms,
+                         double *mbps);
     /* Where a rank publishes its job metrics (agent/metrics.h), or NULL. */
     struct gm_metrics *(*metrics)(void *agent);
     void *agent;

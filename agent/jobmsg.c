@@ -86,6 +86,29 @@ static int get_uint(json_t *o, const char *key, uint64_t max, uint64_t *out)
     return 0;
 }
 
+/* GROUP's optional comm: {codec, local_steps}; codec one of the concrete codecs. */
+static int get_comm(json_t *o, struct gm_jobmsg *m)
+{
+    static const char *const names[] = {"fp32", "fp16", "powersgd", "diloco"};
+    json_t *c = json_object_get(o, "comm");
+    uint64_t u;
+    bool known = false;
+    int err;
+
+    if (c == NULL)
+        return 0;
+    if (!json_is_object(c) || json_object_size(c) != 2)
+        return GM_ERR_PROTO;
+    if ((err = get_str(c, "codec", m->codec, sizeof(m->codec), true)) < 0)
+        return err;
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        known = known || strcmp(m->codec, names[i]) == 0;
+    if (!known || (err = get_uint(c, "local_steps", 1000000, &u)) < 0 || u == 0)
+        return GM_ERR_PROTO;
+    m->local_steps = (uint32_t)u;
+    return 0;
+}
+
 static int get_ranks(json_t *o, struct gm_jobmsg *m)
 {
     json_t *a = json_object_get(o, "ranks");
@@ -201,6 +224,8 @@ static int decode(uint16_t type, json_t *o, struct gm_jobmsg *m)
         if (u == 0)
             return GM_ERR_PROTO;
         m->global_batch = (int)u;
+        if ((err = get_comm(o, m)) < 0)
+            return err;
         return get_ranks(o, m);
     case GM_MSG_JOB_REPORT:
         if ((err = get_uint(o, "gen", UINT32_MAX, &u)) < 0)
@@ -259,6 +284,10 @@ int gm_jobmsg_encode(uint16_t type, const struct gm_jobmsg *m, char **out, size_
     case GM_MSG_JOB_GROUP:
         json_object_set_new(o, "gen", json_integer(m->gen));
         json_object_set_new(o, "global_batch", json_integer(m->global_batch));
+        if (m->codec[0] != '\0')
+            json_object_set_new(o, "comm",
+                                json_pack("{s:s,s:I}", "codec", m->codec, "local_steps",
+                                          (json_int_t)m->local_steps));
         /* fall through */
     case GM_MSG_JOB_OFFER:
         if (m->nranks > 0) {

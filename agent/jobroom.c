@@ -7,6 +7,7 @@
  */
 #include "agent/jobroom.h"
 
+#include <errno.h>
 #include <string.h>
 
 #include "agent/job.h"
@@ -37,6 +38,30 @@ static size_t members_up(void *agent, char (*nodes)[GM_ID_NAME_MAX + 1], size_t 
     return nodes == NULL || n < cap ? n : cap; /* nodes NULL: just count */
 }
 
+static int link_measured(void *agent, const char *from, const char *to, double *rtt_ms,
+                         double *mbps)
+{
+    struct gm_agent *a = agent;
+    const struct gm_peer *p;
+
+    *rtt_ms = *mbps = -1;
+    if (strcmp(from, a->cfg.node) == 0) { /* ours: the link's PING RTT and our probe */
+        p = gm_agent_peer_find(a, to);
+        if (p == NULL || p->link == NULL)
+            return -ENOENT;
+        *rtt_ms = gm_link_rtt_ms(p->link);
+        *mbps = p->m.mbps_out;
+    } else { /* theirs: the last LINK_STATS member `from` sent us */
+        p = gm_agent_peer_find(a, from);
+        for (size_t k = 0; p != NULL && p->link != NULL && k < p->m.nremote; k++)
+            if (strcmp(p->m.remote[k].node, to) == 0) {
+                *rtt_ms = p->m.remote[k].rtt_ms;
+                *mbps = p->m.remote[k].throughput_mbps;
+            }
+    }
+    return *rtt_ms > 0 && *mbps > 0 ? 0 : -ENOENT;
+}
+
 /* The agent's metrics room; it outlives every rank (gm_agent_free stops it last). */
 static struct gm_metrics *metrics_of(void *agent)
 {
@@ -50,6 +75,7 @@ int gm_jobroom_open(struct gm_agent *a)
                               .state_dir = a->cfg.state_dir,
                               .link_to = link_to,
                               .members_up = members_up,
+                              .link_measured = link_measured,
                               .metrics = metrics_of,
                               .agent = a};
 
