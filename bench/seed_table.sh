@@ -22,7 +22,9 @@
 # Usage: bench/seed_table.sh [--quick] [GRADMESH_BINARY]
 #   EPOCHS (1-agent epochs; 4, --quick 2), EXTRA (epochs more the multi-agent rows may use to
 #   reach the target; 1), WINDOW (seconds of a timed window; 40, --quick 20), SEED (1),
-#   DELAY_MS (25), RATES ("20 5"), RESULTS (a file to keep the JSON rows in), KEEP=1.
+#   DELAY_MS (25), RATES ("20 5"), RESULTS (a file to keep the JSON rows in), KEEP=1,
+#   ONLY (an extended regex: run only the rows whose names match; a diagnosis, since the
+#   time to accuracy needs the 1-agent row), CODEC_AUTO (what the "auto" rows submit; auto).
 # Root, network namespaces, openvpn, the dataset and /usr/bin/python3 with torch; exit 77
 # where one is missing.
 set -o pipefail
@@ -153,16 +155,20 @@ codec_of() { # ID: "fp32" or "diloco H=48"
     if [ "$c" = diloco ]; then echo "diloco H=$h"; else echo "$c"; fi
 }
 
+wanted() { [ -z "${ONLY:-}" ] || [[ $1 =~ $ONLY ]]; }
+
 # full ROWNAME CODEC EPOCHS HOST...: trains to the end; one JSON row
 full() {
     local name=$1 codec=$2 ep=$3 id e; shift 3
+    wanted "$name" || return 0
+    [ "$codec" = auto ] && codec=${CODEC_AUTO:-auto}
     cluster "$@"
     job_ini "$WORK/r$ROW.ini" "$codec" "$ep"
     tun_ctr >"$WORK/r$ROW.c0"
     id=$(submit "$WORK/r$ROW.ini")
     [ -n "$id" ] || fail "no job id"
     nb_wait "job $id ($name) to end" 1800 job_ended "$id"
-    job_state "$id" done || fail "job $id ($name) ended $(job_field "$id" state): $(job_field "$id" error)"
+    job_state "$id" "done" || fail "job $id ($name) ended $(job_field "$id" state): $(job_field "$id" error)"
     tun_ctr >"$WORK/r$ROW.c1"
     e=$($PY epochs "$WORK/r$ROW-$1.log") || fail "epochs of $name"
     python3 - "$name" "$(codec_of "$id")" "$($PY counters "$WORK/r$ROW.c0" "$WORK/r$ROW.c1")" \
@@ -182,6 +188,7 @@ EOF
 # per epoch from the window's steps
 window() {
     local name=$1 codec=$2 id s0 s1 t0 t1; shift 2
+    wanted "$name" || return 0
     cluster "$@"
     job_ini "$WORK/r$ROW.ini" "$codec" 1
     id=$(submit "$WORK/r$ROW.ini")
@@ -208,6 +215,7 @@ step_at_least() { [ "$(job_field "$1" step)" -ge "$2" ] 2>/dev/null; }
 # ddp ROWNAME: PyTorch DDP (gloo) over the tunnel, rank 0 on a1, rank 1 on b1
 ddp() {
     local name=$1 steps=$((WINDOW / 2)) p0 p1
+    wanted "$name" || return 0
     tun_ctr >"$WORK/ddp.c0"
     nb_spawn a1 ddp0.log env GLOO_SOCKET_IFNAME="$TUN" /usr/bin/python3 bench/torch_ddp.py \
         --world 2 --rank 0 --init tcp://10.8.74.1:29500 --warmup 3 --steps "$steps" --seed "$SEED"
