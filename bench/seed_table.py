@@ -15,7 +15,9 @@ epoch whose test accuracy reaches the target.  A row that never reaches it print
 reached"; a row cut short after a timed window (fp32 and DDP over a tunnel) prints "-" and its
 s/epoch is extrapolated from the window's steps per second (the table says so).  The ratio
 column is 1-agent time to accuracy / the row's (>= 1.3 is the issue's bar for 20 Mbit/s auto,
->= 1.0 for 5 Mbit/s).
+>= 1.0 for 5 Mbit/s).  Rows repeated over rounds (bench/seed_table.sh ROUNDS) print medians,
+each round's figure in brackets, and the ratio of each round against the 1-agent run of the
+same round (the machine's load drifts; a round's runs are back to back).
 Standard library only.
 """
 import json
@@ -49,39 +51,76 @@ def fmt(v, spec, none='-'):
     return none if v is None else format(v, spec)
 
 
+def median(xs):
+    xs = sorted(x for x in xs if x is not None)
+    if not xs:
+        return None
+    n = len(xs)
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+
+
 def table(path):
     rows = [json.loads(line) for line in open(path) if line.strip()]
-    base = next((r for r in rows if r['row'] == '1 agent'), None)
-    target = base['acc'] - 0.5 if base and base.get('acc') is not None else None
+    for r in rows:
+        r.setdefault('round', 1)
+    base = {r['round']: r for r in rows if r['row'] == '1 agent'}
+    # the target: the 1-agent accuracy (median over rounds; one seed, so the rounds agree
+    # but for the order of float sums across load) minus 0.5
+    acc1 = median(r.get('acc') for r in base.values())
+    target = acc1 - 0.5 if acc1 is not None else None
 
     def tta(r):
         if r.get('epochs') is None or target is None:
-            return None, '-'
+            return None, None
         t = 0.0
         for e in r['epochs']:
             t += e['epoch_s']
             if e['acc'] is not None and e['acc'] >= target:
-                return t, f'{t:.1f} (ep {e["epoch"]})'
+                return t, e['epoch']
         return None, 'not reached'
 
-    t1, _ = tta(base) if base else (None, None)
-    print(f'target accuracy: {fmt(target, ".2f")}% (1 agent\'s {fmt(base and base.get("acc"), ".2f")}%'
-          ' - 0.5)')
+    print(f'target accuracy: {fmt(target, ".2f")}% (1 agent\'s {fmt(acc1, ".2f")}% - 0.5)')
     hdr = ['row', 's/epoch', 'time to target (s)', 'vs 1 agent', 'test acc %', 'tunnel MB/epoch',
            'codec']
-    lines = []
+    lines, names = [], []
     for r in rows:
-        t, ts = tta(r)
-        ratio = f'{t1 / t:.2f}x' if t and t1 else '-'
-        spe = fmt(r.get('s_epoch'), '.1f') + ('*' if r.get('partial') else '')
-        mb = r.get('tunnel_bytes_epoch')
-        lines.append([r['row'], spe, ts, ratio, fmt(r.get('acc'), '.2f'),
-                      fmt(mb / 1e6 if mb is not None else None, '.2f'), r.get('codec', '-')])
+        if r['row'] not in names:
+            names.append(r['row'])
+    rounds = max(r['round'] for r in rows) if rows else 1
+    for name in names:
+        rs = [r for r in rows if r['row'] == name]
+        ts, ratios, eps = [], [], []
+        for r in rs:
+            t, ep = tta(r)
+            ts.append(t)
+            eps.append(ep)
+            b = base.get(r['round'])
+            t1 = tta(b)[0] if b else None
+            ratios.append(t1 / t if t and t1 else None)
+        tm = median(ts)
+        if tm is not None:
+            tts = f'{tm:.1f}' + (f' (ep {eps[0]})' if len(rs) == 1 else '')
+        else:
+            tts = 'not reached' if 'not reached' in eps else '-'
+        if len(rs) > 1 and tm is not None:
+            tts += ' [' + ', '.join(fmt(t, '.1f', 'n/r') for t in ts) + ']'
+        rm = median(ratios)
+        ratio = fmt(rm, '.2f') + 'x' if rm is not None else '-'
+        if len(rs) > 1 and rm is not None:
+            ratio += ' [' + ', '.join(fmt(x, '.2f', '-') for x in ratios) + ']'
+        spe = fmt(median(r.get('s_epoch') for r in rs), '.1f') + ('*' if rs[0].get('partial') else '')
+        mb = median(r.get('tunnel_bytes_epoch') for r in rs)
+        codecs = sorted(set(r.get('codec', '-') for r in rs))
+        lines.append([name, spe, tts, ratio, fmt(median(r.get('acc') for r in rs), '.2f'),
+                      fmt(mb / 1e6 if mb is not None else None, '.2f'), ', '.join(codecs)])
     w = [max(len(str(x[i])) for x in lines + [hdr]) for i in range(len(hdr))]
     print(' | '.join(h.ljust(w[i]) for i, h in enumerate(hdr)))
     print('-+-'.join('-' * x for x in w))
     for x in lines:
         print(' | '.join(str(v).ljust(w[i]) for i, v in enumerate(x)))
+    if rounds > 1:
+        print(f'{rounds} rounds: medians; [per round]; "vs 1 agent" pairs each round with the '
+              '1-agent run of the same round')
     if any(r.get('partial') for r in rows):
         print('* extrapolated from a timed window of steps (the row is not trained to the end)')
 

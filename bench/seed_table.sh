@@ -172,11 +172,12 @@ full() {
     tun_ctr >"$WORK/r$ROW.c1"
     e=$($PY epochs "$WORK/r$ROW-$1.log") || fail "epochs of $name"
     python3 - "$name" "$(codec_of "$id")" "$($PY counters "$WORK/r$ROW.c0" "$WORK/r$ROW.c1")" \
-        "$e" "$(job_field "$id" codec_reason)" >>"$RES" <<'EOF' || fail "row $name"
+        "$e" "$(job_field "$id" codec_reason)" "$ROUND" >>"$RES" <<'EOF' || fail "row $name"
 import json, sys
 name, codec, tb, ep, why = sys.argv[1], sys.argv[2], int(sys.argv[3]), json.loads(sys.argv[4]), sys.argv[5]
+rnd = int(sys.argv[6])
 ev = [e for e in ep if e['acc'] is not None]
-print(json.dumps({'row': name, 'codec': codec, 'epochs': ep,
+print(json.dumps({'row': name, 'round': rnd, 'codec': codec, 'epochs': ep,
                   's_epoch': sum(e['epoch_s'] for e in ep) / len(ep),
                   'acc': ev[-1]['acc'], 'tunnel_bytes_epoch': tb / len(ep), 'why': why}))
 EOF
@@ -239,6 +240,7 @@ EOF
 }
 
 E2=$((EPOCHS + EXTRA))
+ROUND=1
 full "1 agent" fp32 "$EPOCHS" a1
 full "2 agents, LAN" auto "$E2" a1 a2
 for r in $RATES; do
@@ -249,6 +251,14 @@ for r in $RATES; do
 done
 set_rate 20
 full "3 agents (2 LAN + 1 tunnel 20 Mbit/s), auto" auto "$E2" a1 a2 b1
+for ROUND in $(seq 2 "${ROUNDS:-1}"); do
+    echo "round $ROUND; $(uptime | sed 's/.*load/load/')"
+    full "1 agent" fp32 "$EPOCHS" a1
+    for r in $RATES; do
+        set_rate "$r"
+        full "2 agents, tunnel ${r} Mbit/s, auto" auto "$E2" a1 b1
+    done
+done
 
 echo
 echo "seed_table: done; $(uptime | sed 's/.*load/load/')"
