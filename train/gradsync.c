@@ -349,6 +349,10 @@ int gm_gradsync_reduce(struct gm_gradsync *g, struct gm_model *m, long step, lon
             cfg.momentum = (float)g->s.outer_momentum;
             cfg.codec = g->s.codec;
             cfg.algo = g->s.algo;
+            gm_info("event=diloco rank=%d world=%d local_steps=%u outer_lr=%g outer_momentum=%g "
+                    "codec=%s start_step=%ld",
+                    g->rank, g->world, cfg.h, (double)cfg.outer_lr, (double)cfg.momentum,
+                    gm_codec_name(cfg.codec), step);
             return gm_diloco_new(&cfg, gm_model_params(m), gm_model_num_params(m), &g->dl);
         }
         return 0;
