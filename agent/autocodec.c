@@ -54,7 +54,8 @@ static int job_model(const struct gm_job *job, int batch, struct gm_model **m, s
 }
 
 int gm_autocodec_resolve(struct gm_job *job, int world, const struct gm_coll_link *links,
-                         struct gm_gradsync_auto_out *out, char *reason, size_t cap)
+                         const int *islands, struct gm_gradsync_auto_out *out, char *reason,
+                         size_t cap)
 {
     struct gm_gradsync_auto_out o;
     struct gm_coll_link *l = NULL, slow = {0};
@@ -89,7 +90,7 @@ int gm_autocodec_resolve(struct gm_job *job, int world, const struct gm_coll_lin
     if (l == NULL)
         return -ENOMEM;
     for (int i = 0; i < world * world; i++)
-        l[i] = i / world == i % world  ? (struct gm_coll_link){0, 1e15}
+        l[i] = i / world == i % world     ? (struct gm_coll_link){0, 1e15}
                : links[i].bytes_per_s > 0 ? links[i]
                                           : slow;
     batch = job->optim.global_batch / world;
@@ -107,8 +108,12 @@ int gm_autocodec_resolve(struct gm_job *job, int world, const struct gm_coll_lin
         goto out;
     }
     {
-        struct gm_gradsync_auto_in in = {
-            .m = m, .world = world, .links = l, .compute_s = compute, .job = job};
+        struct gm_gradsync_auto_in in = {.m = m,
+                                         .world = world,
+                                         .links = l,
+                                         .compute_s = compute,
+                                         .job = job,
+                                         .groups = islands};
         if ((err = gm_gradsync_auto_choose(&in, out)) < 0) {
             snprintf(reason, cap, "fp32: no choice (%s)", gm_strerror(err));
             goto out;

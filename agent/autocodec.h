@@ -32,11 +32,13 @@
 #include "train/job.h"
 
 /* Resolves job->comm.codec == auto for world ranks joined by links (world*world, entries with
- * bytes_per_s <= 0 unknown; NULL: none known).  Sets job->comm.codec (and local_steps for
- * diloco), fills *out (may be NULL) and writes one line saying why into reason.  Does nothing
- * for a job whose codec is not auto.  0, or a negative error (the job then keeps fp32). */
+ * bytes_per_s <= 0 unknown; NULL: none known), in LAN islands (gm_gradsync_islands; NULL:
+ * none: the hierarchical all-reduce is then what the codecs are priced on).  Sets job->comm.codec
+ * (and local_steps for diloco), fills *out (may be NULL) and writes one line saying why into
+ * reason.  Does nothing for a job whose codec is not auto.  0, or a negative error (the job then
+ * keeps fp32). */
 GM_MUST_CHECK int gm_autocodec_resolve(struct gm_job *job, int world,
-                                       const struct gm_coll_link *links,
+                                       const struct gm_coll_link *links, const int *islands,
                                        struct gm_gradsync_auto_out *out, char *reason, size_t cap);
 
 /* The job codec named name ("fp32", ...); -EINVAL for anything else (auto included). */

@@ -71,6 +71,7 @@ struct job {
     bool own_hashed;
     uint32_t gen;            /* current group */
     char (*ranks)[NODE_LEN]; /* owned: the current group's rank order */
+    int *islands;            /* owned: the current group's LAN islands (world entries), or NULL */
     size_t world;
     uint32_t failed_gen;  /* last generation reported failed (re-form once) */
     unsigned fail_streak; /* groups that failed in a row without a step taken */
@@ -149,6 +150,7 @@ static void job_free(struct job *jb)
     free(jb->parts);
     free(jb->files);
     free(jb->ranks);
+    free(jb->islands);
     free(jb->acc);
     free(jb);
 }
@@ -399,6 +401,35 @@ static const struct gm_rank_ops rank_ops = {
 
 /* --- codec = auto ------------------------------------------------------------------------ */
 
+/* Coordinator: the LAN islands of nodes (n of them, in rank order) from the link classes the
+ * agents measured, or NULL when they do not split the group (one island, or none of more than
+ * one rank) or are unknown. */
+static int *group_islands(struct gm_jobs *j, char (*nodes)[NODE_LEN], size_t n)
+{
+    bool *lan;
+    int *g;
+
+    if (j->env.link_is_lan == NULL || n < 3)
+        return NULL; /* two ranks: both islands of one, or one island: the ring either way */
+    lan = calloc(n * n, sizeof(*lan));
+    g = calloc(n, sizeof(*g));
+    if (lan == NULL || g == NULL) {
+        free(lan);
+        free(g);
+        return NULL; /* the ring: slower, never wrong */
+    }
+    for (size_t a = 0; a < n; a++)
+        for (size_t b = 0; b < n; b++)
+            lan[a * n + b] = a != b && j->env.link_is_lan(j->env.agent, nodes[a], nodes[b]);
+    gm_gradsync_islands(lan, (int)n, g);
+    free(lan);
+    if (!gm_gradsync_islands_split(g, (int)n)) {
+        free(g);
+        return NULL;
+    }
+    return g;
+}
+
 /* Coordinator, at submit: auto's choice for this node and the n members up (agent/autocodec.h),
  * into jb->job.comm; JOB_GROUP carries it to every rank. */
 static void resolve_auto(struct gm_jobs *j, struct job *jb, char (*up)[NODE_LEN], size_t n)
@@ -421,8 +452,20 @@ static void resolve_auto(struct gm_jobs *j, struct job *jb, char (*up)[NODE_LEN]
                 continue;
             links[a * world + b] = (struct gm_coll_link){rtt / 2e3, mbps * 1e6 / 8};
         }
-    err = gm_autocodec_resolve(&jb->job, world, links, &o, jb->codec_reason,
-                               sizeof(jb->codec_reason));
+    {
+        char(*nodes)[NODE_LEN] = calloc((size_t)world, NODE_LEN);
+        int *isl = NULL;
+        if (nodes != NULL) {
+            snprintf(nodes[0], NODE_LEN, "%s", j->env.node);
+            for (size_t i = 0; i < n; i++)
+                snprintf(nodes[i + 1], NODE_LEN, "%s", up[i]);
+            isl = group_islands(j, nodes, (size_t)world);
+        }
+        free(nodes);
+        err = gm_autocodec_resolve(&jb->job, world, links, isl, &o, jb->codec_reason,
+                                   sizeof(jb->codec_reason));
+        free(isl);
+    }
     free(links);
     if (err < 0)
         snprintf(jb->codec_reason, sizeof(jb->codec_reason), "fp32: auto failed (%s)",
@@ -470,7 +513,7 @@ static int form_local(struct gm_jobs *j, struct job *jb)
         else
             gm_xport_link_down(x, (int)i, -ENOTCONN); /* the group fails; a new one follows */
     }
-    if ((err = gm_rank_set_group(jb->rank, jb->gen, me, (int)jb->world, x)) < 0)
+    if ((err = gm_rank_set_group(jb->rank, jb->gen, me, (int)jb->world, x, jb->islands)) < 0)
         return err;
     /* frames of this generation that came before the group */
     stash_drop(j, jb, jb->gen);
@@ -529,6 +572,8 @@ static void reform(struct gm_jobs *j, struct job *jb, const char *reason)
             snprintf(jb->ranks[n++], NODE_LEN, "%s", jb->parts[i].node);
     qsort(jb->ranks + 1, n - 1, NODE_LEN, cmp_node);
     jb->world = n;
+    free(jb->islands);
+    jb->islands = group_islands(j, jb->ranks, n);
     if ((jb->gen & 0xffff) == 0xffff) {
         gm_rank_stop(jb->rank);
         snprintf(jb->error, sizeof(jb->error), "65535 groups in one job: giving up");
@@ -541,7 +586,8 @@ static void reform(struct gm_jobs *j, struct job *jb, const char *reason)
     m.ranks = jb->ranks;
     m.nranks = n;
     m.global_batch = jb->job.optim.global_batch;
-    if (jb->codec_auto) { /* auto's choice, so every rank runs the same strategy */
+    m.islands = jb->islands; /* borrowed; m is not freed */
+    if (jb->codec_auto) {    /* auto's choice, so every rank runs the same strategy */
         snprintf(m.codec, sizeof(m.codec), "%s", gm_job_codec_name(jb->job.comm.codec));
         m.local_steps = (uint32_t)jb->job.comm.local_steps;
     }
@@ -955,6 +1001,9 @@ static int on_group(struct gm_jobs *j, const char *node, struct gm_jobmsg *m)
     free(jb->ranks);
     jb->ranks = m->ranks;
     m->ranks = NULL;
+    free(jb->islands);
+    jb->islands = m->islands; /* NULL: none */
+    m->islands = NULL;
     jb->world = m->nranks;
     jb->gen = m->gen;
     if ((err = form_local(j, jb)) < 0)

@@ -69,6 +69,10 @@ struct gm_jobs_env {
      * -ENOENT when either is unknown.  NULL: nothing is (codec = auto then runs fp32). */
     int (*link_measured)(void *agent, const char *from, const char *to, double *rtt_ms,
                          double *mbps);
+    /* Whether the link between nodes a and b is of class lan, as a's agent sees it (this
+     * node's own links) or as member a said in its LINK_STATS: 1 yes, 0 no or unknown.  NULL:
+     * no islands (every group runs the ring). */
+    int (*link_is_lan)(void *agent, const char *a, const char *b);
     /* Where a rank publishes its job metrics (agent/metrics.h), or NULL. */
     struct gm_metrics *(*metrics)(void *agent);
     void *agent;

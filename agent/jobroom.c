@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "agent/job.h"
+#include "agent/measure.h"
 #include "agent/state.h"
 
 static struct gm_link *link_to(void *agent, const char *node)
@@ -62,6 +63,22 @@ static int link_measured(void *agent, const char *from, const char *to, double *
     return *rtt_ms > 0 && *mbps > 0 ? 0 : -ENOENT;
 }
 
+static int link_is_lan(void *agent, const char *from, const char *to)
+{
+    struct gm_agent *a = agent;
+    const struct gm_peer *p;
+
+    if (strcmp(from, a->cfg.node) == 0) {
+        p = gm_agent_peer_find(a, to);
+        return p != NULL && p->link != NULL && gm_measure_class(p) == GM_CLASS_LAN;
+    }
+    p = gm_agent_peer_find(a, from);
+    for (size_t k = 0; p != NULL && p->link != NULL && k < p->m.nremote; k++)
+        if (strcmp(p->m.remote[k].node, to) == 0)
+            return strcmp(p->m.remote[k].link_class, gm_class_name(GM_CLASS_LAN)) == 0;
+    return 0;
+}
+
 /* The agent's metrics room; it outlives every rank (gm_agent_free stops it last). */
 static struct gm_metrics *metrics_of(void *agent)
 {
@@ -76,6 +93,7 @@ int gm_jobroom_open(struct gm_agent *a)
                               .link_to = link_to,
                               .members_up = members_up,
                               .link_measured = link_measured,
+                              .link_is_lan = link_is_lan,
                               .metrics = metrics_of,
                               .agent = a};
 

@@ -65,6 +65,7 @@ struct gm_rank {
     struct req *pending, **pending_tail; /* FIFO: asked for, not yet taken by the loop */
     uint32_t group_gen;                  /* newest group handed over */
     int group_rank, group_world;
+    bool group_hier; /* the newest group runs GM_COLL_HIER over its islands */
     bool stopping, exited;
     struct gm_rank_progress prog;
     uint64_t bytes_sent_total;  /* collective payload this rank sent, all groups */
@@ -87,7 +88,7 @@ struct gm_rank {
     struct req *submitted, **submitted_tail; /* overlap: heap reqs, until wait */
     int submit_err;
     uint32_t synced_gen;
-    struct gm_gradsync *gs; /* owned */
+    struct gm_gradsync *gs;    /* owned */
     struct gm_gradsync_ab fit; /* alpha-beta of this rank's blocking collectives (bridge_run) */
     double fit_s;              /* their seconds, summed */
     int fit_epoch;             /* the epoch last logged */
@@ -279,9 +280,12 @@ static void async_cb(uv_async_t *a)
     }
 }
 
-int gm_rank_set_group(struct gm_rank *rk, uint32_t gen, int rank, int world, struct gm_xport *x)
+int gm_rank_set_group(struct gm_rank *rk, uint32_t gen, int rank, int world, struct gm_xport *x,
+                      const int *islands)
 {
-    struct gm_coll_config cc = {.generation = gen, .chunk_bytes = GM_XPORT_CHUNK};
+    bool hier = gm_gradsync_islands_split(islands, world);
+    struct gm_coll_config cc = {
+        .generation = gen, .chunk_bytes = GM_XPORT_CHUNK, .groups = hier ? islands : NULL};
 
     retire(rk);
     rk->x = x;
@@ -296,6 +300,7 @@ int gm_rank_set_group(struct gm_rank *rk, uint32_t gen, int rank, int world, str
     rk->group_gen = gen;
     rk->group_rank = rank;
     rk->group_world = world;
+    rk->group_hier = hier;
     pthread_cond_broadcast(&rk->cv);
     pthread_mutex_unlock(&rk->mu);
     uv_async_send(&rk->async);
@@ -505,6 +510,7 @@ static int hook_resync(void *ctx, struct gm_train_state *st)
     rk->synced_gen = rk->group_gen;
     rank = rk->group_rank;
     world = rk->group_world;
+    rk->strat.algo = rk->group_hier ? GM_COLL_HIER : GM_COLL_RING; /* the gradsync made below */
     pthread_mutex_unlock(&rk->mu);
 
     (void)bridge_wait(rk); /* overlap ops of the failed step are over before gradsync goes */

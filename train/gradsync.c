@@ -197,6 +197,13 @@ static int psgd_payload(const struct gm_gradsync_strategy *s, const struct gm_mo
 int gm_gradsync_estimate(const struct gm_gradsync_strategy *s, const struct gm_model *m, int world,
                          const struct gm_coll_link *links, struct gm_gradsync_cost *out)
 {
+    return gm_gradsync_estimate_groups(s, m, world, links, NULL, out);
+}
+
+int gm_gradsync_estimate_groups(const struct gm_gradsync_strategy *s, const struct gm_model *m,
+                                int world, const struct gm_coll_link *links, const int *groups,
+                                struct gm_gradsync_cost *out)
+{
     size_t params = gm_model_num_params(m), floats;
     size_t esize = gm_codec_elem_size(s->codec);
     int err;
@@ -207,19 +214,20 @@ int gm_gradsync_estimate(const struct gm_gradsync_strategy *s, const struct gm_m
     switch (s->kind) {
     case GM_GRADSYNC_KIND_DENSE:
         out->step_bytes = (uint64_t)params * esize;
-        out->seconds = gm_coll_cost(s->algo, world, links, NULL, params, s->codec);
+        out->seconds = gm_coll_cost(s->algo, world, links, groups, params, s->codec);
         break;
     case GM_GRADSYNC_KIND_POWERSGD:
         if ((err = psgd_payload(s, m, &floats)) < 0)
             return err;
         out->step_bytes = (uint64_t)floats * esize;
-        out->seconds = 2 * gm_coll_cost(s->algo, world, links, NULL, floats / 2, s->codec);
+        out->seconds = 2 * gm_coll_cost(s->algo, world, links, groups, floats / 2, s->codec);
         break;
     case GM_GRADSYNC_KIND_DILOCO:
         if (s->local_steps < 1)
             return -EINVAL;
         out->step_bytes = (uint64_t)params * esize / s->local_steps;
-        out->seconds = gm_coll_cost(s->algo, world, links, NULL, params, s->codec) / s->local_steps;
+        out->seconds =
+            gm_coll_cost(s->algo, world, links, groups, params, s->codec) / s->local_steps;
         break;
     default:
         return -EINVAL;
@@ -523,6 +531,34 @@ void gm_gradsync_ab_link(const struct gm_gradsync_ab *f, struct gm_coll_link *ou
     out->bytes_per_s = 1.0 / beta;
 }
 
+bool gm_gradsync_islands_split(const int *groups, int world)
+{
+    int n = 0;
+
+    if (groups == NULL)
+        return false;
+    for (int r = 0; r < world; r++)
+        n += groups[r] == r; /* leaders: the lowest rank of their island */
+    return n > 1 && n < world;
+}
+
+void gm_gradsync_islands(const bool *lan, int world, int *groups)
+{
+    for (int r = 0; r < world; r++)
+        groups[r] = r;
+    /* connected components over LAN pairs; each rank labelled with its component's lowest
+     * rank (union by smaller label, repeated until nothing changes: world is small) */
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (int a = 0; a < world; a++)
+            for (int b = 0; b < world; b++)
+                if (a != b && (lan[a * world + b] || lan[b * world + a]) && groups[b] > groups[a]) {
+                    groups[b] = groups[a];
+                    changed = true;
+                }
+    }
+}
+
 static const enum gm_job_codec auto_order[GM_GRADSYNC_AUTO_NCAND] = {
     GM_JOB_CODEC_FP32, GM_JOB_CODEC_FP16, GM_JOB_CODEC_POWERSGD, GM_JOB_CODEC_DILOCO};
 
@@ -547,17 +583,21 @@ int gm_gradsync_auto_choose(const struct gm_gradsync_auto_in *in, struct gm_grad
 
         if ((err = gm_gradsync_strategy_of(auto_order[i], in->job, &c->s)) < 0)
             return err;
+        if (gm_gradsync_islands_split(in->groups, in->world))
+            c->s.algo = GM_COLL_HIER;
         if (c->s.kind == GM_GRADSYNC_KIND_DILOCO) {
             double need;
             c->s.local_steps = 1; /* one sync's cost, then H sized to the budget */
-            if ((err = gm_gradsync_estimate(&c->s, in->m, in->world, in->links, &cost)) < 0)
+            if ((err = gm_gradsync_estimate_groups(&c->s, in->m, in->world, in->links, in->groups,
+                                                   &cost)) < 0)
                 return err;
             need = ceil(cost.seconds / budget * (1 - 1e-9));
             c->s.local_steps = need < GM_GRADSYNC_AUTO_MIN_H ? GM_GRADSYNC_AUTO_MIN_H
                                : need > max_h                ? max_h
                                                              : (uint32_t)need;
         }
-        if ((err = gm_gradsync_estimate(&c->s, in->m, in->world, in->links, &cost)) < 0)
+        if ((err = gm_gradsync_estimate_groups(&c->s, in->m, in->world, in->links, in->groups,
+                                               &cost)) < 0)
             return err;
         c->comm_s = cost.seconds;
         c->step_s = in->compute_s + cost.seconds;

@@ -203,6 +203,9 @@ struct gm_gradsync_auto_in {
     double comm_frac;                 /* 0: GM_GRADSYNC_AUTO_COMM_FRAC */
     uint32_t max_h;                   /* 0: GM_GRADSYNC_AUTO_MAX_H */
     const struct gm_job *job;         /* settings kept (powersgd rank, diloco outer); may be NULL */
+    const int *groups; /* LAN islands (gm_gradsync_islands), NULL: none; when they split the
+                        * world every candidate runs GM_COLL_HIER: fp32 inside islands, the
+                        * candidate's codec between their leaders */
 };
 
 #define GM_GRADSYNC_AUTO_NCAND 4
@@ -233,5 +236,22 @@ GM_MUST_CHECK int gm_gradsync_strategy_of(enum gm_job_codec codec, const struct 
  * max batch) on random inputs of per floats a sample (in_c * in_h * in_w): the median of reps
  * (<= 63) runs after one warm-up.  Seconds, or a negative error. */
 double gm_gradsync_time_compute(struct gm_model *m, size_t per, int n, int reps);
+
+/* As gm_gradsync_estimate, for a strategy whose algo is GM_COLL_HIER over groups (world
+ * entries, the lowest rank of each rank's island; NULL: one group). */
+GM_MUST_CHECK int gm_gradsync_estimate_groups(const struct gm_gradsync_strategy *s,
+                                              const struct gm_model *m, int world,
+                                              const struct gm_coll_link *links, const int *groups,
+                                              struct gm_gradsync_cost *out);
+
+/* --- islands ------------------------------------------------------------------------------ */
+
+/* LAN islands: lan is world*world, [a*world+b] true when the link a->b is of class lan (either
+ * direction joins a and b).  Writes groups[r] = the lowest rank of r's island (the leader of
+ * the hierarchical all-reduce, train/comm/collective.h HIER). */
+void gm_gradsync_islands(const bool *lan, int world, int *groups);
+/* groups (NULL: none) split the world into more than one island but not one per rank: the
+ * hierarchical all-reduce helps. */
+bool gm_gradsync_islands_split(const int *groups, int world);
 
 #endif

@@ -81,6 +81,12 @@ static void check_fields(uint16_t type, const struct gm_jobmsg *m)
              m->local_steps >= 1 && m->local_steps <= 1000000);
     else
         need(m->codec[0] == 0 && m->local_steps == 0);
+    if (m->islands != NULL) { /* GROUP only; labels are leaders that lead themselves */
+        need(type == GM_MSG_JOB_GROUP && m->nranks >= 1);
+        for (size_t i = 0; i < m->nranks; i++)
+            need(m->islands[i] >= 0 && (size_t)m->islands[i] <= i &&
+                 m->islands[m->islands[i]] == m->islands[i]);
+    }
     if (type == GM_MSG_JOB_GROUP || (type == GM_MSG_JOB_OFFER && m->nranks > 0)) {
         need(m->nranks >= 1 && m->nranks <= GM_JOB_RANKS_MAX && m->ranks != NULL);
         for (size_t i = 0; i < m->nranks; i++) {

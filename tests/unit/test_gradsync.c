@@ -278,6 +278,53 @@ static void test_auto(void)
     gm_model_free(m);
 }
 
+/* Islands: components over LAN pairs labelled by their lowest rank; a split only when there is
+ * more than one island and not one per rank; auto prices 2 LAN ranks + 1 behind a tunnel on
+ * the hierarchical all-reduce, which sends the codec only between the two leaders. */
+static void test_islands(void)
+{
+    bool lan[16] = {0};
+    int g[4];
+    struct gm_model *m = lenet();
+    struct gm_coll_link links[9];
+    struct gm_gradsync_auto_out flat, isl;
+    struct gm_gradsync_auto_in in = {.m = m, .world = 3, .links = links, .compute_s = 0.010};
+
+    lan[0 * 4 + 2] = true; /* 0-2 on a LAN (one direction is enough), 1 and 3 alone */
+    gm_gradsync_islands(lan, 4, g);
+    GM_CHECK(g[0] == 0 && g[1] == 1 && g[2] == 0 && g[3] == 3);
+    GM_CHECK(gm_gradsync_islands_split(g, 4));
+    lan[1 * 4 + 3] = lan[3 * 4 + 1] = true;
+    gm_gradsync_islands(lan, 4, g);
+    GM_CHECK(g[0] == 0 && g[1] == 1 && g[2] == 0 && g[3] == 1);
+    lan[2 * 4 + 3] = true; /* 2-3 joins them: one island */
+    gm_gradsync_islands(lan, 4, g);
+    GM_CHECK(g[0] == 0 && g[1] == 0 && g[2] == 0 && g[3] == 0);
+    GM_CHECK(!gm_gradsync_islands_split(g, 4));
+    GM_CHECK(!gm_gradsync_islands_split(NULL, 4));
+    memset(lan, 0, sizeof(lan));
+    gm_gradsync_islands(lan, 3, g); /* nobody on a LAN: one island each, no split */
+    GM_CHECK(!gm_gradsync_islands_split(g, 3));
+
+    /* ranks 0, 1 on a 1 Gbit/s LAN; rank 2 behind a 20 Mbit/s, 50 ms tunnel */
+    for (int a = 0; a < 3; a++)
+        for (int b = 0; b < 3; b++)
+            links[a * 3 + b] = (a < 2 && b < 2) ? (struct gm_coll_link){50e-6, 125e6}
+                                                : (struct gm_coll_link){0.025, 2.5e6};
+    GM_CHECK_OK(gm_gradsync_auto_choose(&in, &flat));
+    g[0] = 0, g[1] = 0, g[2] = 2;
+    in.groups = g;
+    GM_CHECK_OK(gm_gradsync_auto_choose(&in, &isl));
+    GM_CHECK_EQ(isl.pick.algo, GM_COLL_HIER);
+    GM_CHECK_EQ(flat.pick.algo, GM_COLL_RING);
+    for (int i = 0; i < GM_GRADSYNC_AUTO_NCAND; i++) /* never worse than the ring here */
+        GM_CHECK(isl.cand[i].comm_s * isl.cand[i].s.local_steps <=
+                 flat.cand[i].comm_s * flat.cand[i].s.local_steps * 1.0001);
+    GM_CHECK_EQ(isl.pick.kind, GM_GRADSYNC_KIND_DILOCO);
+    GM_CHECK(isl.pick.local_steps <= flat.pick.local_steps);
+    gm_model_free(m);
+}
+
 /* The compute timer returns a positive time and refuses a batch the model cannot hold. */
 static void test_time_compute(void)
 {
@@ -295,6 +342,7 @@ int main(void)
     GM_TEST_RUN(test_ab_fit);
     GM_TEST_RUN(test_auto);
     GM_TEST_RUN(test_time_compute);
+    GM_TEST_RUN(test_islands);
     GM_TEST_RUN(test_from_job);
     GM_TEST_RUN(test_estimate);
     GM_TEST_RUN(test_rank_logic);
