@@ -513,6 +513,14 @@ static int form_local(struct gm_jobs *j, struct job *jb)
         else
             gm_xport_link_down(x, (int)i, -ENOTCONN); /* the group fails; a new one follows */
     }
+    if (jb->islands != NULL) { /* the group runs the hierarchical all-reduce over them */
+        char list[4 * GM_JOB_RANKS_MAX] = "";
+        size_t o = 0;
+        for (size_t i = 0; i < jb->world && o < sizeof(list) - 8; i++)
+            o += (size_t)snprintf(list + o, sizeof(list) - o, "%s%d", i ? "," : "", jb->islands[i]);
+        gm_notice("event=job-islands job=%s generation=%u islands=%s", jb->id, jb->gen & 0xffff,
+                  list);
+    }
     if ((err = gm_rank_set_group(jb->rank, jb->gen, me, (int)jb->world, x, jb->islands)) < 0)
         return err;
     /* frames of this generation that came before the group */
