@@ -9,7 +9,7 @@
 # Asserts:
 #  - doctor projects every codec's step from the measured link and marks auto's pick, DiLoCo
 #    (per-step exchange over a 50 ms RTT costs more than 20% of a step's compute);
-#  - the job (MLP 128 on Fashion-MNIST, 1 epoch, batch 64 per agent, codec = auto) runs
+#  - the job (MLP 128 on Fashion-MNIST, 1 epoch, batch 256 per agent, codec = auto) runs
 #    DiLoCo on both ranks with the same H, which the coordinator chose (jobs --json of both
 #    agents, each rank's event=diloco line), ends done above 70% test accuracy with both
 #    ranks' final parameter hashes equal;
@@ -73,7 +73,7 @@ dir  = $DATA
 [optim]
 name  = adam
 lr    = 0.001
-batch = 64
+batch = 256
 [schedule]
 kind = constant
 [comm]

@@ -19,7 +19,10 @@
  * - Nothing is dropped by the relay: the FIFOs grow without a bound (a 20 Mbit/s link with
  *   50 ms holds 125 KB), the socket buffers are 8 MiB (SO_RCVBUFFORCE/SO_SNDBUFFORCE as root,
  *   the plain options otherwise), and a send that would block waits for POLLOUT with the
- *   datagram kept at the head.  Rate limits and their drops stay the job of tbf on the veth.
+ *   datagram kept at the head.  Rate limits and their drops stay the job of tbf on the veth:
+ *   a send refused with ENOBUFS (tbf's queue is full) is the link dropping the datagram, as it
+ *   does to OpenVPN's own sends on the other side, so the relay counts it (link_drops) and goes
+ *   on instead of retrying in a busy loop or queueing what the link refused.
  * - Lateness (send time - due time) is measured per datagram; on SIGTERM/SIGINT the relay
  *   prints per direction: datagrams, bytes, the largest queue and the mean / max lateness,
  *   so a loaded machine's effect on the delay is on record, not guessed.
@@ -53,6 +56,7 @@ struct dir {
     struct pkt *head, **tail;
     size_t queued, max_queued;
     uint64_t pkts, bytes, late_sum_ns, late_max_ns;
+    uint64_t link_drops; /* sends the egress qdisc refused (ENOBUFS), not the relay's */
 };
 
 static volatile sig_atomic_t stop_flag;
@@ -155,8 +159,12 @@ static int flush(int fd, struct dir *d, const struct sockaddr_in *dst)
                                  sizeof(*dst))
                         : send(fd, p->data, p->len, MSG_DONTWAIT);
         if (n < 0) {
-            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS)
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
                 return 1;
+            if (errno == ENOBUFS) { /* the egress qdisc (tbf) dropped it: the link's drop */
+                d->link_drops++;
+                goto sent;
+            }
             if (errno == EINTR)
                 continue;
             if (errno != ECONNREFUSED) { /* a refused one is gone, as on a real path */
@@ -166,6 +174,7 @@ static int flush(int fd, struct dir *d, const struct sockaddr_in *dst)
         }
         d->pkts++;
         d->bytes += p->len;
+    sent:
         d->late_sum_ns += t - p->due_ns;
         if (t - p->due_ns > d->late_max_ns)
             d->late_max_ns = t - p->due_ns;
@@ -181,9 +190,10 @@ static int flush(int fd, struct dir *d, const struct sockaddr_in *dst)
 static void report(const struct dir *d)
 {
     fprintf(stderr,
-            "udp_delay: %s datagrams=%llu bytes=%llu max_queue=%zu late_mean_us=%.1f "
-            "late_max_us=%.1f\n",
-            d->name, (unsigned long long)d->pkts, (unsigned long long)d->bytes, d->max_queued,
+            "udp_delay: %s datagrams=%llu bytes=%llu link_drops=%llu max_queue=%zu "
+            "late_mean_us=%.1f late_max_us=%.1f\n",
+            d->name, (unsigned long long)d->pkts, (unsigned long long)d->bytes,
+            (unsigned long long)d->link_drops, d->max_queued,
             d->pkts ? (double)d->late_sum_ns / (double)d->pkts / 1e3 : 0.0,
             (double)d->late_max_ns / 1e3);
 }
