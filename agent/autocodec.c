@@ -123,6 +123,7 @@ int gm_autocodec_resolve(struct gm_job *job, int world, const struct gm_coll_lin
         goto out;
     if (out->pick.kind == GM_GRADSYNC_KIND_DILOCO)
         job->comm.local_steps = (int)out->pick.local_steps;
+    job->comm.auto_resolved = true;
     snprintf(reason, cap, "%s", out->reason);
     for (int i = 0; i < GM_GRADSYNC_AUTO_NCAND; i++) {
         char label[48];

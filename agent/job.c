@@ -490,6 +490,7 @@ static void apply_comm(struct job *jb, const struct gm_jobmsg *m)
     jb->codec_auto = true;
     jb->job.comm.codec = c;
     jb->job.comm.local_steps = (int)m->local_steps;
+    jb->job.comm.auto_resolved = true;
 }
 
 /* --- groups ------------------------------------------------------------------------------ */

@@ -91,6 +91,7 @@ int gm_gradsync_strategy_of(enum gm_job_codec codec, const struct gm_job *job,
         out->local_steps = (uint32_t)job->comm.local_steps;
         out->outer_lr = job->comm.outer_lr;
         out->outer_momentum = job->comm.outer_momentum;
+        out->cap_h = job->comm.auto_resolved;
     }
     return 0;
 }
@@ -353,6 +354,8 @@ int gm_gradsync_reduce(struct gm_gradsync *g, struct gm_model *m, long step, lon
             struct gm_diloco_config cfg;
             gm_diloco_config_default(&cfg);
             cfg.h = g->s.local_steps;
+            if (g->s.cap_h && total_steps >= 4 && cfg.h > (uint32_t)(total_steps / 4))
+                cfg.h = (uint32_t)(total_steps / 4); /* a short run still syncs 4 times */
             cfg.outer_lr = (float)g->s.outer_lr;
             cfg.momentum = (float)g->s.outer_momentum;
             cfg.codec = g->s.codec;

@@ -26,6 +26,10 @@
  *    DiLoCo changes the optimizer), so "cheapest" is the least lossy codec that keeps the
  *    link off the critical path.  DiLoCo's H is sized to the link: the smallest H >=
  *    GM_GRADSYNC_AUTO_MIN_H whose per-step share of a sync fits; capped at max_h.
+ *  - auto's DiLoCo H is sized before the run's length is known; every rank caps it to a
+ *    quarter of the run's steps when DiLoCo starts (cap_h, the same total_steps everywhere, so
+ *    the same H), so that a short run still syncs at least 4 times: a run that never synced
+ *    would end on its initial weights.
  *  - too_slow: even DiLoCo at max_h does not fit, or the predicted speed of world agents is
  *    below one agent's (world * compute / step < 1): the caller warns that the link does not
  *    help.  The pick is then still the cheapest-step candidate.
@@ -89,6 +93,7 @@ struct gm_gradsync_strategy {
     double outer_lr;        /* diloco */
     double outer_momentum;  /* diloco */
     char name[16];          /* "fp32" | "fp16" | "powersgd" | "diloco": logs and summaries */
+    bool cap_h;             /* diloco: H at most a quarter of the run's steps (auto's pick) */
 };
 
 /* One collective op on c; done(c, status, done_arg) runs later, exactly once, unless this
