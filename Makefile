@@ -153,11 +153,15 @@ LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(CU_OBJS)
 LIB := $(BUILD)/libgradmesh.a
 TEST_SRCS := $(wildcard tests/unit/test_*.c)
 TEST_BINS := $(TEST_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
+# test tools (tests/tools/X.c -> $(BUILD)/tools/X): standalone programs the integration tests
+# and benchmarks run (udp_delay: the namespace testbed's latency)
+TOOL_SRCS := $(wildcard tests/tools/*.c)
+TOOL_BINS := $(TOOL_SRCS:tests/tools/%.c=$(BUILD)/tools/%)
 FUZZ_SRCS := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BINS := $(FUZZ_SRCS:tests/fuzz/%.c=build-fuzz/%)
 BIN := gradmesh$(if $(SAN),-san)
 
-.PHONY: all test unit demo bench fuzz deps clean format format-check cuda-note install uninstall
+.PHONY: all tools test unit demo bench fuzz deps clean format format-check cuda-note install uninstall
 all: $(BIN) cuda-note
 
 cuda-note:
@@ -186,11 +190,18 @@ $(BUILD)/tests/%: tests/unit/%.c $(LIB) $(FLAGS_STAMP)
 	@echo "  CC      $<"
 	$(Q)$(CC) $(CFLAGS_ALL) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS_ALL)
 
+$(BUILD)/tools/%: tests/tools/%.c
+	@mkdir -p $(dir $@)
+	@echo "  CC      $<"
+	$(Q)$(CC) $(CFLAGS_ALL) $(LDFLAGS) -o $@ $<
+
+tools: $(TOOL_BINS)
+
 # Installs missing Debian packages as root, or prints the apt-get line.
 deps:
 	$(Q)bash .ci/deps.sh
 
-unit: $(BIN) $(TEST_BINS)
+unit: $(BIN) $(TEST_BINS) $(TOOL_BINS)
 
 # Everything CI runs.  tests/run.sh prints "N passed, N failed, N skipped".
 test: deps
@@ -203,7 +214,7 @@ demo: deps
 	$(Q)bash tests/demo.sh ./$(BIN)
 
 bench: deps
-	$(Q)$(MAKE) --no-print-directory $(BIN)
+	$(Q)$(MAKE) --no-print-directory $(BIN) tools
 	$(Q)bash bench/run.sh ./$(BIN)
 
 # --- fuzzers (clang + libFuzzer + ASan/UBSan), every lib source rebuilt -----

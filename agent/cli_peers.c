@@ -250,6 +250,8 @@ static void matrix_extremes(json_t *mx, double *min_mbps, double *max_rtt)
         json_number_value(v);
 }
 
+#define DOCTOR_BATCH 64
+
 static int model_new(const char *name, struct gm_model **m)
 {
     struct gm_model_spec spec = {.name = name,
@@ -263,20 +265,22 @@ static int model_new(const char *name, struct gm_model **m)
     *m = NULL;
     if (!gm_model_known(name))
         return -EINVAL;
-    return gm_model_new(&spec, 1, m);
+    return gm_model_new(&spec, DOCTOR_BATCH, m);
 }
 
-/* The strategies train/gradsync.h knows, each estimated by gm_coll_cost over n members joined
- * by the slowest link measured anywhere (one-way latency: half the largest RTT). */
+/* codec = auto's view of the current links (train/gradsync.h, gm_gradsync_auto_choose, the same
+ * model the coordinator uses): every candidate's bytes and projected communication and step time
+ * over n members joined by the slowest link measured anywhere (one-way latency: half the largest
+ * RTT), with one step's compute timed here (the model at batch 64 on random inputs, 28x28x1).
+ * The pick is marked; a link too slow to help is a warning. */
 static void doctor_codecs(json_t *r, const char *model, int *warnings)
 {
     json_t *mx = json_object_get(r, "matrix");
     int n = (int)json_array_size(json_object_get(mx, "nodes"));
-    struct gm_gradsync_strategy st[8];
-    size_t ns = gm_gradsync_strategies(st, GM_ARRAY_SIZE(st));
+    struct gm_gradsync_auto_out o;
     struct gm_coll_link *links = NULL;
     struct gm_model *m = NULL;
-    double mbps, rtt;
+    double mbps, rtt, compute;
 
     printf("gradient codecs (communication per step, %s, %d members)\n", model, n);
     matrix_extremes(mx, &mbps, &rtt);
@@ -289,26 +293,42 @@ static void doctor_codecs(json_t *r, const char *model, int *warnings)
         goto out;
     }
     links = calloc((size_t)n * (size_t)n, sizeof(*links));
-    if (links == NULL) {
-        check(warnings, 0, "out of memory");
+    compute = gm_gradsync_time_compute(m, 28 * 28, DOCTOR_BATCH, 5);
+    if (links == NULL || compute <= 0) {
+        check(warnings, 0, links == NULL ? "out of memory" : "cannot time the model");
         goto out;
     }
     for (int i = 0; i < n * n; i++)
         links[i] = (struct gm_coll_link){.alpha_s = rtt / 2e3, .bytes_per_s = mbps * 1e6 / 8};
-    printf("  slowest link %.1f Mbit/s, largest RTT %.3f ms; %zu parameters\n", mbps, rtt,
-           gm_model_num_params(m));
-    printf("  %-22s %12s %14s\n", "codec", "bytes/step", "ms per step");
-    for (size_t i = 0; i < ns && i < GM_ARRAY_SIZE(st); i++) {
+    printf("  slowest link %.1f Mbit/s, largest RTT %.3f ms; %zu parameters; compute %.2f ms a "
+           "step (batch %d, timed here)\n",
+           mbps, rtt, gm_model_num_params(m), compute * 1e3, DOCTOR_BATCH);
+    {
+        struct gm_gradsync_auto_in in = {.m = m, .world = n, .links = links, .compute_s = compute};
+        if (gm_gradsync_auto_choose(&in, &o) != 0) {
+            check(warnings, 0, "no projection");
+            goto out;
+        }
+    }
+    printf("  %-22s %12s %14s %14s\n", "codec", "bytes/step", "ms per step", "projected step");
+    for (size_t i = 0; i < GM_GRADSYNC_AUTO_NCAND; i++) {
         struct gm_gradsync_cost c;
         char label[48];
 
-        gm_gradsync_describe(&st[i], label, sizeof(label));
-        if (gm_gradsync_estimate(&st[i], m, n, links, &c) != 0) {
+        gm_gradsync_describe(&o.cand[i].s, label, sizeof(label));
+        if (gm_gradsync_estimate(&o.cand[i].s, m, n, links, &c) != 0) {
             check(warnings, 0, "%s: no estimate", label);
             continue;
         }
-        printf("  %-22s %12llu %14.2f\n", label, (unsigned long long)c.step_bytes, c.seconds * 1e3);
+        printf("  %-22s %12llu %14.2f %11.2f ms%s\n", label, (unsigned long long)c.step_bytes,
+               c.seconds * 1e3, o.cand[i].step_s * 1e3,
+               strcmp(o.cand[i].s.name, o.pick.name) == 0 ? "  <- auto" : "");
     }
+    printf("  auto: %s; %d members at %.2fx one's speed\n", o.reason, n, o.speedup);
+    check(warnings, !o.too_slow, "the links are %s",
+          o.too_slow ? "too slow to help: one agent "
+                       "alone would train as fast"
+                     : "fast enough");
 out:
     free(links);
     gm_model_free(m);

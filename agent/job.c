@@ -20,6 +20,7 @@
 
 #include <openssl/rand.h>
 
+#include "agent/autocodec.h"
 #include "agent/datahash.h"
 #include "agent/jobmsg.h"
 #include "agent/link.h"
@@ -71,6 +72,7 @@ struct job {
     bool own_hashed;
     uint32_t gen;            /* current group */
     char (*ranks)[NODE_LEN]; /* owned: the current group's rank order */
+    int *islands;            /* owned: the current group's LAN islands (world entries), or NULL */
     size_t world;
     uint32_t failed_gen;  /* last generation reported failed (re-form once) */
     unsigned fail_streak; /* groups that failed in a row without a step taken */
@@ -86,7 +88,9 @@ struct job {
     uint64_t bytes_sent;
     struct linkacc *acc; /* owned: training-channel bytes per peer node, of retired groups */
     size_t nacc;
-    bool remote_summary; /* a member: the coordinator's figures came with JOB_END */
+    bool remote_summary;    /* a member: the coordinator's figures came with JOB_END */
+    bool codec_auto;        /* [comm] codec = auto, resolved by the coordinator into job.comm */
+    char codec_reason[200]; /* coordinator: why auto picked what it did */
     struct gm_rank_progress last;
 };
 
@@ -147,6 +151,7 @@ static void job_free(struct job *jb)
     free(jb->parts);
     free(jb->files);
     free(jb->ranks);
+    free(jb->islands);
     free(jb->acc);
     free(jb);
 }
@@ -450,6 +455,100 @@ void gm_jobs_ckpt_key(const struct gm_job *job, char key[GM_JOBS_CKPT_KEY_LEN + 
     key[GM_JOBS_CKPT_KEY_LEN] = '\0';
 }
 
+/* --- codec = auto ------------------------------------------------------------------------ */
+
+/* Coordinator: the LAN islands of nodes (n of them, in rank order) from the link classes the
+ * agents measured, or NULL when they do not split the group (one island, or none of more than
+ * one rank) or are unknown. */
+static int *group_islands(struct gm_jobs *j, char (*nodes)[NODE_LEN], size_t n)
+{
+    bool *lan;
+    int *g;
+
+    if (j->env.link_is_lan == NULL || n < 3)
+        return NULL; /* two ranks: both islands of one, or one island: the ring either way */
+    lan = calloc(n * n, sizeof(*lan));
+    g = calloc(n, sizeof(*g));
+    if (lan == NULL || g == NULL) {
+        free(lan);
+        free(g);
+        return NULL; /* the ring: slower, never wrong */
+    }
+    for (size_t a = 0; a < n; a++)
+        for (size_t b = 0; b < n; b++)
+            lan[a * n + b] = a != b && j->env.link_is_lan(j->env.agent, nodes[a], nodes[b]);
+    gm_gradsync_islands(lan, (int)n, g);
+    free(lan);
+    if (!gm_gradsync_islands_split(g, (int)n)) {
+        free(g);
+        return NULL;
+    }
+    return g;
+}
+
+/* Coordinator, at submit: auto's choice for this node and the n members up (agent/autocodec.h),
+ * into jb->job.comm; JOB_GROUP carries it to every rank. */
+static void resolve_auto(struct gm_jobs *j, struct job *jb, char (*up)[NODE_LEN], size_t n)
+{
+    int world = (int)n + 1, err;
+    struct gm_coll_link *links = calloc((size_t)world * (size_t)world, sizeof(*links));
+    struct gm_gradsync_auto_out o;
+
+    jb->codec_auto = true;
+    for (int a = 0; links != NULL && a < world; a++)
+        for (int b = 0; b < world; b++) {
+            const char *from = a == 0 ? j->env.node : up[a - 1];
+            const char *to = b == 0 ? j->env.node : up[b - 1];
+            double rtt, mbps;
+            if (a == b || j->env.link_measured == NULL)
+                continue;
+            /* a member that has not sent LINK_STATS yet: the reverse direction stands in */
+            if (j->env.link_measured(j->env.agent, from, to, &rtt, &mbps) < 0 &&
+                j->env.link_measured(j->env.agent, to, from, &rtt, &mbps) < 0)
+                continue;
+            links[a * world + b] = (struct gm_coll_link){rtt / 2e3, mbps * 1e6 / 8};
+        }
+    {
+        char(*nodes)[NODE_LEN] = calloc((size_t)world, NODE_LEN);
+        int *isl = NULL;
+        if (nodes != NULL) {
+            snprintf(nodes[0], NODE_LEN, "%s", j->env.node);
+            for (size_t i = 0; i < n; i++)
+                snprintf(nodes[i + 1], NODE_LEN, "%s", up[i]);
+            isl = group_islands(j, nodes, (size_t)world);
+        }
+        free(nodes);
+        err = gm_autocodec_resolve(&jb->job, world, links, isl, &o, jb->codec_reason,
+                                   sizeof(jb->codec_reason));
+        free(isl);
+    }
+    free(links);
+    if (err < 0)
+        snprintf(jb->codec_reason, sizeof(jb->codec_reason), "fp32: auto failed (%s)",
+                 gm_strerror(err));
+    gm_notice("event=codec-auto job=%s codec=%s local_steps=%d world=%d speedup=%.2f "
+              "reason=\"%s\"",
+              jb->id, gm_job_codec_name(jb->job.comm.codec), jb->job.comm.local_steps, world,
+              o.speedup, jb->codec_reason);
+    if (err == 0 && o.too_slow)
+        gm_warn("event=codec-auto-too-slow world=%d speedup=%.2f: the links are too slow for "
+                "%d agents to train faster than one (predicted %.2fx of one agent's speed)",
+                world, o.speedup, world, o.speedup);
+}
+
+/* Member: the coordinator's choice for codec = auto, from JOB_GROUP. */
+static void apply_comm(struct job *jb, const struct gm_jobmsg *m)
+{
+    enum gm_job_codec c;
+
+    if (m->codec[0] == '\0' || gm_autocodec_parse(m->codec, &c) < 0)
+        return; /* the decoder accepts only the four names */
+    jb->codec_auto = true;
+    jb->job.comm.codec = c;
+    jb->job.comm.local_steps = (int)m->local_steps;
+    jb->job.comm.auto_resolved = true;
+}
+
 /* --- groups ------------------------------------------------------------------------------ */
 
 /* Builds this node's transport for group gen and hands it to the rank. */
@@ -471,7 +570,15 @@ static int form_local(struct gm_jobs *j, struct job *jb)
         else
             gm_xport_link_down(x, (int)i, -ENOTCONN); /* the group fails; a new one follows */
     }
-    if ((err = gm_rank_set_group(jb->rank, jb->gen, me, (int)jb->world, x)) < 0)
+    if (jb->islands != NULL) { /* the group runs the hierarchical all-reduce over them */
+        char list[4 * GM_JOB_RANKS_MAX] = "";
+        size_t o = 0;
+        for (size_t i = 0; i < jb->world && o < sizeof(list) - 8; i++)
+            o += (size_t)snprintf(list + o, sizeof(list) - o, "%s%d", i ? "," : "", jb->islands[i]);
+        gm_notice("event=job-islands job=%s generation=%u islands=%s", jb->id, jb->gen & 0xffff,
+                  list);
+    }
+    if ((err = gm_rank_set_group(jb->rank, jb->gen, me, (int)jb->world, x, jb->islands)) < 0)
         return err;
     /* frames of this generation that came before the group */
     stash_drop(j, jb, jb->gen);
@@ -540,6 +647,8 @@ static void reform(struct gm_jobs *j, struct job *jb, const char *reason)
             snprintf(jb->ranks[n++], NODE_LEN, "%s", jb->parts[i].node);
     qsort(jb->ranks + 1, n - 1, NODE_LEN, cmp_node);
     jb->world = n;
+    free(jb->islands);
+    jb->islands = group_islands(j, jb->ranks, n);
     if ((jb->gen & 0xffff) == 0xffff) {
         gm_rank_stop(jb->rank);
         snprintf(jb->error, sizeof(jb->error), "65535 groups in one job: giving up");
@@ -552,6 +661,11 @@ static void reform(struct gm_jobs *j, struct job *jb, const char *reason)
     m.ranks = jb->ranks;
     m.nranks = n;
     m.global_batch = jb->job.optim.global_batch;
+    m.islands = jb->islands; /* borrowed; m is not freed */
+    if (jb->codec_auto) {    /* auto's choice, so every rank runs the same strategy */
+        snprintf(m.codec, sizeof(m.codec), "%s", gm_job_codec_name(jb->job.comm.codec));
+        m.local_steps = (uint32_t)jb->job.comm.local_steps;
+    }
     m.text = jb->job.text;
     m.text_len = jb->job.text_len;
     snprintf(m.id, sizeof(m.id), "%s", jb->id);
@@ -932,6 +1046,7 @@ static int on_group(struct gm_jobs *j, const char *node, struct gm_jobmsg *m)
         }
         jb->job.optim.global_batch = m->global_batch; /* the coordinator's, fixed at submit */
         jb->job.optim.batch = 0;
+        apply_comm(jb, m);
         jb->state = J_RUNNING;
         j->cur = jb;
         if ((err = start_rank(j, jb)) < 0) {
@@ -947,6 +1062,7 @@ static int on_group(struct gm_jobs *j, const char *node, struct gm_jobmsg *m)
         strcmp(node, jb->coordinator) == 0) {         /* our forwarded submit: it starts */
         jb->job.optim.global_batch = m->global_batch; /* the coordinator's, fixed at submit */
         jb->job.optim.batch = 0;
+        apply_comm(jb, m);
         jb->state = J_RUNNING;
         if ((err = start_rank(j, jb)) < 0) {
             jb->state = J_FAILED;
@@ -962,6 +1078,9 @@ static int on_group(struct gm_jobs *j, const char *node, struct gm_jobmsg *m)
     free(jb->ranks);
     jb->ranks = m->ranks;
     m->ranks = NULL;
+    free(jb->islands);
+    jb->islands = m->islands; /* NULL: none */
+    m->islands = NULL;
     jb->world = m->nranks;
     jb->gen = m->gen;
     if ((err = form_local(j, jb)) < 0)
@@ -1243,6 +1362,8 @@ static int coord_submit(struct gm_jobs *j, const char *text, size_t len, const c
     jb->gen = job_tag(jb->id) << 16; /* the first group is ... | 1 */
     jb->coord = true;
     snprintf(jb->coordinator, sizeof(jb->coordinator), "%s", j->env.node);
+    if (jb->job.comm.codec == GM_JOB_CODEC_AUTO)
+        resolve_auto(j, jb, up, n);
     jb->state = J_CHECKING;
     record(j, jb, J_CHECKING);
     jb->test_accuracy = NAN;
@@ -1410,6 +1531,13 @@ static json_t *job_json(struct gm_jobs *j, struct job *jb)
     json_object_set_new(o, "params_sha256",
                         p.params_sha256[0] ? json_string(p.params_sha256) : json_null());
     json_object_set_new(o, "wall_s", num(wall));
+    json_object_set_new(o, "codec_auto", json_boolean(jb->codec_auto));
+    json_object_set_new(o, "codec_reason",
+                        jb->codec_reason[0] ? json_string(jb->codec_reason) : json_null());
+    json_object_set_new(o, "local_steps",
+                        jb->job.comm.codec == GM_JOB_CODEC_DILOCO
+                            ? json_integer(jb->job.comm.local_steps)
+                            : json_null());
     json_object_set_new(o, "error", jb->error[0] ? json_string(jb->error) : json_null());
     json_object_set_new(o, "weights", jb->weights[0] ? json_string(jb->weights) : json_null());
     /* bytes per peer node over the job's life: retired groups plus the current one */

@@ -83,6 +83,15 @@ struct gm_jobs_env {
     int (*chief)(void *agent, char out[GM_ID_NAME_MAX + 1], uint64_t *term, char *why, size_t cap);
     /* Records a coordinated job's state in the replicated state (optional). */
     void (*record)(void *agent, const char *id, const char *state, long step);
+    /* What is measured of the link from node `from` to node `to` (this node's own links, or
+     * what member `from` said of its links): RTT in ms and throughput in Mbit/s, both > 0;
+     * -ENOENT when either is unknown.  NULL: nothing is (codec = auto then runs fp32). */
+    int (*link_measured)(void *agent, const char *from, const char *to, double *rtt_ms,
+                         double *mbps);
+    /* Whether the link between nodes a and b is of class lan, as a's agent sees it (this
+     * node's own links) or as member a said in its LINK_STATS: 1 yes, 0 no or unknown.  NULL:
+     * no islands (every group runs the ring). */
+    int (*link_is_lan)(void *agent, const char *a, const char *b);
     /* Where a rank publishes its job metrics (agent/metrics.h), or NULL. */
     struct gm_metrics *(*metrics)(void *agent);
     /* Optional: rank 0 here committed a checkpoint of the job whose checkpoint directory is

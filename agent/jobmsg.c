@@ -19,6 +19,7 @@ void gm_jobmsg_free(struct gm_jobmsg *m)
     free(m->text);
     free(m->ranks);
     free(m->files);
+    free(m->islands);
     memset(m, 0, sizeof(*m));
 }
 
@@ -72,6 +73,55 @@ static int get_uint(json_t *o, const char *key, uint64_t max, uint64_t *out)
     if (!json_is_integer(v) || json_integer_value(v) < 0 || (uint64_t)json_integer_value(v) > max)
         return GM_ERR_PROTO;
     *out = (uint64_t)json_integer_value(v);
+    return 0;
+}
+
+/* GROUP's optional comm: {codec, local_steps}; codec one of the concrete codecs. */
+static int get_comm(json_t *o, struct gm_jobmsg *m)
+{
+    static const char *const names[] = {"fp32", "fp16", "powersgd", "diloco"};
+    json_t *c = json_object_get(o, "comm");
+    uint64_t u;
+    bool known = false;
+    int err;
+
+    if (c == NULL)
+        return 0;
+    if (!json_is_object(c) || json_object_size(c) != 2)
+        return GM_ERR_PROTO;
+    if ((err = get_str(c, "codec", m->codec, sizeof(m->codec), true)) < 0)
+        return err;
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        known = known || strcmp(m->codec, names[i]) == 0;
+    if (!known || (err = get_uint(c, "local_steps", 1000000, &u)) < 0 || u == 0)
+        return GM_ERR_PROTO;
+    m->local_steps = (uint32_t)u;
+    return 0;
+}
+
+/* GROUP's optional islands (after the ranks): one label per rank, each the lowest rank of its
+ * island. */
+static int get_islands(json_t *o, struct gm_jobmsg *m)
+{
+    json_t *a = json_object_get(o, "islands"), *v;
+    size_t i;
+
+    if (a == NULL)
+        return 0;
+    if (!json_is_array(a) || json_array_size(a) != m->nranks || m->nranks == 0)
+        return GM_ERR_PROTO;
+    m->islands = calloc(m->nranks, sizeof(*m->islands));
+    if (m->islands == NULL)
+        return -ENOMEM;
+    json_array_foreach(a, i, v)
+    {
+        if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+            json_integer_value(v) > (json_int_t)i)
+            return GM_ERR_PROTO;
+        m->islands[i] = (int)json_integer_value(v);
+        if (m->islands[m->islands[i]] != m->islands[i]) /* its leader leads itself */
+            return GM_ERR_PROTO;
+    }
     return 0;
 }
 
@@ -190,7 +240,9 @@ static int decode(uint16_t type, json_t *o, struct gm_jobmsg *m)
         if (u == 0)
             return GM_ERR_PROTO;
         m->global_batch = (int)u;
-        return get_ranks(o, m);
+        if ((err = get_comm(o, m)) < 0 || (err = get_ranks(o, m)) < 0)
+            return err;
+        return get_islands(o, m);
     case GM_MSG_JOB_REPORT:
         if ((err = get_uint(o, "gen", UINT32_MAX, &u)) < 0)
             return err;
@@ -248,6 +300,16 @@ int gm_jobmsg_encode(uint16_t type, const struct gm_jobmsg *m, char **out, size_
     case GM_MSG_JOB_GROUP:
         json_object_set_new(o, "gen", json_integer(m->gen));
         json_object_set_new(o, "global_batch", json_integer(m->global_batch));
+        if (m->islands != NULL && m->nranks > 0) {
+            a = json_array();
+            for (size_t i = 0; i < m->nranks && a != NULL; i++)
+                json_array_append_new(a, json_integer(m->islands[i]));
+            json_object_set_new(o, "islands", a);
+        }
+        if (m->codec[0] != '\0')
+            json_object_set_new(o, "comm",
+                                json_pack("{s:s,s:I}", "codec", m->codec, "local_steps",
+                                          (json_int_t)m->local_steps));
         /* fall through */
     case GM_MSG_JOB_OFFER:
         if (m->nranks > 0) {

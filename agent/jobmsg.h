@@ -8,8 +8,15 @@
  *                                                        nodes it will train with (it answers
  *                                                        once it has a link to each)
  *   JOB_CHECK  {id, error?, files: [{name, size, sha256}]}  member -> coordinator
- *   JOB_GROUP  {id, text, origin, gen, ranks: [node], global_batch}
- *                                                        coordinator -> member
+ *   JOB_GROUP  {id, text, origin, gen, ranks: [node], global_batch,
+ *               comm?: {codec: "fp32"|"fp16"|"powersgd"|"diloco", local_steps},
+ *               islands?: [int]}
+ *                                                        coordinator -> member; comm: the
+ *                                                        codec the coordinator chose for
+ *                                                        codec = auto (every rank runs it);
+ *                                                        islands: per rank, the lowest rank
+ *                                                        of its LAN island (the group runs
+ *                                                        the hierarchical all-reduce)
  *   JOB_REPORT {id, gen, event: "group-failed"|"exit", code, message}
  *                                                        member -> coordinator
  *   JOB_END    {id, state: "done"|"cancelled"|"failed"|"refused", message,
@@ -48,6 +55,10 @@ struct gm_jobmsg {
     char (*ranks)[GM_ID_NAME_MAX + 1]; /* owned (GROUP) */
     size_t nranks;
     int global_batch;         /* GROUP: fixed by the coordinator at submit, >= 1 */
+    char codec[16];           /* GROUP: auto's choice ("" none: the job's own [comm]) */
+    uint32_t local_steps;     /* GROUP with codec: diloco's H, >= 1 */
+    int *islands;             /* owned (GROUP, optional): nranks entries, islands[i] <= i and
+                               * islands[islands[i]] == islands[i]; NULL: none */
     struct gm_jobfile *files; /* owned (CHECK) */
     size_t nfiles;
     char event[16]; /* REPORT */

@@ -7,11 +7,13 @@
  */
 #include "agent/jobroom.h"
 
+#include <errno.h>
 #include <string.h>
 
 #include "agent/chief.h"
 #include "agent/ckptxfer.h"
 #include "agent/job.h"
+#include "agent/measure.h"
 #include "agent/state.h"
 
 static struct gm_link *link_to(void *agent, const char *node)
@@ -55,6 +57,46 @@ static void record_job(void *agent, const char *id, const char *state, long step
     gm_chief_record_job(agent, id, state, step);
 }
 
+static int link_measured(void *agent, const char *from, const char *to, double *rtt_ms,
+                         double *mbps)
+{
+    struct gm_agent *a = agent;
+    const struct gm_peer *p;
+
+    *rtt_ms = *mbps = -1;
+    if (strcmp(from, a->cfg.node) == 0) { /* ours: the link's PING RTT and our probe */
+        p = gm_agent_peer_find(a, to);
+        if (p == NULL || p->link == NULL)
+            return -ENOENT;
+        *rtt_ms = gm_link_rtt_ms(p->link);
+        *mbps = p->m.mbps_out;
+    } else { /* theirs: the last LINK_STATS member `from` sent us */
+        p = gm_agent_peer_find(a, from);
+        for (size_t k = 0; p != NULL && p->link != NULL && k < p->m.nremote; k++)
+            if (strcmp(p->m.remote[k].node, to) == 0) {
+                *rtt_ms = p->m.remote[k].rtt_ms;
+                *mbps = p->m.remote[k].throughput_mbps;
+            }
+    }
+    return *rtt_ms > 0 && *mbps > 0 ? 0 : -ENOENT;
+}
+
+static int link_is_lan(void *agent, const char *from, const char *to)
+{
+    struct gm_agent *a = agent;
+    const struct gm_peer *p;
+
+    if (strcmp(from, a->cfg.node) == 0) {
+        p = gm_agent_peer_find(a, to);
+        return p != NULL && p->link != NULL && gm_measure_class(p) == GM_CLASS_LAN;
+    }
+    p = gm_agent_peer_find(a, from);
+    for (size_t k = 0; p != NULL && p->link != NULL && k < p->m.nremote; k++)
+        if (strcmp(p->m.remote[k].node, to) == 0)
+            return strcmp(p->m.remote[k].link_class, gm_class_name(GM_CLASS_LAN)) == 0;
+    return 0;
+}
+
 /* The agent's metrics room; it outlives every rank (gm_agent_free stops it last). */
 static struct gm_metrics *metrics_of(void *agent)
 {
@@ -71,6 +113,8 @@ int gm_jobroom_open(struct gm_agent *a)
                               .members_up = members_up,
                               .chief = chief_of,
                               .record = record_job,
+                              .link_measured = link_measured,
+                              .link_is_lan = link_is_lan,
                               .metrics = metrics_of,
                               .ckpt_written = ckpt_written,
                               .agent = a};

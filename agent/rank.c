@@ -27,6 +27,7 @@
 #include "common/assert.h"
 #include "common/byteorder.h"
 #include "common/log.h"
+#include "common/time.h"
 #include "train/comm/collective.h"
 #include "train/gradsync.h"
 #include "train/nn/model.h"
@@ -64,6 +65,7 @@ struct gm_rank {
     struct req *pending, **pending_tail; /* FIFO: asked for, not yet taken by the loop */
     uint32_t group_gen;                  /* newest group handed over */
     int group_rank, group_world;
+    bool group_hier; /* the newest group runs GM_COLL_HIER over its islands */
     bool stopping, exited;
     struct gm_rank_progress prog;
     uint64_t bytes_sent_total;  /* collective payload this rank sent, all groups */
@@ -92,7 +94,10 @@ struct gm_rank {
     struct req *submitted, **submitted_tail; /* overlap: heap reqs, until wait */
     int submit_err;
     uint32_t synced_gen;
-    struct gm_gradsync *gs; /* owned */
+    struct gm_gradsync *gs;    /* owned */
+    struct gm_gradsync_ab fit; /* alpha-beta of this rank's blocking collectives (bridge_run) */
+    double fit_s;              /* their seconds, summed */
+    int fit_epoch;             /* the epoch last logged */
     struct gm_gradsync_strategy strat;
     struct gm_gradsync_exec exec;
     float *state_buf; /* owned: the resync broadcast */
@@ -287,9 +292,12 @@ static void async_cb(uv_async_t *a)
     }
 }
 
-int gm_rank_set_group(struct gm_rank *rk, uint32_t gen, int rank, int world, struct gm_xport *x)
+int gm_rank_set_group(struct gm_rank *rk, uint32_t gen, int rank, int world, struct gm_xport *x,
+                      const int *islands)
 {
-    struct gm_coll_config cc = {.generation = gen, .chunk_bytes = GM_XPORT_CHUNK};
+    bool hier = gm_gradsync_islands_split(islands, world);
+    struct gm_coll_config cc = {
+        .generation = gen, .chunk_bytes = GM_XPORT_CHUNK, .groups = hier ? islands : NULL};
 
     retire(rk);
     rk->x = x;
@@ -304,6 +312,7 @@ int gm_rank_set_group(struct gm_rank *rk, uint32_t gen, int rank, int world, str
     rk->group_gen = gen;
     rk->group_rank = rank;
     rk->group_world = world;
+    rk->group_hier = hier;
     pthread_cond_broadcast(&rk->cv);
     pthread_mutex_unlock(&rk->mu);
     uv_async_send(&rk->async);
@@ -402,10 +411,23 @@ static int bridge_run(void *ctx, gm_gradsync_start_fn start, void *arg, bool cou
     struct req r = {.start = start, .arg = arg};
     int err;
 
-    (void)counted; /* the collective counts its own bytes */
+    uint64_t t0 = gm_time_mono_ns(), b0 = 0;
+
+    if (counted) { /* the collective counts its own bytes; we time it for the fit */
+        pthread_mutex_lock(&rk->mu);
+        b0 = rk->bytes_sent_total;
+        pthread_mutex_unlock(&rk->mu);
+    }
     if ((err = enqueue(rk, &r)) < 0)
         return err;
     wait_done(rk, &r);
+    if (counted && r.status == 0) {
+        double dt = (double)(gm_time_mono_ns() - t0) * 1e-9;
+        pthread_mutex_lock(&rk->mu);
+        gm_gradsync_ab_add(&rk->fit, (double)(rk->bytes_sent_total - b0), dt);
+        pthread_mutex_unlock(&rk->mu);
+        rk->fit_s += dt;
+    }
     return r.status;
 }
 
@@ -500,6 +522,7 @@ static int hook_resync(void *ctx, struct gm_train_state *st)
     rk->synced_gen = rk->group_gen;
     rank = rk->group_rank;
     world = rk->group_world;
+    rk->strat.algo = rk->group_hier ? GM_COLL_HIER : GM_COLL_RING; /* the gradsync made below */
     pthread_mutex_unlock(&rk->mu);
 
     (void)bridge_wait(rk); /* overlap ops of the failed step are over before gradsync goes */
@@ -686,6 +709,15 @@ static void hook_step(void *ctx, const struct gm_train_step_info *si)
 
     if (rk->tb != NULL)
         gm_tb_on_step(rk->tb, si);
+    if (si->epoch != rk->fit_epoch && rk->fit.n > 0) { /* once an epoch: what the fit says */
+        struct gm_coll_link l;
+        gm_gradsync_ab_link(&rk->fit, &l);
+        gm_info("event=coll-fit epoch=%d ops=%llu mean_ms=%.2f mean_bytes=%.0f alpha_ms=%.3f "
+                "mbps=%.2f",
+                si->epoch, (unsigned long long)rk->fit.n, rk->fit_s / (double)rk->fit.n * 1e3,
+                rk->fit.sx / rk->fit.w, l.alpha_s * 1e3, l.bytes_per_s * 8e-6);
+        rk->fit_epoch = si->epoch;
+    }
     pthread_mutex_lock(&rk->mu);
     rk->mjob.step = si->step;
     rk->mjob.epoch = si->epoch;
@@ -784,6 +816,7 @@ int gm_rank_start(uv_loop_t *loop, const struct gm_job *job, const char *out,
     snprintf(rk->out, sizeof(rk->out), "%s", out);
     if ((err = gm_gradsync_strategy_from_job(&rk->job, &rk->strat)) < 0)
         goto fail;
+    gm_gradsync_ab_init(&rk->fit, 0, 125e6); /* a prior of 1 Gbit/s: the samples dominate */
     rk->exec = (struct gm_gradsync_exec){
         .run = bridge_run, .submit = bridge_submit, .wait = bridge_wait, .ctx = rk};
     rk->pending_tail = &rk->pending;

@@ -90,9 +90,12 @@ struct gm_rank_ops {
 GM_MUST_CHECK int gm_rank_start(uv_loop_t *loop, const struct gm_job *job, const char *out,
                                 const struct gm_rank_ckpt *ck, const struct gm_rank_ops *ops,
                                 void *arg, struct gm_rank **rk);
-/* A new group; x is owned by the rank from now on (also on error). */
+/* A new group; x is owned by the rank from now on (also on error).  islands (world entries,
+ * copied; NULL: none): each rank's LAN island as the lowest rank in it; when they split the
+ * world the group's collectives run the hierarchical all-reduce (GM_COLL_HIER: fp32 inside an
+ * island, the strategy's codec between the island leaders). */
 GM_MUST_CHECK int gm_rank_set_group(struct gm_rank *rk, uint32_t gen, int rank, int world,
-                                    struct gm_xport *x);
+                                    struct gm_xport *x, const int *islands);
 /* The current group's transport (borrowed), NULL before the first group. */
 struct gm_xport *gm_rank_xport(struct gm_rank *rk);
 uint32_t gm_rank_generation(const struct gm_rank *rk);

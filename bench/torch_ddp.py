@@ -46,6 +46,8 @@ def main():
     ap.add_argument("--world", type=int, default=1)
     ap.add_argument("--rank", type=int, default=0)
     ap.add_argument("--rdv", help="rendezvous file (world >= 2); must not exist yet")
+    ap.add_argument("--init", help="init method instead of --rdv (tcp://ADDR:PORT: rank 0 "
+                    "listens there; bench/seed_table.sh, across network namespaces)")
     a = ap.parse_args()
 
     torch.set_num_threads(1)
@@ -57,7 +59,7 @@ def main():
     model = model_for(a.model, [int(h) for h in a.hidden.split(",") if h])
     if a.world > 1:
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-        dist.init_process_group("gloo", init_method="file://" + a.rdv,
+        dist.init_process_group("gloo", init_method=a.init or "file://" + a.rdv,
                                 rank=a.rank, world_size=a.world)
         model = nn.parallel.DistributedDataParallel(model)  # broadcasts rank 0's weights
     opt = torch.optim.Adam(model.parameters(), lr=a.lr)

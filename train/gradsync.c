@@ -6,6 +6,7 @@
 #include "train/gradsync.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 
 #include "common/assert.h"
 #include "common/log.h"
+#include "common/time.h"
 #include "train/compress/diloco.h"
 #include "train/compress/powersgd.h"
 #include "train/ckpt/ckpt.h"
@@ -65,14 +67,10 @@ static void strategy_init(struct gm_gradsync_strategy *s, enum gm_gradsync_kind 
     snprintf(s->name, sizeof(s->name), "%s", name);
 }
 
-int gm_gradsync_strategy_from_job(const struct gm_job *job, struct gm_gradsync_strategy *out)
+int gm_gradsync_strategy_of(enum gm_job_codec codec, const struct gm_job *job,
+                            struct gm_gradsync_strategy *out)
 {
-    switch (job->comm.codec) {
-    case GM_JOB_CODEC_AUTO:
-        gm_info("codec=auto resolved to fp32: auto does not choose per link yet, and fast links "
-                "need no compression");
-        strategy_init(out, GM_GRADSYNC_KIND_DENSE, GM_CODEC_FP32, "fp32");
-        break;
+    switch (codec) {
     case GM_JOB_CODEC_FP32:
         strategy_init(out, GM_GRADSYNC_KIND_DENSE, GM_CODEC_FP32, "fp32");
         break;
@@ -89,11 +87,24 @@ int gm_gradsync_strategy_from_job(const struct gm_job *job, struct gm_gradsync_s
         memset(out, 0, sizeof(*out));
         return -EINVAL;
     }
-    out->rank = job->comm.rank;
-    out->local_steps = (uint32_t)job->comm.local_steps;
-    out->outer_lr = job->comm.outer_lr;
-    out->outer_momentum = job->comm.outer_momentum;
+    if (job != NULL) {
+        out->rank = job->comm.rank;
+        out->local_steps = (uint32_t)job->comm.local_steps;
+        out->outer_lr = job->comm.outer_lr;
+        out->outer_momentum = job->comm.outer_momentum;
+        out->cap_h = job->comm.auto_resolved;
+    }
     return 0;
+}
+
+int gm_gradsync_strategy_from_job(const struct gm_job *job, struct gm_gradsync_strategy *out)
+{
+    if (job->comm.codec == GM_JOB_CODEC_AUTO) {
+        gm_info("codec=auto resolved to fp32: nothing measured links for this run (one process, "
+                "or no coordinator's choice)");
+        return gm_gradsync_strategy_of(GM_JOB_CODEC_FP32, job, out);
+    }
+    return gm_gradsync_strategy_of(job->comm.codec, job, out);
 }
 
 const char *gm_gradsync_summary_codec(const struct gm_gradsync_strategy *s, int world)
@@ -188,6 +199,13 @@ static int psgd_payload(const struct gm_gradsync_strategy *s, const struct gm_mo
 int gm_gradsync_estimate(const struct gm_gradsync_strategy *s, const struct gm_model *m, int world,
                          const struct gm_coll_link *links, struct gm_gradsync_cost *out)
 {
+    return gm_gradsync_estimate_groups(s, m, world, links, NULL, out);
+}
+
+int gm_gradsync_estimate_groups(const struct gm_gradsync_strategy *s, const struct gm_model *m,
+                                int world, const struct gm_coll_link *links, const int *groups,
+                                struct gm_gradsync_cost *out)
+{
     size_t params = gm_model_num_params(m), floats;
     size_t esize = gm_codec_elem_size(s->codec);
     int err;
@@ -198,19 +216,20 @@ int gm_gradsync_estimate(const struct gm_gradsync_strategy *s, const struct gm_m
     switch (s->kind) {
     case GM_GRADSYNC_KIND_DENSE:
         out->step_bytes = (uint64_t)params * esize;
-        out->seconds = gm_coll_cost(s->algo, world, links, NULL, params, s->codec);
+        out->seconds = gm_coll_cost(s->algo, world, links, groups, params, s->codec);
         break;
     case GM_GRADSYNC_KIND_POWERSGD:
         if ((err = psgd_payload(s, m, &floats)) < 0)
             return err;
         out->step_bytes = (uint64_t)floats * esize;
-        out->seconds = 2 * gm_coll_cost(s->algo, world, links, NULL, floats / 2, s->codec);
+        out->seconds = 2 * gm_coll_cost(s->algo, world, links, groups, floats / 2, s->codec);
         break;
     case GM_GRADSYNC_KIND_DILOCO:
         if (s->local_steps < 1)
             return -EINVAL;
         out->step_bytes = (uint64_t)params * esize / s->local_steps;
-        out->seconds = gm_coll_cost(s->algo, world, links, NULL, params, s->codec) / s->local_steps;
+        out->seconds =
+            gm_coll_cost(s->algo, world, links, groups, params, s->codec) / s->local_steps;
         break;
     default:
         return -EINVAL;
@@ -336,10 +355,16 @@ int gm_gradsync_reduce(struct gm_gradsync *g, struct gm_model *m, long step, lon
             struct gm_diloco_config cfg;
             gm_diloco_config_default(&cfg);
             cfg.h = g->s.local_steps;
+            if (g->s.cap_h && total_steps >= 4 && cfg.h > (uint32_t)(total_steps / 4))
+                cfg.h = (uint32_t)(total_steps / 4); /* a short run still syncs 4 times */
             cfg.outer_lr = (float)g->s.outer_lr;
             cfg.momentum = (float)g->s.outer_momentum;
             cfg.codec = g->s.codec;
             cfg.algo = g->s.algo;
+            gm_info("event=diloco rank=%d world=%d local_steps=%u outer_lr=%g outer_momentum=%g "
+                    "codec=%s start_step=%ld",
+                    g->rank, g->world, cfg.h, (double)cfg.outer_lr, (double)cfg.momentum,
+                    gm_codec_name(cfg.codec), step);
             return gm_diloco_new(&cfg, gm_model_params(m), gm_model_num_params(m), &g->dl);
         }
         return 0;
@@ -495,4 +520,191 @@ size_t gm_gradsync_ckpt_state(const struct gm_gradsync *g, struct gm_st_tensor *
         k += flat(&t[k], GM_CKPT_CODEC_PREFIX "diloco.momentum", mom, n);
     }
     return k;
+}
+
+/* --- codec = auto ---------------------------------------------------------------------- */
+
+#define AB_DECAY 0.98          /* weight kept by the older samples at each new one */
+#define AB_PRIOR_W 0.1         /* each of the prior's two points: a tenth of a sample */
+#define AB_PRIOR_X (256 << 10) /* the prior's second point: 256 KiB */
+
+void gm_gradsync_ab_init(struct gm_gradsync_ab *f, double alpha_s, double bytes_per_s)
+{
+    memset(f, 0, sizeof(*f));
+    f->a0 = alpha_s >= 0 && isfinite(alpha_s) ? alpha_s : 0;
+    f->b0 = bytes_per_s > 0 && isfinite(bytes_per_s) ? 1.0 / bytes_per_s : 1e-9;
+}
+
+void gm_gradsync_ab_add(struct gm_gradsync_ab *f, double bytes, double seconds)
+{
+    if (!(bytes >= 0) || !(seconds >= 0) || !isfinite(bytes) || !isfinite(seconds))
+        return;
+    f->w = f->w * AB_DECAY + 1;
+    f->sx = f->sx * AB_DECAY + bytes;
+    f->sy = f->sy * AB_DECAY + seconds;
+    f->sxx = f->sxx * AB_DECAY + bytes * bytes;
+    f->sxy = f->sxy * AB_DECAY + bytes * seconds;
+    f->n++;
+}
+
+void gm_gradsync_ab_link(const struct gm_gradsync_ab *f, struct gm_coll_link *out)
+{
+    /* the samples plus the prior's two points, (0, a0) and (X, a0 + X b0), never forgotten */
+    const double x = AB_PRIOR_X, pw = AB_PRIOR_W;
+    double w = f->w + 2 * pw, sx = f->sx + pw * x, sxx = f->sxx + pw * x * x;
+    double sy = f->sy + pw * (2 * f->a0 + x * f->b0);
+    double sxy = f->sxy + pw * x * (f->a0 + x * f->b0);
+    double det = w * sxx - sx * sx, beta, alpha;
+
+    beta = det > 0 ? (w * sxy - sx * sy) / det : f->b0;
+    if (!(beta > 1e-12))
+        beta = 1e-12; /* 1 TB/s: a fit that says "free" is read as "very fast" */
+    alpha = (sy - beta * sx) / w;
+    if (!(alpha >= 0))
+        alpha = 0;
+    out->alpha_s = alpha;
+    out->bytes_per_s = 1.0 / beta;
+}
+
+bool gm_gradsync_islands_split(const int *groups, int world)
+{
+    int n = 0;
+
+    if (groups == NULL)
+        return false;
+    for (int r = 0; r < world; r++)
+        n += groups[r] == r; /* leaders: the lowest rank of their island */
+    return n > 1 && n < world;
+}
+
+void gm_gradsync_islands(const bool *lan, int world, int *groups)
+{
+    for (int r = 0; r < world; r++)
+        groups[r] = r;
+    /* connected components over LAN pairs; each rank labelled with its component's lowest
+     * rank (union by smaller label, repeated until nothing changes: world is small) */
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (int a = 0; a < world; a++)
+            for (int b = 0; b < world; b++)
+                if (a != b && (lan[a * world + b] || lan[b * world + a]) && groups[b] > groups[a]) {
+                    groups[b] = groups[a];
+                    changed = true;
+                }
+    }
+}
+
+static const enum gm_job_codec auto_order[GM_GRADSYNC_AUTO_NCAND] = {
+    GM_JOB_CODEC_FP32, GM_JOB_CODEC_FP16, GM_JOB_CODEC_POWERSGD, GM_JOB_CODEC_DILOCO};
+
+int gm_gradsync_auto_choose(const struct gm_gradsync_auto_in *in, struct gm_gradsync_auto_out *out)
+{
+    double frac, budget;
+    uint32_t max_h;
+    int best = -1, cheapest = 0, err;
+
+    memset(out, 0, sizeof(*out));
+    if (in == NULL || in->m == NULL || in->world < 2 || in->links == NULL || !(in->compute_s > 0) ||
+        !isfinite(in->compute_s) || in->comm_frac < 0)
+        return -EINVAL;
+    frac = in->comm_frac > 0 ? in->comm_frac : GM_GRADSYNC_AUTO_COMM_FRAC;
+    max_h = in->max_h > 0 ? in->max_h : GM_GRADSYNC_AUTO_MAX_H;
+    if (max_h < GM_GRADSYNC_AUTO_MIN_H)
+        max_h = GM_GRADSYNC_AUTO_MIN_H;
+    budget = frac * in->compute_s;
+    for (int i = 0; i < GM_GRADSYNC_AUTO_NCAND; i++) {
+        struct gm_gradsync_auto_cand *c = &out->cand[i];
+        struct gm_gradsync_cost cost;
+
+        if ((err = gm_gradsync_strategy_of(auto_order[i], in->job, &c->s)) < 0)
+            return err;
+        if (gm_gradsync_islands_split(in->groups, in->world))
+            c->s.algo = GM_COLL_HIER;
+        if (c->s.kind == GM_GRADSYNC_KIND_DILOCO) {
+            double need;
+            c->s.local_steps = 1; /* one sync's cost, then H sized to the budget */
+            if ((err = gm_gradsync_estimate_groups(&c->s, in->m, in->world, in->links, in->groups,
+                                                   &cost)) < 0)
+                return err;
+            need = ceil(cost.seconds / budget * (1 - 1e-9));
+            c->s.local_steps = need < GM_GRADSYNC_AUTO_MIN_H ? GM_GRADSYNC_AUTO_MIN_H
+                               : need > max_h                ? max_h
+                                                             : (uint32_t)need;
+        }
+        if ((err = gm_gradsync_estimate_groups(&c->s, in->m, in->world, in->links, in->groups,
+                                               &cost)) < 0)
+            return err;
+        c->comm_s = cost.seconds;
+        c->step_s = in->compute_s + cost.seconds;
+        c->fits = cost.seconds <= budget * (1 + 1e-9);
+        if (c->fits && best < 0)
+            best = i;
+        if (c->step_s < out->cand[cheapest].step_s)
+            cheapest = i;
+    }
+    out->too_slow = best < 0;
+    if (best < 0)
+        best = cheapest;
+    out->pick = out->cand[best].s;
+    out->speedup = in->world * in->compute_s / out->cand[best].step_s;
+    if (out->speedup < 1)
+        out->too_slow = true;
+    {
+        char label[48];
+        gm_gradsync_describe(&out->pick, label, sizeof(label));
+        if (best == 0 || out->cand[best].fits)
+            snprintf(out->reason, sizeof(out->reason),
+                     "%s: %.2f ms of communication per %.2f ms step of compute (<= %.0f%%)%s",
+                     label, out->cand[best].comm_s * 1e3, in->compute_s * 1e3, frac * 100,
+                     best > 0 ? "; the codecs before it do not fit" : "");
+        else
+            snprintf(out->reason, sizeof(out->reason),
+                     "%s: nothing keeps communication under %.0f%% of compute; this is the "
+                     "fastest step (%.2f ms for %.2f ms of compute)",
+                     label, frac * 100, out->cand[best].step_s * 1e3, in->compute_s * 1e3);
+    }
+    return 0;
+}
+
+double gm_gradsync_time_compute(struct gm_model *m, size_t per, int n, int reps)
+{
+    float *x = gm_model_input(m);
+    int32_t *labels;
+    double t[64];
+    uint64_t rng = 0x9e3779b97f4a7c15u;
+    int classes = gm_model_classes(m), err = 0;
+
+    if (n < 1 || n > gm_model_max_batch(m) || reps < 1 || per == 0)
+        return -EINVAL;
+    if (reps > 63)
+        reps = 63;
+    labels = malloc((size_t)n * sizeof(*labels));
+    if (labels == NULL)
+        return -ENOMEM;
+    for (size_t i = 0; i < per * (size_t)n; i++) {
+        rng = rng * 6364136223846793005u + 1442695040888963407u;
+        x[i] = (float)(rng >> 40) / (float)(1u << 24);
+    }
+    for (int i = 0; i < n; i++)
+        labels[i] = (int32_t)((unsigned)i % (unsigned)classes);
+    for (int r = 0; r <= reps && err == 0; r++) {
+        uint64_t t0 = gm_time_mono_ns();
+        if ((err = gm_model_forward(m, n, 1, (uint64_t)r)) < 0)
+            break;
+        (void)gm_model_loss(m, n, labels, NULL);
+        if ((err = gm_model_backward(m, n)) < 0)
+            break;
+        if (r > 0) /* the first is the warm-up */
+            t[r - 1] = (double)(gm_time_mono_ns() - t0) / 1e9;
+    }
+    free(labels);
+    if (err < 0)
+        return err;
+    for (int i = 1; i < reps; i++) /* insertion sort: reps is small */
+        for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
+            double s = t[j];
+            t[j] = t[j - 1];
+            t[j - 1] = s;
+        }
+    return t[reps / 2];
 }

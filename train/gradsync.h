@@ -6,9 +6,33 @@
  * that maps the job's codec enum (train/job.h) to it; the simulation (train/sim.c), the agent's
  * job runtime and `gradmesh doctor` all start from a strategy, so they cannot disagree.
  *
- * auto: resolved here, explicitly, to dense fp32, and the reason logged once per call
- * ("codec=auto resolved to fp32: ...").  Fast LANs need no compression, and no
- * link measurement reaches this code yet; a later issue makes auto choose per link.
+ * auto: chosen by gm_gradsync_auto_choose (below) from measured links and compute, by the job's
+ * coordinator, which then sends the concrete codec to every rank (agent/job.c).  Where nothing
+ * has chosen (train --local, the simulation) gm_gradsync_strategy_from_job resolves auto to
+ * dense fp32 and logs why: in one process the "links" are memory.
+ *
+ * codec = auto, the model (gm_gradsync_auto_choose; pure, tested with synthetic measurements):
+ *  - a link is alpha-beta: seconds = alpha + bytes / bytes_per_s.  gm_gradsync_ab fits alpha
+ *    and beta by least squares over the real collectives' (bytes, seconds), forgetting old
+ *    samples (weight x0.98 per sample), starting from the measured RTT/2 and throughput as a
+ *    prior worth a fifth of a sample at two sizes, so that one message size (a job runs one codec)
+ *    still gives a well-posed fit: the prior pins what the samples cannot tell apart.
+ *  - each candidate's communication per step is gm_gradsync_estimate over those links (the
+ *    ring, as the collectives run it); step time = compute + communication (no overlap
+ *    credited: the prediction errs slow).
+ *  - the pick is the first, in the order fp32, fp16, powersgd, diloco, whose communication is
+ *    at most comm_frac of the compute (default GM_GRADSYNC_AUTO_COMM_FRAC): the order is that
+ *    of fidelity to synchronous fp32 SGD (fp16 within 0.2 points of fp32, PowerSGD within 0.7,
+ *    DiLoCo changes the optimizer), so "cheapest" is the least lossy codec that keeps the
+ *    link off the critical path.  DiLoCo's H is sized to the link: the smallest H >=
+ *    GM_GRADSYNC_AUTO_MIN_H whose per-step share of a sync fits; capped at max_h.
+ *  - auto's DiLoCo H is sized before the run's length is known; every rank caps it to a
+ *    quarter of the run's steps when DiLoCo starts (cap_h, the same total_steps everywhere, so
+ *    the same H), so that a short run still syncs at least 4 times: a run that never synced
+ *    would end on its initial weights.
+ *  - too_slow: even DiLoCo at max_h does not fit, or the predicted speed of world agents is
+ *    below one agent's (world * compute / step < 1): the caller warns that the link does not
+ *    help.  The pick is then still the cheapest-step candidate.
  *
  * Settings, as the simulation has always used them: every kind runs the ring all-reduce (byte
  * counts compare like with like); fp32/fp16 average the gradients every step; powersgd: rank
@@ -69,6 +93,7 @@ struct gm_gradsync_strategy {
     double outer_lr;        /* diloco */
     double outer_momentum;  /* diloco */
     char name[16];          /* "fp32" | "fp16" | "powersgd" | "diloco": logs and summaries */
+    bool cap_h;             /* diloco: H at most a quarter of the run's steps (auto's pick) */
 };
 
 /* One collective op on c; done(c, status, done_arg) runs later, exactly once, unless this
@@ -162,5 +187,85 @@ GM_MUST_CHECK int gm_gradsync_estimate(const struct gm_gradsync_strategy *s,
                                        const struct gm_model *m, int world,
                                        const struct gm_coll_link *links,
                                        struct gm_gradsync_cost *out);
+
+/* --- codec = auto ------------------------------------------------------------------------ */
+
+#define GM_GRADSYNC_AUTO_COMM_FRAC 0.2 /* communication per step <= this x compute */
+#define GM_GRADSYNC_AUTO_MIN_H 8       /* DiLoCo's smallest H when auto picks it */
+#define GM_GRADSYNC_AUTO_MAX_H 1024    /* and its largest */
+
+/* A link's alpha-beta fit (see the header comment).  Plain value. */
+struct gm_gradsync_ab {
+    double a0, b0;              /* the prior: alpha (s), beta (s per byte) */
+    double w, sx, sy, sxx, sxy; /* the samples' weighted sums over (bytes, seconds) */
+    uint64_t n;                 /* samples added */
+};
+
+/* Starts the fit from a measurement: alpha_s (one-way latency, >= 0) and bytes_per_s (> 0). */
+void gm_gradsync_ab_init(struct gm_gradsync_ab *f, double alpha_s, double bytes_per_s);
+/* One real collective: bytes sent on the link, seconds it took.  Non-finite or negative
+ * values are ignored. */
+void gm_gradsync_ab_add(struct gm_gradsync_ab *f, double bytes, double seconds);
+/* The fitted link (alpha >= 0, bytes_per_s > 0). */
+void gm_gradsync_ab_link(const struct gm_gradsync_ab *f, struct gm_coll_link *out);
+
+struct gm_gradsync_auto_in {
+    const struct gm_model *m;
+    int world;                        /* >= 2 */
+    const struct gm_coll_link *links; /* world*world, [i*world+j] is i->j */
+    double compute_s;                 /* one step's compute on one rank, measured, > 0 */
+    double comm_frac;                 /* 0: GM_GRADSYNC_AUTO_COMM_FRAC */
+    uint32_t max_h;                   /* 0: GM_GRADSYNC_AUTO_MAX_H */
+    const struct gm_job *job;         /* settings kept (powersgd rank, diloco outer); may be NULL */
+    const int *groups; /* LAN islands (gm_gradsync_islands), NULL: none; when they split the
+                        * world every candidate runs GM_COLL_HIER: fp32 inside islands, the
+                        * candidate's codec between their leaders */
+};
+
+#define GM_GRADSYNC_AUTO_NCAND 4
+
+struct gm_gradsync_auto_cand {
+    struct gm_gradsync_strategy s; /* diloco: H as sized to the link */
+    double comm_s, step_s;         /* predicted per step */
+    bool fits;                     /* comm_s <= comm_frac * compute_s */
+};
+
+struct gm_gradsync_auto_out {
+    struct gm_gradsync_strategy pick;
+    struct gm_gradsync_auto_cand cand[GM_GRADSYNC_AUTO_NCAND]; /* fp32, fp16, powersgd, diloco */
+    double speedup;                                            /* world * compute / pick's step */
+    bool too_slow;
+    char reason[200]; /* one line: why this pick */
+};
+
+/* Predicts every candidate and picks one (see the header comment).  0, -EINVAL, -ENOMEM. */
+GM_MUST_CHECK int gm_gradsync_auto_choose(const struct gm_gradsync_auto_in *in,
+                                          struct gm_gradsync_auto_out *out);
+
+/* The strategy of a concrete job codec (not auto), with the job's settings. */
+GM_MUST_CHECK int gm_gradsync_strategy_of(enum gm_job_codec codec, const struct gm_job *job,
+                                          struct gm_gradsync_strategy *out);
+
+/* Times one training step's compute (forward, loss, backward) of model m at batch n (<= its
+ * max batch) on random inputs of per floats a sample (in_c * in_h * in_w): the median of reps
+ * (<= 63) runs after one warm-up.  Seconds, or a negative error. */
+double gm_gradsync_time_compute(struct gm_model *m, size_t per, int n, int reps);
+
+/* As gm_gradsync_estimate, for a strategy whose algo is GM_COLL_HIER over groups (world
+ * entries, the lowest rank of each rank's island; NULL: one group). */
+GM_MUST_CHECK int gm_gradsync_estimate_groups(const struct gm_gradsync_strategy *s,
+                                              const struct gm_model *m, int world,
+                                              const struct gm_coll_link *links, const int *groups,
+                                              struct gm_gradsync_cost *out);
+
+/* --- islands ------------------------------------------------------------------------------ */
+
+/* LAN islands: lan is world*world, [a*world+b] true when the link a->b is of class lan (either
+ * direction joins a and b).  Writes groups[r] = the lowest rank of r's island (the leader of
+ * the hierarchical all-reduce, train/comm/collective.h HIER). */
+void gm_gradsync_islands(const bool *lan, int world, int *groups);
+/* groups (NULL: none) split the world into more than one island but not one per rank: the
+ * hierarchical all-reduce helps. */
+bool gm_gradsync_islands_split(const int *groups, int world);
 
 #endif

@@ -151,6 +151,9 @@ struct gm_job {
         int local_steps; /* diloco: H */
         double outer_lr;
         double outer_momentum;
+        /* not from the file: codec = auto resolved by a coordinator (agent/autocodec.h); its
+         * DiLoCo H is then capped to a quarter of the run's steps (train/gradsync.h) */
+        bool auto_resolved;
     } comm;
 
     char *text;      /* owned: the job text as read, NUL-terminated (checkpoint metadata) */

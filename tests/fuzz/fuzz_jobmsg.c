@@ -75,6 +75,18 @@ static void check_fields(uint16_t type, const struct gm_jobmsg *m)
     }
     if (type == GM_MSG_JOB_GROUP)
         need(m->gen > 0 && m->global_batch >= 1 && m->nranks >= 1 && m->ranks != NULL);
+    if (type == GM_MSG_JOB_GROUP && m->codec[0] != 0) /* auto's choice: a concrete codec */
+        need((strcmp(m->codec, "fp32") == 0 || strcmp(m->codec, "fp16") == 0 ||
+              strcmp(m->codec, "powersgd") == 0 || strcmp(m->codec, "diloco") == 0) &&
+             m->local_steps >= 1 && m->local_steps <= 1000000);
+    else
+        need(m->codec[0] == 0 && m->local_steps == 0);
+    if (m->islands != NULL) { /* GROUP only; labels are leaders that lead themselves */
+        need(type == GM_MSG_JOB_GROUP && m->nranks >= 1);
+        for (size_t i = 0; i < m->nranks; i++)
+            need(m->islands[i] >= 0 && (size_t)m->islands[i] <= i &&
+                 m->islands[m->islands[i]] == m->islands[i]);
+    }
     if (type == GM_MSG_JOB_GROUP || (type == GM_MSG_JOB_OFFER && m->nranks > 0)) {
         need(m->nranks >= 1 && m->nranks <= GM_JOB_RANKS_MAX && m->ranks != NULL);
         for (size_t i = 0; i < m->nranks; i++) {

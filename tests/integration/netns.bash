@@ -61,6 +61,8 @@ NB_NPORT=0
 NB_NVPN=0
 NB_PREV_EXIT_TRAP=
 NB_TRAP_PID=
+NB_DELAY_MS=0
+NB_RELAY_PID=
 
 # nb__die MSG: a setup step failed; lib.bash's fail (prints logs) or our own.
 nb__die() {
@@ -326,6 +328,19 @@ nb__cert() {
 # nb__udp_bound HOST PORT: something in HOST listens on UDP PORT.
 nb__udp_bound() { ip netns exec "$(nb_ns "$1")" ss -Hlun "sport = :$2" | grep . >/dev/null; }
 
+# nb_delay MS: the next nb_openvpn tunnels get MS ms of added one-way delay in each direction
+# (RTT + 2 MS), from a userspace UDP relay (tests/tools/udp_delay: netem is not available on
+# every machine).  The relay runs in the client's host, on 127.0.0.1:PORT, and the client's
+# OpenVPN talks to it instead of the server: every underlay datagram of the tunnel, both
+# ways, waits MS ms in the relay, in order, none dropped; the veth and its tbf are crossed as
+# before (after the relay towards the server, before it towards the client).  0 turns it
+# off.  The relay binary: NB_UDP_DELAY, default ${GM_BUILD:-build}/tools/udp_delay (`make
+# tools`).  Its per-direction counts and lateness go to NB_WORK/ovpnN-relay.log on exit.
+nb_delay() {
+    [[ $1 =~ ^[0-9]+$ ]] || nb__die "nb_delay: '$1' is not a whole number of ms"
+    NB_DELAY_MS=$1
+}
+
 # nb_openvpn SERVERHOST SERVER_UNDERLAY_IP CLIENTHOST TUN_SERVER_IP TUN_CLIENT_IP [PORT]
 # A real OpenVPN 2.6 point-to-point tunnel over UDP (port default 1194)
 # between two hosts that can already reach each other (nb_link): TLS with a
@@ -334,11 +349,12 @@ nb__udp_bound() { ip netns exec "$(nb_ns "$1")" ss -Hlun "sport = :$2" | grep . 
 # NB_TUN_DEV (nbt<pid>x<n>, the same name on both ends) addressed with
 # --ifconfig (TUN_SERVER_IP peer TUN_CLIENT_IP and the reverse).  DCO is off
 # (--disable-dco): a plain tun device that tc, tcpdump and the counters see.
+# With nb_delay MS set, the client reaches the server through the delay relay (NB_RELAY_PID).
 # Returns once a ping crosses the tunnel both ways (dies after 20 s).
 # Configs, keys and logs: NB_WORK/ovpnN/, NB_WORK/ovpnN-{server,client}.log.
 nb_openvpn() {
     local srv=$1 sip=$2 cli=$3 tsrv=$4 tcli=$5 port=${6:-1194}
-    local n=$NB_NVPN dir fps fpc common spid
+    local n=$NB_NVPN dir fps fpc common spid remote=$sip relay
     NB_NVPN=$((NB_NVPN + 1))
     NB_TUN_DEV=nbt$$x$n
     dir=$NB_WORK/ovpn$n
@@ -365,9 +381,18 @@ cert $dir/server.crt
 key $dir/server.key
 peer-fingerprint $fpc
 EOF
+    if [ "$NB_DELAY_MS" -gt 0 ]; then
+        relay=${NB_UDP_DELAY:-$PWD/${GM_BUILD:-build}/tools/udp_delay}
+        [ -x "$relay" ] || nb__die "no UDP delay relay at $relay (make tools)"
+        nb_spawn "$cli" "ovpn$n-relay.log" "$relay" --listen "127.0.0.1:$port" \
+            --to "$sip:$port" --delay-ms "$NB_DELAY_MS"
+        NB_RELAY_PID=$NB_LAST_PID
+        nb_wait --pid "$NB_RELAY_PID" "delay relay on $cli udp/$port" 10 nb__udp_bound "$cli" "$port"
+        remote=127.0.0.1
+    fi
     cat >"$dir/client.conf" <<EOF
 $common
-remote $sip $port
+remote $remote $port
 nobind
 connect-retry 1
 ifconfig $tcli $tsrv

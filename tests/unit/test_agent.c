@@ -786,6 +786,53 @@ static void test_jobmsg_group_global_batch(void)
     GM_CHECK_ERR(gm_jobmsg_decode(GM_MSG_JOB_GROUP, (const uint8_t *)bad, len, &d), GM_ERR_PROTO);
 }
 
+/* JOB_GROUP's optional comm (auto's pick) and islands round-trip; bad ones are refused. */
+static void test_jobmsg_group_comm_islands(void)
+{
+    char ranks[3][GM_ID_NAME_MAX + 1] = {"a1", "a2", "b1"};
+    int isl[3] = {0, 0, 2};
+    struct gm_jobmsg m = {.id = "0123456789abcdef",
+                          .text = "[job]\n",
+                          .text_len = 6,
+                          .origin = "job.ini",
+                          .gen = 3,
+                          .ranks = ranks,
+                          .nranks = 3,
+                          .global_batch = 192,
+                          .codec = "diloco",
+                          .local_steps = 48,
+                          .islands = isl},
+                     d;
+    char *txt = NULL, bad[512];
+    size_t len = 0;
+    static const char *const refused[] = {
+        "\"comm\":{\"codec\":\"auto\",\"local_steps\":4}",
+        "\"comm\":{\"codec\":\"diloco\",\"local_steps\":0}",
+        "\"comm\":{\"codec\":\"diloco\"}",
+        "\"comm\":{\"codec\":\"fp32\",\"local_steps\":1,\"x\":1}",
+        "\"islands\":[0,0]",   /* not one per rank */
+        "\"islands\":[0,2,2]", /* a label above its rank */
+        "\"islands\":[0,0,1]", /* a leader that does not lead itself */
+        "\"islands\":[0,-1,2]",
+    };
+
+    GM_CHECK_OK(gm_jobmsg_encode(GM_MSG_JOB_GROUP, &m, &txt, &len));
+    GM_CHECK_OK(gm_jobmsg_decode(GM_MSG_JOB_GROUP, (const uint8_t *)txt, len, &d));
+    GM_CHECK_STREQ(d.codec, "diloco");
+    GM_CHECK_EQ(d.local_steps, 48u);
+    GM_CHECK(d.islands != NULL && d.islands[0] == 0 && d.islands[1] == 0 && d.islands[2] == 2);
+    gm_jobmsg_free(&d);
+    free(txt);
+    for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+        int n = snprintf(bad, sizeof(bad),
+                         "{\"id\":\"0123456789abcdef\",\"text\":\"[job]\",\"origin\":\"j\","
+                         "\"gen\":1,\"ranks\":[\"a1\",\"a2\",\"b1\"],\"global_batch\":3,%s}",
+                         refused[i]);
+        GM_CHECK_ERR(gm_jobmsg_decode(GM_MSG_JOB_GROUP, (const uint8_t *)bad, (size_t)n, &d),
+                     GM_ERR_PROTO);
+    }
+}
+
 /* --- setup --------------------------------------------------------------------- */
 
 static void *agent_main(void *arg)
@@ -889,6 +936,7 @@ int main(void)
     GM_TEST_RUN(test_member_renewal);
     GM_TEST_RUN(test_still_serving);
     GM_TEST_RUN(test_jobmsg_group_global_batch);
+    GM_TEST_RUN(test_jobmsg_group_comm_islands);
 
     kill(getpid(), SIGTERM); /* the agents' signal watchers stop them */
     pthread_join(th, NULL);

@@ -4,6 +4,7 @@
  * counting executor over a one-rank in-memory transport.
  */
 #include <errno.h>
+#include <math.h>
 #include <string.h>
 
 #include "common/test.h"
@@ -172,8 +173,176 @@ out:
     gm_model_free(m);
 }
 
+/* The alpha-beta fit: recovers a link from samples at two sizes; with one size only it passes
+ * through the samples (the prior fixes the rest); garbage samples are ignored. */
+static void test_ab_fit(void)
+{
+    struct gm_gradsync_ab f;
+    struct gm_coll_link l;
+
+    gm_gradsync_ab_init(&f, 0.025, 2.5e6); /* the prior: 25 ms, 20 Mbit/s */
+    gm_gradsync_ab_link(&f, &l);
+    GM_CHECK_NEAR(l.alpha_s, 0.025, 1e-9, 1e-6);
+    GM_CHECK_NEAR(l.bytes_per_s, 2.5e6, 0, 1e-6);
+    for (int i = 0; i < 400; i++) { /* the truth: 10 ms, 1 MB/s */
+        double b = i % 2 ? 1e4 : 2e5;
+        gm_gradsync_ab_add(&f, b, 0.010 + b / 1e6);
+    }
+    gm_gradsync_ab_link(&f, &l);
+    GM_CHECK_NEAR(l.alpha_s, 0.010, 0, 0.05);
+    GM_CHECK_NEAR(l.bytes_per_s, 1e6, 0, 0.05);
+
+    gm_gradsync_ab_init(&f, 0.025, 2.5e6);
+    for (int i = 0; i < 400; i++) /* one size: 5 KB in 60 ms each time */
+        gm_gradsync_ab_add(&f, 5000, 0.060);
+    gm_gradsync_ab_add(&f, -1, 0.5);
+    gm_gradsync_ab_add(&f, 5000, NAN);
+    gm_gradsync_ab_link(&f, &l);
+    GM_CHECK_NEAR(l.alpha_s + 5000 / l.bytes_per_s, 0.060, 0, 0.03);
+    GM_CHECK(l.alpha_s > 0 && l.bytes_per_s > 0);
+    GM_CHECK_EQ(f.n, 400u);
+}
+
+static struct gm_model *lenet(void)
+{
+    struct gm_model_spec spec = {
+        .name = "lenet5", .in_c = 1, .in_h = 28, .in_w = 28, .classes = 10};
+    struct gm_model *m = NULL;
+
+    GM_CHECK_OK(gm_model_new(&spec, 64, &m));
+    return m;
+}
+
+static int pick_for(struct gm_model *m, double alpha, double mbps, double compute_s,
+                    struct gm_gradsync_auto_out *o)
+{
+    struct gm_coll_link links[4];
+    struct gm_gradsync_auto_in in = {.m = m, .world = 2, .links = links, .compute_s = compute_s};
+
+    for (int i = 0; i < 4; i++)
+        links[i] = (struct gm_coll_link){.alpha_s = alpha, .bytes_per_s = mbps * 1e6 / 8};
+    return gm_gradsync_auto_choose(&in, o);
+}
+
+/* auto on synthetic links: the LAN keeps fp32; a 20 Mbit/s 50 ms tunnel gets DiLoCo with the
+ * smallest H that fits; the pick never gets more lossy as the link gets faster; a hopeless link
+ * is flagged; bad input is refused. */
+static void test_auto(void)
+{
+    struct gm_model *m = lenet();
+    struct gm_gradsync_auto_out o, o2;
+    int prev = 99;
+
+    /* LAN: 1 Gbit/s, 50 us; 20 ms of compute: fp32 (4 x 61706 B twice over the ring, ~2 ms) */
+    GM_CHECK_OK(pick_for(m, 50e-6, 1000, 0.020, &o));
+    GM_CHECK_STREQ(o.pick.name, "fp32");
+    GM_CHECK(o.cand[0].fits && !o.too_slow);
+    GM_CHECK(o.speedup > 1.6 && o.speedup <= 2);
+    GM_CHECK(strstr(o.reason, "fp32") != NULL);
+
+    /* tunnel: 20 Mbit/s, 25 ms each way, 10 ms of compute */
+    GM_CHECK_OK(pick_for(m, 0.025, 20, 0.010, &o));
+    GM_CHECK_EQ(o.pick.kind, GM_GRADSYNC_KIND_DILOCO);
+    GM_CHECK(!o.cand[0].fits && !o.cand[1].fits && !o.cand[2].fits && o.cand[3].fits);
+    GM_CHECK(o.cand[3].comm_s <= 0.2 * 0.010 + 1e-12);
+    GM_CHECK(o.pick.local_steps >= GM_GRADSYNC_AUTO_MIN_H &&
+             o.pick.local_steps <= GM_GRADSYNC_AUTO_MAX_H);
+    /* H is the smallest that fits: one sync over H-1 steps would not */
+    GM_CHECK(o.cand[3].comm_s * o.pick.local_steps / (o.pick.local_steps - 1) > 0.2 * 0.010);
+    GM_CHECK(o.speedup > 1.5 && !o.too_slow);
+    /* 5 Mbit/s needs a larger H */
+    GM_CHECK_OK(pick_for(m, 0.025, 5, 0.010, &o2));
+    GM_CHECK_EQ(o2.pick.kind, GM_GRADSYNC_KIND_DILOCO);
+    GM_CHECK(o2.pick.local_steps > o.pick.local_steps);
+
+    /* faster links never pick a later (more lossy) candidate */
+    for (double mbps = 1; mbps <= 100000; mbps *= 2) {
+        int at = -1;
+        GM_CHECK_OK(pick_for(m, 0.5e-3, mbps, 0.010, &o));
+        for (int i = 0; i < GM_GRADSYNC_AUTO_NCAND; i++)
+            if (strcmp(o.cand[i].s.name, o.pick.name) == 0)
+                at = i;
+        GM_CHECK(at >= 0 && at <= prev);
+        prev = at;
+    }
+    GM_CHECK_EQ(prev, 0); /* 100 Gbit/s, 0.5 ms: fp32 */
+
+    /* hopeless: 10 kbit/s, 1 s each way: even H = max does not fit, and it is said */
+    GM_CHECK_OK(pick_for(m, 1.0, 0.01, 0.010, &o));
+    GM_CHECK(o.too_slow);
+    GM_CHECK(strstr(o.reason, "nothing keeps") != NULL);
+    GM_CHECK_EQ(o.pick.local_steps, (uint32_t)GM_GRADSYNC_AUTO_MAX_H);
+
+    GM_CHECK_ERR(pick_for(m, 0.025, 20, 0, &o), -EINVAL);
+    GM_CHECK_ERR(pick_for(NULL, 0.025, 20, 0.01, &o), -EINVAL);
+    gm_model_free(m);
+}
+
+/* Islands: components over LAN pairs labelled by their lowest rank; a split only when there is
+ * more than one island and not one per rank; auto prices 2 LAN ranks + 1 behind a tunnel on
+ * the hierarchical all-reduce, which sends the codec only between the two leaders. */
+static void test_islands(void)
+{
+    bool lan[16] = {0};
+    int g[4];
+    struct gm_model *m = lenet();
+    struct gm_coll_link links[9];
+    struct gm_gradsync_auto_out flat, isl;
+    struct gm_gradsync_auto_in in = {.m = m, .world = 3, .links = links, .compute_s = 0.010};
+
+    lan[0 * 4 + 2] = true; /* 0-2 on a LAN (one direction is enough), 1 and 3 alone */
+    gm_gradsync_islands(lan, 4, g);
+    GM_CHECK(g[0] == 0 && g[1] == 1 && g[2] == 0 && g[3] == 3);
+    GM_CHECK(gm_gradsync_islands_split(g, 4));
+    lan[1 * 4 + 3] = lan[3 * 4 + 1] = true;
+    gm_gradsync_islands(lan, 4, g);
+    GM_CHECK(g[0] == 0 && g[1] == 1 && g[2] == 0 && g[3] == 1);
+    lan[2 * 4 + 3] = true; /* 2-3 joins them: one island */
+    gm_gradsync_islands(lan, 4, g);
+    GM_CHECK(g[0] == 0 && g[1] == 0 && g[2] == 0 && g[3] == 0);
+    GM_CHECK(!gm_gradsync_islands_split(g, 4));
+    GM_CHECK(!gm_gradsync_islands_split(NULL, 4));
+    memset(lan, 0, sizeof(lan));
+    gm_gradsync_islands(lan, 3, g); /* nobody on a LAN: one island each, no split */
+    GM_CHECK(!gm_gradsync_islands_split(g, 3));
+
+    /* ranks 0, 1 on a 1 Gbit/s LAN; rank 2 behind a 20 Mbit/s, 50 ms tunnel */
+    for (int a = 0; a < 3; a++)
+        for (int b = 0; b < 3; b++)
+            links[a * 3 + b] = (a < 2 && b < 2) ? (struct gm_coll_link){50e-6, 125e6}
+                                                : (struct gm_coll_link){0.025, 2.5e6};
+    GM_CHECK_OK(gm_gradsync_auto_choose(&in, &flat));
+    g[0] = 0, g[1] = 0, g[2] = 2;
+    in.groups = g;
+    GM_CHECK_OK(gm_gradsync_auto_choose(&in, &isl));
+    GM_CHECK_EQ(isl.pick.algo, GM_COLL_HIER);
+    GM_CHECK_EQ(flat.pick.algo, GM_COLL_RING);
+    for (int i = 0; i < GM_GRADSYNC_AUTO_NCAND; i++) /* never worse than the ring here */
+        GM_CHECK(isl.cand[i].comm_s * isl.cand[i].s.local_steps <=
+                 flat.cand[i].comm_s * flat.cand[i].s.local_steps * 1.0001);
+    GM_CHECK_EQ(isl.pick.kind, GM_GRADSYNC_KIND_DILOCO);
+    GM_CHECK(isl.pick.local_steps <= flat.pick.local_steps);
+    gm_model_free(m);
+}
+
+/* The compute timer returns a positive time and refuses a batch the model cannot hold. */
+static void test_time_compute(void)
+{
+    struct gm_model *m = lenet();
+    double t = gm_gradsync_time_compute(m, 28 * 28, 16, 3);
+
+    GM_CHECK(t > 0 && t < 10);
+    GM_CHECK(gm_gradsync_time_compute(m, 28 * 28, 65, 3) < 0);
+    GM_CHECK(gm_gradsync_time_compute(m, 0, 16, 3) < 0);
+    gm_model_free(m);
+}
+
 int main(void)
 {
+    GM_TEST_RUN(test_ab_fit);
+    GM_TEST_RUN(test_auto);
+    GM_TEST_RUN(test_time_compute);
+    GM_TEST_RUN(test_islands);
     GM_TEST_RUN(test_from_job);
     GM_TEST_RUN(test_estimate);
     GM_TEST_RUN(test_rank_logic);

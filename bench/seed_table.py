@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""bench/seed_table.py - the arithmetic and the table of bench/seed_table.sh.
+
+  epochs LOG                      the rank-0 agent's log: one JSON list of its event=epoch lines
+                                  [{epoch, steps, acc, epoch_s}] (acc null where not evaluated)
+  counters BEFORE AFTER           two `cat` dumps of a tun device's tx_bytes and rx_bytes: prints
+                                  the bytes that crossed it (tx + rx) between them
+  table RESULTS.jsonl             one table of the rows bench/seed_table.sh wrote, with time to
+                                  the single-agent accuracy computed here (see below)
+
+Time to accuracy: the target is the 1-agent row's final test accuracy minus 0.5 points (the
+issue's "within 0.5 points"); a row's time is the sum of its epochs' training seconds
+(epoch_s, evaluation excluded, the same rule for every row) up to and including the first
+epoch whose test accuracy reaches the target.  A row that never reaches it prints "not
+reached"; a row cut short after a timed window (fp32 and DDP over a tunnel) prints "-" and its
+s/epoch is extrapolated from the window's steps per second (the table says so).  The ratio
+column is 1-agent time to accuracy / the row's (>= 1.3 is the issue's bar for 20 Mbit/s auto,
+>= 1.0 for 5 Mbit/s).  Rows repeated over rounds (bench/seed_table.sh ROUNDS) print medians,
+each round's figure in brackets, and the ratio of each round against the 1-agent run of the
+same round (the machine's load drifts; a round's runs are back to back).
+Standard library only.
+"""
+import json
+import re
+import sys
+
+
+def kv(line):
+    return dict(re.findall(r'(\w+)=("[^"]*"|\S+)', line))
+
+
+def epochs(path):
+    out = []
+    for line in open(path, errors='replace'):
+        if 'event=epoch ' not in line:
+            continue
+        d = kv(line)
+        out.append({'epoch': int(d['epoch']), 'steps': int(d['steps']),
+                    'acc': float(d['test_accuracy']) if 'test_accuracy' in d else None,
+                    'epoch_s': float(d['epoch_s'])})
+    return out
+
+
+def counters(before, after):
+    a = [int(x) for x in open(before).read().split()]
+    b = [int(x) for x in open(after).read().split()]
+    return sum(y - x for x, y in zip(a, b))
+
+
+def fmt(v, spec, none='-'):
+    return none if v is None else format(v, spec)
+
+
+def median(xs):
+    xs = sorted(x for x in xs if x is not None)
+    if not xs:
+        return None
+    n = len(xs)
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+
+
+def table(path):
+    rows = [json.loads(line) for line in open(path) if line.strip()]
+    for r in rows:
+        r.setdefault('round', 1)
+    base = {r['round']: r for r in rows if r['row'] == '1 agent'}
+    # the target: the 1-agent accuracy (median over rounds; one seed, so the rounds agree
+    # but for the order of float sums across load) minus 0.5
+    acc1 = median(r.get('acc') for r in base.values())
+    target = acc1 - 0.5 if acc1 is not None else None
+
+    def tta(r):
+        if r.get('epochs') is None or target is None:
+            return None, None
+        t = 0.0
+        for e in r['epochs']:
+            t += e['epoch_s']
+            if e['acc'] is not None and e['acc'] >= target:
+                return t, e['epoch']
+        return None, 'not reached'
+
+    print(f'target accuracy: {fmt(target, ".2f")}% (1 agent\'s {fmt(acc1, ".2f")}% - 0.5)')
+    hdr = ['row', 's/epoch', 'time to target (s)', 'vs 1 agent', 'test acc %', 'tunnel MB/epoch',
+           'codec']
+    lines, names = [], []
+    for r in rows:
+        if r['row'] not in names:
+            names.append(r['row'])
+    rounds = max(r['round'] for r in rows) if rows else 1
+    for name in names:
+        rs = [r for r in rows if r['row'] == name]
+        ts, ratios, eps = [], [], []
+        for r in rs:
+            t, ep = tta(r)
+            ts.append(t)
+            eps.append(ep)
+            b = base.get(r['round'])
+            t1 = tta(b)[0] if b else None
+            ratios.append(t1 / t if t and t1 else None)
+        tm = median(ts)
+        if tm is not None:
+            tts = f'{tm:.1f}' + (f' (ep {eps[0]})' if len(rs) == 1 else '')
+        else:
+            tts = 'not reached' if 'not reached' in eps else '-'
+        if len(rs) > 1 and tm is not None:
+            tts += ' [' + ', '.join(fmt(t, '.1f', 'n/r') for t in ts) + ']'
+        rm = median(ratios)
+        ratio = fmt(rm, '.2f') + 'x' if rm is not None else '-'
+        if len(rs) > 1 and rm is not None:
+            ratio += ' [' + ', '.join(fmt(x, '.2f', '-') for x in ratios) + ']'
+        spe = fmt(median(r.get('s_epoch') for r in rs), '.1f') + ('*' if rs[0].get('partial') else '')
+        mb = median(r.get('tunnel_bytes_epoch') for r in rs)
+        codecs = sorted(set(r.get('codec', '-') for r in rs))
+        lines.append([name, spe, tts, ratio, fmt(median(r.get('acc') for r in rs), '.2f'),
+                      fmt(mb / 1e6 if mb is not None else None, '.2f'), ', '.join(codecs)])
+    w = [max(len(str(x[i])) for x in lines + [hdr]) for i in range(len(hdr))]
+    print(' | '.join(h.ljust(w[i]) for i, h in enumerate(hdr)))
+    print('-+-'.join('-' * x for x in w))
+    for x in lines:
+        print(' | '.join(str(v).ljust(w[i]) for i, v in enumerate(x)))
+    if rounds > 1:
+        print(f'{rounds} rounds: medians; [per round]; "vs 1 agent" pairs each round with the '
+              '1-agent run of the same round')
+    if any(r.get('partial') for r in rows):
+        print('* extrapolated from a timed window of steps (the row is not trained to the end)')
+
+
+def main():
+    cmd = sys.argv[1] if len(sys.argv) > 1 else ''
+    if cmd == 'epochs' and len(sys.argv) == 3:
+        print(json.dumps(epochs(sys.argv[2])))
+    elif cmd == 'counters' and len(sys.argv) == 4:
+        print(counters(sys.argv[2], sys.argv[3]))
+    elif cmd == 'table' and len(sys.argv) == 3:
+        table(sys.argv[2])
+    else:
+        sys.exit(__doc__)
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,267 @@
+#!/bin/bash
+# bench/seed_table.sh - the seeds' experiment matrix on the namespace testbed, as one table
+# (issue 14): LeNet-5 on Fashion-MNIST, batch 64 per agent, Adam lr 1e-3, seed $SEED, one
+# BLAS thread per agent, real agents in network namespaces joined by real TLS links.
+#
+#   sw-lan: a1 10.74.1.1/24, a2 10.74.1.2/24 (a bridge, no limit)
+#   a1 eth1 10.74.9.1/30 --veth, tbf RATE both ways-- b1 eth0 10.74.9.2/30
+#   OpenVPN a1 10.8.74.1 <-> b1 10.8.74.2 over that veth, through the UDP delay relay
+#   (tests/tools/udp_delay, DELAY_MS each way: RTT >= 2 x DELAY_MS); a1 routes between the
+#   LAN and the tunnel (a site-to-site VPN: a2 reaches b1 through a1).
+#
+# Rows (each on a fresh cluster: new identities, new link measurements):
+#   1 agent (a1);  2 agents on the LAN (a1, a2), codec auto;
+#   2 agents over the tunnel (a1, b1) at 20 and 5 Mbit/s, codec auto (trained to the end) and
+#     fp32 (a timed window of WINDOW s: fp32 over a slow tunnel takes minutes an epoch);
+#   PyTorch DDP (gloo) over the 20 Mbit/s tunnel (bench/torch_ddp.py, a timed window);
+#   3 agents (a1, a2 on the LAN, b1 behind the tunnel) at 20 Mbit/s, codec auto.
+# Columns (bench/seed_table.py prints them and says how each is computed): s/epoch, time to
+# the single-agent accuracy, test accuracy, bytes over the tunnel per epoch (tun device, both
+# ways, the idle PING/LINK_STATS traffic included: ~1 KB/s), the codec chosen.
+#
+# Usage: bench/seed_table.sh [--quick] [GRADMESH_BINARY]
+#   EPOCHS (1-agent epochs; 4, --quick 2), EXTRA (epochs more the multi-agent rows may use to
+#   reach the target; 1), WINDOW (seconds of a timed window; 40, --quick 20), SEED (1),
+#   DELAY_MS (25), RATES ("20 5"), RESULTS (a file to keep the JSON rows in), KEEP=1,
+#   ONLY (an extended regex: run only the rows whose names match; a diagnosis, since the
+#   time to accuracy needs the 1-agent row), CODEC_AUTO (what the "auto" rows submit; auto).
+# Root, network namespaces, openvpn, the dataset and /usr/bin/python3 with torch; exit 77
+# where one is missing.
+set -o pipefail
+cd "$(dirname "$0")/.." || exit 1
+QUICK=0
+if [ "${1:-}" = --quick ]; then QUICK=1; shift; fi
+[ -n "${1:-}" ] && export GM_BIN=$1
+. tests/integration/lib.bash
+. tests/integration/netns.bash
+nb_require openvpn python3
+
+DATA=/usr/share/datasets/fashion-mnist
+[ -r "$DATA/train-images-idx3-ubyte.gz" ] || { echo "SKIP: no Fashion-MNIST at $DATA"; exit 77; }
+/usr/bin/python3 -c 'import torch' 2>/dev/null || { echo "SKIP: no torch in /usr/bin/python3"; exit 77; }
+if [ $QUICK = 1 ]; then EPOCHS=${EPOCHS:-2} WINDOW=${WINDOW:-20}; fi
+EPOCHS=${EPOCHS:-4}
+EXTRA=${EXTRA:-1}
+WINDOW=${WINDOW:-40}
+SEED=${SEED:-1}
+DELAY_MS=${DELAY_MS:-25}
+RATES=${RATES:-20 5}
+PY="python3 $PWD/bench/seed_table.py"
+RES=$WORK/results.jsonl
+: >"$RES"
+export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
+echo "seed_table: epochs=$EPOCHS extra=$EXTRA window=${WINDOW}s seed=$SEED delay=${DELAY_MS}ms" \
+    "each way; $(uptime | sed 's/.*load/load/')"
+
+set_rate() { nb_rate a1 eth1 "${1}mbit"; nb_rate b1 eth0 "${1}mbit"; }
+nb_host a1; nb_host a2; nb_host b1; nb_bridge lan
+nb_lan lan a1 eth0 10.74.1.1/24
+nb_lan lan a2 eth0 10.74.1.2/24
+nb_link a1 eth1 10.74.9.1/30 b1 eth0 10.74.9.2/30
+set_rate 20
+nb_delay "$DELAY_MS"
+nb_openvpn a1 10.74.9.1 b1 10.8.74.1 10.8.74.2
+TUN=$NB_TUN_DEV
+nb_forward a1
+nb_route b1 10.74.1.0/24 "$TUN"
+nb_route a2 10.8.74.0/24 10.74.1.1
+nb_ping a2 10.8.74.2 10 || fail "a2 cannot reach b1 through a1 and the tunnel"
+rtt=$(nb_exec b1 ping -n -q -c 10 -i 0.1 10.74.1.1 | sed -n 's|.*= [0-9.]*/\([0-9.]*\)/.*|\1|p')
+echo "tunnel: RTT b1 -> a1 ${rtt} ms (mean of 10 pings), tbf 20 Mbit/s"
+
+addr_of() { case $1 in a1) echo 10.74.1.1 ;; a2) echo 10.74.1.2 ;; b1) echo 10.8.74.2 ;; esac; }
+
+# job_ini FILE CODEC EPOCHS
+job_ini() {
+    cat >"$1" <<EOF
+[job]
+name    = seed-table
+model   = lenet5
+epochs  = $3
+seed    = $SEED
+threads = 1
+[data]
+kind = idx
+dir  = $DATA
+[optim]
+name  = adam
+lr    = 0.001
+batch = 64
+[schedule]
+kind = constant
+[comm]
+codec = $2
+EOF
+}
+
+ROW=0
+HOSTS=()
+AGENTS=()
+# cluster HOST...: a fresh cluster of agents on HOSTs (the first inits and coordinates: node
+# names sort in HOST order), each linked to every other with its link measured.
+cluster() {
+    local h first=$1 tok n=$#
+    ROW=$((ROW + 1))
+    HOSTS=("$@")
+    AGENTS=()
+    for h in "$@"; do
+        C=$WORK/r$ROW-$h
+        if [ "$h" = "$first" ]; then
+            nb_exec "$h" "$GM" init --cluster "st$ROW" --node "$h" --config "$C.conf" --state "$C" \
+                --listen "$(addr_of "$h"):7450" --multicast off >/dev/null 2>>"$C.log" || fail "init $h"
+        else
+            tok=$("$GM" token create --config "$WORK/r$ROW-$first.conf") || fail "token create"
+            nb_exec "$h" "$GM" join "$tok" --peer "$(addr_of "$first"):7450" --node "$h" \
+                --config "$C.conf" --state "$C" --listen "$(addr_of "$h"):7450" --multicast off \
+                >>"$C.log" 2>&1 || fail "join $h"
+        fi
+        nb_spawn "$h" "r$ROW-$h.log" "$GM" agent --config "$C.conf"
+        AGENTS+=("$NB_LAST_PID")
+        nb_wait --pid "$NB_LAST_PID" "agent $h" 20 "$GM" status --config "$C.conf"
+    done
+    for h in "$@"; do
+        nb_wait "$h to link and measure $((n - 1)) members" 90 measured "$h" $((n - 1))
+    done
+}
+measured() {
+    "$GM" status --json --config "$WORK/r$ROW-$1.conf" | python3 -c 'import json,sys
+m = [x for x in json.load(sys.stdin)["members"] if x["state"] == "up" and (x.get("throughput_mbps") or 0) > 0]
+sys.exit(0 if len(m) >= int(sys.argv[1]) else 1)' "$2"
+}
+stop_cluster() {
+    local p
+    for p in "${AGENTS[@]}"; do kill "$p" 2>/dev/null; done
+    for p in "${AGENTS[@]}"; do wait "$p" 2>/dev/null; done
+    AGENTS=()
+}
+tun_ctr() { nb_exec b1 cat "/sys/class/net/$TUN/statistics/tx_bytes" "/sys/class/net/$TUN/statistics/rx_bytes"; }
+jobs_json() { "$GM" jobs --json --config "$WORK/r$ROW-${HOSTS[0]}.conf"; }
+job_field() { # ID FIELD
+    jobs_json | python3 -c 'import json,sys
+j = next(j for j in json.load(sys.stdin)["jobs"] if j["id"] == sys.argv[1])
+v = j[sys.argv[2]]
+print("" if v is None else v)' "$1" "$2"
+}
+submit() { # INI -> job id
+    "$GM" submit "$1" --config "$WORK/r$ROW-${HOSTS[0]}.conf" >"$WORK/r$ROW.submit" 2>&1 ||
+        { cat "$WORK/r$ROW.submit"; fail "submit"; }
+    sed -n 's/^job \([^ ]*\) submitted.*/\1/p' "$WORK/r$ROW.submit"
+}
+job_state() { [ "$(job_field "$1" state)" = "$2" ]; }
+job_ended() { case $(job_field "$1" state) in done | failed | cancelled | refused) return 0 ;; esac; return 1; }
+codec_of() { # ID: "fp32" or "diloco H=48"
+    local c h
+    c=$(job_field "$1" codec); h=$(job_field "$1" local_steps)
+    if [ "$c" = diloco ]; then echo "diloco H=$h"; else echo "$c"; fi
+}
+
+wanted() { [ -z "${ONLY:-}" ] || [[ $1 =~ $ONLY ]]; }
+
+# full ROWNAME CODEC EPOCHS HOST...: trains to the end; one JSON row
+full() {
+    local name=$1 codec=$2 ep=$3 id e; shift 3
+    wanted "$name" || return 0
+    [ "$codec" = auto ] && codec=${CODEC_AUTO:-auto}
+    cluster "$@"
+    job_ini "$WORK/r$ROW.ini" "$codec" "$ep"
+    tun_ctr >"$WORK/r$ROW.c0"
+    id=$(submit "$WORK/r$ROW.ini")
+    [ -n "$id" ] || fail "no job id"
+    nb_wait "job $id ($name) to end" 1800 job_ended "$id"
+    job_state "$id" "done" || fail "job $id ($name) ended $(job_field "$id" state): $(job_field "$id" error)"
+    tun_ctr >"$WORK/r$ROW.c1"
+    e=$($PY epochs "$WORK/r$ROW-$1.log") || fail "epochs of $name"
+    python3 - "$name" "$(codec_of "$id")" "$($PY counters "$WORK/r$ROW.c0" "$WORK/r$ROW.c1")" \
+        "$e" "$(job_field "$id" codec_reason)" "$ROUND" >>"$RES" <<'EOF' || fail "row $name"
+import json, sys
+name, codec, tb, ep, why = sys.argv[1], sys.argv[2], int(sys.argv[3]), json.loads(sys.argv[4]), sys.argv[5]
+rnd = int(sys.argv[6])
+ev = [e for e in ep if e['acc'] is not None]
+print(json.dumps({'row': name, 'round': rnd, 'codec': codec, 'epochs': ep,
+                  's_epoch': sum(e['epoch_s'] for e in ep) / len(ep),
+                  'acc': ev[-1]['acc'], 'tunnel_bytes_epoch': tb / len(ep), 'why': why}))
+EOF
+    echo "  $name: $(tail -n 1 "$RES" | cut -c1-400)"
+    stop_cluster
+}
+
+# window ROWNAME CODEC HOST...: trains for WINDOW s after the first steps; s/epoch and bytes
+# per epoch from the window's steps
+window() {
+    local name=$1 codec=$2 id s0 s1 t0 t1; shift 2
+    wanted "$name" || return 0
+    cluster "$@"
+    job_ini "$WORK/r$ROW.ini" "$codec" 1
+    id=$(submit "$WORK/r$ROW.ini")
+    [ -n "$id" ] || fail "no job id"
+    nb_wait "job $id ($name) to take 3 steps" 120 step_at_least "$id" 3
+    s0=$(job_field "$id" step); t0=$(date +%s.%N); tun_ctr >"$WORK/r$ROW.c0"
+    sleep "$WINDOW"
+    s1=$(job_field "$id" step); t1=$(date +%s.%N); tun_ctr >"$WORK/r$ROW.c1"
+    "$GM" cancel "$id" --config "$WORK/r$ROW-$1.conf" >/dev/null 2>&1
+    python3 - "$name" "$(codec_of "$id")" "$($PY counters "$WORK/r$ROW.c0" "$WORK/r$ROW.c1")" \
+        "$s0" "$s1" "$t0" "$t1" $((60000 / (64 * $#))) >>"$RES" <<'EOF' || fail "row $name"
+import json, sys
+name, codec = sys.argv[1], sys.argv[2]
+tb, s0, s1, t0, t1, spe = int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6]), float(sys.argv[7]), int(sys.argv[8])
+n = max(s1 - s0, 1)
+print(json.dumps({'row': name, 'codec': codec, 'partial': True, 'window_steps': s1 - s0,
+                  's_epoch': (t1 - t0) / n * spe, 'tunnel_bytes_epoch': tb / n * spe}))
+EOF
+    echo "  $name: $(tail -n 1 "$RES")"
+    stop_cluster
+}
+step_at_least() { [ "$(job_field "$1" step)" -ge "$2" ] 2>/dev/null; }
+
+# ddp ROWNAME: PyTorch DDP (gloo) over the tunnel, rank 0 on a1, rank 1 on b1
+ddp() {
+    local name=$1 steps=$((WINDOW / 2)) p0 p1
+    wanted "$name" || return 0
+    tun_ctr >"$WORK/ddp.c0"
+    nb_spawn a1 ddp0.log env GLOO_SOCKET_IFNAME="$TUN" /usr/bin/python3 bench/torch_ddp.py \
+        --world 2 --rank 0 --init tcp://10.8.74.1:29500 --warmup 3 --steps "$steps" --seed "$SEED"
+    p0=$NB_LAST_PID
+    nb_spawn b1 ddp1.log env GLOO_SOCKET_IFNAME="$TUN" /usr/bin/python3 bench/torch_ddp.py \
+        --world 2 --rank 1 --init tcp://10.8.74.1:29500 --warmup 3 --steps "$steps" --seed "$SEED"
+    p1=$NB_LAST_PID
+    wait "$p0" || fail "DDP rank 0"
+    wait "$p1" || fail "DDP rank 1"
+    tun_ctr >"$WORK/ddp.c1"
+    python3 - "$name" "$($PY counters "$WORK/ddp.c0" "$WORK/ddp.c1")" "$((steps + 3))" \
+        "$WORK/ddp0.log" >>"$RES" <<'EOF' || fail "row $name"
+import json, sys
+name, tb, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+r = json.loads([l for l in open(sys.argv[4]) if l.startswith('{')][-1])
+spe = 60000 // (64 * 2)
+print(json.dumps({'row': name, 'codec': 'fp32 (DDP)', 'partial': True,
+                  's_epoch': 60000 / r['samples_per_s'], 'tunnel_bytes_epoch': tb / steps * spe}))
+EOF
+    echo "  $name: $(tail -n 1 "$RES")"
+}
+
+E2=$((EPOCHS + EXTRA))
+ROUND=1
+full "1 agent" fp32 "$EPOCHS" a1
+full "2 agents, LAN" auto "$E2" a1 a2
+for r in $RATES; do
+    set_rate "$r"
+    full "2 agents, tunnel ${r} Mbit/s, auto" auto "$E2" a1 b1
+    window "2 agents, tunnel ${r} Mbit/s, fp32" fp32 a1 b1
+    if [ "$r" = 20 ]; then ddp "PyTorch DDP, tunnel 20 Mbit/s"; fi
+done
+set_rate 20
+full "3 agents (2 LAN + 1 tunnel 20 Mbit/s), auto" auto "$E2" a1 a2 b1
+for ROUND in $(seq 2 "${ROUNDS:-1}"); do
+    echo "round $ROUND; $(uptime | sed 's/.*load/load/')"
+    full "1 agent" fp32 "$EPOCHS" a1
+    for r in $RATES; do
+        set_rate "$r"
+        full "2 agents, tunnel ${r} Mbit/s, auto" auto "$E2" a1 b1
+    done
+done
+
+echo
+echo "seed_table: done; $(uptime | sed 's/.*load/load/')"
+$PY table "$RES"
+[ -n "${RESULTS:-}" ] && cp "$RES" "$RESULTS"
+exit 0

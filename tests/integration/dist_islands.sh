@@ -1,0 +1,148 @@
+#!/bin/bash
+# tests/integration/dist_islands.sh - LAN islands: 2 agents on a LAN and 1 behind a real
+# OpenVPN tunnel (20 Mbit/s tbf, 25 ms each way through the delay relay) run one job; the
+# coordinator finds the islands from the measured link classes and the group runs the
+# hierarchical all-reduce.
+#
+#   sw-lan: a1 10.74.21.1/24, a2 10.74.21.2/24
+#   a1 eth1 10.74.22.1/30 --veth, tbf 20 Mbit/s, relay 25 ms each way-- b1 eth0 10.74.22.2/30
+#   OpenVPN a1 10.8.21.1 <-> b1 10.8.21.2; a1 routes between the LAN and the tunnel.
+#
+# Job: MLP 32 on Fashion-MNIST, 1 epoch, batch 256 per agent (78 steps), codec = fp16 (a fixed codec, so
+# the bytes have one formula).  Asserted from the agents' accounting (jobs --json, each
+# link's training-channel bytes; C collective messages of a 56-byte header each):
+#  - the coordinator sent islands [0,0,2] (a1 and a2 one island, b1 its own), every rank's
+#    log says so;
+#  - no gradient crosses between a2 and b1 (a2 is not a leader): only the parameter-hash
+#    checks, 120 bytes a check each way;
+#  - a2 -> a1 (the reduce inside the island) and a1 -> a2 (the broadcast) carry fp32: 4 bytes
+#    a parameter a step, plus headers;
+#  - a1 <-> b1 (the leaders, over the tunnel) carry fp16: 2 bytes a parameter a step each way,
+#    plus headers: half of what fp32 would, and b1 sends nothing else;
+#  - the job ends done, every rank's final parameter hash equal.
+# Root, network namespaces, openvpn and the dataset; exit 77 where one is missing.
+set -o pipefail
+cd "$(dirname "$0")/../.." || exit 1
+. tests/integration/lib.bash
+. tests/integration/netns.bash
+nb_require openvpn python3
+
+DATA=/usr/share/datasets/fashion-mnist
+[ -r "$DATA/train-images-idx3-ubyte.gz" ] || { echo "SKIP: no Fashion-MNIST at $DATA"; exit 77; }
+
+nb_host a1; nb_host a2; nb_host b1; nb_bridge lan
+nb_lan lan a1 eth0 10.74.21.1/24
+nb_lan lan a2 eth0 10.74.21.2/24
+nb_link a1 eth1 10.74.22.1/30 b1 eth0 10.74.22.2/30
+nb_rate a1 eth1 20mbit
+nb_rate b1 eth0 20mbit
+nb_delay 25
+nb_openvpn a1 10.74.22.1 b1 10.8.21.1 10.8.21.2
+nb_forward a1
+nb_route b1 10.74.21.0/24 "$NB_TUN_DEV"
+nb_route a2 10.8.21.0/24 10.74.21.1
+nb_ping a2 10.8.21.2 10 || fail "a2 cannot reach b1 through a1 and the tunnel"
+
+declare -A ADDR=([a1]=10.74.21.1 [a2]=10.74.21.2 [b1]=10.8.21.2)
+nb_exec a1 "$GM" init --cluster lab --node a1 --config "$WORK/a1.conf" --state "$WORK/a1" \
+    --listen 10.74.21.1:7450 --multicast off >/dev/null 2>>"$WORK/a1.log" || fail "init a1"
+ns_agent a1
+wait_for "agent a1" "$GM" status --config "$WORK/a1.conf"
+for h in a2 b1; do
+    TOKEN=$("$GM" token create --config "$WORK/a1.conf") || fail "token create"
+    nb_exec "$h" "$GM" join "$TOKEN" --peer 10.74.21.1:7450 --node "$h" --config "$WORK/$h.conf" \
+        --state "$WORK/$h" --listen "${ADDR[$h]}:7450" --multicast off >"$WORK/$h.join" 2>&1 ||
+        { cat "$WORK/$h.join"; fail "join $h"; }
+    ns_agent "$h"
+done
+wait_for "a1 links a2 on the LAN" ns_linked a1 lan a2
+nb_wait "a1 links b1 through the tunnel" 30 ns_linked a1 tunnel b1
+nb_wait "a2 links b1 through the tunnel" 30 ns_linked a2 tunnel b1
+nb_wait "b1 links a2" 30 ns_linked b1 tunnel a2
+pass "a1-a2 lan, a1-b1 and a2-b1 tunnel"
+# the coordinator needs b1's view of its links too (LINK_STATS, every 5 s)
+lan_known() {
+    "$GM" doctor --json --config "$WORK/a1.conf" | python3 -c 'import json,sys
+m = json.load(sys.stdin)["matrix"]
+sys.exit(0 if all(v is not None for i, r in enumerate(m["rtt_ms"]) for j, v in enumerate(r) if i != j) else 1)'
+}
+nb_wait "a1 to know every link's RTT" 30 lan_known
+
+cat >"$WORK/job.ini" <<EOF
+[job]
+name    = islands
+model   = mlp
+epochs  = 1
+seed    = 1
+threads = 1
+[model]
+hidden = 32
+[data]
+kind = idx
+dir  = $DATA
+[optim]
+name  = adam
+lr    = 0.001
+batch = 256
+[schedule]
+kind = constant
+[comm]
+codec = fp16
+EOF
+"$GM" submit "$WORK/job.ini" --follow --config "$WORK/a1.conf" >"$WORK/submit.out" 2>&1 ||
+    { cat "$WORK/submit.out"; fail "submit --follow"; }
+JOB=$(sed -n 's/^job \([^ ]*\) submitted.*/\1/p' "$WORK/submit.out")
+done_on() {
+    "$GM" jobs --json --config "$WORK/$1.conf" | python3 -c "import json,sys
+sys.exit(0 if any(j['id'] == '$JOB' and j['state'] == 'done' for j in json.load(sys.stdin)['jobs']) else 1)"
+}
+wait_for "a2 to finish" done_on a2
+wait_for "b1 to finish" done_on b1
+for h in a1 a2 b1; do
+    "$GM" jobs --json --config "$WORK/$h.conf" >"$WORK/$h.jobs.json" || fail "jobs $h"
+done
+python3 - "$JOB" "$WORK" <<'PY' || fail "the islands' bytes are not as accounted"
+import json, re, sys
+jid, work = sys.argv[1], sys.argv[2]
+job = {h: next(j for j in json.load(open(f'{work}/{h}.jobs.json'))['jobs'] if j['id'] == jid)
+       for h in ('a1', 'a2', 'b1')}
+assert job['a1']['state'] == 'done', job['a1']['state']
+steps = job['a1']['summary']['steps']
+P = 784 * 32 + 32 + 32 * 10 + 10  # MLP 32 parameters
+
+
+def link(h, peer):
+    for l in job[h]['links']:
+        if l['node'] == peer:
+            return l['bytes_sent'], l['bytes_received']
+    return 0, 0
+
+
+for h in ('a1', 'a2', 'b1'):
+    groups = [l for l in open(f'{work}/{h}.log') if 'event=job-islands' in l and jid in l]
+    assert groups and 'islands=0,0,2' in groups[-1], f'{h}: {groups[-1:] or "no event=job-islands"}'
+a2b1 = link('a2', 'b1')
+b1a2 = link('b1', 'a2')
+print(f'steps {steps}, {P} parameters')
+print(f'a2<->b1: {a2b1} / {b1a2} bytes (sent, received)')
+# only the parameter-hash checks (every rank's 64-byte hash in one 56-byte-header message to
+# every other rank: after the last step, and every 100 steps) pass between them
+checks = steps // 100 + 1
+assert a2b1 == b1a2[::-1] and a2b1[0] == a2b1[1] == 120 * checks, 'training bytes between a2 and b1'
+up, down = link('a2', 'a1')  # a2 sends its fp32 gradients up, receives the fp32 mean
+lead_out, lead_in = link('b1', 'a1')  # the leaders' fp16 exchange over the tunnel
+print(f'a2 -> a1 {up} B, a1 -> a2 {down} B: {up / steps / P:.3f} / {down / steps / P:.3f} B a parameter a step')
+print(f'b1 -> a1 {lead_out} B, a1 -> b1 {lead_in} B: {lead_out / steps / P:.3f} / {lead_in / steps / P:.3f} B a parameter a step')
+# payload exact; headers, hash checks and the initial state broadcast (parameters and Adam
+# moments, 12 B a parameter) on top: within 6% + 16 B a parameter (fp32 between the leaders
+# would be 2x the fp16 payload, far outside)
+for name, v, per in (('a2 -> a1', up, 4), ('a1 -> a2', down, 4), ('b1 -> a1', lead_out, 2),
+                     ('a1 -> b1', lead_in, 2)):
+    pay = steps * P * per
+    assert pay <= v <= pay * 1.06 + 16 * P, f'{name}: {v} B against a payload of {pay}'
+PY
+pass "LAN reduce in fp32, fp16 between the island leaders only, nothing between a2 and b1"
+hashes=$(grep -h "event=job-final-hash job=$JOB" "$WORK"/{a1,a2,b1}.log | sed 's/.*params_sha256=//' | sort -u | wc -l)
+[ "$hashes" = 1 ] || fail "the ranks' final parameters differ"
+pass "3 ranks, identical final parameters"
+ns_stop_agents b1 a2 a1
