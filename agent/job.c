@@ -35,6 +35,7 @@
 
 #define HISTORY_MAX 16
 #define STASH_MAX (64u << 20)
+#define ORPHAN_TIMEOUT_MS 30000 /* a member waits this long for a chief to take a job over */
 #define CHECK_TIMEOUT_MS 120000
 #define MESH_TIMEOUT_MS 60000 /* a member waits this long for links to the other ranks */
 #define TICK_MS 200
@@ -78,6 +79,9 @@ struct job {
     unsigned fail_streak; /* groups that failed in a row without a step taken */
     long streak_step;     /* the coordinator's step when the last one failed */
     uint64_t reform_at;   /* a delayed re-form is due then (0: none) */
+    /* member */
+    uint64_t orphan_since; /* its coordinator was lost then, waiting for the next chief (0: no) */
+    char lost_coord[NODE_LEN];
     /* both */
     struct gm_rank *rank; /* owned; NULL when not running here */
     bool stop_sent;
@@ -399,6 +403,7 @@ static void rank_exit(struct gm_rank *rk, int err, const struct gm_train_summary
 }
 
 static void reform(struct gm_jobs *j, struct job *jb, const char *reason);
+static bool is_chief(struct gm_jobs *j, const char *node);
 static void reform_after_failure(struct gm_jobs *j, struct job *jb, const char *why);
 
 static void rank_group_failed(struct gm_rank *rk, uint32_t gen, int err, void *arg)
@@ -869,7 +874,15 @@ static void hashed(void *arg, struct gm_jobfile *files, size_t n, const char *er
         try_answer(j);
         return;
     }
-    if (jb == NULL || jb != j->cur || jb->state != J_CHECKING) {
+    /* checking a submitted job, or a job taken over while it runs (orphan_tick) */
+    if (jb == NULL || jb != j->cur ||
+        (jb->state != J_CHECKING && (jb->state != J_RUNNING || !jb->coord || jb->own_hashed))) {
+        free(files);
+        free(hr);
+        return;
+    }
+    if (error[0] && jb->state == J_RUNNING) { /* the job runs on: no member can rejoin it */
+        gm_warn("event=job-takeover-hash job=%s err=\"%s\"", jb->id, error);
         free(files);
         free(hr);
         return;
@@ -1072,6 +1085,12 @@ static int on_group(struct gm_jobs *j, const char *node, struct gm_jobmsg *m)
             return 0;
         }
     }
+    if (jb->orphan_since != 0 && strcmp(node, jb->coordinator) != 0 && is_chief(j, node)) {
+        gm_notice("event=job-coordinator-new job=%s coordinator=%s lost=%s", jb->id, node,
+                  jb->lost_coord);
+        snprintf(jb->coordinator, sizeof(jb->coordinator), "%s", node);
+        jb->orphan_since = 0;
+    }
     if (strcmp(node, jb->coordinator) != 0 || jb->rank == NULL || m->gen <= jb->gen)
         return 0; /* stale */
     account_group(jb);
@@ -1267,6 +1286,17 @@ void gm_jobs_link_down(struct gm_jobs *j, const char *node, int err)
     if (jb->rank != NULL && gm_rank_xport(jb->rank) != NULL && (r = rank_of(jb, node)) >= 0)
         gm_xport_link_down(gm_rank_xport(jb->rank), r, err);
     if (!jb->coord) {
+        if (strcmp(node, jb->coordinator) == 0 && jb->state == J_RUNNING && jb->rank != NULL &&
+            j->env.chief != NULL && jb->orphan_since == 0) {
+            /* the survivors elect a chief, which takes the job over from their identical
+             * state at the last finished step (timer_cb, on_group) */
+            jb->orphan_since = gm_time_mono_ns();
+            snprintf(jb->lost_coord, sizeof(jb->lost_coord), "%s", node);
+            gm_warn("event=job-coordinator-lost job=%s coordinator=%s: waiting up to %d s for "
+                    "the next chief to take the job over",
+                    jb->id, node, ORPHAN_TIMEOUT_MS / 1000);
+            return;
+        }
         if (strcmp(node, jb->coordinator) == 0 &&
             (jb->state == J_RUNNING || jb->state == J_CHECKING)) {
             snprintf(jb->error, sizeof(jb->error),
@@ -1623,12 +1653,94 @@ json_t *gm_jobs_ctl_cancel(struct gm_jobs *j, json_t *req)
 
 /* --- lifecycle ---------------------------------------------------------------------------- */
 
+/* Whether node is the chief now (with consensus on). */
+static bool is_chief(struct gm_jobs *j, const char *node)
+{
+    char chief[GM_ID_NAME_MAX + 1], why[128];
+    uint64_t term;
+
+    return j->env.chief != NULL &&
+           j->env.chief(j->env.agent, chief, &term, why, sizeof(why)) == 0 &&
+           strcmp(chief, node) == 0;
+}
+
+/*
+ * A member whose coordinator was lost mid-job (gm_jobs_link_down).  When this node is elected
+ * chief it takes the job over: the survivors of the last group (all at the same finished
+ * step; the step in flight failed everywhere) become its parts, already checked, and it forms
+ * a new group with itself as rank 0, whose state the group's resync gives the others.  Another
+ * chief's JOB_GROUP is taken in on_group.  No chief within ORPHAN_TIMEOUT_MS: the job stops
+ * here as it used to.
+ */
+static void orphan_tick(struct gm_jobs *j, struct job *jb)
+{
+    struct part *parts;
+    size_t n = 0;
+
+    if (jb->state != J_RUNNING || jb->rank == NULL) {
+        jb->orphan_since = 0;
+        return;
+    }
+    if (!is_chief(j, j->env.node)) {
+        if (gm_time_mono_ns() - jb->orphan_since < (uint64_t)ORPHAN_TIMEOUT_MS * 1000000ull)
+            return;
+        jb->orphan_since = 0;
+        snprintf(jb->error, sizeof(jb->error),
+                 "coordinator %s lost and no chief took the job over in %d s: the job stops; "
+                 "this member keeps the weights of its last finished step (gradmesh jobs shows "
+                 "where)",
+                 jb->lost_coord, ORPHAN_TIMEOUT_MS / 1000);
+        gm_err("event=job-coordinator-lost job=%s coordinator=%s: no takeover", jb->id,
+               jb->lost_coord);
+        jb->state = J_FAILED;
+        jb->t_end = gm_time_mono_ns();
+        jb->stop_sent = true;
+        gm_rank_stop(jb->rank);
+        return;
+    }
+    parts = calloc(jb->world > 0 ? jb->world : 1, sizeof(*parts));
+    if (parts == NULL)
+        return; /* the next tick tries again */
+    for (size_t i = 0; i < jb->world; i++) {
+        if (strcmp(jb->ranks[i], j->env.node) == 0 || strcmp(jb->ranks[i], jb->lost_coord) == 0)
+            continue;
+        snprintf(parts[n].node, NODE_LEN, "%s", jb->ranks[i]);
+        parts[n].checked = true; /* checked by the lost coordinator against the same files */
+        n++;
+    }
+    for (size_t i = 0; i < jb->nparts; i++)
+        free(jb->parts[i].files);
+    free(jb->parts);
+    jb->parts = parts;
+    jb->nparts = n;
+    jb->coord = true;
+    jb->orphan_since = 0;
+    snprintf(jb->coordinator, sizeof(jb->coordinator), "%s", j->env.node);
+    gm_notice("event=job-takeover job=%s lost=%s members=%zu", jb->id, jb->lost_coord, n);
+    { /* our own dataset listing, to check members that come back (evaluate) */
+        struct hashreq *hr = calloc(1, sizeof(*hr));
+        if (hr != NULL) {
+            hr->j = j;
+            snprintf(hr->id, sizeof(hr->id), "%s", jb->id);
+            if (gm_datahash_start(j->dh, jb->job.data.dir,
+                                  jb->job.data.kind == GM_JOB_DATA_KIND_FOLDER, hashed, hr) < 0)
+                free(hr);
+        }
+    }
+    if (j->env.record != NULL)
+        j->env.record(j->env.agent, jb->id, "running", (long)jb->last.step);
+    reform(j, jb, "the coordinator was lost: the new chief took the job over");
+}
+
 static void timer_cb(uv_timer_t *t)
 {
     struct gm_jobs *j = t->data;
     struct job *jb = j->cur;
 
     try_answer(j); /* the mesh deadline */
+    if (jb != NULL && !jb->coord && jb->orphan_since != 0)
+        orphan_tick(j, jb);
+    jb = j->cur;
     if (jb != NULL && jb->coord && jb->state == J_RUNNING && jb->reform_at != 0 &&
         gm_time_mono_ns() >= jb->reform_at) {
         jb->reform_at = 0;

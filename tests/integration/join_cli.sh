@@ -96,6 +96,9 @@ start_agent gamma
 wait_for "alpha links to beta and gamma" links_up alpha 2
 wait_for "beta links" links_up beta 2
 wait_for "gamma links" links_up gamma 2
+# the chief adds a member to its raft configuration on its next tick: beta has a quorum then
+has_quorum() { "$GM" status --json --config "$WORK/$1.conf" | python3 -c 'import json,sys; sys.exit(0 if json.load(sys.stdin)["quorum"] is True else 1)'; }
+wait_until 60 "beta in the chief's configuration" has_quorum beta
 "$GM" status --json --config "$WORK/beta.conf" | python3 -c '
 import json,sys
 d=json.load(sys.stdin)
