@@ -61,11 +61,11 @@ static const struct verb_help verbs[] = {
      "  --json                 one JSON object (see gradmesh(1), \"status\")\n" CONFIG_LINE},
     {"peers", "[--json] [--config FILE]", "members with link class, RTT, throughput and MTU",
      "  --json                 the members as a JSON list\n" CONFIG_LINE},
-    {"doctor", "[--json] [--model lenet5|mlp] [--config FILE]",
+    {"doctor", "[--json] [--model NAME] [--config FILE]",
      "check links both ways: MTU, clock skew, RTT/throughput matrix, codec cost",
      "  --json                 the raw report as JSON\n"
-     "  --model lenet5|mlp     model whose step time per codec is estimated "
-     "(lenet5)\n" CONFIG_LINE},
+     "  --model NAME           model whose step time per codec is estimated: lenet5, mlp,\n"
+     "                         vgg7 or resnet20 (lenet5)\n" CONFIG_LINE},
     {"members", "[--json] [--config FILE]",
      "the chief, the term, and every member's role (voter, witness, spare)",
      "  --json                 as JSON: chief, term, quorum, chief_reason, members [{node,\n"

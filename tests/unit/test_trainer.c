@@ -22,6 +22,7 @@
 #include "common/byteorder.h"
 #include "common/log.h"
 #include "common/test.h"
+#include "train/ckpt/safetensors.h"
 #include "train/data/idx.h"
 #include "train/job.h"
 #include "train/nn/model.h"
@@ -201,6 +202,49 @@ static int run(const char *out, struct fake *f, struct gm_train_summary *sum)
     return err;
 }
 
+/* A model with batch norm (on padded images, 8x8 + 2*4): the weights file holds its buffers
+ * under PyTorch's names, the counter equal to the steps taken. */
+static void test_batchnorm_checkpoint(void)
+{
+    char text[1024], out[128];
+    struct gm_job job;
+    struct gm_train_summary sum;
+    volatile sig_atomic_t stop = 0;
+    struct gm_train_opts o = {.progress = 0, .stop = &stop, .out = out};
+    struct gm_st_file f;
+    const struct gm_st_entry *e;
+    float v[16];
+    int n = snprintf(text, sizeof(text),
+                     "[job]\nname = bn\nmodel = resnet20\nepochs = 1\nseed = 3\n"
+                     "[data]\nkind = idx\ndir = %s\npad = 4\n"
+                     "[optim]\nname = sgd\nlr = 0.05\nmomentum = 0.9\nglobal_batch = %d\n",
+                     dir, NTRAIN / STEPS);
+
+    snprintf(out, sizeof(out), "%s/bn.safetensors", dir);
+    GM_CHECK_OK(gm_job_parse(text, (size_t)n, "test", &job));
+    GM_CHECK_OK(gm_trainer_run(&job, &o, &sum));
+    gm_job_free(&job);
+    GM_CHECK_EQ(sum.steps, STEPS);
+    GM_CHECK_OK(gm_safetensors_load(out, &f));
+    GM_CHECK_EQ(f.n_tensors, 59 + 57); /* parameters + batch norm buffers, as PyTorch's */
+    e = gm_safetensors_find(&f, "layer3.2.bn2.num_batches_tracked");
+    GM_CHECK(e != NULL && e->ndim == 0 && e->numel == 1);
+    if (e != NULL && e->numel == 1) {
+        GM_CHECK_OK(gm_safetensors_to_f32(e, v, 1));
+        GM_CHECK(v[0] == (float)STEPS);
+    }
+    e = gm_safetensors_find(&f, "bn1.running_var");
+    GM_CHECK(e != NULL && e->ndim == 1 && e->shape[0] == 16);
+    if (e != NULL && e->numel == 16) {
+        GM_CHECK_OK(gm_safetensors_to_f32(e, v, 16));
+        GM_CHECK(v[0] != 1.0f); /* moved from its initial value */
+    }
+    e = gm_safetensors_find(&f, "conv1.weight");
+    GM_CHECK(e != NULL && e->ndim == 4 && e->shape[1] == 1 && e->shape[2] == 3);
+    GM_CHECK(gm_safetensors_find(&f, "conv1.bias") == NULL);
+    gm_safetensors_free(&f);
+}
+
 static void test_regroup_in_after_step(void)
 {
     char a[128], b[128], c[128], d[128];
@@ -256,6 +300,7 @@ int main(void)
     write_idx("t10k-images-idx3-ubyte", GM_IDX_MAGIC_IMAGES, NTEST, 1, 2);
     write_idx("t10k-labels-idx1-ubyte", GM_IDX_MAGIC_LABELS, NTEST, 0, 0);
     GM_TEST_RUN(test_regroup_in_after_step);
+    GM_TEST_RUN(test_batchnorm_checkpoint);
     rc = gm_test_finish("test_trainer");
     static const char *names[] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
                                   "t10k-images-idx3-ubyte",  "t10k-labels-idx1-ubyte",
