@@ -64,6 +64,8 @@ pass "a2 joined by multicast, b1 through the tunnel with --peer"
 nb_exec x1 "$GM" init --cluster lab --node x1 --config "$WORK/x1.conf" --state "$WORK/x1" \
     --multicast off >/dev/null 2>>"$WORK/x1.log" || fail "init x1"
 ns_agent x1
+# listening before b1 first dials it: a refused TCP connect would be the one line logged
+nb_wait "x1's agent to answer" 60 ns_status x1
 nb_route x1 10.8.74.0/24 10.74.1.1 # so b1's TLS handshake reaches it and is refused
 sed -i 's/^peers = .*/peers = 10.8.74.1:7450, 10.74.1.77:7450, 10.74.1.9:7450/' "$WORK/b1.conf"
 : >"$WORK/b1/members" # the static endpoint alone must bring b1 in
