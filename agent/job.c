@@ -491,6 +491,19 @@ static int *group_islands(struct gm_jobs *j, char (*nodes)[NODE_LEN], size_t n)
     return g;
 }
 
+/* Whether every pair of the n nodes is linked by a link of class lan (either end's view). */
+static bool one_lan(struct gm_jobs *j, char (*nodes)[NODE_LEN], size_t n)
+{
+    if (j->env.link_is_lan == NULL || n < 2)
+        return false;
+    for (size_t a = 0; a < n; a++)
+        for (size_t b = a + 1; b < n; b++)
+            if (!j->env.link_is_lan(j->env.agent, nodes[a], nodes[b]) &&
+                !j->env.link_is_lan(j->env.agent, nodes[b], nodes[a]))
+                return false;
+    return true;
+}
+
 /* Coordinator, at submit: auto's choice for this node and the n members up (agent/autocodec.h),
  * into jb->job.comm; JOB_GROUP carries it to every rank. */
 static void resolve_auto(struct gm_jobs *j, struct job *jb, char (*up)[NODE_LEN], size_t n)
@@ -522,19 +535,35 @@ static void resolve_auto(struct gm_jobs *j, struct job *jb, char (*up)[NODE_LEN]
                 snprintf(nodes[i + 1], NODE_LEN, "%s", up[i]);
             isl = group_islands(j, nodes, (size_t)world);
         }
+        if (nodes != NULL && one_lan(j, nodes, (size_t)world)) {
+            /* one LAN island and no tunnel: full precision, as inside any island (the
+             * model would price a loaded machine's PING RTT as the link's latency) */
+            memset(&o, 0, sizeof(o));
+            jb->job.comm.codec = GM_JOB_CODEC_FP32;
+            snprintf(jb->codec_reason, sizeof(jb->codec_reason),
+                     "fp32: every link of the group is on a LAN (one island: full precision)");
+            err = 0;
+        } else {
+            err = gm_autocodec_resolve(&jb->job, world, links, isl, &o, jb->codec_reason,
+                                       sizeof(jb->codec_reason));
+        }
         free(nodes);
-        err = gm_autocodec_resolve(&jb->job, world, links, isl, &o, jb->codec_reason,
-                                   sizeof(jb->codec_reason));
         free(isl);
     }
     free(links);
     if (err < 0)
         snprintf(jb->codec_reason, sizeof(jb->codec_reason), "fp32: auto failed (%s)",
                  gm_strerror(err));
-    gm_notice("event=codec-auto job=%s codec=%s local_steps=%d world=%d speedup=%.2f "
-              "reason=\"%s\"",
-              jb->id, gm_job_codec_name(jb->job.comm.codec), jb->job.comm.local_steps, world,
-              o.speedup, jb->codec_reason);
+    {
+        char sp[32] = "-"; /* not predicted: the model did not run */
+        if (o.speedup > 0)
+            snprintf(sp, sizeof(sp), "%.2f", o.speedup);
+        gm_notice("event=codec-auto job=%s codec=%s local_steps=%d world=%d speedup=%s "
+                  "reason=\"%s\"",
+                  jb->id, gm_job_codec_name(jb->job.comm.codec),
+                  jb->job.comm.codec == GM_JOB_CODEC_DILOCO ? jb->job.comm.local_steps : 0, world,
+                  sp, jb->codec_reason);
+    }
     if (err == 0 && o.too_slow)
         gm_warn("event=codec-auto-too-slow world=%d speedup=%.2f: the links are too slow for "
                 "%d agents to train faster than one (predicted %.2fx of one agent's speed)",
