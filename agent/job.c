@@ -1121,7 +1121,7 @@ static int on_group(struct gm_jobs *j, const char *node, struct gm_jobmsg *m)
         jb->orphan_since = 0;
     }
     if (strcmp(node, jb->coordinator) != 0 || jb->rank == NULL || m->gen <= jb->gen)
-        return 0; /* stale */
+        return 0;         /* stale */
     jb->orphan_since = 0; /* a group from the coordinator: it was a link that came back */
     account_group(jb);
     free(jb->ranks);
