@@ -601,8 +601,7 @@ static int alloc_buffers(struct gm_model *m)
         (err = alloc_floats(m, m->nparams, &m->grads)) < 0 ||
         (err = alloc_floats(m, m->nstats, &m->stats)) < 0 ||
         (m->cu == NULL && (err = alloc_floats(m, nb * in, &m->input)) < 0) ||
-        (err = alloc_floats(m, nb * (size_t)m->spec.classes, &m->dlogits)) < 0 ||
-        (err = alloc_host_side(m, nb * in)) < 0)
+        (err = alloc_floats(m, nb * (size_t)m->spec.classes, &m->dlogits)) < 0)
         return err;
     if (m->spec.in_c > 1 && (err = alloc_floats(m, nb * in, &m->input_t)) < 0)
         return err;
@@ -650,6 +649,10 @@ static int alloc_buffers(struct gm_model *m)
             }
         }
     }
+    /* after the activations: a model too large for the GPU fails there, before any large
+     * pinned host memory is taken */
+    if ((err = alloc_host_side(m, nb * in)) < 0)
+        return err;
     return init_stats(m);
 }
 
