@@ -89,6 +89,7 @@ static int evaluate(struct run *r, double *acc, double *loss)
     const int bmax = gm_model_max_batch(r->model);
     long correct_total = 0;
     double loss_sum = 0;
+    int dev_err;
 
     for (size_t i = 0; i < d->n; i++)
         r->eval_idx[i] = (uint32_t)i;
@@ -102,6 +103,8 @@ static int evaluate(struct run *r, double *acc, double *loss)
         loss_sum += gm_model_loss(r->model, n, r->labels, &correct) * n;
         correct_total += correct;
     }
+    if ((dev_err = gm_model_take_error(r->model)) < 0) /* a device error (logged) */
+        return dev_err;
     *acc = d->n > 0 ? 100.0 * (double)correct_total / (double)d->n : 0;
     *loss = d->n > 0 ? loss_sum / (double)d->n : 0;
     return 0;

@@ -159,8 +159,8 @@ static void compare_logits(const char *what, struct gm_model *c, struct gm_model
 }
 
 /* Per tensor: the GPU's host view against the CPU's buffer. */
-static void compare_tensors(const char *what, struct gm_model *c, const float *gc,
-                            const float *gg, double rtol)
+static void compare_tensors(const char *what, struct gm_model *c, const float *gc, const float *gg,
+                            double rtol)
 {
     for (size_t t = 0; t < gm_model_num_tensors(c); t++) {
         const struct gm_param_info *pi = gm_model_tensor(c, t);
