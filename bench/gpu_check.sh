@@ -128,7 +128,7 @@ versus() { # label name epochs cpu_acc tol
     fi
     set -- "$1" "$2" "$3" "$4" "$5" $r
     local ok
-    ok=$(awk -v a="$6" -v b="$4" -v t="$5" 'BEGIN { d = a - b; if (d < 0) d = -d; print d <= t }')
+    ok=$(awk -v a="$6" -v b="$4" -v t="$5" 'BEGIN { d = a - b; if (d < 0) d = -d; print ((d <= t + 0) ? 1 : 0) }')
     row "$1" "$([ "$ok" = 1 ] && [ "$8" != cpu ] && echo PASS || echo FAIL)" \
         "$8 $6% vs cpu $4% (seed 1, within $5); $7 samples/s"
 }
@@ -140,7 +140,7 @@ reaches() { # label name epochs bar
         return
     fi
     set -- "$1" "$2" "$3" "$4" $r
-    row "$1" "$(awk -v a="$5" -v b="$4" 'BEGIN { print a >= b ? "PASS" : "FAIL" }')" \
+    row "$1" "$(awk -v a="$5" -v b="$4" 'BEGIN { print ((a + 0 >= b + 0) ? "PASS" : "FAIL") }')" \
         "$7 $5% (bar $4%, seed 1); $6 samples/s"
 }
 
@@ -176,7 +176,7 @@ for part in $parts; do
     speed)
         if bash bench/gpu_train_vs_torch.sh "$BIN" >"$logdir/speed.log" 2>"$logdir/speed.err"; then
             while read -r model gm pt ratio target; do
-                ok=$(awk -v r="${ratio%x}" -v t="${target#>=}" 'BEGIN { print r >= t+0 ? "PASS" : "FAIL" }')
+                ok=$(awk -v r="${ratio%x}" -v t="${target#>=}" 'BEGIN { print ((r + 0 >= t + 0) ? "PASS" : "FAIL") }')
                 row "speed $model vs pytorch" "$ok" "$gm vs $pt samples/s: $ratio (target $target)"
             done < <(grep -E '^(lenet5|vgg7|resnet20) ' "$logdir/speed.log")
             sed -n '/^(median/,$p' "$logdir/speed.log" >&2

@@ -309,10 +309,11 @@ static int train_sgd(const char *model, const char *dev, const char *out,
     struct gm_train_opts o = {.progress = 0, .stop = &stop, .out = out};
     int n = snprintf(text, sizeof(text),
                      "[job]\nname = dev\nmodel = %s\nepochs = 1\nseed = 5\ndevice = %s\n"
-                     "[model]\nhidden = 32\n"
+                     "%s"
                      "[data]\nkind = idx\ndir = %s\npad = 4\n"
                      "[optim]\nname = sgd\nlr = 0.05\nmomentum = 0.9\nglobal_batch = %d\n",
-                     model, dev, dir, NTRAIN / STEPS);
+                     model, dev, strcmp(model, "mlp") == 0 ? "[model]\nhidden = 32\n" : "", dir,
+                     NTRAIN / STEPS);
     int err;
 
     if ((err = gm_job_parse(text, (size_t)n, "test", &job)) < 0)
