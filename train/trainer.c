@@ -25,6 +25,7 @@
 #include "common/time.h"
 #include "train/data/data.h"
 #include "train/gradsync.h"
+#include "train/kernels/cuda.h"
 #include "train/nn/model.h"
 #include "train/nn/optim.h"
 #include "train/ckpt/ckpt.h"
@@ -42,6 +43,7 @@ struct run {
     uint32_t *eval_idx; /* owned */
     struct gm_train_state st;
     struct gm_device_choice device; /* where the model lives */
+    struct gm_cuda *cu;             /* owned: this thread's CUDA context, on a GPU */
     int epoch;                      /* of the sampler's permutation */
     int max_batch;                  /* per-rank batch buffers */
     long steps_per_epoch;
@@ -87,6 +89,7 @@ static int evaluate(struct run *r, double *acc, double *loss)
     const int bmax = gm_model_max_batch(r->model);
     long correct_total = 0;
     double loss_sum = 0;
+    int dev_err;
 
     for (size_t i = 0; i < d->n; i++)
         r->eval_idx[i] = (uint32_t)i;
@@ -100,6 +103,8 @@ static int evaluate(struct run *r, double *acc, double *loss)
         loss_sum += gm_model_loss(r->model, n, r->labels, &correct) * n;
         correct_total += correct;
     }
+    if ((dev_err = gm_model_take_error(r->model)) < 0) /* a device error (logged) */
+        return dev_err;
     *acc = d->n > 0 ? 100.0 * (double)correct_total / (double)d->n : 0;
     *loss = d->n > 0 ? loss_sum / (double)d->n : 0;
     return 0;
@@ -119,6 +124,8 @@ static int weight_tensors(struct gm_model *m, struct gm_st_tensor *t, float **bu
 
     for (size_t i = 0; i < nb; i++)
         nbuf += gm_model_buffer_len(m, i);
+    if ((err = gm_model_params_to_host(m)) < 0) /* a GPU's parameters, to the host view */
+        return err;
     *buf = malloc((gm_model_num_params(m) + nbuf) * sizeof(float) + 1);
     if (*buf == NULL)
         return -ENOMEM;
@@ -214,6 +221,8 @@ static int write_checkpoint(struct run *r)
         goto out;
     }
     if ((err = weight_tensors(m, t, &buf, &nt)) < 0)
+        goto out;
+    if ((err = gm_optim_state_to_host(&r->optim)) < 0)
         goto out;
     if (gm_optim_state_len(&r->optim) > 0) {
         t[nt].name = GM_CKPT_OPTIM_TENSOR;
@@ -372,6 +381,10 @@ static int resume(struct run *r)
             goto out;
         }
     }
+    if (gm_model_params_to_device(m) < 0 || gm_optim_state_to_device(&r->optim) < 0) {
+        gm_err("%s: cannot resume: the state does not reach the device", path);
+        goto out;
+    }
     r->optim.step = info.optim_step;
     r->st.step = info.step;
     r->last_checkpoint = info.step;
@@ -383,6 +396,50 @@ static int resume(struct run *r)
 out:
     free(tmp);
     gm_safetensors_free(&f);
+    return err;
+}
+
+/* Builds the model on the chosen device.  A GPU: this (the trainer) thread creates the
+ * CUDA context first and owns it.  auto falls back to the CPU, saying why, when the context
+ * or the model cannot be made on the GPU (out of memory: the asked and free sizes are in the
+ * log line before); cuda[:N] fails with that error. */
+static int model_on_device(struct run *r, struct gm_model_spec *ms)
+{
+    int err = 0;
+
+    if (r->device.device == GM_DEVICE_CUDA) {
+        ms->device = GM_DEVICE_CUDA;
+        err = gm_cuda_new(r->device.index, &r->cu);
+        if (err == 0)
+            err = gm_model_new(ms, r->max_batch, &r->model);
+        if (err < 0 && err != -EINVAL) {
+            char reason[320];
+            snprintf(reason, sizeof(reason), "%s",
+                     r->cu != NULL && gm_cuda_last_error(r->cu)[0] ? gm_cuda_last_error(r->cu)
+                                                                   : gm_strerror(err));
+            gm_cuda_free(r->cu);
+            r->cu = NULL;
+            if (r->job->device.want != GM_DEVICE_WANT_AUTO) {
+                gm_err("event=device device=cuda:%d: the model cannot run on the GPU: %s",
+                       r->device.index, reason);
+                return err;
+            }
+            gm_notice("event=device device=cpu setting=auto reason=\"the model cannot run on "
+                      "cuda:%d: %s\"",
+                      r->device.index, reason);
+            r->device.device = GM_DEVICE_CPU;
+            r->device.index = -1;
+        }
+    }
+    if (r->device.device == GM_DEVICE_CPU) {
+        ms->device = GM_DEVICE_CPU;
+        err = gm_model_new(ms, r->max_batch, &r->model);
+    }
+    if (err == -EINVAL) {
+        gm_err("job: model %s does not fit %dx%dx%d inputs", ms->name, ms->in_c, ms->in_h,
+               ms->in_w);
+        return GM_ERR_CONFIG;
+    }
     return err;
 }
 
@@ -440,15 +497,11 @@ static int setup(struct run *r)
     if (gm_device_choose(&job->device, gm_device_available(GM_DEVICE_CUDA), &r->device, why,
                          sizeof(why)) < 0)
         return GM_ERR_CONFIG; /* logged with the reason */
-    ms.device = r->device.device;
-    err = gm_model_new(&ms, r->max_batch, &r->model);
-    if (err == -EINVAL) {
-        gm_err("job: model %s does not fit %dx%dx%d inputs", ms.name, ms.in_c, ms.in_h, ms.in_w);
-        return GM_ERR_CONFIG;
-    }
-    if (err < 0)
+    if ((err = model_on_device(r, &ms)) < 0)
         return err;
     gm_model_init_params(r->model, job->seed);
+    if ((err = gm_model_take_error(r->model)) < 0)
+        return err;
 
     oc.kind = job->optim.name == GM_JOB_OPTIMIZER_ADAM ? GM_OPTIM_ADAM : GM_OPTIM_SGD;
     oc.momentum = (float)job->optim.momentum;
@@ -457,6 +510,7 @@ static int setup(struct run *r)
     oc.beta1 = (float)job->optim.beta1;
     oc.beta2 = (float)job->optim.beta2;
     oc.eps = (float)job->optim.eps;
+    oc.device = r->device.device;
     if ((err = gm_optim_init(&r->optim, &oc, gm_model_num_params(r->model))) < 0) {
         gm_err("job: invalid optimizer settings (%s)", gm_strerror(err));
         return err == -EINVAL ? GM_ERR_CONFIG : err;
@@ -504,27 +558,57 @@ static void teardown(struct run *r)
     gm_dataset_free(&r->test);
     free(r->labels);
     free(r->eval_idx);
+    gm_cuda_free(r->cu); /* last: the model and the optimizer held its memory */
+    r->cu = NULL;
 }
+
+/* The replica's state (parameters, optimizer state) between the device and the host views
+ * the communication hooks read and write (no-ops on the CPU). */
+static int state_to_host(struct run *r)
+{
+    int err = gm_model_params_to_host(r->model);
+    return err < 0 ? err : gm_optim_state_to_host(&r->optim);
+}
+
+static int state_to_device(struct run *r)
+{
+    int err = gm_model_params_to_device(r->model);
+    return err < 0 ? err : gm_optim_state_to_device(&r->optim);
+}
+
+/* What a hook touches of the state, for a model on a GPU: HOOK_READS pulls the state to the
+ * host views before it, HOOK_WRITES pushes them back after it.  A resync does both. */
+#define HOOK_READS 1u
+#define HOOK_WRITES 2u
 
 /* Runs one communication hook.  A regroup re-synchronizes the state with the
  * new group (again if the group changes during that).  Returns 0, 1 when the
  * state was replaced (the caller restarts at st.step), or an error. */
-static int run_hook(struct run *r, int (*fn)(void *, struct gm_train_state *))
+static int run_hook(struct run *r, int (*fn)(void *, struct gm_train_state *), unsigned touches)
 {
     const struct gm_train_comm *comm = r->opts->comm;
     int err;
 
     if (comm == NULL || fn == NULL)
         return 0;
-    err = fn(comm->ctx, &r->st);
-    if (err != GM_ERR_REGROUP)
+    if ((touches & HOOK_READS) && (err = state_to_host(r)) < 0)
         return err;
+    err = fn(comm->ctx, &r->st);
+    if (err != GM_ERR_REGROUP) {
+        int werr = err >= 0 && (touches & HOOK_WRITES) ? state_to_device(r) : 0;
+        return werr < 0 ? werr : err;
+    }
+    if (!(touches & HOOK_READS) && (err = state_to_host(r)) < 0)
+        return err;
+    err = GM_ERR_REGROUP;
     while (err == GM_ERR_REGROUP) {
         if (comm->resync == NULL)
             return GM_ERR_ABORTED;
         err = comm->resync(comm->ctx, &r->st);
     }
-    return err < 0 ? err : 1;
+    if (err >= 0 && (err = state_to_device(r)) >= 0)
+        return 1;
+    return err;
 }
 
 static void scale(float *g, size_t n, float f)
@@ -647,7 +731,7 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
     struct grad_hook_ctx gh = {.m = r.model, .comm = comm, .factor = 1.0f};
     if (comm != NULL)
         gm_model_set_grad_hook(r.model, grad_hook, &gh);
-    if ((err = run_hook(&r, comm != NULL ? comm->start : NULL)) < 0)
+    if ((err = run_hook(&r, comm != NULL ? comm->start : NULL, HOOK_READS | HOOK_WRITES)) < 0)
         goto out;
 
     while (r.st.step < r.st.total_steps) {
@@ -683,6 +767,8 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
                                     job->seed * 0x9e3779b97f4a7c15ull + (uint64_t)r.st.step)) < 0)
             goto out;
         double loss = gm_model_loss(r.model, n, r.labels, NULL);
+        if (!isfinite(loss) && (err = gm_model_take_error(r.model)) < 0)
+            goto out; /* a device error, logged with the library's message */
         if (!isfinite(loss)) {
             gm_err("event=diverged step=%ld epoch=%d loss=%g: the loss is not finite; "
                    "lower [optim] lr",
@@ -692,7 +778,7 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
         }
         /* unequal shares: weigh by samples (see trainer.h), layer by layer in grad_hook */
         gh.factor = n * r.st.world != G ? (float)n * (float)r.st.world / (float)G : 1.0f;
-        if ((rc = run_hook(&r, comm != NULL ? comm->backward_begin : NULL)) < 0) {
+        if ((rc = run_hook(&r, comm != NULL ? comm->backward_begin : NULL, 0)) < 0) {
             err = rc;
             goto out;
         }
@@ -701,7 +787,9 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
         if ((err = gm_model_backward(r.model, n)) < 0)
             goto out;
         t_coll = gm_time_mono_ns();
-        if ((rc = run_hook(&r, comm != NULL ? comm->reduce_grads : NULL)) < 0) {
+        /* reduce_grads reads the gradients' host view (backward filled it through the
+         * gradient hook) and may read the parameters (DiLoCo's first snapshot) */
+        if ((rc = run_hook(&r, comm != NULL ? comm->reduce_grads : NULL, HOOK_READS)) < 0) {
             if (rc == GM_ERR_ABORTED && opts->stop != NULL && *opts->stop) {
                 sum->interrupted = 1; /* stopped mid-step: the last finished step stands */
                 break;
@@ -711,13 +799,17 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
         }
         if (rc == 1)
             continue; /* the group's state replaced ours: take the step it says */
+        /* the reduced gradients back to a GPU before its optimizer step (no-op on the CPU) */
+        if (comm != NULL && (err = gm_model_grads_to_device(r.model)) < 0)
+            goto out;
         t_opt = gm_time_mono_ns();
-        gm_optim_step(&r.optim, gm_model_params(r.model), gm_model_grads(r.model),
+        gm_optim_step(&r.optim, gm_model_params_device(r.model), gm_model_grads_device(r.model),
                       gm_sched_lr(&r.sched, r.st.step));
         /* The step is taken: st now describes the state after it.  A group that re-forms in
          * after_step takes rank 0's state with this count, so nobody takes the step again. */
         r.st.step++;
-        if ((rc = run_hook(&r, comm != NULL ? comm->after_step : NULL)) < 0) {
+        if ((rc = run_hook(&r, comm != NULL ? comm->after_step : NULL, HOOK_READS | HOOK_WRITES)) <
+            0) {
             if (rc == GM_ERR_ABORTED && opts->stop != NULL && *opts->stop) {
                 sum->interrupted = 1; /* the step is taken (counted above); its check was cut */
                 break;
@@ -805,8 +897,11 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
         eval_hook(&r, r.epoch, tloss, acc, epoch_loss, 0);
         gm_info("event=eval step=%ld test_loss=%.4f test_accuracy=%.2f", r.st.step, tloss, acc);
     }
-    if (!sum->interrupted && comm != NULL && comm->finish != NULL)
+    if (!sum->interrupted && comm != NULL && comm->finish != NULL) {
+        if ((err = state_to_host(&r)) < 0)
+            goto out;
         comm->finish(comm->ctx, &r.st);
+    }
     /* the last checkpoint: at the end, or where the run was stopped */
     if (job->checkpoint_every > 0 && r.st.rank == 0 && r.last_checkpoint != r.st.step)
         checkpoint(&r);

@@ -11,9 +11,19 @@
  *  - after_step sees st->step already counting the step just taken;
  *  - finish runs once on a run that ends, with st->step = total_steps, and not at all on
  *    a run that is stopped early.
+ * These runs say device = cpu: the CPU is the definition of correct, and they stay on it
+ * where a GPU answers too.
+ *
+ * Where a GPU answers (a CUDA build on a GPU machine; otherwise test_cuda_trainer says why
+ * it skips and checks nothing), the same jobs run with device = cuda: an MLP and ResNet-20
+ * (convolutions, batch norm, shortcuts) train to the CPU's weights and batch norm buffers
+ * within fp32 tolerance, and the regroup cases above end bitwise equal to the undisturbed
+ * GPU run, which exercises the trainer's state copies around the hooks and the model's
+ * gradient downloads.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +35,7 @@
 #include "train/ckpt/safetensors.h"
 #include "train/data/idx.h"
 #include "train/job.h"
+#include "train/kernels/cuda.h"
 #include "train/nn/model.h"
 #include "train/nn/optim.h"
 #include "train/trainer.h"
@@ -66,15 +77,18 @@ static void write_idx(const char *name, uint32_t magic, uint32_t n, int images, 
     free(body);
 }
 
+static const char *device = "cpu"; /* of the jobs load_job makes */
+
 static int load_job(struct gm_job *job)
 {
     char text[1024];
     int n = snprintf(text, sizeof(text),
                      "[job]\nname = t\nmodel = mlp\nepochs = 1\nseed = 3\nlog_every = 1000\n"
+                     "device = %s\n"
                      "[model]\nhidden = 16\n"
                      "[data]\nkind = idx\ndir = %s\n"
                      "[optim]\nname = adam\nlr = 0.01\nglobal_batch = %d\n",
-                     dir, NTRAIN / STEPS);
+                     device, dir, NTRAIN / STEPS);
 
     return gm_job_parse(text, (size_t)n, "test", job);
 }
@@ -215,7 +229,7 @@ static void test_batchnorm_checkpoint(void)
     const struct gm_st_entry *e;
     float v[16];
     int n = snprintf(text, sizeof(text),
-                     "[job]\nname = bn\nmodel = resnet20\nepochs = 1\nseed = 3\n"
+                     "[job]\nname = bn\nmodel = resnet20\nepochs = 1\nseed = 3\ndevice = cpu\n"
                      "[data]\nkind = idx\ndir = %s\npad = 4\n"
                      "[optim]\nname = sgd\nlr = 0.05\nmomentum = 0.9\nglobal_batch = %d\n",
                      dir, NTRAIN / STEPS);
@@ -284,6 +298,118 @@ static void test_regroup_in_after_step(void)
     GM_CHECK_EQ(stopped.finishes, 0);
 }
 
+/* Trains model (SGD with momentum: an update proportional to the gradient, so fp32
+ * differences stay fp32-sized) on dev and writes the weights to out. */
+static int train_sgd(const char *model, const char *dev, const char *out,
+                     struct gm_train_summary *sum)
+{
+    char text[1024];
+    struct gm_job job;
+    volatile sig_atomic_t stop = 0;
+    struct gm_train_opts o = {.progress = 0, .stop = &stop, .out = out};
+    int n = snprintf(text, sizeof(text),
+                     "[job]\nname = dev\nmodel = %s\nepochs = 1\nseed = 5\ndevice = %s\n"
+                     "%s"
+                     "[data]\nkind = idx\ndir = %s\npad = 4\n"
+                     "[optim]\nname = sgd\nlr = 0.05\nmomentum = 0.9\nglobal_batch = %d\n",
+                     model, dev, strcmp(model, "mlp") == 0 ? "[model]\nhidden = 32\n" : "", dir,
+                     NTRAIN / STEPS);
+    int err;
+
+    if ((err = gm_job_parse(text, (size_t)n, "test", &job)) < 0)
+        return err;
+    err = gm_trainer_run(&job, &o, sum);
+    gm_job_free(&job);
+    return err;
+}
+
+/* Every tensor of two weight files (parameters and buffers) within rtol of the largest
+ * magnitude of that tensor in ref. */
+static void check_close_files(const char *got, const char *ref, double rtol)
+{
+    struct gm_st_file g, r;
+    float *a = NULL, *b = NULL;
+
+    GM_CHECK_OK(gm_safetensors_load(got, &g));
+    GM_CHECK_OK(gm_safetensors_load(ref, &r));
+    GM_CHECK_EQ(g.n_tensors, r.n_tensors);
+    for (size_t i = 0; i < r.n_tensors; i++) {
+        const struct gm_st_entry *re = &r.tensors[i], *ge = gm_safetensors_find(&g, re->name);
+        const size_t n = (size_t)re->numel;
+        double scale = 0, worst = 0;
+
+        GM_CHECK(ge != NULL && ge->numel == re->numel);
+        if (ge == NULL || ge->numel != re->numel)
+            continue;
+        a = realloc(a, (n + 1) * sizeof(float));
+        b = realloc(b, (n + 1) * sizeof(float));
+        GM_CHECK(a != NULL && b != NULL);
+        if (a == NULL || b == NULL)
+            break;
+        GM_CHECK_OK(gm_safetensors_to_f32(ge, a, n));
+        GM_CHECK_OK(gm_safetensors_to_f32(re, b, n));
+        for (size_t j = 0; j < n; j++) {
+            scale = fmax(scale, fabs((double)b[j]));
+            worst = fmax(worst, fabs((double)a[j] - (double)b[j]));
+        }
+        gm_test_state.checks++;
+        if (!(worst <= rtol * scale + 1e-7))
+            GM_TEST_FAIL_("%s: the GPU's differs from the CPU's by %.3g (scale %.3g)", re->name,
+                          worst, scale);
+    }
+    free(a);
+    free(b);
+    gm_safetensors_free(&g);
+    gm_safetensors_free(&r);
+}
+
+static void test_cuda_trainer(void)
+{
+    static const char *const models[] = {"mlp", "resnet20"};
+    char why[320], ref[128], got[128], a[128], b[128], c[128];
+    struct gm_train_summary sum;
+    struct fake keep = {.regroup_after = 3, .stop_after = -1};
+    struct fake back = {.regroup_after = 5, .rollback = 1, .stop_after = -1};
+
+    if (!gm_cuda_built() || gm_cuda_device_count(why, sizeof(why)) < 1) {
+        fprintf(stderr, "skip test_cuda_trainer: %s\n",
+                gm_cuda_built() ? why : "this build has no CUDA backend");
+        return;
+    }
+    for (size_t i = 0; i < sizeof(models) / sizeof(models[0]); i++) {
+        snprintf(ref, sizeof(ref), "%s/%s-cpu.safetensors", dir, models[i]);
+        snprintf(got, sizeof(got), "%s/%s-cuda.safetensors", dir, models[i]);
+        GM_CHECK_OK(train_sgd(models[i], "cpu", ref, &sum));
+        GM_CHECK_STREQ(sum.device, "cpu");
+        GM_CHECK_OK(train_sgd(models[i], "cuda", got, &sum));
+        GM_CHECK_STREQ(sum.device, "cuda:0");
+        GM_CHECK_EQ(sum.steps, STEPS);
+        check_close_files(got, ref, 1e-3);
+        unlink(ref);
+        unlink(got);
+    }
+    /* the hooks' paths on the GPU: state copies around them, gradient downloads */
+    device = "cuda";
+    snprintf(a, sizeof(a), "%s/ga.safetensors", dir);
+    snprintf(b, sizeof(b), "%s/gb.safetensors", dir);
+    snprintf(c, sizeof(c), "%s/gc.safetensors", dir);
+    GM_CHECK_OK(run(a, NULL, &sum));
+    GM_CHECK_STREQ(sum.device, "cuda:0");
+    GM_CHECK_OK(run(b, &keep, &sum));
+    GM_CHECK_EQ(keep.resyncs, 1);
+    GM_CHECK_EQ(keep.bad_after_step, 0);
+    check_same_file(a, b);
+    GM_CHECK_OK(run(c, &back, &sum));
+    GM_CHECK_EQ(back.resyncs, 1);
+    check_same_file(a, c);
+    free(back.params);
+    free(back.ostate);
+    device = "cpu";
+    unlink(a);
+    unlink(b);
+    unlink(c);
+}
+
 int main(void)
 {
     char path[128];
@@ -301,6 +427,7 @@ int main(void)
     write_idx("t10k-labels-idx1-ubyte", GM_IDX_MAGIC_LABELS, NTEST, 0, 0);
     GM_TEST_RUN(test_regroup_in_after_step);
     GM_TEST_RUN(test_batchnorm_checkpoint);
+    GM_TEST_RUN(test_cuda_trainer);
     rc = gm_test_finish("test_trainer");
     static const char *names[] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
                                   "t10k-images-idx3-ubyte",  "t10k-labels-idx1-ubyte",
