@@ -180,7 +180,7 @@ out:
     return err;
 }
 
-#define CODEC_TENSORS_MAX 8
+#define CODEC_TENSORS_MAX 72 /* PowerSGD or DiLoCo: 2, plus a simulation's 63 other errors */
 
 static const char *ckpt_dir(const struct run *r)
 {
@@ -277,6 +277,19 @@ static int load_resume(struct run *r, struct gm_st_file *f, struct gm_ckpt_info 
     const char *slash;
     long step;
 
+    if (stat(want, &st) == 0 && S_ISDIR(st.st_mode) && r->opts->committed_only) {
+        if (gm_ckpt_dir_newest_committed(want, r->opts->committed, r->opts->ncommitted, r->job_hash,
+                                         model, f, info, path, cap) == 0)
+            return 0;
+        if (r->opts->resume_optional) {
+            gm_info("event=resume-none dir=%s committed=%zu: no usable committed checkpoint of "
+                    "job %s, starting at step 0",
+                    want, r->opts->ncommitted, r->job->name);
+            return 1;
+        }
+        gm_err("%s: no usable committed checkpoint of job %s to resume from", want, r->job->name);
+        return GM_ERR_CONFIG;
+    }
     if (stat(want, &st) == 0 && S_ISDIR(st.st_mode)) {
         if (gm_ckpt_dir_newest(want, -1, r->job_hash, model, f, info, path, cap) == 0)
             return 0;
@@ -372,6 +385,10 @@ static int resume(struct run *r)
             goto out;
         }
     }
+    if (r->opts->comm != NULL && r->opts->comm->codec_restore != NULL &&
+        (err = r->opts->comm->codec_restore(r->opts->comm->ctx, &f, info.codec, path)) < 0)
+        goto out;
+    err = GM_ERR_CONFIG;
     r->optim.step = info.optim_step;
     r->st.step = info.step;
     r->last_checkpoint = info.step;
