@@ -103,13 +103,15 @@ static void try_resume(struct gm_agent *a, struct gm_jobresume *rs, uint64_t now
     rs->phase = GM_JOBRESUME_PHASE_DONE;
     memcpy(key, jb->spec_sha256, 16);
     key[16] = '\0';
-    gm_notice("event=job-auto-resume job=%s state=%s step=%" PRId64 " newest_committed=%ld "
-              "term=%" PRIu64 " missing=%s",
-              jb->job, jb->state, jb->step, newest_committed(f, key), rs->term,
-              nmiss > 0 ? missing : "none");
     err = gm_jobs_resume(a->jobs, jb->job, jb->spec, jb->spec_len, (int)jb->global_batch);
-    if (err == -EBUSY)
+    if (err == 0)
+        gm_notice("event=job-auto-resume job=%s state=%s step=%" PRId64 " newest_committed=%ld "
+                  "term=%" PRIu64 " missing=%s",
+                  jb->job, jb->state, jb->step, newest_committed(f, key), rs->term,
+                  nmiss > 0 ? missing : "none");
+    else if (err == -EBUSY)
         gm_info("event=job-resume-skip job=%s: a job is current here already", jb->job);
+    /* else: gm_jobs_resume logged why */
 }
 
 void gm_jobresume_tick(struct gm_agent *a, struct gm_jobresume *rs, uint64_t now)

@@ -290,12 +290,6 @@ size_t gm_psgd_nelems(const struct gm_psgd *p)
     return p->nelems;
 }
 
-const float *gm_psgd_q(const struct gm_psgd *p, size_t *n)
-{
-    *n = p->sum_qr;
-    return p->qbuf;
-}
-
 const float *gm_psgd_error(const struct gm_psgd *p)
 {
     return p->err;

@@ -85,8 +85,6 @@ size_t gm_psgd_dense_floats(const struct gm_psgd *p);
 const float *gm_psgd_error(const struct gm_psgd *p);
 /* nelems, as given to gm_psgd_new. */
 size_t gm_psgd_nelems(const struct gm_psgd *p);
-/* The Q factors of every matrix, back to back (the warm start; checkpoints); *n floats. */
-const float *gm_psgd_q(const struct gm_psgd *p, size_t *n);
 
 /* The factors a checkpoint holds (the warm start): every matrix's Q (cols x r; Qhat in the
  * alternating variant) back to back, then every matrix's Phat (rows x r), gm_psgd_state_floats
