@@ -24,6 +24,7 @@
 
 #include "agent/chiefnet.h"
 #include "agent/ckptxfer.h"
+#include "agent/jobresume.h"
 #include "agent/link.h"
 #include "agent/state.h"
 #include "common/log.h"
@@ -64,6 +65,8 @@ struct gm_chief {
     /* requests made here */
     struct result results[RESULTS_MAX];
     uint64_t next_req;
+    /* a restarted cluster's job, resumed by the chief (agent/jobresume.h) */
+    struct gm_jobresume resume;
 };
 
 /* One proposal in flight. */
@@ -503,6 +506,56 @@ void gm_chief_record_job(struct gm_agent *a, const char *id, const char *state, 
         gm_info("event=chief-job-unrecorded job=%s state=%s err=%d", id, state, err);
 }
 
+void gm_chief_record_job_spec(struct gm_agent *a, const char *id, const char *text, size_t len,
+                              int global_batch)
+{
+    struct gm_chief_cmd *c;
+    char what[96];
+    int err;
+
+    if (a->chief == NULL || !is_leader(a->chief))
+        return;
+    if (len > GM_CHIEF_SPEC_MAX) {
+        gm_warn("event=chief-job-spec-unrecorded job=%s bytes=%zu: the job text is over %d "
+                "bytes, so a cluster restarted from nothing will not resume it by itself",
+                id, len, GM_CHIEF_SPEC_MAX);
+        return;
+    }
+    c = calloc(1, sizeof(*c)); /* the text makes it large for a stack */
+    if (c == NULL)
+        return;
+    c->op = GM_CHIEF_OP_JOB_SPEC;
+    snprintf(c->job, sizeof(c->job), "%s", id);
+    memcpy(c->spec, text, len);
+    c->spec[len] = '\0';
+    c->spec_len = len;
+    gm_ckpt_sha256_hex(text, len, c->sha256);
+    c->global_batch = global_batch;
+    snprintf(what, sizeof(what), "job %s spec", id);
+    err = gm_chief_propose(a, c, what);
+    if (err != 0)
+        gm_info("event=chief-job-spec-unrecorded job=%s err=%d", id, err);
+    free(c);
+}
+
+long gm_chief_committed(struct gm_agent *a, const char *key, struct gm_ckpt_ref *out, size_t cap)
+{
+    const struct gm_chief_fsm *f;
+    size_t n = 0;
+
+    if (a->chief == NULL)
+        return -1;
+    f = &a->chief->fsm;
+    for (size_t i = 0; i < f->nckpts && n < cap; i++) {
+        if (strcmp(f->ckpts[i].job, key) != 0)
+            continue;
+        out[n].step = (long)f->ckpts[i].step;
+        memcpy(out[n].sha256, f->ckpts[i].sha256, sizeof(out[n].sha256));
+        n++;
+    }
+    return (long)n;
+}
+
 /* --- the controller --------------------------------------------------------------- */
 
 static void change_cb(struct raft_change *req, int status)
@@ -615,12 +668,21 @@ void gm_chief_tick(struct gm_agent *a, uint64_t now)
 {
     struct gm_chief *ch = a->chief;
 
-    (void)now;
     if (ch == NULL || !ch->started || ch->closed)
         return;
     log_chief(ch);
     gm_chiefnet_recheck(ch->net);
     controller(ch);
+    gm_jobresume_tick(a, &ch->resume, now);
+}
+
+int gm_chief_barrier(struct gm_agent *a, struct raft_barrier *req, raft_barrier_cb cb)
+{
+    struct gm_chief *ch = a->chief;
+
+    if (ch == NULL || !is_leader(ch))
+        return -EAGAIN;
+    return raft_barrier(&ch->raft, req, cb) == 0 ? 0 : -EAGAIN;
 }
 
 void gm_chief_link_down(struct gm_agent *a, const char *node)

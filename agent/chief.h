@@ -56,6 +56,7 @@
 
 #include "agent/chieffsm.h"
 #include "common/err.h"
+#include "train/ckpt/ckpt.h"
 
 #define GM_CHIEF_VOTERS 5 /* voters and witnesses the controller makes by itself */
 
@@ -90,6 +91,18 @@ GM_MUST_CHECK int gm_chief_propose(struct gm_agent *a, struct gm_chief_cmd *c, c
 /* On the chief: proposes job id's state and step to the replicated state (a job command,
  * fenced by the chief's term); elsewhere nothing (the coordinator is the chief). */
 void gm_chief_record_job(struct gm_agent *a, const char *id, const char *state, long step);
+/* On the chief: proposes the text of job id (len bytes) and the global batch fixed for it
+ * (a job-spec command), so a restarted cluster resumes it; a text over GM_CHIEF_SPEC_MAX is
+ * not recorded (logged). */
+void gm_chief_record_job_spec(struct gm_agent *a, const char *id, const char *text, size_t len,
+                              int global_batch);
+/* The checkpoints of key committed in the replicated state (at most cap into out): how many,
+ * or -1 without consensus. */
+long gm_chief_committed(struct gm_agent *a, const char *key, struct gm_ckpt_ref *out, size_t cap);
+/* On the chief: raft_barrier (cb once every entry before it is applied).  -EAGAIN when this
+ * node is not the chief or raft refuses. */
+GM_MUST_CHECK int gm_chief_barrier(struct gm_agent *a, struct raft_barrier *req,
+                                   raft_barrier_cb cb);
 /* The role the replicated state gives node (GM_CHIEF_ROLE_VOTER when unknown). */
 enum gm_chief_role gm_chief_role_of(struct gm_agent *a, const char *node);
 /* The current raft term (0 before raft started). */

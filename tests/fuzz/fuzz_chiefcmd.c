@@ -32,6 +32,7 @@
 
 #include "agent/chieffsm.h"
 #include "crypto/identity.h"
+#include "train/ckpt/ckpt.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerInitialize(int *argc, char ***argv);
@@ -76,6 +77,14 @@ static void check_cmd(const struct gm_chief_cmd *c)
                 need(strcmp(c->holders[i], c->holders[k]) != 0);
         }
         break;
+    case GM_CHIEF_OP_JOB_SPEC: {
+        char sha[65];
+        need(gm_id_name_valid(c->job) && hex(c->sha256, 64) && c->spec_len <= GM_CHIEF_SPEC_MAX &&
+             strlen(c->spec) == c->spec_len && c->global_batch >= 1);
+        gm_ckpt_sha256_hex(c->spec, c->spec_len, sha);
+        need(strcmp(sha, c->sha256) == 0);
+        break;
+    }
     default:
         need(false);
     }
@@ -100,6 +109,21 @@ static void base_machine(struct gm_chief_fsm *f)
     memset(c.sha256, 'a', 64);
     snprintf(c.holders[0], sizeof(c.holders[0]), "alpha");
     c.nholders = 1;
+    need(gm_chief_fsm_apply(f, &c) == 0);
+    memset(&c, 0, sizeof(c)); /* a running job with its spec, and a finished one */
+    c.op = GM_CHIEF_OP_JOB_SPEC;
+    c.term = 2;
+    snprintf(c.job, sizeof(c.job), "job2");
+    snprintf(c.spec, sizeof(c.spec), "[job]\nname = j\n");
+    c.spec_len = strlen(c.spec);
+    gm_ckpt_sha256_hex(c.spec, c.spec_len, c.sha256);
+    c.global_batch = 8;
+    need(gm_chief_fsm_apply(f, &c) == 0);
+    memset(&c, 0, sizeof(c));
+    c.op = GM_CHIEF_OP_JOB;
+    c.term = 2;
+    snprintf(c.job, sizeof(c.job), "job3");
+    snprintf(c.state, sizeof(c.state), "done");
     need(gm_chief_fsm_apply(f, &c) == 0);
 }
 
@@ -126,7 +150,8 @@ static void fuzz_cmd(const uint8_t *p, size_t n)
     base_machine(&f);
     term = f.term;
     err = gm_chief_fsm_apply(&f, &c);
-    need(err == 0 || err == -ESTALE || err == -EPERM || err == -ENOSPC || err == -ENOMEM);
+    need(err == 0 || err == -ESTALE || err == -EPERM || err == -ENOSPC || err == -ENOMEM ||
+         err == -EINVAL);
     need(err == 0 ? f.term == c.term : f.term == term);
     gm_chief_fsm_free(&f);
 }
@@ -257,8 +282,14 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     snprintf(c.holders[1], sizeof(c.holders[1]), "beta");
     c.nholders = 2;
     c.role = GM_CHIEF_ROLE_WITNESS;
-    for (int op = GM_CHIEF_OP_MEMBER; op <= GM_CHIEF_OP_CHECKPOINT; op++) {
+    c.global_batch = 192;
+    for (int op = GM_CHIEF_OP_MEMBER; op <= GM_CHIEF_OP_JOB_SPEC; op++) {
         c.op = (enum gm_chief_op)op;
+        if (op == GM_CHIEF_OP_JOB_SPEC) {
+            snprintf(c.spec, sizeof(c.spec), "[job]\nname = \"x\"\nepochs = 2\n");
+            c.spec_len = strlen(c.spec);
+            gm_ckpt_sha256_hex(c.spec, c.spec_len, c.sha256);
+        }
         need(gm_chief_cmd_encode(&c, &text, &len) == 0);
         snprintf(name, sizeof(name), "cmd-%d", op);
         seed(dir, name, 0, text, len);

@@ -10,7 +10,13 @@
  *    new group's rank 0 had not taken it) takes the step again: equal bits too;
  *  - after_step sees st->step already counting the step just taken;
  *  - finish runs once on a run that ends, with st->step = total_steps, and not at all on
- *    a run that is stopped early.
+ *    a run that is stopped early;
+ *  - codec state in checkpoints (codec_state / codec_restore, train/sim.h with 2 workers,
+ *    16 steps, a checkpoint every 4): a PowerSGD run resumed from the checkpoint of step 8
+ *    ends with weights bitwise those of the run that never stopped; the same checkpoint with
+ *    its codec state stripped (negative control) ends elsewhere.  (Not DiLoCo: its ranks'
+ *    inner optimizer moments and mid-round parameters are their own, and a checkpoint holds
+ *    rank 0's; its anchor and outer momentum are restored, not claimed bitwise.)
  * These runs say device = cpu: the CPU is the definition of correct, and they stay on it
  * where a GPU answers too.
  *
@@ -32,12 +38,14 @@
 #include "common/byteorder.h"
 #include "common/log.h"
 #include "common/test.h"
+#include "train/ckpt/ckpt.h"
 #include "train/ckpt/safetensors.h"
 #include "train/data/idx.h"
 #include "train/job.h"
 #include "train/kernels/cuda.h"
 #include "train/nn/model.h"
 #include "train/nn/optim.h"
+#include "train/sim.h"
 #include "train/trainer.h"
 
 GM_TEST_DEFINE_STATE;
@@ -259,6 +267,149 @@ static void test_batchnorm_checkpoint(void)
     gm_safetensors_free(&f);
 }
 
+/* --- codec state across a resume ------------------------------------------------------- */
+
+/* 2 simulated workers, 2 epochs of 8 steps, a checkpoint every 4 steps into ckdir; from
+ * resume (NULL: the start); weights into out. */
+static int sim_run(const char *comm, const char *ckdir, const char *resume, const char *out)
+{
+    char text[1024];
+    struct gm_job job;
+    struct gm_train_summary sum;
+    volatile sig_atomic_t stop = 0;
+    struct gm_train_opts o = {
+        .progress = 0, .stop = &stop, .out = out, .ckpt_dir = ckdir, .resume = resume};
+    struct gm_sim_opts so = {.workers = 2, .error_feedback = true};
+    int n = snprintf(text, sizeof(text),
+                     "[job]\nname = cs\nmodel = mlp\nepochs = 2\nseed = 5\n"
+                     "checkpoint_every = 4\ncheckpoint_keep = 8\n[model]\nhidden = 32\n"
+                     "[data]\nkind = idx\ndir = %s\n[optim]\nname = adam\nlr = 0.01\n"
+                     "global_batch = %d\n[comm]\n%s",
+                     dir, NTRAIN / STEPS, comm);
+    int err;
+
+    if ((err = gm_job_parse(text, (size_t)n, "test", &job)) < 0)
+        return err;
+    err = gm_sim_train(&job, &o, &so, &sum);
+    gm_job_free(&job);
+    if (err == 0 && sum.steps != 2 * STEPS)
+        err = -EPROTO;
+    return err;
+}
+
+/* 1 when the two weight files hold the same tensors, bit for bit. */
+static int same_weights(const char *a, const char *b)
+{
+    struct gm_st_file fa, fb;
+    int same = 1;
+
+    GM_CHECK_OK(gm_safetensors_load(a, &fa));
+    GM_CHECK_OK(gm_safetensors_load(b, &fb));
+    if (fa.n_tensors != fb.n_tensors || fa.n_tensors == 0)
+        same = 0;
+    for (size_t i = 0; same && i < fa.n_tensors; i++) {
+        const struct gm_st_entry *e = gm_safetensors_find(&fb, fa.tensors[i].name);
+        same = e != NULL && e->nbytes == fa.tensors[i].nbytes &&
+               memcmp(e->data, fa.tensors[i].data, e->nbytes) == 0;
+    }
+    gm_safetensors_free(&fa);
+    gm_safetensors_free(&fb);
+    return same;
+}
+
+/* Copies checkpoint src to dst without its codec state ("gradmesh.codec.*"); returns how many
+ * tensors it left out. */
+static size_t strip_codec(const char *src, const char *dst)
+{
+    struct gm_st_file f;
+    struct gm_ckpt_info info;
+    struct gm_st_tensor t[64];
+    float *bufs[64];
+    size_t nt = 0, dropped = 0;
+
+    GM_CHECK_OK(gm_ckpt_load(src, NULL, NULL, &f, &info, NULL));
+    for (size_t i = 0; i < f.n_tensors && nt < 64; i++) {
+        const struct gm_st_entry *e = &f.tensors[i];
+        if (strncmp(e->name, GM_CKPT_CODEC_PREFIX, strlen(GM_CKPT_CODEC_PREFIX)) == 0) {
+            dropped++;
+            continue;
+        }
+        bufs[nt] = malloc((size_t)e->numel * sizeof(float) + 1);
+        GM_CHECK(bufs[nt] != NULL && e->dtype == GM_ST_DTYPE_F32);
+        GM_CHECK_OK(gm_safetensors_to_f32(e, bufs[nt], (size_t)e->numel));
+        t[nt] = (struct gm_st_tensor){.name = e->name, .data = bufs[nt], .ndim = e->ndim};
+        memcpy(t[nt].shape, e->shape, sizeof(e->shape));
+        nt++;
+    }
+    GM_CHECK_OK(gm_ckpt_write(dst, t, nt, &info, gm_safetensors_meta(&f, "job"), NULL));
+    for (size_t i = 0; i < nt; i++)
+        free(bufs[i]);
+    gm_safetensors_free(&f);
+    return dropped;
+}
+
+static void rm_dir(const char *d)
+{
+    struct gm_ckpt_entry *v = NULL;
+    size_t n = 0;
+    char p[1200];
+
+    if (gm_ckpt_dir_list(d, &v, &n) == 0)
+        for (size_t i = 0; i < n; i++) {
+            snprintf(p, sizeof(p), "%s" GM_CKPT_SHA_SUFFIX, v[i].path);
+            (void)unlink(p);
+            (void)unlink(v[i].path);
+        }
+    free(v);
+    (void)rmdir(d);
+}
+
+static void codec_resume(const char *comm, size_t want_codec_tensors)
+{
+    char whole[128], res[128], strip[128], dw[128], dr[128], ds[128], ck8[1100], cks[1100];
+
+    snprintf(whole, sizeof(whole), "%s/cs-whole.safetensors", dir);
+    snprintf(res, sizeof(res), "%s/cs-resumed.safetensors", dir);
+    snprintf(strip, sizeof(strip), "%s/cs-stripped.safetensors", dir);
+    snprintf(dw, sizeof(dw), "%s/ck-whole", dir);
+    snprintf(dr, sizeof(dr), "%s/ck-resumed", dir);
+    snprintf(ds, sizeof(ds), "%s/ck-stripped", dir);
+    GM_CHECK_OK(sim_run(comm, dw, NULL, whole));
+    GM_CHECK_OK(gm_ckpt_path(dw, 8, ck8, sizeof(ck8)));
+    { /* the checkpoint holds the codec state (both ranks' error feedback for PowerSGD) */
+        struct gm_st_file f;
+        struct gm_ckpt_info info;
+        size_t nc = 0;
+        GM_CHECK_OK(gm_ckpt_load(ck8, NULL, NULL, &f, &info, NULL));
+        for (size_t i = 0; i < f.n_tensors; i++)
+            nc +=
+                strncmp(f.tensors[i].name, GM_CKPT_CODEC_PREFIX, strlen(GM_CKPT_CODEC_PREFIX)) == 0;
+        GM_CHECK_EQ(nc, want_codec_tensors);
+        GM_CHECK_EQ(info.step, 8);
+        gm_safetensors_free(&f);
+    }
+    GM_CHECK_OK(sim_run(comm, dr, ck8, res));
+    GM_CHECK(same_weights(whole, res));
+
+    GM_CHECK_OK(gm_ckpt_mkdirs(ds));
+    GM_CHECK_OK(gm_ckpt_path(ds, 8, cks, sizeof(cks)));
+    GM_CHECK_EQ(strip_codec(ck8, cks), want_codec_tensors);
+    GM_CHECK_OK(sim_run(comm, ds, cks, strip));
+    GM_CHECK(!same_weights(whole, strip)); /* the codec state is what made them equal */
+    (void)unlink(whole);
+    (void)unlink(res);
+    (void)unlink(strip);
+    rm_dir(dw);
+    rm_dir(dr);
+    rm_dir(ds);
+}
+
+static void test_powersgd_resume(void)
+{
+    /* error feedback of rank 0 and rank 1, and the factors */
+    codec_resume("codec = powersgd\n", 3);
+}
+
 static void test_regroup_in_after_step(void)
 {
     char a[128], b[128], c[128], d[128];
@@ -428,11 +579,12 @@ int main(void)
     GM_TEST_RUN(test_regroup_in_after_step);
     GM_TEST_RUN(test_batchnorm_checkpoint);
     GM_TEST_RUN(test_cuda_trainer);
+    GM_TEST_RUN(test_powersgd_resume);
     rc = gm_test_finish("test_trainer");
-    static const char *names[] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
-                                  "t10k-images-idx3-ubyte",  "t10k-labels-idx1-ubyte",
-                                  "a.safetensors",           "b.safetensors",
-                                  "c.safetensors",           "d.safetensors"};
+    static const char *names[] = {
+        "train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
+        "t10k-labels-idx1-ubyte",  "a.safetensors",           "b.safetensors",
+        "c.safetensors",           "d.safetensors",           "bn.safetensors"};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
         (void)unlink(path);
