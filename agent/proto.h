@@ -61,6 +61,7 @@ enum gm_msg_type {
     GM_MSG_JOIN_ACCEPT = 17,
     GM_MSG_RENEW_REQUEST = 18,
     GM_MSG_RENEW_ACCEPT = 19,
+    GM_MSG_KEYRING = 20,   /* the CA key and token records, to a voter (agent/keyring.h) */
     GM_MSG_JOB_OFFER = 32, /* agent/jobmsg.h: the job control messages */
     GM_MSG_JOB_CHECK = 33,
     GM_MSG_JOB_GROUP = 34,

@@ -136,3 +136,13 @@ kill9_agent() {
     for q in "${PIDS[@]}"; do [ "$q" = "${!p}" ] || keep+=("$q"); done
     PIDS=("${keep[@]}")
 }
+
+# members_get NAME EXPR: a Python expression over NAME's `members --json` (as `d`).
+members_get() {
+    "$GM" members --json --config "$WORK/$1.conf" | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+print(eval(sys.argv[1]))' "$2"
+}
+# members_is NAME PYEXPR: succeeds when PYEXPR (over `d`) holds on NAME.
+members_is() { [ "$(members_get "$1" "bool($2)")" = True ]; }
