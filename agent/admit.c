@@ -313,6 +313,17 @@ void gm_admit_renew_check(struct gm_agent *a)
         return;
     }
     p = a->admitter[0] ? gm_agent_peer_find(a, a->admitter) : NULL;
+    if (p == NULL || p->link == NULL) { /* the chief is a voter: it holds the CA key */
+        char chief[GM_CHIEF_NAME_MAX + 1];
+        uint64_t term;
+        struct gm_peer *cp = gm_chief_leader(a, chief, &term) == 0 && strcmp(chief, a->cfg.node)
+                                 ? gm_agent_peer_find(a, chief)
+                                 : NULL;
+        if (cp != NULL && cp->link != NULL) {
+            snprintf(a->admitter, sizeof(a->admitter), "%s", chief);
+            p = cp;
+        }
+    }
     if (p == NULL || p->link == NULL) {
         gm_warn("event=cert-expiring node=%s reason=\"no link to the admitter %s\"", a->cfg.node,
                 a->admitter[0] ? a->admitter : "(unknown)");

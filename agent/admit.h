@@ -20,9 +20,11 @@
  * together; past it every join is refused (-EBUSY) until the window moves.
  *
  * Renewal: every RENEW_CHECK_S (and when the admitter's link comes up) a
- * node whose certificate nears expiry renews it, itself on the admitter,
- * else by asking the admitter (the `admitter` state file names it).  The
- * new certificate is saved and presented on new links; old links stay.
+ * node whose certificate nears expiry renews it, itself when it holds the
+ * CA key, else by asking the admitter (the `admitter` state file names the
+ * node it joined through) or, when that one has no up link, the chief (a
+ * voter: it holds the key).  The new certificate is saved and presented on
+ * new links; old links stay.
  *
  * Control commands (gm_admit_room): token-create {ttl, uses}, token-list,
  * token-revoke {id}; on a node that holds the CA key.  A token made or

@@ -18,8 +18,9 @@
  * Bootstrap: the node that holds the CA key (the one that ran `init`) makes
  * the first configuration, itself as the only voter, when its raft folder is
  * empty; every other node starts with an empty configuration and waits for
- * the chief to add it.  (Wiping raft/ on the init node of a running cluster
- * would bootstrap a second cluster: don't.)
+ * the chief to add it.  (Wiping raft/ on a node that holds the CA key, the
+ * init node or a voter (agent/keyring.h), in a running cluster would
+ * bootstrap a second cluster: don't.)
  *
  * The chief's controller (each agent tick, one change at a time): a member
  * with an up link that raft does not know is added (raft_add), and recorded

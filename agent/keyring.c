@@ -157,6 +157,7 @@ static void drop(struct gm_agent *a, const char *why)
     a->cakey = NULL;
     gm_token_store_free(a->tokens);
     a->tokens = NULL;
+    a->admitter[0] = '\0'; /* renewals go to the chief from now on (admit.h) */
     gm_warn("event=ca-key-dropped node=%s reason=\"%s\"", a->cfg.node, why);
 }
 
