@@ -206,9 +206,14 @@ void gm_keyring_tick(struct gm_agent *a)
     if (a->keyring_gen == 0)
         a->keyring_gen = 1;
     for (struct gm_lctx *c = a->links; c != NULL; c = c->next) {
-        if (c->keyring_sent == a->keyring_gen || c->node[0] == '\0' ||
-            gm_link_state(c->link) != GM_LSTATE_UP || gm_link_is_closing(c->link) ||
-            !is_recorded_voter(a, c->node))
+        if (c->node[0] == '\0' || gm_link_state(c->link) != GM_LSTATE_UP ||
+            gm_link_is_closing(c->link))
+            continue;
+        if (!is_recorded_voter(a, c->node)) {
+            c->keyring_sent = 0; /* made a voter (again) later: it gets the key then */
+            continue;
+        }
+        if (c->keyring_sent == a->keyring_gen)
             continue;
         c->keyring_sent = a->keyring_gen;
         if (send_keyring(a, c->link) != 0)

@@ -32,7 +32,10 @@
  * revoked, deletes `ca.key` and `tokens` at the next tick and stops
  * admitting (logged as event=ca-key-dropped).  Demote a voter only while
  * another voter holds the key (it does within seconds of becoming a voter),
- * or the cluster can no longer admit.
+ * or the cluster can no longer admit.  A node made a voter again gets the
+ * key again (the per-link "sent" mark is cleared while a peer is no voter).
+ * Limit: a node that held the key may have copied it; dropping or revoking
+ * cannot take that back, and there is no CA rotation yet.
  *
  * Loop thread only.  gm_keyring_decode is fuzzed (tests/fuzz/fuzz_keyring.c).
  */

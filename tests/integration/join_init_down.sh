@@ -14,7 +14,8 @@
 #     on both lists it
 #  4. the same token again, through gamma: refused (exit 78, "already used"), no certificate
 #  5. a well-formed token that was never issued (right cluster and pin): refused
-#  6. `role gamma witness`: gamma deletes its CA key and admits no more
+#  6. `role gamma witness`: gamma deletes its CA key and admits no more; `role gamma voter`:
+#     it receives the key and the token records again
 # Every wait polls a condition.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
@@ -107,5 +108,12 @@ log_has gamma "event=ca-key-dropped node=gamma"
 grep -q "holds no CA key" "$WORK/gtok.err" || fail "witness token create: $(cat "$WORK/gtok.err")"
 [ -e "$WORK/beta/ca.key" ] || fail "beta lost its key"
 pass "gamma, made a witness, deleted its CA key and makes no tokens; beta keeps its key"
+"$GM" role gamma voter --config "$WORK/beta.conf" >"$WORK/role2.out" 2>&1 ||
+    fail "role gamma voter: $(cat "$WORK/role2.out")"
+key_again() { [ "$(grep -c "event=ca-key-received" "$WORK/gamma.log")" -ge 2 ]; }
+wait_for "gamma to receive the key again" key_again
+[ "$(stat -c %a "$WORK/gamma/ca.key")" = 600 ] || fail "gamma/ca.key after re-promotion"
+wait_for "gamma to know token $ID again" token_known gamma "$ID"
+pass "gamma, a voter again, received the key and the token records again"
 
 stop_agents
