@@ -5,6 +5,7 @@
 #include "agent/drain.h"
 
 #include <stdio.h>
+#include <string.h>
 
 #include "agent/agent.h"
 #include "agent/chief.h"
@@ -13,8 +14,9 @@
 #include "common/log.h"
 #include "common/time.h"
 
-#define DRAIN_STEP_S 120   /* the longest a step in flight may take to end */
-#define DRAIN_TRANSFER_S 5 /* the longest a leadership transfer may take */
+/* Both bounds together stay under the unit's TimeoutStopSec=15s (systemd/gradmesh@.service). */
+#define DRAIN_STEP_S 8     /* the longest the step in flight may take to end */
+#define DRAIN_TRANSFER_S 3 /* the longest a leadership transfer may take */
 #define NS 1000000000ull
 
 enum { DRAIN_NONE = 0, DRAIN_STEP, DRAIN_TRANSFER };
@@ -66,8 +68,12 @@ void gm_drain_tick(struct gm_agent *a, uint64_t now)
         return;
     }
     if (a->drain_phase == DRAIN_TRANSFER) {
-        if (!gm_chief_is_leader(a))
+        char chief[GM_CHIEF_NAME_MAX + 1];
+        uint64_t term;
+        if (gm_chief_leader(a, chief, &term) == 0 && strcmp(chief, a->cfg.node) != 0)
             finish(a, now, "leadership handed over");
+        else if (!gm_chief_is_leader(a))
+            finish(a, now, "no longer the chief, and no other chief yet (the voters left too?)");
         else if (now >= a->drain_deadline)
             finish(a, now, "the transfer did not end in time: stopping as the chief");
     }

@@ -7,10 +7,12 @@
  *   1. step: its trainer ends after the step in flight (gm_jobs_leave): the
  *      other ranks finish that step with it, so every survivor holds the
  *      state of the same finished step; the job is not ended (no JOB_END),
- *      only left.  At most DRAIN_STEP_S; no job: nothing to wait for.
+ *      only left.  At most 8 s (a longer step is cut: the survivors then resume
+ *      from the step before, as after a kill); no job: nothing to wait for.
  *   2. transfer: leadership goes to a linked voter (raft_transfer through
  *      gm_chief_hand_over, logged as event=chief-transfer), which is elected
- *      at once instead of after an election timeout.  At most DRAIN_TRANSFER_S.
+ *      at once instead of after an election timeout.  At most 3 s.  Both bounds
+ *      keep a drain under the unit's TimeoutStopSec=15s.
  *   3. exit: the normal stop (BYE on every link), exit status 0.  The members
  *      see their coordinator leave, and the new chief takes the job over at
  *      its next job tick from the step the survivors share (agent/job.c's
