@@ -534,6 +534,9 @@ static int use_request(struct gm_chief *ch, const char *token, int64_t limit, co
     err = propose(ch, &c, origin, origin_req, 0, what);
     if (err != 0)
         snprintf(why, cap, "%s: could not propose (%s)", what, gm_strerror(err));
+    else
+        gm_info("event=chief-request %s limit=%lld term=%llu", what, (long long)limit,
+                (unsigned long long)ch->raft.current_term);
     return err;
 }
 
