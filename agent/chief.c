@@ -57,7 +57,7 @@ struct gm_chief {
     struct raft_fsm rfsm;
     struct gm_chief_fsm fsm;
     struct gm_chiefnet *net;
-    int io_ready, raft_ready, started, closed;
+    int io_ready, raft_ready, started, closing, closed;
     char dir[GM_PATH_MAX];
     /* the controller: one raft change or one proposal of its own at a time */
     struct raft_change change;
@@ -768,7 +768,7 @@ void gm_chief_tick(struct gm_agent *a, uint64_t now)
 {
     struct gm_chief *ch = a->chief;
 
-    if (ch == NULL || !ch->started || ch->closed)
+    if (ch == NULL || !ch->started || ch->closed || ch->closing)
         return;
     results_expire(ch, now);
     log_chief(ch);
@@ -940,11 +940,16 @@ void gm_chief_stop(struct gm_agent *a)
 {
     struct gm_chief *ch = a->chief;
 
-    if (ch == NULL || ch->closed)
+    if (ch == NULL || ch->closed || ch->closing)
         return;
+    ch->closing = 1;
     if (ch->raft_ready) {
         ch->raft.data = ch;
         raft_close(&ch->raft, on_raft_closed); /* closes the I/O and the transport */
+        /* raft frees its configuration while it closes: from here on every accessor
+         * (gm_chief_leader, no_chief_reason, ...) sees consensus as not running; a member's
+         * job timer asks who is chief after its links closed at stop */
+        ch->raft_ready = 0;
     } else {
         ch->closed = 1;
         if (ch->io_ready)
