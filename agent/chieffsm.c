@@ -209,6 +209,8 @@ int gm_chief_cmd_encode(const struct gm_chief_cmd *c, char **out, size_t *len)
         break;
     case GM_CHIEF_OP_TOKEN_USE:
         err |= json_object_set_new(o, "token", json_string(c->token));
+        if (c->limit > 0)
+            err |= json_object_set_new(o, "limit", json_integer(c->limit));
         break;
     case GM_CHIEF_OP_JOB:
         err |= json_object_set_new(o, "job", json_string(c->job));
@@ -240,7 +242,7 @@ static int decode_fields(json_t *o, struct gm_chief_cmd *c)
 {
     static const char *const k_member[] = {"v", "op", "term", "node", "role"};
     static const char *const k_revoke[] = {"v", "op", "term", "node", "at"};
-    static const char *const k_token[] = {"v", "op", "term", "token"};
+    static const char *const k_token[] = {"v", "op", "term", "token", "limit"};
     static const char *const k_job[] = {"v", "op", "term", "job", "state", "step"};
     static const char *const k_ckpt[] = {"v", "op", "term", "job", "step", "sha256", "holders"};
     static const char *const k_spec[] = {"v",      "op",   "term",        "job",
@@ -264,9 +266,13 @@ static int decode_fields(json_t *o, struct gm_chief_cmd *c)
             err = get_name(o, "node", c->node);
         return err == 0 ? get_i64(o, "at", &c->at) : err;
     case GM_CHIEF_OP_TOKEN_USE:
-        err = keys_only(o, k_token, 4);
+        err = keys_only(o, k_token, 5);
         if (err == 0)
             err = get_str(o, "token", c->token, sizeof(c->token));
+        if (err == 0 && json_object_get(o, "limit") != NULL &&
+            (get_i64(o, "limit", &c->limit) != 0 || c->limit < 1 ||
+             c->limit > GM_CHIEF_TOKEN_USES_MAX))
+            err = GM_ERR_PROTO;
         return err == 0 && is_hex(c->token, GM_CHIEF_TOKEN_HEX) ? 0 : GM_ERR_PROTO;
     case GM_CHIEF_OP_JOB:
         err = keys_only(o, k_job, 6);
@@ -435,6 +441,8 @@ static int apply_token(struct gm_chief_fsm *f, const struct gm_chief_cmd *c)
 
     for (size_t i = 0; i < f->ntokens; i++) {
         if (strcmp(f->tokens[i].token, c->token) == 0) {
+            if (c->limit > 0 && f->tokens[i].uses >= (uint64_t)c->limit)
+                return GM_ERR_TOKEN; /* used up: the same refusal on every node */
             f->tokens[i].uses++;
             return 0;
         }
@@ -982,10 +990,12 @@ static char *dump(json_t *o, size_t *len)
 
 int gm_chief_req_encode(const struct gm_chief_req *r, char **out, size_t *len)
 {
-    json_t *o = strcmp(r->cmd, "role") == 0
-                    ? json_pack("{s:s, s:s, s:s}", "cmd", r->cmd, "node", r->node, "role",
-                                gm_chief_role_name(r->role))
-                    : json_pack("{s:s, s:s}", "cmd", r->cmd, "node", r->node);
+    json_t *o =
+        strcmp(r->cmd, "role") == 0  ? json_pack("{s:s, s:s, s:s}", "cmd", r->cmd, "node", r->node,
+                                                 "role", gm_chief_role_name(r->role))
+        : strcmp(r->cmd, "use") == 0 ? json_pack("{s:s, s:s, s:I}", "cmd", r->cmd, "token",
+                                                 r->token, "limit", (json_int_t)r->limit)
+                                     : json_pack("{s:s, s:s}", "cmd", r->cmd, "node", r->node);
 
     *out = dump(o, len);
     return *out != NULL ? 0 : -ENOMEM;
@@ -993,7 +1003,7 @@ int gm_chief_req_encode(const struct gm_chief_req *r, char **out, size_t *len)
 
 int gm_chief_req_decode(const uint8_t *p, size_t len, struct gm_chief_req *r)
 {
-    static const char *const keys[] = {"cmd", "node", "role"};
+    static const char *const keys[] = {"cmd", "node", "role", "token", "limit"};
     json_error_t e;
     json_t *o;
     char role[16];
@@ -1003,8 +1013,20 @@ int gm_chief_req_decode(const uint8_t *p, size_t len, struct gm_chief_req *r)
     if (len > GM_CHIEF_CMD_MAX)
         return GM_ERR_PROTO;
     o = json_loadb((const char *)p, len, JSON_REJECT_DUPLICATES, &e);
-    if (!json_is_object(o) || keys_only(o, keys, 3) != 0 ||
-        get_str(o, "cmd", r->cmd, sizeof(r->cmd)) != 0 || get_name(o, "node", r->node) != 0)
+    if (!json_is_object(o) || keys_only(o, keys, 5) != 0 ||
+        get_str(o, "cmd", r->cmd, sizeof(r->cmd)) != 0)
+        goto out;
+    if (strcmp(r->cmd, "use") == 0) { /* a voter records a token use before it admits */
+        err = json_object_get(o, "node") == NULL && json_object_get(o, "role") == NULL &&
+                      get_str(o, "token", r->token, sizeof(r->token)) == 0 &&
+                      is_hex(r->token, GM_CHIEF_TOKEN_HEX) && get_i64(o, "limit", &r->limit) == 0 &&
+                      r->limit >= 1 && r->limit <= GM_CHIEF_TOKEN_USES_MAX
+                  ? 0
+                  : GM_ERR_PROTO;
+        goto out;
+    }
+    if (get_name(o, "node", r->node) != 0 || json_object_get(o, "token") != NULL ||
+        json_object_get(o, "limit") != NULL)
         goto out;
     if (strcmp(r->cmd, "revoke") == 0)
         err = json_object_get(o, "role") == NULL ? 0 : GM_ERR_PROTO;

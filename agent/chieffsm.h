@@ -15,7 +15,9 @@
  * character set):
  *   {"v":1, "op":"member",     "term":T, "node":N, "role":"voter|witness|spare"}
  *   {"v":1, "op":"revoke",     "term":T, "node":N, "at":UNIX_S}
- *   {"v":1, "op":"token-use",  "term":T, "token":HEX16}
+ *   {"v":1, "op":"token-use",  "term":T, "token":HEX16, "limit"?:N}
+ *      (limit: the token's uses; a use past it is refused with GM_ERR_TOKEN, so that
+ *      two voters admitting with one token at once cannot both win: agent/admit.h)
  *   {"v":1, "op":"job",        "term":T, "job":ID, "state":S, "step":K}
  *   {"v":1, "op":"checkpoint", "term":T, "job":ID, "step":K, "sha256":HEX64,
  *                              "holders":[N, ...]}
@@ -67,6 +69,7 @@
 /* bytes of one encoded command: a job-spec's text JSON-escaped (at most 6 bytes a byte)
  * plus the rest */
 #define GM_CHIEF_CMD_MAX (8192 + 6 * GM_CHIEF_SPEC_MAX)
+#define GM_CHIEF_TOKEN_USES_MAX 10000
 
 enum gm_chief_role {
     GM_CHIEF_ROLE_VOTER = 0,
@@ -92,6 +95,7 @@ struct gm_chief_cmd {
     enum gm_chief_role role;                     /* member */
     int64_t at;                                  /* revoke: the chief's wall clock, s */
     char token[GM_CHIEF_TOKEN_HEX + 1];          /* token-use */
+    int64_t limit;                               /* token-use: 0 (none) or the token's uses */
     gm_chief_name job;                           /* job, checkpoint */
     char state[GM_CHIEF_STATE_MAX + 1];          /* job */
     int64_t step;                                /* job, checkpoint */
@@ -190,11 +194,15 @@ void gm_chief_fsm_raft(struct gm_chief_fsm *f, struct raft_fsm *out);
 GM_MUST_CHECK int gm_chief_cmd_buffer(const struct gm_chief_cmd *c, struct raft_buffer *out);
 
 /* CHIEF_REQ: a revoke or role change a member forwards to the chief,
- * {"cmd": "revoke"|"role", "node": N, "role"?: R} (role only, and required, for "role"). */
+ * {"cmd": "revoke"|"role", "node": N, "role"?: R} (role only, and required, for "role"),
+ * or a token use a voter records before it admits a joiner,
+ * {"cmd": "use", "token": HEX16, "limit": N} (no node). */
 struct gm_chief_req {
     char cmd[8];
     gm_chief_name node;
-    enum gm_chief_role role; /* cmd "role" */
+    enum gm_chief_role role;            /* cmd "role" */
+    char token[GM_CHIEF_TOKEN_HEX + 1]; /* cmd "use" */
+    int64_t limit;                      /* cmd "use": 1..GM_CHIEF_TOKEN_USES_MAX */
 };
 
 /* CHIEF_ANS: its outcome, {"code": 0 or a negative error, "message": printable text}. */

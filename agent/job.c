@@ -140,6 +140,7 @@ struct gm_jobs {
     size_t stash_bytes;
     uv_timer_t timer; /* check timeouts */
     bool stopping;
+    bool leaving; /* gm_jobs_leave: the job goes on without this node */
 };
 
 /* --- helpers ----------------------------------------------------------------------------- */
@@ -372,6 +373,13 @@ static void rank_exit(struct gm_rank *rk, int err, const struct gm_train_summary
     jb->bytes_sent = sum->bytes_sent;
     if (sum->checkpoint[0])
         snprintf(jb->weights, sizeof(jb->weights), "%s", sum->checkpoint);
+    if (jb->coord && j->leaving) { /* drain: no JOB_END, the next chief takes the job over */
+        jb->state = J_CANCELLED;
+        jb->t_end = gm_time_mono_ns();
+        snprintf(jb->error, sizeof(jb->error), "this node left the job (drain)");
+        gm_notice("event=job-left job=%s step=%ld", jb->id, (long)jb->last.step);
+        return;
+    }
     if (jb->coord) {
         if (err == 0)
             end_job(j, jb, jb->stop_sent ? J_CANCELLED : J_DONE,
@@ -1855,6 +1863,14 @@ void gm_jobs_stop(struct gm_jobs *j)
         j->cur->stop_sent = true;
         gm_rank_stop(j->cur->rank);
     }
+}
+
+void gm_jobs_leave(struct gm_jobs *j)
+{
+    if (j == NULL)
+        return;
+    j->leaving = true;
+    gm_jobs_stop(j);
 }
 
 bool gm_jobs_idle(const struct gm_jobs *j)

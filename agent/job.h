@@ -123,6 +123,9 @@ GM_MUST_CHECK int gm_jobs_new(const struct gm_jobs_env *env, struct gm_jobs **ou
 /* Stops the running rank, if any; the agent keeps its loop running until
  * gm_jobs_idle() says the trainer thread is gone, then calls gm_jobs_free. */
 void gm_jobs_stop(struct gm_jobs *j);
+/* Like gm_jobs_stop, but a job coordinated here is left, not ended: no JOB_END goes out, so
+ * the members keep it for the next chief (agent/drain.h). */
+void gm_jobs_leave(struct gm_jobs *j);
 bool gm_jobs_idle(const struct gm_jobs *j);
 void gm_jobs_free(struct gm_jobs *j);
 

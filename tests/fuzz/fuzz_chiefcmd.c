@@ -6,7 +6,8 @@
  *   0: gm_chief_cmd_decode (one command), then gm_chief_fsm_apply on a
  *      machine that already holds a little state;
  *   1: gm_chief_fsm_restore (a whole snapshot) over that machine;
- *   2: gm_chief_req_decode; 3: gm_chief_ans_decode (each: zeroed on error,
+ *   2: gm_chief_req_decode (revoke, role, and a voter's token "use");
+ *   3: gm_chief_ans_decode (each: zeroed on error,
  *      valid fields, encode and decode again to the same).
  * Checks:
  *   - the result is 0, GM_ERR_PROTO or -ENOMEM; a refused command is zeroed,
@@ -19,7 +20,8 @@
  *     term on a refusal.
  *
  * Seeds: GM_FUZZ_CHIEFCMD_SEEDS=<dir> build-fuzz/fuzz_chiefcmd -runs=0 writes
- * encoded commands of every op, a snapshot, two requests and an answer, each
+ * encoded commands of every op (and a token use with a limit), a snapshot, three
+ * requests and an answer, each
  * behind its selector byte,
  * into dir (tests/fuzz/corpus/chiefcmd/ holds them).
  */
@@ -63,7 +65,8 @@ static void check_cmd(const struct gm_chief_cmd *c)
         need(gm_id_name_valid(c->node) && c->at >= 0);
         break;
     case GM_CHIEF_OP_TOKEN_USE:
-        need(hex(c->token, GM_CHIEF_TOKEN_HEX));
+        need(hex(c->token, GM_CHIEF_TOKEN_HEX) && c->limit >= 0 &&
+             c->limit <= GM_CHIEF_TOKEN_USES_MAX);
         break;
     case GM_CHIEF_OP_JOB:
         need(gm_id_name_valid(c->job) && c->state[0] != '\0' && c->step >= 0);
@@ -151,7 +154,7 @@ static void fuzz_cmd(const uint8_t *p, size_t n)
     term = f.term;
     err = gm_chief_fsm_apply(&f, &c);
     need(err == 0 || err == -ESTALE || err == -EPERM || err == -ENOSPC || err == -ENOMEM ||
-         err == -EINVAL);
+         err == -EINVAL || (err == GM_ERR_TOKEN && c.op == GM_CHIEF_OP_TOKEN_USE && c.limit > 0));
     need(err == 0 ? f.term == c.term : f.term == term);
     gm_chief_fsm_free(&f);
 }
@@ -196,9 +199,15 @@ static void fuzz_req(const uint8_t *p, size_t n)
         need(memcmp(&r, &zero, sizeof(r)) == 0);
         return;
     }
-    need((strcmp(r.cmd, "revoke") == 0 && r.role == GM_CHIEF_ROLE_VOTER) ||
-         (strcmp(r.cmd, "role") == 0 && (unsigned)r.role <= GM_CHIEF_ROLE_SPARE));
-    need(gm_id_name_valid(r.node));
+    if (strcmp(r.cmd, "use") == 0) {
+        need(r.node[0] == '\0' && r.role == GM_CHIEF_ROLE_VOTER);
+        need(hex(r.token, GM_CHIEF_TOKEN_HEX) && r.limit >= 1 &&
+             r.limit <= GM_CHIEF_TOKEN_USES_MAX);
+    } else {
+        need((strcmp(r.cmd, "revoke") == 0 && r.role == GM_CHIEF_ROLE_VOTER) ||
+             (strcmp(r.cmd, "role") == 0 && (unsigned)r.role <= GM_CHIEF_ROLE_SPARE));
+        need(gm_id_name_valid(r.node) && r.token[0] == '\0' && r.limit == 0);
+    }
     need(gm_chief_req_encode(&r, &text, &len) == 0);
     need(gm_chief_req_decode((const uint8_t *)text, len, &s) == 0);
     need(memcmp(&r, &s, sizeof(r)) == 0);
@@ -313,6 +322,18 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
         free(text);
         need(gm_chief_ans_encode(&a, &text, &len) == 0);
         seed(dir, "ans", 3, text, len);
+        free(text);
+        memset(&r, 0, sizeof(r));
+        snprintf(r.cmd, sizeof(r.cmd), "use");
+        snprintf(r.token, sizeof(r.token), "0123456789abcdef");
+        r.limit = 2;
+        need(gm_chief_req_encode(&r, &text, &len) == 0);
+        seed(dir, "req-use", 2, text, len);
+        free(text);
+        c.op = GM_CHIEF_OP_TOKEN_USE;
+        c.limit = 1;
+        need(gm_chief_cmd_encode(&c, &text, &len) == 0);
+        seed(dir, "cmd-token-limit", 0, text, len);
         free(text);
     }
     return 0;

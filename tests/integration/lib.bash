@@ -157,3 +157,12 @@ check_one_chief_per_term() {
     [ -z "$dup" ] || fail "more than one chief in term(s) $dup: $(cat "$WORK/chiefs")"
     pass "one chief per term: $(tr '\n' ' ' <"$WORK/chiefs")"
 }
+# members_get NAME EXPR: a Python expression over NAME's `members --json` (as `d`).
+members_get() {
+    "$GM" members --json --config "$WORK/$1.conf" | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+print(eval(sys.argv[1]))' "$2"
+}
+# members_is NAME PYEXPR: succeeds when PYEXPR (over `d`) holds on NAME.
+members_is() { [ "$(members_get "$1" "bool($2)")" = True ]; }

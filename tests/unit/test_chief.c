@@ -99,6 +99,8 @@ static void test_commands(void)
     c.term = 4;
     snprintf(c.token, sizeof(c.token), "0123456789abcdef");
     roundtrip(&c);
+    c.limit = 5; /* with the token's limit */
+    roundtrip(&c);
     memset(&c, 0, sizeof(c));
     c.op = GM_CHIEF_OP_JOB;
     c.term = 5;
@@ -214,6 +216,19 @@ static void test_machine(void)
     GM_CHECK_OK(gm_chief_fsm_apply(&f, &c));
     GM_CHECK_EQ(f.ntokens, 1);
     GM_CHECK_EQ(f.tokens[0].uses, 2);
+    /* with the token's limit: two voters spending one single-use token, one wins */
+    snprintf(c.token, sizeof(c.token), "00000000000000bb");
+    c.limit = 1;
+    GM_CHECK_OK(gm_chief_fsm_apply(&f, &c));
+    GM_CHECK_ERR(gm_chief_fsm_apply(&f, &c), GM_ERR_TOKEN);
+    GM_CHECK_EQ(f.ntokens, 2);
+    GM_CHECK_EQ(f.tokens[1].uses, 1);
+    c.limit = 3; /* a three-use token: two more, then no more */
+    GM_CHECK_OK(gm_chief_fsm_apply(&f, &c));
+    GM_CHECK_OK(gm_chief_fsm_apply(&f, &c));
+    GM_CHECK_ERR(gm_chief_fsm_apply(&f, &c), GM_ERR_TOKEN);
+    GM_CHECK_EQ(f.tokens[1].uses, 3);
+    c.limit = 0;
 
     /* checkpoints: the same (job, step) updates; the table keeps the newest */
     for (int i = 0; i < GM_CHIEF_CKPTS_MAX + 5; i++) {
@@ -476,6 +491,50 @@ static void test_job_spec(void)
     free(d);
 }
 
+/* CHIEF_REQ: revoke, role, and a voter's token use. */
+static void test_requests(void)
+{
+    struct gm_chief_req r = {0}, d;
+    char *text = NULL;
+    size_t len = 0;
+
+    snprintf(r.cmd, sizeof(r.cmd), "use");
+    snprintf(r.token, sizeof(r.token), "0123456789abcdef");
+    r.limit = 3;
+    GM_CHECK_OK(gm_chief_req_encode(&r, &text, &len));
+    GM_CHECK_OK(gm_chief_req_decode((const uint8_t *)text, len, &d));
+    GM_CHECK(memcmp(&r, &d, sizeof(r)) == 0);
+    free(text);
+    memset(&r, 0, sizeof(r));
+    snprintf(r.cmd, sizeof(r.cmd), "role");
+    snprintf(r.node, sizeof(r.node), "gamma");
+    r.role = GM_CHIEF_ROLE_WITNESS;
+    GM_CHECK_OK(gm_chief_req_encode(&r, &text, &len));
+    GM_CHECK_OK(gm_chief_req_decode((const uint8_t *)text, len, &d));
+    GM_CHECK(memcmp(&r, &d, sizeof(r)) == 0);
+    free(text);
+    static const char *const bad[] = {
+        "{\"cmd\":\"use\",\"token\":\"0123456789abcdef\"}",             /* no limit */
+        "{\"cmd\":\"use\",\"token\":\"0123456789abcdef\",\"limit\":0}", /* out of range */
+        "{\"cmd\":\"use\",\"token\":\"0123456789abcdef\",\"limit\":10001}",
+        "{\"cmd\":\"use\",\"token\":\"0123\",\"limit\":1}", /* short id */
+        "{\"cmd\":\"use\",\"token\":\"0123456789abcdef\",\"limit\":1,\"node\":\"a\"}",
+        "{\"cmd\":\"revoke\",\"node\":\"beta\",\"token\":\"0123456789abcdef\"}",
+        "{\"cmd\":\"revoke\",\"node\":\"beta\",\"limit\":1}",
+        "{\"cmd\":\"revoke\"}",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        GM_CHECK_ERR(gm_chief_req_decode((const uint8_t *)bad[i], strlen(bad[i]), &d),
+                     GM_ERR_PROTO);
+        GM_CHECK(d.cmd[0] == '\0' && d.limit == 0);
+    }
+    {
+        static const char ok[] = "{\"cmd\":\"revoke\",\"node\":\"beta\"}";
+        GM_CHECK_OK(gm_chief_req_decode((const uint8_t *)ok, strlen(ok), &d));
+    }
+    GM_CHECK_STREQ(d.node, "beta");
+}
+
 static void test_election(void)
 {
     struct cluster k;
@@ -682,6 +741,7 @@ int main(void)
     GM_TEST_RUN(test_commands);
     GM_TEST_RUN(test_machine);
     GM_TEST_RUN(test_job_spec);
+    GM_TEST_RUN(test_requests);
     GM_TEST_RUN(test_election);
     GM_TEST_RUN(test_term_fencing);
     GM_TEST_RUN(test_membership);
