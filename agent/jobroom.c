@@ -152,10 +152,14 @@ static json_t *cmd_cancel(struct gm_agent *a, json_t *req)
 }
 
 static const struct gm_room_frame frames[] = {
-    {GM_MSG_TRAIN, GM_LSTATE_UP, on_job_frame},      {GM_MSG_JOB_OFFER, GM_LSTATE_UP, on_job_frame},
-    {GM_MSG_JOB_CHECK, GM_LSTATE_UP, on_job_frame},  {GM_MSG_JOB_GROUP, GM_LSTATE_UP, on_job_frame},
-    {GM_MSG_JOB_REPORT, GM_LSTATE_UP, on_job_frame}, {GM_MSG_JOB_END, GM_LSTATE_UP, on_job_frame},
-    {GM_MSG_JOB_SUBMIT, GM_LSTATE_UP, on_job_frame}, {GM_MSG_JOB_SWITCH, GM_LSTATE_UP, on_job_frame},
+    {GM_MSG_TRAIN, GM_LSTATE_UP, on_job_frame},
+    {GM_MSG_JOB_OFFER, GM_LSTATE_UP, on_job_frame},
+    {GM_MSG_JOB_CHECK, GM_LSTATE_UP, on_job_frame},
+    {GM_MSG_JOB_GROUP, GM_LSTATE_UP, on_job_frame},
+    {GM_MSG_JOB_REPORT, GM_LSTATE_UP, on_job_frame},
+    {GM_MSG_JOB_END, GM_LSTATE_UP, on_job_frame},
+    {GM_MSG_JOB_SUBMIT, GM_LSTATE_UP, on_job_frame},
+    {GM_MSG_JOB_SWITCH, GM_LSTATE_UP, on_job_frame},
 };
 
 static const struct gm_room_command commands[] = {

@@ -99,7 +99,6 @@ struct gm_rank {
     struct gm_xport *x;                    /* owned */
     uint32_t coll_gen, broken_gen;
     uint64_t coll_bytes_seen; /* the current gm_coll's payload bytes sent, counted so far */
-    uint64_t last_done_ns;    /* when the last op completed (ops run one after another) */
     struct old_group *graveyard;
     uint64_t payload_retired; /* gradient bytes sent by retired groups */
 
@@ -169,7 +168,6 @@ static void op_done(struct gm_coll *c, int status, void *arg)
 {
     struct gm_rank *rk = arg;
     struct req *r = rk->inflight;
-
     uint64_t now = gm_time_mono_ns();
 
     if (c == rk->coll) { /* the bytes this op sent, for the per-step metrics and the fit */
@@ -177,10 +175,13 @@ static void op_done(struct gm_coll *c, int status, void *arg)
         gm_coll_traffic_total(c, &t, NULL);
         pthread_mutex_lock(&rk->mu);
         rk->bytes_sent_total += t.payload_bytes - rk->coll_bytes_seen;
-        if (r != NULL && r->fit && status == 0) {
-            /* ops run one after another: this one began when it was started or when the one
-             * before it ended, whichever is later */
-            uint64_t t0 = r->t0 > rk->last_done_ns ? r->t0 : rk->last_done_ns;
+        if (r != NULL && r->fit && status == 0 && r->t0 != 0) {
+            /* the op's time on the link: from its start (ops run one after another: when it
+             * was started or the one before it ended), or from when the peers' data first
+             * came if they were late, so that waiting for a slower rank is not priced as
+             * link time */
+            uint64_t first = rk->x != NULL ? gm_xport_rx_first(rk->x) : 0;
+            uint64_t t0 = first > r->t0 && first <= now ? first : r->t0;
             double dt = (double)(now - t0) * 1e-9;
             gm_gradsync_ab_add(&rk->fit, (double)(t.payload_bytes - rk->coll_bytes_seen), dt);
             rk->fit_s += dt;
@@ -188,12 +189,16 @@ static void op_done(struct gm_coll *c, int status, void *arg)
         pthread_mutex_unlock(&rk->mu);
         rk->coll_bytes_seen = t.payload_bytes;
     }
-    rk->last_done_ns = now;
     if (r != NULL) {
         rk->inflight = r->next;
         if (rk->inflight == NULL)
             rk->inflight_tail = &rk->inflight;
         complete(rk, r, map_err(rk, r->gen, status));
+    }
+    if (rk->inflight != NULL && c == rk->coll) { /* the next op starts running now */
+        rk->inflight->t0 = now;
+        if (rk->x != NULL)
+            gm_xport_rx_mark(rk->x);
     }
     uv_async_send(&rk->async); /* reap retired groups outside this callback */
 }
@@ -210,7 +215,11 @@ static void start_req(struct gm_rank *rk, struct req *r)
         complete(rk, r, GM_ERR_REGROUP);
         return;
     }
-    r->t0 = gm_time_mono_ns();
+    r->t0 = 0; /* set when it starts running: now, or when the op before it ends */
+    if (rk->inflight == NULL) {
+        r->t0 = gm_time_mono_ns();
+        gm_xport_rx_mark(rk->x);
+    }
     err = r->start(rk->coll, r->arg, op_done, rk);
     if (err < 0) {
         complete(rk, r, map_err(rk, r->gen, err));

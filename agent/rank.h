@@ -27,6 +27,14 @@
  * (PowerSGD's Q and error feedback, DiLoCo's outer state) starts afresh with
  * every group.
  *
+ * Switching codec (codec = auto, gm_rank_switch): the trainer checks for an
+ * announced switch at every step boundary, before backward_begin, i.e. before
+ * any of the step's communication, and replaces its gradsync there (the old
+ * one's state dropped; DiLoCo left only at a round boundary, see
+ * train/gradsync.h "Switching").  The loop times every gradient/parameter op
+ * for the rank's alpha-beta fit (gm_rank_get_fit), which the coordinator
+ * re-decides from.
+ *
  * When the last step is taken, every rank hashes its parameters (progress
  * params_sha256; the job room logs it as event=job-final-hash), so a rank that
  * rejoined can be seen to end with the same weights as rank 0 wrote.

@@ -37,7 +37,9 @@
  *
  * Switching mid-run (the coordinator re-decides; agent/autocodec.h carries it out):
  *  - every rank fits alpha-beta to its own collectives (seconds against the bytes it sent,
- *    each op timed on the loop from its start, or the previous op's end, to its completion)
+ *    each op timed on the loop from its start, the previous op's end or, when the peers were
+ *    late, the arrival of their first frame, to its completion: waiting for a slower rank is
+ *    not link time)
  *    and reports the fit; the coordinator reads the slowest rank's fit as one hop of the ring
  *    (gm_gradsync_ab_hop), puts it on every link that is not lan (lan pairs keep the link
  *    layer's measurement) and runs gm_gradsync_auto_choose over those links with the compute
