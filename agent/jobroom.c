@@ -70,6 +70,8 @@ static int link_measured(void *agent, const char *from, const char *to, double *
             return -ENOENT;
         *rtt_ms = gm_link_rtt_ms(p->link);
         *mbps = p->m.mbps_out;
+        if (gm_link_rate(p->link) > 0 && *mbps > gm_link_rate(p->link) * 8e-6)
+            *mbps = gm_link_rate(p->link) * 8e-6; /* max_tunnel_mbit: what auto may count on */
     } else { /* theirs: the last LINK_STATS member `from` sent us */
         p = gm_agent_peer_find(a, from);
         for (size_t k = 0; p != NULL && p->link != NULL && k < p->m.nremote; k++)

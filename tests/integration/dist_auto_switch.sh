@@ -38,7 +38,6 @@ nb_require openvpn python3
 
 DATA=/usr/share/datasets/fashion-mnist
 [ -r "$DATA/train-images-idx3-ubyte.gz" ] || { echo "SKIP: no Fashion-MNIST at $DATA"; exit 77; }
-TOOLS="python3 $PWD/tests/integration/disc_tools.py"
 FAST=${SWITCH_FAST:-200mbit}
 SLOW=${SWITCH_SLOW:-1mbit}
 CHANGE_AT=${SWITCH_CHANGE_AT:-25}
@@ -51,18 +50,7 @@ nb_rate b1 eth0 "$FAST"
 nb_openvpn a1 10.74.23.1 b1 10.8.23.1 10.8.23.2
 pass "tunnel up at $FAST"
 
-nb_exec a1 "$GM" init --cluster lab --node a1 --config "$WORK/a1.conf" --state "$WORK/a1" \
-    --listen 10.8.23.1:7450 --multicast off >/dev/null 2>>"$WORK/a1.log" || fail "init a1"
-ns_agent a1
-wait_for "agent a1" "$GM" status --config "$WORK/a1.conf"
-TOKEN=$("$GM" token create --config "$WORK/a1.conf") || fail "token create"
-nb_exec b1 "$GM" join "$TOKEN" --peer 10.8.23.1:7450 --node b1 --config "$WORK/b1.conf" \
-    --state "$WORK/b1" --listen 10.8.23.2:7450 --multicast off >"$WORK/b1.join" 2>&1 ||
-    { cat "$WORK/b1.join"; fail "join b1"; }
-ns_agent b1
-measured() { ns_status "$1" | $TOOLS field "$2" throughput_mbps >/dev/null 2>&1; }
-nb_wait "a1 to measure its link to b1" 60 measured a1 b1
-nb_wait "b1 to measure its link to a1" 60 measured b1 a1
+ns_tunnel_pair a1 10.8.23.1 b1 10.8.23.2
 
 cat >"$WORK/job.ini" <<EOF
 [job]
@@ -90,11 +78,7 @@ JOB=$(sed -n 's/^job \([^ ]*\) submitted.*/\1/p' "$WORK/submit.out")
 [ -n "$JOB" ] || { cat "$WORK/submit.out"; fail "no job id"; }
 
 # jobs --json of HOST: the job's KEY
-jobfield() {
-    "$GM" jobs --json --config "$WORK/$1.conf" | python3 -c "import json,sys
-j = [j for j in json.load(sys.stdin)['jobs'] if j['id'] == '$JOB']
-print(j[0].get('$2') if j else '')"
-}
+jobfield() { job_get "$1" "$JOB" "j.get('$2')"; }
 past_change() { s=$(jobfield a1 step) && [ -n "$s" ] && [ "$s" != None ] && [ "$s" -ge "$CHANGE_AT" ]; }
 nb_wait "the job to pass step $CHANGE_AT" 600 past_change
 RAN=$(jobfield a1 codec) # what runs before the change (a switch announced later changes it)
