@@ -14,6 +14,7 @@
 #include "train/nn/model.h"
 
 #define TIME_REPS 5
+#define TIME_BATCH_MAX 256 /* larger per-rank batches: timed at this, scaled linearly */
 
 int gm_autocodec_parse(const char *name, enum gm_job_codec *out)
 {
@@ -62,7 +63,7 @@ int gm_autocodec_resolve(struct gm_job *job, int world, const struct gm_coll_lin
     struct gm_coll_link *l = NULL, slow = {0};
     struct gm_model *m = NULL;
     size_t per = 0, known = 0;
-    int batch, err;
+    int batch, timed, err;
     double compute;
 
     if (out == NULL)
@@ -97,17 +98,19 @@ int gm_autocodec_resolve(struct gm_job *job, int world, const struct gm_coll_lin
     batch = job->optim.global_batch / world;
     if (batch < 1)
         batch = 1;
-    if ((err = job_model(job, batch, &m, &per)) < 0) {
+    timed = batch < TIME_BATCH_MAX ? batch : TIME_BATCH_MAX;
+    if ((err = job_model(job, timed, &m, &per)) < 0) {
         snprintf(reason, cap, "fp32: the model cannot be built to time it (%s)", gm_strerror(err));
         goto out;
     }
     openblas_set_num_threads(job->threads);
-    compute = gm_gradsync_time_compute(m, per, batch, TIME_REPS);
+    compute = gm_gradsync_time_compute(m, per, timed, TIME_REPS);
     if (compute <= 0) {
         err = (int)compute;
         snprintf(reason, cap, "fp32: timing the model failed (%s)", gm_strerror(err));
         goto out;
     }
+    compute *= (double)batch / timed; /* a step's compute grows with its batch */
     {
         struct gm_gradsync_auto_in in = {.m = m,
                                          .world = world,

@@ -21,7 +21,9 @@
  *   "switch-late" and the group is re-formed with the new codec instead (a resync from rank
  *   0's state: slower, still consistent).
  * - Compute: one training step of the job's model (forward, loss, backward) at the per-rank
- *   batch on random inputs, timed here on the loop thread with the job's BLAS threads: the
+ *   batch (above 256 samples: at 256, scaled linearly, so that the loop, which the timing
+ *   blocks, answers a submit well within the CLI's 10 s even for large batches) on random
+ *   inputs, timed here on the loop thread with the job's BLAS threads: the
  *   median of 5 after a warm-up (LeNet-5 at batch 64: about 40 ms in all).  The input shape
  *   comes from the data kind without reading the data: idx 1x28x28, CIFAR-10 3x32x32, a folder
  *   channels x image_size^2 (32 when the size is native); 10 classes (only the last layer's

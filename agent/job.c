@@ -467,12 +467,40 @@ void gm_jobs_ckpt_key(const struct gm_job *job, char key[GM_JOBS_CKPT_KEY_LEN + 
 
 /* --- codec = auto ------------------------------------------------------------------------ */
 
+/* Coordinator: a star VPN among the n nodes (no LAN islands split them) from the RTTs the
+ * agents measured (gm_gradsync_star_hub): every rank labelled with the hub, so the group's
+ * collectives gather and reduce at the hub and broadcast from it; NULL when it is no star. */
+static int *star_hub(struct gm_jobs *j, char (*nodes)[NODE_LEN], size_t n)
+{
+    double *rtt = calloc(n * n, sizeof(*rtt)), mbps;
+    int *g = calloc(n, sizeof(*g)), hub = -1;
+
+    for (size_t a = 0; rtt != NULL && j->env.link_measured != NULL && a < n; a++)
+        for (size_t b = 0; b < n; b++)
+            if (a != b &&
+                j->env.link_measured(j->env.agent, nodes[a], nodes[b], &rtt[a * n + b], &mbps) < 0)
+                rtt[a * n + b] = 0; /* unknown: the reverse stands in, or no star */
+    if (rtt != NULL && g != NULL)
+        hub = gm_gradsync_star_hub(rtt, (int)n, 0);
+    free(rtt);
+    if (hub < 0) {
+        free(g);
+        return NULL;
+    }
+    for (size_t r = 0; r < n; r++)
+        g[r] = hub;
+    gm_notice("event=job-star hub=%s world=%zu: the spokes reach each other through it; "
+              "reducing at the hub",
+              nodes[hub], n);
+    return g;
+}
+
 /* Coordinator: the LAN islands of nodes (n of them, in rank order) from the link classes the
  * agents measured, or NULL when they do not split the group (one island, or none of more than
  * one rank) or are unknown. */
 static int *group_islands(struct gm_jobs *j, char (*nodes)[NODE_LEN], size_t n)
 {
-    bool *lan;
+    bool *lan, any_lan = false;
     int *g;
 
     if (j->env.link_is_lan == NULL || n < 3)
@@ -488,10 +516,13 @@ static int *group_islands(struct gm_jobs *j, char (*nodes)[NODE_LEN], size_t n)
         for (size_t b = 0; b < n; b++)
             lan[a * n + b] = a != b && j->env.link_is_lan(j->env.agent, nodes[a], nodes[b]);
     gm_gradsync_islands(lan, (int)n, g);
+    for (size_t i = 0; i < n * n; i++)
+        any_lan = any_lan || lan[i];
     free(lan);
     if (!gm_gradsync_islands_split(g, (int)n)) {
         free(g);
-        return NULL;
+        /* a star is of tunnels: on a LAN, a loaded machine's RTTs could look like one */
+        return any_lan ? NULL : star_hub(j, nodes, n);
     }
     return g;
 }

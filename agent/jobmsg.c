@@ -99,8 +99,8 @@ static int get_comm(json_t *o, struct gm_jobmsg *m)
     return 0;
 }
 
-/* GROUP's optional islands (after the ranks): one label per rank, each the lowest rank of its
- * island. */
+/* GROUP's optional islands (after the ranks): one label per rank, each the rank that leads its
+ * group (a LAN island's lowest rank, or a star's hub), which carries its own label. */
 static int get_islands(json_t *o, struct gm_jobmsg *m)
 {
     json_t *a = json_object_get(o, "islands"), *v;
@@ -116,12 +116,13 @@ static int get_islands(json_t *o, struct gm_jobmsg *m)
     json_array_foreach(a, i, v)
     {
         if (!json_is_integer(v) || json_integer_value(v) < 0 ||
-            json_integer_value(v) > (json_int_t)i)
+            json_integer_value(v) >= (json_int_t)m->nranks)
             return GM_ERR_PROTO;
         m->islands[i] = (int)json_integer_value(v);
+    }
+    for (i = 0; i < m->nranks; i++)
         if (m->islands[m->islands[i]] != m->islands[i]) /* its leader leads itself */
             return GM_ERR_PROTO;
-    }
     return 0;
 }
 

@@ -15,7 +15,8 @@
  *                                                        codec the coordinator chose for
  *                                                        codec = auto (every rank runs it);
  *                                                        islands: per rank, the lowest rank
- *                                                        of its LAN island (the group runs
+ *                                                        of its LAN island, or every rank the
+ *                                                        hub of a star VPN (the group runs
  *                                                        the hierarchical all-reduce)
  *   JOB_REPORT {id, gen, event: "group-failed"|"exit"|"fit"|"switch-ok"|"switch-late",
  *               code, message, fit?: {alpha_s, bytes_per_s, ops}, seq?, step?}
@@ -65,8 +66,8 @@ struct gm_jobmsg {
     int global_batch;         /* GROUP: fixed by the coordinator at submit, >= 1 */
     char codec[16];           /* GROUP: auto's choice ("" none: the job's own [comm]) */
     uint32_t local_steps;     /* GROUP with codec: diloco's H, >= 1 */
-    int *islands;             /* owned (GROUP, optional): nranks entries, islands[i] <= i and
-                               * islands[islands[i]] == islands[i]; NULL: none */
+    int *islands;             /* owned (GROUP, optional): nranks entries, islands[i] < nranks
+                               * and islands[islands[i]] == islands[i]; NULL: none */
     struct gm_jobfile *files; /* owned (CHECK) */
     size_t nfiles;
     char event[16]; /* REPORT */

@@ -330,7 +330,7 @@ static void async_cb(uv_async_t *a)
 int gm_rank_set_group(struct gm_rank *rk, uint32_t gen, int rank, int world, struct gm_xport *x,
                       const int *islands)
 {
-    bool hier = gm_gradsync_islands_split(islands, world);
+    bool hier = gm_gradsync_groups_hier(islands, world);
     struct gm_coll_config cc = {
         .generation = gen, .chunk_bytes = GM_XPORT_CHUNK, .groups = hier ? islands : NULL};
 

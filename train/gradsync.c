@@ -577,6 +577,55 @@ bool gm_gradsync_islands_split(const int *groups, int world)
     return n > 1 && n < world;
 }
 
+bool gm_gradsync_groups_hier(const int *groups, int world)
+{
+    bool one = groups != NULL && world >= 3;
+
+    for (int r = 1; one && r < world; r++)
+        one = groups[r] == groups[0];
+    return gm_gradsync_islands_split(groups, world) ||
+           (one && groups[0] >= 0 && groups[0] < world); /* a star's hub */
+}
+
+static double rtt_at(const double *rtt, int world, int a, int b)
+{
+    return rtt[a * world + b] > 0 ? rtt[a * world + b] : rtt[b * world + a];
+}
+
+int gm_gradsync_star_hub(const double *rtt_ms, int world, double tol)
+{
+    int hub = -1;
+    double best = 0;
+
+    if (rtt_ms == NULL || world < 3 || tol < 0 || tol >= 1)
+        return -1;
+    if (tol == 0)
+        tol = GM_GRADSYNC_STAR_TOL;
+    for (int a = 0; a < world; a++)
+        for (int b = 0; b < world; b++)
+            if (a != b && !(rtt_at(rtt_ms, world, a, b) > 0))
+                return -1; /* a pair nobody measured: cannot tell */
+    for (int h = 0; h < world; h++) {
+        bool star = true;
+        double sum = 0;
+        for (int a = 0; a < world && star; a++) {
+            if (a == h)
+                continue;
+            sum += rtt_at(rtt_ms, world, a, h);
+            for (int b = a + 1; b < world && star; b++)
+                if (b != h &&
+                    rtt_at(rtt_ms, world, a, b) <
+                        (1 - tol) * (rtt_at(rtt_ms, world, a, h) + rtt_at(rtt_ms, world, h, b)))
+                    star = false;
+        }
+        if (star && (hub < 0 || sum < best)) {
+            hub = h;
+            best = sum;
+        }
+    }
+    return hub;
+}
+
 void gm_gradsync_islands(const bool *lan, int world, int *groups)
 {
     for (int r = 0; r < world; r++)
@@ -693,7 +742,7 @@ int gm_gradsync_auto_choose(const struct gm_gradsync_auto_in *in, struct gm_grad
 
         if ((err = gm_gradsync_strategy_of(auto_order[i], in->job, &c->s)) < 0)
             return err;
-        if (gm_gradsync_islands_split(in->groups, in->world))
+        if (gm_gradsync_groups_hier(in->groups, in->world))
             c->s.algo = GM_COLL_HIER;
         if (c->s.kind == GM_GRADSYNC_KIND_DILOCO) {
             double need;

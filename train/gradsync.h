@@ -341,4 +341,19 @@ void gm_gradsync_islands(const bool *lan, int world, int *groups);
  * hierarchical all-reduce helps. */
 bool gm_gradsync_islands_split(const int *groups, int world);
 
+/* --- a star (hub-and-spoke) VPN ------------------------------------------------------------ */
+
+#define GM_GRADSYNC_STAR_TOL 0.2 /* a spoke-to-spoke RTT may be this much under the two legs */
+
+/* The hub of a star among world (>= 3) ranks from their RTTs (ms, world*world, [a*world+b];
+ * <= 0: unknown, the reverse direction stands in): the rank h whose every other pair a, b has
+ * rtt(a,b) >= (1 - tol) (rtt(a,h) + rtt(h,b)), i.e. their packets go through h; with several
+ * (three ranks in a line) the one with the smallest sum of RTTs.  -1: no star, or a pair
+ * unknown.  tol 0: GM_GRADSYNC_STAR_TOL. */
+int gm_gradsync_star_hub(const double *rtt_ms, int world, double tol);
+/* Groups (world entries, NULL: none) on which the collectives run GM_COLL_HIER: LAN islands that
+ * split the world (gm_gradsync_islands_split), or one group around a star's hub (every rank
+ * labelled with the hub: gather and reduce at the hub, broadcast from it). */
+bool gm_gradsync_groups_hier(const int *groups, int world);
+
 #endif

@@ -86,7 +86,7 @@ static void check_fields(uint16_t type, const struct gm_jobmsg *m)
     if (m->islands != NULL) { /* GROUP only; labels are leaders that lead themselves */
         need(type == GM_MSG_JOB_GROUP && m->nranks >= 1);
         for (size_t i = 0; i < m->nranks; i++)
-            need(m->islands[i] >= 0 && (size_t)m->islands[i] <= i &&
+            need(m->islands[i] >= 0 && (size_t)m->islands[i] < m->nranks &&
                  m->islands[m->islands[i]] == m->islands[i]);
     }
     if (type == GM_MSG_JOB_GROUP || (type == GM_MSG_JOB_OFFER && m->nranks > 0)) {

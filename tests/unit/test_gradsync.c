@@ -356,6 +356,58 @@ static void test_switch(void)
     gm_model_free(m);
 }
 
+/* A star VPN: found from RTTs when the spokes' RTT to each other is the sum of their legs to
+ * the hub (within the tolerance), not in a full mesh, not with a pair unmeasured or fewer than 3
+ * ranks; its groups run the hierarchical all-reduce, priced as a reduce to the hub and a
+ * broadcast. */
+static void test_star(void)
+{
+    double rtt[16];
+    int g[4] = {2, 2, 2, 2};
+    struct gm_model *m = lenet();
+    struct gm_coll_link links[16];
+    struct gm_gradsync_auto_out ring, star;
+    struct gm_gradsync_auto_in in = {.m = m, .world = 4, .links = links, .compute_s = 0.05};
+
+    for (int a = 0; a < 4; a++) /* hub 2, legs of 20, 25, -, 30 ms */
+        for (int b = 0; b < 4; b++) {
+            static const double leg[4] = {20, 25, 0, 30};
+            rtt[a * 4 + b] = a == b ? 0 : a == 2 ? leg[b] : b == 2 ? leg[a] : leg[a] + leg[b] + 1;
+        }
+    GM_CHECK_EQ(gm_gradsync_star_hub(rtt, 4, 0), 2);
+    rtt[0 * 4 + 1] = 0.85 * (20 + 25); /* a bit under the legs' sum: within the tolerance */
+    GM_CHECK_EQ(gm_gradsync_star_hub(rtt, 4, 0), 2);
+    rtt[0 * 4 + 1] = rtt[1 * 4 + 0] = 0; /* unknown both ways */
+    GM_CHECK_EQ(gm_gradsync_star_hub(rtt, 4, 0), -1);
+    rtt[0 * 4 + 1] = 25; /* a direct link between two spokes: not a star */
+    GM_CHECK_EQ(gm_gradsync_star_hub(rtt, 4, 0), -1);
+    for (int i = 0; i < 16; i++) /* a full mesh of equal RTTs */
+        rtt[i] = i / 4 == i % 4 ? 0 : 30;
+    GM_CHECK_EQ(gm_gradsync_star_hub(rtt, 4, 0), -1);
+    GM_CHECK_EQ(gm_gradsync_star_hub(rtt, 2, 0), -1);
+    GM_CHECK_EQ(gm_gradsync_star_hub(NULL, 4, 0), -1);
+
+    GM_CHECK(gm_gradsync_groups_hier(g, 4));
+    GM_CHECK(!gm_gradsync_groups_hier(g, 2));
+    GM_CHECK(!gm_gradsync_groups_hier(NULL, 4));
+    /* a star of 10 Mbit/s legs: the ring's spoke-to-spoke hops cost two legs each */
+    for (int a = 0; a < 4; a++)
+        for (int b = 0; b < 4; b++)
+            links[a * 4 + b] = a == b             ? (struct gm_coll_link){0, 1e15}
+                               : a == 2 || b == 2 ? (struct gm_coll_link){0.010, 1.25e6}
+                                                  : (struct gm_coll_link){0.020, 0.625e6};
+    GM_CHECK_OK(gm_gradsync_auto_choose(&in, &ring));
+    in.groups = g;
+    GM_CHECK_OK(gm_gradsync_auto_choose(&in, &star));
+    GM_CHECK_EQ(star.pick.algo, GM_COLL_HIER);
+    GM_CHECK_EQ(ring.pick.algo, GM_COLL_RING);
+    /* PowerSGD's small all-reduces pay latency: 2 rounds of one leg at the hub against the
+     * ring's 6 hops, two of which cross the hub (the model does not price the hub's shared
+     * uplink, which would favour the star further for large payloads) */
+    GM_CHECK(star.cand[2].comm_s < ring.cand[2].comm_s);
+    gm_model_free(m);
+}
+
 /* Islands: components over LAN pairs labelled by their lowest rank; a split only when there is
  * more than one island and not one per rank; auto prices 2 LAN ranks + 1 behind a tunnel on
  * the hierarchical all-reduce, which sends the codec only between the two leaders. */
@@ -420,6 +472,7 @@ int main(void)
     GM_TEST_RUN(test_ab_fit);
     GM_TEST_RUN(test_auto);
     GM_TEST_RUN(test_switch);
+    GM_TEST_RUN(test_star);
     GM_TEST_RUN(test_time_compute);
     GM_TEST_RUN(test_islands);
     GM_TEST_RUN(test_from_job);
