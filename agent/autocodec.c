@@ -244,13 +244,14 @@ int gm_autoswitch_answer(struct gm_autoswitch *a, int r, uint32_t seq, bool ok)
 
 int gm_autoswitch_decide(struct gm_autoswitch *a, const struct gm_gradsync_strategy *cur,
                          const struct gm_coll_link *links, const int *islands, long step,
-                         struct gm_autoswitch_decision *d)
+                         double compute_s, struct gm_autoswitch_decision *d)
 {
     const int w = a->world;
     struct gm_coll_link slow = {0}, hop, *l;
     struct gm_gradsync_auto_out o;
     uint64_t ops = 0;
     double worst = -1;
+    double compute = compute_s > 0 ? compute_s : a->compute_s;
     int err, pick, lead;
 
     memset(d, 0, sizeof(*d));
@@ -283,7 +284,7 @@ int gm_autoswitch_decide(struct gm_autoswitch *a, const struct gm_gradsync_strat
         struct gm_gradsync_auto_in in = {.m = a->m,
                                          .world = w,
                                          .links = l,
-                                         .compute_s = a->compute_s,
+                                         .compute_s = compute,
                                          .job = &a->job,
                                          .groups = islands};
         err = gm_gradsync_auto_choose(&in, &o);
@@ -291,13 +292,13 @@ int gm_autoswitch_decide(struct gm_autoswitch *a, const struct gm_gradsync_strat
     free(l);
     if (err < 0)
         return err;
-    pick = gm_gradsync_switch_decide(&a->hyst, &o, cur, a->compute_s, 0, step);
+    pick = gm_gradsync_switch_decide(&a->hyst, &o, cur, compute, 0, step);
     if (pick < 0 || gm_gradsync_auto_index(&o.pick) != pick)
         return 0;
     {
         const struct gm_gradsync_auto_cand *c = &o.cand[gm_gradsync_auto_index(cur)];
         double msg_s = 2 * hop.alpha_s + FRAME_BYTES / hop.bytes_per_s;
-        double leadf = 2 + ceil(msg_s / (c->step_s > 0 ? c->step_s : a->compute_s));
+        double leadf = 2 + ceil(msg_s / (c->step_s > 0 ? c->step_s : compute));
         lead = leadf < LEAD_MIN ? LEAD_MIN : leadf > LEAD_MAX ? LEAD_MAX : (int)leadf;
         char from[48], to[48];
         d->to = o.pick;
@@ -310,7 +311,7 @@ int gm_autoswitch_decide(struct gm_autoswitch *a, const struct gm_gradsync_strat
         snprintf(d->why, sizeof(d->why),
                  "%s: predicted %.2f ms of communication per %.2f ms step of compute on the "
                  "fitted link (%.3f ms, %.2f Mbit/s a hop); %s would take %.2f ms",
-                 to, o.cand[pick].comm_s * 1e3, a->compute_s * 1e3, hop.alpha_s * 1e3,
+                 to, o.cand[pick].comm_s * 1e3, compute * 1e3, hop.alpha_s * 1e3,
                  hop.bytes_per_s * 8e-6, from, c->comm_s * 1e3);
     }
     a->pending = true;

@@ -11,8 +11,10 @@
  *   0's is read here, the members' come in JOB_REPORT "fit" once a second); on every tick with
  *   new samples the coordinator builds the links from the slowest rank's fit
  *   (gm_gradsync_ab_hop) for the pairs that are not lan, the link layer's measurements for
- *   the lan pairs, and runs the same auto_choose with the compute timed at submit; the
- *   hysteresis is gm_gradsync_switch_decide's (train/gradsync.h).  A switch is announced
+ *   the lan pairs, and runs the same auto_choose with rank 0's measured compute per step
+ *   (an average of the trainer's own step times: the timing at submit, one moment on a
+ *   machine whose load changes, stands in only until steps are measured); the hysteresis is
+ *   gm_gradsync_switch_decide's (train/gradsync.h).  A switch is announced
  *   (JOB_SWITCH, fenced by the group's generation and the chief's term) for rank 0's step +
  *   lead, lead = 2 + the steps that one control message needs behind a full TRAIN frame on
  *   the fitted link (RTT + 256 KiB / bandwidth, over the running codec's predicted step),
@@ -81,14 +83,16 @@ struct gm_autoswitch_decision {
 };
 
 /* One decision for a job running cur, rank 0 at step, on links (world*world: the lan pairs'
- * measurements, bytes_per_s 0 elsewhere; the fit fills those) in islands (NULL: none).
- * Returns 1 with *d filled when the coordinator should announce a switch (and from then on
- * waits for the members' answers), 0 to stay (no new samples, a switch pending, the
- * hysteresis), or a negative error. */
+ * measurements, bytes_per_s 0 elsewhere; the fit fills those) in islands (NULL: none), with
+ * compute_s: rank 0's measured compute per step (0: the one timed at submit).  Returns 1 with
+ * *d filled when the coordinator should announce a switch (and from then on waits for the
+ * members' answers), 0 to stay (no new samples, a switch pending, the hysteresis), or a
+ * negative error. */
 GM_MUST_CHECK int gm_autoswitch_decide(struct gm_autoswitch *a,
                                        const struct gm_gradsync_strategy *cur,
                                        const struct gm_coll_link *links, const int *islands,
-                                       long step, struct gm_autoswitch_decision *d);
+                                       long step, double compute_s,
+                                       struct gm_autoswitch_decision *d);
 /* Whether a switch is announced and waits for answers (*seq: its number). */
 bool gm_autoswitch_pending(const struct gm_autoswitch *a, uint32_t *seq);
 /* Member rank r's answer to switch seq: 1 when every member has now answered ok, -1 when one

@@ -705,7 +705,7 @@ static void switch_tick(struct gm_jobs *j, struct job *jb)
     links = lan_links(j, jb);
     if (links == NULL)
         return;
-    err = gm_autoswitch_decide(jb->asw, &cur, links, jb->islands, p.step, &d);
+    err = gm_autoswitch_decide(jb->asw, &cur, links, jb->islands, p.step, p.compute_s, &d);
     free(links);
     if (err <= 0)
         return;

@@ -856,6 +856,8 @@ static void hook_step(void *ctx, const struct gm_train_step_info *si)
     rk->mjob.step = si->step;
     rk->mjob.epoch = si->epoch;
     rk->mjob.compute_s = si->compute_s;
+    rk->prog.compute_s =
+        rk->prog.compute_s > 0 ? 0.9 * rk->prog.compute_s + 0.1 * si->compute_s : si->compute_s;
     rk->mjob.collective_s = si->collective_s;
     rk->mjob.optimizer_s = si->optimizer_s;
     rk->mjob.samples_per_s = si->samples_per_s;

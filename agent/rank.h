@@ -65,6 +65,7 @@ struct gm_rank_progress {
     int rank, world;
     uint32_t generation;
     double loss, samples_per_s;
+    double compute_s;     /* a step's compute (data, forward, loss, backward), averaged (x0.9) */
     double test_accuracy; /* NAN until evaluated */
     uint64_t hash_checks;
     /* "" until the last step is taken; then the SHA-256 (hex) of the final parameters: every

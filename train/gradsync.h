@@ -42,8 +42,8 @@
  *    not link time)
  *    and reports the fit; the coordinator reads the slowest rank's fit as one hop of the ring
  *    (gm_gradsync_ab_hop), puts it on every link that is not lan (lan pairs keep the link
- *    layer's measurement) and runs gm_gradsync_auto_choose over those links with the compute
- *    timed at submit: the same model and rule as the first pick;
+ *    layer's measurement) and runs gm_gradsync_auto_choose over those links with rank 0's
+ *    measured compute per step: the same model and rule as the first pick;
  *  - hysteresis (gm_gradsync_switch_decide): the pick replaces the running codec only when
  *    the running one's predicted communication is above GM_GRADSYNC_SWITCH_HYST x the budget
  *    (a less faithful pick), or the pick's is below the budget / GM_GRADSYNC_SWITCH_HYST (a

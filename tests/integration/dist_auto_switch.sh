@@ -8,7 +8,7 @@
 #
 # The job: LeNet-5 on Fashion-MNIST, 3 epochs, global batch 2048 (87 steps of ~0.3 s of
 # compute: large enough that a dense exchange fits the budget at FAST even with the ~20 ms RTT
-# a loaded machine gives the tunnel), Adam, codec = auto.  At FAST (200 Mbit/s) auto picks a
+# and the 20-30 Mbit/s a loaded machine gives the tunnel), Adam, codec = auto.  At FAST (200 Mbit/s) auto picks a
 # dense codec; once the coordinator's step passes CHANGE_AT the tbf on both veth ends is
 # replaced by SLOW (1 Mbit/s), where a dense exchange costs several times the step's compute.
 # Asserts (from the agents' logs and jobs --json):
@@ -20,8 +20,8 @@
 #    change, which a loaded machine's noise could cause, is printed, not counted).
 #    N = 16: the step in flight at the change finishes slow (1); the decaying fit (weight x0.9
 #    a sample) needs about 4 slow samples to put fp32 above 1.5x its budget (a fast op takes
-#    ~0.1 s, a slow one ~1 s, the threshold is 0.3 x the compute timed at submit, 0.3-1.4 s
-#    here: 0.1 + 0.9 (1 - 0.9^k) > 0.43 from k = 4); the hysteresis wants a second decision on
+#    ~0.1 s, a slow one ~2 s, the threshold is 0.3 x rank 0's measured compute, 0.3-1.5 s
+#    here: 0.1 + 1.9 (1 - 0.9^k) > 0.45 from k = 2, > 0.6 from k = 3); the hysteresis wants a second decision on
 #    a fresh sample (1); the lead is 3 to 5 steps at these rates (2 + the steps one control
 #    message needs behind a 256 KiB frame); a dense codec needs no round boundary: 11 in all,
 #    plus 5 steps of slack for a loaded machine;
