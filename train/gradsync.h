@@ -265,16 +265,14 @@ struct gm_gradsync_auto_out {
 
 /* --- codec = auto, switching mid-run ------------------------------------------------------ */
 
-#define GM_GRADSYNC_SWITCH_HYST                                                                    \
-    1.5 /* leave the current codec only when its predicted                                         \
-         * communication is above 1.5x the budget; move to a more                                  \
-         * faithful one only when that one's is below budget/1.5 */
-#define GM_GRADSYNC_SWITCH_CONFIRM                                                                 \
-    2 /* the same target on this many decisions in a row, each                                     \
-       * on fresher fits */
-#define GM_GRADSYNC_SWITCH_DWELL                                                                   \
-    20 /* steps after a group forms or a switch takes effect                                       \
-        * before the next decision: the fit needs samples of it */
+/* Leave the current codec only when its predicted communication is above HYST x the budget;
+ * move to a more faithful one only when that one's is below budget / HYST. */
+#define GM_GRADSYNC_SWITCH_HYST 1.5
+/* The same target on this many decisions in a row, each on fresher fits. */
+#define GM_GRADSYNC_SWITCH_CONFIRM 2
+/* Steps after a group forms or a switch takes effect before the next decision: the fit needs
+ * samples of the codec that runs (x0.9 a sample: ten give it two thirds of the weight). */
+#define GM_GRADSYNC_SWITCH_DWELL 10
 
 /* The coordinator's hysteresis state (plain value; all zero: no decision pending). */
 struct gm_gradsync_switch {
