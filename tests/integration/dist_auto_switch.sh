@@ -116,7 +116,7 @@ for h in ('a1', 'b1'):
     assert len(sw[h]) == len(ann), f'{h}: {len(sw[h])} switches for {len(ann)} announcements'
 for a, b, n in zip(sw['a1'], sw['b1'], ann):
     print(f"switch {n['seq']}: announced for step {n['step']} at step {n['at_step']} "
-          f"(lead {n['lead']}) {start} -> {n['codec']}: a1 step {a['step']} {a['to']}, "
+          f"(lead {n['lead']}) {a['from']} -> {n['codec']}: a1 step {a['step']} {a['to']}, "
           f"b1 step {b['step']} {b['to']}")
     for k in ('generation', 'step', 'seq', 'to', 'from'):
         assert a[k] == b[k], f'the ranks differ in {k}: {a[k]} vs {b[k]}'
