@@ -308,7 +308,9 @@ static int decode(uint16_t type, json_t *o, struct gm_jobmsg *m)
         if ((err = get_uint(o, "gen", UINT32_MAX, &u)) < 0)
             return err;
         m->gen = (uint32_t)u;
-        if (m->gen == 0 || (err = get_seq_step(o, m)) < 0 || (err = get_comm(o, m)) < 0)
+        if (m->gen == 0)
+            return GM_ERR_PROTO;
+        if ((err = get_seq_step(o, m)) < 0 || (err = get_comm(o, m)) < 0)
             return err;
         return m->codec[0] != '\0' ? 0 : GM_ERR_PROTO; /* comm is required here */
     case GM_MSG_JOB_END:
