@@ -709,6 +709,10 @@ static void switch_tick(struct gm_jobs *j, struct job *jb)
     free(links);
     if (err <= 0)
         return;
+    if (p.total_steps > 0 && d.step >= p.total_steps) { /* the run ends before it would */
+        gm_autoswitch_answer(jb->asw, 1, d.seq, false);
+        return;
+    }
     if ((err = gm_rank_switch(jb->rank, jb->gen, d.seq, d.step, &d.to, true, &at)) < 0) {
         gm_warn("event=codec-switch-skip job=%s seq=%u step=%ld err=\"%s\"", jb->id, d.seq, d.step,
                 gm_strerror(err));
@@ -1485,14 +1489,19 @@ int gm_jobs_on_frame(struct gm_jobs *j, struct gm_link *l, const char *node,
 
     if (h->type == GM_MSG_TRAIN)
         return on_train(j, l, node, h, payload);
-    if (h->req != 0 && h->req < my_term(j)) { /* a deposed chief's, or a late answer to one */
+    if ((err = gm_jobmsg_decode(h->type, payload, h->len, &m)) < 0)
+        return err;
+    /* a deposed chief's, or a late answer to one; a member's fit or switch answer is no
+     * command and is fenced by its generation and sequence number instead (a member that
+     * has not heard of a new term yet must not stall a switch) */
+    if (h->req != 0 && h->req < my_term(j) &&
+        !(h->type == GM_MSG_JOB_REPORT && (m.have_fit || m.seq > 0))) {
         gm_warn("event=job-message-stale type=%s from=%s term=%llu current_term=%llu",
                 gm_proto_type_name(h->type), node, (unsigned long long)h->req,
                 (unsigned long long)my_term(j));
+        gm_jobmsg_free(&m);
         return 0;
     }
-    if ((err = gm_jobmsg_decode(h->type, payload, h->len, &m)) < 0)
-        return err;
     err = GM_ERR_PROTO;
     for (size_t i = 0; i < sizeof(handlers) / sizeof(handlers[0]); i++)
         if (handlers[i].type == h->type)
