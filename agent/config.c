@@ -45,6 +45,7 @@ enum kind {
     K_THREADS,
     K_METRICS, /* ip:port or empty */
     K_TIMEOUT, /* seconds, 5..3600 */
+    K_MBIT,    /* whole Mbit/s, 0..100000 */
 };
 
 struct keydef {
@@ -61,6 +62,7 @@ static const struct keydef keys[] = {
     {"node", "state_dir", K_PATH, F(state_dir)},
     {"node", "control", K_PATH, F(control)},
     {"node", "peer_timeout", K_TIMEOUT, F(peer_timeout_s)},
+    {"node", "max_tunnel_mbit", K_MBIT, F(max_tunnel_mbit)},
     {"discovery", "multicast", K_GROUP, F(multicast)},
     {"discovery", "peers", K_PEERS, F(peers)},
     {"discovery", "tunnels", K_STR, F(tunnels)},
@@ -207,14 +209,18 @@ static void set(struct parse *p, const struct keydef *k, const char *v)
         memcpy(field, &iv, sizeof(iv));
         return;
     case K_THREADS:
+    case K_MBIT:
     case K_TIMEOUT: {
-        const long lo = k->kind == K_THREADS ? 0 : 5, hi = k->kind == K_THREADS ? 4096 : 3600;
+        const long lo = k->kind == K_TIMEOUT ? 5 : 0, hi = k->kind == K_THREADS ? 4096
+                                                           : k->kind == K_MBIT  ? 100000
+                                                                                : 3600;
         char *end = NULL;
         long t;
         errno = 0;
         t = strtol(v, &end, 10);
         if (*v < '0' || *v > '9' || *end != '\0' || errno != 0 || t < lo || t > hi) {
             want = k->kind == K_THREADS ? "a whole number from 0 (every core) to 4096"
+                   : k->kind == K_MBIT  ? "a whole number of Mbit/s from 0 (no cap) to 100000"
                                         : "a whole number of seconds from 5 to 3600";
             break;
         }
@@ -539,7 +545,10 @@ int gm_config_save(const char *path, const struct gm_config *c)
                  "[node]\nid = %s\nlisten = %s\nstate_dir = %s\ncontrol = %s\n"
                  "# peer_timeout: seconds of silence before a member is dropped (a job\n"
                  "# re-forms without it); long enough for pings behind bulk on a slow tunnel\n"
-                 "peer_timeout = %d\n\n"
+                 "peer_timeout = %d\n"
+                 "# max_tunnel_mbit: at most this many Mbit/s of training traffic leave on\n"
+                 "# each link of class tunnel (0: no cap), so a shared tunnel is not starved\n"
+                 "max_tunnel_mbit = %d\n\n"
                  "[discovery]\n"
                  "# multicast: group for LAN beacons (\"off\" to disable)\n"
                  "multicast = %s\n"
@@ -557,8 +566,8 @@ int gm_config_save(const char *path, const struct gm_config *c)
                  "# metrics_public: yes allows a non-loopback listen address\n"
                  "metrics_public = %s\n",
                  c->cluster, c->node, c->listen, c->state_dir, c->control, c->peer_timeout_s,
-                 c->multicast[0] ? c->multicast : "off", c->peers, c->tunnels, c->interfaces,
-                 c->measure ? "yes" : "no", device, c->threads, c->metrics,
+                 c->max_tunnel_mbit, c->multicast[0] ? c->multicast : "off", c->peers, c->tunnels,
+                 c->interfaces, c->measure ? "yes" : "no", device, c->threads, c->metrics,
                  c->metrics_public ? "yes" : "no");
     if (n < 0 || n >= (int)sizeof(buf))
         return -ENAMETOOLONG;

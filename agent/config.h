@@ -8,7 +8,11 @@
  *              (not even the PING every 5 s) for this long is dropped, and a running job
  *              re-forms without it.  Control frames go ahead of bulk tensors, so a ping
  *              waits behind at most about 1.3 MiB of a link's data plus the socket
- *              buffers: seconds at 5 Mbit/s, hence the generous default for slow tunnels
+ *              buffers: seconds at 5 Mbit/s, hence the generous default for slow tunnels;
+ *              max_tunnel_mbit (whole Mbit/s, 0..100000, default 0 = no cap): the bulk
+ *              frames (training, checkpoints, probes) each link of class tunnel sends are
+ *              capped at this rate (agent/link.h gm_link_set_rate), so training leaves
+ *              room on a shared tunnel; codec = auto sees the capped link
  *   [discovery] multicast (group ip:port, default 239.192.74.50:7451, or "off"),
  *              peers (comma-separated host:port static endpoints, dialed with
  *              backoff until linked), tunnels (interface names to class as
@@ -63,6 +67,7 @@ struct gm_config {
     char metrics[GM_ADDR_MAX];
     int metrics_public; /* 1: metrics may listen on a non-loopback address */
     int peer_timeout_s;
+    int max_tunnel_mbit; /* 0: no cap */
 };
 
 /* Everything off or empty but device "auto", multicast on the default group, measure yes. */

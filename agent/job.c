@@ -92,9 +92,13 @@ struct job {
     uint64_t bytes_sent;
     struct linkacc *acc; /* owned: training-channel bytes per peer node, of retired groups */
     size_t nacc;
-    bool remote_summary;    /* a member: the coordinator's figures came with JOB_END */
-    bool codec_auto;        /* [comm] codec = auto, resolved by the coordinator into job.comm */
-    char codec_reason[200]; /* coordinator: why auto picked what it did */
+    bool remote_summary;       /* a member: the coordinator's figures came with JOB_END */
+    bool codec_auto;           /* [comm] codec = auto, resolved by the coordinator into job.comm */
+    char codec_reason[340];    /* coordinator: why auto picked what it did */
+    struct gm_autoswitch *asw; /* owned, coordinator of an auto job: switching mid-run */
+    uint64_t switch_ns;        /* coordinator: when the pending switch was announced */
+    uint64_t fit_sent_ns;      /* member: its last fit report */
+    uint64_t fit_sent_ops;
     struct gm_rank_progress last;
 };
 
@@ -158,6 +162,7 @@ static void job_free(struct job *jb)
     free(jb->ranks);
     free(jb->islands);
     free(jb->acc);
+    gm_autoswitch_free(jb->asw);
     free(jb);
 }
 
@@ -470,12 +475,40 @@ void gm_jobs_ckpt_key(const struct gm_job *job, char key[GM_JOBS_CKPT_KEY_LEN + 
 
 /* --- codec = auto ------------------------------------------------------------------------ */
 
+/* Coordinator: a star VPN among the n nodes (no LAN islands split them) from the RTTs the
+ * agents measured (gm_gradsync_star_hub): every rank labelled with the hub, so the group's
+ * collectives gather and reduce at the hub and broadcast from it; NULL when it is no star. */
+static int *star_hub(struct gm_jobs *j, char (*nodes)[NODE_LEN], size_t n)
+{
+    double *rtt = calloc(n * n, sizeof(*rtt)), mbps;
+    int *g = calloc(n, sizeof(*g)), hub = -1;
+
+    for (size_t a = 0; rtt != NULL && j->env.link_measured != NULL && a < n; a++)
+        for (size_t b = 0; b < n; b++)
+            if (a != b &&
+                j->env.link_measured(j->env.agent, nodes[a], nodes[b], &rtt[a * n + b], &mbps) < 0)
+                rtt[a * n + b] = 0; /* unknown: the reverse stands in, or no star */
+    if (rtt != NULL && g != NULL)
+        hub = gm_gradsync_star_hub(rtt, (int)n, 0);
+    free(rtt);
+    if (hub < 0) {
+        free(g);
+        return NULL;
+    }
+    for (size_t r = 0; r < n; r++)
+        g[r] = hub;
+    gm_notice("event=job-star hub=%s world=%zu: the spokes reach each other through it; "
+              "reducing at the hub",
+              nodes[hub], n);
+    return g;
+}
+
 /* Coordinator: the LAN islands of nodes (n of them, in rank order) from the link classes the
  * agents measured, or NULL when they do not split the group (one island, or none of more than
  * one rank) or are unknown. */
 static int *group_islands(struct gm_jobs *j, char (*nodes)[NODE_LEN], size_t n)
 {
-    bool *lan;
+    bool *lan, any_lan = false;
     int *g;
 
     if (j->env.link_is_lan == NULL || n < 3)
@@ -491,10 +524,13 @@ static int *group_islands(struct gm_jobs *j, char (*nodes)[NODE_LEN], size_t n)
         for (size_t b = 0; b < n; b++)
             lan[a * n + b] = a != b && j->env.link_is_lan(j->env.agent, nodes[a], nodes[b]);
     gm_gradsync_islands(lan, (int)n, g);
+    for (size_t i = 0; i < n * n; i++)
+        any_lan = any_lan || lan[i];
     free(lan);
     if (!gm_gradsync_islands_split(g, (int)n)) {
         free(g);
-        return NULL;
+        /* a star is of tunnels: on a LAN, a loaded machine's RTTs could look like one */
+        return any_lan ? NULL : star_hub(j, nodes, n);
     }
     return g;
 }
@@ -572,6 +608,9 @@ static void resolve_auto(struct gm_jobs *j, struct job *jb, char (*up)[NODE_LEN]
                   jb->job.comm.codec == GM_JOB_CODEC_DILOCO ? jb->job.comm.local_steps : 0, world,
                   sp, jb->codec_reason);
     }
+    if (err == 0 && o.compute_s > 0 && jb->job.comm.auto_resolved &&
+        gm_autoswitch_new(&jb->job, o.compute_s, &jb->asw) < 0)
+        gm_warn("event=codec-auto-switch-off job=%s: no switching mid-run (out of memory)", jb->id);
     if (err == 0 && o.too_slow)
         gm_warn("event=codec-auto-too-slow world=%d speedup=%.2f: the links are too slow for "
                 "%d agents to train faster than one (predicted %.2fx of one agent's speed)",
@@ -589,6 +628,185 @@ static void apply_comm(struct job *jb, const struct gm_jobmsg *m)
     jb->job.comm.codec = c;
     jb->job.comm.local_steps = (int)m->local_steps;
     jb->job.comm.auto_resolved = true;
+}
+
+/* --- codec = auto: switching mid-run (agent/autocodec.h) -------------------------------- */
+
+#define FIT_REPORT_MS 1000 /* a member reports its rank's fit this often (with new samples) */
+#define SWITCH_ANSWER_MS                                                                           \
+    30000 /* every member answers a switch within this, or the group re-forms */
+
+/* Member: the rank's fit to the coordinator. */
+static void fit_report_tick(struct gm_jobs *j, struct job *jb)
+{
+    struct gm_jobmsg m = {.gen = jb->gen, .have_fit = true};
+    struct gm_coll_link f;
+    uint64_t ops, now = gm_time_mono_ns();
+
+    if (jb->coord || !jb->codec_auto || jb->rank == NULL || jb->state != J_RUNNING ||
+        now - jb->fit_sent_ns < (uint64_t)FIT_REPORT_MS * 1000000ull)
+        return;
+    gm_rank_get_fit(jb->rank, &f, &ops);
+    if (ops == jb->fit_sent_ops)
+        return;
+    jb->fit_sent_ns = now;
+    jb->fit_sent_ops = ops;
+    snprintf(m.id, sizeof(m.id), "%s", jb->id);
+    snprintf(m.event, sizeof(m.event), "fit");
+    m.fit_alpha_s = f.alpha_s;
+    m.fit_bytes_per_s = f.bytes_per_s;
+    m.fit_ops = ops;
+    (void)send_msg(j, jb->coordinator, GM_MSG_JOB_REPORT, &m);
+}
+
+/* Coordinator: the lan pairs' measurements among the current ranks (others 0). */
+static struct gm_coll_link *lan_links(struct gm_jobs *j, struct job *jb)
+{
+    const size_t w = jb->world;
+    struct gm_coll_link *l = calloc(w * w, sizeof(*l));
+
+    for (size_t a = 0; l != NULL && a < w; a++)
+        for (size_t b = 0; b < w; b++) {
+            double rtt, mbps;
+            if (a == b || j->env.link_is_lan == NULL || j->env.link_measured == NULL ||
+                !j->env.link_is_lan(j->env.agent, jb->ranks[a], jb->ranks[b]))
+                continue;
+            if (j->env.link_measured(j->env.agent, jb->ranks[a], jb->ranks[b], &rtt, &mbps) == 0)
+                l[a * w + b] = (struct gm_coll_link){rtt / 2e3, mbps * 1e6 / 8};
+        }
+    return l;
+}
+
+/* Coordinator, every tick: re-decide from the ranks' fits; announce a switch. */
+static void switch_tick(struct gm_jobs *j, struct job *jb)
+{
+    struct gm_autoswitch_decision d;
+    struct gm_gradsync_strategy cur;
+    struct gm_rank_progress p;
+    struct gm_coll_link f, *links;
+    struct gm_jobmsg m = {0};
+    uint64_t ops;
+    long at;
+    int err;
+
+    if (jb->asw == NULL || jb->rank == NULL || jb->state != J_RUNNING || jb->world < 2)
+        return;
+    if (gm_autoswitch_pending(jb->asw, &d.seq)) {
+        if (gm_time_mono_ns() - jb->switch_ns < (uint64_t)SWITCH_ANSWER_MS * 1000000ull)
+            return;
+        gm_warn("event=codec-switch-late job=%s seq=%u: no answer from every member in %d s; "
+                "re-forming the group with the new codec",
+                jb->id, d.seq, SWITCH_ANSWER_MS / 1000);
+        gm_autoswitch_answer(jb->asw, 1, d.seq, false);
+        gm_rank_switch_answer(jb->rank, d.seq, false);
+        reform(j, jb, "a member did not answer a codec switch");
+        return;
+    }
+    gm_rank_get_progress(jb->rank, &p);
+    if (p.generation != jb->gen)
+        return; /* rank 0 has not taken the current group yet */
+    gm_rank_get_fit(jb->rank, &f, &ops);
+    gm_autoswitch_fit(jb->asw, 0, &f, ops);
+    if (gm_gradsync_strategy_from_job(&jb->job, &cur) < 0)
+        return;
+    cur.algo = jb->islands != NULL ? GM_COLL_HIER : GM_COLL_RING;
+    links = lan_links(j, jb);
+    if (links == NULL)
+        return;
+    err = gm_autoswitch_decide(jb->asw, &cur, links, jb->islands, p.step, p.compute_s, &d);
+    free(links);
+    if (err <= 0)
+        return;
+    if (p.total_steps > 0 && d.step >= p.total_steps) { /* the run ends before it would */
+        gm_autoswitch_answer(jb->asw, 1, d.seq, false);
+        return;
+    }
+    if ((err = gm_rank_switch(jb->rank, jb->gen, d.seq, d.step, &d.to, true, &at)) < 0) {
+        gm_warn("event=codec-switch-skip job=%s seq=%u step=%ld err=\"%s\"", jb->id, d.seq, d.step,
+                gm_strerror(err));
+        gm_autoswitch_group(jb->asw, (int)jb->world, p.step); /* decide again later */
+        return;
+    }
+    if (gm_autocodec_parse(d.to.name, &jb->job.comm.codec) < 0)
+        return;
+    jb->job.comm.local_steps = (int)d.to.local_steps;
+    jb->switch_ns = gm_time_mono_ns();
+    snprintf(jb->codec_reason, sizeof(jb->codec_reason), "switched: %s", d.why);
+    gm_notice("event=codec-switch-announce job=%s generation=%u seq=%u step=%ld at_step=%ld "
+              "lead=%d codec=%s local_steps=%u reason=\"%s\"",
+              jb->id, jb->gen & 0xffff, d.seq, d.step, p.step, d.lead, d.to.name, d.to.local_steps,
+              d.why);
+    m.gen = jb->gen;
+    m.seq = d.seq;
+    m.step = d.step;
+    snprintf(m.id, sizeof(m.id), "%s", jb->id);
+    snprintf(m.codec, sizeof(m.codec), "%s", d.to.name);
+    m.local_steps = d.to.local_steps;
+    for (size_t i = 1; i < jb->world; i++)
+        if ((err = send_msg(j, jb->ranks[i], GM_MSG_JOB_SWITCH, &m)) < 0)
+            gm_warn("event=job-switch-send node=%s err=\"%s\"", jb->ranks[i], gm_strerror(err));
+}
+
+/* Member: the coordinator's switch; answer whether this rank takes it at that step. */
+static int on_switch(struct gm_jobs *j, const char *node, struct gm_jobmsg *m)
+{
+    struct job *jb = j->cur;
+    struct gm_gradsync_strategy to;
+    struct gm_jobmsg a = {.gen = m->gen, .seq = m->seq};
+    enum gm_job_codec c;
+    long at = -1;
+    int err;
+
+    if (jb == NULL || jb->coord || strcmp(jb->id, m->id) != 0 || strcmp(node, jb->coordinator) != 0)
+        return 0; /* not this member's job: it is in none of that job's groups */
+    if (jb->rank == NULL)
+        err = -ESRCH;
+    else if ((err = gm_autocodec_parse(m->codec, &c)) == 0 &&
+             (err = gm_gradsync_strategy_of(c, &jb->job, &to)) == 0) {
+        to.local_steps = m->local_steps;
+        to.cap_h = true;
+        err = gm_rank_switch(jb->rank, m->gen, m->seq, m->step, &to, false, &at);
+    }
+    if (err == 0) {
+        jb->job.comm.codec = c;
+        jb->job.comm.local_steps = (int)m->local_steps;
+    }
+    gm_notice("event=codec-switch-answer job=%s generation=%u seq=%u step=%ld at_step=%ld "
+              "codec=%s ok=%d",
+              jb->id, m->gen & 0xffff, m->seq, m->step, at, m->codec, err == 0);
+    snprintf(a.id, sizeof(a.id), "%s", jb->id);
+    snprintf(a.event, sizeof(a.event), "%s", err == 0 ? "switch-ok" : "switch-late");
+    snprintf(a.message, sizeof(a.message), "%s", err == 0 ? "" : gm_strerror(err));
+    a.code = err;
+    a.step = at > 0 ? at : 0;
+    (void)send_msg(j, node, GM_MSG_JOB_REPORT, &a);
+    return 0;
+}
+
+/* Coordinator: a member's fit, or its answer to a switch. */
+static void on_switch_report(struct gm_jobs *j, struct job *jb, const char *node,
+                             const struct gm_jobmsg *m)
+{
+    int r = rank_of(jb, node), res;
+
+    if (jb->asw == NULL || m->gen != jb->gen || r < 1)
+        return;
+    if (m->have_fit) {
+        struct gm_coll_link f = {m->fit_alpha_s, m->fit_bytes_per_s};
+        gm_autoswitch_fit(jb->asw, r, &f, m->fit_ops);
+        return;
+    }
+    res = gm_autoswitch_answer(jb->asw, r, m->seq, strcmp(m->event, "switch-ok") == 0);
+    if (res > 0 && jb->rank != NULL)
+        gm_rank_switch_answer(jb->rank, m->seq, true);
+    if (res < 0) {
+        gm_warn("event=codec-switch-late job=%s seq=%u node=%s node_step=%ld: re-forming the "
+                "group with the new codec",
+                jb->id, m->seq, node, m->step);
+        if (jb->rank != NULL)
+            gm_rank_switch_answer(jb->rank, m->seq, false);
+        reform(j, jb, "a member could not switch codec at the announced step");
+    }
 }
 
 /* --- groups ------------------------------------------------------------------------------ */
@@ -619,6 +837,11 @@ static int form_local(struct gm_jobs *j, struct job *jb)
             o += (size_t)snprintf(list + o, sizeof(list) - o, "%s%d", i ? "," : "", jb->islands[i]);
         gm_notice("event=job-islands job=%s generation=%u islands=%s", jb->id, jb->gen & 0xffff,
                   list);
+    }
+    if (jb->codec_auto) { /* the current pick (it may have switched since the job began) */
+        struct gm_gradsync_strategy s;
+        if (gm_gradsync_strategy_from_job(&jb->job, &s) == 0)
+            gm_rank_set_codec(jb->rank, &s);
     }
     if ((err = gm_rank_set_group(jb->rank, jb->gen, me, (int)jb->world, x, jb->islands)) < 0)
         return err;
@@ -706,6 +929,11 @@ static void reform(struct gm_jobs *j, struct job *jb, const char *reason)
     jb->gen++;
     gm_notice("event=job-group job=%s generation=%u world=%zu reason=\"%s\"", jb->id,
               jb->gen & 0xffff, n, reason);
+    if (jb->asw != NULL) {
+        struct gm_rank_progress p;
+        gm_rank_get_progress(jb->rank, &p);
+        gm_autoswitch_group(jb->asw, (int)n, p.step);
+    }
     m.gen = jb->gen;
     m.ranks = jb->ranks;
     m.nranks = n;
@@ -1147,6 +1375,7 @@ static int on_group(struct gm_jobs *j, const char *node, struct gm_jobmsg *m)
     m->islands = NULL;
     jb->world = m->nranks;
     jb->gen = m->gen;
+    apply_comm(jb, m); /* codec = auto: the pick may have switched since the first group */
     if ((err = form_local(j, jb)) < 0)
         gm_warn("event=job-form job=%s generation=%u err=\"%s\"", jb->id, jb->gen & 0xffff,
                 gm_strerror(err));
@@ -1159,6 +1388,10 @@ static int on_report(struct gm_jobs *j, const char *node, struct gm_jobmsg *m)
 
     if (jb == NULL || !jb->coord || strcmp(jb->id, m->id) != 0 || jb->state != J_RUNNING)
         return 0;
+    if (m->have_fit || strncmp(m->event, "switch-", 7) == 0) {
+        on_switch_report(j, jb, node, m);
+        return 0;
+    }
     if (strcmp(m->event, "exit") == 0) {
         char why[GM_JOB_MSG_MAX + 64];
         snprintf(why, sizeof(why), "rank on %s stopped: %s", node, m->message);
@@ -1212,7 +1445,7 @@ static int on_end(struct gm_jobs *j, const char *node, struct gm_jobmsg *m)
 
 int gm_jobs_handles(uint16_t type)
 {
-    return type == GM_MSG_TRAIN || (type >= GM_MSG_JOB_OFFER && type <= GM_MSG_JOB_SUBMIT);
+    return type == GM_MSG_TRAIN || (type >= GM_MSG_JOB_OFFER && type <= GM_MSG_JOB_SWITCH);
 }
 
 static int on_train(struct gm_jobs *j, struct gm_link *l, const char *node,
@@ -1260,6 +1493,7 @@ static const struct {
 } handlers[] = {
     {GM_MSG_JOB_OFFER, on_offer},   {GM_MSG_JOB_CHECK, on_check}, {GM_MSG_JOB_GROUP, on_group},
     {GM_MSG_JOB_REPORT, on_report}, {GM_MSG_JOB_END, on_end},     {GM_MSG_JOB_SUBMIT, on_submit},
+    {GM_MSG_JOB_SWITCH, on_switch},
 };
 
 int gm_jobs_on_frame(struct gm_jobs *j, struct gm_link *l, const char *node,
@@ -1270,14 +1504,19 @@ int gm_jobs_on_frame(struct gm_jobs *j, struct gm_link *l, const char *node,
 
     if (h->type == GM_MSG_TRAIN)
         return on_train(j, l, node, h, payload);
-    if (h->req != 0 && h->req < my_term(j)) { /* a deposed chief's, or a late answer to one */
+    if ((err = gm_jobmsg_decode(h->type, payload, h->len, &m)) < 0)
+        return err;
+    /* a deposed chief's, or a late answer to one; a member's fit or switch answer is no
+     * command and is fenced by its generation and sequence number instead (a member that
+     * has not heard of a new term yet must not stall a switch) */
+    if (h->req != 0 && h->req < my_term(j) &&
+        !(h->type == GM_MSG_JOB_REPORT && (m.have_fit || m.seq > 0))) {
         gm_warn("event=job-message-stale type=%s from=%s term=%llu current_term=%llu",
                 gm_proto_type_name(h->type), node, (unsigned long long)h->req,
                 (unsigned long long)my_term(j));
+        gm_jobmsg_free(&m);
         return 0;
     }
-    if ((err = gm_jobmsg_decode(h->type, payload, h->len, &m)) < 0)
-        return err;
     err = GM_ERR_PROTO;
     for (size_t i = 0; i < sizeof(handlers) / sizeof(handlers[0]); i++)
         if (handlers[i].type == h->type)
@@ -1814,6 +2053,10 @@ static void timer_cb(uv_timer_t *t)
     if (jb != NULL && !jb->coord && jb->orphan_since != 0)
         orphan_tick(j, jb);
     jb = j->cur;
+    if (jb != NULL && jb->coord)
+        switch_tick(j, jb);
+    else if (jb != NULL)
+        fit_report_tick(j, jb);
     if (jb != NULL && jb->coord && jb->state == J_RUNNING && jb->reform_at != 0 &&
         gm_time_mono_ns() >= jb->reform_at) {
         jb->reform_at = 0;

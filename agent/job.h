@@ -14,7 +14,8 @@
  * header's request id (0: the sender knows no term).  A JOB_* frame whose
  * term is older than this node's is dropped and logged (a deposed chief's
  * offer, group or end never acts); a newer one is fine (this node is behind
- * and raft brings it up to date).
+ * and raft brings it up to date).  Exempt: a member's JOB_REPORT fit or switch
+ * answer (data, not a command), fenced by its generation and switch number.
  *
  * One job at a time runs in a cluster.  Its life, on the coordinator:
  *   submit    the CLI already parsed the job (it prints the parse error and

@@ -99,8 +99,8 @@ static int get_comm(json_t *o, struct gm_jobmsg *m)
     return 0;
 }
 
-/* GROUP's optional islands (after the ranks): one label per rank, each the lowest rank of its
- * island. */
+/* GROUP's optional islands (after the ranks): one label per rank, each the rank that leads its
+ * group (a LAN island's lowest rank, or a star's hub), which carries its own label. */
 static int get_islands(json_t *o, struct gm_jobmsg *m)
 {
     json_t *a = json_object_get(o, "islands"), *v;
@@ -116,12 +116,13 @@ static int get_islands(json_t *o, struct gm_jobmsg *m)
     json_array_foreach(a, i, v)
     {
         if (!json_is_integer(v) || json_integer_value(v) < 0 ||
-            json_integer_value(v) > (json_int_t)i)
+            json_integer_value(v) >= (json_int_t)m->nranks)
             return GM_ERR_PROTO;
         m->islands[i] = (int)json_integer_value(v);
+    }
+    for (i = 0; i < m->nranks; i++)
         if (m->islands[m->islands[i]] != m->islands[i]) /* its leader leads itself */
             return GM_ERR_PROTO;
-    }
     return 0;
 }
 
@@ -183,6 +184,46 @@ static int get_files(json_t *o, struct gm_jobmsg *m)
             return GM_ERR_PROTO;
     }
     m->nfiles = n;
+    return 0;
+}
+
+/* REPORT fit's {alpha_s, bytes_per_s, ops}: finite, alpha >= 0, bytes_per_s > 0. */
+static int get_fit(json_t *o, struct gm_jobmsg *m)
+{
+    json_t *f = json_object_get(o, "fit"), *a, *b;
+    uint64_t u;
+    int err;
+
+    if (!json_is_object(f) || json_object_size(f) != 3)
+        return GM_ERR_PROTO;
+    a = json_object_get(f, "alpha_s");
+    b = json_object_get(f, "bytes_per_s");
+    if (!json_is_number(a) || !json_is_number(b) || !isfinite(json_number_value(a)) ||
+        !isfinite(json_number_value(b)) || json_number_value(a) < 0 || json_number_value(b) <= 0)
+        return GM_ERR_PROTO;
+    if ((err = get_uint(f, "ops", UINT32_MAX, &u)) < 0)
+        return err;
+    m->have_fit = true;
+    m->fit_alpha_s = json_number_value(a);
+    m->fit_bytes_per_s = json_number_value(b);
+    m->fit_ops = u;
+    return 0;
+}
+
+/* SWITCH's and its answers' seq (>= 1) and step. */
+static int get_seq_step(json_t *o, struct gm_jobmsg *m)
+{
+    uint64_t u;
+    int err;
+
+    if ((err = get_uint(o, "seq", UINT32_MAX, &u)) < 0)
+        return err;
+    if (u == 0)
+        return GM_ERR_PROTO;
+    m->seq = (uint32_t)u;
+    if ((err = get_uint(o, "step", INT32_MAX, &u)) < 0)
+        return err;
+    m->step = (long)u;
     return 0;
 }
 
@@ -249,12 +290,29 @@ static int decode(uint16_t type, json_t *o, struct gm_jobmsg *m)
         m->gen = (uint32_t)u;
         if ((err = get_str(o, "event", m->event, sizeof(m->event), true)) < 0)
             return err;
-        if (strcmp(m->event, "group-failed") != 0 && strcmp(m->event, "exit") != 0)
+        if (strcmp(m->event, "group-failed") != 0 && strcmp(m->event, "exit") != 0 &&
+            strcmp(m->event, "fit") != 0 && strcmp(m->event, "switch-ok") != 0 &&
+            strcmp(m->event, "switch-late") != 0)
             return GM_ERR_PROTO;
         if ((err = get_uint(o, "code", 100000, &u)) < 0)
             return err;
         m->code = -(int)u;
-        return get_str(o, "message", m->message, sizeof(m->message), true);
+        if ((err = get_str(o, "message", m->message, sizeof(m->message), true)) < 0)
+            return err;
+        if (strcmp(m->event, "fit") == 0)
+            return get_fit(o, m);
+        if (strncmp(m->event, "switch-", 7) == 0)
+            return get_seq_step(o, m);
+        return 0;
+    case GM_MSG_JOB_SWITCH:
+        if ((err = get_uint(o, "gen", UINT32_MAX, &u)) < 0)
+            return err;
+        m->gen = (uint32_t)u;
+        if (m->gen == 0)
+            return GM_ERR_PROTO;
+        if ((err = get_seq_step(o, m)) < 0 || (err = get_comm(o, m)) < 0)
+            return err;
+        return m->codec[0] != '\0' ? 0 : GM_ERR_PROTO; /* comm is required here */
     case GM_MSG_JOB_END:
         if ((err = get_str(o, "state", m->state, sizeof(m->state), true)) < 0)
             return err;
@@ -338,6 +396,22 @@ int gm_jobmsg_encode(uint16_t type, const struct gm_jobmsg *m, char **out, size_
         json_object_set_new(o, "event", json_string(m->event));
         json_object_set_new(o, "code", json_integer(m->code < 0 ? -m->code : m->code));
         json_object_set_new(o, "message", json_string(m->message));
+        if (m->have_fit)
+            json_object_set_new(o, "fit",
+                                json_pack("{s:f,s:f,s:I}", "alpha_s", m->fit_alpha_s, "bytes_per_s",
+                                          m->fit_bytes_per_s, "ops", (json_int_t)m->fit_ops));
+        if (m->seq > 0) {
+            json_object_set_new(o, "seq", json_integer(m->seq));
+            json_object_set_new(o, "step", json_integer(m->step));
+        }
+        break;
+    case GM_MSG_JOB_SWITCH:
+        json_object_set_new(o, "gen", json_integer(m->gen));
+        json_object_set_new(o, "seq", json_integer(m->seq));
+        json_object_set_new(o, "step", json_integer(m->step));
+        json_object_set_new(
+            o, "comm",
+            json_pack("{s:s,s:I}", "codec", m->codec, "local_steps", (json_int_t)m->local_steps));
         break;
     case GM_MSG_JOB_END:
         json_object_set_new(o, "state", json_string(m->state));

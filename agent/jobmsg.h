@@ -15,10 +15,19 @@
  *                                                        codec the coordinator chose for
  *                                                        codec = auto (every rank runs it);
  *                                                        islands: per rank, the lowest rank
- *                                                        of its LAN island (the group runs
+ *                                                        of its LAN island, or every rank the
+ *                                                        hub of a star VPN (the group runs
  *                                                        the hierarchical all-reduce)
- *   JOB_REPORT {id, gen, event: "group-failed"|"exit", code, message}
- *                                                        member -> coordinator
+ *   JOB_REPORT {id, gen, event: "group-failed"|"exit"|"fit"|"switch-ok"|"switch-late",
+ *               code, message, fit?: {alpha_s, bytes_per_s, ops}, seq?, step?}
+ *                                                        member -> coordinator; fit: the
+ *                                                        rank's alpha-beta fit (with "fit");
+ *                                                        seq, step: the answer to JOB_SWITCH
+ *                                                        seq (step: the member's last step
+ *                                                        boundary)
+ *   JOB_SWITCH {id, gen, seq, step, comm: {codec, local_steps}}
+ *                                                        coordinator -> member: group gen
+ *                                                        runs comm from step on
  *   JOB_END    {id, state: "done"|"cancelled"|"failed"|"refused", message,
  *               summary?: {test_accuracy, steps, samples_per_s, weights}}
  *                                                        coordinator -> member
@@ -57,11 +66,16 @@ struct gm_jobmsg {
     int global_batch;         /* GROUP: fixed by the coordinator at submit, >= 1 */
     char codec[16];           /* GROUP: auto's choice ("" none: the job's own [comm]) */
     uint32_t local_steps;     /* GROUP with codec: diloco's H, >= 1 */
-    int *islands;             /* owned (GROUP, optional): nranks entries, islands[i] <= i and
-                               * islands[islands[i]] == islands[i]; NULL: none */
+    int *islands;             /* owned (GROUP, optional): nranks entries, islands[i] < nranks
+                               * and islands[islands[i]] == islands[i]; NULL: none */
     struct gm_jobfile *files; /* owned (CHECK) */
     size_t nfiles;
     char event[16]; /* REPORT */
+    uint32_t seq;   /* SWITCH, REPORT switch-*: the switch's number in the job */
+    long step;      /* SWITCH: the step it takes effect at; REPORT switch-*: where the rank is */
+    bool have_fit;  /* REPORT fit */
+    double fit_alpha_s, fit_bytes_per_s; /* >= 0, > 0 */
+    uint64_t fit_ops;
     char state[16]; /* END */
     int code;
     char message[GM_JOB_MSG_MAX]; /* CHECK error, REPORT, END */

@@ -80,6 +80,8 @@ static int link_measured(void *agent, const char *from, const char *to, double *
             return -ENOENT;
         *rtt_ms = gm_link_rtt_ms(p->link);
         *mbps = p->m.mbps_out;
+        if (gm_link_rate(p->link) > 0 && *mbps > gm_link_rate(p->link) * 8e-6)
+            *mbps = gm_link_rate(p->link) * 8e-6; /* max_tunnel_mbit: what auto may count on */
     } else { /* theirs: the last LINK_STATS member `from` sent us */
         p = gm_agent_peer_find(a, from);
         for (size_t k = 0; p != NULL && p->link != NULL && k < p->m.nremote; k++)
@@ -164,10 +166,14 @@ static json_t *cmd_cancel(struct gm_agent *a, json_t *req)
 }
 
 static const struct gm_room_frame frames[] = {
-    {GM_MSG_TRAIN, GM_LSTATE_UP, on_job_frame},      {GM_MSG_JOB_OFFER, GM_LSTATE_UP, on_job_frame},
-    {GM_MSG_JOB_CHECK, GM_LSTATE_UP, on_job_frame},  {GM_MSG_JOB_GROUP, GM_LSTATE_UP, on_job_frame},
-    {GM_MSG_JOB_REPORT, GM_LSTATE_UP, on_job_frame}, {GM_MSG_JOB_END, GM_LSTATE_UP, on_job_frame},
+    {GM_MSG_TRAIN, GM_LSTATE_UP, on_job_frame},
+    {GM_MSG_JOB_OFFER, GM_LSTATE_UP, on_job_frame},
+    {GM_MSG_JOB_CHECK, GM_LSTATE_UP, on_job_frame},
+    {GM_MSG_JOB_GROUP, GM_LSTATE_UP, on_job_frame},
+    {GM_MSG_JOB_REPORT, GM_LSTATE_UP, on_job_frame},
+    {GM_MSG_JOB_END, GM_LSTATE_UP, on_job_frame},
     {GM_MSG_JOB_SUBMIT, GM_LSTATE_UP, on_job_frame},
+    {GM_MSG_JOB_SWITCH, GM_LSTATE_UP, on_job_frame},
 };
 
 static const struct gm_room_command commands[] = {

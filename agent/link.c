@@ -21,6 +21,7 @@
 #include "common/assert.h"
 #include "common/byteorder.h"
 #include "common/log.h"
+#include "common/tbucket.h"
 #include "common/time.h"
 
 #define RX_BUF (256u << 10)
@@ -31,6 +32,8 @@ struct ctrl_frame {
     size_t len;
     uint8_t data[]; /* header + payload, plaintext */
 };
+
+#define RATE_MIN_FRAME (16u << 10) /* a capped link's bulk frames: at least this */
 
 struct bulk_item {
     struct bulk_item *next;
@@ -51,7 +54,8 @@ struct wreq {
 struct gm_link {
     uv_tcp_t tcp; /* tcp.data = this */
     uv_timer_t timer;
-    uv_idle_t idle; /* kick(): work for the next loop iteration */
+    uv_timer_t rate_timer; /* the bulk cap's bucket refills: pump again */
+    uv_idle_t idle;        /* kick(): work for the next loop iteration */
     uv_connect_t connect_req;
     uv_shutdown_t shutdown_req;
     uv_loop_t *loop;
@@ -78,6 +82,8 @@ struct gm_link {
     uint64_t tx, rx;
     char peer[GM_ADDR_MAX];
     uint8_t *rxbuf; /* owned, RX_BUF */
+    int rated;      /* bulk frames go through tb (gm_link_set_rate) */
+    struct gm_tbucket tb;
 };
 
 /* For results that do not change what happens next (best-effort sends). */
@@ -267,6 +273,7 @@ static void close_handles(struct gm_link *l)
     l->close_started = 1;
     uv_close((uv_handle_t *)&l->tcp, close_cb);
     uv_close((uv_handle_t *)&l->timer, close_cb);
+    uv_close((uv_handle_t *)&l->rate_timer, close_cb);
     uv_close((uv_handle_t *)&l->idle, close_cb);
 }
 
@@ -387,6 +394,44 @@ static void kick(struct gm_link *l)
         ignore(uv_idle_start(&l->idle, idle_cb));
 }
 
+static void rate_cb(uv_timer_t *t)
+{
+    pump(t->data);
+}
+
+/* The bytes of a bulk chunk of want that the cap lets go now (at least RATE_MIN_FRAME, or
+ * what is left of the item, so frames stay large); 0 with the rate timer armed. */
+static size_t rated_chunk(struct gm_link *l, size_t want)
+{
+    uint64_t now = gm_time_mono_ns(), wait;
+    size_t n = gm_tbucket_take(&l->tb, want, RATE_MIN_FRAME, now);
+
+    if (n > 0)
+        return n;
+    wait = gm_tbucket_wait_ns(&l->tb, want < RATE_MIN_FRAME ? want : RATE_MIN_FRAME, now);
+    if (!uv_is_active((uv_handle_t *)&l->rate_timer))
+        ignore(uv_timer_start(&l->rate_timer, rate_cb, (wait + 999999) / 1000000, 0));
+    return 0;
+}
+
+void gm_link_set_rate(struct gm_link *l, double bytes_per_s)
+{
+    l->rated = bytes_per_s > 0;
+    if (l->rated) /* a burst of 50 ms, at least two minimal frames */
+        gm_tbucket_init(&l->tb, bytes_per_s,
+                        bytes_per_s * 0.05 > 2 * RATE_MIN_FRAME ? bytes_per_s * 0.05
+                                                                : 2 * RATE_MIN_FRAME,
+                        gm_time_mono_ns());
+    else if (l->started && !l->close_started)
+        ignore(uv_timer_stop(&l->rate_timer));
+    kick(l);
+}
+
+double gm_link_rate(const struct gm_link *l)
+{
+    return l->rated ? l->tb.rate : 0;
+}
+
 /* Encrypts queued frames while the write queue is below the high water. */
 static void pump(struct gm_link *l)
 {
@@ -412,6 +457,8 @@ static void pump(struct gm_link *l)
             size_t n = b->len - b->off;
             if (n > GM_LINK_CHUNK)
                 n = GM_LINK_CHUNK;
+            if (l->rated && (n = rated_chunk(l, n)) == 0)
+                break; /* the rate timer pumps again when the bucket holds enough */
             err = tls_write_chunk(l, b, b->off + n < b->len ? GM_FRAME_F_MORE : 0, n);
             b->off += n;
             l->bulk_bytes -= n;
@@ -903,12 +950,14 @@ static int init_handles(struct gm_link *l)
         uv_close((uv_handle_t *)&l->tcp, close_cb);
         return 1; /* reported through on_close */
     }
-    ignore(uv_idle_init(l->loop, &l->idle)); /* cannot fail (libuv returns 0) */
+    ignore(uv_idle_init(l->loop, &l->idle));        /* cannot fail (libuv returns 0) */
+    ignore(uv_timer_init(l->loop, &l->rate_timer)); /* idem, once timer's succeeded */
     l->tcp.data = l;
     l->timer.data = l;
+    l->rate_timer.data = l;
     l->idle.data = l;
     l->started = 1;
-    l->handles_open = 3;
+    l->handles_open = 4;
     l->t_start = gm_time_mono_ns();
     return 0;
 }

@@ -84,6 +84,13 @@ GM_MUST_CHECK int gm_link_connect(struct gm_link *l, const struct sockaddr *addr
  * -EPIPE when closing. */
 GM_MUST_CHECK int gm_link_send(struct gm_link *l, uint16_t type, uint64_t req, const void *payload,
                                size_t len);
+/* Caps the link's bulk frames (TRAIN, BULK, PROBE, CKPT_DATA: everything sent with
+ * gm_link_send_bulk*) at bytes_per_s of frame bytes (0: no cap), with a token bucket
+ * (common/tbucket.h) holding 50 ms of the rate; a capped link cuts bulk into frames of at least
+ * 16 KiB as the bucket allows and waits on a timer in between.  Control frames are never held
+ * back (they are small, and PING must not wait).  Loop thread. */
+void gm_link_set_rate(struct gm_link *l, double bytes_per_s);
+double gm_link_rate(const struct gm_link *l);
 /* Tests and fuzzing only: queues bytes as-is (no frame header) into the TLS stream. */
 GM_MUST_CHECK int gm_link_send_raw(struct gm_link *l, const void *bytes, size_t len);
 /* Queues a bulk payload (borrowed until done(arg, err) runs; never called

@@ -280,6 +280,11 @@ static int h_hello(struct gm_agent *a, struct gm_link *l, const struct gm_frame_
     peer->link = l;
     peer->backoff_ms = 0;
     gm_measure_link_init(peer, c, m.link_class, m.mtu);
+    if (a->cfg.max_tunnel_mbit > 0 && gm_measure_class(peer) == GM_CLASS_TUNNEL) {
+        gm_link_set_rate(l, a->cfg.max_tunnel_mbit * 1e6 / 8); /* before the probe measures */
+        gm_info("event=link-capped peer=%s class=tunnel max_mbit=%d", m.node,
+                a->cfg.max_tunnel_mbit);
+    }
     gm_link_set_state(l, GM_LSTATE_UP);
     gm_link_ping(l); /* an RTT right away, before the probe loads the link */
     a->stats.links_up++;

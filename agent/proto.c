@@ -37,6 +37,7 @@ int gm_proto_type_known(uint16_t type)
     case GM_MSG_JOB_REPORT:
     case GM_MSG_JOB_END:
     case GM_MSG_JOB_SUBMIT:
+    case GM_MSG_JOB_SWITCH:
     case GM_MSG_TRAIN:
     case GM_MSG_RAFT:
     case GM_MSG_CHIEF_REQ:
@@ -112,6 +113,8 @@ const char *gm_proto_type_name(uint16_t type)
         return "job-end";
     case GM_MSG_JOB_SUBMIT:
         return "job-submit";
+    case GM_MSG_JOB_SWITCH:
+        return "job-switch";
     case GM_MSG_TRAIN:
         return "train";
     case GM_MSG_RAFT:

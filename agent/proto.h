@@ -25,7 +25,8 @@
  *                for the key and name of the certificate it linked with
  *   RENEW_ACCEPT {cert}                                      admitter -> member
  *   KEYRING      {v, ca_key, tokens}: the CA key and token records, to a voter (agent/keyring.h)
- *   JOB_OFFER, JOB_CHECK, JOB_GROUP, JOB_REPORT, JOB_END, JOB_SUBMIT: job control (agent/jobmsg.h)
+ *   JOB_OFFER, JOB_CHECK, JOB_GROUP, JOB_REPORT, JOB_END, JOB_SUBMIT, JOB_SWITCH: job control
+ *   (agent/jobmsg.h)
  *   TRAIN        raw chunk of a collective message; req = generation << 32 | sequence
  *                (agent/xport.h)
  *   RAFT         op byte + raft bytes of one channel; req = channel id (agent/chiefnet.h)
@@ -70,12 +71,13 @@ enum gm_msg_type {
     GM_MSG_JOB_REPORT = 35,
     GM_MSG_JOB_END = 36,
     GM_MSG_JOB_SUBMIT = 37,
-    GM_MSG_TRAIN = 40,     /* bulk: one collective message, chunked (agent/xport.h) */
-    GM_MSG_RAFT = 44,      /* raft's bytes on a channel of the link (agent/chiefnet.h) */
-    GM_MSG_CHIEF_REQ = 45, /* a member asks the chief for a change (agent/chief.h) */
-    GM_MSG_CHIEF_ANS = 46, /* the chief's answer, once committed or refused */
-    GM_MSG_CKPT_DATA = 48, /* bulk: a checkpoint file with its header (agent/ckptxfer.h) */
-    GM_MSG_CKPT_ACK = 49,  /* JSON: a checkpoint received (or not) */
+    GM_MSG_JOB_SWITCH = 38, /* codec = auto changes codec at a step (agent/jobmsg.h) */
+    GM_MSG_TRAIN = 40,      /* bulk: one collective message, chunked (agent/xport.h) */
+    GM_MSG_RAFT = 44,       /* raft's bytes on a channel of the link (agent/chiefnet.h) */
+    GM_MSG_CHIEF_REQ = 45,  /* a member asks the chief for a change (agent/chief.h) */
+    GM_MSG_CHIEF_ANS = 46,  /* the chief's answer, once committed or refused */
+    GM_MSG_CKPT_DATA = 48,  /* bulk: a checkpoint file with its header (agent/ckptxfer.h) */
+    GM_MSG_CKPT_ACK = 49,   /* JSON: a checkpoint received (or not) */
 };
 
 #define GM_ADDR_MAX 64

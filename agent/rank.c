@@ -43,6 +43,8 @@ struct req {
     uint32_t gen; /* the group it belongs to */
     int status;
     bool done;
+    bool fit;    /* a sample for the rank's alpha-beta fit (set by the trainer) */
+    uint64_t t0; /* loop: when it was started */
 };
 
 struct old_group {
@@ -72,7 +74,19 @@ struct gm_rank {
     struct gm_metrics *metrics; /* borrowed, may be NULL: where the trainer publishes */
     struct gm_metrics_job mjob; /* the last published (accuracy kept between evaluations) */
     struct gm_tb_writer *tb;    /* owned, trainer thread only (NULL: none): the job's events */
-    struct ckpt_note {          /* the newest checkpoint written, until the loop takes it */
+    struct gm_gradsync_ab fit;  /* alpha-beta of this rank's gradient/parameter ops (loop) */
+    double fit_s;               /* their seconds, summed */
+    struct pending_switch {     /* a codec switch announced by the coordinator */
+        bool pending, wait, answered, ok;
+        uint32_t gen, seq;
+        long step; /* announced; taken at the first step >= it where the codec may be left */
+        struct gm_gradsync_strategy to;
+    } sw;
+    long at_step;                           /* the trainer passed this step's boundary */
+    long align_h;                           /* gm_gradsync_switch_step(gs, 1) at that boundary */
+    struct gm_gradsync_strategy next_strat; /* the strategy of the next group (set_codec) */
+    bool next_strat_set;
+    struct ckpt_note { /* the newest checkpoint written, until the loop takes it */
         bool pending;
         long step;
         char sha256[65];
@@ -94,10 +108,9 @@ struct gm_rank {
     struct req *submitted, **submitted_tail; /* overlap: heap reqs, until wait */
     int submit_err;
     uint32_t synced_gen;
-    struct gm_gradsync *gs;    /* owned */
-    struct gm_gradsync_ab fit; /* alpha-beta of this rank's blocking collectives (bridge_run) */
-    double fit_s;              /* their seconds, summed */
-    int fit_epoch;             /* the epoch last logged */
+    struct gm_gradsync *gs; /* owned */
+    int fit_epoch;          /* the epoch last logged */
+    bool fit_skip;          /* the next counted op waits for rank 0's evaluation or a resync */
     struct gm_gradsync_strategy strat;
     struct gm_gradsync_exec exec;
     float *state_buf; /* owned: the resync broadcast */
@@ -156,12 +169,24 @@ static void op_done(struct gm_coll *c, int status, void *arg)
 {
     struct gm_rank *rk = arg;
     struct req *r = rk->inflight;
+    uint64_t now = gm_time_mono_ns();
 
-    if (c == rk->coll) { /* the bytes this op sent, for the per-step metrics */
+    if (c == rk->coll) { /* the bytes this op sent, for the per-step metrics and the fit */
         struct gm_coll_traffic t;
         gm_coll_traffic_total(c, &t, NULL);
         pthread_mutex_lock(&rk->mu);
         rk->bytes_sent_total += t.payload_bytes - rk->coll_bytes_seen;
+        if (r != NULL && r->fit && status == 0 && r->t0 != 0) {
+            /* the op's time on the link: from its start (ops run one after another: when it
+             * was started or the one before it ended), or from when the peers' data first
+             * came if they were late, so that waiting for a slower rank is not priced as
+             * link time */
+            uint64_t first = rk->x != NULL ? gm_xport_rx_first(rk->x) : 0;
+            uint64_t t0 = first > r->t0 && first <= now ? first : r->t0;
+            double dt = (double)(now - t0) * 1e-9;
+            gm_gradsync_ab_add(&rk->fit, (double)(t.payload_bytes - rk->coll_bytes_seen), dt);
+            rk->fit_s += dt;
+        }
         pthread_mutex_unlock(&rk->mu);
         rk->coll_bytes_seen = t.payload_bytes;
     }
@@ -170,6 +195,11 @@ static void op_done(struct gm_coll *c, int status, void *arg)
         if (rk->inflight == NULL)
             rk->inflight_tail = &rk->inflight;
         complete(rk, r, map_err(rk, r->gen, status));
+    }
+    if (rk->inflight != NULL && c == rk->coll) { /* the next op starts running now */
+        rk->inflight->t0 = now;
+        if (rk->x != NULL)
+            gm_xport_rx_mark(rk->x);
     }
     uv_async_send(&rk->async); /* reap retired groups outside this callback */
 }
@@ -185,6 +215,11 @@ static void start_req(struct gm_rank *rk, struct req *r)
     if (rk->coll == NULL || r->gen != rk->coll_gen || rk->broken_gen == r->gen) {
         complete(rk, r, GM_ERR_REGROUP);
         return;
+    }
+    r->t0 = 0; /* set when it starts running: now, or when the op before it ends */
+    if (rk->inflight == NULL) {
+        r->t0 = gm_time_mono_ns();
+        gm_xport_rx_mark(rk->x);
     }
     err = r->start(rk->coll, r->arg, op_done, rk);
     if (err < 0) {
@@ -296,7 +331,7 @@ static void async_cb(uv_async_t *a)
 int gm_rank_set_group(struct gm_rank *rk, uint32_t gen, int rank, int world, struct gm_xport *x,
                       const int *islands)
 {
-    bool hier = gm_gradsync_islands_split(islands, world);
+    bool hier = gm_gradsync_groups_hier(islands, world);
     struct gm_coll_config cc = {
         .generation = gen, .chunk_bytes = GM_XPORT_CHUNK, .groups = hier ? islands : NULL};
 
@@ -356,6 +391,53 @@ void gm_rank_get_progress(struct gm_rank *rk, struct gm_rank_progress *p)
     pthread_mutex_unlock(&rk->mu);
 }
 
+void gm_rank_get_fit(struct gm_rank *rk, struct gm_coll_link *fit, uint64_t *n)
+{
+    pthread_mutex_lock(&rk->mu);
+    gm_gradsync_ab_link(&rk->fit, fit);
+    *n = rk->fit.n;
+    pthread_mutex_unlock(&rk->mu);
+}
+
+void gm_rank_set_codec(struct gm_rank *rk, const struct gm_gradsync_strategy *s)
+{
+    pthread_mutex_lock(&rk->mu);
+    rk->next_strat = *s;
+    rk->next_strat_set = true;
+    pthread_mutex_unlock(&rk->mu);
+}
+
+int gm_rank_switch(struct gm_rank *rk, uint32_t gen, uint32_t seq, long step,
+                   const struct gm_gradsync_strategy *to, bool wait, long *at_step)
+{
+    int err = 0;
+    long h;
+
+    pthread_mutex_lock(&rk->mu);
+    h = rk->align_h > 1 ? rk->align_h : 1;
+    *at_step = rk->at_step;
+    if (gen != rk->synced_gen || gen != rk->group_gen)
+        err = -ESTALE; /* not (or no longer) in that group */
+    else if ((step + h - 1) / h * h <= rk->at_step)
+        err = -EALREADY; /* the trainer is past the step it would take effect at */
+    else
+        rk->sw = (struct pending_switch){
+            .pending = true, .wait = wait, .gen = gen, .seq = seq, .step = step, .to = *to};
+    pthread_mutex_unlock(&rk->mu);
+    return err;
+}
+
+void gm_rank_switch_answer(struct gm_rank *rk, uint32_t seq, bool ok)
+{
+    pthread_mutex_lock(&rk->mu);
+    if (rk->sw.pending && rk->sw.seq == seq && !rk->sw.answered) {
+        rk->sw.answered = true;
+        rk->sw.ok = ok;
+        pthread_cond_broadcast(&rk->cv);
+    }
+    pthread_mutex_unlock(&rk->mu);
+}
+
 /* --- trainer thread -------------------------------------------------------------------- */
 
 /* Queues r for the loop; 0, or why not (the trainer then does not wait for it). */
@@ -409,26 +491,14 @@ static void wait_done(struct gm_rank *rk, struct req *r)
 static int bridge_run(void *ctx, gm_gradsync_start_fn start, void *arg, bool counted)
 {
     struct gm_rank *rk = ctx;
-    struct req r = {.start = start, .arg = arg};
+    struct req r = {.start = start, .arg = arg, .fit = counted && !rk->fit_skip};
     int err;
 
-    uint64_t t0 = gm_time_mono_ns(), b0 = 0;
-
-    if (counted) { /* the collective counts its own bytes; we time it for the fit */
-        pthread_mutex_lock(&rk->mu);
-        b0 = rk->bytes_sent_total;
-        pthread_mutex_unlock(&rk->mu);
-    }
+    if (counted)
+        rk->fit_skip = false;
     if ((err = enqueue(rk, &r)) < 0)
         return err;
     wait_done(rk, &r);
-    if (counted && r.status == 0) {
-        double dt = (double)(gm_time_mono_ns() - t0) * 1e-9;
-        pthread_mutex_lock(&rk->mu);
-        gm_gradsync_ab_add(&rk->fit, (double)(rk->bytes_sent_total - b0), dt);
-        pthread_mutex_unlock(&rk->mu);
-        rk->fit_s += dt;
-    }
     return r.status;
 }
 
@@ -447,6 +517,8 @@ static void bridge_submit(void *ctx, gm_gradsync_start_fn start, void *arg)
     }
     r->start = start;
     r->arg = arg;
+    r->fit = !rk->fit_skip; /* gradient buckets: counted */
+    rk->fit_skip = false;
     if ((err = enqueue(rk, r)) < 0) {
         rk->submit_err = err;
         free(r);
@@ -523,7 +595,13 @@ static int hook_resync(void *ctx, struct gm_train_state *st)
     rk->synced_gen = rk->group_gen;
     rank = rk->group_rank;
     world = rk->group_world;
+    if (rk->next_strat_set) /* the coordinator's current pick (codec = auto) */
+        rk->strat = rk->next_strat;
     rk->strat.algo = rk->group_hier ? GM_COLL_HIER : GM_COLL_RING; /* the gradsync made below */
+    rk->sw.pending = false; /* an announced switch belonged to the group before */
+    rk->at_step = -1;
+    rk->align_h = 1;
+    rk->fit_skip = true; /* the first op waits for every rank's resync */
     pthread_mutex_unlock(&rk->mu);
 
     (void)bridge_wait(rk); /* overlap ops of the failed step are over before gradsync goes */
@@ -567,10 +645,66 @@ static int hook_resync(void *ctx, struct gm_train_state *st)
     return 0;
 }
 
+/* At the boundary of step st->step: an announced switch due now takes effect (rank.h). */
+static int maybe_switch(struct gm_rank *rk, struct gm_train_state *st)
+{
+    struct pending_switch sw;
+    char from[48], to[48];
+    int err;
+
+    pthread_mutex_lock(&rk->mu);
+    rk->at_step = st->step; /* from now on only a later step can be accepted */
+    rk->align_h = gm_gradsync_switch_step(rk->gs, 1);
+    if (!rk->sw.pending || rk->sw.gen != rk->synced_gen || st->step < rk->sw.step ||
+        gm_gradsync_switch_step(rk->gs, rk->sw.step) > st->step) {
+        pthread_mutex_unlock(&rk->mu);
+        return 0;
+    }
+    while (rk->sw.wait && !rk->sw.answered && !rk->stopping && rk->group_gen == rk->synced_gen)
+        pthread_cond_wait(&rk->cv, &rk->mu); /* rank 0: until every member accepted it */
+    if (rk->stopping) {                      /* the step's first op says so */
+        pthread_mutex_unlock(&rk->mu);
+        return 0;
+    }
+    sw = rk->sw;
+    rk->sw.pending = false;
+    if (rk->group_gen != rk->synced_gen || (sw.wait && !sw.ok)) {
+        /* a member could not take it at this step: the coordinator re-forms the group with
+         * the new codec instead; wait for that group */
+        pthread_mutex_unlock(&rk->mu);
+        gm_warn("event=codec-switch-abandoned generation=%u step=%ld seq=%u",
+                rk->synced_gen & 0xffff, st->step, sw.seq);
+        return GM_ERR_REGROUP;
+    }
+    sw.to.algo = rk->group_hier ? GM_COLL_HIER : GM_COLL_RING;
+    pthread_mutex_unlock(&rk->mu);
+
+    gm_gradsync_describe(&rk->strat, from, sizeof(from));
+    gm_gradsync_describe(&sw.to, to, sizeof(to));
+    /* codec state: dropped with the old gradsync (gradsync.h, "Switching"); nothing of it is
+     * in flight at a step boundary */
+    gm_gradsync_free(rk->gs);
+    rk->gs = NULL;
+    rk->strat = sw.to;
+    if ((err = gm_gradsync_new(&rk->strat, st->rank, st->world, rk->job.seed, &rk->exec, &rk->gs)) <
+        0)
+        return err;
+    gm_notice("event=codec-switch generation=%u rank=%d step=%ld announced_step=%ld seq=%u "
+              "from=\"%s\" to=\"%s\"",
+              rk->synced_gen & 0xffff, st->rank, st->step, sw.step, sw.seq, from, to);
+    return 0;
+}
+
 static int hook_backward_begin(void *ctx, struct gm_train_state *st)
 {
     struct gm_rank *rk = ctx;
+    int err;
 
+    if (rk->job.epochs > 0 && st->total_steps >= rk->job.epochs &&
+        st->step % (st->total_steps / rk->job.epochs) == 0)
+        rk->fit_skip = true; /* this step's first op waits while rank 0 evaluates */
+    if ((err = maybe_switch(rk, st)) < 0)
+        return err;
     return gm_gradsync_backward_begin(rk->gs, st->model, st->step);
 }
 
@@ -710,6 +844,7 @@ static void hook_step(void *ctx, const struct gm_train_step_info *si)
 
     if (rk->tb != NULL)
         gm_tb_on_step(rk->tb, si);
+    pthread_mutex_lock(&rk->mu);
     if (si->epoch != rk->fit_epoch && rk->fit.n > 0) { /* once an epoch: what the fit says */
         struct gm_coll_link l;
         gm_gradsync_ab_link(&rk->fit, &l);
@@ -719,10 +854,11 @@ static void hook_step(void *ctx, const struct gm_train_step_info *si)
                 rk->fit.sx / rk->fit.w, l.alpha_s * 1e3, l.bytes_per_s * 8e-6);
         rk->fit_epoch = si->epoch;
     }
-    pthread_mutex_lock(&rk->mu);
     rk->mjob.step = si->step;
     rk->mjob.epoch = si->epoch;
     rk->mjob.compute_s = si->compute_s;
+    rk->prog.compute_s =
+        rk->prog.compute_s > 0 ? 0.9 * rk->prog.compute_s + 0.1 * si->compute_s : si->compute_s;
     rk->mjob.collective_s = si->collective_s;
     rk->mjob.optimizer_s = si->optimizer_s;
     rk->mjob.samples_per_s = si->samples_per_s;
@@ -818,6 +954,8 @@ int gm_rank_start(uv_loop_t *loop, const struct gm_job *job, const char *out,
     if ((err = gm_gradsync_strategy_from_job(&rk->job, &rk->strat)) < 0)
         goto fail;
     gm_gradsync_ab_init(&rk->fit, 0, 125e6); /* a prior of 1 Gbit/s: the samples dominate */
+    rk->at_step = -1;
+    rk->align_h = 1;
     rk->exec = (struct gm_gradsync_exec){
         .run = bridge_run, .submit = bridge_submit, .wait = bridge_wait, .ctx = rk};
     rk->pending_tail = &rk->pending;

@@ -27,6 +27,14 @@
  * (PowerSGD's Q and error feedback, DiLoCo's outer state) starts afresh with
  * every group.
  *
+ * Switching codec (codec = auto, gm_rank_switch): the trainer checks for an
+ * announced switch at every step boundary, before backward_begin, i.e. before
+ * any of the step's communication, and replaces its gradsync there (the old
+ * one's state dropped; DiLoCo left only at a round boundary, see
+ * train/gradsync.h "Switching").  The loop times every gradient/parameter op
+ * for the rank's alpha-beta fit (gm_rank_get_fit), which the coordinator
+ * re-decides from.
+ *
  * When the last step is taken, every rank hashes its parameters (progress
  * params_sha256; the job room logs it as event=job-final-hash), so a rank that
  * rejoined can be seen to end with the same weights as rank 0 wrote.
@@ -58,6 +66,7 @@ struct gm_rank_progress {
     int rank, world;
     uint32_t generation;
     double loss, samples_per_s;
+    double compute_s;     /* a step's compute (data, forward, loss, backward), averaged (x0.9) */
     double test_accuracy; /* NAN until evaluated */
     uint64_t hash_checks;
     /* "" until the last step is taken; then the SHA-256 (hex) of the final parameters: every
@@ -104,6 +113,28 @@ GM_MUST_CHECK int gm_rank_start(uv_loop_t *loop, const struct gm_job *job, const
  * island, the strategy's codec between the island leaders). */
 GM_MUST_CHECK int gm_rank_set_group(struct gm_rank *rk, uint32_t gen, int rank, int world,
                                     struct gm_xport *x, const int *islands);
+/* The strategy of every group from the next one on (codec = auto: the coordinator's current
+ * pick; copied; its algo is set from the group's islands).  Without it the job's [comm]. */
+struct gm_gradsync_strategy;
+void gm_rank_set_codec(struct gm_rank *rk, const struct gm_gradsync_strategy *s);
+/* This rank's alpha-beta fit of its gradient and parameter collectives (train/gradsync.h:
+ * seconds against the bytes this rank sent in each op; ops that wait for rank 0's evaluation
+ * or a resync are left out) and how many ops it has seen.  Any thread. */
+struct gm_coll_link;
+void gm_rank_get_fit(struct gm_rank *rk, struct gm_coll_link *fit, uint64_t *n);
+/* Switching codec mid-run (codec = auto).  The coordinator announces that group gen runs `to`
+ * from step on (sequence number seq); every rank takes it at the boundary of the first step
+ * >= step at which its strategy may be left (gm_gradsync_switch_step: DiLoCo at a round
+ * boundary, which every rank computes alike), before any of that step's communication, so all
+ * switch at the same step.  Returns 0 when it will; -ESTALE when this rank is not in group
+ * gen; -EALREADY when its trainer has already passed that step (*at_step: the last step
+ * boundary it passed).  wait (rank 0): at that step the trainer waits for
+ * gm_rank_switch_answer: ok, every member accepted; not ok, one could not, and the trainer
+ * leaves the group (GM_ERR_REGROUP: the coordinator re-forms it with the new codec, so the
+ * ranks still agree).  A new group drops a pending switch.  Loop thread. */
+GM_MUST_CHECK int gm_rank_switch(struct gm_rank *rk, uint32_t gen, uint32_t seq, long step,
+                                 const struct gm_gradsync_strategy *to, bool wait, long *at_step);
+void gm_rank_switch_answer(struct gm_rank *rk, uint32_t seq, bool ok);
 /* The current group's transport (borrowed), NULL before the first group. */
 struct gm_xport *gm_rank_xport(struct gm_rank *rk);
 uint32_t gm_rank_generation(const struct gm_rank *rk);

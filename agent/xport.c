@@ -19,6 +19,7 @@
 #include "agent/proto.h"
 #include "common/assert.h"
 #include "common/log.h"
+#include "common/time.h"
 
 struct qmsg {
     struct qmsg *next;
@@ -77,6 +78,7 @@ struct gm_xport {
     size_t pool_bytes;
     unsigned pool_blocks;
     bool closing, idle_closed;
+    uint64_t rx_first_ns; /* the first frame since gm_xport_rx_mark (0: none yet) */
 };
 
 static void idle_cb(uv_idle_t *h);
@@ -407,6 +409,8 @@ int gm_xport_on_frame(struct gm_xport *x, int peer, const struct gm_frame_hdr *h
 
     if (peer < 0 || peer >= x->world || peer == x->t.rank || x->closing)
         return GM_ERR_PROTO;
+    if (x->rx_first_ns == 0)
+        x->rx_first_ns = gm_time_mono_ns();
     p = &x->p[peer];
     if (gm_xport_req_generation(h->req) != x->gen || seq != p->recv_seq)
         return GM_ERR_PROTO; /* out of order, or a second message inside the first */
@@ -439,6 +443,21 @@ int gm_xport_on_frame(struct gm_xport *x, int peer, const struct gm_frame_hdr *h
     err = complete(x, peer, p->part, p->part_len);
     p->part_len = 0;
     return err;
+}
+
+void gm_xport_rx_mark(struct gm_xport *x)
+{
+    x->rx_first_ns = 0;
+    for (int i = 0; i < x->world; i++)
+        if (x->p[i].qhead != NULL || x->p[i].in_part) { /* the peers' data is here already */
+            x->rx_first_ns = gm_time_mono_ns();
+            break;
+        }
+}
+
+uint64_t gm_xport_rx_first(const struct gm_xport *x)
+{
+    return x->rx_first_ns;
 }
 
 void gm_xport_link_down(struct gm_xport *x, int peer, int err)

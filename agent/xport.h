@@ -80,6 +80,13 @@ void gm_xport_fail_all(struct gm_xport *x, int err);
 
 void gm_xport_stats(const struct gm_xport *x, int peer, struct gm_xport_stats *s);
 
+/* When the peers' data first arrived, for timing one collective op without the time spent
+ * waiting for a late peer: gm_xport_rx_mark at the op's start; gm_xport_rx_first then gives the
+ * monotonic time (ns) of the first TRAIN frame received since (the mark's own time when a
+ * message was already queued or partly received), 0 while none has come. */
+void gm_xport_rx_mark(struct gm_xport *x);
+uint64_t gm_xport_rx_first(const struct gm_xport *x);
+
 /* Frees x once its outstanding sends have completed; NULL-safe.  No callback
  * of x runs after this call. */
 void gm_xport_close(struct gm_xport *x);

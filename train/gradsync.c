@@ -27,6 +27,7 @@ struct gm_gradsync {
     struct gm_gradsync_exec ex;
     struct gm_psgd *psgd; /* owned, lazily (needs total_steps) */
     struct gm_diloco *dl; /* owned, lazily (needs the initial weights) */
+    uint32_t dl_h;        /* dl's H (capped) */
     /* the op being started: set by the trainer thread, read by start while run blocks it */
     struct gm_model *m; /* borrowed */
     long step;
@@ -418,9 +419,8 @@ int gm_gradsync_reduce(struct gm_gradsync *g, struct gm_model *m, long step, lon
         if (g->dl == NULL) { /* before the first local step: the shared initial weights */
             struct gm_diloco_config cfg;
             gm_diloco_config_default(&cfg);
-            cfg.h = g->s.local_steps;
-            if (g->s.cap_h && total_steps >= 4 && cfg.h > (uint32_t)(total_steps / 4))
-                cfg.h = (uint32_t)(total_steps / 4); /* a short run still syncs 4 times */
+            cfg.h = gm_gradsync_diloco_h(&g->s, total_steps);
+            g->dl_h = cfg.h;
             cfg.outer_lr = (float)g->s.outer_lr;
             cfg.momentum = (float)g->s.outer_momentum;
             cfg.codec = g->s.codec;
@@ -667,8 +667,8 @@ int gm_gradsync_ckpt_restore(struct gm_gradsync *g, const struct gm_st_file *f, 
 
 /* --- codec = auto ---------------------------------------------------------------------- */
 
-#define AB_DECAY 0.98          /* weight kept by the older samples at each new one */
-#define AB_PRIOR_W 0.1         /* each of the prior's two points: a tenth of a sample */
+#define AB_DECAY 0.9           /* weight kept by the older samples at each new one */
+#define AB_PRIOR_W 0.02        /* each of the prior's two points: a fiftieth of a sample */
 #define AB_PRIOR_X (256 << 10) /* the prior's second point: 256 KiB */
 
 void gm_gradsync_ab_init(struct gm_gradsync_ab *f, double alpha_s, double bytes_per_s)
@@ -720,6 +720,55 @@ bool gm_gradsync_islands_split(const int *groups, int world)
     return n > 1 && n < world;
 }
 
+bool gm_gradsync_groups_hier(const int *groups, int world)
+{
+    bool one = groups != NULL && world >= 3;
+
+    for (int r = 1; one && r < world; r++)
+        one = groups[r] == groups[0];
+    return gm_gradsync_islands_split(groups, world) ||
+           (one && groups[0] >= 0 && groups[0] < world); /* a star's hub */
+}
+
+static double rtt_at(const double *rtt, int world, int a, int b)
+{
+    return rtt[a * world + b] > 0 ? rtt[a * world + b] : rtt[b * world + a];
+}
+
+int gm_gradsync_star_hub(const double *rtt_ms, int world, double tol)
+{
+    int hub = -1;
+    double best = 0;
+
+    if (rtt_ms == NULL || world < 3 || tol < 0 || tol >= 1)
+        return -1;
+    if (tol == 0)
+        tol = GM_GRADSYNC_STAR_TOL;
+    for (int a = 0; a < world; a++)
+        for (int b = 0; b < world; b++)
+            if (a != b && !(rtt_at(rtt_ms, world, a, b) > 0))
+                return -1; /* a pair nobody measured: cannot tell */
+    for (int h = 0; h < world; h++) {
+        bool star = true;
+        double sum = 0;
+        for (int a = 0; a < world && star; a++) {
+            if (a == h)
+                continue;
+            sum += rtt_at(rtt_ms, world, a, h);
+            for (int b = a + 1; b < world && star; b++)
+                if (b != h &&
+                    rtt_at(rtt_ms, world, a, b) <
+                        (1 - tol) * (rtt_at(rtt_ms, world, a, h) + rtt_at(rtt_ms, world, h, b)))
+                    star = false;
+        }
+        if (star && (hub < 0 || sum < best)) {
+            hub = h;
+            best = sum;
+        }
+    }
+    return hub;
+}
+
 void gm_gradsync_islands(const bool *lan, int world, int *groups)
 {
     for (int r = 0; r < world; r++)
@@ -739,6 +788,81 @@ void gm_gradsync_islands(const bool *lan, int world, int *groups)
 
 static const enum gm_job_codec auto_order[GM_GRADSYNC_AUTO_NCAND] = {
     GM_JOB_CODEC_FP32, GM_JOB_CODEC_FP16, GM_JOB_CODEC_POWERSGD, GM_JOB_CODEC_DILOCO};
+
+uint32_t gm_gradsync_diloco_h(const struct gm_gradsync_strategy *s, long total_steps)
+{
+    uint32_t h = s->local_steps > 0 ? s->local_steps : 1;
+
+    if (s->cap_h && total_steps >= 4 && h > (uint32_t)(total_steps / 4))
+        h = (uint32_t)(total_steps / 4); /* a short run still syncs 4 times */
+    return h;
+}
+
+long gm_gradsync_switch_step(const struct gm_gradsync *g, long step)
+{
+    if (g == NULL || g->s.kind != GM_GRADSYNC_KIND_DILOCO || g->dl == NULL || g->dl_h < 2)
+        return step;
+    /* the sync runs after step t when (t + 1) % H == 0 (gm_diloco_due): boundaries are the
+     * multiples of H */
+    return (step + (long)g->dl_h - 1) / (long)g->dl_h * (long)g->dl_h;
+}
+
+int gm_gradsync_auto_index(const struct gm_gradsync_strategy *s)
+{
+    switch (s->kind) {
+    case GM_GRADSYNC_KIND_POWERSGD:
+        return 2;
+    case GM_GRADSYNC_KIND_DILOCO:
+        return 3;
+    default:
+        return s->codec == GM_CODEC_FP32 ? 0 : 1;
+    }
+}
+
+void gm_gradsync_ab_hop(const struct gm_coll_link *fit, int world, struct gm_coll_link *hop)
+{
+    hop->alpha_s = world > 1 ? fit->alpha_s / (2.0 * (world - 1)) : fit->alpha_s;
+    hop->bytes_per_s = fit->bytes_per_s;
+}
+
+void gm_gradsync_switch_quiet(struct gm_gradsync_switch *sw, long step)
+{
+    sw->target = 0;
+    sw->streak = 0;
+    sw->quiet_until = step + GM_GRADSYNC_SWITCH_DWELL;
+}
+
+int gm_gradsync_switch_decide(struct gm_gradsync_switch *sw, const struct gm_gradsync_auto_out *o,
+                              const struct gm_gradsync_strategy *cur, double compute_s,
+                              double comm_frac, long step)
+{
+    const double budget = (comm_frac > 0 ? comm_frac : GM_GRADSYNC_AUTO_COMM_FRAC) * compute_s;
+    const int ci = gm_gradsync_auto_index(cur), pi = gm_gradsync_auto_index(&o->pick);
+    int want = -1;
+
+    if (step < sw->quiet_until) {
+        sw->target = sw->streak = 0;
+        return -1;
+    }
+    if (pi > ci && o->cand[ci].comm_s > GM_GRADSYNC_SWITCH_HYST * budget)
+        want = pi; /* the running codec is well over budget: a cheaper, less faithful one */
+    else if (pi < ci && o->cand[pi].comm_s < budget / GM_GRADSYNC_SWITCH_HYST)
+        want = pi; /* a more faithful one is well under budget */
+    if (want < 0) {
+        sw->target = sw->streak = 0;
+        return -1;
+    }
+    if (sw->target == want + 1) {
+        sw->streak++;
+    } else {
+        sw->target = want + 1;
+        sw->streak = 1;
+    }
+    if (sw->streak < GM_GRADSYNC_SWITCH_CONFIRM)
+        return -1;
+    sw->target = sw->streak = 0;
+    return want;
+}
 
 int gm_gradsync_auto_choose(const struct gm_gradsync_auto_in *in, struct gm_gradsync_auto_out *out)
 {
@@ -761,7 +885,7 @@ int gm_gradsync_auto_choose(const struct gm_gradsync_auto_in *in, struct gm_grad
 
         if ((err = gm_gradsync_strategy_of(auto_order[i], in->job, &c->s)) < 0)
             return err;
-        if (gm_gradsync_islands_split(in->groups, in->world))
+        if (gm_gradsync_groups_hier(in->groups, in->world))
             c->s.algo = GM_COLL_HIER;
         if (c->s.kind == GM_GRADSYNC_KIND_DILOCO) {
             double need;
@@ -785,6 +909,7 @@ int gm_gradsync_auto_choose(const struct gm_gradsync_auto_in *in, struct gm_grad
         if (c->step_s < out->cand[cheapest].step_s)
             cheapest = i;
     }
+    out->compute_s = in->compute_s;
     out->too_slow = best < 0;
     if (best < 0)
         best = cheapest;

@@ -14,9 +14,10 @@
  * codec = auto, the model (gm_gradsync_auto_choose; pure, tested with synthetic measurements):
  *  - a link is alpha-beta: seconds = alpha + bytes / bytes_per_s.  gm_gradsync_ab fits alpha
  *    and beta by least squares over the real collectives' (bytes, seconds), forgetting old
- *    samples (weight x0.98 per sample), starting from the measured RTT/2 and throughput as a
- *    prior worth a fifth of a sample at two sizes, so that one message size (a job runs one codec)
- *    still gives a well-posed fit: the prior pins what the samples cannot tell apart.
+ *    samples (weight x0.9 per sample: the newest ten or so dominate, so a link that changes
+ *    shows within a few steps), starting from the measured RTT/2 and throughput as a
+ *    prior worth a fiftieth of a sample at each of two sizes, so that one message size (a job runs
+ * one codec) still gives a well-posed fit: the prior pins what the samples cannot tell apart.
  *  - each candidate's communication per step is gm_gradsync_estimate over those links (the
  *    ring, as the collectives run it); step time = compute + communication (no overlap
  *    credited: the prediction errs slow).
@@ -33,6 +34,29 @@
  *  - too_slow: even DiLoCo at max_h does not fit, or the predicted speed of world agents is
  *    below one agent's (world * compute / step < 1): the caller warns that the link does not
  *    help.  The pick is then still the cheapest-step candidate.
+ *
+ * Switching mid-run (the coordinator re-decides; agent/autocodec.h carries it out):
+ *  - every rank fits alpha-beta to its own collectives (seconds against the bytes it sent,
+ *    each op timed on the loop from its start, the previous op's end or, when the peers were
+ *    late, the arrival of their first frame, to its completion: waiting for a slower rank is
+ *    not link time)
+ *    and reports the fit; the coordinator reads the slowest rank's fit as one hop of the ring
+ *    (gm_gradsync_ab_hop), puts it on every link that is not lan (lan pairs keep the link
+ *    layer's measurement) and runs gm_gradsync_auto_choose over those links with rank 0's
+ *    measured compute per step: the same model and rule as the first pick;
+ *  - hysteresis (gm_gradsync_switch_decide): the pick replaces the running codec only when
+ *    the running one's predicted communication is above GM_GRADSYNC_SWITCH_HYST x the budget
+ *    (a less faithful pick), or the pick's is below the budget / GM_GRADSYNC_SWITCH_HYST (a
+ *    more faithful one), on GM_GRADSYNC_SWITCH_CONFIRM decisions in a row, and never within
+ *    GM_GRADSYNC_SWITCH_DWELL steps of a group forming or a switch taking effect.  A change of
+ *    DiLoCo's H alone is not a switch.  Between 20% and 30% of compute, say, a codec stays;
+ *  - codec state at a switch: PowerSGD's error feedback and Q are dropped (reset): the error
+ *    is each rank's own, flushing it would need a dense all-reduce of the whole gradient over
+ *    the very link that became too slow, and what is lost is bounded by one step's
+ *    compression error, as at every re-formed group.  DiLoCo is left only at a round boundary
+ *    (gm_gradsync_switch_step: after its sync, when every rank holds the outer parameters), so
+ *    its last round is flushed, not lost; its outer momentum starts afresh.  A codec switched
+ *    to starts fresh (PowerSGD from the job's seed, DiLoCo anchored at the shared weights).
  *
  * Settings, as the simulation has always used them: every kind runs the ring all-reduce (byte
  * counts compare like with like); fp32/fp16 average the gradients every step; powersgd: rank
@@ -252,9 +276,56 @@ struct gm_gradsync_auto_out {
     struct gm_gradsync_strategy pick;
     struct gm_gradsync_auto_cand cand[GM_GRADSYNC_AUTO_NCAND]; /* fp32, fp16, powersgd, diloco */
     double speedup;                                            /* world * compute / pick's step */
+    double compute_s;                                          /* in->compute_s */
     bool too_slow;
     char reason[200]; /* one line: why this pick */
 };
+
+/* --- codec = auto, switching mid-run ------------------------------------------------------ */
+
+/* Leave the current codec only when its predicted communication is above HYST x the budget;
+ * move to a more faithful one only when that one's is below budget / HYST. */
+#define GM_GRADSYNC_SWITCH_HYST 1.5
+/* The same target on this many decisions in a row, each on fresher fits. */
+#define GM_GRADSYNC_SWITCH_CONFIRM 2
+/* Steps after a group forms or a switch takes effect before the next decision: the fit needs
+ * samples of the codec that runs (x0.9 a sample: ten give it two thirds of the weight). */
+#define GM_GRADSYNC_SWITCH_DWELL 10
+
+/* The coordinator's hysteresis state (plain value; all zero: no decision pending). */
+struct gm_gradsync_switch {
+    int target;       /* candidate index (auto order) decided last, + 1 (0: none) */
+    int streak;       /* decisions in a row for it */
+    long quiet_until; /* no decision before this step */
+};
+
+/* The candidate index (0 fp32, 1 fp16, 2 powersgd, 3 diloco: auto's order) of a strategy. */
+int gm_gradsync_auto_index(const struct gm_gradsync_strategy *s);
+
+/* One decision at rank 0's step, from auto's predictions over the fitted links (o, from
+ * gm_gradsync_auto_choose with the same compute_s and comm_frac; 0: the default) for a job
+ * running cur (see the header comment, "Switching").  Returns the candidate index to switch
+ * to, or -1 to stay; a switch resets the streak (the caller then calls
+ * gm_gradsync_switch_quiet with the step it takes effect at). */
+int gm_gradsync_switch_decide(struct gm_gradsync_switch *sw, const struct gm_gradsync_auto_out *o,
+                              const struct gm_gradsync_strategy *cur, double compute_s,
+                              double comm_frac, long step);
+/* No decision until GM_GRADSYNC_SWITCH_DWELL steps after step (a group formed or a switch
+ * took effect there); a pending streak is dropped. */
+void gm_gradsync_switch_quiet(struct gm_gradsync_switch *sw, long step);
+
+/* A rank's fit (gm_gradsync_ab_link over its collectives: seconds against the bytes that rank
+ * sent) as one hop of the ring of world ranks: an all-reduce of N bytes is 2(world-1) hops,
+ * each sending N/world bytes, so the fit's intercept is 2(world-1) alphas and its slope the
+ * hop's seconds per byte. */
+void gm_gradsync_ab_hop(const struct gm_coll_link *fit, int world, struct gm_coll_link *hop);
+
+/* DiLoCo's H as a rank runs it (cap_h: at most a quarter of total_steps). */
+uint32_t gm_gradsync_diloco_h(const struct gm_gradsync_strategy *s, long total_steps);
+/* The first step >= step at which a rank running g may leave its strategy without losing
+ * state that the others hold too: DiLoCo's next round boundary (its sync has run, every rank
+ * holds the outer parameters), else step itself. */
+long gm_gradsync_switch_step(const struct gm_gradsync *g, long step);
 
 /* Predicts every candidate and picks one (see the header comment).  0, -EINVAL, -ENOMEM. */
 GM_MUST_CHECK int gm_gradsync_auto_choose(const struct gm_gradsync_auto_in *in,
@@ -285,5 +356,20 @@ void gm_gradsync_islands(const bool *lan, int world, int *groups);
 /* groups (NULL: none) split the world into more than one island but not one per rank: the
  * hierarchical all-reduce helps. */
 bool gm_gradsync_islands_split(const int *groups, int world);
+
+/* --- a star (hub-and-spoke) VPN ------------------------------------------------------------ */
+
+#define GM_GRADSYNC_STAR_TOL 0.2 /* a spoke-to-spoke RTT may be this much under the two legs */
+
+/* The hub of a star among world (>= 3) ranks from their RTTs (ms, world*world, [a*world+b];
+ * <= 0: unknown, the reverse direction stands in): the rank h whose every other pair a, b has
+ * rtt(a,b) >= (1 - tol) (rtt(a,h) + rtt(h,b)), i.e. their packets go through h; with several
+ * (three ranks in a line) the one with the smallest sum of RTTs.  -1: no star, or a pair
+ * unknown.  tol 0: GM_GRADSYNC_STAR_TOL. */
+int gm_gradsync_star_hub(const double *rtt_ms, int world, double tol);
+/* Groups (world entries, NULL: none) on which the collectives run GM_COLL_HIER: LAN islands that
+ * split the world (gm_gradsync_islands_split), or one group around a star's hub (every rank
+ * labelled with the hub: gather and reduce at the hub, broadcast from it). */
+bool gm_gradsync_groups_hier(const int *groups, int world);
 
 #endif

@@ -15,6 +15,7 @@
  * type byte, into dir (tests/fuzz/corpus/jobmsg/ holds them).
  */
 #include <errno.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -31,7 +32,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv);
 
 static const uint16_t types[] = {GM_MSG_JOB_OFFER,  GM_MSG_JOB_CHECK, GM_MSG_JOB_GROUP,
                                  GM_MSG_JOB_REPORT, GM_MSG_JOB_END,   GM_MSG_JOB_SUBMIT,
-                                 GM_MSG_TRAIN};
+                                 GM_MSG_JOB_SWITCH, GM_MSG_TRAIN};
 #define NTYPES (sizeof(types) / sizeof(types[0]))
 
 static void need(bool ok)
@@ -75,7 +76,8 @@ static void check_fields(uint16_t type, const struct gm_jobmsg *m)
     }
     if (type == GM_MSG_JOB_GROUP)
         need(m->gen > 0 && m->global_batch >= 1 && m->nranks >= 1 && m->ranks != NULL);
-    if (type == GM_MSG_JOB_GROUP && m->codec[0] != 0) /* auto's choice: a concrete codec */
+    if ((type == GM_MSG_JOB_GROUP || type == GM_MSG_JOB_SWITCH) &&
+        m->codec[0] != 0) /* auto's choice: a concrete codec */
         need((strcmp(m->codec, "fp32") == 0 || strcmp(m->codec, "fp16") == 0 ||
               strcmp(m->codec, "powersgd") == 0 || strcmp(m->codec, "diloco") == 0) &&
              m->local_steps >= 1 && m->local_steps <= 1000000);
@@ -84,7 +86,7 @@ static void check_fields(uint16_t type, const struct gm_jobmsg *m)
     if (m->islands != NULL) { /* GROUP only; labels are leaders that lead themselves */
         need(type == GM_MSG_JOB_GROUP && m->nranks >= 1);
         for (size_t i = 0; i < m->nranks; i++)
-            need(m->islands[i] >= 0 && (size_t)m->islands[i] <= i &&
+            need(m->islands[i] >= 0 && (size_t)m->islands[i] < m->nranks &&
                  m->islands[m->islands[i]] == m->islands[i]);
     }
     if (type == GM_MSG_JOB_GROUP || (type == GM_MSG_JOB_OFFER && m->nranks > 0)) {
@@ -107,9 +109,18 @@ static void check_fields(uint16_t type, const struct gm_jobmsg *m)
         need(m->files == NULL && m->nfiles == 0);
     }
     if (type == GM_MSG_JOB_REPORT) {
-        need(strcmp(m->event, "group-failed") == 0 || strcmp(m->event, "exit") == 0);
+        need(strcmp(m->event, "group-failed") == 0 || strcmp(m->event, "exit") == 0 ||
+             strcmp(m->event, "fit") == 0 || strcmp(m->event, "switch-ok") == 0 ||
+             strcmp(m->event, "switch-late") == 0);
         need(m->code <= 0 && m->code >= -100000);
+        need(m->have_fit == (strcmp(m->event, "fit") == 0));
+        need((m->seq > 0) == (strncmp(m->event, "switch-", 7) == 0));
     }
+    if (m->have_fit)
+        need(isfinite(m->fit_alpha_s) && m->fit_alpha_s >= 0 && isfinite(m->fit_bytes_per_s) &&
+             m->fit_bytes_per_s > 0);
+    if (type == GM_MSG_JOB_SWITCH)
+        need(m->gen > 0 && m->seq > 0 && m->step >= 0 && m->codec[0] != 0 && m->local_steps > 0);
     if (type == GM_MSG_JOB_END)
         need(strcmp(m->state, "done") == 0 || strcmp(m->state, "cancelled") == 0 ||
              strcmp(m->state, "failed") == 0 || strcmp(m->state, "refused") == 0);
@@ -128,6 +139,10 @@ static void same(const struct gm_jobmsg *a, const struct gm_jobmsg *b)
     need(a->global_batch == b->global_batch && a->have_summary == b->have_summary);
     need(!a->have_summary || (a->steps == b->steps && strcmp(a->weights, b->weights) == 0));
     need(a->nfiles == b->nfiles && strcmp(a->event, b->event) == 0);
+    need(a->seq == b->seq && a->step == b->step && a->have_fit == b->have_fit);
+    need(!a->have_fit || (a->fit_ops == b->fit_ops && a->fit_alpha_s == b->fit_alpha_s &&
+                          a->fit_bytes_per_s == b->fit_bytes_per_s));
+    need(strcmp(a->codec, b->codec) == 0 && a->local_steps == b->local_steps);
     need(strcmp(a->state, b->state) == 0 && strcmp(a->message, b->message) == 0);
     for (size_t i = 0; i < a->nranks; i++)
         need(strcmp(a->ranks[i], b->ranks[i]) == 0);
@@ -227,6 +242,23 @@ static void write_seeds(const char *dir)
     snprintf(m.event, sizeof(m.event), "exit");
     snprintf(m.message, sizeof(m.message), "parameter hashes differ between ranks");
     write_seed(dir, "report-exit", GM_MSG_JOB_REPORT, &m);
+    m.code = 0;
+    snprintf(m.event, sizeof(m.event), "fit");
+    snprintf(m.message, sizeof(m.message), "%s", "");
+    m.have_fit = true;
+    m.fit_alpha_s = 0.03125;
+    m.fit_bytes_per_s = 2500000;
+    m.fit_ops = 40;
+    write_seed(dir, "report-fit", GM_MSG_JOB_REPORT, &m);
+    m.have_fit = false;
+    snprintf(m.event, sizeof(m.event), "switch-late");
+    m.seq = 3;
+    m.step = 212;
+    write_seed(dir, "report-switch-late", GM_MSG_JOB_REPORT, &m);
+    m = (struct gm_jobmsg){.gen = 2, .seq = 3, .step = 215, .local_steps = 16};
+    snprintf(m.id, sizeof(m.id), "fedcba9876543210");
+    snprintf(m.codec, sizeof(m.codec), "diloco");
+    write_seed(dir, "switch", GM_MSG_JOB_SWITCH, &m);
     m = (struct gm_jobmsg){0};
     snprintf(m.id, sizeof(m.id), "fedcba9876543210");
     snprintf(m.state, sizeof(m.state), "done");

@@ -166,3 +166,24 @@ print(eval(sys.argv[1]))' "$2"
 }
 # members_is NAME PYEXPR: succeeds when PYEXPR (over `d`) holds on NAME.
 members_is() { [ "$(members_get "$1" "bool($2)")" = True ]; }
+# ns_tunnel_pair A A_IP B B_IP [HOOK]: `init` on namespace host A (cluster lab, node A, listening
+# on A_IP:7450, the tunnel end), `join` on B through it (listening on B_IP:7450), each agent
+# started inside its namespace (HOOK NAME, if given, runs on each config before its agent
+# starts), and waits until each has measured its link to the other.
+ns_tunnel_pair() {
+    local a=$1 aip=$2 b=$3 bip=$4 hook=${5:-} token
+    nb_exec "$a" "$GM" init --cluster lab --node "$a" --config "$WORK/$a.conf" --state "$WORK/$a" \
+        --listen "$aip:7450" --multicast off >/dev/null 2>>"$WORK/$a.log" || fail "init $a"
+    [ -z "$hook" ] || "$hook" "$a"
+    ns_agent "$a"
+    wait_for "agent $a" "$GM" status --config "$WORK/$a.conf"
+    token=$("$GM" token create --config "$WORK/$a.conf") || fail "token create"
+    nb_exec "$b" "$GM" join "$token" --peer "$aip:7450" --node "$b" --config "$WORK/$b.conf" \
+        --state "$WORK/$b" --listen "$bip:7450" --multicast off >"$WORK/$b.join" 2>&1 ||
+        { cat "$WORK/$b.join"; fail "join $b"; }
+    [ -z "$hook" ] || "$hook" "$b"
+    ns_agent "$b"
+    nb_wait "$a to measure its link to $b" 60 ns__measured "$a" "$b"
+    nb_wait "$b to measure its link to $a" 60 ns__measured "$b" "$a"
+}
+ns__measured() { ns_status "$1" | python3 "$PWD/tests/integration/disc_tools.py" field "$2" throughput_mbps >/dev/null 2>&1; }

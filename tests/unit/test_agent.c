@@ -811,7 +811,7 @@ static void test_jobmsg_group_comm_islands(void)
         "\"comm\":{\"codec\":\"diloco\"}",
         "\"comm\":{\"codec\":\"fp32\",\"local_steps\":1,\"x\":1}",
         "\"islands\":[0,0]",   /* not one per rank */
-        "\"islands\":[0,2,2]", /* a label above its rank */
+        "\"islands\":[0,3,3]", /* a label that is no rank */
         "\"islands\":[0,0,1]", /* a leader that does not lead itself */
         "\"islands\":[0,-1,2]",
     };
@@ -823,6 +823,15 @@ static void test_jobmsg_group_comm_islands(void)
     GM_CHECK(d.islands != NULL && d.islands[0] == 0 && d.islands[1] == 0 && d.islands[2] == 2);
     gm_jobmsg_free(&d);
     free(txt);
+    { /* a star VPN: every rank labelled with the hub, whatever its rank */
+        static const char star[] =
+            "{\"id\":\"0123456789abcdef\",\"text\":\"[job]\",\"origin\":\"j\",\"gen\":1,"
+            "\"ranks\":[\"a1\",\"a2\",\"b1\"],\"global_batch\":3,\"islands\":[2,2,2]}";
+        GM_CHECK_OK(
+            gm_jobmsg_decode(GM_MSG_JOB_GROUP, (const uint8_t *)star, sizeof(star) - 1, &d));
+        GM_CHECK(d.islands != NULL && d.islands[0] == 2 && d.islands[1] == 2 && d.islands[2] == 2);
+        gm_jobmsg_free(&d);
+    }
     for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
         int n = snprintf(bad, sizeof(bad),
                          "{\"id\":\"0123456789abcdef\",\"text\":\"[job]\",\"origin\":\"j\","

@@ -645,10 +645,76 @@ static void test_cost_model(void)
     GM_CHECK_EQ(len[0], 1);
 }
 
+/* A star VPN reduced at its hub: HIER with one group labelled by the hub (any rank, not only the
+ * lowest) gathers and sums at the hub and broadcasts from it.  Its result is the ring's: exact
+ * for small integers, bitwise identical on every rank, and a fp32 MEAN within the ring's
+ * rounding of it; the cost model prices it as one reduce to the hub and one broadcast. */
+static void test_star_hub(void)
+{
+    const int ns[] = {3, 4, 7};
+
+    for (size_t wi = 0; wi < GM_ARRAY_SIZE(ns); wi++)
+        for (int hub = 0; hub<ns[wi]; hub += ns[wi] - 1> 1 ? ns[wi] - 2 : 1) {
+            int n = ns[wi], groups[MAXW];
+            for (int r = 0; r < n; r++)
+                groups[r] = hub;
+            GM_CHECK_EQ(gm_coll_group_leader(groups, n, 0), hub);
+            GM_CHECK_EQ(gm_coll_group_leader(groups, n, n - 1), hub);
+            struct gm_coll_config cfg = {.chunk_bytes = 64, .groups = groups};
+            struct gm_coll_config ring_cfg = {.chunk_bytes = 64};
+            struct world w, wr;
+            size_t sz = 1009;
+            float *bufs[MAXW], *rbufs[MAXW], *ref = calloc(sz, sizeof(float));
+            GM_CHECK_OK(world_init(&w, n, &cfg));
+            GM_CHECK_OK(world_init(&wr, n, &ring_cfg));
+            for (int r = 0; r < n; r++) {
+                bufs[r] = malloc(sz * sizeof(float));
+                rbufs[r] = malloc(sz * sizeof(float));
+                for (size_t i = 0; i < sz; i++) {
+                    bufs[r][i] = rbufs[r][i] = small_int(r, i);
+                    ref[i] += small_int(r, i);
+                }
+            }
+            struct gm_coll_opts o = {
+                .algo = GM_COLL_HIER, .codec = GM_CODEC_FP32, .reduce = GM_COLL_SUM, .step = 3};
+            run_allreduce(&w, bufs, sz, &o);
+            o.algo = GM_COLL_RING;
+            run_allreduce(&wr, rbufs, sz, &o);
+            for (int r = 0; r < n; r++) {
+                GM_CHECK_OK(w.s[r].status);
+                GM_CHECK(memcmp(bufs[r], ref, sz * sizeof(float)) == 0);
+                GM_CHECK(memcmp(bufs[r], rbufs[r], sz * sizeof(float)) == 0);
+            }
+            check_identical(&w, bufs, sz);
+            /* MEAN of random floats: the same as the ring's within fp32 rounding */
+            for (int r = 0; r < n; r++)
+                for (size_t i = 0; i < sz; i++)
+                    bufs[r][i] = rbufs[r][i] = urand();
+            o.reduce = GM_COLL_MEAN;
+            o.step = 4;
+            run_allreduce(&wr, rbufs, sz, &o);
+            o.algo = GM_COLL_HIER;
+            run_allreduce(&w, bufs, sz, &o);
+            for (int r = 0; r < n; r++)
+                GM_CHECK_OK(w.s[r].status);
+            check_identical(&w, bufs, sz);
+            for (size_t i = 0; i < sz; i++)
+                GM_CHECK_NEAR(bufs[0][i], rbufs[0][i], 2 * n * 0x1p-23, 0);
+            for (int r = 0; r < n; r++) {
+                free(bufs[r]);
+                free(rbufs[r]);
+            }
+            free(ref);
+            world_free(&w);
+            world_free(&wr);
+        }
+}
+
 int main(void)
 {
     GM_TEST_RUN(test_contracts);
     GM_TEST_RUN(test_sum_exact);
+    GM_TEST_RUN(test_star_hub);
     GM_TEST_RUN(test_mean_codecs);
     GM_TEST_RUN(test_ring_bytes);
     GM_TEST_RUN(test_bad_input);

@@ -278,6 +278,136 @@ static void test_auto(void)
     gm_model_free(m);
 }
 
+/* Switching mid-run: the hysteresis of gm_gradsync_switch_decide (a pick must hold on
+ * GM_GRADSYNC_SWITCH_CONFIRM decisions in a row, outside the dwell after a group or a switch,
+ * and clear the budget by GM_GRADSYNC_SWITCH_HYST either way), the fit as a ring hop, and the
+ * step a dense strategy can be left at. */
+static void test_switch(void)
+{
+    struct gm_model *m = lenet();
+    struct gm_gradsync_auto_out fast, slow, band;
+    struct gm_gradsync_strategy fp32, fp16, diloco;
+    struct gm_gradsync_switch sw = {0};
+    struct gm_coll_link fit = {0.012, 1e6}, hop;
+    const double compute = 0.020;
+
+    GM_CHECK_OK(gm_gradsync_strategy_of(GM_JOB_CODEC_FP32, NULL, &fp32));
+    GM_CHECK_OK(gm_gradsync_strategy_of(GM_JOB_CODEC_FP16, NULL, &fp16));
+    GM_CHECK_OK(gm_gradsync_strategy_of(GM_JOB_CODEC_DILOCO, NULL, &diloco));
+    GM_CHECK_EQ(gm_gradsync_auto_index(&fp32), 0);
+    GM_CHECK_EQ(gm_gradsync_auto_index(&fp16), 1);
+    GM_CHECK_EQ(gm_gradsync_auto_index(&diloco), 3);
+    GM_CHECK_OK(pick_for(m, 50e-6, 1000, compute, &fast)); /* LAN: fp32 */
+    GM_CHECK_OK(pick_for(m, 0.025, 1, compute, &slow));    /* 1 Mbit/s, 50 ms RTT: DiLoCo */
+    GM_CHECK_STREQ(fast.pick.name, "fp32");
+    GM_CHECK_STREQ(slow.pick.name, "diloco");
+
+    /* fp32 on a fast link stays, however often it is asked */
+    for (long step = 0; step < 50; step++)
+        GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &fast, &fp32, compute, 0, step), -1);
+    /* the link turns slow: the first decision only starts a streak, the second switches */
+    GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &slow, &fp32, compute, 0, 50), -1);
+    GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &slow, &fp32, compute, 0, 51), 3);
+    /* an interrupted streak starts again */
+    GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &slow, &fp32, compute, 0, 52), -1);
+    GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &fast, &fp32, compute, 0, 53), -1);
+    GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &slow, &fp32, compute, 0, 54), -1);
+    /* the dwell: nothing within GM_GRADSYNC_SWITCH_DWELL steps of a switch taking effect */
+    gm_gradsync_switch_quiet(&sw, 60);
+    for (long step = 60; step < 60 + GM_GRADSYNC_SWITCH_DWELL; step++)
+        GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &slow, &fp32, compute, 0, step), -1);
+    GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &slow, &fp32, compute, 0, 80), -1);
+    GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &slow, &fp32, compute, 0, 81), 3);
+    /* back up: DiLoCo on a fast link goes to fp32 (its communication is far under budget/1.5) */
+    GM_CHECK(fast.cand[0].comm_s < 0.2 * compute / GM_GRADSYNC_SWITCH_HYST);
+    GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &fast, &diloco, compute, 0, 90), -1);
+    GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &fast, &diloco, compute, 0, 91), 0);
+    /* DiLoCo on the slow link: another H is not a switch */
+    for (long step = 100; step < 110; step++)
+        GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &slow, &diloco, compute, 0, step), -1);
+
+    /* the band: fp32 over budget by less than GM_GRADSYNC_SWITCH_HYST stays although auto
+     * would pick fp16 now; over by more, it goes */
+    {
+        double c;
+        GM_CHECK_OK(pick_for(m, 0.5e-3, 100, compute, &band));
+        c = band.cand[0].comm_s / (0.2 * 1.2); /* fp32 at 1.2x the budget of compute c */
+        GM_CHECK_OK(pick_for(m, 0.5e-3, 100, c, &band));
+        GM_CHECK_STREQ(band.pick.name, "fp16");
+        for (long step = 200; step < 210; step++)
+            GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &band, &fp32, c, 0, step), -1);
+        c = band.cand[0].comm_s / (0.2 * 1.6);
+        GM_CHECK_OK(pick_for(m, 0.5e-3, 100, c, &band));
+        GM_CHECK_STREQ(band.pick.name, "fp16");
+        GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &band, &fp32, c, 0, 210), -1);
+        GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &band, &fp32, c, 0, 211), 1);
+    }
+
+    /* a rank's fit over a ring of 3: the intercept is 4 hops' latency */
+    gm_gradsync_ab_hop(&fit, 3, &hop);
+    GM_CHECK_NEAR(hop.alpha_s, 0.003, 1e-12, 0);
+    GM_CHECK_NEAR(hop.bytes_per_s, 1e6, 0, 0);
+    /* no DiLoCo round to finish: a switch takes effect at the step announced */
+    GM_CHECK_EQ(gm_gradsync_switch_step(NULL, 17), 17);
+    GM_CHECK_EQ(gm_gradsync_diloco_h(&diloco, 1000), diloco.local_steps);
+    diloco.cap_h = true;
+    diloco.local_steps = 64;
+    GM_CHECK_EQ(gm_gradsync_diloco_h(&diloco, 100), 25u); /* a quarter of the run */
+    gm_model_free(m);
+}
+
+/* A star VPN: found from RTTs when the spokes' RTT to each other is the sum of their legs to
+ * the hub (within the tolerance), not in a full mesh, not with a pair unmeasured or fewer than 3
+ * ranks; its groups run the hierarchical all-reduce, priced as a reduce to the hub and a
+ * broadcast. */
+static void test_star(void)
+{
+    double rtt[16];
+    int g[4] = {2, 2, 2, 2};
+    struct gm_model *m = lenet();
+    struct gm_coll_link links[16];
+    struct gm_gradsync_auto_out ring, star;
+    struct gm_gradsync_auto_in in = {.m = m, .world = 4, .links = links, .compute_s = 0.05};
+
+    for (int a = 0; a < 4; a++) /* hub 2, legs of 20, 25, -, 30 ms */
+        for (int b = 0; b < 4; b++) {
+            static const double leg[4] = {20, 25, 0, 30};
+            rtt[a * 4 + b] = a == b ? 0 : a == 2 ? leg[b] : b == 2 ? leg[a] : leg[a] + leg[b] + 1;
+        }
+    GM_CHECK_EQ(gm_gradsync_star_hub(rtt, 4, 0), 2);
+    rtt[0 * 4 + 1] = 0.85 * (20 + 25); /* a bit under the legs' sum: within the tolerance */
+    GM_CHECK_EQ(gm_gradsync_star_hub(rtt, 4, 0), 2);
+    rtt[0 * 4 + 1] = rtt[1 * 4 + 0] = 0; /* unknown both ways */
+    GM_CHECK_EQ(gm_gradsync_star_hub(rtt, 4, 0), -1);
+    rtt[0 * 4 + 1] = 25; /* a direct link between two spokes: not a star */
+    GM_CHECK_EQ(gm_gradsync_star_hub(rtt, 4, 0), -1);
+    for (int i = 0; i < 16; i++) /* a full mesh of equal RTTs */
+        rtt[i] = i / 4 == i % 4 ? 0 : 30;
+    GM_CHECK_EQ(gm_gradsync_star_hub(rtt, 4, 0), -1);
+    GM_CHECK_EQ(gm_gradsync_star_hub(rtt, 2, 0), -1);
+    GM_CHECK_EQ(gm_gradsync_star_hub(NULL, 4, 0), -1);
+
+    GM_CHECK(gm_gradsync_groups_hier(g, 4));
+    GM_CHECK(!gm_gradsync_groups_hier(g, 2));
+    GM_CHECK(!gm_gradsync_groups_hier(NULL, 4));
+    /* a star of 10 Mbit/s legs: the ring's spoke-to-spoke hops cost two legs each */
+    for (int a = 0; a < 4; a++)
+        for (int b = 0; b < 4; b++)
+            links[a * 4 + b] = a == b             ? (struct gm_coll_link){0, 1e15}
+                               : a == 2 || b == 2 ? (struct gm_coll_link){0.010, 1.25e6}
+                                                  : (struct gm_coll_link){0.020, 0.625e6};
+    GM_CHECK_OK(gm_gradsync_auto_choose(&in, &ring));
+    in.groups = g;
+    GM_CHECK_OK(gm_gradsync_auto_choose(&in, &star));
+    GM_CHECK_EQ(star.pick.algo, GM_COLL_HIER);
+    GM_CHECK_EQ(ring.pick.algo, GM_COLL_RING);
+    /* PowerSGD's small all-reduces pay latency: 2 rounds of one leg at the hub against the
+     * ring's 6 hops, two of which cross the hub (the model does not price the hub's shared
+     * uplink, which would favour the star further for large payloads) */
+    GM_CHECK(star.cand[2].comm_s < ring.cand[2].comm_s);
+    gm_model_free(m);
+}
+
 /* Islands: components over LAN pairs labelled by their lowest rank; a split only when there is
  * more than one island and not one per rank; auto prices 2 LAN ranks + 1 behind a tunnel on
  * the hierarchical all-reduce, which sends the codec only between the two leaders. */
@@ -341,6 +471,8 @@ int main(void)
 {
     GM_TEST_RUN(test_ab_fit);
     GM_TEST_RUN(test_auto);
+    GM_TEST_RUN(test_switch);
+    GM_TEST_RUN(test_star);
     GM_TEST_RUN(test_time_compute);
     GM_TEST_RUN(test_islands);
     GM_TEST_RUN(test_from_job);

@@ -66,18 +66,28 @@ static double direct_cost(const struct gm_coll_link *links, int world, const int
     return worst;
 }
 
+int gm_coll_group_leader(const int *groups, int world, int r)
+{
+    int g;
+
+    if (groups == NULL)
+        return 0;
+    g = groups[r];
+    if (g >= 0 && g < world && groups[g] == g)
+        return g; /* the label names a member: it leads (a star's hub) */
+    for (int q = 0; q < world; q++)
+        if (groups[q] == g)
+            return q;
+    return r;
+}
+
 static int ngroups(int world, const int *groups, int *leaders)
 {
     int n = 0;
 
-    for (int r = 0; r < world; r++) {
-        bool first = true;
-        for (int q = 0; q < r; q++)
-            if (groups[q] == groups[r])
-                first = false;
-        if (first)
+    for (int r = 0; r < world; r++)
+        if (gm_coll_group_leader(groups, world, r) == r)
             leaders[n++] = r;
-    }
     return n;
 }
 

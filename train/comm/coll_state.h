@@ -72,8 +72,8 @@ struct gm_coll {
     struct gm_coll_link *links; /* owned or NULL */
     int *all;                   /* owned: 0..world-1 */
     int *grp;                   /* owned: my group, ascending */
-    int ngrp, grp_me;
-    int *leaders; /* owned: group leaders, ascending */
+    int ngrp, grp_me, grp_root; /* grp_root: the leader's index in grp */
+    int *leaders;               /* owned: group leaders, ascending */
     int nleaders, leader_me;
     struct op *active, *qhead, *qtail;
     uint32_t next_seq;

@@ -75,10 +75,10 @@ static void build_phases(struct gm_coll *c, struct op *op)
         break;
     case GM_COLL_HIER:
         op->nph = 3;
-        set_phase(c, &op->ph[0], PH_REDUCE, c->grp, c->ngrp, c->grp_me, 0, GM_CODEC_FP32);
+        set_phase(c, &op->ph[0], PH_REDUCE, c->grp, c->ngrp, c->grp_me, c->grp_root, GM_CODEC_FP32);
         set_phase(c, &op->ph[1], c->nleaders <= 2 ? PH_DIRECT : PH_RING, c->leaders, c->nleaders,
                   c->leader_me, 0, codec);
-        set_phase(c, &op->ph[2], PH_BCAST, c->grp, c->ngrp, c->grp_me, 0, GM_CODEC_FP32);
+        set_phase(c, &op->ph[2], PH_BCAST, c->grp, c->ngrp, c->grp_me, c->grp_root, GM_CODEC_FP32);
         op->ph[1].prescale = pre;
         op->ph[1].postscale = post;
         return;
@@ -441,16 +441,14 @@ struct gm_coll *gm_coll_new(struct gm_transport *t, const struct gm_coll_config 
     for (int r = 0; r < world; r++) {
         int g = c->groups != NULL ? c->groups[r] : 0;
         int mine = c->groups != NULL ? c->groups[rank] : 0;
-        bool leader = true;
         c->all[r] = r;
-        for (int q = 0; q < r; q++)
-            if ((c->groups != NULL ? c->groups[q] : 0) == g)
-                leader = false;
-        if (leader)
+        if (gm_coll_group_leader(c->groups, world, r) == r)
             c->leaders[c->nleaders++] = r;
         if (g == mine) {
             if (r == rank)
                 c->grp_me = c->ngrp;
+            if (r == gm_coll_group_leader(c->groups, world, rank))
+                c->grp_root = c->ngrp; /* the group reduces to, and broadcasts from, it */
             c->grp[c->ngrp++] = r;
         }
     }

@@ -22,9 +22,10 @@
  *    N contributions itself in rank order (identical bits everywhere: the same
  *    IEEE adds in the same order).  One round: for small payloads/worlds.
  *    Needs N * S bytes of scratch.
- *  - HIER: reduce inside each group (cfg.groups; LAN islands) to its leader
- *    (lowest rank) in fp32, all-reduce among leaders (ring, or direct if that
- *    is cheaper) with the requested codec, broadcast fp32 inside each group.
+ *  - HIER: reduce inside each group (cfg.groups; LAN islands, or one group
+ *    around a star VPN's hub) to its leader (the rank the group's label names
+ *    when that rank is in the group, else its lowest rank) in fp32, all-reduce among leaders (ring,
+ * or direct if that is cheaper) with the requested codec, broadcast fp32 inside each group.
  *  - AUTO: the cheapest under the alpha-beta model (train/comm/coll_plan.c) from
  *    cfg.links; all ranks must hold the same link table so they agree.
  * Codecs: fp32, or fp16/bf16 with the input pre-scaled by 1/N for MEAN
@@ -144,6 +145,9 @@ void gm_coll_traffic_reset(struct gm_coll *c);
  * links may be NULL (1 Gbit/s, 0.2 ms everywhere), groups may be NULL. */
 double gm_coll_cost(enum gm_coll_algo algo, int world, const struct gm_coll_link *links,
                     const int *groups, size_t n, enum gm_codec codec);
+/* The leader of rank r's group (see HIER above): the rank groups[r] when it carries that label
+ * itself, else the lowest rank with it; 0 when groups is NULL. */
+int gm_coll_group_leader(const int *groups, int world, int r);
 /* The cheapest of RING, DIRECT, HIER (HIER only when groups split the world). */
 enum gm_coll_algo gm_coll_choose(int world, const struct gm_coll_link *links, const int *groups,
                                  size_t n, enum gm_codec codec);
