@@ -169,7 +169,8 @@ for n in alpha beta gamma; do start_agent $n; done
 for n in alpha beta gamma; do wait_for "$n's links" links_up $n 2; done
 # nobody submits: the elected chief resumes the job it finds in the replicated state
 auto_resumed() { grep -l "event=job-auto-resume job=$ID " "$WORK"/{alpha,beta,gamma}.log 2>/dev/null | head -1; }
-wait_until 120 "a chief to resume job $ID by itself" test -n "$(auto_resumed)"
+has_auto_resumed() { [ -n "$(auto_resumed)" ]; } # evaluated at every poll, not once
+wait_until 120 "a chief to resume job $ID by itself" has_auto_resumed
 C=$(basename "$(auto_resumed)" .log)
 [ "$(grep -l "event=job-auto-resume job=$ID " "$WORK"/{alpha,beta,gamma}.log | wc -l)" -eq 1 ] || fail "more than one agent resumed $ID"
 grep -q "event=job-auto-resume job=$ID .* missing=none" "$WORK/$C.log" || fail "$C resumed $ID without every member"
