@@ -29,7 +29,8 @@
 #     the cluster committed it (and skipped when not), the one before is used (event=resume),
 #     the job completes, and its final parameters are bitwise those of the undisturbed run
 #     (the same world, the same data order from the resumed step, rank 0's state broadcast
-#     to the others).
+#     to the others); the newest committed checkpoint is then the resumed run's last step,
+#     verified, and exported it gives the reported accuracy; one chief per term in the logs.
 # Nothing here is timed: every wait polls a condition (deadlines only keep a hung run from
 # hanging CI).
 set -uo pipefail
@@ -196,4 +197,6 @@ HRES=$(final_hash $C "$ID")
 [ "$HRES" = "$HREF" ] || fail "resumed run ends with $HRES, the undisturbed one with $HREF"
 for n in alpha beta gamma; do [ "$(final_hash $n "$ID")" = "$HREF" ] || fail "$n's final parameters differ"; done
 pass "restarted cluster: chief $C resumed job $ID by itself from the committed $BEF_C (committed: $COMMITTED; the corrupt $NEW_C not used): final parameters bitwise the undisturbed run's"
+check_newest_committed "$C" "$KEY" "$STEPS" "$(job_get $C "$ID" 'j["summary"]["test_accuracy"]')" "$DATA"
+check_one_chief_per_term
 stop_agents

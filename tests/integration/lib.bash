@@ -187,3 +187,39 @@ ns_tunnel_pair() {
     nb_wait "$b to measure its link to $a" 60 ns__measured "$b" "$a"
 }
 ns__measured() { ns_status "$1" | python3 "$PWD/tests/integration/disc_tools.py" field "$2" throughput_mbps >/dev/null 2>&1; }
+
+# job_key JOBFILE: the checkpoint key of a job file (the first 16 hex digits of its SHA-256).
+job_key() { python3 -c 'import hashlib,sys; print(hashlib.sha256(open(sys.argv[1],"rb").read()).hexdigest()[:16])' "$1"; }
+
+# check_newest_committed NAME KEY STEPS ACC DATA: a fault test's "valid newest committed
+# checkpoint", asked of agent NAME: the replicated state commits checkpoints of KEY, the newest
+# at step STEPS; every one NAME lists is ok and every committed one it holds hashes to the
+# committed SHA-256; the newest, exported, gives ACC (within 0.05 points) in a NumPy forward
+# pass of DATA.
+check_newest_committed() {
+    local n=$1 key=$2 steps=$3 acc=$4 data=$5 pyacc
+    "$GM" members --json --config "$WORK/$n.conf" >"$WORK/members.$n" || fail "members on $n"
+    "$GM" checkpoint list --json --config "$WORK/$n.conf" >"$WORK/ckpts.$n" || fail "checkpoint list on $n"
+    python3 - "$WORK/ckpts.$n" "$WORK/members.$n" "$key" "$WORK/$n/checkpoints/$key" "$steps" <<'PY' ||
+import hashlib, json, os, sys
+lst, members, key, d, steps = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), sys.argv[3], sys.argv[4], int(sys.argv[5])
+mine = [c for c in lst if c["id"].startswith(key + "-")]
+assert mine, lst
+assert all(c["state"] == "ok" and ".tmp" not in c["path"] for c in mine), mine
+committed = {c["step"]: c for c in members["state"]["checkpoints"] if c["job"] == key}
+assert committed and max(committed) == steps, sorted(committed)
+for step, c in committed.items():
+    p = os.path.join(d, "step-%010d.safetensors" % step)
+    if os.path.exists(p):
+        assert hashlib.sha256(open(p, "rb").read()).hexdigest() == c["sha256"], (p, c)
+assert os.path.exists(os.path.join(d, "step-%010d.safetensors" % steps))
+PY
+        fail "$n: checkpoints of $key: $(cat "$WORK/ckpts.$n")"
+    "$GM" checkpoint export "$key-$steps" "$WORK/newest.$n.safetensors" --config "$WORK/$n.conf" >/dev/null ||
+        fail "export of $key-$steps from $n"
+    pyacc=$(python3 tests/integration/eval_checkpoint.py "$WORK/newest.$n.safetensors" "$data" |
+        python3 -c "import json,sys; print(json.load(sys.stdin)['accuracy'])") || fail "NumPy eval of $key-$steps"
+    python3 -c "import sys; sys.exit(0 if abs($pyacc - $acc) <= 0.05 else 1)" ||
+        fail "$key-$steps from $n: NumPy $pyacc% vs reported $acc%"
+    pass "$n: the newest committed checkpoint (step $steps) is valid: verified, committed, and exported gives $pyacc% (reported $acc%)"
+}
