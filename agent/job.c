@@ -128,6 +128,7 @@ struct pending_offer {
     size_t nfiles;
     char error[GM_JOB_MSG_MAX];
     uint64_t deadline;
+    uint64_t term; /* the offer's: answered once this node's term has caught up with it */
 };
 
 struct gm_jobs {
@@ -140,6 +141,7 @@ struct gm_jobs {
     size_t stash_bytes;
     uv_timer_t timer; /* check timeouts */
     bool stopping;
+    uint64_t frame_term; /* the term of the JOB_* frame being handled */
 };
 
 /* --- helpers ----------------------------------------------------------------------------- */
@@ -867,6 +869,10 @@ static void try_answer(struct gm_jobs *j)
 
     if (!po->active || !po->hashed || j->stopping)
         return;
+    /* a node cut off from the chief that offers rejoins with an old term: until raft brings
+     * it up to date, its answer would be dropped as stale (gm_jobs_on_frame) */
+    if (my_term(j) < po->term && gm_time_mono_ns() < po->deadline)
+        return;
     for (size_t i = 0; i < po->nranks && po->error[0] == 0; i++)
         if (strcmp(po->ranks[i], j->env.node) != 0 &&
             j->env.link_to(j->env.agent, po->ranks[i]) == NULL)
@@ -1052,6 +1058,7 @@ static int on_offer(struct gm_jobs *j, const char *node, struct gm_jobmsg *m)
     j->po.nranks = m->nranks;
     m->ranks = NULL;
     j->po.deadline = gm_time_mono_ns() + (uint64_t)MESH_TIMEOUT_MS * 1000000ull;
+    j->po.term = j->frame_term;
     hr->j = j;
     snprintf(hr->id, sizeof(hr->id), "%s", m->id);
     snprintf(hr->reply_to, sizeof(hr->reply_to), "%s", node);
@@ -1276,6 +1283,7 @@ int gm_jobs_on_frame(struct gm_jobs *j, struct gm_link *l, const char *node,
     }
     if ((err = gm_jobmsg_decode(h->type, payload, h->len, &m)) < 0)
         return err;
+    j->frame_term = h->req;
     err = GM_ERR_PROTO;
     for (size_t i = 0; i < sizeof(handlers) / sizeof(handlers[0]); i++)
         if (handlers[i].type == h->type)

@@ -11,8 +11,10 @@
  *  4. alpha loses its majority: it steps down, the job is paused with the reason, and its
  *     rank takes no further step and forms no further group (the 1-rank group that thinks it
  *     is the job, stopped);
- *  5. another chief (boss, term 6) sends a group: alpha follows it (coordinator boss); a group
- *     of the old term 5 is dropped.
+ *  5. another chief (boss, term 7) sends a group: alpha follows it (coordinator boss); a group
+ *     of the older term 6 is dropped.
+ * And a node back from a split answers the new chief's offer in the offer's term, once raft
+ * has brought it there (an answer in its old term would be dropped as stale).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -39,12 +41,13 @@ static struct {
     char chief[32]; /* "" : none, no majority */
     uint64_t term;
     char dir[64]; /* the state directory */
+    int to_boss;  /* link_to(boss) calls: the room trying to send boss something */
 } F;
 
 static struct gm_link *link_to(void *agent, const char *node)
 {
     (void)agent;
-    (void)node;
+    F.to_boss += strcmp(node, "boss") == 0;
     return NULL;
 }
 
@@ -164,6 +167,68 @@ static bool steps_past(uv_loop_t *loop, struct gm_jobs *j, long after)
     return false;
 }
 
+/* A JOB_OFFER from boss of frame term term, training with alpha alone (no link to wait for). */
+static void offer(struct gm_jobs *j, uint64_t term)
+{
+    char ranks[1][GM_ID_NAME_MAX + 1] = {"alpha"};
+    struct gm_jobmsg m = {.ranks = ranks, .nranks = 1};
+    struct gm_frame_hdr h = {.type = GM_MSG_JOB_OFFER, .req = term};
+    char *text;
+    size_t len;
+
+    snprintf(m.id, sizeof(m.id), ID);
+    snprintf(m.origin, sizeof(m.origin), "test");
+    m.text = (char *)job_text;
+    m.text_len = strlen(job_text);
+    GM_CHECK_OK(gm_jobmsg_encode(GM_MSG_JOB_OFFER, &m, &text, &len));
+    h.len = (uint32_t)len;
+    GM_CHECK_OK(gm_jobs_on_frame(j, NULL, "boss", &h, (const uint8_t *)text));
+    free(text);
+}
+
+/* Runs the loop until the room tries to send boss something (deadline 60 s). */
+static bool answered(uv_loop_t *loop)
+{
+    F.to_boss = 0;
+    for (int i = 0; i < 600 && F.to_boss == 0; i++)
+        run_for(loop, 100);
+    return F.to_boss > 0;
+}
+
+/* A node back from a split, offered the job by the new chief of a newer term, answers only
+ * once its own term has caught up: an answer in its old term would be dropped as stale. */
+static void test_answer_in_the_offers_term(void)
+{
+    uv_loop_t loop;
+    struct gm_jobs_env env = {.loop = &loop,
+                              .node = "alpha",
+                              .state_dir = F.dir,
+                              .link_to = link_to,
+                              .members_up = members_up,
+                              .chief = chief,
+                              .metrics = no_metrics};
+    struct gm_jobs *j;
+
+    GM_CHECK_OK(uv_loop_init(&loop));
+    GM_CHECK_OK(gm_jobs_new(&env, &j));
+    F.chief[0] = '\0';
+    F.term = 3;
+    offer(j, 3); /* the same term: answered (this also hashes the dataset into the cache) */
+    GM_CHECK(answered(&loop));
+    offer(j, 5); /* newer than ours: held */
+    F.to_boss = 0;
+    run_for(&loop, 1000);
+    GM_CHECK_EQ(F.to_boss, 0);
+    F.term = 5; /* raft caught up */
+    GM_CHECK(answered(&loop));
+
+    gm_jobs_stop(j);
+    gm_jobs_free(j);
+    while (uv_run(&loop, UV_RUN_DEFAULT) != 0)
+        ;
+    GM_CHECK_OK(uv_loop_close(&loop));
+}
+
 static void test_split(void)
 {
     uv_loop_t loop;
@@ -262,6 +327,7 @@ int main(void)
         return 1;
     }
     GM_TEST_RUN(test_split);
+    GM_TEST_RUN(test_answer_in_the_offers_term);
     rc = gm_test_finish("test_jobsplit");
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", F.dir);
     if (system(cmd) != 0)
