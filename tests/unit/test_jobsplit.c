@@ -28,6 +28,7 @@
 #include "agent/job.h"
 #include "agent/jobmsg.h"
 #include "agent/proto.h"
+#include "common/assert.h"
 #include "common/test.h"
 #include "common/time.h"
 
@@ -167,6 +168,36 @@ static bool steps_past(uv_loop_t *loop, struct gm_jobs *j, long after)
     return false;
 }
 
+/* A job room on node alpha over the fake env, on a new loop. */
+static struct gm_jobs *room_new(uv_loop_t *loop)
+{
+    struct gm_jobs_env env = {.loop = loop,
+                              .node = "alpha",
+                              .state_dir = F.dir,
+                              .link_to = link_to,
+                              .members_up = members_up,
+                              .chief = chief,
+                              .metrics = no_metrics};
+    struct gm_jobs *j = NULL;
+
+    GM_CHECK_OK(uv_loop_init(loop));
+    GM_CHECK_OK(gm_jobs_new(&env, &j));
+    GM_ASSERT(j != NULL);
+    return j;
+}
+
+/* Stops its rank, frees the room and closes the loop clean. */
+static void room_free(uv_loop_t *loop, struct gm_jobs *j)
+{
+    gm_jobs_stop(j);
+    while (!gm_jobs_idle(j))
+        uv_run(loop, UV_RUN_ONCE);
+    gm_jobs_free(j);
+    while (uv_run(loop, UV_RUN_DEFAULT) != 0)
+        ;
+    GM_CHECK_OK(uv_loop_close(loop));
+}
+
 /* A JOB_OFFER from boss of frame term term, training with alpha alone (no link to wait for). */
 static void offer(struct gm_jobs *j, uint64_t term)
 {
@@ -200,17 +231,7 @@ static bool answered(uv_loop_t *loop)
 static void test_answer_in_the_offers_term(void)
 {
     uv_loop_t loop;
-    struct gm_jobs_env env = {.loop = &loop,
-                              .node = "alpha",
-                              .state_dir = F.dir,
-                              .link_to = link_to,
-                              .members_up = members_up,
-                              .chief = chief,
-                              .metrics = no_metrics};
-    struct gm_jobs *j;
-
-    GM_CHECK_OK(uv_loop_init(&loop));
-    GM_CHECK_OK(gm_jobs_new(&env, &j));
+    struct gm_jobs *j = room_new(&loop);
     F.chief[0] = '\0';
     F.term = 3;
     offer(j, 3); /* the same term: answered (this also hashes the dataset into the cache) */
@@ -222,29 +243,15 @@ static void test_answer_in_the_offers_term(void)
     F.term = 5; /* raft caught up */
     GM_CHECK(answered(&loop));
 
-    gm_jobs_stop(j);
-    gm_jobs_free(j);
-    while (uv_run(&loop, UV_RUN_DEFAULT) != 0)
-        ;
-    GM_CHECK_OK(uv_loop_close(&loop));
+    room_free(&loop, j);
 }
 
 static void test_split(void)
 {
     uv_loop_t loop;
-    struct gm_jobs_env env = {.loop = &loop,
-                              .node = "alpha",
-                              .state_dir = F.dir,
-                              .link_to = link_to,
-                              .members_up = members_up,
-                              .chief = chief,
-                              .metrics = no_metrics};
-    struct gm_jobs *j;
+    struct gm_jobs *j = room_new(&loop);
     json_t *v;
     long s0, g0;
-
-    GM_CHECK_OK(uv_loop_init(&loop));
-    GM_CHECK_OK(gm_jobs_new(&env, &j));
 
     /* 1. a member of boss's job */
     snprintf(F.chief, sizeof(F.chief), "boss");
@@ -302,13 +309,7 @@ static void test_split(void)
     GM_CHECK(field_is(j, "coordinator", "boss"));
     GM_CHECK_EQ(field_int(j, "generation"), g0 + 1);
 
-    gm_jobs_stop(j);
-    while (!gm_jobs_idle(j))
-        uv_run(&loop, UV_RUN_ONCE);
-    gm_jobs_free(j);
-    while (uv_run(&loop, UV_RUN_DEFAULT) != 0)
-        ;
-    GM_CHECK_OK(uv_loop_close(&loop));
+    room_free(&loop, j);
 }
 
 int main(void)
