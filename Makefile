@@ -279,4 +279,4 @@ format-check:
 clean:
 	rm -rf build build-san build-fuzz gradmesh gradmesh-san
 
--include $(shell find build build-san build-fuzz -name '*.d' 2>/dev/null)
+-include $(shell find $(sort build build-san build-fuzz $(BUILD)) -name '*.d' 2>/dev/null)

@@ -3,7 +3,9 @@
  *
  * Secrets: the token verifier (v) is wiped on every path out of
  * h_join_request; the token text made by token-create is wiped after it is
- * packed into the answer.  a->tokens and a->cakey exist on the admitter only.
+ * packed into the answer.  a->tokens and a->cakey exist only on a node that
+ * holds the CA key (agent/keyring.h); a join waiting for its token use
+ * (struct gm_join_wait) holds a copy of the verifier, wiped when it ends.
  */
 #include "agent/admit.h"
 
@@ -16,6 +18,8 @@
 
 #include <sodium.h>
 
+#include "agent/chief.h"
+#include "agent/keyring.h"
 #include "agent/members.h"
 #include "agent/metrics.h"
 #include "agent/state.h"
@@ -55,58 +59,50 @@ static int join_rate_limited(const struct gm_agent *a)
     return 1;
 }
 
-static int h_join_request(struct gm_agent *a, struct gm_link *l, const struct gm_frame_hdr *h,
-                          const uint8_t *p)
-{
+/* A join whose proof verified, waiting for its token use to commit (gm_chief_use_token).
+ * Owned by that request's callback; l is cleared when the link closes first. */
+struct gm_join_wait {
+    struct gm_agent *a;
+    struct gm_link *l; /* borrowed; NULL once closed */
+    uint64_t req;
     struct gm_msg_join_request rq;
-    struct gm_msg_join_accept ac;
     uint8_t v[GM_TOKEN_VERIFIER_LEN], binding[GM_JOIN_BINDING_LEN];
-    char id[2 * GM_TOKEN_ID_LEN + 1] = "-", ctx[512], *actx = NULL, *json = NULL;
+    char ctx[512];
+    size_t clen;
+    char id[2 * GM_TOKEN_ID_LEN + 1];
+};
+
+static void wait_free(struct gm_join_wait *w)
+{
+    sodium_memzero(w, sizeof(*w));
+    free(w);
+}
+
+/* The token use is committed: issue the certificate and answer. */
+static void join_finish(struct gm_agent *a, struct gm_join_wait *w)
+{
+    struct gm_link *l = w->l;
+    struct gm_msg_join_request *rq = &w->rq;
+    struct gm_msg_join_accept ac;
+    char *actx = NULL, *json = NULL;
     struct gm_cert *cert = NULL;
     struct gm_member *m = NULL;
     struct gm_peer *peer;
-    const char *why = NULL;
-    size_t clen, n = 0, len = 0;
-    int64_t now = (int64_t)time(NULL);
+    size_t n = 0, len = 0;
     int err, changed;
 
     memset(&ac, 0, sizeof(ac));
-    if (gm_proto_join_request_decode(p, h->len, &rq) != 0)
-        return join_refuse(a, l, id, GM_ERR_PROTO, "malformed join request");
-    gm_token_id_hex(rq.token_id, id);
-    if (join_rate_limited(a))
-        return join_refuse(a, l, id, -EBUSY, "too many failed joins, try again later");
-    err = gm_token_store_check(a->tokens, rq.token_id, now, v, &why);
-    if (err != 0)
-        return join_refuse(a, l, id, err, why);
-    err = gm_tls_export(gm_link_tls(l), GM_JOIN_EXPORTER_LABEL, binding, sizeof(binding));
-    clen = gm_proto_join_context(&rq, ctx, sizeof(ctx));
-    if (err == 0)
-        err = gm_join_proof_check(v, GM_JOIN_ROLE_JOINER, binding, ctx, clen, rq.proof);
-    if (err != 0) {
-        gm_token_store_fail(a->tokens, rq.token_id, now);
-        sodium_memzero(v, sizeof(v));
-        return join_refuse(a, l, id, GM_ERR_AUTH,
-                           "join proof does not verify for this session (wrong secret or replay)");
-    }
-    if (strcmp(rq.node, a->cfg.node) == 0 || gm_agent_peer_find(a, rq.node) != NULL) {
-        sodium_memzero(v, sizeof(v));
-        return join_refuse(a, l, id, -EEXIST, "node name already in the cluster");
-    }
-    /* record the use before anything is returned */
-    err = gm_token_store_use(a->tokens, rq.token_id);
-    if (err == 0)
-        err = gm_id_cert_issue(a->ca, a->cakey, a->cfg.cluster, rq.node, rq.pubkey, GM_ID_NODE_DAYS,
-                               &cert);
+    err = gm_id_cert_issue(a->ca, a->cakey, a->cfg.cluster, rq->node, rq->pubkey, GM_ID_NODE_DAYS,
+                           &cert);
     if (err == 0)
         err = gm_id_cert_to_pem(cert, &ac.cert_pem);
     if (err == 0)
         err = gm_id_cert_to_pem(a->ca, &ac.ca_pem);
     if (err == 0) {
         char filled[GM_ADDR_MAX];
-        gm_proto_addr_fill_host(rq.listen, gm_link_peer_addr(l), filled);
-        memcpy(rq.listen, filled, sizeof(filled));
-        peer = gm_members_upsert(a, rq.node, rq.listen, &changed);
+        gm_proto_addr_fill_host(rq->listen, gm_link_peer_addr(l), filled);
+        memcpy(rq->listen, filled, sizeof(filled));
+        peer = gm_members_upsert(a, rq->node, rq->listen, &changed);
         err = peer == NULL ? -ENOMEM : gm_members_save(a);
     }
     if (err == 0)
@@ -116,39 +112,164 @@ static int h_join_request(struct gm_agent *a, struct gm_link *l, const struct gm
     if (err == 0) {
         size_t alen;
         memcpy(ac.beacon_key, a->bkey, sizeof(ac.beacon_key));
-        alen = gm_join_accept_context(ctx, clen, ac.cert_pem, ac.beacon_key, &actx);
+        alen = gm_join_accept_context(w->ctx, w->clen, ac.cert_pem, ac.beacon_key, &actx);
         if (actx == NULL) {
             err = -ENOMEM;
         } else {
-            snprintf(ac.node, sizeof(ac.node), "%s", rq.node);
+            snprintf(ac.node, sizeof(ac.node), "%s", rq->node);
             ac.members = m;
             ac.n_members = n;
-            gm_join_proof(v, GM_JOIN_ROLE_ADMITTER, binding, actx, alen, ac.proof);
+            gm_join_proof(w->v, GM_JOIN_ROLE_ADMITTER, w->binding, actx, alen, ac.proof);
             err = gm_proto_join_accept_encode(&ac, &json, &len);
             ac.members = NULL;
         }
     }
     if (err == 0)
-        err = gm_link_send(l, GM_MSG_JOIN_ACCEPT, h->req, json, len);
-    sodium_memzero(v, sizeof(v));
+        err = gm_link_send(l, GM_MSG_JOIN_ACCEPT, w->req, json, len);
     free(json);
     free(actx);
     free(m);
     gm_id_cert_free(cert);
     gm_proto_join_accept_free(&ac);
     if (err != 0) {
-        gm_err("event=join-failed token=%s err=%d msg=\"%s\"", id, err, gm_strerror(err));
-        return gm_agent_refuse(l, err, "admitter failed to issue a certificate");
+        gm_err("event=join-failed token=%s err=%d msg=\"%s\"", w->id, err, gm_strerror(err));
+        gm_agent_ignore(gm_agent_refuse(l, err, "admitter failed to issue a certificate"));
+        return;
     }
     a->stats.joins_accepted++;
     gm_metrics_join_accepted(a->metrics);
-    gm_notice("event=join-accepted token=%s node=%s address=%s", id, rq.node, rq.listen);
+    gm_notice("event=join-accepted token=%s node=%s address=%s", w->id, rq->node, rq->listen);
     gm_link_set_state(l, GM_LSTATE_DONE);
     snprintf(((struct gm_lctx *)gm_link_data(l))->reason, 256, "join answered");
     gm_link_close(l, 0);
-    peer = gm_agent_peer_find(a, rq.node);
+    peer = gm_agent_peer_find(a, rq->node);
     if (peer != NULL && gm_members_should_dial(a, peer))
         peer->next_dial = 0; /* the joiner starts its agent next: dial from the timer */
+}
+
+/* The replicated state's answer to this join's token use. */
+static void join_use_done(void *arg, int code, const char *msg)
+{
+    struct gm_join_wait *w = arg;
+    struct gm_agent *a = w->a;
+    struct gm_link *l = w->l;
+
+    if (l == NULL) {
+        gm_warn("event=join-abandoned token=%s node=%s code=%d reason=\"the joiner left before "
+                "its token use was recorded\"",
+                w->id, w->rq.node, code);
+        wait_free(w);
+        return;
+    }
+    ((struct gm_lctx *)gm_link_data(l))->jw = NULL;
+    if (code == 0 && (a->cakey == NULL || a->tokens == NULL)) {
+        code = GM_ERR_AUTH;
+        msg = "this node gave up the CA key meanwhile";
+    }
+    if (code != 0) {
+        gm_agent_ignore(join_refuse(
+            a, l, w->id, code,
+            code == GM_ERR_TOKEN ? "already used (the cluster recorded all its uses)" : msg));
+        wait_free(w);
+        return;
+    }
+    if (gm_token_store_use(a->tokens, w->rq.token_id) != 0) /* the local records follow */
+        gm_info("event=token-use-local token=%s reason=\"already at zero here\"", w->id);
+    gm_keyring_changed(a);
+    gm_info("event=token-use-committed token=%s node=%s", w->id, w->rq.node);
+    join_finish(a, w);
+    wait_free(w);
+}
+
+void gm_admit_link_closed(struct gm_agent *a, struct gm_lctx *c)
+{
+    (void)a;
+    if (c->jw != NULL) {
+        c->jw->l = NULL;
+        c->jw = NULL;
+    }
+}
+
+/* Uses of a token the replicated state has recorded. */
+static uint64_t uses_recorded(struct gm_agent *a, const char *id)
+{
+    const struct gm_chief_fsm *f = gm_chief_state(a);
+
+    for (size_t i = 0; f != NULL && i < f->ntokens; i++)
+        if (strcmp(f->tokens[i].token, id) == 0)
+            return f->tokens[i].uses;
+    return 0;
+}
+
+static int h_join_request(struct gm_agent *a, struct gm_link *l, const struct gm_frame_hdr *h,
+                          const uint8_t *p)
+{
+    struct gm_join_wait *w;
+    struct gm_token_info info;
+    uint8_t v[GM_TOKEN_VERIFIER_LEN];
+    char id[2 * GM_TOKEN_ID_LEN + 1] = "-";
+    const char *why = NULL;
+    int64_t now = (int64_t)time(NULL);
+    int err;
+
+    w = calloc(1, sizeof(*w));
+    if (w == NULL)
+        return -ENOMEM;
+    w->a = a;
+    w->l = l;
+    w->req = h->req;
+    if (gm_proto_join_request_decode(p, h->len, &w->rq) != 0) {
+        wait_free(w);
+        return join_refuse(a, l, id, GM_ERR_PROTO, "malformed join request");
+    }
+    gm_token_id_hex(w->rq.token_id, id);
+    snprintf(w->id, sizeof(w->id), "%s", id);
+    if (join_rate_limited(a)) {
+        wait_free(w);
+        return join_refuse(a, l, id, -EBUSY, "too many failed joins, try again later");
+    }
+    err = gm_token_store_check(a->tokens, w->rq.token_id, now, v, &why);
+    if (err == 0 && (gm_token_store_info(a->tokens, w->rq.token_id, &info) != 0 ||
+                     uses_recorded(a, id) >= (uint64_t)info.uses_total)) {
+        err = GM_ERR_TOKEN;
+        why = "already used (the cluster recorded all its uses)";
+    }
+    if (err != 0) {
+        sodium_memzero(v, sizeof(v));
+        wait_free(w);
+        return join_refuse(a, l, id, err, why);
+    }
+    memcpy(w->v, v, sizeof(v));
+    sodium_memzero(v, sizeof(v));
+    err = gm_tls_export(gm_link_tls(l), GM_JOIN_EXPORTER_LABEL, w->binding, sizeof(w->binding));
+    w->clen = gm_proto_join_context(&w->rq, w->ctx, sizeof(w->ctx));
+    if (err == 0)
+        err = gm_join_proof_check(w->v, GM_JOIN_ROLE_JOINER, w->binding, w->ctx, w->clen,
+                                  w->rq.proof);
+    if (err != 0) {
+        gm_token_store_fail(a->tokens, w->rq.token_id, now);
+        wait_free(w);
+        return join_refuse(a, l, id, GM_ERR_AUTH,
+                           "join proof does not verify for this session (wrong secret or replay)");
+    }
+    if (strcmp(w->rq.node, a->cfg.node) == 0 || gm_agent_peer_find(a, w->rq.node) != NULL) {
+        wait_free(w);
+        return join_refuse(a, l, id, -EEXIST, "node name already in the cluster");
+    }
+    /* record the use in the replicated state before anything is returned: one token cannot
+     * be spent twice through two voters */
+    err = gm_chief_use_token(a, id, info.uses_total, join_use_done, w);
+    if (err != 0) {
+        wait_free(w);
+        return join_refuse(a, l, id, err,
+                           err == -EAGAIN || err == -EHOSTUNREACH
+                               ? "no chief to record the token use (an election, or no "
+                                 "majority): try again"
+                               : "this node cannot record the token use");
+    }
+    ((struct gm_lctx *)gm_link_data(l))->jw = w;
+    gm_info("event=join-pending token=%s node=%s reason=\"recording the token use\"", id,
+            w->rq.node);
     return 0;
 }
 /* Saves and starts presenting a renewed certificate. */
@@ -192,6 +313,17 @@ void gm_admit_renew_check(struct gm_agent *a)
         return;
     }
     p = a->admitter[0] ? gm_agent_peer_find(a, a->admitter) : NULL;
+    if (p == NULL || p->link == NULL) { /* the chief is a voter: it holds the CA key */
+        char chief[GM_CHIEF_NAME_MAX + 1];
+        uint64_t term;
+        struct gm_peer *cp = gm_chief_leader(a, chief, &term) == 0 && strcmp(chief, a->cfg.node)
+                                 ? gm_agent_peer_find(a, chief)
+                                 : NULL;
+        if (cp != NULL && cp->link != NULL) {
+            snprintf(a->admitter, sizeof(a->admitter), "%s", chief);
+            p = cp;
+        }
+    }
     if (p == NULL || p->link == NULL) {
         gm_warn("event=cert-expiring node=%s reason=\"no link to the admitter %s\"", a->cfg.node,
                 a->admitter[0] ? a->admitter : "(unknown)");
@@ -314,8 +446,8 @@ static json_t *token_create(struct gm_agent *a, json_t *req)
     int err;
 
     if (a->tokens == NULL)
-        return gm_agent_ctl_error(GM_ERR_CONFIG,
-                                  "this node holds no CA key: create tokens on the admitter");
+        return gm_agent_ctl_error(GM_ERR_CONFIG, "this node holds no CA key: create tokens on "
+                                                 "a voter (gradmesh members lists them)");
     if (json_is_integer(json_object_get(req, "ttl")))
         ttl = json_integer_value(json_object_get(req, "ttl"));
     if (json_is_integer(json_object_get(req, "uses")))
@@ -328,6 +460,7 @@ static json_t *token_create(struct gm_agent *a, json_t *req)
                                     (int64_t)time(NULL), tok, &info);
     if (err != 0)
         return gm_agent_ctl_error(err, gm_strerror(err));
+    gm_keyring_changed(a); /* the other voters learn it at the next tick */
     gm_notice("event=token-created token=%s expires=%" PRId64 " uses=%d", info.id, info.expires,
               info.uses_total);
     r = json_pack("{s:s, s:s, s:I, s:i}", "token", tok, "id", info.id, "expires",
@@ -344,11 +477,17 @@ static json_t *token_list(struct gm_agent *a, json_t *req)
 
     (void)req;
     if (a->tokens == NULL)
-        return gm_agent_ctl_error(GM_ERR_CONFIG,
-                                  "this node holds no CA key: list tokens on the admitter");
+        return gm_agent_ctl_error(GM_ERR_CONFIG, "this node holds no CA key: list tokens on "
+                                                 "a voter (gradmesh members lists them)");
     for (i = 0; i < gm_token_store_count(a->tokens); i++) {
+        uint64_t used;
         if (gm_token_store_get(a->tokens, i, &info) != 0)
             continue;
+        used = uses_recorded(a, info.id); /* the replicated count is the authority */
+        if (used >= (uint64_t)info.uses_total)
+            info.uses_left = 0;
+        else if ((uint64_t)info.uses_left > (uint64_t)info.uses_total - used)
+            info.uses_left = (int)((uint64_t)info.uses_total - used);
         json_array_append_new(arr, json_pack("{s:s, s:I, s:I, s:i, s:i, s:b}", "id", info.id,
                                              "created", (json_int_t)info.created, "expires",
                                              (json_int_t)info.expires, "uses_left", info.uses_left,
@@ -366,6 +505,7 @@ static json_t *token_revoke(struct gm_agent *a, json_t *req)
 
     if (err != 0)
         return gm_agent_ctl_error(err, err == -ENOENT ? "no such token" : gm_strerror(err));
+    gm_keyring_changed(a);
     gm_notice("event=token-revoked token=%s", id);
     return json_pack("{s:b}", "ok", 1);
 }

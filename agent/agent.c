@@ -29,9 +29,11 @@
 #include "agent/chief.h"
 #include "agent/ckptxfer.h"
 #include "agent/control.h"
+#include "agent/drain.h"
 #include "agent/endpoints.h"
 #include "agent/job.h"
 #include "agent/jobroom.h"
+#include "agent/keyring.h"
 #include "agent/link.h"
 #include "agent/measure.h"
 #include "agent/members.h"
@@ -156,8 +158,8 @@ static const struct gm_room link_room = {
 /* Every room whose frames or control commands the agent serves (see
  * agent/state.h).  A new room adds its `const struct gm_room` here. */
 static const struct gm_room *const rooms[] = {
-    &link_room,     &gm_members_room, &gm_measure_room, &gm_admit_room,
-    &gm_views_room, &gm_job_room,     &gm_chief_room,   &gm_ckpt_room,
+    &link_room,   &gm_members_room, &gm_measure_room, &gm_admit_room,   &gm_views_room,
+    &gm_job_room, &gm_chief_room,   &gm_ckpt_room,    &gm_keyring_room,
 };
 
 /* Programmer errors: a frame type or a command name claimed twice. */
@@ -223,6 +225,7 @@ static void on_close(struct gm_link *l, int err)
     struct gm_peer *p = c->node[0] ? gm_agent_peer_find(a, c->node) : NULL;
     const char *reason = c->reason[0] ? c->reason : gm_tls_reason(gm_link_tls(l));
 
+    gm_admit_link_closed(a, c);
     if (p != NULL && p->link == l) {
         p->link = NULL;
         gm_measure_link_down(&p->m);
@@ -334,6 +337,8 @@ static void tick_cb(uv_timer_t *t)
     gm_beacons_refresh_join_keys(a);
     gm_admit_tick(a, now);
     gm_chief_tick(a, now);
+    gm_keyring_tick(a);
+    gm_drain_tick(a, now);
     notify_status(a);
     gm_views_publish_metrics(a);
 }
@@ -364,10 +369,17 @@ static void handle_close_cb(uv_handle_t *h)
     a->handles_open--;
 }
 
+/* SIGTERM on the chief drains (agent/drain.h); otherwise, and on a second signal, stop. */
 static void signal_cb(uv_signal_t *s, int signum)
 {
+    struct gm_agent *a = s->data;
+
+    if (signum == SIGTERM && !gm_drain_active(a) && gm_drain_start(a)) {
+        gm_notice("event=signal signal=%d action=drain", signum);
+        return;
+    }
     gm_notice("event=signal signal=%d action=stop", signum);
-    gm_agent_stop(s->data);
+    gm_agent_stop(a);
 }
 
 static int load_identity(struct gm_agent *a)

@@ -24,9 +24,11 @@
 
 #include "agent/chiefnet.h"
 #include "agent/ckptxfer.h"
+#include "agent/jobresume.h"
 #include "agent/link.h"
 #include "agent/state.h"
 #include "common/log.h"
+#include "common/time.h"
 
 #define ELECTION_MS 1000
 #define HEARTBEAT_MS 100
@@ -34,6 +36,7 @@
 #define SNAPSHOT_TRAILING 64
 #define RESULTS_MAX 32
 #define MSG_MAX 200
+#define ASK_TIMEOUT_S 10 /* a request with a callback that has no answer by then fails */
 
 enum { RES_FREE = 0, RES_PENDING, RES_DONE, RES_REFUSED };
 
@@ -43,6 +46,9 @@ struct result {
     int state;
     int code;
     char msg[MSG_MAX];
+    gm_chief_done_fn done; /* optional: runs once with the outcome */
+    void *arg;
+    uint64_t t0; /* made then (monotonic ns) */
 };
 
 struct gm_chief {
@@ -52,18 +58,21 @@ struct gm_chief {
     struct raft_fsm rfsm;
     struct gm_chief_fsm fsm;
     struct gm_chiefnet *net;
-    int io_ready, raft_ready, started, closed;
+    int io_ready, raft_ready, started, closing, closed;
     char dir[GM_PATH_MAX];
     /* the controller: one raft change or one proposal of its own at a time */
     struct raft_change change;
     struct raft_transfer transfer;
     int change_busy, own_busy, transfer_busy;
+    int handing_over; /* the agent drains: no more changes of its own */
     /* what was last logged about the chief */
     uint64_t logged_term, restores_logged;
     char logged_chief[GM_CHIEF_NAME_MAX + 1];
     /* requests made here */
     struct result results[RESULTS_MAX];
     uint64_t next_req;
+    /* a restarted cluster's job, resumed by the chief (agent/jobresume.h) */
+    struct gm_jobresume resume;
 };
 
 /* One proposal in flight. */
@@ -78,13 +87,26 @@ struct prop {
 
 /* --- results ----------------------------------------------------------------- */
 
+/* Runs r's callback once, with code and msg. */
+static void result_call(struct result *r, int code, const char *msg)
+{
+    gm_chief_done_fn done = r->done;
+
+    r->done = NULL;
+    if (done != NULL)
+        done(r->arg, code, msg);
+}
+
 static struct result *result_new(struct gm_chief *ch)
 {
     struct result *r = &ch->results[ch->next_req % RESULTS_MAX];
 
+    if (r->state == RES_PENDING)
+        result_call(r, -ETIMEDOUT, "no answer from the chief");
     memset(r, 0, sizeof(*r));
     r->req = ++ch->next_req;
     r->state = RES_PENDING;
+    r->t0 = gm_time_mono_ns();
     return r;
 }
 
@@ -105,6 +127,24 @@ static void result_set(struct gm_chief *ch, uint64_t req, int code, const char *
     r->state = code == 0 ? RES_DONE : RES_REFUSED;
     r->code = code;
     snprintf(r->msg, sizeof(r->msg), "%s", msg);
+    result_call(r, code, msg);
+}
+
+/* Requests with a callback that had no answer in ASK_TIMEOUT_S fail (a chief lost meanwhile);
+ * with now == 0, all of them (the agent stops). */
+static void results_expire(struct gm_chief *ch, uint64_t now)
+{
+    for (size_t i = 0; i < RESULTS_MAX; i++) {
+        struct result *r = &ch->results[i];
+        if (r->state != RES_PENDING || r->done == NULL ||
+            (now != 0 && now - r->t0 < (uint64_t)ASK_TIMEOUT_S * 1000000000ull))
+            continue;
+        r->state = RES_REFUSED;
+        r->code = now != 0 ? -ETIMEDOUT : -ECANCELED;
+        snprintf(r->msg, sizeof(r->msg), "%s",
+                 now != 0 ? "no answer from the chief" : "the agent stops");
+        result_call(r, r->code, r->msg);
+    }
 }
 
 /* --- helpers ------------------------------------------------------------------- */
@@ -478,6 +518,74 @@ static int request(struct gm_chief *ch, const char *cmd, const char *node, const
     return err;
 }
 
+/* A token use asked by origin ("" : this node), on the chief: only a voter admits. */
+static int use_request(struct gm_chief *ch, const char *token, int64_t limit, const char *origin,
+                       uint64_t origin_req, char *why, size_t cap)
+{
+    struct gm_chief_cmd c = {.op = GM_CHIEF_OP_TOKEN_USE, .limit = limit};
+    const char *who = origin[0] ? origin : ch->a->cfg.node;
+    char what[96];
+    int err;
+
+    if (gm_chief_role_of(ch->a, who) != GM_CHIEF_ROLE_VOTER ||
+        gm_chief_fsm_is_revoked(&ch->fsm, who)) {
+        snprintf(why, cap, "%s is not a voter: only voters admit", who);
+        return -EPERM;
+    }
+    snprintf(c.token, sizeof(c.token), "%s", token);
+    snprintf(what, sizeof(what), "token-use %s by %s", token, who);
+    err = propose(ch, &c, origin, origin_req, 0, what);
+    if (err != 0)
+        snprintf(why, cap, "%s: could not propose (%s)", what, gm_strerror(err));
+    else
+        gm_info("event=chief-request %s limit=%lld term=%llu", what, (long long)limit,
+                (unsigned long long)ch->raft.current_term);
+    return err;
+}
+
+int gm_chief_use_token(struct gm_agent *a, const char *token, int limit, gm_chief_done_fn done,
+                       void *arg)
+{
+    struct gm_chief *ch = a->chief;
+    char leader[GM_CHIEF_NAME_MAX + 1], why[MSG_MAX];
+    struct gm_chief_req fr = {.limit = limit};
+    struct result *r;
+    struct gm_link *l;
+    uint64_t term;
+    char *text = NULL;
+    size_t len = 0;
+    int err;
+
+    if (ch == NULL || gm_chief_leader(a, leader, &term) != 0)
+        return -EAGAIN;
+    l = is_leader(ch) ? NULL : link_up(a, leader);
+    if (!is_leader(ch) && l == NULL)
+        return -EHOSTUNREACH;
+    r = result_new(ch);
+    r->done = done;
+    r->arg = arg;
+    if (is_leader(ch)) {
+        err = use_request(ch, token, limit, "", r->req, why, sizeof(why));
+        if (err != 0) {
+            gm_info("event=token-use-unproposed token=%s reason=\"%s\"", token, why);
+            r->done = NULL;
+            r->state = RES_FREE;
+        }
+        return err;
+    }
+    snprintf(fr.cmd, sizeof(fr.cmd), "use");
+    snprintf(fr.token, sizeof(fr.token), "%s", token);
+    err = gm_chief_req_encode(&fr, &text, &len);
+    if (err == 0)
+        err = gm_link_send(l, GM_MSG_CHIEF_REQ, r->req, text, len);
+    free(text);
+    if (err != 0) {
+        r->done = NULL;
+        r->state = RES_FREE;
+    }
+    return err;
+}
+
 int gm_chief_propose(struct gm_agent *a, struct gm_chief_cmd *c, const char *what)
 {
     struct gm_chief *ch = a->chief;
@@ -501,6 +609,56 @@ void gm_chief_record_job(struct gm_agent *a, const char *id, const char *state, 
     err = gm_chief_propose(a, &c, what);
     if (err != 0)
         gm_info("event=chief-job-unrecorded job=%s state=%s err=%d", id, state, err);
+}
+
+void gm_chief_record_job_spec(struct gm_agent *a, const char *id, const char *text, size_t len,
+                              int global_batch)
+{
+    struct gm_chief_cmd *c;
+    char what[96];
+    int err;
+
+    if (a->chief == NULL || !is_leader(a->chief))
+        return;
+    if (len > GM_CHIEF_SPEC_MAX) {
+        gm_warn("event=chief-job-spec-unrecorded job=%s bytes=%zu: the job text is over %d "
+                "bytes, so a cluster restarted from nothing will not resume it by itself",
+                id, len, GM_CHIEF_SPEC_MAX);
+        return;
+    }
+    c = calloc(1, sizeof(*c)); /* the text makes it large for a stack */
+    if (c == NULL)
+        return;
+    c->op = GM_CHIEF_OP_JOB_SPEC;
+    snprintf(c->job, sizeof(c->job), "%s", id);
+    memcpy(c->spec, text, len);
+    c->spec[len] = '\0';
+    c->spec_len = len;
+    gm_ckpt_sha256_hex(text, len, c->sha256);
+    c->global_batch = global_batch;
+    snprintf(what, sizeof(what), "job %s spec", id);
+    err = gm_chief_propose(a, c, what);
+    if (err != 0)
+        gm_info("event=chief-job-spec-unrecorded job=%s err=%d", id, err);
+    free(c);
+}
+
+long gm_chief_committed(struct gm_agent *a, const char *key, struct gm_ckpt_ref *out, size_t cap)
+{
+    const struct gm_chief_fsm *f;
+    size_t n = 0;
+
+    if (a->chief == NULL)
+        return -1;
+    f = &a->chief->fsm;
+    for (size_t i = 0; i < f->nckpts && n < cap; i++) {
+        if (strcmp(f->ckpts[i].job, key) != 0)
+            continue;
+        out[n].step = (long)f->ckpts[i].step;
+        memcpy(out[n].sha256, f->ckpts[i].sha256, sizeof(out[n].sha256));
+        n++;
+    }
+    return (long)n;
 }
 
 /* --- the controller --------------------------------------------------------------- */
@@ -539,7 +697,7 @@ static void controller(struct gm_chief *ch)
     int err = 0;
 
     if (!is_leader(ch) || ch->change_busy || ch->own_busy || ch->transfer_busy ||
-        ch->raft.configuration_uncommitted_index != 0)
+        ch->handing_over || ch->raft.configuration_uncommitted_index != 0)
         return;
     ch->change.data = ch;
     if (gm_chief_role_of(a, a->cfg.node) == GM_CHIEF_ROLE_WITNESS) { /* a trainer leads */
@@ -611,16 +769,74 @@ static void controller(struct gm_chief *ch)
     }
 }
 
+int gm_chief_is_leader(struct gm_agent *a)
+{
+    return a->chief != NULL && is_leader(a->chief);
+}
+
+/* A voter (recorded and in raft) other than this node, with an up link; NULL when none. */
+static const struct raft_server *successor(struct gm_chief *ch)
+{
+    const struct raft_configuration *c = &ch->raft.configuration;
+
+    for (unsigned i = 0; i < c->n; i++) {
+        const struct raft_server *s = &c->servers[i];
+        if (s->role == RAFT_VOTER && s->id != ch->raft.id && link_up(ch->a, s->address) &&
+            gm_chief_role_of(ch->a, s->address) == GM_CHIEF_ROLE_VOTER &&
+            !gm_chief_fsm_is_revoked(&ch->fsm, s->address))
+            return s;
+    }
+    return NULL;
+}
+
+int gm_chief_can_hand_over(struct gm_agent *a)
+{
+    return gm_chief_is_leader(a) && successor(a->chief) != NULL;
+}
+
+int gm_chief_hand_over(struct gm_agent *a, const char *why)
+{
+    struct gm_chief *ch = a->chief;
+    const struct raft_server *s;
+    int err;
+
+    if (!gm_chief_is_leader(a) || (s = successor(ch)) == NULL)
+        return -ENOENT;
+    if (ch->transfer_busy)
+        return -EBUSY;
+    ch->transfer.data = ch;
+    err = raft_transfer(&ch->raft, &ch->transfer, s->id, transfer_cb);
+    if (err != 0) {
+        gm_warn("event=chief-transfer-failed to=%s err=\"%s\"", s->address, raft_strerror(err));
+        return -EIO;
+    }
+    ch->transfer_busy = 1;
+    ch->handing_over = 1;
+    gm_notice("event=chief-transfer to=%s term=%llu reason=\"%s\"", s->address,
+              (unsigned long long)ch->raft.current_term, why);
+    return 0;
+}
+
 void gm_chief_tick(struct gm_agent *a, uint64_t now)
 {
     struct gm_chief *ch = a->chief;
 
-    (void)now;
-    if (ch == NULL || !ch->started || ch->closed)
+    if (ch == NULL || !ch->started || ch->closed || ch->closing)
         return;
+    results_expire(ch, now);
     log_chief(ch);
     gm_chiefnet_recheck(ch->net);
     controller(ch);
+    gm_jobresume_tick(a, &ch->resume, now);
+}
+
+int gm_chief_barrier(struct gm_agent *a, struct raft_barrier *req, raft_barrier_cb cb)
+{
+    struct gm_chief *ch = a->chief;
+
+    if (ch == NULL || !is_leader(ch))
+        return -EAGAIN;
+    return raft_barrier(&ch->raft, req, cb) == 0 ? 0 : -EAGAIN;
 }
 
 void gm_chief_link_down(struct gm_agent *a, const char *node)
@@ -787,11 +1003,16 @@ void gm_chief_stop(struct gm_agent *a)
 {
     struct gm_chief *ch = a->chief;
 
-    if (ch == NULL || ch->closed)
+    if (ch == NULL || ch->closed || ch->closing)
         return;
+    ch->closing = 1;
     if (ch->raft_ready) {
         ch->raft.data = ch;
         raft_close(&ch->raft, on_raft_closed); /* closes the I/O and the transport */
+        /* raft frees its configuration while it closes: from here on every accessor
+         * (gm_chief_leader, no_chief_reason, ...) sees consensus as not running; a member's
+         * job timer asks who is chief after its links closed at stop */
+        ch->raft_ready = 0;
     } else {
         ch->closed = 1;
         if (ch->io_ready)
@@ -808,6 +1029,7 @@ void gm_chief_free(struct gm_agent *a)
 
     if (ch == NULL)
         return;
+    results_expire(ch, 0);
     if (ch->io_ready)
         raft_uv_close(&ch->io);
     gm_chiefnet_free(ch->net);
@@ -847,6 +1069,8 @@ static int on_req(struct gm_agent *a, struct gm_link *l, const struct gm_frame_h
     if (!is_leader(ch)) {
         snprintf(why, sizeof(why), "%s is not the chief (any more)", a->cfg.node);
         err = -EAGAIN;
+    } else if (strcmp(r.cmd, "use") == 0) {
+        err = use_request(ch, r.token, r.limit, c->node, h->req, why, sizeof(why));
     } else {
         err = request(ch, r.cmd, r.node,
                       strcmp(r.cmd, "role") == 0 ? gm_chief_role_name(r.role) : NULL, c->node,

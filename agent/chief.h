@@ -18,8 +18,9 @@
  * Bootstrap: the node that holds the CA key (the one that ran `init`) makes
  * the first configuration, itself as the only voter, when its raft folder is
  * empty; every other node starts with an empty configuration and waits for
- * the chief to add it.  (Wiping raft/ on the init node of a running cluster
- * would bootstrap a second cluster: don't.)
+ * the chief to add it.  (Wiping raft/ on a node that holds the CA key, the
+ * init node or a voter (agent/keyring.h), in a running cluster would
+ * bootstrap a second cluster: don't.)
  *
  * The chief's controller (each agent tick, one change at a time): a member
  * with an up link that raft does not know is added (raft_add), and recorded
@@ -56,6 +57,7 @@
 
 #include "agent/chieffsm.h"
 #include "common/err.h"
+#include "train/ckpt/ckpt.h"
 
 #define GM_CHIEF_VOTERS 5 /* voters and witnesses the controller makes by itself */
 
@@ -63,6 +65,10 @@ struct gm_agent;
 struct gm_room;
 
 extern const struct gm_room gm_chief_room;
+
+/* The outcome of a request made with a callback: code 0 when committed, else the refusal
+ * (msg: printable text). */
+typedef void (*gm_chief_done_fn)(void *arg, int code, const char *msg);
 
 /* Makes a->chief (raft initialised, not started). */
 GM_MUST_CHECK int gm_chief_open(struct gm_agent *a);
@@ -90,6 +96,35 @@ GM_MUST_CHECK int gm_chief_propose(struct gm_agent *a, struct gm_chief_cmd *c, c
 /* On the chief: proposes job id's state and step to the replicated state (a job command,
  * fenced by the chief's term); elsewhere nothing (the coordinator is the chief). */
 void gm_chief_record_job(struct gm_agent *a, const char *id, const char *state, long step);
+/* On the chief: proposes the text of job id (len bytes) and the global batch fixed for it
+ * (a job-spec command), so a restarted cluster resumes it; a text over GM_CHIEF_SPEC_MAX is
+ * not recorded (logged). */
+void gm_chief_record_job_spec(struct gm_agent *a, const char *id, const char *text, size_t len,
+                              int global_batch);
+/* The checkpoints of key committed in the replicated state (at most cap into out): how many,
+ * or -1 without consensus. */
+long gm_chief_committed(struct gm_agent *a, const char *key, struct gm_ckpt_ref *out, size_t cap);
+/* On the chief: raft_barrier (cb once every entry before it is applied).  -EAGAIN when this
+ * node is not the chief or raft refuses. */
+GM_MUST_CHECK int gm_chief_barrier(struct gm_agent *a, struct raft_barrier *req,
+                                   raft_barrier_cb cb);
+/* Records one use of the token whose id is token (16 hex digits) and whose uses are limit, in
+ * the replicated state: proposed here on the chief, else asked of the chief in CHIEF_REQ
+ * ("use"); only a voter's request is taken.  0: done runs later, once, never from inside this
+ * call, with 0 when the use is committed, GM_ERR_TOKEN when the token is used up, -ETIMEDOUT
+ * when no answer came in 10 s, -ECANCELED when the agent stops.  Else an error and done never
+ * runs: -EAGAIN (no chief now), -EHOSTUNREACH (no link to it), -EPERM (not a voter). */
+GM_MUST_CHECK int gm_chief_use_token(struct gm_agent *a, const char *token, int limit,
+                                     gm_chief_done_fn done, void *arg);
+/* 1 when this node is the chief. */
+int gm_chief_is_leader(struct gm_agent *a);
+/* 1 when this node is the chief and a voter with an up link could take over. */
+int gm_chief_can_hand_over(struct gm_agent *a);
+/* Drain: hands leadership to such a voter (raft_transfer) and makes no more changes of its
+ * own; logged as event=chief-transfer.  0 when the transfer started (gm_chief_is_leader
+ * turns 0 once it is done), -ENOENT when this node is not the chief or nobody can take
+ * over. */
+GM_MUST_CHECK int gm_chief_hand_over(struct gm_agent *a, const char *why);
 /* The role the replicated state gives node (GM_CHIEF_ROLE_VOTER when unknown). */
 enum gm_chief_role gm_chief_role_of(struct gm_agent *a, const char *node);
 /* The current raft term (0 before raft started). */

@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "train/ckpt/ckpt.h"
+
 static const char *const role_names[] = {"voter", "witness", "spare"};
 
 static const struct {
@@ -17,7 +19,7 @@ static const struct {
 } op_names[] = {
     {GM_CHIEF_OP_MEMBER, "member"},         {GM_CHIEF_OP_REVOKE, "revoke"},
     {GM_CHIEF_OP_TOKEN_USE, "token-use"},   {GM_CHIEF_OP_JOB, "job"},
-    {GM_CHIEF_OP_CHECKPOINT, "checkpoint"},
+    {GM_CHIEF_OP_CHECKPOINT, "checkpoint"}, {GM_CHIEF_OP_JOB_SPEC, "job-spec"},
 };
 
 const char *gm_chief_role_name(enum gm_chief_role r)
@@ -87,6 +89,26 @@ static int get_name(json_t *o, const char *key, char out[GM_CHIEF_NAME_MAX + 1])
     int err = get_str(o, key, out, GM_CHIEF_NAME_MAX + 1);
 
     return err == 0 && gm_id_name_valid(out) ? 0 : GM_ERR_PROTO;
+}
+
+/* A job's text: a string of at most GM_CHIEF_SPEC_MAX bytes without NUL whose SHA-256 is
+ * sha (checked here, on every replica). */
+static int get_spec(json_t *o, const char *key, const char *sha, char *out, size_t *len)
+{
+    json_t *v = json_object_get(o, key);
+    const char *s = json_string_value(v);
+    char got[65];
+
+    *len = 0;
+    if (s == NULL || json_string_length(v) > GM_CHIEF_SPEC_MAX ||
+        strlen(s) != json_string_length(v))
+        return GM_ERR_PROTO;
+    gm_ckpt_sha256_hex(s, strlen(s), got);
+    if (strcmp(got, sha) != 0)
+        return GM_ERR_PROTO;
+    memcpy(out, s, strlen(s) + 1);
+    *len = strlen(s);
+    return 0;
 }
 
 /* A non-negative integer field (JSON integers only). */
@@ -187,6 +209,8 @@ int gm_chief_cmd_encode(const struct gm_chief_cmd *c, char **out, size_t *len)
         break;
     case GM_CHIEF_OP_TOKEN_USE:
         err |= json_object_set_new(o, "token", json_string(c->token));
+        if (c->limit > 0)
+            err |= json_object_set_new(o, "limit", json_integer(c->limit));
         break;
     case GM_CHIEF_OP_JOB:
         err |= json_object_set_new(o, "job", json_string(c->job));
@@ -198,6 +222,12 @@ int gm_chief_cmd_encode(const struct gm_chief_cmd *c, char **out, size_t *len)
         err |= json_object_set_new(o, "step", json_integer(c->step));
         err |= json_object_set_new(o, "sha256", json_string(c->sha256));
         err |= json_object_set_new(o, "holders", holders_json(c->holders, c->nholders));
+        break;
+    case GM_CHIEF_OP_JOB_SPEC:
+        err |= json_object_set_new(o, "job", json_string(c->job));
+        err |= json_object_set_new(o, "spec", json_stringn(c->spec, c->spec_len));
+        err |= json_object_set_new(o, "sha256", json_string(c->sha256));
+        err |= json_object_set_new(o, "global_batch", json_integer(c->global_batch));
         break;
     }
     *out = err == 0 ? json_dumps(o, JSON_COMPACT) : NULL;
@@ -212,9 +242,11 @@ static int decode_fields(json_t *o, struct gm_chief_cmd *c)
 {
     static const char *const k_member[] = {"v", "op", "term", "node", "role"};
     static const char *const k_revoke[] = {"v", "op", "term", "node", "at"};
-    static const char *const k_token[] = {"v", "op", "term", "token"};
+    static const char *const k_token[] = {"v", "op", "term", "token", "limit"};
     static const char *const k_job[] = {"v", "op", "term", "job", "state", "step"};
     static const char *const k_ckpt[] = {"v", "op", "term", "job", "step", "sha256", "holders"};
+    static const char *const k_spec[] = {"v",      "op",   "term",        "job",
+                                         "sha256", "spec", "global_batch"};
     char role[16];
     int err;
 
@@ -234,9 +266,13 @@ static int decode_fields(json_t *o, struct gm_chief_cmd *c)
             err = get_name(o, "node", c->node);
         return err == 0 ? get_i64(o, "at", &c->at) : err;
     case GM_CHIEF_OP_TOKEN_USE:
-        err = keys_only(o, k_token, 4);
+        err = keys_only(o, k_token, 5);
         if (err == 0)
             err = get_str(o, "token", c->token, sizeof(c->token));
+        if (err == 0 && json_object_get(o, "limit") != NULL &&
+            (get_i64(o, "limit", &c->limit) != 0 || c->limit < 1 ||
+             c->limit > GM_CHIEF_TOKEN_USES_MAX))
+            err = GM_ERR_PROTO;
         return err == 0 && is_hex(c->token, GM_CHIEF_TOKEN_HEX) ? 0 : GM_ERR_PROTO;
     case GM_CHIEF_OP_JOB:
         err = keys_only(o, k_job, 6);
@@ -258,6 +294,19 @@ static int decode_fields(json_t *o, struct gm_chief_cmd *c)
         if (err == 0 && !is_hex(c->sha256, 64))
             err = GM_ERR_PROTO;
         return err == 0 ? get_holders(o, c->holders, &c->nholders) : err;
+    case GM_CHIEF_OP_JOB_SPEC:
+        err = keys_only(o, k_spec, 7);
+        if (err == 0)
+            err = get_name(o, "job", c->job);
+        if (err == 0)
+            err = get_str(o, "sha256", c->sha256, sizeof(c->sha256));
+        if (err == 0 && !is_hex(c->sha256, 64))
+            err = GM_ERR_PROTO;
+        if (err == 0)
+            err = get_spec(o, "spec", c->sha256, c->spec, &c->spec_len);
+        if (err == 0)
+            err = get_i64(o, "global_batch", &c->global_batch);
+        return err == 0 && c->global_batch >= 1 && c->global_batch <= INT32_MAX ? 0 : GM_ERR_PROTO;
     }
     return GM_ERR_PROTO;
 }
@@ -308,6 +357,8 @@ void gm_chief_fsm_free(struct gm_chief_fsm *f)
     free(f->members);
     free(f->revoked);
     free(f->tokens);
+    for (size_t i = 0; f->jobs != NULL && i < f->njobs; i++)
+        free(f->jobs[i].spec);
     free(f->jobs);
     free(f->ckpts);
     memset(f, 0, sizeof(*f));
@@ -390,6 +441,8 @@ static int apply_token(struct gm_chief_fsm *f, const struct gm_chief_cmd *c)
 
     for (size_t i = 0; i < f->ntokens; i++) {
         if (strcmp(f->tokens[i].token, c->token) == 0) {
+            if (c->limit > 0 && f->tokens[i].uses >= (uint64_t)c->limit)
+                return GM_ERR_TOKEN; /* used up: the same refusal on every node */
             f->tokens[i].uses++;
             return 0;
         }
@@ -411,25 +464,86 @@ static void drop_oldest(void *arr, size_t *n, size_t size, size_t max)
     (*n)--;
 }
 
-static int apply_job(struct gm_chief_fsm *f, const struct gm_chief_cmd *c)
+int gm_chief_job_state_final(const char *state)
+{
+    static const char *const final[] = {"done", "cancelled", "failed", "refused"};
+
+    for (size_t i = 0; i < sizeof(final) / sizeof(final[0]); i++)
+        if (strcmp(state, final[i]) == 0)
+            return 1;
+    return 0;
+}
+
+/* The entry of job id, a new one (state "checking", step 0; the oldest dropped when the
+ * table is full) when there is none: 0, -ENOMEM. */
+static int job_entry(struct gm_chief_fsm *f, const char *id, struct gm_chief_job **out)
 {
     struct gm_chief_job *jb = NULL;
     int err;
 
     for (size_t i = 0; i < f->njobs && jb == NULL; i++)
-        if (strcmp(f->jobs[i].job, c->job) == 0)
+        if (strcmp(f->jobs[i].job, id) == 0)
             jb = &f->jobs[i];
     if (jb == NULL) {
-        if (f->njobs > 0)
+        if (f->njobs >= GM_CHIEF_JOBS_MAX) {
+            free(f->jobs[0].spec);
             drop_oldest(f->jobs, &f->njobs, sizeof(*jb), GM_CHIEF_JOBS_MAX);
+        }
         err = grow((void **)&f->jobs, f->njobs, sizeof(*jb), GM_CHIEF_JOBS_MAX);
         if (err != 0)
             return err;
         jb = &f->jobs[f->njobs++];
-        snprintf(jb->job, sizeof(jb->job), "%s", c->job);
+        memset(jb, 0, sizeof(*jb));
+        snprintf(jb->job, sizeof(jb->job), "%s", id);
+        snprintf(jb->state, sizeof(jb->state), "checking");
     }
+    *out = jb;
+    return 0;
+}
+
+static int apply_job(struct gm_chief_fsm *f, const struct gm_chief_cmd *c)
+{
+    struct gm_chief_job *jb;
+    int err = job_entry(f, c->job, &jb);
+
+    if (err != 0)
+        return err;
     snprintf(jb->state, sizeof(jb->state), "%s", c->state);
     jb->step = c->step;
+    jb->term = c->term;
+    if (gm_chief_job_state_final(jb->state)) { /* nothing left to resume */
+        free(jb->spec);
+        jb->spec = NULL;
+        jb->spec_len = 0;
+        jb->spec_sha256[0] = '\0';
+        jb->global_batch = 0;
+    }
+    return 0;
+}
+
+static int apply_job_spec(struct gm_chief_fsm *f, const struct gm_chief_cmd *c)
+{
+    struct gm_chief_job *jb;
+    char *spec;
+    int err;
+
+    for (size_t i = 0; i < f->njobs; i++)
+        if (strcmp(f->jobs[i].job, c->job) == 0 && gm_chief_job_state_final(f->jobs[i].state))
+            return -EINVAL; /* a finished job is not resumed */
+    spec = malloc(c->spec_len + 1);
+    if (spec == NULL)
+        return -ENOMEM;
+    if ((err = job_entry(f, c->job, &jb)) != 0) {
+        free(spec);
+        return err;
+    }
+    memcpy(spec, c->spec, c->spec_len);
+    spec[c->spec_len] = '\0';
+    free(jb->spec);
+    jb->spec = spec;
+    jb->spec_len = c->spec_len;
+    memcpy(jb->spec_sha256, c->sha256, sizeof(jb->spec_sha256));
+    jb->global_batch = c->global_batch;
     jb->term = c->term;
     return 0;
 }
@@ -483,6 +597,9 @@ int gm_chief_fsm_apply(struct gm_chief_fsm *f, const struct gm_chief_cmd *c)
     case GM_CHIEF_OP_CHECKPOINT:
         err = apply_ckpt(f, c);
         break;
+    case GM_CHIEF_OP_JOB_SPEC:
+        err = apply_job_spec(f, c);
+        break;
     default:
         err = -EINVAL;
     }
@@ -509,11 +626,16 @@ json_t *gm_chief_fsm_json(const struct gm_chief_fsm *f)
     for (size_t i = 0; !err && i < f->ntokens; i++)
         err = json_array_append_new(tok, json_pack("{s:s, s:I}", "token", f->tokens[i].token,
                                                    "uses", (json_int_t)f->tokens[i].uses));
-    for (size_t i = 0; !err && i < f->njobs; i++)
-        err = json_array_append_new(jobs, json_pack("{s:s, s:s, s:I, s:I}", "job", f->jobs[i].job,
-                                                    "state", f->jobs[i].state, "step",
-                                                    (json_int_t)f->jobs[i].step, "term",
-                                                    (json_int_t)f->jobs[i].term));
+    for (size_t i = 0; !err && i < f->njobs; i++) {
+        const struct gm_chief_job *jb = &f->jobs[i];
+        json_t *e = json_pack("{s:s, s:s, s:I, s:I}", "job", jb->job, "state", jb->state, "step",
+                              (json_int_t)jb->step, "term", (json_int_t)jb->term);
+        if (e != NULL && jb->spec != NULL)
+            err = json_object_set_new(e, "spec", json_stringn(jb->spec, jb->spec_len)) |
+                  json_object_set_new(e, "spec_sha256", json_string(jb->spec_sha256)) |
+                  json_object_set_new(e, "global_batch", json_integer(jb->global_batch));
+        err |= json_array_append_new(jobs, e);
+    }
     for (size_t i = 0; !err && i < f->nckpts; i++) {
         const struct gm_chief_ckpt *k = &f->ckpts[i];
         err = json_array_append_new(
@@ -624,11 +746,46 @@ static int r_token(json_t *e, void *out)
     return err == 0 ? get_u64(e, "uses", &t->uses) : err;
 }
 
+/* A job's spec in a snapshot: all three keys or none. */
+static int r_job_spec(json_t *e, struct gm_chief_job *jb)
+{
+    size_t n = 0;
+    char *p;
+    int err;
+
+    if (json_object_get(e, "spec") == NULL && json_object_get(e, "spec_sha256") == NULL &&
+        json_object_get(e, "global_batch") == NULL)
+        return 0;
+    err = get_str(e, "spec_sha256", jb->spec_sha256, sizeof(jb->spec_sha256));
+    if (err == 0 && !is_hex(jb->spec_sha256, 64))
+        err = GM_ERR_PROTO;
+    if (err == 0)
+        err = get_i64(e, "global_batch", &jb->global_batch);
+    if (err == 0 && (jb->global_batch < 1 || jb->global_batch > INT32_MAX ||
+                     gm_chief_job_state_final(jb->state)))
+        err = GM_ERR_PROTO;
+    if (err != 0)
+        return err;
+    p = malloc(GM_CHIEF_SPEC_MAX + 1);
+    if (p == NULL)
+        return -ENOMEM;
+    if ((err = get_spec(e, "spec", jb->spec_sha256, p, &n)) != 0) {
+        free(p);
+        return err;
+    }
+    jb->spec = realloc(p, n + 1);
+    if (jb->spec == NULL)
+        jb->spec = p; /* keeping the larger block is fine */
+    jb->spec_len = n;
+    return 0;
+}
+
 static int r_job(json_t *e, void *out)
 {
-    static const char *const keys[] = {"job", "state", "step", "term"};
+    static const char *const keys[] = {"job",  "state",       "step",        "term",
+                                       "spec", "spec_sha256", "global_batch"};
     struct gm_chief_job *jb = out;
-    int err = keys_only(e, keys, 4);
+    int err = keys_only(e, keys, 7);
 
     if (err == 0)
         err = get_name(e, "job", jb->job);
@@ -638,7 +795,9 @@ static int r_job(json_t *e, void *out)
         err = GM_ERR_PROTO;
     if (err == 0)
         err = get_i64(e, "step", &jb->step);
-    return err == 0 ? get_u64(e, "term", &jb->term) : err;
+    if (err == 0)
+        err = get_u64(e, "term", &jb->term);
+    return err == 0 ? r_job_spec(e, jb) : err;
 }
 
 static int r_ckpt(json_t *e, void *out)
@@ -831,10 +990,12 @@ static char *dump(json_t *o, size_t *len)
 
 int gm_chief_req_encode(const struct gm_chief_req *r, char **out, size_t *len)
 {
-    json_t *o = strcmp(r->cmd, "role") == 0
-                    ? json_pack("{s:s, s:s, s:s}", "cmd", r->cmd, "node", r->node, "role",
-                                gm_chief_role_name(r->role))
-                    : json_pack("{s:s, s:s}", "cmd", r->cmd, "node", r->node);
+    json_t *o =
+        strcmp(r->cmd, "role") == 0  ? json_pack("{s:s, s:s, s:s}", "cmd", r->cmd, "node", r->node,
+                                                 "role", gm_chief_role_name(r->role))
+        : strcmp(r->cmd, "use") == 0 ? json_pack("{s:s, s:s, s:I}", "cmd", r->cmd, "token",
+                                                 r->token, "limit", (json_int_t)r->limit)
+                                     : json_pack("{s:s, s:s}", "cmd", r->cmd, "node", r->node);
 
     *out = dump(o, len);
     return *out != NULL ? 0 : -ENOMEM;
@@ -842,7 +1003,7 @@ int gm_chief_req_encode(const struct gm_chief_req *r, char **out, size_t *len)
 
 int gm_chief_req_decode(const uint8_t *p, size_t len, struct gm_chief_req *r)
 {
-    static const char *const keys[] = {"cmd", "node", "role"};
+    static const char *const keys[] = {"cmd", "node", "role", "token", "limit"};
     json_error_t e;
     json_t *o;
     char role[16];
@@ -852,8 +1013,20 @@ int gm_chief_req_decode(const uint8_t *p, size_t len, struct gm_chief_req *r)
     if (len > GM_CHIEF_CMD_MAX)
         return GM_ERR_PROTO;
     o = json_loadb((const char *)p, len, JSON_REJECT_DUPLICATES, &e);
-    if (!json_is_object(o) || keys_only(o, keys, 3) != 0 ||
-        get_str(o, "cmd", r->cmd, sizeof(r->cmd)) != 0 || get_name(o, "node", r->node) != 0)
+    if (!json_is_object(o) || keys_only(o, keys, 5) != 0 ||
+        get_str(o, "cmd", r->cmd, sizeof(r->cmd)) != 0)
+        goto out;
+    if (strcmp(r->cmd, "use") == 0) { /* a voter records a token use before it admits */
+        err = json_object_get(o, "node") == NULL && json_object_get(o, "role") == NULL &&
+                      get_str(o, "token", r->token, sizeof(r->token)) == 0 &&
+                      is_hex(r->token, GM_CHIEF_TOKEN_HEX) && get_i64(o, "limit", &r->limit) == 0 &&
+                      r->limit >= 1 && r->limit <= GM_CHIEF_TOKEN_USES_MAX
+                  ? 0
+                  : GM_ERR_PROTO;
+        goto out;
+    }
+    if (get_name(o, "node", r->node) != 0 || json_object_get(o, "token") != NULL ||
+        json_object_get(o, "limit") != NULL)
         goto out;
     if (strcmp(r->cmd, "revoke") == 0)
         err = json_object_get(o, "role") == NULL ? 0 : GM_ERR_PROTO;

@@ -15,10 +15,19 @@
  * character set):
  *   {"v":1, "op":"member",     "term":T, "node":N, "role":"voter|witness|spare"}
  *   {"v":1, "op":"revoke",     "term":T, "node":N, "at":UNIX_S}
- *   {"v":1, "op":"token-use",  "term":T, "token":HEX16}
+ *   {"v":1, "op":"token-use",  "term":T, "token":HEX16, "limit"?:N}
+ *      (limit: the token's uses; a use past it is refused with GM_ERR_TOKEN, so that
+ *      two voters admitting with one token at once cannot both win: agent/admit.h)
  *   {"v":1, "op":"job",        "term":T, "job":ID, "state":S, "step":K}
  *   {"v":1, "op":"checkpoint", "term":T, "job":ID, "step":K, "sha256":HEX64,
  *                              "holders":[N, ...]}
+ *   {"v":1, "op":"job-spec",   "term":T, "job":ID, "spec":TEXT, "sha256":HEX64,
+ *                              "global_batch":G}
+ * job-spec makes a job durable: its job file's text (at most GM_CHIEF_SPEC_MAX bytes,
+ * sha256 its SHA-256, checked on decode and on restore: a spec that does not hash to it
+ * is refused) and the global batch the coordinator fixed for it, so that a chief elected
+ * by a cluster restarted from nothing resumes it (agent/jobresume.h).  A job's spec is
+ * kept while its state is not final (done, cancelled, failed, refused drop it).
  * JSON rather than a binary format: the agent's other control payloads are
  * JSON, the commands are small and rare (metadata, not tensors), and a
  * snapshot a person can read with `jq` helps when something goes wrong.
@@ -56,7 +65,11 @@
 #define GM_CHIEF_TOKENS_MAX 4096
 #define GM_CHIEF_JOBS_MAX 64
 #define GM_CHIEF_CKPTS_MAX 64
-#define GM_CHIEF_CMD_MAX 8192 /* bytes of one encoded command */
+#define GM_CHIEF_SPEC_MAX 16384 /* bytes of a job's text that job-spec holds */
+/* bytes of one encoded command: a job-spec's text JSON-escaped (at most 6 bytes a byte)
+ * plus the rest */
+#define GM_CHIEF_CMD_MAX (8192 + 6 * GM_CHIEF_SPEC_MAX)
+#define GM_CHIEF_TOKEN_USES_MAX 10000
 
 enum gm_chief_role {
     GM_CHIEF_ROLE_VOTER = 0,
@@ -70,6 +83,7 @@ enum gm_chief_op {
     GM_CHIEF_OP_TOKEN_USE,
     GM_CHIEF_OP_JOB,
     GM_CHIEF_OP_CHECKPOINT,
+    GM_CHIEF_OP_JOB_SPEC,
 };
 
 typedef char gm_chief_name[GM_CHIEF_NAME_MAX + 1];
@@ -81,12 +95,16 @@ struct gm_chief_cmd {
     enum gm_chief_role role;                     /* member */
     int64_t at;                                  /* revoke: the chief's wall clock, s */
     char token[GM_CHIEF_TOKEN_HEX + 1];          /* token-use */
+    int64_t limit;                               /* token-use: 0 (none) or the token's uses */
     gm_chief_name job;                           /* job, checkpoint */
     char state[GM_CHIEF_STATE_MAX + 1];          /* job */
     int64_t step;                                /* job, checkpoint */
-    char sha256[65];                             /* checkpoint: hex */
+    char sha256[65];                             /* checkpoint, job-spec: hex */
     gm_chief_name holders[GM_CHIEF_HOLDERS_MAX]; /* checkpoint */
     size_t nholders;
+    char spec[GM_CHIEF_SPEC_MAX + 1]; /* job-spec: the job text, NUL-terminated */
+    size_t spec_len;
+    int64_t global_batch; /* job-spec */
 };
 
 struct gm_chief_member {
@@ -110,6 +128,10 @@ struct gm_chief_job {
     char state[GM_CHIEF_STATE_MAX + 1];
     int64_t step;
     uint64_t term;
+    char *spec; /* owned: the job text (spec_len bytes + NUL), NULL when none is held */
+    size_t spec_len;
+    char spec_sha256[65];
+    int64_t global_batch;
 };
 
 struct gm_chief_ckpt {
@@ -155,7 +177,8 @@ GM_MUST_CHECK int gm_chief_cmd_decode(const uint8_t *p, size_t len, struct gm_ch
 void gm_chief_fsm_init(struct gm_chief_fsm *f);
 void gm_chief_fsm_free(struct gm_chief_fsm *f);
 /* Applies c: 0, -ESTALE (older term), -EPERM (a revoked node), -ENOSPC (a
- * table is full), -ENOMEM.  A refused command changes nothing but `applied`. */
+ * table is full), -EINVAL (a job-spec for a job whose state is final), -ENOMEM.  A refused command
+ * changes nothing but `applied`. */
 int gm_chief_fsm_apply(struct gm_chief_fsm *f, const struct gm_chief_cmd *c);
 /* The whole state as JSON text; *out malloc'd. */
 GM_MUST_CHECK int gm_chief_fsm_snapshot(const struct gm_chief_fsm *f, char **out, size_t *len);
@@ -171,11 +194,15 @@ void gm_chief_fsm_raft(struct gm_chief_fsm *f, struct raft_fsm *out);
 GM_MUST_CHECK int gm_chief_cmd_buffer(const struct gm_chief_cmd *c, struct raft_buffer *out);
 
 /* CHIEF_REQ: a revoke or role change a member forwards to the chief,
- * {"cmd": "revoke"|"role", "node": N, "role"?: R} (role only, and required, for "role"). */
+ * {"cmd": "revoke"|"role", "node": N, "role"?: R} (role only, and required, for "role"),
+ * or a token use a voter records before it admits a joiner,
+ * {"cmd": "use", "token": HEX16, "limit": N} (no node). */
 struct gm_chief_req {
     char cmd[8];
     gm_chief_name node;
-    enum gm_chief_role role; /* cmd "role" */
+    enum gm_chief_role role;            /* cmd "role" */
+    char token[GM_CHIEF_TOKEN_HEX + 1]; /* cmd "use" */
+    int64_t limit;                      /* cmd "use": 1..GM_CHIEF_TOKEN_USES_MAX */
 };
 
 /* CHIEF_ANS: its outcome, {"code": 0 or a negative error, "message": printable text}. */
@@ -194,6 +221,8 @@ GM_MUST_CHECK int gm_chief_ans_decode(const uint8_t *p, size_t len, struct gm_ch
 const struct gm_chief_member *gm_chief_fsm_member(const struct gm_chief_fsm *f, const char *node);
 /* 1 when node is revoked. */
 int gm_chief_fsm_is_revoked(const struct gm_chief_fsm *f, const char *node);
+/* 1 when a job state is final (done, cancelled, failed, refused). */
+int gm_chief_job_state_final(const char *state);
 /* The state as a JSON object (members, revoked, tokens, jobs, checkpoints). */
 json_t *gm_chief_fsm_json(const struct gm_chief_fsm *f);
 

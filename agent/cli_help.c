@@ -48,9 +48,10 @@ static const struct verb_help verbs[] = {
      "  --wait SECONDS         how long to look for the admitter by multicast (1-3600, 15)\n"},
     {"agent", "[--config FILE]", "run the daemon (systemd runs this as gradmesh@CLUSTER)",
      CONFIG_LINE "  Under systemd it reports READY=1, STATUS=, WATCHDOG=1 and STOPPING=1;\n"
-                 "  SIGTERM or SIGINT stop it.  Exit 78: bad configuration (not restarted).\n"},
+                 "  SIGTERM or SIGINT stop it (SIGTERM on the chief first finishes the step\n"
+                 "  and hands leadership to a voter).  Exit 78: bad configuration.\n"},
     {"token", "create [--ttl DURATION] [--uses N] | list [--json] | revoke ID  [--config FILE]",
-     "make, list and revoke invite tokens (on the admitter)",
+     "make, list and revoke invite tokens (on the init node or any voter)",
      "  create                 print a new token (secret: hand it over privately)\n"
      "  --ttl DURATION         lifetime: N, Ns, Nm, Nh or Nd, at most 366d (default 24h)\n"
      "  --uses N               how many joins it admits (1-10000, default 1)\n"

@@ -141,6 +141,7 @@ struct gm_jobs {
     size_t stash_bytes;
     uv_timer_t timer; /* check timeouts */
     bool stopping;
+    bool leaving;        /* gm_jobs_leave: the job goes on without this node */
     uint64_t frame_term; /* the term of the JOB_* frame being handled */
 };
 
@@ -374,6 +375,13 @@ static void rank_exit(struct gm_rank *rk, int err, const struct gm_train_summary
     jb->bytes_sent = sum->bytes_sent;
     if (sum->checkpoint[0])
         snprintf(jb->weights, sizeof(jb->weights), "%s", sum->checkpoint);
+    if (jb->coord && j->leaving) { /* drain: no JOB_END, the next chief takes the job over */
+        jb->state = J_CANCELLED;
+        jb->t_end = gm_time_mono_ns();
+        snprintf(jb->error, sizeof(jb->error), "this node left the job (drain)");
+        gm_notice("event=job-left job=%s step=%ld", jb->id, (long)jb->last.step);
+        return;
+    }
     if (jb->coord) {
         if (err == 0)
             end_job(j, jb, jb->stop_sent ? J_CANCELLED : J_DONE,
@@ -640,6 +648,7 @@ static int form_local(struct gm_jobs *j, struct job *jb)
 static int start_rank(struct gm_jobs *j, struct job *jb)
 {
     char dir[1024], out[1100], ckdir[1100], key[GM_JOBS_CKPT_KEY_LEN + 1];
+    struct gm_ckpt_ref committed[GM_RANK_COMMITTED_MAX];
     struct gm_rank_ckpt ck = {0};
     int err;
 
@@ -659,7 +668,13 @@ static int start_rank(struct gm_jobs *j, struct job *jb)
     snprintf(ckdir, sizeof(ckdir), "%s/checkpoints/%s", j->env.state_dir, key);
     ck.dir = ckdir;
     ck.resume = jb->coord;
-    ck.term = my_term(j); /* the chief's term when the job started here */
+    ck.term = my_term(j);                        /* the chief's term when the job started here */
+    if (jb->coord && j->env.committed != NULL) { /* only what the cluster committed */
+        long nc = j->env.committed(j->env.agent, key, committed, GM_RANK_COMMITTED_MAX);
+        ck.committed_only = nc >= 0;
+        ck.committed = committed;
+        ck.ncommitted = nc > 0 ? (size_t)nc : 0;
+    }
     if ((err = gm_rank_start(j->env.loop, &jb->job, out, &ck, &rank_ops, j, &jb->rank)) < 0)
         return err;
     if (j->env.metrics != NULL)
@@ -1389,11 +1404,13 @@ static json_t *ctl_error(int code, const char *msg)
     return json_pack("{s:s,s:i}", "error", msg, "code", code);
 }
 
-/* The coordinator takes a job: from its own control socket (id NULL: a new one) or
- * forwarded by a member (JOB_SUBMIT, with the member's id).  Returns 0 and fills id, or an
- * error with one line for the user in msg. */
-static int coord_submit(struct gm_jobs *j, const char *text, size_t len, const char *origin,
-                        const char *given_id, char id[GM_JOB_ID_LEN + 1], char *msg, size_t cap)
+/* The coordinator takes a job: from its own control socket (id NULL: a new one), forwarded
+ * by a member (JOB_SUBMIT, with the member's id), or resumed after a restart (its id, and
+ * fixed_gb > 0: the global batch fixed when it was first taken).  Returns 0 and fills id, or
+ * an error with one line for the user in msg. */
+static int coord_take(struct gm_jobs *j, const char *text, size_t len, const char *origin,
+                      const char *given_id, int fixed_gb, char id[GM_JOB_ID_LEN + 1], char *msg,
+                      size_t cap)
 {
     char(*up)[NODE_LEN] = NULL;
     struct hashreq *hr = NULL;
@@ -1423,6 +1440,10 @@ static int coord_submit(struct gm_jobs *j, const char *text, size_t len, const c
         return GM_ERR_CONFIG;
     }
     n = j->env.members_up(j->env.agent, up, GM_JOB_RANKS_MAX - 1);
+    if (fixed_gb > 0) {
+        jb->job.optim.global_batch = fixed_gb;
+        jb->job.optim.batch = 0;
+    }
     if ((err = gm_job_global_batch(&jb->job, (int)n + 1, &g)) < 0) {
         snprintf(msg, cap, "%.200s: [optim] global_batch = %d does not divide by %zu workers",
                  jb->origin, jb->job.optim.global_batch, n + 1);
@@ -1447,6 +1468,8 @@ static int coord_submit(struct gm_jobs *j, const char *text, size_t len, const c
         resolve_auto(j, jb, up, n);
     jb->state = J_CHECKING;
     record(j, jb, J_CHECKING);
+    if (j->env.record_spec != NULL)
+        j->env.record_spec(j->env.agent, jb->id, text, len, g);
     jb->test_accuracy = NAN;
     jb->t_submit = gm_time_mono_ns();
     jb->parts = calloc(n + 1, sizeof(*jb->parts));
@@ -1478,6 +1501,26 @@ static int coord_submit(struct gm_jobs *j, const char *text, size_t len, const c
     gm_notice("event=job-submitted job=%s name=%s members=%zu global_batch=%d", jb->id,
               jb->job.name, n + 1, g);
     return 0;
+}
+
+static int coord_submit(struct gm_jobs *j, const char *text, size_t len, const char *origin,
+                        const char *given_id, char id[GM_JOB_ID_LEN + 1], char *msg, size_t cap)
+{
+    return coord_take(j, text, len, origin, given_id, 0, id, msg, cap);
+}
+
+int gm_jobs_resume(struct gm_jobs *j, const char *id, const char *text, size_t len,
+                   int global_batch)
+{
+    char msg[GM_JOB_MSG_MAX] = "", got[GM_JOB_ID_LEN + 1];
+    int err;
+
+    if (j->cur != NULL)
+        return -EBUSY;
+    err = coord_take(j, text, len, "resumed", id, global_batch, got, msg, sizeof(msg));
+    if (err < 0)
+        gm_err("event=job-resume-failed job=%s err=\"%s\": %s", id, gm_strerror(err), msg);
+    return err;
 }
 
 /* A member forwards a submit to the coordinator and keeps a record of it, so that the
@@ -1927,6 +1970,14 @@ void gm_jobs_stop(struct gm_jobs *j)
         j->cur->stop_sent = true;
         gm_rank_stop(j->cur->rank);
     }
+}
+
+void gm_jobs_leave(struct gm_jobs *j)
+{
+    if (j == NULL)
+        return;
+    j->leaving = true;
+    gm_jobs_stop(j);
 }
 
 bool gm_jobs_idle(const struct gm_jobs *j)

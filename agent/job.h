@@ -73,6 +73,7 @@
 
 struct gm_jobs;
 struct gm_link;
+struct gm_ckpt_ref;
 
 /* What the job room needs from the agent. */
 struct gm_jobs_env {
@@ -92,6 +93,15 @@ struct gm_jobs_env {
     int (*chief)(void *agent, char out[GM_ID_NAME_MAX + 1], uint64_t *term, char *why, size_t cap);
     /* Records a coordinated job's state in the replicated state (optional). */
     void (*record)(void *agent, const char *id, const char *state, long step);
+    /* Optional: records a job the coordinator took, its text and the global batch fixed for
+     * it, in the replicated state, so a restarted cluster resumes it (agent/jobresume.h). */
+    void (*record_spec)(void *agent, const char *id, const char *text, size_t len,
+                        int global_batch);
+    /* Optional: the checkpoints of the job whose checkpoint key is key that the cluster
+     * committed (raft: held by a majority of the voters), at most cap into out; returns how
+     * many, or -1 when there is no replicated state (then the coordinator resumes from its
+     * newest valid checkpoint, committed or not). */
+    long (*committed)(void *agent, const char *key, struct gm_ckpt_ref *out, size_t cap);
     /* What is measured of the link from node `from` to node `to` (this node's own links, or
      * what member `from` said of its links): RTT in ms and throughput in Mbit/s, both > 0;
      * -ENOENT when either is unknown.  NULL: nothing is (codec = auto then runs fp32). */
@@ -122,6 +132,9 @@ GM_MUST_CHECK int gm_jobs_new(const struct gm_jobs_env *env, struct gm_jobs **ou
 /* Stops the running rank, if any; the agent keeps its loop running until
  * gm_jobs_idle() says the trainer thread is gone, then calls gm_jobs_free. */
 void gm_jobs_stop(struct gm_jobs *j);
+/* Like gm_jobs_stop, but a job coordinated here is left, not ended: no JOB_END goes out, so
+ * the members keep it for the next chief (agent/drain.h). */
+void gm_jobs_leave(struct gm_jobs *j);
 bool gm_jobs_idle(const struct gm_jobs *j);
 void gm_jobs_free(struct gm_jobs *j);
 
@@ -137,6 +150,13 @@ GM_MUST_CHECK int gm_jobs_on_frame(struct gm_jobs *j, struct gm_link *l, const c
 int gm_jobs_handles(uint16_t type);
 void gm_jobs_link_up(struct gm_jobs *j, const char *node);
 void gm_jobs_link_down(struct gm_jobs *j, const char *node, int err);
+
+/* The chief resumes job id of a cluster restarted from nothing (agent/jobresume.h): as a
+ * submit of text here under that id with the global batch fixed before; its coordinator
+ * resumes from the newest committed checkpoint.  0; -EBUSY when a job is current here (it
+ * goes on instead); another error (logged) when the job cannot be taken. */
+GM_MUST_CHECK int gm_jobs_resume(struct gm_jobs *j, const char *id, const char *text, size_t len,
+                                 int global_batch);
 
 /* Control-socket commands; each returns a new JSON object ({"error":..} on failure). */
 json_t *gm_jobs_ctl_submit(struct gm_jobs *j, json_t *req);

@@ -57,6 +57,16 @@ static void record_job(void *agent, const char *id, const char *state, long step
     gm_chief_record_job(agent, id, state, step);
 }
 
+static void record_spec(void *agent, const char *id, const char *text, size_t len, int global_batch)
+{
+    gm_chief_record_job_spec(agent, id, text, len, global_batch);
+}
+
+static long committed(void *agent, const char *key, struct gm_ckpt_ref *out, size_t cap)
+{
+    return gm_chief_committed(agent, key, out, cap);
+}
+
 static int link_measured(void *agent, const char *from, const char *to, double *rtt_ms,
                          double *mbps)
 {
@@ -113,6 +123,8 @@ int gm_jobroom_open(struct gm_agent *a)
                               .members_up = members_up,
                               .chief = chief_of,
                               .record = record_job,
+                              .record_spec = record_spec,
+                              .committed = committed,
                               .link_measured = link_measured,
                               .link_is_lan = link_is_lan,
                               .metrics = metrics_of,

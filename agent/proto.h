@@ -24,11 +24,13 @@
  *   RENEW_REQUEST empty: a member asks the admitter for a fresh certificate
  *                for the key and name of the certificate it linked with
  *   RENEW_ACCEPT {cert}                                      admitter -> member
+ *   KEYRING      {v, ca_key, tokens}: the CA key and token records, to a voter (agent/keyring.h)
  *   JOB_OFFER, JOB_CHECK, JOB_GROUP, JOB_REPORT, JOB_END, JOB_SUBMIT: job control (agent/jobmsg.h)
  *   TRAIN        raw chunk of a collective message; req = generation << 32 | sequence
  *                (agent/xport.h)
  *   RAFT         op byte + raft bytes of one channel; req = channel id (agent/chiefnet.h)
- *   CHIEF_REQ    {cmd, node, role?}: a change a member forwards to the chief
+ *   CHIEF_REQ    {cmd, node, role?}: a change a member forwards to the chief, or
+ *                {cmd: "use", token, limit}: a voter's token use (agent/chieffsm.h)
  *   CHIEF_ANS    {code, message, index}: its outcome; req = the member's request id
  *
  * Pure functions; any thread.
@@ -61,6 +63,7 @@ enum gm_msg_type {
     GM_MSG_JOIN_ACCEPT = 17,
     GM_MSG_RENEW_REQUEST = 18,
     GM_MSG_RENEW_ACCEPT = 19,
+    GM_MSG_KEYRING = 20,   /* the CA key and token records, to a voter (agent/keyring.h) */
     GM_MSG_JOB_OFFER = 32, /* agent/jobmsg.h: the job control messages */
     GM_MSG_JOB_CHECK = 33,
     GM_MSG_JOB_GROUP = 34,

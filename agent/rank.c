@@ -108,6 +108,7 @@ struct gm_rank {
     struct gm_job job; /* owned copy */
     char out[GM_JOB_PATH_MAX];
     char ckpt_dir[GM_JOB_PATH_MAX];
+    struct gm_ckpt_ref committed[GM_RANK_COMMITTED_MAX];
     int err;
     struct gm_train_summary sum;
 };
@@ -857,6 +858,15 @@ int gm_rank_start(uv_loop_t *loop, const struct gm_job *job, const char *out,
         if (ck->resume) {
             rk->opts.resume = rk->ckpt_dir;
             rk->opts.resume_optional = 1;
+        }
+        if (ck->resume && ck->committed_only) {
+            size_t n =
+                ck->ncommitted < GM_RANK_COMMITTED_MAX ? ck->ncommitted : GM_RANK_COMMITTED_MAX;
+            if (n > 0)
+                memcpy(rk->committed, ck->committed, n * sizeof(rk->committed[0]));
+            rk->opts.committed_only = 1;
+            rk->opts.committed = rk->committed;
+            rk->opts.ncommitted = n;
         }
     }
     {

@@ -45,6 +45,7 @@
 #include <uv.h>
 
 #include "common/err.h"
+#include "train/ckpt/ckpt.h"
 #include "train/job.h"
 #include "train/trainer.h"
 
@@ -70,10 +71,17 @@ struct gm_rank_progress {
  * checkpoint_every steps of the job, at the end and when stopped; resume: go on from the newest
  * valid checkpoint of this job in dir, if there is one (the coordinator; the other ranks take
  * its state in the first resync). */
+#define GM_RANK_COMMITTED_MAX 64
 struct gm_rank_ckpt {
     const char *dir; /* borrowed (copied); NULL: no checkpoints */
     bool resume;
     uint64_t term; /* recorded in each checkpoint */
+    /* committed_only: resume only from one of committed[0..ncommitted) (the cluster's
+     * raft-committed checkpoints of this job; copied, at most GM_RANK_COMMITTED_MAX), the
+     * newest usable one (train/trainer.h) */
+    bool committed_only;
+    const struct gm_ckpt_ref *committed; /* borrowed (copied) */
+    size_t ncommitted;
 };
 
 struct gm_rank_ops {

@@ -24,6 +24,9 @@
  *                jobmsg.c and datahash.c
  *   ckptxfer.c   checkpoints: replication to the other ranks, receiving,
  *                holders (agent/ckptxfer.h)
+ *   keyring.c    the CA key and the token records handed to voters (KEYRING), dropped
+ *                by a node that stops being a voter
+ *   drain.c      SIGTERM on the chief: finish the step, hand leadership over, exit
  *
  * Registering a room: a room defines one `const struct gm_room` listing its
  * frames {type, allowed link states, handler} and its control commands
@@ -91,6 +94,7 @@ struct gm_peer {
 struct gm_endpoint;
 struct gm_ckptx;
 struct gm_reach;
+struct gm_join_wait;
 
 /* One per link, made by agent.c, freed in its on_close. */
 struct gm_lctx {
@@ -110,6 +114,8 @@ struct gm_lctx {
     int rx_active;
     uint16_t rx_type;
     uint64_t rx_req, rx_t0, rx_bytes, rx_first;
+    uint64_t keyring_sent;   /* keyring.c: the keyring_gen last sent on this link */
+    struct gm_join_wait *jw; /* admit.c: a join waiting for its token use to commit */
 };
 
 #define GM_JOIN_FAILS_MAX 20 /* refused joins per window, all tokens together */
@@ -118,7 +124,7 @@ struct gm_agent {
     /* agent.c: lifecycle */
     uv_loop_t loop;
     struct gm_config cfg;
-    struct gm_key *key, *cakey; /* cakey: admitter only */
+    struct gm_key *key, *cakey; /* cakey: voters that hold the CA key only (keyring.h) */
     struct gm_cert *cert, *ca;
     struct gm_tls_ctx *tls;             /* must outlive every link */
     const struct gm_link_ops *link_ops; /* agent.c's callbacks, for every link */
@@ -134,7 +140,7 @@ struct gm_agent {
     struct gm_peer *peers;
     size_t npeers, cap_peers;
     /* admit.c */
-    struct gm_token_store *tokens;     /* admitter only */
+    struct gm_token_store *tokens;     /* with cakey only */
     char admitter[GM_ID_NAME_MAX + 1]; /* node that issues certificates ("" if unknown) */
     uint64_t next_renew_check;
     int64_t join_fails[GM_JOIN_FAILS_MAX];
@@ -163,6 +169,11 @@ struct gm_agent {
     struct gm_chief *chief;
     /* ckptxfer.c */
     struct gm_ckptx *ckptx;
+    /* keyring.c: the CA key's handover between voters */
+    uint64_t keyring_gen; /* bumped when the key or the token records change here */
+    /* drain.c: SIGTERM on the chief */
+    int drain_phase;
+    uint64_t drain_t0, drain_deadline;
     /* next rooms: one pointer each to their own state */
 };
 

@@ -16,7 +16,8 @@
 # Usage: bench/dist_train.sh [GRADMESH_BINARY]     ROUNDS=3 STEPS=400 WARMUP=20 MODEL=lenet5
 #   IMPLS="gradmesh pytorch" (either alone to time one side)
 #   PIN=0 starts the agents unpinned (a diagnosis, not the issue's setup); KEEP=1 keeps
-#   the agents' configs and logs.
+#   the agents' configs and logs.  DEVICE=cuda trains gradmesh's job on the GPU ([job]
+#   device; bench/gpu_check.sh's dist part), DATA another Fashion-MNIST folder.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${1:-./gradmesh}
@@ -81,8 +82,11 @@ gm_setup() { # in the main shell (not $(...)): agent_pids must reach gm_stop
     case "$bin" in /*) ;; *) bin=$PWD/$bin ;; esac
     # 64 per agent, said as the global batch: the agents' trainer fixes the global batch
     # when it starts, before the first group tells it the world size
-    sed -e '/^out /d' -e 's/^batch .*/global_batch = 64/' "bench/jobs/$model.ini" >"$tmp/job1.ini"
-    sed -e '/^out /d' -e 's/^batch .*/global_batch = 128/' "bench/jobs/$model.ini" >"$tmp/job2.ini"
+    local edit=(-e '/^out /d')
+    [ -z "${DEVICE:-}" ] || edit+=(-e "s|^\[job\]|[job]\ndevice = $DEVICE|")
+    [ -z "${DATA:-}" ] || edit+=(-e "s|^dir .*|dir  = $DATA|")
+    sed "${edit[@]}" -e 's/^batch .*/global_batch = 64/' "bench/jobs/$model.ini" >"$tmp/job1.ini"
+    sed "${edit[@]}" -e 's/^batch .*/global_batch = 128/' "bench/jobs/$model.ini" >"$tmp/job2.ini"
     "$bin" init --cluster solo --node a0 --config "$tmp/a0.conf" --state "$tmp/a0" \
         --listen "127.0.0.1:$(gm_port)" --multicast off >/dev/null 2>>"$tmp/setup.log"
     gm_agent a0 0

@@ -152,18 +152,47 @@ out:
     return err;
 }
 
-int gm_id_key_load(const char *path, struct gm_key **out)
+/* The private key as PEM text (sensitive: the caller wipes and frees it). */
+int gm_id_key_to_pem(const struct gm_key *k, char **pem, size_t *len)
+{
+    BIO *b = BIO_new(BIO_s_mem());
+    BUF_MEM *mem = NULL;
+    int err = 0;
+
+    *pem = NULL;
+    *len = 0;
+    if (b == NULL)
+        return -ENOMEM;
+    if (PEM_write_bio_PrivateKey(b, k->pkey, NULL, NULL, 0, NULL, NULL) != 1) {
+        gm_crypto_log_openssl("key-encode");
+        err = -ENOMEM;
+        goto out;
+    }
+    BIO_get_mem_ptr(b, &mem);
+    *pem = malloc(mem->length + 1);
+    if (*pem == NULL) {
+        err = -ENOMEM;
+        goto out;
+    }
+    memcpy(*pem, mem->data, mem->length);
+    (*pem)[mem->length] = '\0';
+    *len = mem->length;
+    OPENSSL_cleanse(mem->data, mem->length);
+out:
+    BIO_free(b);
+    return err;
+}
+
+/* An Ed25519 private key from PEM text: GM_ERR_FORMAT for anything else. */
+int gm_id_key_from_pem(const char *pem, size_t len, struct gm_key **out)
 {
     struct gm_key *k = NULL;
-    char *pem = NULL;
-    size_t len = 0;
     BIO *b = NULL;
-    int err;
+    int err = 0;
 
     *out = NULL;
-    err = gm_id_read_private_file(path, 64 * 1024, &pem, &len);
-    if (err != 0)
-        return err;
+    if (len > 64 * 1024)
+        return GM_ERR_FORMAT;
     k = calloc(1, sizeof(*k));
     b = BIO_new_mem_buf(pem, (int)len);
     if (k == NULL || b == NULL) {
@@ -180,10 +209,23 @@ int gm_id_key_load(const char *path, struct gm_key **out)
     k = NULL;
 out:
     BIO_free(b);
-    if (pem != NULL)
-        OPENSSL_cleanse(pem, len);
-    free(pem);
     gm_id_key_free(k);
+    return err;
+}
+
+int gm_id_key_load(const char *path, struct gm_key **out)
+{
+    char *pem = NULL;
+    size_t len = 0;
+    int err;
+
+    *out = NULL;
+    err = gm_id_read_private_file(path, 64 * 1024, &pem, &len);
+    if (err != 0)
+        return err;
+    err = gm_id_key_from_pem(pem, len, out);
+    OPENSSL_cleanse(pem, len);
+    free(pem);
     return err;
 }
 

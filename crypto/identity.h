@@ -38,6 +38,10 @@ void gm_id_key_free(struct gm_key *k);
 GM_MUST_CHECK int gm_id_key_save(const struct gm_key *k, const char *path);
 /* -EPERM when the file is readable by group or other. */
 GM_MUST_CHECK int gm_id_key_load(const char *path, struct gm_key **out);
+/* The private key as PEM text, *pem malloc'd and NUL-terminated (the caller wipes it). */
+GM_MUST_CHECK int gm_id_key_to_pem(const struct gm_key *k, char **pem, size_t *len);
+/* An Ed25519 private key from PEM text; GM_ERR_FORMAT for anything else. */
+GM_MUST_CHECK int gm_id_key_from_pem(const char *pem, size_t len, struct gm_key **out);
 GM_MUST_CHECK int gm_id_key_public(const struct gm_key *k, uint8_t pub[GM_ID_PUB_LEN]);
 
 /* Self-signed CA certificate for cluster, valid days. */

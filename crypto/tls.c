@@ -454,6 +454,11 @@ int gm_tls_ctx_denied(const struct gm_tls_ctx *c, const char *serial)
     return is_denied(c, low);
 }
 
+void gm_tls_ctx_set_accept_joins(struct gm_tls_ctx *c, int on)
+{
+    c->accept_joins = on != 0;
+}
+
 int gm_tls_ctx_deny(struct gm_tls_ctx *c, const char *serial)
 {
     size_t n = strlen(serial);

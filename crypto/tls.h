@@ -57,6 +57,9 @@ struct gm_tls;     /* opaque */
 
 GM_MUST_CHECK int gm_tls_ctx_new(const struct gm_tls_config *cfg, struct gm_tls_ctx **out);
 void gm_tls_ctx_free(struct gm_tls_ctx *c);
+/* Turns the admission of joiners on or off for handshakes that start from now on
+ * (a node that receives or gives up the CA key). */
+void gm_tls_ctx_set_accept_joins(struct gm_tls_ctx *c, int on);
 /* Adds a revoked certificate serial (hex, either case: `openssl x509 -serial`
  * prints it upper case, gm_id_cert_serial lower case). */
 GM_MUST_CHECK int gm_tls_ctx_deny(struct gm_tls_ctx *c, const char *serial);

@@ -182,15 +182,17 @@ void gm_token_verifier(const struct gm_token *t, uint8_t v[GM_TOKEN_VERIFIER_LEN
 
 /* --- store ---------------------------------------------------------------- */
 
-static int store_save(struct gm_token_store *s)
+/* The store's lines into *out (malloc'd, *len bytes; holds verifiers: the caller wipes). */
+static int store_format(const struct gm_token_store *s, char **out, size_t *len)
 {
-    char *buf;
     size_t i, cap = 256 * (s->n + 1), off = 0;
-    int err;
+    char *buf = malloc(cap);
 
-    buf = malloc(cap);
+    *out = NULL;
+    *len = 0;
     if (buf == NULL)
         return -ENOMEM;
+    buf[0] = '\0';
     for (i = 0; i < s->n; i++) {
         const struct record *r = &s->recs[i];
         char id[2 * GM_TOKEN_ID_LEN + 1], v[2 * GM_TOKEN_VERIFIER_LEN + 1];
@@ -199,9 +201,23 @@ static int store_save(struct gm_token_store *s)
         off += (size_t)snprintf(buf + off, cap - off, "v1 %s %s %" PRId64 " %" PRId64 " %d %d %d\n",
                                 id, v, r->created, r->expires, r->uses_left, r->uses_total,
                                 r->revoked);
+        sodium_memzero(v, sizeof(v));
     }
-    err = gm_id_write_file(s->path, buf, off, 0600);
-    sodium_memzero(buf, cap);
+    *out = buf;
+    *len = off;
+    return 0;
+}
+
+static int store_save(struct gm_token_store *s)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    int err = store_format(s, &buf, &len);
+
+    if (err != 0)
+        return err;
+    err = gm_id_write_file(s->path, buf, len, 0600);
+    sodium_memzero(buf, len);
     free(buf);
     if (err != 0)
         gm_err("event=token-store-save path=%s err=%d msg=\"%s\"", s->path, err, gm_strerror(err));
@@ -226,7 +242,7 @@ static int store_grow(struct gm_token_store *s)
     return 0;
 }
 
-static int parse_line(char *line, struct record *r)
+static int parse_line(const char *line, struct record *r)
 {
     char id[64], v[128];
     size_t n = 0;
@@ -443,4 +459,94 @@ void gm_token_store_fail(struct gm_token_store *s, const uint8_t id[GM_TOKEN_ID_
         r->fails = 0;
     }
     r->fails++;
+}
+
+int gm_token_store_info(const struct gm_token_store *s, const uint8_t id[GM_TOKEN_ID_LEN],
+                        struct gm_token_info *info)
+{
+    size_t i;
+
+    memset(info, 0, sizeof(*info));
+    for (i = 0; i < s->n; i++)
+        if (memcmp(s->recs[i].id, id, GM_TOKEN_ID_LEN) == 0) {
+            info_of(&s->recs[i], info);
+            return 0;
+        }
+    return -ENOENT;
+}
+
+int gm_token_store_export(const struct gm_token_store *s, char **out, size_t *len)
+{
+    return store_format(s, out, len);
+}
+
+int gm_token_store_merge(struct gm_token_store *s, const char *text, size_t len, int *changed)
+{
+    struct record *in = NULL, *r;
+    size_t n = 0, cap = 0, i, start = 0;
+    char line[256];
+    int err = 0;
+
+    *changed = 0;
+    /* parse everything first: a bad line changes nothing */
+    for (i = 0; i <= len && err == 0; i++) {
+        if (i < len && text[i] != '\n')
+            continue;
+        if (i == start) {
+            start = i + 1;
+            continue;
+        }
+        if (i - start >= sizeof(line) || memchr(text + start, '\0', i - start) != NULL) {
+            err = GM_ERR_FORMAT;
+            break;
+        }
+        if (n == cap) {
+            struct record *g;
+            if (cap >= STORE_MAX_TOKENS) {
+                err = -ENOSPC;
+                break;
+            }
+            cap = cap ? 2 * cap : 16;
+            g = realloc(in, cap * sizeof(*g));
+            if (g == NULL) {
+                err = -ENOMEM;
+                break;
+            }
+            in = g;
+        }
+        memcpy(line, text + start, i - start);
+        line[i - start] = '\0';
+        err = parse_line(line, &in[n]);
+        if (err == 0 && in[n].uses_left > in[n].uses_total)
+            err = GM_ERR_FORMAT;
+        n += err == 0;
+        start = i + 1;
+    }
+    sodium_memzero(line, sizeof(line));
+    /* then: unknown ids are added; a known one keeps the fewer uses left and revoked wins */
+    for (i = 0; i < n && err == 0; i++) {
+        r = find(s, in[i].id);
+        if (r == NULL) {
+            err = store_grow(s);
+            if (err != 0)
+                break;
+            s->recs[s->n++] = in[i];
+            *changed = 1;
+            continue;
+        }
+        if (in[i].uses_left < r->uses_left) {
+            r->uses_left = in[i].uses_left;
+            *changed = 1;
+        }
+        if (in[i].revoked && !r->revoked) {
+            r->revoked = 1;
+            *changed = 1;
+        }
+    }
+    if (in != NULL)
+        sodium_memzero(in, cap * sizeof(*in));
+    free(in);
+    if (*changed)
+        err = err == 0 ? store_save(s) : err;
+    return err;
 }

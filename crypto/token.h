@@ -84,4 +84,18 @@ GM_MUST_CHECK int gm_token_store_use(struct gm_token_store *s, const uint8_t id[
 /* Records a failed proof for the rate limit (unknown ids are ignored). */
 void gm_token_store_fail(struct gm_token_store *s, const uint8_t id[GM_TOKEN_ID_LEN], int64_t now);
 
+/* The record of token id: 0, or -ENOENT. */
+GM_MUST_CHECK int gm_token_store_info(const struct gm_token_store *s,
+                                      const uint8_t id[GM_TOKEN_ID_LEN],
+                                      struct gm_token_info *info);
+/* The store as text (the store file's lines, verifiers included) for another node that
+ * holds the CA key; *out malloc'd, the caller wipes (sodium_memzero) and frees it. */
+GM_MUST_CHECK int gm_token_store_export(const struct gm_token_store *s, char **out, size_t *len);
+/* Merges another store's text (gm_token_store_export's form): unknown tokens are added, a
+ * known one keeps the fewer uses left, and revoked wins.  The whole text is checked first:
+ * GM_ERR_FORMAT (or -ENOSPC past the store's bound) changes nothing.  Saves the store when
+ * *changed. */
+GM_MUST_CHECK int gm_token_store_merge(struct gm_token_store *s, const char *text, size_t len,
+                                       int *changed);
+
 #endif

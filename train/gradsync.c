@@ -38,6 +38,11 @@ struct gm_gradsync {
     size_t *missing;   /* owned: per bucket, tensors not yet ready this step */
     size_t submitted;  /* buckets submitted this step */
     bool overlap;      /* begin was called for this step */
+    /* checkpoints: a copy of the factors to write, and codec state restored from one, applied
+     * when the codec's state is made (owned, each NULL when none; n* their lengths) */
+    float *ckpt_factors;
+    float *pend_factors, *pend_error, *pend_anchor, *pend_momentum;
+    size_t npend_factors, npend_error, npend_anchor, npend_momentum;
 };
 
 struct bucket {
@@ -265,6 +270,11 @@ void gm_gradsync_free(struct gm_gradsync *g)
         return;
     gm_psgd_free(g->psgd);
     gm_diloco_free(g->dl);
+    free(g->ckpt_factors);
+    free(g->pend_factors);
+    free(g->pend_error);
+    free(g->pend_anchor);
+    free(g->pend_momentum);
     free(g->buckets);
     free(g->bucket_of);
     free(g->missing);
@@ -318,6 +328,58 @@ static int run(struct gm_gradsync *g, gm_gradsync_start_fn start, struct gm_mode
     return g->ex.run(g->ex.ctx, start, g, counted);
 }
 
+static void drop_pending(float **p, size_t *n)
+{
+    free(*p);
+    *p = NULL;
+    *n = 0;
+}
+
+/* The restored PowerSGD state, into the codec just made. */
+static void apply_pending_psgd(struct gm_gradsync *g)
+{
+    int ef, fa;
+
+    if (g->pend_factors == NULL && g->pend_error == NULL)
+        return;
+    fa = g->pend_factors != NULL ? gm_psgd_state_set(g->psgd, g->pend_factors, g->npend_factors)
+                                 : -ENOENT;
+    ef =
+        g->pend_error != NULL ? gm_psgd_error_set(g->psgd, g->pend_error, g->npend_error) : -ENOENT;
+    if (fa == -EINVAL || ef == -EINVAL)
+        gm_warn("event=codec-state-refused rank=%d codec=powersgd factors=%zu/%zu error=%zu/%zu: "
+                "the checkpoint's state does not fit this model; that part starts fresh",
+                g->rank, g->npend_factors, gm_psgd_state_floats(g->psgd), g->npend_error,
+                gm_psgd_nelems(g->psgd));
+    gm_info("event=codec-state-restored rank=%d codec=powersgd factors=%s error_feedback=%s",
+            g->rank, fa == 0 ? "yes" : "no",
+            ef == 0 ? "yes" : "no (starts at zero: the checkpoint holds no error of this rank)");
+    drop_pending(&g->pend_factors, &g->npend_factors);
+    drop_pending(&g->pend_error, &g->npend_error);
+}
+
+static void apply_pending_diloco(struct gm_gradsync *g)
+{
+    int err;
+
+    if (g->pend_anchor == NULL || g->pend_momentum == NULL) {
+        drop_pending(&g->pend_anchor, &g->npend_anchor);
+        drop_pending(&g->pend_momentum, &g->npend_momentum);
+        return;
+    }
+    err = g->npend_anchor == g->npend_momentum
+              ? gm_diloco_state_set(g->dl, g->pend_anchor, g->pend_momentum, g->npend_anchor)
+              : -EINVAL;
+    if (err != 0)
+        gm_warn("event=codec-state-refused rank=%d codec=diloco floats=%zu: the checkpoint's "
+                "outer state does not fit this model; it starts fresh",
+                g->rank, g->npend_anchor);
+    else
+        gm_info("event=codec-state-restored rank=%d codec=diloco anchor=yes momentum=yes", g->rank);
+    drop_pending(&g->pend_anchor, &g->npend_anchor);
+    drop_pending(&g->pend_momentum, &g->npend_momentum);
+}
+
 static int init_psgd(struct gm_gradsync *g, struct gm_model *m, long total_steps)
 {
     size_t nt;
@@ -331,6 +393,8 @@ static int init_psgd(struct gm_gradsync *g, struct gm_model *m, long total_steps
     cfg.warmup_steps = (uint64_t)(total_steps * 2 / 100);
     err = gm_psgd_new(&cfg, v, nt, gm_model_num_params(m), &g->psgd);
     free(v);
+    if (err == 0)
+        apply_pending_psgd(g);
     if (err == 0 && g->rank == 0)
         gm_info("event=powersgd rank=%d matrices=%zu dense_floats=%zu warmup_steps=%llu "
                 "payload_floats=%zu params=%zu error_feedback=%d",
@@ -365,7 +429,10 @@ int gm_gradsync_reduce(struct gm_gradsync *g, struct gm_model *m, long step, lon
                     "codec=%s start_step=%ld",
                     g->rank, g->world, cfg.h, (double)cfg.outer_lr, (double)cfg.momentum,
                     gm_codec_name(cfg.codec), step);
-            return gm_diloco_new(&cfg, gm_model_params(m), gm_model_num_params(m), &g->dl);
+            err = gm_diloco_new(&cfg, gm_model_params(m), gm_model_num_params(m), &g->dl);
+            if (err == 0)
+                apply_pending_diloco(g);
+            return err;
         }
         return 0;
     default:
@@ -500,18 +567,22 @@ static size_t flat(struct gm_st_tensor *t, const char *name, const float *data, 
     return 1;
 }
 
-size_t gm_gradsync_ckpt_state(const struct gm_gradsync *g, struct gm_st_tensor *t, size_t cap,
+size_t gm_gradsync_ckpt_state(struct gm_gradsync *g, struct gm_st_tensor *t, size_t cap,
                               const char **codec)
 {
     size_t k = 0;
 
     *codec = g->s.name;
     if (g->psgd != NULL && cap >= 2) {
-        size_t nq;
-        const float *q = gm_psgd_q(g->psgd, &nq);
-        k += flat(&t[k], GM_CKPT_CODEC_PREFIX "powersgd.error", gm_psgd_error(g->psgd),
-                  gm_psgd_nelems(g->psgd));
-        k += flat(&t[k], GM_CKPT_CODEC_PREFIX "powersgd.q", q, q != NULL ? nq : 0);
+        size_t nf = gm_psgd_state_floats(g->psgd);
+        if (g->ckpt_factors == NULL)
+            g->ckpt_factors = malloc((nf + 1) * sizeof(float));
+        if (g->ckpt_factors != NULL) {
+            gm_psgd_state_get(g->psgd, g->ckpt_factors);
+            k += flat(&t[k], GM_GRADSYNC_PSGD_ERROR, gm_psgd_error(g->psgd),
+                      gm_psgd_nelems(g->psgd));
+            k += flat(&t[k], GM_GRADSYNC_PSGD_FACTORS, g->ckpt_factors, nf);
+        }
     }
     if (g->dl != NULL && cap >= k + 2) {
         const float *anchor, *mom;
@@ -520,6 +591,78 @@ size_t gm_gradsync_ckpt_state(const struct gm_gradsync *g, struct gm_st_tensor *
         k += flat(&t[k], GM_CKPT_CODEC_PREFIX "diloco.momentum", mom, n);
     }
     return k;
+}
+
+const float *gm_gradsync_psgd_error(const struct gm_gradsync *g, size_t *n)
+{
+    *n = g->psgd != NULL ? gm_psgd_nelems(g->psgd) : 0;
+    return g->psgd != NULL ? gm_psgd_error(g->psgd) : NULL;
+}
+
+void gm_gradsync_psgd_error_name(int rank, char *buf, size_t cap)
+{
+    if (rank == 0)
+        snprintf(buf, cap, "%s", GM_GRADSYNC_PSGD_ERROR);
+    else
+        snprintf(buf, cap, "%s.rank%d", GM_GRADSYNC_PSGD_ERROR, rank);
+}
+
+/* Copies tensor name of f, if there, into *out (n floats).  0 (also when absent),
+ * GM_ERR_FORMAT, -ENOMEM. */
+static int take(const struct gm_st_file *f, const char *name, const char *origin, float **out,
+                size_t *n)
+{
+    const struct gm_st_entry *e = gm_safetensors_find(f, name);
+
+    drop_pending(out, n);
+    if (e == NULL)
+        return 0;
+    if (e->dtype != GM_ST_DTYPE_F32 || e->numel < 0) {
+        gm_err("%s: codec state %s is not F32", origin, name);
+        return GM_ERR_FORMAT;
+    }
+    *out = malloc(((size_t)e->numel + 1) * sizeof(float));
+    if (*out == NULL)
+        return -ENOMEM;
+    if (gm_safetensors_to_f32(e, *out, (size_t)e->numel) != 0) {
+        gm_err("%s: codec state %s cannot be read", origin, name);
+        drop_pending(out, n);
+        return GM_ERR_FORMAT;
+    }
+    *n = (size_t)e->numel;
+    return 0;
+}
+
+int gm_gradsync_ckpt_restore(struct gm_gradsync *g, const struct gm_st_file *f, const char *codec,
+                             const char *origin)
+{
+    char ename[96];
+    int err = 0;
+
+    if (codec == NULL || codec[0] == '\0' || strcmp(codec, g->s.name) != 0) {
+        if (g->rank == 0 && g->s.kind != GM_GRADSYNC_KIND_DENSE)
+            gm_info("event=codec-state-none path=%s held=%s codec=%s: the codec's state starts "
+                    "fresh",
+                    origin, codec != NULL && codec[0] ? codec : "none", g->s.name);
+        return 0;
+    }
+    gm_gradsync_psgd_error_name(g->rank, ename, sizeof(ename));
+    if (g->s.kind == GM_GRADSYNC_KIND_POWERSGD) {
+        err = take(f, GM_GRADSYNC_PSGD_FACTORS, origin, &g->pend_factors, &g->npend_factors);
+        if (err == 0)
+            err = take(f, ename, origin, &g->pend_error, &g->npend_error);
+    } else if (g->s.kind == GM_GRADSYNC_KIND_DILOCO) {
+        err = take(f, GM_CKPT_CODEC_PREFIX "diloco.anchor", origin, &g->pend_anchor,
+                   &g->npend_anchor);
+        if (err == 0)
+            err = take(f, GM_CKPT_CODEC_PREFIX "diloco.momentum", origin, &g->pend_momentum,
+                       &g->npend_momentum);
+    }
+    if (err == 0 && g->psgd != NULL)
+        apply_pending_psgd(g);
+    if (err == 0 && g->dl != NULL)
+        apply_pending_diloco(g);
+    return err;
 }
 
 /* --- codec = auto ---------------------------------------------------------------------- */

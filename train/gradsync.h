@@ -154,14 +154,32 @@ GM_MUST_CHECK int gm_gradsync_reduce(struct gm_gradsync *g, struct gm_model *m, 
  * replicas differ). */
 GM_MUST_CHECK int gm_gradsync_after_step(struct gm_gradsync *g, struct gm_model *m, long step,
                                          long total_steps);
-/* This rank's codec state for a checkpoint (train/ckpt/ckpt.h): PowerSGD's error feedback and
- * Q factors ("gradmesh.codec.powersgd.error", ".q"), DiLoCo's anchor and outer momentum
- * ("gradmesh.codec.diloco.anchor", ".momentum"), flat; up to cap tensors into t (data
- * borrowed until the next call into g), *codec the strategy's name.  Returns how many (0
- * before the state exists, and for dense strategies). */
+/* This rank's codec state for a checkpoint (train/ckpt/ckpt.h): PowerSGD's error feedback
+ * (GM_GRADSYNC_PSGD_ERROR) and factors (GM_GRADSYNC_PSGD_FACTORS: every Q then every Phat,
+ * gm_psgd_state_get), DiLoCo's anchor and outer momentum ("gradmesh.codec.diloco.anchor",
+ * ".momentum"), flat; up to cap tensors into t (data borrowed until the next call into g),
+ * *codec the strategy's name.  Returns how many (0 before the state exists, and for dense
+ * strategies). */
+#define GM_GRADSYNC_PSGD_ERROR "gradmesh.codec.powersgd.error"
+#define GM_GRADSYNC_PSGD_FACTORS "gradmesh.codec.powersgd.factors"
 struct gm_st_tensor;
-size_t gm_gradsync_ckpt_state(const struct gm_gradsync *g, struct gm_st_tensor *t, size_t cap,
+struct gm_st_file;
+size_t gm_gradsync_ckpt_state(struct gm_gradsync *g, struct gm_st_tensor *t, size_t cap,
                               const char **codec);
+/* PowerSGD's error-feedback memory of this rank (*n floats), NULL when there is none yet. */
+const float *gm_gradsync_psgd_error(const struct gm_gradsync *g, size_t *n);
+/* The name of rank's error feedback in a checkpoint into buf: GM_GRADSYNC_PSGD_ERROR for rank
+ * 0 (the writer's own), GM_GRADSYNC_PSGD_ERROR ".rankR" for the others (a simulation's
+ * rank 0 holds them all: train/sim.c). */
+void gm_gradsync_psgd_error_name(int rank, char *buf, size_t cap);
+/* Takes the codec state of a checkpoint f (written by a run of codec `codec`) for this rank:
+ * PowerSGD's factors and this rank's error feedback, DiLoCo's anchor and momentum.  The
+ * state is created lazily (on the first step), so it is kept and applied then; a part of
+ * another length than the run's is refused then (logged) and that part starts fresh.
+ * Another codec's state, or none: nothing (logged).  0, GM_ERR_FORMAT (not F32; logged),
+ * -ENOMEM. */
+GM_MUST_CHECK int gm_gradsync_ckpt_restore(struct gm_gradsync *g, const struct gm_st_file *f,
+                                           const char *codec, const char *origin);
 
 /* Hash checks this rank passed. */
 uint64_t gm_gradsync_hash_checks(const struct gm_gradsync *g);

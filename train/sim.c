@@ -16,6 +16,7 @@
 
 #include "common/log.h"
 #include "train/comm/collective.h"
+#include "train/ckpt/safetensors.h"
 #include "train/comm/transport_mem.h"
 #include "train/gradsync.h"
 
@@ -32,6 +33,7 @@ struct rank_ctx {
     struct gm_train_summary sum;
     int err;
     pthread_t th;
+    char error_name[64]; /* its error feedback's tensor name in rank 0's checkpoints */
 };
 
 struct sim {
@@ -144,11 +146,34 @@ static int hook_after(void *ctx, struct gm_train_state *st)
     return gm_gradsync_after_step(rc->sync, m, step, total_steps);
 }
 
+/* Rank 0's checkpoint holds its own codec state and, since every rank lives in this process,
+ * the other ranks' error feedback too (GM_GRADSYNC_PSGD_ERROR ".rankR"), so that a resumed
+ * simulation continues bitwise.  The others' buffers do not change meanwhile: PowerSGD
+ * updates them only in a round, which waits for rank 0. */
 static size_t hook_codec_state(void *ctx, struct gm_st_tensor *t, size_t cap, const char **codec)
 {
     struct rank_ctx *rc = ctx;
+    struct sim *s = rc->s;
+    size_t k = gm_gradsync_ckpt_state(rc->sync, t, cap, codec);
 
-    return gm_gradsync_ckpt_state(rc->sync, t, cap, codec);
+    for (int i = 1; rc->rank == 0 && i < s->n && k < cap; i++) {
+        size_t n;
+        const float *e = gm_gradsync_psgd_error(s->r[i].sync, &n);
+        if (e == NULL)
+            continue;
+        t[k] = (struct gm_st_tensor){
+            .name = s->r[i].error_name, .data = e, .ndim = 1, .shape = {(int64_t)n}};
+        k++;
+    }
+    return k;
+}
+
+static int hook_codec_restore(void *ctx, const struct gm_st_file *f, const char *codec,
+                              const char *origin)
+{
+    struct rank_ctx *rc = ctx;
+
+    return gm_gradsync_ckpt_restore(rc->sync, f, codec, origin);
 }
 
 static void *rank_main(void *arg)
@@ -194,6 +219,7 @@ int gm_sim_train(const struct gm_job *job, const struct gm_train_opts *opts,
         struct rank_ctx *rc = &s.r[i];
         rc->s = &s;
         rc->rank = i;
+        gm_gradsync_psgd_error_name(i, rc->error_name, sizeof(rc->error_name));
         struct gm_gradsync_exec ex = {.run = rendezvous, .ctx = rc};
         rc->coll = gm_coll_new(gm_memnet_transport(s.net, i), &cc);
         if (rc->coll == NULL) {
@@ -207,6 +233,7 @@ int gm_sim_train(const struct gm_job *job, const struct gm_train_opts *opts,
                                           .reduce_grads = hook_reduce,
                                           .after_step = hook_after,
                                           .codec_state = hook_codec_state,
+                                          .codec_restore = hook_codec_restore,
                                           .ctx = rc};
         rc->opts = *opts;
         rc->opts.comm = &rc->comm;

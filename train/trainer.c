@@ -6,11 +6,20 @@
  * split, in batches of the training batch size, the last one partial; the
  * dropout mask of step s is seeded by (job seed, s); BLAS gets job->threads
  * threads.  Loss and accuracy logged per epoch are means over that epoch.
+ *
+ * Checkpoints are written off the trainer thread: at a checkpoint step rank 0 copies what
+ * goes into the file (the weights in PyTorch layout, the optimizer state, the codec state)
+ * and hands the copy to a writer thread, which writes, hashes, prunes and calls
+ * opts->on_checkpoint, while training goes on.  One write at a time: the next checkpoint (and
+ * the end of the run, and teardown) first waits for the one before, so a checkpoint that
+ * takes longer than checkpoint_every steps slows training instead of piling up copies.  The
+ * log line says both times: copy_ms (what the step waits for) and write_ms.
  */
 #include "train/trainer.h"
 
 #include <cblas.h>
 #include <errno.h>
+#include <pthread.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdbool.h>
@@ -25,6 +34,7 @@
 #include "common/time.h"
 #include "train/data/data.h"
 #include "train/gradsync.h"
+#include "train/kernels/cuda.h"
 #include "train/nn/model.h"
 #include "train/nn/optim.h"
 #include "train/ckpt/ckpt.h"
@@ -42,12 +52,30 @@ struct run {
     uint32_t *eval_idx; /* owned */
     struct gm_train_state st;
     struct gm_device_choice device; /* where the model lives */
+    struct gm_cuda *cu;             /* owned: this thread's CUDA context, on a GPU */
     int epoch;                      /* of the sampler's permutation */
     int max_batch;                  /* per-rank batch buffers */
     long steps_per_epoch;
     uint64_t t_start, last_bar;
-    char job_hash[65];    /* SHA-256 of the job text: checkpoints name their job by it */
-    long last_checkpoint; /* step of the last checkpoint written, -1 */
+    char job_hash[65];          /* SHA-256 of the job text: checkpoints name their job by it */
+    long last_checkpoint;       /* step of the last checkpoint written, -1 */
+    struct ckpt_write *writing; /* owned: the checkpoint the writer thread has, or NULL */
+};
+
+/* A checkpoint handed to the writer thread: every byte it writes is its own copy (names are
+ * borrowed: the model's and the codec's, which outlive it since the run joins it first). */
+struct ckpt_write {
+    pthread_t th;
+    const struct gm_train_opts *opts; /* borrowed */
+    struct gm_st_tensor *t;           /* owned array, nt */
+    size_t nt;
+    float *weights, *state; /* owned copies: weights; optimizer then codec state */
+    struct gm_ckpt_info info;
+    const char *job_text; /* borrowed (the job's) */
+    char path[GM_JOB_PATH_MAX + 64];
+    char dir[GM_JOB_PATH_MAX];
+    int keep;
+    uint64_t t0, copy_ns;
 };
 
 void gm_train_share(int g, int world, int rank, int *off, int *n)
@@ -87,6 +115,7 @@ static int evaluate(struct run *r, double *acc, double *loss)
     const int bmax = gm_model_max_batch(r->model);
     long correct_total = 0;
     double loss_sum = 0;
+    int dev_err;
 
     for (size_t i = 0; i < d->n; i++)
         r->eval_idx[i] = (uint32_t)i;
@@ -100,6 +129,8 @@ static int evaluate(struct run *r, double *acc, double *loss)
         loss_sum += gm_model_loss(r->model, n, r->labels, &correct) * n;
         correct_total += correct;
     }
+    if ((dev_err = gm_model_take_error(r->model)) < 0) /* a device error (logged) */
+        return dev_err;
     *acc = d->n > 0 ? 100.0 * (double)correct_total / (double)d->n : 0;
     *loss = d->n > 0 ? loss_sum / (double)d->n : 0;
     return 0;
@@ -119,6 +150,8 @@ static int weight_tensors(struct gm_model *m, struct gm_st_tensor *t, float **bu
 
     for (size_t i = 0; i < nb; i++)
         nbuf += gm_model_buffer_len(m, i);
+    if ((err = gm_model_params_to_host(m)) < 0) /* a GPU's parameters, to the host view */
+        return err;
     *buf = malloc((gm_model_num_params(m) + nbuf) * sizeof(float) + 1);
     if (*buf == NULL)
         return -ENOMEM;
@@ -180,82 +213,149 @@ out:
     return err;
 }
 
-#define CODEC_TENSORS_MAX 8
+#define CODEC_TENSORS_MAX 72 /* PowerSGD or DiLoCo: 2, plus a simulation's 63 other errors */
 
 static const char *ckpt_dir(const struct run *r)
 {
     return r->opts->ckpt_dir != NULL ? r->opts->ckpt_dir : r->job->checkpoint_dir;
 }
 
-/* Writes the checkpoint of the current step (rank 0), prunes old ones and tells
- * opts->on_checkpoint.  Errors are logged. */
+static void ckpt_write_free(struct ckpt_write *w)
+{
+    if (w == NULL)
+        return;
+    free(w->t);
+    free(w->weights);
+    free(w->state);
+    free(w);
+}
+
+/* Writer thread: writes w, prunes, tells opts->on_checkpoint.  Errors are logged: a
+ * checkpoint that cannot be written (a full disk) does not stop training; the one before
+ * stays the newest, and the next one is tried at its step. */
+static void *ckpt_writer(void *arg)
+{
+    struct ckpt_write *w = arg;
+    char sha[65];
+    int err = gm_ckpt_write(w->path, w->t, w->nt, &w->info, w->job_text, sha);
+
+    if (err < 0) {
+        gm_warn("event=checkpoint-failed step=%ld err=\"%s\": training goes on; the previous "
+                "checkpoint stays the newest",
+                w->info.step, gm_strerror(err));
+        return NULL;
+    }
+    gm_info("event=checkpoint step=%ld path=%s sha256=%s write_ms=%.1f copy_ms=%.1f", w->info.step,
+            w->path, sha, (double)(gm_time_mono_ns() - w->t0) * 1e-6, (double)w->copy_ns * 1e-6);
+    if (gm_ckpt_dir_prune(w->dir, w->keep) < 0)
+        gm_warn("event=checkpoint-prune-failed dir=%s", w->dir); /* the new one stands */
+    if (w->opts->on_checkpoint != NULL)
+        w->opts->on_checkpoint(w->opts->ckpt_ctx, w->path, sha, w->info.step);
+    return NULL;
+}
+
+/* Waits for the checkpoint being written, if any. */
+static void checkpoint_wait(struct run *r)
+{
+    if (r->writing == NULL)
+        return;
+    pthread_join(r->writing->th, NULL);
+    ckpt_write_free(r->writing);
+    r->writing = NULL;
+}
+
+/* Copies the checkpoint of the current step (rank 0) and starts its write.  Errors are
+ * logged. */
 static int write_checkpoint(struct run *r)
 {
     const struct gm_train_comm *comm = r->opts->comm;
     struct gm_model *m = r->model;
     const size_t nw = gm_model_num_tensors(m) + gm_model_num_buffers(m);
-    struct gm_st_tensor *t = calloc(nw + 1 + CODEC_TENSORS_MAX, sizeof(*t));
+    struct ckpt_write *w = calloc(1, sizeof(*w));
     const char *codec = "";
-    float *buf = NULL;
-    char path[GM_JOB_PATH_MAX + 64], sha[65];
-    struct gm_ckpt_info info;
-    uint64_t t0 = gm_time_mono_ns();
-    size_t nt = nw;
+    struct gm_st_tensor codec_t[CODEC_TENSORS_MAX];
+    size_t nc = 0, nstate, off;
     int err;
 
-    if (t == NULL)
+    checkpoint_wait(r);
+    if (w == NULL || (w->t = calloc(nw + 1 + CODEC_TENSORS_MAX, sizeof(*w->t))) == NULL) {
+        ckpt_write_free(w);
         return -ENOMEM;
-    if ((err = gm_ckpt_mkdirs(ckpt_dir(r))) < 0) {
-        gm_err("%s: cannot create the checkpoint directory: %s", ckpt_dir(r), gm_strerror(err));
-        goto out;
     }
-    if ((err = gm_ckpt_path(ckpt_dir(r), r->st.step, path, sizeof(path))) < 0) {
-        gm_err("%s: checkpoint directory name too long", ckpt_dir(r));
-        goto out;
+    w->t0 = gm_time_mono_ns();
+    w->opts = r->opts;
+    w->job_text = r->job->text;
+    w->keep = r->job->checkpoint_keep;
+    w->nt = nw;
+    snprintf(w->dir, sizeof(w->dir), "%s", ckpt_dir(r));
+    if ((err = gm_ckpt_mkdirs(w->dir)) < 0) {
+        gm_err("%s: cannot create the checkpoint directory: %s", w->dir, gm_strerror(err));
+        goto fail;
     }
-    if ((err = weight_tensors(m, t, &buf, &nt)) < 0)
-        goto out;
-    if (gm_optim_state_len(&r->optim) > 0) {
-        t[nt].name = GM_CKPT_OPTIM_TENSOR;
-        t[nt].data = gm_optim_state(&r->optim);
-        t[nt].ndim = 1;
-        t[nt].shape[0] = (int64_t)gm_optim_state_len(&r->optim);
-        nt++;
+    if ((err = gm_ckpt_path(w->dir, r->st.step, w->path, sizeof(w->path))) < 0) {
+        gm_err("%s: checkpoint directory name too long", w->dir);
+        goto fail;
     }
+    if ((err = weight_tensors(m, w->t, &w->weights, &w->nt)) < 0)
+        goto fail;
+    if ((err = gm_optim_state_to_host(&r->optim)) < 0)
+        goto fail;
     if (comm != NULL && comm->codec_state != NULL)
-        nt += comm->codec_state(comm->ctx, t + nt, CODEC_TENSORS_MAX, &codec);
-    memset(&info, 0, sizeof(info));
-    memcpy(info.job_hash, r->job_hash, sizeof(info.job_hash));
-    snprintf(info.job_name, sizeof(info.job_name), "%s", r->job->name);
-    snprintf(info.model, sizeof(info.model), "%s", gm_job_model_name(r->job->model));
-    snprintf(info.optim, sizeof(info.optim), "%s", gm_job_optimizer_name(r->job->optim.name));
-    snprintf(info.codec, sizeof(info.codec), "%s", codec);
-    info.step = r->st.step;
-    info.total_steps = r->st.total_steps;
-    info.epoch = (int)(r->st.step / r->steps_per_epoch);
-    info.data_offset = (r->st.step % r->steps_per_epoch) * r->st.global_batch;
-    info.global_batch = r->st.global_batch;
-    info.seed = r->job->seed;
-    info.optim_step = r->optim.step;
-    info.term = r->opts->term;
-    info.params = gm_model_num_params(m);
-    if ((err = gm_ckpt_write(path, t, nt, &info, r->job->text, sha)) < 0)
-        goto out;
+        nc = comm->codec_state(comm->ctx, codec_t, CODEC_TENSORS_MAX, &codec);
+    nstate = gm_optim_state_len(&r->optim);
+    for (size_t i = 0; i < nc; i++)
+        nstate += (size_t)codec_t[i].shape[0];
+    w->state = malloc(nstate * sizeof(float) + 1);
+    if (w->state == NULL) {
+        err = -ENOMEM;
+        goto fail;
+    }
+    off = 0;
+    if (gm_optim_state_len(&r->optim) > 0) {
+        struct gm_st_tensor *t = &w->t[w->nt++];
+        memcpy(w->state, gm_optim_state(&r->optim), gm_optim_state_len(&r->optim) * sizeof(float));
+        t->name = GM_CKPT_OPTIM_TENSOR;
+        t->data = w->state;
+        t->ndim = 1;
+        t->shape[0] = (int64_t)gm_optim_state_len(&r->optim);
+        off = gm_optim_state_len(&r->optim);
+    }
+    for (size_t i = 0; i < nc; i++) { /* flat, each */
+        struct gm_st_tensor *t = &w->t[w->nt++];
+        *t = codec_t[i];
+        memcpy(w->state + off, codec_t[i].data, (size_t)codec_t[i].shape[0] * sizeof(float));
+        t->data = w->state + off;
+        off += (size_t)codec_t[i].shape[0];
+    }
+    memcpy(w->info.job_hash, r->job_hash, sizeof(w->info.job_hash));
+    snprintf(w->info.job_name, sizeof(w->info.job_name), "%s", r->job->name);
+    snprintf(w->info.model, sizeof(w->info.model), "%s", gm_job_model_name(r->job->model));
+    snprintf(w->info.optim, sizeof(w->info.optim), "%s", gm_job_optimizer_name(r->job->optim.name));
+    snprintf(w->info.codec, sizeof(w->info.codec), "%s", codec);
+    w->info.step = r->st.step;
+    w->info.total_steps = r->st.total_steps;
+    w->info.epoch = (int)(r->st.step / r->steps_per_epoch);
+    w->info.data_offset = (r->st.step % r->steps_per_epoch) * r->st.global_batch;
+    w->info.global_batch = r->st.global_batch;
+    w->info.seed = r->job->seed;
+    w->info.optim_step = r->optim.step;
+    w->info.term = r->opts->term;
+    w->info.params = gm_model_num_params(m);
+    w->copy_ns = gm_time_mono_ns() - w->t0;
+    if ((err = pthread_create(&w->th, NULL, ckpt_writer, w)) != 0) {
+        err = -err;
+        gm_err("event=checkpoint-thread err=\"%s\"", gm_strerror(err));
+        goto fail;
+    }
+    r->writing = w;
     r->last_checkpoint = r->st.step;
-    gm_info("event=checkpoint step=%ld path=%s sha256=%s write_ms=%.1f", r->st.step, path, sha,
-            (double)(gm_time_mono_ns() - t0) * 1e-6);
-    if (gm_ckpt_dir_prune(ckpt_dir(r), r->job->checkpoint_keep) < 0)
-        gm_warn("event=checkpoint-prune-failed dir=%s", ckpt_dir(r)); /* the new one stands */
-    if (r->opts->on_checkpoint != NULL)
-        r->opts->on_checkpoint(r->opts->ckpt_ctx, path, sha, r->st.step);
-out:
-    free(t);
-    free(buf);
+    return 0;
+fail:
+    ckpt_write_free(w);
     return err;
 }
 
-/* A checkpoint that cannot be written (a full disk) does not stop training: the one before
- * stays the newest, and the next one is tried at its step. */
+/* A checkpoint that cannot be started (no memory) does not stop training either. */
 static void checkpoint(struct run *r)
 {
     int err = write_checkpoint(r);
@@ -277,6 +377,19 @@ static int load_resume(struct run *r, struct gm_st_file *f, struct gm_ckpt_info 
     const char *slash;
     long step;
 
+    if (stat(want, &st) == 0 && S_ISDIR(st.st_mode) && r->opts->committed_only) {
+        if (gm_ckpt_dir_newest_committed(want, r->opts->committed, r->opts->ncommitted, r->job_hash,
+                                         model, f, info, path, cap) == 0)
+            return 0;
+        if (r->opts->resume_optional) {
+            gm_info("event=resume-none dir=%s committed=%zu: no usable committed checkpoint of "
+                    "job %s, starting at step 0",
+                    want, r->opts->ncommitted, r->job->name);
+            return 1;
+        }
+        gm_err("%s: no usable committed checkpoint of job %s to resume from", want, r->job->name);
+        return GM_ERR_CONFIG;
+    }
     if (stat(want, &st) == 0 && S_ISDIR(st.st_mode)) {
         if (gm_ckpt_dir_newest(want, -1, r->job_hash, model, f, info, path, cap) == 0)
             return 0;
@@ -372,6 +485,14 @@ static int resume(struct run *r)
             goto out;
         }
     }
+    if (gm_model_params_to_device(m) < 0 || gm_optim_state_to_device(&r->optim) < 0) {
+        gm_err("%s: cannot resume: the state does not reach the device", path);
+        goto out;
+    }
+    if (r->opts->comm != NULL && r->opts->comm->codec_restore != NULL &&
+        (err = r->opts->comm->codec_restore(r->opts->comm->ctx, &f, info.codec, path)) < 0)
+        goto out;
+    err = GM_ERR_CONFIG;
     r->optim.step = info.optim_step;
     r->st.step = info.step;
     r->last_checkpoint = info.step;
@@ -383,6 +504,50 @@ static int resume(struct run *r)
 out:
     free(tmp);
     gm_safetensors_free(&f);
+    return err;
+}
+
+/* Builds the model on the chosen device.  A GPU: this (the trainer) thread creates the
+ * CUDA context first and owns it.  auto falls back to the CPU, saying why, when the context
+ * or the model cannot be made on the GPU (out of memory: the asked and free sizes are in the
+ * log line before); cuda[:N] fails with that error. */
+static int model_on_device(struct run *r, struct gm_model_spec *ms)
+{
+    int err = 0;
+
+    if (r->device.device == GM_DEVICE_CUDA) {
+        ms->device = GM_DEVICE_CUDA;
+        err = gm_cuda_new(r->device.index, &r->cu);
+        if (err == 0)
+            err = gm_model_new(ms, r->max_batch, &r->model);
+        if (err < 0 && err != -EINVAL) {
+            char reason[320];
+            snprintf(reason, sizeof(reason), "%s",
+                     r->cu != NULL && gm_cuda_last_error(r->cu)[0] ? gm_cuda_last_error(r->cu)
+                                                                   : gm_strerror(err));
+            gm_cuda_free(r->cu);
+            r->cu = NULL;
+            if (r->job->device.want != GM_DEVICE_WANT_AUTO) {
+                gm_err("event=device device=cuda:%d: the model cannot run on the GPU: %s",
+                       r->device.index, reason);
+                return err;
+            }
+            gm_notice("event=device device=cpu setting=auto reason=\"the model cannot run on "
+                      "cuda:%d: %s\"",
+                      r->device.index, reason);
+            r->device.device = GM_DEVICE_CPU;
+            r->device.index = -1;
+        }
+    }
+    if (r->device.device == GM_DEVICE_CPU) {
+        ms->device = GM_DEVICE_CPU;
+        err = gm_model_new(ms, r->max_batch, &r->model);
+    }
+    if (err == -EINVAL) {
+        gm_err("job: model %s does not fit %dx%dx%d inputs", ms->name, ms->in_c, ms->in_h,
+               ms->in_w);
+        return GM_ERR_CONFIG;
+    }
     return err;
 }
 
@@ -440,15 +605,11 @@ static int setup(struct run *r)
     if (gm_device_choose(&job->device, gm_device_available(GM_DEVICE_CUDA), &r->device, why,
                          sizeof(why)) < 0)
         return GM_ERR_CONFIG; /* logged with the reason */
-    ms.device = r->device.device;
-    err = gm_model_new(&ms, r->max_batch, &r->model);
-    if (err == -EINVAL) {
-        gm_err("job: model %s does not fit %dx%dx%d inputs", ms.name, ms.in_c, ms.in_h, ms.in_w);
-        return GM_ERR_CONFIG;
-    }
-    if (err < 0)
+    if ((err = model_on_device(r, &ms)) < 0)
         return err;
     gm_model_init_params(r->model, job->seed);
+    if ((err = gm_model_take_error(r->model)) < 0)
+        return err;
 
     oc.kind = job->optim.name == GM_JOB_OPTIMIZER_ADAM ? GM_OPTIM_ADAM : GM_OPTIM_SGD;
     oc.momentum = (float)job->optim.momentum;
@@ -457,6 +618,7 @@ static int setup(struct run *r)
     oc.beta1 = (float)job->optim.beta1;
     oc.beta2 = (float)job->optim.beta2;
     oc.eps = (float)job->optim.eps;
+    oc.device = r->device.device;
     if ((err = gm_optim_init(&r->optim, &oc, gm_model_num_params(r->model))) < 0) {
         gm_err("job: invalid optimizer settings (%s)", gm_strerror(err));
         return err == -EINVAL ? GM_ERR_CONFIG : err;
@@ -497,6 +659,7 @@ static int setup(struct run *r)
 
 static void teardown(struct run *r)
 {
+    checkpoint_wait(r); /* the writer reads the model's names */
     gm_model_free(r->model);
     gm_optim_free(&r->optim);
     gm_sampler_free(&r->sampler);
@@ -504,27 +667,57 @@ static void teardown(struct run *r)
     gm_dataset_free(&r->test);
     free(r->labels);
     free(r->eval_idx);
+    gm_cuda_free(r->cu); /* last: the model and the optimizer held its memory */
+    r->cu = NULL;
 }
+
+/* The replica's state (parameters, optimizer state) between the device and the host views
+ * the communication hooks read and write (no-ops on the CPU). */
+static int state_to_host(struct run *r)
+{
+    int err = gm_model_params_to_host(r->model);
+    return err < 0 ? err : gm_optim_state_to_host(&r->optim);
+}
+
+static int state_to_device(struct run *r)
+{
+    int err = gm_model_params_to_device(r->model);
+    return err < 0 ? err : gm_optim_state_to_device(&r->optim);
+}
+
+/* What a hook touches of the state, for a model on a GPU: HOOK_READS pulls the state to the
+ * host views before it, HOOK_WRITES pushes them back after it.  A resync does both. */
+#define HOOK_READS 1u
+#define HOOK_WRITES 2u
 
 /* Runs one communication hook.  A regroup re-synchronizes the state with the
  * new group (again if the group changes during that).  Returns 0, 1 when the
  * state was replaced (the caller restarts at st.step), or an error. */
-static int run_hook(struct run *r, int (*fn)(void *, struct gm_train_state *))
+static int run_hook(struct run *r, int (*fn)(void *, struct gm_train_state *), unsigned touches)
 {
     const struct gm_train_comm *comm = r->opts->comm;
     int err;
 
     if (comm == NULL || fn == NULL)
         return 0;
-    err = fn(comm->ctx, &r->st);
-    if (err != GM_ERR_REGROUP)
+    if ((touches & HOOK_READS) && (err = state_to_host(r)) < 0)
         return err;
+    err = fn(comm->ctx, &r->st);
+    if (err != GM_ERR_REGROUP) {
+        int werr = err >= 0 && (touches & HOOK_WRITES) ? state_to_device(r) : 0;
+        return werr < 0 ? werr : err;
+    }
+    if (!(touches & HOOK_READS) && (err = state_to_host(r)) < 0)
+        return err;
+    err = GM_ERR_REGROUP;
     while (err == GM_ERR_REGROUP) {
         if (comm->resync == NULL)
             return GM_ERR_ABORTED;
         err = comm->resync(comm->ctx, &r->st);
     }
-    return err < 0 ? err : 1;
+    if (err >= 0 && (err = state_to_device(r)) >= 0)
+        return 1;
+    return err;
 }
 
 static void scale(float *g, size_t n, float f)
@@ -647,7 +840,7 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
     struct grad_hook_ctx gh = {.m = r.model, .comm = comm, .factor = 1.0f};
     if (comm != NULL)
         gm_model_set_grad_hook(r.model, grad_hook, &gh);
-    if ((err = run_hook(&r, comm != NULL ? comm->start : NULL)) < 0)
+    if ((err = run_hook(&r, comm != NULL ? comm->start : NULL, HOOK_READS | HOOK_WRITES)) < 0)
         goto out;
 
     while (r.st.step < r.st.total_steps) {
@@ -683,6 +876,8 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
                                     job->seed * 0x9e3779b97f4a7c15ull + (uint64_t)r.st.step)) < 0)
             goto out;
         double loss = gm_model_loss(r.model, n, r.labels, NULL);
+        if (!isfinite(loss) && (err = gm_model_take_error(r.model)) < 0)
+            goto out; /* a device error, logged with the library's message */
         if (!isfinite(loss)) {
             gm_err("event=diverged step=%ld epoch=%d loss=%g: the loss is not finite; "
                    "lower [optim] lr",
@@ -692,7 +887,7 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
         }
         /* unequal shares: weigh by samples (see trainer.h), layer by layer in grad_hook */
         gh.factor = n * r.st.world != G ? (float)n * (float)r.st.world / (float)G : 1.0f;
-        if ((rc = run_hook(&r, comm != NULL ? comm->backward_begin : NULL)) < 0) {
+        if ((rc = run_hook(&r, comm != NULL ? comm->backward_begin : NULL, 0)) < 0) {
             err = rc;
             goto out;
         }
@@ -701,7 +896,9 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
         if ((err = gm_model_backward(r.model, n)) < 0)
             goto out;
         t_coll = gm_time_mono_ns();
-        if ((rc = run_hook(&r, comm != NULL ? comm->reduce_grads : NULL)) < 0) {
+        /* reduce_grads reads the gradients' host view (backward filled it through the
+         * gradient hook) and may read the parameters (DiLoCo's first snapshot) */
+        if ((rc = run_hook(&r, comm != NULL ? comm->reduce_grads : NULL, HOOK_READS)) < 0) {
             if (rc == GM_ERR_ABORTED && opts->stop != NULL && *opts->stop) {
                 sum->interrupted = 1; /* stopped mid-step: the last finished step stands */
                 break;
@@ -711,13 +908,17 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
         }
         if (rc == 1)
             continue; /* the group's state replaced ours: take the step it says */
+        /* the reduced gradients back to a GPU before its optimizer step (no-op on the CPU) */
+        if (comm != NULL && (err = gm_model_grads_to_device(r.model)) < 0)
+            goto out;
         t_opt = gm_time_mono_ns();
-        gm_optim_step(&r.optim, gm_model_params(r.model), gm_model_grads(r.model),
+        gm_optim_step(&r.optim, gm_model_params_device(r.model), gm_model_grads_device(r.model),
                       gm_sched_lr(&r.sched, r.st.step));
         /* The step is taken: st now describes the state after it.  A group that re-forms in
          * after_step takes rank 0's state with this count, so nobody takes the step again. */
         r.st.step++;
-        if ((rc = run_hook(&r, comm != NULL ? comm->after_step : NULL)) < 0) {
+        if ((rc = run_hook(&r, comm != NULL ? comm->after_step : NULL, HOOK_READS | HOOK_WRITES)) <
+            0) {
             if (rc == GM_ERR_ABORTED && opts->stop != NULL && *opts->stop) {
                 sum->interrupted = 1; /* the step is taken (counted above); its check was cut */
                 break;
@@ -805,11 +1006,15 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
         eval_hook(&r, r.epoch, tloss, acc, epoch_loss, 0);
         gm_info("event=eval step=%ld test_loss=%.4f test_accuracy=%.2f", r.st.step, tloss, acc);
     }
-    if (!sum->interrupted && comm != NULL && comm->finish != NULL)
+    if (!sum->interrupted && comm != NULL && comm->finish != NULL) {
+        if ((err = state_to_host(&r)) < 0)
+            goto out;
         comm->finish(comm->ctx, &r.st);
+    }
     /* the last checkpoint: at the end, or where the run was stopped */
     if (job->checkpoint_every > 0 && r.st.rank == 0 && r.last_checkpoint != r.st.step)
         checkpoint(&r);
+    checkpoint_wait(&r); /* the run ends with its last checkpoint on disk */
     if (r.st.rank == 0 || (sum->interrupted && opts->keep_on_stop)) {
         if ((err = save_weights(&r, out)) < 0)
             goto out;

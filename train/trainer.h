@@ -52,6 +52,7 @@ struct gm_train_summary {
 struct gm_model;
 struct gm_optim;
 struct gm_st_tensor;
+struct gm_st_file;
 
 /*
  * The replica's state at a step boundary: what a group must hold identical,
@@ -121,6 +122,11 @@ struct gm_train_comm {
      * until the next hook call), named GM_CKPT_CODEC_PREFIX..., *codec its name; returns how
      * many (0: none) */
     size_t (*codec_state)(void *ctx, struct gm_st_tensor *t, size_t cap, const char **codec);
+    /* optional: a rank that resumes from the checkpoint f (path origin, written by a run of
+     * codec `codec`, "" for none) takes its codec state from it (train/gradsync.h
+     * gm_gradsync_ckpt_restore); 0 or an error (logged), which fails the resume */
+    int (*codec_restore)(void *ctx, const struct gm_st_file *f, const char *codec,
+                         const char *origin);
     void *ctx;
 };
 
@@ -158,6 +164,8 @@ struct gm_train_hooks {
     void *ctx;
 };
 
+struct gm_ckpt_ref;
+
 struct gm_train_opts {
     int progress;                     /* 1: terminal progress bar; 0: log lines */
     volatile sig_atomic_t *stop;      /* borrowed, may be NULL */
@@ -181,6 +189,14 @@ struct gm_train_opts {
     /* resume names a directory that may hold no usable checkpoint: start from the beginning
      * then (logged) instead of failing (the agent's coordinator) */
     int resume_optional;
+    /* committed_only (with resume a directory): only the checkpoints committed[0..ncommitted)
+     * count (the cluster's raft-committed ones, train/ckpt/ckpt.h gm_ckpt_ref): the newest of
+     * them whose file is here, valid and of the committed SHA-256; a missing, refused or
+     * different newer one is logged and the committed one before it used.  None usable: with
+     * resume_optional the run starts at step 0 (logged), else GM_ERR_CONFIG. */
+    int committed_only;
+    const struct gm_ckpt_ref *committed; /* borrowed */
+    size_t ncommitted;
 };
 
 /* Returns 0 or an error (GM_ERR_CONFIG / GM_ERR_DATA already logged with the

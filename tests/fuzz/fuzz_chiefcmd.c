@@ -6,7 +6,8 @@
  *   0: gm_chief_cmd_decode (one command), then gm_chief_fsm_apply on a
  *      machine that already holds a little state;
  *   1: gm_chief_fsm_restore (a whole snapshot) over that machine;
- *   2: gm_chief_req_decode; 3: gm_chief_ans_decode (each: zeroed on error,
+ *   2: gm_chief_req_decode (revoke, role, and a voter's token "use");
+ *   3: gm_chief_ans_decode (each: zeroed on error,
  *      valid fields, encode and decode again to the same).
  * Checks:
  *   - the result is 0, GM_ERR_PROTO or -ENOMEM; a refused command is zeroed,
@@ -19,7 +20,8 @@
  *     term on a refusal.
  *
  * Seeds: GM_FUZZ_CHIEFCMD_SEEDS=<dir> build-fuzz/fuzz_chiefcmd -runs=0 writes
- * encoded commands of every op, a snapshot, two requests and an answer, each
+ * encoded commands of every op (and a token use with a limit), a snapshot, three
+ * requests and an answer, each
  * behind its selector byte,
  * into dir (tests/fuzz/corpus/chiefcmd/ holds them).
  */
@@ -32,6 +34,7 @@
 
 #include "agent/chieffsm.h"
 #include "crypto/identity.h"
+#include "train/ckpt/ckpt.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerInitialize(int *argc, char ***argv);
@@ -62,7 +65,8 @@ static void check_cmd(const struct gm_chief_cmd *c)
         need(gm_id_name_valid(c->node) && c->at >= 0);
         break;
     case GM_CHIEF_OP_TOKEN_USE:
-        need(hex(c->token, GM_CHIEF_TOKEN_HEX));
+        need(hex(c->token, GM_CHIEF_TOKEN_HEX) && c->limit >= 0 &&
+             c->limit <= GM_CHIEF_TOKEN_USES_MAX);
         break;
     case GM_CHIEF_OP_JOB:
         need(gm_id_name_valid(c->job) && c->state[0] != '\0' && c->step >= 0);
@@ -76,6 +80,14 @@ static void check_cmd(const struct gm_chief_cmd *c)
                 need(strcmp(c->holders[i], c->holders[k]) != 0);
         }
         break;
+    case GM_CHIEF_OP_JOB_SPEC: {
+        char sha[65];
+        need(gm_id_name_valid(c->job) && hex(c->sha256, 64) && c->spec_len <= GM_CHIEF_SPEC_MAX &&
+             strlen(c->spec) == c->spec_len && c->global_batch >= 1);
+        gm_ckpt_sha256_hex(c->spec, c->spec_len, sha);
+        need(strcmp(sha, c->sha256) == 0);
+        break;
+    }
     default:
         need(false);
     }
@@ -100,6 +112,21 @@ static void base_machine(struct gm_chief_fsm *f)
     memset(c.sha256, 'a', 64);
     snprintf(c.holders[0], sizeof(c.holders[0]), "alpha");
     c.nholders = 1;
+    need(gm_chief_fsm_apply(f, &c) == 0);
+    memset(&c, 0, sizeof(c)); /* a running job with its spec, and a finished one */
+    c.op = GM_CHIEF_OP_JOB_SPEC;
+    c.term = 2;
+    snprintf(c.job, sizeof(c.job), "job2");
+    snprintf(c.spec, sizeof(c.spec), "[job]\nname = j\n");
+    c.spec_len = strlen(c.spec);
+    gm_ckpt_sha256_hex(c.spec, c.spec_len, c.sha256);
+    c.global_batch = 8;
+    need(gm_chief_fsm_apply(f, &c) == 0);
+    memset(&c, 0, sizeof(c));
+    c.op = GM_CHIEF_OP_JOB;
+    c.term = 2;
+    snprintf(c.job, sizeof(c.job), "job3");
+    snprintf(c.state, sizeof(c.state), "done");
     need(gm_chief_fsm_apply(f, &c) == 0);
 }
 
@@ -126,7 +153,8 @@ static void fuzz_cmd(const uint8_t *p, size_t n)
     base_machine(&f);
     term = f.term;
     err = gm_chief_fsm_apply(&f, &c);
-    need(err == 0 || err == -ESTALE || err == -EPERM || err == -ENOSPC || err == -ENOMEM);
+    need(err == 0 || err == -ESTALE || err == -EPERM || err == -ENOSPC || err == -ENOMEM ||
+         err == -EINVAL || (err == GM_ERR_TOKEN && c.op == GM_CHIEF_OP_TOKEN_USE && c.limit > 0));
     need(err == 0 ? f.term == c.term : f.term == term);
     gm_chief_fsm_free(&f);
 }
@@ -171,9 +199,15 @@ static void fuzz_req(const uint8_t *p, size_t n)
         need(memcmp(&r, &zero, sizeof(r)) == 0);
         return;
     }
-    need((strcmp(r.cmd, "revoke") == 0 && r.role == GM_CHIEF_ROLE_VOTER) ||
-         (strcmp(r.cmd, "role") == 0 && (unsigned)r.role <= GM_CHIEF_ROLE_SPARE));
-    need(gm_id_name_valid(r.node));
+    if (strcmp(r.cmd, "use") == 0) {
+        need(r.node[0] == '\0' && r.role == GM_CHIEF_ROLE_VOTER);
+        need(hex(r.token, GM_CHIEF_TOKEN_HEX) && r.limit >= 1 &&
+             r.limit <= GM_CHIEF_TOKEN_USES_MAX);
+    } else {
+        need((strcmp(r.cmd, "revoke") == 0 && r.role == GM_CHIEF_ROLE_VOTER) ||
+             (strcmp(r.cmd, "role") == 0 && (unsigned)r.role <= GM_CHIEF_ROLE_SPARE));
+        need(gm_id_name_valid(r.node) && r.token[0] == '\0' && r.limit == 0);
+    }
     need(gm_chief_req_encode(&r, &text, &len) == 0);
     need(gm_chief_req_decode((const uint8_t *)text, len, &s) == 0);
     need(memcmp(&r, &s, sizeof(r)) == 0);
@@ -257,8 +291,14 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     snprintf(c.holders[1], sizeof(c.holders[1]), "beta");
     c.nholders = 2;
     c.role = GM_CHIEF_ROLE_WITNESS;
-    for (int op = GM_CHIEF_OP_MEMBER; op <= GM_CHIEF_OP_CHECKPOINT; op++) {
+    c.global_batch = 192;
+    for (int op = GM_CHIEF_OP_MEMBER; op <= GM_CHIEF_OP_JOB_SPEC; op++) {
         c.op = (enum gm_chief_op)op;
+        if (op == GM_CHIEF_OP_JOB_SPEC) {
+            snprintf(c.spec, sizeof(c.spec), "[job]\nname = \"x\"\nepochs = 2\n");
+            c.spec_len = strlen(c.spec);
+            gm_ckpt_sha256_hex(c.spec, c.spec_len, c.sha256);
+        }
         need(gm_chief_cmd_encode(&c, &text, &len) == 0);
         snprintf(name, sizeof(name), "cmd-%d", op);
         seed(dir, name, 0, text, len);
@@ -282,6 +322,18 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
         free(text);
         need(gm_chief_ans_encode(&a, &text, &len) == 0);
         seed(dir, "ans", 3, text, len);
+        free(text);
+        memset(&r, 0, sizeof(r));
+        snprintf(r.cmd, sizeof(r.cmd), "use");
+        snprintf(r.token, sizeof(r.token), "0123456789abcdef");
+        r.limit = 2;
+        need(gm_chief_req_encode(&r, &text, &len) == 0);
+        seed(dir, "req-use", 2, text, len);
+        free(text);
+        c.op = GM_CHIEF_OP_TOKEN_USE;
+        c.limit = 1;
+        need(gm_chief_cmd_encode(&c, &text, &len) == 0);
+        seed(dir, "cmd-token-limit", 0, text, len);
         free(text);
     }
     return 0;

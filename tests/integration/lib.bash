@@ -130,9 +130,39 @@ job_is() { [ "$(job_get "$1" "$2" "bool($3)")" = True ]; }
 # kill9_agent NAME: SIGKILL to NAME's agent (no goodbye on its links), reaped and
 # dropped from PIDS so that stop_agents does not count its exit status.
 kill9_agent() {
-    local p=PID_$1 q keep=()
+    local p=PID_$1
     kill -9 "${!p}" || fail "kill -9 $1"
+    reap_agent "$1"
+}
+
+# reap_agent NAME: waits for NAME's agent, which something else ended (a watcher's SIGKILL),
+# and drops it from PIDS.
+reap_agent() {
+    local p=PID_$1 q keep=()
     wait "${!p}" 2>/dev/null
     for q in "${PIDS[@]}"; do [ "$q" = "${!p}" ] || keep+=("$q"); done
     PIDS=("${keep[@]}")
 }
+
+# chief_is NAME CHIEF: NAME's `members --json` names CHIEF as the chief.
+chief_is() { "$GM" members --json --config "$WORK/$1.conf" |
+    python3 -c 'import json,sys; sys.exit(0 if json.load(sys.stdin)["chief"] == sys.argv[1] else 1)' "$2"; }
+
+# check_one_chief_per_term: from every agent's log (event=chief-elected), fails when a term
+# had more than one chief; passes with the list of "term chief".
+check_one_chief_per_term() {
+    local dup
+    grep -h "event=chief-elected" "$WORK"/*.log | sed 's/.*node=\([^ ]*\) term=\([0-9]*\).*/\2 \1/' | sort -u >"$WORK/chiefs"
+    dup=$(awk '{print $1}' "$WORK/chiefs" | uniq -d)
+    [ -z "$dup" ] || fail "more than one chief in term(s) $dup: $(cat "$WORK/chiefs")"
+    pass "one chief per term: $(tr '\n' ' ' <"$WORK/chiefs")"
+}
+# members_get NAME EXPR: a Python expression over NAME's `members --json` (as `d`).
+members_get() {
+    "$GM" members --json --config "$WORK/$1.conf" | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+print(eval(sys.argv[1]))' "$2"
+}
+# members_is NAME PYEXPR: succeeds when PYEXPR (over `d`) holds on NAME.
+members_is() { [ "$(members_get "$1" "bool($2)")" = True ]; }

@@ -11,6 +11,10 @@
  *    made a member again; the job and checkpoint tables keep the newest;
  *    snapshot -> restore gives the same state, and a bad snapshot leaves the
  *    state as it was;
+ *  - job-spec: a job's text round-trips (quotes, newlines, tabs), a text that does not
+ *    hash to its sha256 or is over GM_CHIEF_SPEC_MAX is refused, apply keeps it with the
+ *    job, a final state drops it, a finished job takes no spec, and a snapshot carries it
+ *    (and a snapshot whose spec does not hash to its spec_sha256 is refused);
  *  - election: 3 voters elect exactly one leader; after it is deposed (cut
  *    off) the others elect one of a higher term, and the old leader can no
  *    longer commit;
@@ -34,6 +38,7 @@
 
 #include "agent/chieffsm.h"
 #include "common/test.h"
+#include "train/ckpt/ckpt.h"
 
 GM_TEST_DEFINE_STATE;
 
@@ -93,6 +98,8 @@ static void test_commands(void)
     c.op = GM_CHIEF_OP_TOKEN_USE;
     c.term = 4;
     snprintf(c.token, sizeof(c.token), "0123456789abcdef");
+    roundtrip(&c);
+    c.limit = 5; /* with the token's limit */
     roundtrip(&c);
     memset(&c, 0, sizeof(c));
     c.op = GM_CHIEF_OP_JOB;
@@ -209,6 +216,19 @@ static void test_machine(void)
     GM_CHECK_OK(gm_chief_fsm_apply(&f, &c));
     GM_CHECK_EQ(f.ntokens, 1);
     GM_CHECK_EQ(f.tokens[0].uses, 2);
+    /* with the token's limit: two voters spending one single-use token, one wins */
+    snprintf(c.token, sizeof(c.token), "00000000000000bb");
+    c.limit = 1;
+    GM_CHECK_OK(gm_chief_fsm_apply(&f, &c));
+    GM_CHECK_ERR(gm_chief_fsm_apply(&f, &c), GM_ERR_TOKEN);
+    GM_CHECK_EQ(f.ntokens, 2);
+    GM_CHECK_EQ(f.tokens[1].uses, 1);
+    c.limit = 3; /* a three-use token: two more, then no more */
+    GM_CHECK_OK(gm_chief_fsm_apply(&f, &c));
+    GM_CHECK_OK(gm_chief_fsm_apply(&f, &c));
+    GM_CHECK_ERR(gm_chief_fsm_apply(&f, &c), GM_ERR_TOKEN);
+    GM_CHECK_EQ(f.tokens[1].uses, 3);
+    c.limit = 0;
 
     /* checkpoints: the same (job, step) updates; the table keeps the newest */
     for (int i = 0; i < GM_CHIEF_CKPTS_MAX + 5; i++) {
@@ -359,6 +379,160 @@ static void check_identical(struct cluster *k)
         free(s);
     }
     free(s0);
+}
+
+static struct gm_chief_cmd *cmd_spec(uint64_t term, const char *job, const char *text, int gb)
+{
+    struct gm_chief_cmd *c = calloc(1, sizeof(*c));
+
+    GM_CHECK(c != NULL);
+    c->op = GM_CHIEF_OP_JOB_SPEC;
+    c->term = term;
+    snprintf(c->job, sizeof(c->job), "%s", job);
+    c->spec_len = strlen(text);
+    memcpy(c->spec, text, c->spec_len + 1);
+    gm_ckpt_sha256_hex(text, c->spec_len, c->sha256);
+    c->global_batch = gb;
+    return c;
+}
+
+static void test_job_spec(void)
+{
+    static const char text[] = "[job]\nname = \"q\"\tx\nepochs = 2\n[optim]\nbatch = 64\n";
+    struct gm_chief_cmd *c = cmd_spec(3, "00112233aabbccdd", text, 192), *d, *big;
+    struct gm_chief_cmd j = {.op = GM_CHIEF_OP_JOB, .term = 3, .step = 40};
+    struct gm_chief_fsm f, g;
+    char *enc, *s1, *s2;
+    size_t len, n1, n2;
+
+    d = calloc(1, sizeof(*d));
+    GM_CHECK(d != NULL);
+    GM_CHECK_OK(gm_chief_cmd_encode(c, &enc, &len));
+    GM_CHECK_OK(gm_chief_cmd_decode((const uint8_t *)enc, len, d));
+    GM_CHECK(memcmp(c, d, sizeof(*d)) == 0);
+    GM_CHECK_STREQ(d->spec, text);
+    /* one byte of the text changed: it no longer hashes to sha256, refused */
+    char *q = strstr(enc, "epochs = 2");
+    GM_CHECK(q != NULL);
+    q[9] = '3';
+    GM_CHECK_ERR(gm_chief_cmd_decode((const uint8_t *)enc, len, d), GM_ERR_PROTO);
+    GM_CHECK_EQ(d->op, 0);
+    free(enc);
+    /* over GM_CHIEF_SPEC_MAX: refused */
+    big = calloc(1, sizeof(*big));
+    GM_CHECK(big != NULL);
+    {
+        char *t = malloc(GM_CHIEF_SPEC_MAX + 2);
+        GM_CHECK(t != NULL);
+        memset(t, 'x', GM_CHIEF_SPEC_MAX + 1);
+        t[GM_CHIEF_SPEC_MAX + 1] = '\0';
+        char sha[65];
+        gm_ckpt_sha256_hex(t, GM_CHIEF_SPEC_MAX + 1, sha);
+        char *o = NULL;
+        GM_CHECK(asprintf(&o,
+                          "{\"v\":1,\"op\":\"job-spec\",\"term\":1,\"job\":\"j1\",\"spec\":\"%s\","
+                          "\"sha256\":\"%s\",\"global_batch\":8}",
+                          t, sha) > 0);
+        GM_CHECK_ERR(gm_chief_cmd_decode((const uint8_t *)o, strlen(o), big), GM_ERR_PROTO);
+        free(o);
+        free(t);
+    }
+    free(big);
+
+    /* apply: the job gets its spec; a snapshot carries it */
+    gm_chief_fsm_init(&f);
+    snprintf(j.job, sizeof(j.job), "00112233aabbccdd");
+    snprintf(j.state, sizeof(j.state), "running");
+    GM_CHECK_OK(gm_chief_fsm_apply(&f, c));
+    GM_CHECK_EQ(f.njobs, 1);
+    GM_CHECK_STREQ(f.jobs[0].state, "checking");
+    GM_CHECK_OK(gm_chief_fsm_apply(&f, &j));
+    GM_CHECK_STREQ(f.jobs[0].state, "running");
+    GM_CHECK(f.jobs[0].spec != NULL && f.jobs[0].spec_len == strlen(text));
+    GM_CHECK_STREQ(f.jobs[0].spec, text);
+    GM_CHECK_STREQ(f.jobs[0].spec_sha256, c->sha256);
+    GM_CHECK_EQ(f.jobs[0].global_batch, 192);
+    GM_CHECK_OK(gm_chief_fsm_snapshot(&f, &s1, &n1));
+    gm_chief_fsm_init(&g);
+    GM_CHECK_OK(gm_chief_fsm_restore(&g, (const uint8_t *)s1, n1));
+    GM_CHECK(g.njobs == 1 && g.jobs[0].spec != NULL);
+    GM_CHECK_STREQ(g.jobs[0].spec, text);
+    GM_CHECK_EQ(g.jobs[0].global_batch, 192);
+    GM_CHECK_OK(gm_chief_fsm_snapshot(&g, &s2, &n2));
+    GM_CHECK(n1 == n2 && memcmp(s1, s2, n1) == 0);
+    free(s2);
+    /* a snapshot whose spec does not hash to spec_sha256: refused, g unchanged */
+    q = strstr(s1, "epochs = 2");
+    GM_CHECK(q != NULL);
+    q[9] = '5';
+    GM_CHECK_ERR(gm_chief_fsm_restore(&g, (const uint8_t *)s1, n1), GM_ERR_PROTO);
+    GM_CHECK_STREQ(g.jobs[0].spec, text);
+    free(s1);
+    gm_chief_fsm_free(&g);
+
+    /* done: the spec goes; a spec for a finished job is refused */
+    snprintf(j.state, sizeof(j.state), "done");
+    j.term = 4;
+    GM_CHECK_OK(gm_chief_fsm_apply(&f, &j));
+    GM_CHECK(f.jobs[0].spec == NULL && f.jobs[0].spec_len == 0 && f.jobs[0].global_batch == 0);
+    c->term = 4;
+    GM_CHECK_ERR(gm_chief_fsm_apply(&f, c), -EINVAL);
+    GM_CHECK(f.jobs[0].spec == NULL);
+    /* the table keeps the newest GM_CHIEF_JOBS_MAX, specs of dropped ones freed (ASan) */
+    for (int i = 0; i < GM_CHIEF_JOBS_MAX + 3; i++) {
+        snprintf(c->job, sizeof(c->job), "job%d", i);
+        GM_CHECK_OK(gm_chief_fsm_apply(&f, c));
+    }
+    GM_CHECK_EQ(f.njobs, GM_CHIEF_JOBS_MAX);
+    GM_CHECK_STREQ(f.jobs[GM_CHIEF_JOBS_MAX - 1].job, "job66");
+    GM_CHECK_STREQ(f.jobs[GM_CHIEF_JOBS_MAX - 1].spec, text);
+    gm_chief_fsm_free(&f);
+    free(c);
+    free(d);
+}
+
+/* CHIEF_REQ: revoke, role, and a voter's token use. */
+static void test_requests(void)
+{
+    struct gm_chief_req r = {0}, d;
+    char *text = NULL;
+    size_t len = 0;
+
+    snprintf(r.cmd, sizeof(r.cmd), "use");
+    snprintf(r.token, sizeof(r.token), "0123456789abcdef");
+    r.limit = 3;
+    GM_CHECK_OK(gm_chief_req_encode(&r, &text, &len));
+    GM_CHECK_OK(gm_chief_req_decode((const uint8_t *)text, len, &d));
+    GM_CHECK(memcmp(&r, &d, sizeof(r)) == 0);
+    free(text);
+    memset(&r, 0, sizeof(r));
+    snprintf(r.cmd, sizeof(r.cmd), "role");
+    snprintf(r.node, sizeof(r.node), "gamma");
+    r.role = GM_CHIEF_ROLE_WITNESS;
+    GM_CHECK_OK(gm_chief_req_encode(&r, &text, &len));
+    GM_CHECK_OK(gm_chief_req_decode((const uint8_t *)text, len, &d));
+    GM_CHECK(memcmp(&r, &d, sizeof(r)) == 0);
+    free(text);
+    static const char *const bad[] = {
+        "{\"cmd\":\"use\",\"token\":\"0123456789abcdef\"}",             /* no limit */
+        "{\"cmd\":\"use\",\"token\":\"0123456789abcdef\",\"limit\":0}", /* out of range */
+        "{\"cmd\":\"use\",\"token\":\"0123456789abcdef\",\"limit\":10001}",
+        "{\"cmd\":\"use\",\"token\":\"0123\",\"limit\":1}", /* short id */
+        "{\"cmd\":\"use\",\"token\":\"0123456789abcdef\",\"limit\":1,\"node\":\"a\"}",
+        "{\"cmd\":\"revoke\",\"node\":\"beta\",\"token\":\"0123456789abcdef\"}",
+        "{\"cmd\":\"revoke\",\"node\":\"beta\",\"limit\":1}",
+        "{\"cmd\":\"revoke\"}",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        GM_CHECK_ERR(gm_chief_req_decode((const uint8_t *)bad[i], strlen(bad[i]), &d),
+                     GM_ERR_PROTO);
+        GM_CHECK(d.cmd[0] == '\0' && d.limit == 0);
+    }
+    {
+        static const char ok[] = "{\"cmd\":\"revoke\",\"node\":\"beta\"}";
+        GM_CHECK_OK(gm_chief_req_decode((const uint8_t *)ok, strlen(ok), &d));
+    }
+    GM_CHECK_STREQ(d.node, "beta");
 }
 
 static void test_election(void)
@@ -566,6 +740,8 @@ int main(void)
 {
     GM_TEST_RUN(test_commands);
     GM_TEST_RUN(test_machine);
+    GM_TEST_RUN(test_job_spec);
+    GM_TEST_RUN(test_requests);
     GM_TEST_RUN(test_election);
     GM_TEST_RUN(test_term_fencing);
     GM_TEST_RUN(test_membership);

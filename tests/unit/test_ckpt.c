@@ -226,6 +226,71 @@ static void test_refusals(void)
     rm_tree(dir);
 }
 
+/* gm_ckpt_dir_newest_committed: only the cluster's committed checkpoints count, newest first;
+ * one missing here, corrupt, or of another hash than the committed one falls back to the
+ * committed one before it; a newer valid file that was never committed is not taken. */
+static void test_committed(void)
+{
+    char dir[512], p[5][1024], sha[5][65], got[1024];
+    struct gm_ckpt_ref refs[4];
+    struct gm_st_file f;
+    struct gm_ckpt_info out;
+    struct stat st;
+
+    snprintf(dir, sizeof(dir), "%s/com", tmpdir);
+    GM_CHECK_OK(gm_ckpt_mkdirs(dir));
+    for (int i = 0; i < 5; i++) /* steps 10..50, all valid on disk */
+        GM_CHECK_OK(write_step(dir, HASH_A, "mlp", 10L * (i + 1), p[i], sha[i]));
+    /* committed: 10, 20, 30 and 40 (listed out of order); 50 was never committed */
+    const long steps[] = {30, 10, 40, 20};
+    for (int i = 0; i < 4; i++) {
+        refs[i].step = steps[i];
+        memcpy(refs[i].sha256, sha[steps[i] / 10 - 1], 65);
+    }
+    GM_CHECK_OK(
+        gm_ckpt_dir_newest_committed(dir, refs, 4, HASH_A, "mlp", &f, &out, got, sizeof(got)));
+    GM_CHECK_STREQ(got, p[3]);
+    GM_CHECK_EQ(out.step, 40);
+    gm_safetensors_free(&f);
+
+    /* 40 corrupt (its own .sha256 catches it): 30 */
+    GM_CHECK_OK(stat(p[3], &st));
+    flip_byte(p[3], (long)st.st_size - 3);
+    GM_CHECK_OK(
+        gm_ckpt_dir_newest_committed(dir, refs, 4, HASH_A, "mlp", &f, &out, got, sizeof(got)));
+    GM_CHECK_STREQ(got, p[2]);
+    gm_safetensors_free(&f);
+
+    /* 30 valid here but not what the cluster committed (another hash): 20 */
+    refs[0].sha256[0] = refs[0].sha256[0] == 'f' ? '0' : 'f';
+    GM_CHECK_OK(
+        gm_ckpt_dir_newest_committed(dir, refs, 4, HASH_A, "mlp", &f, &out, got, sizeof(got)));
+    GM_CHECK_STREQ(got, p[1]);
+    gm_safetensors_free(&f);
+
+    /* 20 missing here: 10 */
+    GM_CHECK_OK(unlink(p[1]));
+    GM_CHECK_OK(
+        gm_ckpt_dir_newest_committed(dir, refs, 4, HASH_A, "mlp", &f, &out, got, sizeof(got)));
+    GM_CHECK_STREQ(got, p[0]);
+    GM_CHECK_EQ(out.step, 10);
+    gm_safetensors_free(&f);
+
+    /* nothing committed, or only unusable ones: -ENOENT, f and got empty */
+    GM_CHECK_ERR(
+        gm_ckpt_dir_newest_committed(dir, refs, 0, HASH_A, "mlp", &f, &out, got, sizeof(got)),
+        -ENOENT);
+    GM_CHECK_ERR(
+        gm_ckpt_dir_newest_committed(dir, refs, 1, HASH_A, "mlp", &f, &out, got, sizeof(got)),
+        -ENOENT);
+    GM_CHECK(f.tensors == NULL && f.buf == NULL && got[0] == '\0');
+    /* another job's: refused as foreign */
+    GM_CHECK_ERR(
+        gm_ckpt_dir_newest_committed(dir, refs + 1, 1, HASH_B, "mlp", &f, &out, got, sizeof(got)),
+        -ENOENT);
+    rm_tree(dir);
+}
+
 /* A committed checkpoint whose metadata is wrong in one way each: refused as malformed. */
 static void test_bad_metadata(void)
 {
@@ -439,6 +504,7 @@ int main(void)
     }
     GM_TEST_RUN(test_round_trip);
     GM_TEST_RUN(test_refusals);
+    GM_TEST_RUN(test_committed);
     GM_TEST_RUN(test_bad_metadata);
     GM_TEST_RUN(test_prune);
     GM_TEST_RUN(test_kill_mid_write);

@@ -147,6 +147,28 @@ static void test_key_files(void)
     GM_CHECK(chmod(path, 0644) == 0);
     GM_CHECK_ERR(gm_id_key_load(path, &k2), -EPERM);
     GM_CHECK(k2 == NULL);
+    { /* PEM in memory: the CA key's handover to a voter */
+        struct gm_cert *cert = NULL;
+        char *pem = NULL;
+        size_t len = 0;
+        GM_CHECK_OK(gm_id_key_to_pem(k, &pem, &len));
+        GM_CHECK(len == strlen(pem) && strstr(pem, "PRIVATE KEY") != NULL);
+        GM_CHECK_OK(gm_id_key_from_pem(pem, len, &k2));
+        GM_CHECK_OK(gm_id_key_public(k2, p2));
+        GM_CHECK(memcmp(p1, p2, 32) == 0);
+        GM_CHECK_OK(gm_id_ca_create("lab", k, 1, &cert));
+        GM_CHECK(gm_id_cert_matches_key(cert, k2)); /* the receiver's check */
+        gm_id_key_free(k2);
+        k2 = NULL;
+        GM_CHECK_ERR(gm_id_key_from_pem(pem, len / 2, &k2), GM_ERR_FORMAT);
+        GM_CHECK(k2 == NULL);
+        GM_CHECK_ERR(gm_id_key_from_pem("junk", 4, &k2), GM_ERR_FORMAT);
+        GM_CHECK_OK(gm_id_key_generate(&k2));
+        GM_CHECK(!gm_id_cert_matches_key(cert, k2)); /* a foreign key */
+        gm_id_key_free(k2);
+        gm_id_cert_free(cert);
+        free(pem);
+    }
     gm_id_key_free(k);
     gm_id_key_free(NULL);
 }
@@ -257,6 +279,79 @@ static void test_token_store(void)
     /* a corrupt store is refused */
     GM_CHECK_OK(gm_id_write_file(path, "v1 zz\n", 6, 0600));
     GM_CHECK_ERR(gm_token_store_open(path, &st), GM_ERR_FORMAT);
+}
+
+/* Two voters' stores: export and merge (the KEYRING's token records). */
+static void test_token_merge(void)
+{
+    char pa[512], pb[512], s[GM_TOKEN_STR_MAX], bad[300], *text = NULL;
+    struct gm_token_store *a = NULL, *b = NULL;
+    struct gm_token_info ia, ib, info;
+    struct gm_token *t = NULL;
+    uint8_t pin[32] = {1}, v[32], vt[32], unknown[8] = {9, 9};
+    const char *why = NULL;
+    size_t len = 0;
+    int changed = -1;
+
+    snprintf(pa, sizeof(pa), "%s/tokens-a", tmpdir);
+    snprintf(pb, sizeof(pb), "%s/tokens-b", tmpdir);
+    GM_CHECK_OK(gm_token_store_open(pa, &a));
+    GM_CHECK_OK(gm_token_store_open(pb, &b));
+    GM_CHECK_OK(gm_token_store_create(a, "lab", pin, 3600, 2, 1000, s, &ia));
+    GM_CHECK_OK(gm_token_parse(s, strlen(s), &t));
+    gm_token_verifier(t, vt);
+    GM_CHECK_OK(gm_token_store_create(b, "lab", pin, 3600, 1, 1000, s, &ib));
+    /* a's token reaches b, verifier included: b admits with it */
+    GM_CHECK_OK(gm_token_store_export(a, &text, &len));
+    GM_CHECK(len == strlen(text) && strstr(text, ia.id) != NULL);
+    GM_CHECK_OK(gm_token_store_merge(b, text, len, &changed));
+    GM_CHECK_EQ(changed, 1);
+    GM_CHECK_EQ(gm_token_store_count(b), 2);
+    GM_CHECK_OK(gm_token_store_check(b, gm_token_id(t), 1001, v, &why));
+    GM_CHECK(memcmp(v, vt, 32) == 0);
+    GM_CHECK_OK(gm_token_store_info(b, gm_token_id(t), &info));
+    GM_CHECK_STREQ(info.id, ia.id);
+    GM_CHECK_EQ(info.uses_total, 2);
+    GM_CHECK_EQ(info.uses_left, 2);
+    GM_CHECK_ERR(gm_token_store_info(b, unknown, &info), -ENOENT);
+    /* the same text again: nothing new */
+    GM_CHECK_OK(gm_token_store_merge(b, text, len, &changed));
+    GM_CHECK_EQ(changed, 0);
+    free(text);
+    /* a use on a: b keeps the fewer uses left */
+    GM_CHECK_OK(gm_token_store_use(a, gm_token_id(t)));
+    GM_CHECK_OK(gm_token_store_export(a, &text, &len));
+    GM_CHECK_OK(gm_token_store_merge(b, text, len, &changed));
+    GM_CHECK_EQ(changed, 1);
+    GM_CHECK_OK(gm_token_store_info(b, gm_token_id(t), &info));
+    GM_CHECK_EQ(info.uses_left, 1);
+    free(text);
+    /* revoked on b: a learns it, and b's own token */
+    GM_CHECK_OK(gm_token_store_revoke(b, ia.id));
+    GM_CHECK_OK(gm_token_store_export(b, &text, &len));
+    GM_CHECK_OK(gm_token_store_merge(a, text, len, &changed));
+    GM_CHECK_EQ(changed, 1);
+    GM_CHECK_EQ(gm_token_store_count(a), 2);
+    GM_CHECK_ERR(gm_token_store_check(a, gm_token_id(t), 1001, v, &why), GM_ERR_TOKEN);
+    GM_CHECK_STREQ(why, "revoked");
+    /* a bad line anywhere: nothing changes */
+    snprintf(bad, sizeof(bad), "%.*sv1 zz\n", (int)strcspn(text, "\n") + 1, text);
+    free(text);
+    gm_token_store_free(b);
+    b = NULL;
+    GM_CHECK_OK(gm_token_store_open(pb, &b)); /* merges were saved */
+    GM_CHECK_EQ(gm_token_store_count(b), 2);
+    gm_token_store_free(b);
+    b = NULL;
+    GM_CHECK_ERR(gm_token_store_merge(a, bad, strlen(bad), &changed), GM_ERR_FORMAT);
+    GM_CHECK_EQ(changed, 0);
+    GM_CHECK_EQ(gm_token_store_count(a), 2);
+    snprintf(bad, sizeof(bad), "v1 %016x %064x 1000 4600 3 2 0\n", 1, 1);
+    GM_CHECK_ERR(gm_token_store_merge(a, bad, strlen(bad), &changed), GM_ERR_FORMAT);
+    GM_CHECK_EQ(gm_token_store_count(a), 2);
+    gm_token_free(t);
+    gm_token_store_free(a);
+    gm_token_store_free(b);
 }
 
 static void test_join_proof(void)
@@ -480,6 +575,7 @@ int main(void)
     GM_TEST_RUN(test_key_files);
     GM_TEST_RUN(test_token_codec);
     GM_TEST_RUN(test_token_store);
+    GM_TEST_RUN(test_token_merge);
     GM_TEST_RUN(test_join_proof);
     GM_TEST_RUN(test_tls_mutual);
     GM_TEST_RUN(test_tls_refusals);

@@ -468,7 +468,7 @@ static void test_checkpoint_and_reset(void)
                 memcmp(gm_optim_state(&whole), gm_optim_state(&resumed), len * sizeof(float)) == 0);
 
         /* reset: zero state and step; K steps from p0 again equal the first K steps */
-        gm_optim_reset(&whole);
+        GM_CHECK_OK(gm_optim_reset(&whole));
         GM_CHECK_EQ(whole.step, 0);
         for (size_t i = 0; i < len; i++)
             if (whole.state[i] != 0.0f) {
@@ -477,7 +477,7 @@ static void test_checkpoint_and_reset(void)
             }
         memcpy(a, pr->p0, N * sizeof(float));
         memcpy(b, pr->p0, N * sizeof(float));
-        gm_optim_reset(&first);
+        GM_CHECK_OK(gm_optim_reset(&first));
         for (int s = 0; s < K; s++) {
             gm_optim_step(&whole, a, pr->g[s], cases[k].lr);
             gm_optim_step(&first, b, pr->g[s], cases[k].lr);
@@ -659,7 +659,7 @@ static void test_contracts(void)
     GM_CHECK_OK(gm_optim_init(&o, &c, 100));
     GM_CHECK_EQ(gm_optim_state_len(&o), 0);
     GM_CHECK(gm_optim_state(&o) == NULL);
-    gm_optim_reset(&o); /* no state: still fine */
+    GM_CHECK_OK(gm_optim_reset(&o)); /* no state: still fine */
     gm_optim_free(&o);
     gm_optim_free(&o);
     c = sgd_cfg(0.9f, 1, 0.0f);

@@ -10,10 +10,26 @@
  *    new group's rank 0 had not taken it) takes the step again: equal bits too;
  *  - after_step sees st->step already counting the step just taken;
  *  - finish runs once on a run that ends, with st->step = total_steps, and not at all on
- *    a run that is stopped early.
+ *    a run that is stopped early;
+ *  - codec state in checkpoints (codec_state / codec_restore, train/sim.h with 2 workers,
+ *    16 steps, a checkpoint every 4): a PowerSGD run resumed from the checkpoint of step 8
+ *    ends with weights bitwise those of the run that never stopped; the same checkpoint with
+ *    its codec state stripped (negative control) ends elsewhere.  (Not DiLoCo: its ranks'
+ *    inner optimizer moments and mid-round parameters are their own, and a checkpoint holds
+ *    rank 0's; its anchor and outer momentum are restored, not claimed bitwise.)
+ * These runs say device = cpu: the CPU is the definition of correct, and they stay on it
+ * where a GPU answers too.
+ *
+ * Where a GPU answers (a CUDA build on a GPU machine; otherwise test_cuda_trainer says why
+ * it skips and checks nothing), the same jobs run with device = cuda: an MLP and ResNet-20
+ * (convolutions, batch norm, shortcuts) train to the CPU's weights and batch norm buffers
+ * within fp32 tolerance, and the regroup cases above end bitwise equal to the undisturbed
+ * GPU run, which exercises the trainer's state copies around the hooks and the model's
+ * gradient downloads.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,11 +38,14 @@
 #include "common/byteorder.h"
 #include "common/log.h"
 #include "common/test.h"
+#include "train/ckpt/ckpt.h"
 #include "train/ckpt/safetensors.h"
 #include "train/data/idx.h"
 #include "train/job.h"
+#include "train/kernels/cuda.h"
 #include "train/nn/model.h"
 #include "train/nn/optim.h"
+#include "train/sim.h"
 #include "train/trainer.h"
 
 GM_TEST_DEFINE_STATE;
@@ -66,15 +85,18 @@ static void write_idx(const char *name, uint32_t magic, uint32_t n, int images, 
     free(body);
 }
 
+static const char *device = "cpu"; /* of the jobs load_job makes */
+
 static int load_job(struct gm_job *job)
 {
     char text[1024];
     int n = snprintf(text, sizeof(text),
                      "[job]\nname = t\nmodel = mlp\nepochs = 1\nseed = 3\nlog_every = 1000\n"
+                     "device = %s\n"
                      "[model]\nhidden = 16\n"
                      "[data]\nkind = idx\ndir = %s\n"
                      "[optim]\nname = adam\nlr = 0.01\nglobal_batch = %d\n",
-                     dir, NTRAIN / STEPS);
+                     device, dir, NTRAIN / STEPS);
 
     return gm_job_parse(text, (size_t)n, "test", job);
 }
@@ -215,7 +237,7 @@ static void test_batchnorm_checkpoint(void)
     const struct gm_st_entry *e;
     float v[16];
     int n = snprintf(text, sizeof(text),
-                     "[job]\nname = bn\nmodel = resnet20\nepochs = 1\nseed = 3\n"
+                     "[job]\nname = bn\nmodel = resnet20\nepochs = 1\nseed = 3\ndevice = cpu\n"
                      "[data]\nkind = idx\ndir = %s\npad = 4\n"
                      "[optim]\nname = sgd\nlr = 0.05\nmomentum = 0.9\nglobal_batch = %d\n",
                      dir, NTRAIN / STEPS);
@@ -243,6 +265,149 @@ static void test_batchnorm_checkpoint(void)
     GM_CHECK(e != NULL && e->ndim == 4 && e->shape[1] == 1 && e->shape[2] == 3);
     GM_CHECK(gm_safetensors_find(&f, "conv1.bias") == NULL);
     gm_safetensors_free(&f);
+}
+
+/* --- codec state across a resume ------------------------------------------------------- */
+
+/* 2 simulated workers, 2 epochs of 8 steps, a checkpoint every 4 steps into ckdir; from
+ * resume (NULL: the start); weights into out. */
+static int sim_run(const char *comm, const char *ckdir, const char *resume, const char *out)
+{
+    char text[1024];
+    struct gm_job job;
+    struct gm_train_summary sum;
+    volatile sig_atomic_t stop = 0;
+    struct gm_train_opts o = {
+        .progress = 0, .stop = &stop, .out = out, .ckpt_dir = ckdir, .resume = resume};
+    struct gm_sim_opts so = {.workers = 2, .error_feedback = true};
+    int n = snprintf(text, sizeof(text),
+                     "[job]\nname = cs\nmodel = mlp\nepochs = 2\nseed = 5\n"
+                     "checkpoint_every = 4\ncheckpoint_keep = 8\n[model]\nhidden = 32\n"
+                     "[data]\nkind = idx\ndir = %s\n[optim]\nname = adam\nlr = 0.01\n"
+                     "global_batch = %d\n[comm]\n%s",
+                     dir, NTRAIN / STEPS, comm);
+    int err;
+
+    if ((err = gm_job_parse(text, (size_t)n, "test", &job)) < 0)
+        return err;
+    err = gm_sim_train(&job, &o, &so, &sum);
+    gm_job_free(&job);
+    if (err == 0 && sum.steps != 2 * STEPS)
+        err = -EPROTO;
+    return err;
+}
+
+/* 1 when the two weight files hold the same tensors, bit for bit. */
+static int same_weights(const char *a, const char *b)
+{
+    struct gm_st_file fa, fb;
+    int same = 1;
+
+    GM_CHECK_OK(gm_safetensors_load(a, &fa));
+    GM_CHECK_OK(gm_safetensors_load(b, &fb));
+    if (fa.n_tensors != fb.n_tensors || fa.n_tensors == 0)
+        same = 0;
+    for (size_t i = 0; same && i < fa.n_tensors; i++) {
+        const struct gm_st_entry *e = gm_safetensors_find(&fb, fa.tensors[i].name);
+        same = e != NULL && e->nbytes == fa.tensors[i].nbytes &&
+               memcmp(e->data, fa.tensors[i].data, e->nbytes) == 0;
+    }
+    gm_safetensors_free(&fa);
+    gm_safetensors_free(&fb);
+    return same;
+}
+
+/* Copies checkpoint src to dst without its codec state ("gradmesh.codec.*"); returns how many
+ * tensors it left out. */
+static size_t strip_codec(const char *src, const char *dst)
+{
+    struct gm_st_file f;
+    struct gm_ckpt_info info;
+    struct gm_st_tensor t[64];
+    float *bufs[64];
+    size_t nt = 0, dropped = 0;
+
+    GM_CHECK_OK(gm_ckpt_load(src, NULL, NULL, &f, &info, NULL));
+    for (size_t i = 0; i < f.n_tensors && nt < 64; i++) {
+        const struct gm_st_entry *e = &f.tensors[i];
+        if (strncmp(e->name, GM_CKPT_CODEC_PREFIX, strlen(GM_CKPT_CODEC_PREFIX)) == 0) {
+            dropped++;
+            continue;
+        }
+        bufs[nt] = malloc((size_t)e->numel * sizeof(float) + 1);
+        GM_CHECK(bufs[nt] != NULL && e->dtype == GM_ST_DTYPE_F32);
+        GM_CHECK_OK(gm_safetensors_to_f32(e, bufs[nt], (size_t)e->numel));
+        t[nt] = (struct gm_st_tensor){.name = e->name, .data = bufs[nt], .ndim = e->ndim};
+        memcpy(t[nt].shape, e->shape, sizeof(e->shape));
+        nt++;
+    }
+    GM_CHECK_OK(gm_ckpt_write(dst, t, nt, &info, gm_safetensors_meta(&f, "job"), NULL));
+    for (size_t i = 0; i < nt; i++)
+        free(bufs[i]);
+    gm_safetensors_free(&f);
+    return dropped;
+}
+
+static void rm_dir(const char *d)
+{
+    struct gm_ckpt_entry *v = NULL;
+    size_t n = 0;
+    char p[1200];
+
+    if (gm_ckpt_dir_list(d, &v, &n) == 0)
+        for (size_t i = 0; i < n; i++) {
+            snprintf(p, sizeof(p), "%s" GM_CKPT_SHA_SUFFIX, v[i].path);
+            (void)unlink(p);
+            (void)unlink(v[i].path);
+        }
+    free(v);
+    (void)rmdir(d);
+}
+
+static void codec_resume(const char *comm, size_t want_codec_tensors)
+{
+    char whole[128], res[128], strip[128], dw[128], dr[128], ds[128], ck8[1100], cks[1100];
+
+    snprintf(whole, sizeof(whole), "%s/cs-whole.safetensors", dir);
+    snprintf(res, sizeof(res), "%s/cs-resumed.safetensors", dir);
+    snprintf(strip, sizeof(strip), "%s/cs-stripped.safetensors", dir);
+    snprintf(dw, sizeof(dw), "%s/ck-whole", dir);
+    snprintf(dr, sizeof(dr), "%s/ck-resumed", dir);
+    snprintf(ds, sizeof(ds), "%s/ck-stripped", dir);
+    GM_CHECK_OK(sim_run(comm, dw, NULL, whole));
+    GM_CHECK_OK(gm_ckpt_path(dw, 8, ck8, sizeof(ck8)));
+    { /* the checkpoint holds the codec state (both ranks' error feedback for PowerSGD) */
+        struct gm_st_file f;
+        struct gm_ckpt_info info;
+        size_t nc = 0;
+        GM_CHECK_OK(gm_ckpt_load(ck8, NULL, NULL, &f, &info, NULL));
+        for (size_t i = 0; i < f.n_tensors; i++)
+            nc +=
+                strncmp(f.tensors[i].name, GM_CKPT_CODEC_PREFIX, strlen(GM_CKPT_CODEC_PREFIX)) == 0;
+        GM_CHECK_EQ(nc, want_codec_tensors);
+        GM_CHECK_EQ(info.step, 8);
+        gm_safetensors_free(&f);
+    }
+    GM_CHECK_OK(sim_run(comm, dr, ck8, res));
+    GM_CHECK(same_weights(whole, res));
+
+    GM_CHECK_OK(gm_ckpt_mkdirs(ds));
+    GM_CHECK_OK(gm_ckpt_path(ds, 8, cks, sizeof(cks)));
+    GM_CHECK_EQ(strip_codec(ck8, cks), want_codec_tensors);
+    GM_CHECK_OK(sim_run(comm, ds, cks, strip));
+    GM_CHECK(!same_weights(whole, strip)); /* the codec state is what made them equal */
+    (void)unlink(whole);
+    (void)unlink(res);
+    (void)unlink(strip);
+    rm_dir(dw);
+    rm_dir(dr);
+    rm_dir(ds);
+}
+
+static void test_powersgd_resume(void)
+{
+    /* error feedback of rank 0 and rank 1, and the factors */
+    codec_resume("codec = powersgd\n", 3);
 }
 
 static void test_regroup_in_after_step(void)
@@ -284,6 +449,118 @@ static void test_regroup_in_after_step(void)
     GM_CHECK_EQ(stopped.finishes, 0);
 }
 
+/* Trains model (SGD with momentum: an update proportional to the gradient, so fp32
+ * differences stay fp32-sized) on dev and writes the weights to out. */
+static int train_sgd(const char *model, const char *dev, const char *out,
+                     struct gm_train_summary *sum)
+{
+    char text[1024];
+    struct gm_job job;
+    volatile sig_atomic_t stop = 0;
+    struct gm_train_opts o = {.progress = 0, .stop = &stop, .out = out};
+    int n = snprintf(text, sizeof(text),
+                     "[job]\nname = dev\nmodel = %s\nepochs = 1\nseed = 5\ndevice = %s\n"
+                     "%s"
+                     "[data]\nkind = idx\ndir = %s\npad = 4\n"
+                     "[optim]\nname = sgd\nlr = 0.05\nmomentum = 0.9\nglobal_batch = %d\n",
+                     model, dev, strcmp(model, "mlp") == 0 ? "[model]\nhidden = 32\n" : "", dir,
+                     NTRAIN / STEPS);
+    int err;
+
+    if ((err = gm_job_parse(text, (size_t)n, "test", &job)) < 0)
+        return err;
+    err = gm_trainer_run(&job, &o, sum);
+    gm_job_free(&job);
+    return err;
+}
+
+/* Every tensor of two weight files (parameters and buffers) within rtol of the largest
+ * magnitude of that tensor in ref. */
+static void check_close_files(const char *got, const char *ref, double rtol)
+{
+    struct gm_st_file g, r;
+    float *a = NULL, *b = NULL;
+
+    GM_CHECK_OK(gm_safetensors_load(got, &g));
+    GM_CHECK_OK(gm_safetensors_load(ref, &r));
+    GM_CHECK_EQ(g.n_tensors, r.n_tensors);
+    for (size_t i = 0; i < r.n_tensors; i++) {
+        const struct gm_st_entry *re = &r.tensors[i], *ge = gm_safetensors_find(&g, re->name);
+        const size_t n = (size_t)re->numel;
+        double scale = 0, worst = 0;
+
+        GM_CHECK(ge != NULL && ge->numel == re->numel);
+        if (ge == NULL || ge->numel != re->numel)
+            continue;
+        a = realloc(a, (n + 1) * sizeof(float));
+        b = realloc(b, (n + 1) * sizeof(float));
+        GM_CHECK(a != NULL && b != NULL);
+        if (a == NULL || b == NULL)
+            break;
+        GM_CHECK_OK(gm_safetensors_to_f32(ge, a, n));
+        GM_CHECK_OK(gm_safetensors_to_f32(re, b, n));
+        for (size_t j = 0; j < n; j++) {
+            scale = fmax(scale, fabs((double)b[j]));
+            worst = fmax(worst, fabs((double)a[j] - (double)b[j]));
+        }
+        gm_test_state.checks++;
+        if (!(worst <= rtol * scale + 1e-7))
+            GM_TEST_FAIL_("%s: the GPU's differs from the CPU's by %.3g (scale %.3g)", re->name,
+                          worst, scale);
+    }
+    free(a);
+    free(b);
+    gm_safetensors_free(&g);
+    gm_safetensors_free(&r);
+}
+
+static void test_cuda_trainer(void)
+{
+    static const char *const models[] = {"mlp", "resnet20"};
+    char why[320], ref[128], got[128], a[128], b[128], c[128];
+    struct gm_train_summary sum;
+    struct fake keep = {.regroup_after = 3, .stop_after = -1};
+    struct fake back = {.regroup_after = 5, .rollback = 1, .stop_after = -1};
+
+    if (!gm_cuda_built() || gm_cuda_device_count(why, sizeof(why)) < 1) {
+        fprintf(stderr, "skip test_cuda_trainer: %s\n",
+                gm_cuda_built() ? why : "this build has no CUDA backend");
+        return;
+    }
+    for (size_t i = 0; i < sizeof(models) / sizeof(models[0]); i++) {
+        snprintf(ref, sizeof(ref), "%s/%s-cpu.safetensors", dir, models[i]);
+        snprintf(got, sizeof(got), "%s/%s-cuda.safetensors", dir, models[i]);
+        GM_CHECK_OK(train_sgd(models[i], "cpu", ref, &sum));
+        GM_CHECK_STREQ(sum.device, "cpu");
+        GM_CHECK_OK(train_sgd(models[i], "cuda", got, &sum));
+        GM_CHECK_STREQ(sum.device, "cuda:0");
+        GM_CHECK_EQ(sum.steps, STEPS);
+        check_close_files(got, ref, 1e-3);
+        unlink(ref);
+        unlink(got);
+    }
+    /* the hooks' paths on the GPU: state copies around them, gradient downloads */
+    device = "cuda";
+    snprintf(a, sizeof(a), "%s/ga.safetensors", dir);
+    snprintf(b, sizeof(b), "%s/gb.safetensors", dir);
+    snprintf(c, sizeof(c), "%s/gc.safetensors", dir);
+    GM_CHECK_OK(run(a, NULL, &sum));
+    GM_CHECK_STREQ(sum.device, "cuda:0");
+    GM_CHECK_OK(run(b, &keep, &sum));
+    GM_CHECK_EQ(keep.resyncs, 1);
+    GM_CHECK_EQ(keep.bad_after_step, 0);
+    check_same_file(a, b);
+    GM_CHECK_OK(run(c, &back, &sum));
+    GM_CHECK_EQ(back.resyncs, 1);
+    check_same_file(a, c);
+    free(back.params);
+    free(back.ostate);
+    device = "cpu";
+    unlink(a);
+    unlink(b);
+    unlink(c);
+}
+
 int main(void)
 {
     char path[128];
@@ -301,11 +578,13 @@ int main(void)
     write_idx("t10k-labels-idx1-ubyte", GM_IDX_MAGIC_LABELS, NTEST, 0, 0);
     GM_TEST_RUN(test_regroup_in_after_step);
     GM_TEST_RUN(test_batchnorm_checkpoint);
+    GM_TEST_RUN(test_cuda_trainer);
+    GM_TEST_RUN(test_powersgd_resume);
     rc = gm_test_finish("test_trainer");
-    static const char *names[] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
-                                  "t10k-images-idx3-ubyte",  "t10k-labels-idx1-ubyte",
-                                  "a.safetensors",           "b.safetensors",
-                                  "c.safetensors",           "d.safetensors"};
+    static const char *names[] = {
+        "train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
+        "t10k-labels-idx1-ubyte",  "a.safetensors",           "b.safetensors",
+        "c.safetensors",           "d.safetensors",           "bn.safetensors"};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
         (void)unlink(path);

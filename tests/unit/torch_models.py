@@ -143,4 +143,5 @@ def main():
         t.detach().numpy().astype(np.float32).tofile(f"{d}/final_{name}.f32")
 
 
-main()
+if __name__ == "__main__":  # bench/torch_peer.py imports the models
+    main()

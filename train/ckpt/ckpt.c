@@ -457,6 +457,62 @@ int gm_ckpt_dir_newest(const char *dir, long max_step, const char *want_job_hash
     return err;
 }
 
+static int cmp_ref_desc(const void *a, const void *b)
+{
+    const struct gm_ckpt_ref *x = a, *y = b;
+
+    return x->step > y->step ? -1 : x->step < y->step;
+}
+
+int gm_ckpt_dir_newest_committed(const char *dir, const struct gm_ckpt_ref *refs, size_t n,
+                                 const char *want_job_hash, const char *want_model,
+                                 struct gm_st_file *f, struct gm_ckpt_info *info, char *path,
+                                 size_t cap)
+{
+    struct gm_ckpt_ref *v = NULL;
+    char p[1100], sha[65];
+    int err = -ENOENT;
+
+    memset(f, 0, sizeof(*f));
+    memset(info, 0, sizeof(*info));
+    if (cap > 0)
+        path[0] = '\0';
+    if (n == 0)
+        return -ENOENT;
+    v = malloc(n * sizeof(*v));
+    if (v == NULL)
+        return -ENOMEM;
+    memcpy(v, refs, n * sizeof(*v));
+    qsort(v, n, sizeof(*v), cmp_ref_desc);
+    for (size_t i = 0; i < n; i++) {
+        struct stat st;
+
+        if (i > 0 && v[i].step == v[i - 1].step)
+            continue;
+        if (gm_ckpt_path(dir, v[i].step, p, sizeof(p)) != 0)
+            continue;
+        if (stat(p, &st) != 0) {
+            gm_err("event=checkpoint-refused path=%s reason=\"missing: committed step %ld "
+                   "(SHA-256 %.16s...) is not held here\"",
+                   p, v[i].step, v[i].sha256);
+        } else if (gm_ckpt_load(p, want_job_hash, want_model, f, info, sha) == 0) {
+            if (strcmp(sha, v[i].sha256) == 0) {
+                snprintf(path, cap, "%s", p);
+                err = 0;
+                break;
+            }
+            gm_err("event=checkpoint-refused path=%s reason=\"not the committed checkpoint: "
+                   "SHA-256 %.16s..., the cluster committed %.16s...\"",
+                   p, sha, v[i].sha256);
+            gm_safetensors_free(f);
+            memset(info, 0, sizeof(*info));
+        } /* else: gm_ckpt_load logged why */
+        gm_warn("event=checkpoint-fallback refused=%s: trying the committed one before", p);
+    }
+    free(v);
+    return err;
+}
+
 /* Removes path.sha256, then path. */
 static int remove_ckpt(const char *path)
 {

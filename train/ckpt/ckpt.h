@@ -126,6 +126,23 @@ int gm_ckpt_dir_newest(const char *dir, long max_step, const char *want_job_hash
                        const char *want_model, struct gm_st_file *f, struct gm_ckpt_info *info,
                        char *path, size_t cap) GM_MUST_CHECK;
 
+/* A checkpoint the cluster committed (agent/chieffsm.h: held by a majority of the voters,
+ * recorded in the raft log): its step and SHA-256 (lower-case hex). */
+struct gm_ckpt_ref {
+    long step;
+    char sha256[65];
+};
+
+/* Like gm_ckpt_dir_newest, but only the checkpoints refs[0..n) count (any order): the one of
+ * the highest step whose file in dir passes gm_ckpt_load AND hashes to its ref's SHA-256.
+ * Each newer committed one that is missing here, refused or of another hash is logged
+ * (event=checkpoint-refused ... then event=checkpoint-fallback), so a corrupt or missing
+ * newest one falls back to the committed one before it.  -ENOENT when none is usable. */
+int gm_ckpt_dir_newest_committed(const char *dir, const struct gm_ckpt_ref *refs, size_t n,
+                                 const char *want_job_hash, const char *want_model,
+                                 struct gm_st_file *f, struct gm_ckpt_info *info, char *path,
+                                 size_t cap) GM_MUST_CHECK;
+
 /* Keeps the newest keep committed checkpoints of dir; removes older ones, files without a
  * .sha256 that are older than the newest committed one, and stale temp files.  0 or -errno
  * (logged). */

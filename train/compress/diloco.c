@@ -144,3 +144,14 @@ size_t gm_diloco_state(const struct gm_diloco *d, const float **anchor, const fl
     *momentum = d->momentum;
     return d->n;
 }
+
+int gm_diloco_state_set(struct gm_diloco *d, const float *anchor, const float *momentum, size_t n)
+{
+    if (n != d->n)
+        return -EINVAL;
+    if (d->busy)
+        return -EBUSY;
+    memcpy(d->anchor, anchor, n * sizeof(float));
+    memcpy(d->momentum, momentum, n * sizeof(float));
+    return 0;
+}

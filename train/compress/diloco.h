@@ -53,6 +53,9 @@ GM_MUST_CHECK int gm_diloco_sync_start(struct gm_diloco *d, struct gm_coll *c, f
 GM_MUST_CHECK int gm_diloco_restore(struct gm_diloco *d, float *params);
 /* The outer state (checkpoints): the anchor and the outer momentum, n floats each. */
 size_t gm_diloco_state(const struct gm_diloco *d, const float **anchor, const float **momentum);
+/* Replaces the outer state (a checkpoint's): -EINVAL for another n, -EBUSY during a sync. */
+GM_MUST_CHECK int gm_diloco_state_set(struct gm_diloco *d, const float *anchor,
+                                      const float *momentum, size_t n);
 /* Floats all-reduced per sync (n) and syncs completed. */
 size_t gm_diloco_payload_floats(const struct gm_diloco *d);
 uint64_t gm_diloco_syncs(const struct gm_diloco *d);

@@ -290,15 +290,51 @@ size_t gm_psgd_nelems(const struct gm_psgd *p)
     return p->nelems;
 }
 
-const float *gm_psgd_q(const struct gm_psgd *p, size_t *n)
-{
-    *n = p->sum_qr;
-    return p->qbuf;
-}
-
 const float *gm_psgd_error(const struct gm_psgd *p)
 {
     return p->err;
+}
+
+size_t gm_psgd_state_floats(const struct gm_psgd *p)
+{
+    return p->sum_qr + p->sum_pr;
+}
+
+void gm_psgd_state_get(const struct gm_psgd *p, float *out)
+{
+    const size_t r = (size_t)p->cfg.rank;
+
+    for (size_t i = 0; i < p->nmats; i++) {
+        const struct mat *mt = &p->mats[i];
+        memcpy(out + mt->q_off, mt->q, mt->m * r * sizeof(float));
+        memcpy(out + p->sum_qr + mt->p_off, mt->ph, mt->n * r * sizeof(float));
+    }
+}
+
+int gm_psgd_state_set(struct gm_psgd *p, const float *in, size_t n)
+{
+    const size_t r = (size_t)p->cfg.rank;
+
+    if (n != gm_psgd_state_floats(p))
+        return -EINVAL;
+    if (p->stage != ST_IDLE)
+        return -EBUSY;
+    for (size_t i = 0; i < p->nmats; i++) {
+        struct mat *mt = &p->mats[i];
+        memcpy(mt->q, in + mt->q_off, mt->m * r * sizeof(float));
+        memcpy(mt->ph, in + p->sum_qr + mt->p_off, mt->n * r * sizeof(float));
+    }
+    return 0;
+}
+
+int gm_psgd_error_set(struct gm_psgd *p, const float *e, size_t n)
+{
+    if (n != p->nelems)
+        return -EINVAL;
+    if (p->stage != ST_IDLE)
+        return -EBUSY;
+    memcpy(p->err, e, n * sizeof(float));
+    return 0;
 }
 
 /* --- the step ------------------------------------------------------------- */

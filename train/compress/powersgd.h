@@ -85,8 +85,17 @@ size_t gm_psgd_dense_floats(const struct gm_psgd *p);
 const float *gm_psgd_error(const struct gm_psgd *p);
 /* nelems, as given to gm_psgd_new. */
 size_t gm_psgd_nelems(const struct gm_psgd *p);
-/* The Q factors of every matrix, back to back (the warm start; checkpoints); *n floats. */
-const float *gm_psgd_q(const struct gm_psgd *p, size_t *n);
+
+/* The factors a checkpoint holds (the warm start): every matrix's Q (cols x r; Qhat in the
+ * alternating variant) back to back, then every matrix's Phat (rows x r), gm_psgd_state_floats
+ * floats in all.  get copies them out; set replaces them (-EINVAL for another length, -EBUSY
+ * while a step is in flight).  error_set replaces the error-feedback memory (nelems floats)
+ * the same way.  With the factors and the error of a rank restored, its next steps are
+ * bitwise those of a run that never stopped. */
+size_t gm_psgd_state_floats(const struct gm_psgd *p);
+void gm_psgd_state_get(const struct gm_psgd *p, float *out);
+GM_MUST_CHECK int gm_psgd_state_set(struct gm_psgd *p, const float *in, size_t n);
+GM_MUST_CHECK int gm_psgd_error_set(struct gm_psgd *p, const float *e, size_t n);
 
 /* Orthonormalizes the columns of a (rows, cols) row-major matrix in place:
  * modified Gram-Schmidt, fp32, column /= (norm + eps); columns that are

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/assert.h"
 #include "common/log.h"
 
 #if defined(GM_HAVE_CUDA) && GM_HAVE_CUDA
@@ -245,7 +246,105 @@ int gm_cuda_sync(struct gm_cuda *cu)
     int err = gm_cuda_check_rt(cu, cudaStreamSynchronize(cu->compute), "cudaStreamSynchronize");
     if (err < 0)
         return err;
+    if ((err = gm_cuda_check_rt(cu, cudaStreamSynchronize(cu->upload),
+                                "cudaStreamSynchronize (upload)")) < 0)
+        return err;
     return gm_cuda_copy_wait(cu);
+}
+
+struct gm_cuda_marks {
+    int n;
+    cudaEvent_t ev[]; /* owned */
+};
+
+int gm_cuda_marks_new(struct gm_cuda *cu, int n, struct gm_cuda_marks **out)
+{
+    struct gm_cuda_marks *mk;
+    int err;
+
+    *out = NULL;
+    if (n < 1)
+        return -EINVAL;
+    mk = calloc(1, sizeof(*mk) + (size_t)n * sizeof(cudaEvent_t));
+    if (mk == NULL)
+        return -ENOMEM;
+    for (int i = 0; i < n; i++) {
+        if ((err =
+                 gm_cuda_check_rt(cu, cudaEventCreateWithFlags(&mk->ev[i], cudaEventDisableTiming),
+                                  "cudaEventCreate")) < 0) {
+            gm_cuda_marks_free(mk);
+            return err;
+        }
+        mk->n = i + 1;
+    }
+    *out = mk;
+    return 0;
+}
+
+void gm_cuda_marks_free(struct gm_cuda_marks *mk)
+{
+    if (mk == NULL)
+        return;
+    for (int i = 0; i < mk->n; i++)
+        (void)cudaEventDestroy(mk->ev[i]);
+    free(mk);
+}
+
+int gm_cuda_mark_compute(struct gm_cuda *cu, struct gm_cuda_marks *mk, int i)
+{
+    GM_ASSERT(i >= 0 && i < mk->n);
+    return gm_cuda_check_rt(cu, cudaEventRecord(mk->ev[i], cu->compute), "cudaEventRecord");
+}
+
+int gm_cuda_mark_done(struct gm_cuda *cu, struct gm_cuda_marks *mk, int i)
+{
+    cudaError_t e;
+
+    GM_ASSERT(i >= 0 && i < mk->n);
+    e = cudaEventQuery(mk->ev[i]);
+    if (e == cudaErrorNotReady) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return e == cudaSuccess ? 1 : gm_cuda_check_rt(cu, e, "cudaEventQuery");
+}
+
+int gm_cuda_mark_wait(struct gm_cuda *cu, struct gm_cuda_marks *mk, int i)
+{
+    GM_ASSERT(i >= 0 && i < mk->n);
+    return gm_cuda_check_rt(cu, cudaEventSynchronize(mk->ev[i]), "cudaEventSynchronize");
+}
+
+int gm_cuda_download_mark(struct gm_cuda *cu, void *dst_host, const void *src_dev, size_t bytes,
+                          struct gm_cuda_marks *mk, int i)
+{
+    int err;
+
+    GM_ASSERT(i >= 0 && i < mk->n);
+    if ((err = gm_cuda_copy_async(cu, dst_host, src_dev, bytes, GM_CUDA_D2H)) < 0)
+        return err;
+    return gm_cuda_check_rt(cu, cudaEventRecord(mk->ev[i], cu->copy), "cudaEventRecord (copy)");
+}
+
+int gm_cuda_upload(struct gm_cuda *cu, void *dst_dev, const void *src_host, size_t bytes,
+                   struct gm_cuda_marks *mk, int after, int done)
+{
+    int err;
+
+    GM_ASSERT(after >= 0 && after < mk->n && done >= 0 && done < mk->n);
+    if ((err = gm_cuda_check_rt(cu, cudaStreamWaitEvent(cu->upload, mk->ev[after], 0),
+                                "cudaStreamWaitEvent (upload)")) < 0)
+        return err;
+    if (bytes > 0 &&
+        (err = gm_cuda_check_rt(
+             cu, cudaMemcpyAsync(dst_dev, src_host, bytes, cudaMemcpyHostToDevice, cu->upload),
+             "cudaMemcpyAsync (upload stream)")) < 0)
+        return err;
+    if ((err = gm_cuda_check_rt(cu, cudaEventRecord(mk->ev[done], cu->upload),
+                                "cudaEventRecord (upload)")) < 0)
+        return err;
+    return gm_cuda_check_rt(cu, cudaStreamWaitEvent(cu->compute, mk->ev[done], 0),
+                            "cudaStreamWaitEvent (compute)");
 }
 
 int gm_cuda_workspace(struct gm_cuda *cu, size_t bytes)
@@ -280,6 +379,9 @@ int gm_cuda_new(int index, struct gm_cuda **out)
                                 "cudaStreamCreate")) < 0)
         goto fail;
     if ((err = gm_cuda_check_rt(cu, cudaStreamCreateWithFlags(&cu->copy, cudaStreamNonBlocking),
+                                "cudaStreamCreate")) < 0)
+        goto fail;
+    if ((err = gm_cuda_check_rt(cu, cudaStreamCreateWithFlags(&cu->upload, cudaStreamNonBlocking),
                                 "cudaStreamCreate")) < 0)
         goto fail;
     if ((err = gm_cuda_check_rt(cu, cudaEventCreateWithFlags(&cu->ready, cudaEventDisableTiming),
@@ -336,6 +438,8 @@ void gm_cuda_free(struct gm_cuda *cu)
         (void)cudaStreamSynchronize(cu->compute);
     if (cu->copy != NULL)
         (void)cudaStreamSynchronize(cu->copy);
+    if (cu->upload != NULL)
+        (void)cudaStreamSynchronize(cu->upload);
     gm_cuda_dealloc(cu->workspace);
     gm_cuda_dealloc(cu->scratch);
     gm_cuda_host_dealloc(cu->scratch_host);
@@ -358,6 +462,8 @@ void gm_cuda_free(struct gm_cuda *cu)
         (void)cudaEventDestroy(cu->ready);
     if (cu->copy != NULL)
         (void)cudaStreamDestroy(cu->copy);
+    if (cu->upload != NULL)
+        (void)cudaStreamDestroy(cu->upload);
     if (cu->compute != NULL)
         (void)cudaStreamDestroy(cu->compute);
     (void)cudaGetLastError();
@@ -469,6 +575,53 @@ int gm_cuda_copy_async(struct gm_cuda *cu, void *dst, const void *src, size_t by
 int gm_cuda_copy_wait(struct gm_cuda *cu)
 {
     return gm_cuda_sync(cu);
+}
+
+int gm_cuda_marks_new(struct gm_cuda *cu, int n, struct gm_cuda_marks **out)
+{
+    (void)cu;
+    (void)n;
+    *out = NULL;
+    return -ENOTSUP;
+}
+
+void gm_cuda_marks_free(struct gm_cuda_marks *mk)
+{
+    (void)mk;
+}
+
+int gm_cuda_mark_compute(struct gm_cuda *cu, struct gm_cuda_marks *mk, int i)
+{
+    (void)mk;
+    (void)i;
+    return gm_cuda_sync(cu);
+}
+
+int gm_cuda_mark_done(struct gm_cuda *cu, struct gm_cuda_marks *mk, int i)
+{
+    return gm_cuda_mark_compute(cu, mk, i);
+}
+
+int gm_cuda_mark_wait(struct gm_cuda *cu, struct gm_cuda_marks *mk, int i)
+{
+    return gm_cuda_mark_compute(cu, mk, i);
+}
+
+int gm_cuda_download_mark(struct gm_cuda *cu, void *dst_host, const void *src_dev, size_t bytes,
+                          struct gm_cuda_marks *mk, int i)
+{
+    (void)mk;
+    (void)i;
+    return gm_cuda_copy(cu, dst_host, src_dev, bytes, GM_CUDA_D2H);
+}
+
+int gm_cuda_upload(struct gm_cuda *cu, void *dst_dev, const void *src_host, size_t bytes,
+                   struct gm_cuda_marks *mk, int after, int done)
+{
+    (void)mk;
+    (void)after;
+    (void)done;
+    return gm_cuda_copy(cu, dst_dev, src_host, bytes, GM_CUDA_H2D);
 }
 
 #endif

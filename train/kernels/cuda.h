@@ -15,9 +15,10 @@
  *   -ENOMEM for out of memory.  Out of memory says how many bytes were asked for and how
  *   many the device has free (cudaMemGetInfo).
  * - The context belongs to one thread, the trainer thread (CUDA's current device is per
- *   thread): it selects the device, owns a compute stream and a copy stream (gradient
- *   buckets go to pinned host buffers on the copy stream while backward goes on), and the
- *   cuBLAS and cuDNN handles bound to the compute stream.  Nothing here is global: two
+ *   thread): it selects the device, owns a compute stream, a copy stream (gradient
+ *   buckets go to pinned host buffers on it while backward goes on) and an upload stream
+ *   (the next batch goes up on it while the current step computes), and the cuBLAS and
+ *   cuDNN handles bound to the compute stream.  Nothing here is global: two
  *   contexts on two threads (two ranks, two GPUs) do not share state.
  * - The op table (train/nn/ops.h, train/nn/ops_cuda.c) calls kernels without a context argument, so
  *   gm_cuda_new() also makes the context the calling thread's current one
@@ -86,6 +87,32 @@ int gm_cuda_copy(struct gm_cuda *cu, void *dst, const void *src, size_t bytes,
 int gm_cuda_copy_async(struct gm_cuda *cu, void *dst, const void *src, size_t bytes,
                        enum gm_cuda_copy_kind kind) GM_MUST_CHECK;
 int gm_cuda_copy_wait(struct gm_cuda *cu) GM_MUST_CHECK;
+
+/*
+ * Marks: a set of CUDA events the trainer thread uses to order copies against the compute
+ * stream without waiting for all of it, and to learn when one copy has finished.  The model
+ * (train/nn/model.c) uses them for its double-buffered batch uploads and for the gradient
+ * downloads that overlap backward.  A mark never recorded counts as done.
+ */
+struct gm_cuda_marks;
+int gm_cuda_marks_new(struct gm_cuda *cu, int n, struct gm_cuda_marks **out) GM_MUST_CHECK;
+void gm_cuda_marks_free(struct gm_cuda_marks *mk); /* NULL-safe */
+/* Records mark i on the compute stream, after the work queued there so far. */
+int gm_cuda_mark_compute(struct gm_cuda *cu, struct gm_cuda_marks *mk, int i) GM_MUST_CHECK;
+/* 1 when mark i's work has finished, 0 when not yet, or an error (logged). */
+int gm_cuda_mark_done(struct gm_cuda *cu, struct gm_cuda_marks *mk, int i) GM_MUST_CHECK;
+/* Blocks until mark i's work has finished. */
+int gm_cuda_mark_wait(struct gm_cuda *cu, struct gm_cuda_marks *mk, int i) GM_MUST_CHECK;
+/* gm_cuda_copy_async (device to pinned host memory on the copy stream, after the compute
+ * stream's work so far), then records mark i on the copy stream. */
+int gm_cuda_download_mark(struct gm_cuda *cu, void *dst_host, const void *src_dev, size_t bytes,
+                          struct gm_cuda_marks *mk, int i) GM_MUST_CHECK;
+/* A batch upload on the upload stream, overlapping the compute stream's work: waits for
+ * mark `after` (recorded on the compute stream once it no longer reads dst), copies bytes
+ * of pinned host memory to dst, records mark `done`, and makes the compute stream wait for
+ * `done` before its next work. */
+int gm_cuda_upload(struct gm_cuda *cu, void *dst_dev, const void *src_host, size_t bytes,
+                   struct gm_cuda_marks *mk, int after, int done) GM_MUST_CHECK;
 
 #ifdef __cplusplus
 }

@@ -35,6 +35,7 @@ struct gm_cuda {
     int index;
     cudaStream_t compute; /* kernels, cuBLAS, cuDNN */
     cudaStream_t copy;    /* gradient buckets to pinned host buffers */
+    cudaStream_t upload;  /* batches from pinned host buffers */
     cudaEvent_t ready;    /* compute work recorded before an async copy */
     cublasHandle_t blas;
     cudnnHandle_t dnn;

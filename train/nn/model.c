@@ -15,6 +15,35 @@
  *
  * Every kernel is called through the device's op table (train/nn/ops.h),
  * fetched once in gm_model_new; a device without a table is -ENOTSUP.
+ *
+ * On a GPU (m->cu: the calling thread's context, train/kernels/cuda.h) every
+ * buffer above lives on the device and the passes only queue work on the
+ * compute stream; the host waits for the GPU only where it needs a result (the
+ * loss) or a copy.  Choices:
+ *  - Batches: gm_model_input hands out one of two pinned staging buffers
+ *    (in_host); forward uploads it to its device slot (in_dev) on the upload
+ *    stream, and the compute stream waits for that copy alone.  The copy waits
+ *    only until the compute stream released that slot, so while step k's
+ *    backward and optimizer step still run on the GPU, the host fills the
+ *    other buffer and its upload starts at once.  A staging buffer is handed
+ *    out again only once its last upload finished (MARK_UPLOADED), and the
+ *    same buffer stays handed out until a forward has used it, so a caller
+ *    that forwards twice without refilling sees the CPU's semantics.
+ *  - Gradients: without a gradient hook they stay on the device (one replica
+ *    alone).  With one, backward starts an asynchronous copy of each layer's
+ *    gradients to the pinned host view on the copy stream as soon as the layer
+ *    is queued, and calls the hook for a layer once its copy has finished,
+ *    in layer order, polling between layers and waiting at the end; so the
+ *    collective reduces the last layers while the GPU still computes the
+ *    first.  Backward returns with every gradient in the host view.
+ *  - Host views: params_host / grads_host are the only host copies; they are
+ *    filled and written back only on request (gm_model_*_to_host/_to_device),
+ *    which the trainer does where the communication hooks or a checkpoint need
+ *    them.  All of these copies wait for the compute stream (synchronous), so
+ *    a host view is never read or written while a copy of it is in flight.
+ *  - Errors: op-table entries record their first failure in the context;
+ *    forward and backward return it (gm_model_take_error), the loss returns
+ *    NaN after logging it.
  */
 #include "train/nn/model.h"
 
@@ -26,6 +55,7 @@
 
 #include "common/assert.h"
 #include "train/kernels/conv2d.h"
+#include "train/kernels/cuda.h"
 #include "train/nn/ops.h"
 #include "train/nn/rng.h"
 
@@ -100,12 +130,34 @@ struct gm_model {
     struct gm_param_info buffers[MAX_BUFFERS]; /* offset into stats; numel 0 for the counter */
     size_t nbuffers;
     int64_t batches_tracked;      /* num_batches_tracked: training forwards with a batch norm */
-    float *input;                 /* owned: NCHW staging, max_batch * in size */
+    float *input;                 /* owned: NCHW staging, max_batch * in size (the CPU only) */
     float *input_t;               /* owned: NHWC copy when in_c > 1, else NULL */
+    const float *x0;              /* borrowed: the last forward's input to layer 0 */
     float *dlogits;               /* owned */
     gm_model_grad_hook grad_hook; /* borrowed; NULL: none */
     void *grad_hook_ctx;
+    /* host views (model.h): == params / grads on the CPU; owned pinned copies on a GPU */
+    float *params_host, *grads_host;
+    /* a GPU (NULL / unused on the CPU): see "On a GPU" above */
+    struct gm_cuda *cu;          /* borrowed: the trainer thread's context */
+    struct gm_cuda_marks *marks; /* owned: MARK_* */
+    float *in_host[2];           /* owned, pinned: the batch staging buffers (NCHW) */
+    float *in_dev[2];            /* owned: where each is uploaded */
+    int in_slot;                 /* the staging buffer gm_model_input hands out */
+    int in_used;                 /* a forward has uploaded in_slot since it was handed out */
+    int in_last;                 /* the slot the last forward read, -1 before the first */
+    int32_t *labels;             /* owned: the loss's labels on the device */
+    struct pending {             /* gradient downloads not yet handed to the hook */
+        size_t first, n;         /* tensors */
+    } pend[MAX_LAYERS];
+    int npend, pend_head;
 };
+
+/* The marks (train/kernels/cuda.h) of a model on a GPU. */
+#define MARK_UPLOADED(s) (s)     /* the upload of staging buffer s is done */
+#define MARK_RELEASED(s) (2 + s) /* the compute stream no longer reads in_dev[s] */
+#define MARK_GRAD(j) (4 + (j))   /* the j-th gradient download of this backward is done */
+#define NMARKS (4 + MAX_LAYERS)
 
 void gm_model_set_grad_hook(struct gm_model *m, gm_model_grad_hook fn, void *ctx)
 {
@@ -486,6 +538,35 @@ static int alloc_floats(struct gm_model *m, size_t n, float **out)
     return gm_device_alloc(m->device, n * sizeof(float), (void **)out);
 }
 
+static int alloc_host(struct gm_model *m, size_t n, float **out)
+{
+    return gm_device_host_alloc(m->device, n * sizeof(float), (void **)out);
+}
+
+/* The host views and, on a GPU, the upload staging, the labels and the marks. */
+static int alloc_host_side(struct gm_model *m, size_t in_floats)
+{
+    int err;
+
+    if (m->cu == NULL) {
+        m->params_host = m->params;
+        m->grads_host = m->grads;
+        m->in_host[0] = m->in_host[1] = m->input;
+        return 0;
+    }
+    if ((err = alloc_host(m, m->nparams, &m->params_host)) < 0 ||
+        (err = alloc_host(m, m->nparams, &m->grads_host)) < 0)
+        return err;
+    for (int s = 0; s < 2; s++)
+        if ((err = alloc_host(m, in_floats, &m->in_host[s])) < 0 ||
+            (err = alloc_floats(m, in_floats, &m->in_dev[s])) < 0)
+            return err;
+    if ((err = gm_device_alloc(m->device, (size_t)m->max_batch * sizeof(int32_t),
+                               (void **)&m->labels)) < 0)
+        return err;
+    return gm_cuda_marks_new(m->cu, NMARKS, &m->marks);
+}
+
 /* PyTorch's initial statistics: running_mean 0, running_var 1, the counter 0.
  * Built on the host, then copied to the device in one piece. */
 static int init_stats(struct gm_model *m)
@@ -519,7 +600,7 @@ static int alloc_buffers(struct gm_model *m)
     if ((err = alloc_floats(m, m->nparams, &m->params)) < 0 ||
         (err = alloc_floats(m, m->nparams, &m->grads)) < 0 ||
         (err = alloc_floats(m, m->nstats, &m->stats)) < 0 ||
-        (err = alloc_floats(m, nb * in, &m->input)) < 0 ||
+        (m->cu == NULL && (err = alloc_floats(m, nb * in, &m->input)) < 0) ||
         (err = alloc_floats(m, nb * (size_t)m->spec.classes, &m->dlogits)) < 0)
         return err;
     if (m->spec.in_c > 1 && (err = alloc_floats(m, nb * in, &m->input_t)) < 0)
@@ -568,6 +649,10 @@ static int alloc_buffers(struct gm_model *m)
             }
         }
     }
+    /* after the activations: a model too large for the GPU fails there, before any large
+     * pinned host memory is taken */
+    if ((err = alloc_host_side(m, nb * in)) < 0)
+        return err;
     return init_stats(m);
 }
 
@@ -583,12 +668,17 @@ int gm_model_new(const struct gm_model_spec *spec, int max_batch, struct gm_mode
         return -EINVAL;
     if (!gm_device_available(spec->device) || gm_ops_get(spec->device) == NULL)
         return -ENOTSUP;
+    /* a GPU model needs the calling (trainer) thread's CUDA context */
+    if (spec->device == GM_DEVICE_CUDA && gm_cuda_current() == NULL)
+        return -ENOTSUP;
     m = calloc(1, sizeof(*m));
     if (m == NULL)
         return -ENOMEM;
     m->spec = *spec;
     m->ops = gm_ops_get(spec->device);
     m->device = spec->device;
+    m->cu = spec->device == GM_DEVICE_CUDA ? gm_cuda_current() : NULL;
+    m->in_last = -1;
     m->max_batch = max_batch;
     m->layers = calloc(MAX_LAYERS, sizeof(*m->layers));
     if (m->layers == NULL) {
@@ -599,6 +689,7 @@ int gm_model_new(const struct gm_model_spec *spec, int max_batch, struct gm_mode
         goto fail;
     if ((err = alloc_buffers(m)) < 0)
         goto fail;
+    m->x0 = m->input_t != NULL ? m->input_t : m->input;
     *out = m;
     return 0;
 fail:
@@ -622,6 +713,18 @@ void gm_model_free(struct gm_model *m)
         gm_device_free(m->device, l->mask);
     }
     free(m->layers);
+    if (m->cu != NULL) {
+        if (gm_cuda_sync(m->cu) < 0)   /* nothing in flight reads what is freed below */
+            gm_cuda_take_error(m->cu); /* logged; freeing goes on */
+        gm_device_host_free(m->device, m->params_host);
+        gm_device_host_free(m->device, m->grads_host);
+        for (int s = 0; s < 2; s++) {
+            gm_device_host_free(m->device, m->in_host[s]);
+            gm_device_free(m->device, m->in_dev[s]);
+        }
+        gm_device_free(m->device, m->labels);
+        gm_cuda_marks_free(m->marks);
+    }
     gm_device_free(m->device, m->params);
     gm_device_free(m->device, m->grads);
     gm_device_free(m->device, m->stats);
@@ -638,12 +741,62 @@ size_t gm_model_num_params(const struct gm_model *m)
 
 float *gm_model_params(struct gm_model *m)
 {
-    return m->params;
+    return m->params_host;
 }
 
 float *gm_model_grads(struct gm_model *m)
 {
+    return m->grads_host;
+}
+
+float *gm_model_params_device(struct gm_model *m)
+{
+    return m->params;
+}
+
+float *gm_model_grads_device(struct gm_model *m)
+{
     return m->grads;
+}
+
+enum gm_device gm_model_device(const struct gm_model *m)
+{
+    return m->device;
+}
+
+static int sync_view(struct gm_model *m, float *host, float *dev, int to_device)
+{
+    const size_t bytes = m->nparams * sizeof(float);
+
+    if (host == dev) /* the CPU: the buffer is its own host view */
+        return 0;
+    return to_device ? gm_device_copy(m->device, dev, GM_DEVICE_CPU, host, bytes)
+                     : gm_device_copy(GM_DEVICE_CPU, host, m->device, dev, bytes);
+}
+
+int gm_model_params_to_host(struct gm_model *m)
+{
+    return sync_view(m, m->params_host, m->params, 0);
+}
+
+int gm_model_params_to_device(struct gm_model *m)
+{
+    return sync_view(m, m->params_host, m->params, 1);
+}
+
+int gm_model_grads_to_host(struct gm_model *m)
+{
+    return sync_view(m, m->grads_host, m->grads, 0);
+}
+
+int gm_model_grads_to_device(struct gm_model *m)
+{
+    return sync_view(m, m->grads_host, m->grads, 1);
+}
+
+int gm_model_take_error(struct gm_model *m)
+{
+    return m->cu != NULL ? gm_cuda_take_error(m->cu) : 0;
 }
 
 int gm_model_max_batch(const struct gm_model *m)
@@ -658,7 +811,15 @@ int gm_model_classes(const struct gm_model *m)
 
 float *gm_model_input(struct gm_model *m)
 {
-    return m->input;
+    if (m->cu != NULL && m->in_used) {
+        /* the next batch goes into the other staging buffer, once its last upload is done
+         * (a failure is kept in the context and reported by the next forward) */
+        m->in_slot ^= 1;
+        m->in_used = 0;
+        if (gm_cuda_mark_wait(m->cu, m->marks, MARK_UPLOADED(m->in_slot)) < 0)
+            return m->in_host[m->in_slot]; /* kept in the context for the next forward */
+    }
+    return m->in_host[m->in_slot];
 }
 
 const float *gm_model_logits(const struct gm_model *m)
@@ -684,7 +845,7 @@ void gm_model_init_params(struct gm_model *m, uint64_t seed)
     gm_rng_init(&r, seed, 0x6d6f64656c); /* stream "model" */
     for (size_t t = 0; t < m->ntensors; t++) {
         const struct gm_param_info *ti = &m->tensors[t];
-        float *p = m->params + ti->offset;
+        float *p = m->params_host + ti->offset;
         if (m->init[t] == INIT_ONE || m->init[t] == INIT_ZERO) {
             for (size_t i = 0; i < ti->numel; i++)
                 p[i] = m->init[t] == INIT_ONE ? 1.0f : 0.0f;
@@ -697,6 +858,10 @@ void gm_model_init_params(struct gm_model *m, uint64_t seed)
         for (size_t i = 0; i < ti->numel; i++)
             p[i] = (float)((2.0 * gm_rng_double(&r) - 1.0) * bound);
     }
+    /* drawn on the host, then one copy to a GPU; a failure there is logged and kept in the
+     * context, and the next forward returns it */
+    if (gm_model_params_to_device(m) < 0)
+        return; /* kept in the context (gm_model_take_error) */
 }
 
 /* ---- passes -------------------------------------------------------------- */
@@ -718,6 +883,62 @@ static size_t layer_tensors(const struct layer *l)
     return l->kind == LAYER_CONV2D && !l->bias ? 1 : 2;
 }
 
+/* A GPU: uploads the first n samples of the staging buffer to its device slot on the
+ * upload stream.  The compute stream waits for the copy; the copy waits only until the
+ * compute stream is done with that slot (the forward and backward two batches ago, or the
+ * last forward when the caller refilled the same buffer), so it overlaps the step that is
+ * still computing. */
+static int upload(struct gm_model *m, int n)
+{
+    const size_t in = (size_t)m->spec.in_c * m->spec.in_h * m->spec.in_w;
+    const int s = m->in_slot;
+    int err;
+
+    if (m->in_last >= 0 &&
+        (err = gm_cuda_mark_compute(m->cu, m->marks, MARK_RELEASED(m->in_last))) < 0)
+        return err;
+    if ((err = gm_cuda_upload(m->cu, m->in_dev[s], m->in_host[s], (size_t)n * in * sizeof(float),
+                              m->marks, MARK_RELEASED(s), MARK_UPLOADED(s))) < 0)
+        return err;
+    m->in_last = s;
+    m->in_used = 1;
+    return 0;
+}
+
+/* A GPU: hands the finished gradient downloads to the hook, in order; block: wait for all. */
+static int deliver(struct gm_model *m, int block)
+{
+    while (m->pend_head < m->npend) {
+        const int mk = MARK_GRAD(m->pend_head);
+        int done =
+            block ? gm_cuda_mark_wait(m->cu, m->marks, mk) : gm_cuda_mark_done(m->cu, m->marks, mk);
+        if (done < 0)
+            return done;
+        if (!block && done == 0)
+            return 0;
+        m->grad_hook(m->grad_hook_ctx, m->pend[m->pend_head].first, m->pend[m->pend_head].n);
+        m->pend_head++;
+    }
+    return 0;
+}
+
+/* A GPU: starts copying tensors [first, first + n) of the gradients to the host view on
+ * the copy stream (after the compute stream's work so far: the layer's backward) and hands
+ * every download already finished to the hook. */
+static int download(struct gm_model *m, size_t first, size_t n)
+{
+    const struct gm_param_info *a = &m->tensors[first], *z = &m->tensors[first + n - 1];
+    const size_t floats = z->offset + z->numel - a->offset; /* a layer's tensors are adjacent */
+    int err;
+
+    GM_ASSERT(m->npend < MAX_LAYERS);
+    if ((err = gm_cuda_download_mark(m->cu, m->grads_host + a->offset, m->grads + a->offset,
+                                     floats * sizeof(float), m->marks, MARK_GRAD(m->npend))) < 0)
+        return err;
+    m->pend[m->npend++] = (struct pending){.first = first, .n = n};
+    return deliver(m, 0);
+}
+
 int gm_model_forward(struct gm_model *m, int n, int train, uint64_t seed)
 {
     const struct gm_ops *ops = m->ops;
@@ -727,10 +948,15 @@ int gm_model_forward(struct gm_model *m, int n, int train, uint64_t seed)
     if (n < 1 || n > m->max_batch)
         return -EINVAL;
     x = m->input;
+    if (m->cu != NULL && (err = upload(m, n)) < 0)
+        return err;
+    if (m->cu != NULL)
+        x = m->in_dev[m->in_slot];
     if (m->input_t != NULL) { /* NCHW -> NHWC */
-        ops->nchw_to_nhwc(n, m->spec.in_c, m->spec.in_h * m->spec.in_w, m->input, m->input_t);
+        ops->nchw_to_nhwc(n, m->spec.in_c, m->spec.in_h * m->spec.in_w, x, m->input_t);
         x = m->input_t;
     }
+    m->x0 = x;
     for (int i = 0; i < m->nlayers; i++) {
         struct layer *l = &m->layers[i];
         const size_t total = (size_t)n * out_size(l);
@@ -790,12 +1016,21 @@ int gm_model_forward(struct gm_model *m, int n, int train, uint64_t seed)
     }
     if (train && has_bn)
         m->batches_tracked++;
-    return 0;
+    return gm_model_take_error(m);
 }
 
 double gm_model_loss(struct gm_model *m, int n, const int32_t *labels, long *correct)
 {
     GM_ASSERT(n >= 1 && n <= m->max_batch);
+    if (m->cu != NULL) { /* the labels go to the device (the loss waits for the GPU anyway) */
+        if (gm_device_copy(m->device, m->labels, GM_DEVICE_CPU, labels,
+                           (size_t)n * sizeof(int32_t)) < 0) {
+            if (correct != NULL)
+                *correct = 0;
+            return NAN; /* logged, and kept for gm_model_take_error */
+        }
+        labels = m->labels;
+    }
     return m->ops->xent(n, m->spec.classes, gm_model_logits(m), labels, m->dlogits, correct);
 }
 
@@ -806,9 +1041,10 @@ int gm_model_backward(struct gm_model *m, int n)
 
     if (n < 1 || n > m->max_batch)
         return -EINVAL;
+    m->npend = m->pend_head = 0;
     for (int i = m->nlayers - 1; i >= 0; i--) {
         struct layer *l = &m->layers[i];
-        const float *x = i > 0 ? m->layers[i - 1].y : (m->input_t ? m->input_t : m->input);
+        const float *x = i > 0 ? m->layers[i - 1].y : m->x0;
         const size_t total = (size_t)n * out_size(l);
         switch (l->kind) {
         case LAYER_CONV2D: {
@@ -866,11 +1102,23 @@ int gm_model_backward(struct gm_model *m, int n)
             ops->add((size_t)n * in_size(l), l->dx, l->skip, l->dx);
             l->skip = NULL;
         }
-        if (l->w_tensor >= 0 && m->grad_hook != NULL) /* this layer's gradients are final */
-            m->grad_hook(m->grad_hook_ctx, (size_t)l->w_tensor, layer_tensors(l));
+        if (l->w_tensor >= 0 && m->grad_hook != NULL) { /* this layer's gradients are final */
+            if (m->cu == NULL) {
+                m->grad_hook(m->grad_hook_ctx, (size_t)l->w_tensor, layer_tensors(l));
+            } else {
+                int err = download(m, (size_t)l->w_tensor, layer_tensors(l));
+                if (err < 0)
+                    return err;
+            }
+        }
         dy = l->dx;
     }
-    return 0;
+    if (m->cu != NULL) {
+        int err = deliver(m, 1); /* the downloads still in flight, in order */
+        if (err < 0)
+            return err;
+    }
+    return gm_model_take_error(m);
 }
 
 /* ---- PyTorch layout ------------------------------------------------------- */

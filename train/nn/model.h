@@ -50,8 +50,18 @@
  * biases uniform in +-1/sqrt(fan_in), drawn from train/nn/rng.h seeded with
  * the job seed, so every rank starts identical; batch norm weight 1, bias 0.
  *
- * Device: every buffer lives on m->device; only the CPU exists in this build
- * (-ENOTSUP otherwise).  Used by the trainer thread only.
+ * Device: every buffer lives on the spec's device.  A CUDA model needs the
+ * calling thread's CUDA context (gm_cuda_new on the trainer thread, which then
+ * owns the model; -ENOTSUP without one, or in a build without the backend).
+ * Host views: gm_model_params / gm_model_grads are host memory on every
+ * device.  On the CPU they are the model's buffers themselves; on a GPU they
+ * are pinned host copies, refreshed with gm_model_*_to_host and written back
+ * with gm_model_*_to_device (no-ops on the CPU), and the passes and the
+ * optimizer use gm_model_params_device / gm_model_grads_device.  Backward with
+ * a gradient hook fills the gradients' host view itself, layer by layer, before
+ * it calls the hook for that layer.  gm_model_input is host memory (pinned on a
+ * GPU) and gm_model_logits is on the model's device.  Used by the trainer
+ * thread only.
  */
 #ifndef GM_TRAIN_NN_MODEL_H
 #define GM_TRAIN_NN_MODEL_H
@@ -94,20 +104,36 @@ int gm_model_new(const struct gm_model_spec *spec, int max_batch,
 void gm_model_free(struct gm_model *m);
 
 size_t gm_model_num_params(const struct gm_model *m);
+enum gm_device gm_model_device(const struct gm_model *m);
+/* The host views (see Device above) and the device buffers, nparams floats each. */
 float *gm_model_params(struct gm_model *m);
 float *gm_model_grads(struct gm_model *m);
+float *gm_model_params_device(struct gm_model *m);
+float *gm_model_grads_device(struct gm_model *m);
+/* Device -> host view and back (waits for the device; no-ops on the CPU).  0 or an error. */
+int gm_model_params_to_host(struct gm_model *m) GM_MUST_CHECK;
+int gm_model_params_to_device(struct gm_model *m) GM_MUST_CHECK;
+int gm_model_grads_to_host(struct gm_model *m) GM_MUST_CHECK;
+int gm_model_grads_to_device(struct gm_model *m) GM_MUST_CHECK;
+/* The first device error recorded since the last call (0: none; always 0 on the CPU). */
+int gm_model_take_error(struct gm_model *m);
 int gm_model_max_batch(const struct gm_model *m);
 int gm_model_classes(const struct gm_model *m);
+/* Draws the parameters on the host and, on a GPU, copies them to the device (a copy
+ * failure is kept for the next forward's return). */
 void gm_model_init_params(struct gm_model *m, uint64_t seed);
 
-/* Input staging buffer: max_batch samples of in_c*in_h*in_w floats, NCHW. */
+/* Input staging buffer: max_batch samples of in_c*in_h*in_w floats, NCHW, host memory.
+ * The next forward reads it.  On a GPU it alternates between two pinned buffers once a
+ * forward has used one, so fill it after each call. */
 float *gm_model_input(struct gm_model *m);
 /* Forward pass over the first n samples of the input; train enables dropout
  * (mask drawn from seed).  Logits (n, classes) in gm_model_logits(). */
 int gm_model_forward(struct gm_model *m, int n, int train, uint64_t seed) GM_MUST_CHECK;
 const float *gm_model_logits(const struct gm_model *m);
-/* Softmax cross-entropy on the last forward; sets the logits' gradient.
- * Returns the mean loss; *correct counts argmax hits (may be NULL). */
+/* Softmax cross-entropy on the last forward; sets the logits' gradient.  labels: n host
+ * values.  Returns the mean loss; *correct counts argmax hits (may be NULL).  A device
+ * error (logged) returns NaN; gm_model_take_error says which. */
 double gm_model_loss(struct gm_model *m, int n, const int32_t *labels, long *correct);
 /* Backward pass of the last forward: writes every gradient (no accumulate). */
 int gm_model_backward(struct gm_model *m, int n) GM_MUST_CHECK;

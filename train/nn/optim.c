@@ -89,11 +89,16 @@ int gm_optim_init(struct gm_optim *o, const struct gm_optim_config *cfg, size_t 
     len = state_floats(cfg, n);
     if (len > 0) {
         err = gm_device_alloc(cfg->device, len * sizeof(float), (void **)&o->state); /* owned */
+        if (err == 0 && cfg->device != GM_DEVICE_CPU) /* owned: its host view */
+            err = gm_device_host_alloc(cfg->device, len * sizeof(float), (void **)&o->host);
         if (err < 0) {
+            gm_device_free(cfg->device, o->state);
             memset(o, 0, sizeof(*o));
             return err;
         }
     }
+    if (o->host == NULL)
+        o->host = o->state; /* the CPU: the state is its own host view */
     o->cfg = *cfg;
     o->n = n;
     return 0;
@@ -103,6 +108,8 @@ void gm_optim_free(struct gm_optim *o)
 {
     if (o == NULL)
         return;
+    if (o->host != o->state)
+        gm_device_host_free(o->cfg.device, o->host);
     gm_device_free(o->cfg.device, o->state);
     memset(o, 0, sizeof(*o));
 }
@@ -114,16 +121,36 @@ size_t gm_optim_state_len(const struct gm_optim *o)
 
 float *gm_optim_state(struct gm_optim *o)
 {
-    return o->state;
+    return o->host;
 }
 
-void gm_optim_reset(struct gm_optim *o)
+int gm_optim_state_to_host(struct gm_optim *o)
 {
     size_t len = gm_optim_state_len(o);
 
-    if (len > 0)
-        memset(o->state, 0, len * sizeof(float));
+    if (len == 0 || o->host == o->state)
+        return 0;
+    return gm_device_copy(GM_DEVICE_CPU, o->host, o->cfg.device, o->state, len * sizeof(float));
+}
+
+int gm_optim_state_to_device(struct gm_optim *o)
+{
+    size_t len = gm_optim_state_len(o);
+
+    if (len == 0 || o->host == o->state)
+        return 0;
+    return gm_device_copy(o->cfg.device, o->state, GM_DEVICE_CPU, o->host, len * sizeof(float));
+}
+
+int gm_optim_reset(struct gm_optim *o)
+{
+    size_t len = gm_optim_state_len(o);
+
     o->step = 0;
+    if (len == 0)
+        return 0;
+    memset(o->host, 0, len * sizeof(float));
+    return gm_optim_state_to_device(o);
 }
 
 static void adam(struct gm_optim *o, float *p, const float *g, float lr)

@@ -64,6 +64,7 @@ struct gm_optim {
     size_t n;                 /* parameters */
     long step;                /* steps taken; Adam's t of the last step */
     float *state; /* owned: SGD momentum: n floats (NULL if momentum == 0); Adam: m then v */
+    float *host;  /* the state's host view: == state on the CPU; owned pinned memory on a GPU */
 };
 
 /* Fills cfg with torch's defaults for kind: SGD momentum 0, no decay; Adam betas
@@ -85,11 +86,18 @@ void gm_optim_step(struct gm_optim *o, float *params, const float *grads, float 
 /* Length in floats of the state buffer (0 for SGD without momentum). */
 size_t gm_optim_state_len(const struct gm_optim *o);
 
-/* The state buffer (borrowed; NULL when the length is 0), for checkpoints. */
+/* The state's host view (borrowed; NULL when the length is 0), for checkpoints and the
+ * group's resynchronization.  On the CPU it is the state itself.  On a GPU it is a pinned
+ * host copy, current after gm_optim_state_to_host; what is written into it reaches the
+ * device with gm_optim_state_to_device (gm_optim_step uses the device's copy only). */
 float *gm_optim_state(struct gm_optim *o);
+/* Device -> host view, host view -> device; no-ops (0) on the CPU.  0 or an error. */
+int gm_optim_state_to_host(struct gm_optim *o) GM_MUST_CHECK;
+int gm_optim_state_to_device(struct gm_optim *o) GM_MUST_CHECK;
 
-/* Zeroes the state and the step counter: the next step behaves like the first. */
-void gm_optim_reset(struct gm_optim *o);
+/* Zeroes the state (both copies) and the step counter: the next step behaves like the
+ * first.  0, or the device's copy error. */
+int gm_optim_reset(struct gm_optim *o) GM_MUST_CHECK;
 
 enum gm_sched_kind {
     GM_SCHED_CONSTANT,

@@ -1,8 +1,8 @@
 /*
  * train/nn/tensor.c - device memory.  CPU: aligned_alloc(64) + memset.  CUDA:
- * cudaMalloc through the calling thread's CUDA context (train/kernels/cuda.h), in a
- * build with the CUDA backend and on a thread that made one; otherwise every CUDA
- * request fails with -ENOTSUP.
+ * cudaMalloc (and cudaHostAlloc for the host side of copies) through the calling
+ * thread's CUDA context (train/kernels/cuda.h), in a build with the CUDA backend and on
+ * a thread that made one; otherwise every CUDA request fails with -ENOTSUP.
  */
 #include "train/nn/tensor.h"
 
@@ -25,6 +25,8 @@ const char *gm_device_name(enum gm_device dev)
 
 int gm_device_available(enum gm_device dev)
 {
+    if (dev == GM_DEVICE_CUDA) /* the backend is built; whether a GPU answers: device.h */
+        return gm_cuda_built();
     return dev == GM_DEVICE_CPU;
 }
 
@@ -59,6 +61,23 @@ void gm_device_free(enum gm_device dev, void *p)
         free(p);
     else if (dev == GM_DEVICE_CUDA)
         gm_cuda_dealloc(p);
+}
+
+int gm_device_host_alloc(enum gm_device dev, size_t bytes, void **out)
+{
+    *out = NULL;
+    if (dev == GM_DEVICE_CUDA)
+        return gm_cuda_current() != NULL ? gm_cuda_host_alloc(gm_cuda_current(), bytes, out)
+                                         : -ENOTSUP;
+    return gm_device_alloc(GM_DEVICE_CPU, bytes, out);
+}
+
+void gm_device_host_free(enum gm_device dev, void *p)
+{
+    if (dev == GM_DEVICE_CUDA)
+        gm_cuda_host_dealloc(p);
+    else
+        gm_device_free(GM_DEVICE_CPU, p);
 }
 
 int gm_device_copy(enum gm_device dst_dev, void *dst, enum gm_device src_dev, const void *src,

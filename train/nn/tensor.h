@@ -39,13 +39,19 @@ struct gm_tensor {
 };
 
 const char *gm_device_name(enum gm_device dev);
-/* True when the device can run kernels in this build on this machine. */
+/* True when this build has kernels for the device (CUDA: the backend is built; whether a
+ * GPU answers is gm_device_choose's probe, train/nn/device.h). */
 int gm_device_available(enum gm_device dev);
 /* The device setting (auto | cpu | cuda[:N]) and its resolution: train/nn/device.h. */
 
 /* Zero-initialised device memory; *out = NULL on error. */
 int gm_device_alloc(enum gm_device dev, size_t bytes, void **out) GM_MUST_CHECK;
 void gm_device_free(enum gm_device dev, void *p);
+/* Host memory that copies to and from dev use: pinned (page-locked, cudaHostAlloc) for
+ * CUDA, so copies run asynchronously at full speed; plain gm_device_alloc memory for the
+ * CPU.  Zeroed; *out = NULL on error. */
+int gm_device_host_alloc(enum gm_device dev, size_t bytes, void **out) GM_MUST_CHECK;
+void gm_device_host_free(enum gm_device dev, void *p);
 /* Copies between host and device memory (either side may be CPU). */
 int gm_device_copy(enum gm_device dst_dev, void *dst, enum gm_device src_dev, const void *src,
                    size_t bytes) GM_MUST_CHECK;
