@@ -158,9 +158,15 @@ int gm_cli_submit(int argc, char **argv)
                 return GM_EXIT_OK;
             }
         }
+        if (strcmp(state, "paused") == 0 && strcmp(last_state, "paused") != 0) {
+            if (tty)
+                fputc('\n', stderr);
+            printf("job %s paused: %s\n", id, s_of(o, "paused_reason"));
+            fflush(stdout);
+        }
         if (strcmp(state, "checking") != 0)
             snprintf(last_state, sizeof(last_state), "%s", state);
-        if (strcmp(state, "running") == 0) {
+        if (strcmp(state, "running") == 0 || strcmp(state, "paused") == 0) {
             long step = (long)json_integer_value(json_object_get(o, "step"));
             if (step != last_step)
                 print_progress(o, tty);
@@ -237,7 +243,9 @@ int gm_cli_jobs(int argc, char **argv)
                (long long)json_integer_value(json_object_get(o, "epoch")),
                (long long)json_integer_value(json_object_get(o, "world")), d_of(o, "loss"),
                d_of(o, "samples_per_s"),
-               json_is_string(json_object_get(o, "error")) ? s_of(o, "error") : s_of(o, "weights"));
+               json_is_string(json_object_get(o, "paused_reason")) ? s_of(o, "paused_reason")
+               : json_is_string(json_object_get(o, "error"))       ? s_of(o, "error")
+                                                                   : s_of(o, "weights"));
         json_t *links = json_object_get(o, "links"), *lk;
         size_t k;
         json_array_foreach(links, k, lk)

@@ -825,6 +825,19 @@ int gm_cli_status(int argc, char **argv)
                    (long long)json_integer_value(json_object_get(r, "term")));
         else
             printf("no chief: %s\n", json_string_value(json_object_get(r, "chief_reason")));
+        json_t *job = json_object_get(r, "job");
+        if (json_is_object(job)) {
+            printf("job %s %s: %s, step %lld/%lld, world %lld\n",
+                   json_string_value(json_object_get(job, "id")),
+                   json_string_value(json_object_get(job, "name")),
+                   json_string_value(json_object_get(job, "state")),
+                   (long long)json_integer_value(json_object_get(job, "step")),
+                   (long long)json_integer_value(json_object_get(job, "total_steps")),
+                   (long long)json_integer_value(json_object_get(job, "world")));
+            if (json_is_string(json_object_get(job, "paused_reason")))
+                printf("job paused: %s\n",
+                       json_string_value(json_object_get(job, "paused_reason")));
+        }
         printf("%-24s %-24s %-6s %-5s %s\n", "MEMBER", "ADDRESS", "LINK", "STATE", "RTT_MS");
         json_array_foreach(json_object_get(r, "members"), i, m)
         {

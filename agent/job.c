@@ -132,6 +132,7 @@ struct pending_offer {
     size_t nfiles;
     char error[GM_JOB_MSG_MAX];
     uint64_t deadline;
+    uint64_t term; /* the offer's: answered once this node's term has caught up with it */
 };
 
 struct gm_jobs {
@@ -144,7 +145,8 @@ struct gm_jobs {
     size_t stash_bytes;
     uv_timer_t timer; /* check timeouts */
     bool stopping;
-    bool leaving; /* gm_jobs_leave: the job goes on without this node */
+    bool leaving;        /* gm_jobs_leave: the job goes on without this node */
+    uint64_t frame_term; /* the term of the JOB_* frame being handled */
 };
 
 /* --- helpers ----------------------------------------------------------------------------- */
@@ -417,6 +419,8 @@ static void rank_exit(struct gm_rank *rk, int err, const struct gm_train_summary
 
 static void reform(struct gm_jobs *j, struct job *jb, const char *reason);
 static bool is_chief(struct gm_jobs *j, const char *node);
+static bool may_coordinate(struct gm_jobs *j);
+static void step_down(struct gm_jobs *j, struct job *jb, const char *why);
 static void reform_after_failure(struct gm_jobs *j, struct job *jb, const char *why);
 
 static void rank_group_failed(struct gm_rank *rk, uint32_t gen, int err, void *arg)
@@ -911,6 +915,11 @@ static void reform(struct gm_jobs *j, struct job *jb, const char *reason)
 
     if (jb->state != J_RUNNING || jb->rank == NULL)
         return;
+    if (!may_coordinate(j)) { /* deposed or cut off: partition_tick pauses the job here */
+        gm_warn("event=job-group-fenced job=%s reason=\"%s\": this node is not the chief", jb->id,
+                reason);
+        return;
+    }
     jb->reform_at = 0;
     account_group(jb);
     snprintf(jb->ranks[0], NODE_LEN, "%s", j->env.node);
@@ -1103,6 +1112,10 @@ static void try_answer(struct gm_jobs *j)
 
     if (!po->active || !po->hashed || j->stopping)
         return;
+    /* a node cut off from the chief that offers rejoins with an old term: until raft brings
+     * it up to date, its answer would be dropped as stale (gm_jobs_on_frame) */
+    if (my_term(j) < po->term && gm_time_mono_ns() < po->deadline)
+        return;
     for (size_t i = 0; i < po->nranks && po->error[0] == 0; i++)
         if (strcmp(po->ranks[i], j->env.node) != 0 &&
             j->env.link_to(j->env.agent, po->ranks[i]) == NULL)
@@ -1146,7 +1159,7 @@ static void hashed(void *arg, struct gm_jobfile *files, size_t n, const char *er
         try_answer(j);
         return;
     }
-    /* checking a submitted job, or a job taken over while it runs (orphan_tick) */
+    /* checking a submitted job, or a job taken over while it runs (takeover) */
     if (jb == NULL || jb != j->cur ||
         (jb->state != J_CHECKING && (jb->state != J_RUNNING || !jb->coord || jb->own_hashed))) {
         free(files);
@@ -1288,6 +1301,7 @@ static int on_offer(struct gm_jobs *j, const char *node, struct gm_jobmsg *m)
     j->po.nranks = m->nranks;
     m->ranks = NULL;
     j->po.deadline = gm_time_mono_ns() + (uint64_t)MESH_TIMEOUT_MS * 1000000ull;
+    j->po.term = j->frame_term;
     hr->j = j;
     snprintf(hr->id, sizeof(hr->id), "%s", m->id);
     snprintf(hr->reply_to, sizeof(hr->reply_to), "%s", node);
@@ -1357,7 +1371,13 @@ static int on_group(struct gm_jobs *j, const char *node, struct gm_jobmsg *m)
             return 0;
         }
     }
-    if (jb->orphan_since != 0 && strcmp(node, jb->coordinator) != 0 && is_chief(j, node)) {
+    if (jb->rank != NULL && jb->state == J_RUNNING && strcmp(node, jb->coordinator) != 0 &&
+        strcmp(node, j->env.node) != 0 && is_chief(j, node)) {
+        /* the chief took the job over: from a lost coordinator, or from this node, deposed */
+        if (jb->coord)
+            step_down(j, jb, "a group from the chief");
+        if (jb->orphan_since == 0)
+            snprintf(jb->lost_coord, sizeof(jb->lost_coord), "%s", jb->coordinator);
         gm_notice("event=job-coordinator-new job=%s coordinator=%s lost=%s", jb->id, node,
                   jb->lost_coord);
         snprintf(jb->coordinator, sizeof(jb->coordinator), "%s", node);
@@ -1517,6 +1537,7 @@ int gm_jobs_on_frame(struct gm_jobs *j, struct gm_link *l, const char *node,
         gm_jobmsg_free(&m);
         return 0;
     }
+    j->frame_term = h->req;
     err = GM_ERR_PROTO;
     for (size_t i = 0; i < sizeof(handlers) / sizeof(handlers[0]); i++)
         if (handlers[i].type == h->type)
@@ -1839,6 +1860,8 @@ static int on_submit(struct gm_jobs *j, const char *node, struct gm_jobmsg *m)
     return send_msg(j, node, GM_MSG_JOB_END, &r);
 }
 
+static const char *paused_why(struct gm_jobs *j, const struct job *jb, char *buf, size_t cap);
+
 static json_t *num(double v)
 {
     return isfinite(v) ? json_real(round(v * 100.0) / 100.0) : json_null();
@@ -1849,13 +1872,15 @@ static json_t *job_json(struct gm_jobs *j, struct job *jb)
     struct gm_rank_progress p = jb->last;
     json_t *o, *links = json_array();
     double wall;
+    char pbuf[GM_JOB_MSG_MAX + 64];
+    const char *paused = paused_why(j, jb, pbuf, sizeof(pbuf)); /* shown as state "paused" */
 
     if (jb->rank != NULL)
         gm_rank_get_progress(jb->rank, &p);
     wall = (double)((jb->t_end ? jb->t_end : gm_time_mono_ns()) - jb->t_submit) * 1e-9;
     o = json_pack("{s:s,s:s,s:s,s:s,s:s,s:I,s:I,s:i,s:i,s:I}", "id", jb->id, "name", jb->job.name,
-                  "state", jstate_names[jb->state], "coordinator", jb->coordinator, "codec",
-                  gm_job_codec_name(jb->job.comm.codec), "step",
+                  "state", paused != NULL ? "paused" : jstate_names[jb->state], "coordinator",
+                  jb->coordinator, "codec", gm_job_codec_name(jb->job.comm.codec), "step",
                   (json_int_t)(jb->rank != NULL ? p.step
                                : jb->steps      ? jb->steps
                                                 : p.step),
@@ -1880,6 +1905,7 @@ static json_t *job_json(struct gm_jobs *j, struct job *jb)
                         jb->job.comm.codec == GM_JOB_CODEC_DILOCO
                             ? json_integer(jb->job.comm.local_steps)
                             : json_null());
+    json_object_set_new(o, "paused_reason", paused != NULL ? json_string(paused) : json_null());
     json_object_set_new(o, "error", jb->error[0] ? json_string(jb->error) : json_null());
     json_object_set_new(o, "weights", jb->weights[0] ? json_string(jb->weights) : json_null());
     /* bytes per peer node over the job's life: retired groups plus the current one */
@@ -1976,45 +2002,84 @@ static bool is_chief(struct gm_jobs *j, const char *node)
            strcmp(chief, node) == 0;
 }
 
-/*
- * A member whose coordinator was lost mid-job (gm_jobs_link_down).  When this node is elected
- * chief it takes the job over: the survivors of the last group (all at the same finished
- * step; the step in flight failed everywhere) become its parts, already checked, and it forms
- * a new group with itself as rank 0, whose state the group's resync gives the others.  Another
- * chief's JOB_GROUP is taken in on_group.  No chief within ORPHAN_TIMEOUT_MS: the job stops
- * here as it used to.
+/* --- partitions: no majority, no training ----------------------------------------------
+ *
+ * Only the chief coordinates (job.h), and a partition or a lost chief moves that role:
+ *  - A coordinator that is no longer the chief (cut off in a minority: raft's leader steps
+ *    down when it cannot reach a majority; or deposed by a newer term) steps down: its
+ *    current group is broken, so its rank stops at the step in flight and waits for a group,
+ *    and reform() refuses to form one while this node is not the chief.  The job stays here
+ *    as a member's, paused, and follows the chief that takes it over.  This is what keeps a
+ *    minority from training alone as a 1-rank group that thinks it is the job.
+ *  - A member that lost its coordinator (gm_jobs_link_down) waits, paused.  While there is
+ *    no chief at all (no majority) it waits for as long as that lasts; once there is one, it
+ *    waits ORPHAN_TIMEOUT_MS for it to take the job over, then stops as it used to.
+ *  - A member that is elected chief takes the job over: the other ranks of the last group
+ *    become its participants, already checked (the old coordinator compared their datasets
+ *    with the same files), and it forms a group with itself as rank 0, whose resync gives
+ *    every rank its state at the last finished step (the step in flight failed on all of
+ *    them): no rollback.  Those that are unreachable now are offered the job again when
+ *    their links come back (gm_jobs_link_up), and rejoin at a step boundary.
+ * Stale messages of a deposed coordinator are dropped by term (gm_jobs_on_frame).
  */
-static void orphan_tick(struct gm_jobs *j, struct job *jb)
+
+/* Whether this node may form groups: it is the chief (or there is no consensus at all). */
+static bool may_coordinate(struct gm_jobs *j)
+{
+    return j->env.chief == NULL || is_chief(j, j->env.node);
+}
+
+/* Why the current job does not train here now (into buf), or NULL when it is not paused. */
+static const char *paused_why(struct gm_jobs *j, const struct job *jb, char *buf, size_t cap)
+{
+    char chief[NODE_LEN], why[GM_JOB_MSG_MAX];
+    uint64_t term;
+
+    if (jb != j->cur || jb->coord || jb->state != J_RUNNING || jb->rank == NULL ||
+        jb->orphan_since == 0)
+        return NULL;
+    if (j->env.chief == NULL || j->env.chief(j->env.agent, chief, &term, why, sizeof(why)) != 0)
+        snprintf(buf, cap, "no chief: %s", j->env.chief != NULL ? why : "no consensus");
+    else if (strcmp(jb->lost_coord, j->env.node) == 0)
+        snprintf(buf, cap,
+                 "this node stopped coordinating (it is not the chief): waiting for "
+                 "chief %s to take the job over",
+                 chief);
+    else
+        snprintf(buf, cap, "coordinator %s lost: waiting for chief %s to take the job over",
+                 jb->lost_coord, chief);
+    return buf;
+}
+
+/* This node coordinates jb but is not the chief any more: pause (see above). */
+static void step_down(struct gm_jobs *j, struct job *jb, const char *why)
+{
+    struct gm_rank_progress p = {0};
+
+    gm_rank_get_progress(jb->rank, &p);
+    gm_rank_group_broken(jb->rank); /* the step in flight fails; no later one starts */
+    jb->coord = false;
+    jb->reform_at = 0;
+    jb->orphan_since = gm_time_mono_ns();
+    snprintf(jb->lost_coord, sizeof(jb->lost_coord), "%s", j->env.node);
+    gm_warn("event=job-paused job=%s step=%ld reason=\"this node coordinated the job and is not "
+            "the chief any more (%s): no majority, no training\"",
+            jb->id, p.step, why);
+}
+
+/* This node, a member of jb's last group, is the chief: it takes the job over. */
+static void takeover(struct gm_jobs *j, struct job *jb)
 {
     struct part *parts;
     size_t n = 0;
 
-    if (jb->state != J_RUNNING || jb->rank == NULL) {
-        jb->orphan_since = 0;
-        return;
-    }
-    if (!is_chief(j, j->env.node)) {
-        if (gm_time_mono_ns() - jb->orphan_since < (uint64_t)ORPHAN_TIMEOUT_MS * 1000000ull)
-            return;
-        jb->orphan_since = 0;
-        snprintf(jb->error, sizeof(jb->error),
-                 "coordinator %s lost and no chief took the job over in %d s: the job stops; "
-                 "this member keeps the weights of its last finished step (gradmesh jobs shows "
-                 "where)",
-                 jb->lost_coord, ORPHAN_TIMEOUT_MS / 1000);
-        gm_err("event=job-coordinator-lost job=%s coordinator=%s: no takeover", jb->id,
-               jb->lost_coord);
-        jb->state = J_FAILED;
-        jb->t_end = gm_time_mono_ns();
-        jb->stop_sent = true;
-        gm_rank_stop(jb->rank);
-        return;
-    }
     parts = calloc(jb->world > 0 ? jb->world : 1, sizeof(*parts));
     if (parts == NULL)
-        return; /* the next tick tries again */
+        return;                /* the next tick tries again */
+    if (jb->orphan_since == 0) /* its link is up: a chief elected on the other side of a split */
+        snprintf(jb->lost_coord, sizeof(jb->lost_coord), "%s", jb->coordinator);
     for (size_t i = 0; i < jb->world; i++) {
-        if (strcmp(jb->ranks[i], j->env.node) == 0 || strcmp(jb->ranks[i], jb->lost_coord) == 0)
+        if (strcmp(jb->ranks[i], j->env.node) == 0)
             continue;
         snprintf(parts[n].node, NODE_LEN, "%s", jb->ranks[i]);
         parts[n].checked = true; /* checked by the lost coordinator against the same files */
@@ -2029,7 +2094,7 @@ static void orphan_tick(struct gm_jobs *j, struct job *jb)
     jb->orphan_since = 0;
     snprintf(jb->coordinator, sizeof(jb->coordinator), "%s", j->env.node);
     gm_notice("event=job-takeover job=%s lost=%s members=%zu", jb->id, jb->lost_coord, n);
-    { /* our own dataset listing, to check members that come back (evaluate) */
+    if (!jb->own_hashed) { /* our own dataset listing, to check members that come back */
         struct hashreq *hr = calloc(1, sizeof(*hr));
         if (hr != NULL) {
             hr->j = j;
@@ -2044,14 +2109,56 @@ static void orphan_tick(struct gm_jobs *j, struct job *jb)
     reform(j, jb, "the coordinator was lost: the new chief took the job over");
 }
 
+/* Every tick, with consensus on: the current job against who the chief is now. */
+static void partition_tick(struct gm_jobs *j, struct job *jb)
+{
+    char chief[NODE_LEN], why[GM_JOB_MSG_MAX];
+    uint64_t term;
+    int have;
+
+    if (j->env.chief == NULL || jb->state != J_RUNNING || jb->rank == NULL) {
+        jb->orphan_since = 0;
+        return;
+    }
+    have = j->env.chief(j->env.agent, chief, &term, why, sizeof(why)) == 0;
+    if (jb->coord) {
+        if (!have || strcmp(chief, j->env.node) != 0)
+            step_down(j, jb, have ? "another chief was elected" : why);
+        return;
+    }
+    if (have && strcmp(chief, j->env.node) == 0) {
+        takeover(j, jb);
+        return;
+    }
+    if (jb->orphan_since == 0)
+        return;
+    if (!have) { /* no majority here: wait as long as that lasts; the countdown starts over */
+        jb->orphan_since = gm_time_mono_ns();
+        return;
+    }
+    if (gm_time_mono_ns() - jb->orphan_since < (uint64_t)ORPHAN_TIMEOUT_MS * 1000000ull)
+        return;
+    jb->orphan_since = 0;
+    snprintf(jb->error, sizeof(jb->error),
+             "coordinator %s lost and chief %s did not take the job over in %d s: the job stops; "
+             "this member keeps the weights of its last finished step (gradmesh jobs shows "
+             "where)",
+             jb->lost_coord, chief, ORPHAN_TIMEOUT_MS / 1000);
+    gm_err("event=job-coordinator-lost job=%s coordinator=%s: no takeover", jb->id, jb->lost_coord);
+    jb->state = J_FAILED;
+    jb->t_end = gm_time_mono_ns();
+    jb->stop_sent = true;
+    gm_rank_stop(jb->rank);
+}
+
 static void timer_cb(uv_timer_t *t)
 {
     struct gm_jobs *j = t->data;
     struct job *jb = j->cur;
 
     try_answer(j); /* the mesh deadline */
-    if (jb != NULL && !jb->coord && jb->orphan_since != 0)
-        orphan_tick(j, jb);
+    if (jb != NULL)
+        partition_tick(j, jb);
     jb = j->cur;
     if (jb != NULL && jb->coord)
         switch_tick(j, jb);

@@ -37,8 +37,17 @@
  *             boundary (agent/rank.h), data re-sharded at once
  *   done      rank 0 finished (weights under state_dir/jobs/ID/), JOB_END to
  *             all; also cancelled (gm_jobs cancel) or failed (an error on any
- *             rank, or the coordinator lost: members stop and say so)
+ *             rank, or the coordinator lost and no chief took the job over)
  * A member keeps a record of the job it runs, so `gradmesh jobs` works there.
+ *
+ * No majority, no training (job.c, "partitions"): only the chief forms
+ * groups.  A coordinator that is no longer the chief breaks its group and
+ * waits as a member; a member that lost its coordinator waits while there is
+ * no chief; a member elected chief takes the job over at once.  Such a job is
+ * "paused" in `jobs`/`status` (paused_reason says why) and rejoins at a step
+ * boundary when a chief offers it the job again; the answer to that offer is
+ * held until this node's term has caught up with the offer's, or it would be
+ * dropped as stale.
  *
  * Wire (agent/proto.h): JOB_OFFER, JOB_CHECK, JOB_GROUP, JOB_REPORT, JOB_END,
  * JOB_SUBMIT are JSON control frames (agent/jobmsg.h); GM_MSG_TRAIN carries the
