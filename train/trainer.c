@@ -413,10 +413,10 @@ static int model_on_device(struct run *r, struct gm_model_spec *ms)
         if (err == 0)
             err = gm_model_new(ms, r->max_batch, &r->model);
         if (err < 0 && err != -EINVAL) {
-            char reason[320];
-            snprintf(reason, sizeof(reason), "%s",
-                     r->cu != NULL && gm_cuda_last_error(r->cu)[0] ? gm_cuda_last_error(r->cu)
-                                                                   : gm_strerror(err));
+            char reason[768];
+            /* no context: gm_cuda_new failed; the thread's last CUDA error says why */
+            const char *last = gm_cuda_last_error(r->cu);
+            snprintf(reason, sizeof(reason), "%s", last[0] ? last : gm_strerror(err));
             gm_cuda_free(r->cu);
             r->cu = NULL;
             if (r->job->device.want != GM_DEVICE_WANT_AUTO) {
