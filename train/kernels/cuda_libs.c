@@ -43,15 +43,15 @@ static void *open_lib(const char *name, const char *const *dirs, int ndirs, int 
         if ((h = dlopen(path, RTLD_NOW | RTLD_LOCAL)) != NULL)
             return h;
         last = dlerror();
-        snprintf(tried + strlen(tried), sizeof(tried) - strlen(tried), "%s%s",
-                 tried[0] ? ", " : "", dirs[i]);
+        snprintf(tried + strlen(tried), sizeof(tried) - strlen(tried), "%s%s", tried[0] ? ", " : "",
+                 dirs[i]);
     }
     if (use_default) {
         if ((h = dlopen(name, RTLD_NOW | RTLD_LOCAL)) != NULL)
             return h;
         last = dlerror();
-        snprintf(tried + strlen(tried), sizeof(tried) - strlen(tried), "%s%s",
-                 tried[0] ? ", " : "", "the loader's default path");
+        snprintf(tried + strlen(tried), sizeof(tried) - strlen(tried), "%s%s", tried[0] ? ", " : "",
+                 "the loader's default path");
     }
     snprintf(why, whylen, "cannot load %s (looked in %s): %s", name, tried[0] ? tried : "nowhere",
              last != NULL ? last : "?");
@@ -71,8 +71,8 @@ void gm_cuda_libs_close(struct gm_cuda_libs *l)
     memset(l, 0, sizeof(*l));
 }
 
-int gm_cuda_libs_open(const char *const *dirs, int ndirs, int use_default,
-                      struct gm_cuda_libs *out, char *why, size_t whylen)
+int gm_cuda_libs_open(const char *const *dirs, int ndirs, int use_default, struct gm_cuda_libs *out,
+                      char *why, size_t whylen)
 {
     struct gm_cuda_libs l;
     const char *lib = "", *fname = "";
@@ -106,7 +106,7 @@ int gm_cuda_libs_open(const char *const *dirs, int ndirs, int use_default,
 #undef RESOLVE
     *out = l;
     return 0;
-missing: {
+missing : {
     const char *e = dlerror();
     snprintf(why, whylen, "%s has no function %s: %s", lib, fname,
              e != NULL ? e : "the symbol is NULL");

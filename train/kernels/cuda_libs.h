@@ -106,8 +106,8 @@ struct gm_cuda_libs {
  * looked for in dirs[0..ndirs) in order, then (use_default) by its bare name through the
  * dynamic loader's path.  0, or GM_ERR_GPU with why naming the library or function and
  * dlerror()'s text; nothing stays open on failure. */
-int gm_cuda_libs_open(const char *const *dirs, int ndirs, int use_default,
-                      struct gm_cuda_libs *out, char *why, size_t whylen) GM_MUST_CHECK;
+int gm_cuda_libs_open(const char *const *dirs, int ndirs, int use_default, struct gm_cuda_libs *out,
+                      char *why, size_t whylen) GM_MUST_CHECK;
 void gm_cuda_libs_close(struct gm_cuda_libs *l); /* NULL-safe */
 
 /* The process's table: opened on the first call (GM_CUDA_LIBDIR, then the default path),
