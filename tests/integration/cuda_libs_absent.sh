@@ -10,7 +10,7 @@
 #     - `train --local` with device = auto trains on the CPU and logs event=device
 #       device=cpu setting=auto with the reason: the library (where a GPU answers) or the
 #       driver (where none does, as on CI);
-#     - device = cuda fails with one error line giving the same reason.
+#     - device = cuda fails, exit 78, with an error line giving the same reason.
 # Skips (77) in a build without the CUDA backend or where unprivileged namespaces are off.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -106,6 +106,6 @@ else
 fi
 grep -q "$want" <<<"$line" || fail "the fallback does not name the $want: $line"
 echo "ok: device = auto trained on the CPU ($acc%) and logged: $line"
-grep -qx 'cuda=0' "$tmp/rc" && { cat "$tmp/cuda.log"; fail "device = cuda trained without the libraries"; }
+grep -qx 'cuda=78' "$tmp/rc" || { cat "$tmp/cuda.log"; fail "device = cuda: want exit 78 (the device cannot be had)"; }
 err=$(grep '^error: ' "$tmp/cuda.log" | grep "$want") || { cat "$tmp/cuda.log"; fail "device = cuda: no error naming the $want"; }
 echo "ok: device = cuda fails: $err"
