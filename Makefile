@@ -111,15 +111,17 @@ endif
 # call the CUDA runtime, cuBLAS and cuDNN (their APIs are C), with -DGM_HAVE_CUDA=1.  The runtime
 # is linked statically (cudart_static): it dlopen()s the driver (libcuda.so.1) at the first call,
 # so the same binary starts and trains on the CPU on a machine without a driver or a GPU.
-# cuBLAS and cuDNN are shared libraries found through the rpath; neither needs the driver to
-# load.  CUDA 13 builds for Turing (sm_75) and newer: machine code for each CUDA_ARCHS entry
+# cuBLAS and cuDNN are not linked: train/kernels/cuda_libs.c dlopen()s them the first time a
+# CUDA device is chosen, from $(CUDA_HOME)/lib64 (GM_CUDA_LIBDIR), then the loader's default
+# path, so `gradmesh --version` and CPU training never map them and the binary starts where
+# they are absent.  CUDA 13 builds for Turing (sm_75) and newer: machine code for each CUDA_ARCHS entry
 # plus PTX for the oldest, which the driver compiles for GPUs newer than the list.
 CUDA_ARCHS ?= 75 80 86 89 90 120
 ifeq ($(USE_CUDA),1)
   CUDA_HOME := $(patsubst %/bin/nvcc,%,$(NVCC_FOUND))
-  CFLAGS_ALL += -DGM_HAVE_CUDA=1 -isystem $(CUDA_HOME)/include
-  LDLIBS_ALL += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudnn -lcublas \
-	-lcudart_static -ldl -lrt -lstdc++
+  CFLAGS_ALL += -DGM_HAVE_CUDA=1 -isystem $(CUDA_HOME)/include \
+	-DGM_CUDA_LIBDIR=\"$(CUDA_HOME)/lib64\"
+  LDLIBS_ALL += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
   CU_OBJS := $(CU_SRCS:%.cu=$(BUILD)/%.cu.o)
   CUDA_NOTE := CUDA backend: on ($(NVCC_FOUND), sm $(CUDA_ARCHS))
 else

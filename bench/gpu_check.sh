@@ -51,8 +51,23 @@ BIN=${BIN:-./gradmesh}
 DATA=${DATA:-/usr/share/datasets/fashion-mnist}
 export DATA
 
-# cuDNN / cuBLAS from PyTorch's wheels when the toolkit folder lacks them
-if ldd "$BIN" 2>/dev/null | grep -q 'not found'; then
+# cuBLAS and cuDNN are dlopen()ed by the binary (train/kernels/cuda_libs.h): from the build's
+# CUDA library directory, then LD_LIBRARY_PATH and ld.so.cache.  Where that finds none of
+# them, take PyTorch's wheels' copies.
+cuda_libs="libcublasLt.so.13 libcublas.so.13 libcudnn.so.9"
+lib_found() { # soname: in the toolkit folder, LD_LIBRARY_PATH or ld.so.cache
+    local d
+    local llp=${LD_LIBRARY_PATH:-}
+    for d in ${CUDA_LIBDIR:-/usr/local/cuda/lib64} ${llp//:/ }; do
+        [ -e "$d/$1" ] && return 0
+    done
+    ldconfig -p 2>/dev/null | grep -q "^[[:space:]]*$1 "
+}
+missing_libs() {
+    local l
+    for l in $cuda_libs; do lib_found "$l" || echo "$l"; done
+}
+if [ -n "$(missing_libs)" ]; then
     for py in python3 /usr/bin/python3; do
         for pkg in nvidia.cudnn nvidia.cublas; do
             d=$("$py" -c "import $pkg, os; print(os.path.join(list($pkg.__path__)[0], 'lib'))" \
@@ -60,6 +75,10 @@ if ldd "$BIN" 2>/dev/null | grep -q 'not found'; then
             [ -d "$d" ] && export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
         done
     done
+fi
+if [ -n "$(missing_libs)" ]; then
+    echo "gpu_check: no $(missing_libs | tr '\n' ' ')for $BIN (GM_BUNDLE: bench/gpu_bundle.sh)" >&2
+    exit 1
 fi
 if ldd "$BIN" 2>/dev/null | grep 'not found'; then
     echo "gpu_check: $BIN misses the libraries above (GM_BUNDLE: bench/gpu_bundle.sh)" >&2

@@ -510,27 +510,30 @@ out:
 /* Builds the model on the chosen device.  A GPU: this (the trainer) thread creates the
  * CUDA context first and owns it.  auto falls back to the CPU, saying why, when the context
  * or the model cannot be made on the GPU (out of memory: the asked and free sizes are in the
- * log line before); cuda[:N] fails with that error. */
+ * log line before); cuda[:N] fails with that error, exit 78 (a configuration error) when the
+ * context cannot be made: a CUDA library that does not load, say. */
 static int model_on_device(struct run *r, struct gm_model_spec *ms)
 {
-    int err = 0;
+    int err = 0, no_ctx = 0;
 
     if (r->device.device == GM_DEVICE_CUDA) {
         ms->device = GM_DEVICE_CUDA;
         err = gm_cuda_new(r->device.index, &r->cu);
+        no_ctx = err < 0; /* the device cannot be had: cuBLAS or cuDNN missing, say */
         if (err == 0)
             err = gm_model_new(ms, r->max_batch, &r->model);
         if (err < 0 && err != -EINVAL) {
-            char reason[320];
-            snprintf(reason, sizeof(reason), "%s",
-                     r->cu != NULL && gm_cuda_last_error(r->cu)[0] ? gm_cuda_last_error(r->cu)
-                                                                   : gm_strerror(err));
+            char reason[768];
+            /* no context: gm_cuda_new failed; the thread's last CUDA error says why */
+            const char *last = gm_cuda_last_error(r->cu);
+            snprintf(reason, sizeof(reason), "%s", last[0] ? last : gm_strerror(err));
             gm_cuda_free(r->cu);
             r->cu = NULL;
             if (r->job->device.want != GM_DEVICE_WANT_AUTO) {
                 gm_err("event=device device=cuda:%d: the model cannot run on the GPU: %s",
                        r->device.index, reason);
-                return err;
+                /* like a GPU that does not answer (gm_device_choose): exit 78 */
+                return no_ctx ? GM_ERR_CONFIG : err;
             }
             gm_notice("event=device device=cpu setting=auto reason=\"the model cannot run on "
                       "cuda:%d: %s\"",

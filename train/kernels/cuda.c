@@ -17,9 +17,12 @@
 #if defined(GM_HAVE_CUDA) && GM_HAVE_CUDA
 
 #include "train/kernels/cuda_ctx.h"
+#include "train/kernels/cuda_libs.h"
 
 /* The calling thread's context (cuda.h: the op table's entries take no context). */
 static _Thread_local struct gm_cuda *current;
+/* The calling thread's last logged error, for a gm_cuda_new() that failed (no context). */
+static _Thread_local char thread_error[768];
 
 int gm_cuda_built(void)
 {
@@ -41,10 +44,11 @@ int gm_cuda_take_error(struct gm_cuda *cu)
 /* Logs "what: msg" once and keeps it as the context's last error. */
 static int fail(struct gm_cuda *cu, int err, const char *what, const char *msg)
 {
-    char line[256];
+    char line[768];
 
     snprintf(line, sizeof(line), "%s: %s", what, msg);
     gm_err("cuda: %s", line);
+    snprintf(thread_error, sizeof(thread_error), "%s", line);
     if (cu != NULL) {
         snprintf(cu->last_error, sizeof(cu->last_error), "%s", line);
         if (cu->first_err == 0)
@@ -123,7 +127,7 @@ int gm_cuda_index(const struct gm_cuda *cu)
 
 const char *gm_cuda_last_error(const struct gm_cuda *cu)
 {
-    return cu != NULL ? cu->last_error : "";
+    return cu != NULL ? cu->last_error : thread_error;
 }
 
 /* Out of memory: how much was asked for and how much is free. */
@@ -365,7 +369,7 @@ int gm_cuda_workspace(struct gm_cuda *cu, size_t bytes)
 int gm_cuda_new(int index, struct gm_cuda **out)
 {
     struct gm_cuda *cu;
-    char desc[160];
+    char desc[160], why[512];
     int err;
 
     *out = NULL;
@@ -373,6 +377,11 @@ int gm_cuda_new(int index, struct gm_cuda **out)
     if (cu == NULL)
         return -ENOMEM;
     cu->index = index;
+    /* cuBLAS and cuDNN are opened here, the first time a device is chosen (cuda_libs.h) */
+    if ((err = gm_cuda_libs_load(why, sizeof(why))) < 0) {
+        fail(cu, err, "loading the CUDA libraries", why);
+        goto fail;
+    }
     if ((err = gm_cuda_check_rt(cu, cudaSetDevice(index), "cudaSetDevice")) < 0)
         goto fail;
     if ((err = gm_cuda_check_rt(cu, cudaStreamCreateWithFlags(&cu->compute, cudaStreamNonBlocking),

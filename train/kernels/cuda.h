@@ -25,6 +25,9 @@
  *   (gm_cuda_current(), a thread-local pointer, like CUDA's own per-thread current device;
  *   the only mutable state outside a struct here), and its void entries record their first
  *   error in the context for gm_cuda_take_error().
+ * - cuBLAS and cuDNN are not linked but opened by gm_cuda_new() the first time a device is
+ *   chosen (cuda_libs.h: search order, errors); `gradmesh --version` and the CPU path never
+ *   load them, and a missing library is gm_cuda_new()'s error, naming it.
  * - Memory: device buffers from cudaMalloc (zeroed, as gm_device_alloc promises); pinned
  *   host buffers from cudaHostAlloc for batch uploads and gradient downloads.
  */
@@ -62,7 +65,8 @@ int gm_cuda_index(const struct gm_cuda *cu);
 struct gm_cuda *gm_cuda_current(void);
 /* The first error recorded since the last call (0: none), and clears it. */
 int gm_cuda_take_error(struct gm_cuda *cu);
-/* The last error this context logged ("" when none). */
+/* The last error this context logged ("" when none); NULL: the last one the calling thread
+ * logged, which says why a gm_cuda_new() failed (a CUDA library that did not load, say). */
 const char *gm_cuda_last_error(const struct gm_cuda *cu);
 /* Waits for the compute and copy streams; 0 or GM_ERR_GPU (a kernel's late error). */
 int gm_cuda_sync(struct gm_cuda *cu) GM_MUST_CHECK;

@@ -51,7 +51,7 @@ struct gm_cuda {
     cudnnConvolutionDescriptor_t cd;
     cudnnActivationDescriptor_t ad;
     cudnnPoolingDescriptor_t pd;
-    char last_error[256];
+    char last_error[768];
     int first_err; /* the first error since gm_cuda_take_error (the op table's entries
                       return void and record it here) */
 };

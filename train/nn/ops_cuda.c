@@ -34,6 +34,7 @@
 
 #include "common/assert.h"
 #include "train/kernels/cuda_ctx.h"
+#include "train/kernels/cuda_libs.h"
 #include "train/kernels/custom.h"
 #include "train/kernels/layers_cuda.h"
 
