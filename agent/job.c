@@ -36,6 +36,10 @@
 #define HISTORY_MAX 16
 #define STASH_MAX (64u << 20)
 #define ORPHAN_TIMEOUT_MS 30000 /* a member waits this long for a chief to take a job over */
+/* A coordinator that hears of no chief at all (an election under way) trains on this long
+ * before it pauses: over a slow, bufferbloated tunnel raft's leadership can lapse for a second
+ * or two while this node is re-elected; another chief elected pauses it at once. */
+#define COORD_GRACE_MS 5000
 #define CHECK_TIMEOUT_MS 120000
 #define MESH_TIMEOUT_MS 60000 /* a member waits this long for links to the other ranks */
 #define TICK_MS 200
@@ -81,6 +85,7 @@ struct job {
     uint64_t reform_at;   /* a delayed re-form is due then (0: none) */
     /* member */
     uint64_t orphan_since; /* its coordinator was lost then, waiting for the next chief (0: no) */
+    uint64_t chiefless_since; /* coordinating, and no chief known since then (0: one is) */
     char lost_coord[NODE_LEN];
     /* both */
     struct gm_rank *rank; /* owned; NULL when not running here */
@@ -2118,14 +2123,25 @@ static void partition_tick(struct gm_jobs *j, struct job *jb)
 
     if (j->env.chief == NULL || jb->state != J_RUNNING || jb->rank == NULL) {
         jb->orphan_since = 0;
+        jb->chiefless_since = 0;
         return;
     }
     have = j->env.chief(j->env.agent, chief, &term, why, sizeof(why)) == 0;
     if (jb->coord) {
-        if (!have || strcmp(chief, j->env.node) != 0)
-            step_down(j, jb, have ? "another chief was elected" : why);
+        uint64_t now = gm_time_mono_ns();
+        if (have && strcmp(chief, j->env.node) == 0) {
+            jb->chiefless_since = 0;
+        } else if (have) {
+            step_down(j, jb, "another chief was elected");
+        } else if (jb->chiefless_since == 0) {
+            jb->chiefless_since = now;
+        } else if (now - jb->chiefless_since >= (uint64_t)COORD_GRACE_MS * 1000000ull) {
+            jb->chiefless_since = 0;
+            step_down(j, jb, why);
+        }
         return;
     }
+    jb->chiefless_since = 0;
     if (have && strcmp(chief, j->env.node) == 0) {
         takeover(j, jb);
         return;

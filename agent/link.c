@@ -81,8 +81,9 @@ struct gm_link {
     int have_skew;
     uint64_t tx, rx;
     char peer[GM_ADDR_MAX];
-    uint8_t *rxbuf; /* owned, RX_BUF */
-    int rated;      /* bulk frames go through tb (gm_link_set_rate) */
+    uint8_t *rxbuf;    /* owned, RX_BUF */
+    int rated;         /* bulk frames go through tb (gm_link_set_rate) */
+    size_t high_water; /* ciphertext bytes queued above the kernel (gm_link_set_high_water) */
     struct gm_tbucket tb;
 };
 
@@ -187,6 +188,7 @@ int gm_link_new(uv_loop_t *loop, struct gm_tls_ctx *ctx, const struct gm_link_op
         l->opts.max_frame = GM_FRAME_MAX_DEFAULT;
     l->ops = ops;
     l->data = data;
+    l->high_water = GM_LINK_HIGH_WATER;
     l->ctrl_tail = &l->ctrl_head;
     l->bulk_tail = &l->bulk_head;
     l->fin_tail = &l->fin_head;
@@ -427,6 +429,15 @@ void gm_link_set_rate(struct gm_link *l, double bytes_per_s)
     kick(l);
 }
 
+void gm_link_set_high_water(struct gm_link *l, size_t bytes)
+{
+    int fd = gm_link_fd(l), lowat = (int)(bytes / 2);
+
+    l->high_water = bytes;
+    if (fd >= 0) /* the kernel keeps at most this much unsent: the rest waits behind control */
+        (void)setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &lowat, sizeof(lowat));
+}
+
 double gm_link_rate(const struct gm_link *l)
 {
     return l->rated ? l->tb.rate : 0;
@@ -436,11 +447,11 @@ double gm_link_rate(const struct gm_link *l)
 static void pump(struct gm_link *l)
 {
     int err = 0, was_bulk = l->bulk_head != NULL, fin = 0;
-    size_t budget = GM_LINK_HIGH_WATER; /* bulk bytes per call: the loop gets a turn */
+    size_t budget = l->high_water; /* bulk bytes per call: the loop gets a turn */
 
     if (l->close_started || !l->up)
         return;
-    while (l->wq_bytes + gm_tls_out_pending(l->tls) < GM_LINK_HIGH_WATER) {
+    while (l->wq_bytes + gm_tls_out_pending(l->tls) < l->high_water) {
         struct ctrl_frame *c = l->ctrl_head;
         if (c != NULL) {
             l->ctrl_head = c->next;

@@ -8,7 +8,8 @@
  *     says why (no majority);
  *  3. alpha is elected chief: it takes the job over and trains alone (world 1: legitimate,
  *     the chief);
- *  4. alpha loses its majority: it steps down, the job is paused with the reason, and its
+ *  4. alpha loses its majority: it trains on for the grace (5 s: an election may re-elect it),
+ *     then steps down, the job is paused with the reason, and its
  *     rank takes no further step and forms no further group (the 1-rank group that thinks it
  *     is the job, stopped);
  *  5. another chief (boss, term 7) sends a group: alpha follows it (coordinator boss); a group
@@ -282,9 +283,12 @@ static void test_split(void)
     GM_CHECK(steps_past(&loop, j, field_int(j, "step")));
     GM_CHECK_EQ(field_int(j, "world"), 1);
 
-    /* 4. no majority: alpha steps down; its rank takes no step and no group forms */
+    /* 4. no chief heard of: alpha trains on through the grace (an election may re-elect it),
+     * then steps down; its rank takes no step and no group forms */
     F.chief[0] = '\0';
     run_for(&loop, 400);
+    GM_CHECK(field_is(j, "state", "running"));
+    run_for(&loop, 5200); /* past COORD_GRACE_MS (agent/job.c) */
     GM_CHECK(field_is(j, "state", "paused"));
     v = field(j, "paused_reason");
     GM_CHECK(json_is_string(v) && strstr(json_string_value(v), "no majority") != NULL);
