@@ -81,8 +81,10 @@ struct gm_link {
     int have_skew;
     uint64_t tx, rx;
     char peer[GM_ADDR_MAX];
-    uint8_t *rxbuf; /* owned, RX_BUF */
-    int rated;      /* bulk frames go through tb (gm_link_set_rate) */
+    uint8_t *rxbuf;    /* owned, RX_BUF */
+    int rated;         /* bulk frames go through tb (gm_link_set_rate) */
+    size_t high_water; /* ciphertext bytes queued above the kernel (gm_link_set_high_water) */
+    size_t chunk;      /* bulk bytes per frame: GM_LINK_CHUNK, less on a slow link */
     struct gm_tbucket tb;
 };
 
@@ -187,6 +189,8 @@ int gm_link_new(uv_loop_t *loop, struct gm_tls_ctx *ctx, const struct gm_link_op
         l->opts.max_frame = GM_FRAME_MAX_DEFAULT;
     l->ops = ops;
     l->data = data;
+    l->high_water = GM_LINK_HIGH_WATER;
+    l->chunk = GM_LINK_CHUNK;
     l->ctrl_tail = &l->ctrl_head;
     l->bulk_tail = &l->bulk_head;
     l->fin_tail = &l->fin_head;
@@ -427,6 +431,19 @@ void gm_link_set_rate(struct gm_link *l, double bytes_per_s)
     kick(l);
 }
 
+void gm_link_set_high_water(struct gm_link *l, size_t bytes)
+{
+    int fd = gm_link_fd(l), lowat = (int)(bytes / 2);
+
+    l->high_water = bytes;
+    /* a chunk goes out whole once the queue is below the high water: keep it a fraction */
+    l->chunk = bytes / 4 < RATE_MIN_FRAME  ? RATE_MIN_FRAME
+               : bytes / 4 > GM_LINK_CHUNK ? GM_LINK_CHUNK
+                                           : bytes / 4;
+    if (fd >= 0) /* the kernel keeps at most this much unsent: the rest waits behind control */
+        (void)setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &lowat, sizeof(lowat));
+}
+
 double gm_link_rate(const struct gm_link *l)
 {
     return l->rated ? l->tb.rate : 0;
@@ -435,18 +452,20 @@ double gm_link_rate(const struct gm_link *l)
 /* Encrypts queued frames while the write queue is below the high water. */
 static void pump(struct gm_link *l)
 {
-    int err = 0, was_bulk = l->bulk_head != NULL, fin = 0;
-    size_t budget = GM_LINK_HIGH_WATER; /* bulk bytes per call: the loop gets a turn */
+    int err = 0, was_bulk = l->bulk_head != NULL, fin = 0, full;
+    size_t budget = l->high_water; /* bulk bytes per call: the loop gets a turn */
 
     if (l->close_started || !l->up)
         return;
-    while (l->wq_bytes + gm_tls_out_pending(l->tls) < GM_LINK_HIGH_WATER) {
+    while (!(full = l->wq_bytes + gm_tls_out_pending(l->tls) >= l->high_water)) {
         struct ctrl_frame *c = l->ctrl_head;
         if (c != NULL) {
             l->ctrl_head = c->next;
             if (l->ctrl_head == NULL)
                 l->ctrl_tail = &l->ctrl_head;
             l->ctrl_bytes -= c->len;
+            if (l->rated) /* control frames never wait for the cap, but count against it */
+                gm_tbucket_charge(&l->tb, c->len, gm_time_mono_ns());
             err = gm_tls_write(l->tls, c->data, c->len);
             free(c);
         } else if (l->bulk_head != NULL && !l->closing && budget == 0) {
@@ -455,8 +474,8 @@ static void pump(struct gm_link *l)
         } else if (l->bulk_head != NULL && !l->closing) {
             struct bulk_item *b = l->bulk_head;
             size_t n = b->len - b->off;
-            if (n > GM_LINK_CHUNK)
-                n = GM_LINK_CHUNK;
+            if (n > l->chunk)
+                n = l->chunk;
             if (l->rated && (n = rated_chunk(l, n)) == 0)
                 break; /* the rate timer pumps again when the bucket holds enough */
             err = tls_write_chunk(l, b, b->off + n < b->len ? GM_FRAME_F_MORE : 0, n);
@@ -488,6 +507,10 @@ static void pump(struct gm_link *l)
         gm_link_close(l, err);
         return;
     }
+    /* stopped at the high water, and the socket took all of it: no write callback will come
+     * to pump again (that happens when the queue is more than the chunks flushed in the loop) */
+    if (full && l->bulk_head != NULL && l->wq_bytes == 0 && !l->closing)
+        fin = 1;
     if (was_bulk && l->bulk_head == NULL)
         l->want_writable = 1;
     /* on_writable is due only once the bulk queue is empty: kicking for it

@@ -15,6 +15,12 @@
  * reading until it drains.  Bulk senders are told by on_writable when the
  * bulk queue empties.
  *
+ * A slow link (a tunnel) gets a lower bound with gm_link_set_high_water, which also caps the
+ * unsent bytes the kernel holds (TCP_NOTSENT_LOWAT) and cuts bulk into smaller chunks:
+ * otherwise a control frame (a raft heartbeat) waits behind seconds of bulk in libuv's queue
+ * and the socket buffer (1 MiB is 8 s at 1 Mbit/s; 64 KiB, 16 KiB chunks and 32 KiB in the
+ * kernel are under a second).
+ *
  * Liveness: TCP keepalive, TCP_USER_TIMEOUT, and (when enabled) a PING every
  * interval; no frame for timeout closes the link with -ETIMEDOUT.  A link that
  * has not finished its handshake in GM_LINK_HANDSHAKE_MS is closed too.
@@ -39,6 +45,7 @@
 
 #define GM_LINK_CHUNK (256u << 10)
 #define GM_LINK_HIGH_WATER (1u << 20)
+#define GM_LINK_SLOW_HIGH_WATER (64u << 10) /* tunnels and WANs: 0.5 s at 1 Mbit/s */
 #define GM_LINK_READ_STOP (8u << 20)
 #define GM_LINK_HEAD_MAX 256u       /* gm_link_send_bulk2's head */
 #define GM_LINK_CTRL_MAX (4u << 20) /* queued control bytes before sends fail */
@@ -88,9 +95,15 @@ GM_MUST_CHECK int gm_link_send(struct gm_link *l, uint16_t type, uint64_t req, c
  * gm_link_send_bulk*) at bytes_per_s of frame bytes (0: no cap), with a token bucket
  * (common/tbucket.h) holding 50 ms of the rate; a capped link cuts bulk into frames of at least
  * 16 KiB as the bucket allows and waits on a timer in between.  Control frames are never held
- * back (they are small, and PING must not wait).  Loop thread. */
+ * back (they are small, and PING must not wait), but their bytes are taken from the bucket too
+ * (gm_tbucket_charge): the bulk after them waits, so the cap holds for all the link sends.
+ * Loop thread. */
 void gm_link_set_rate(struct gm_link *l, double bytes_per_s);
 double gm_link_rate(const struct gm_link *l);
+/* Ciphertext bytes that may wait above the kernel (default GM_LINK_HIGH_WATER), half of it
+ * as the socket's TCP_NOTSENT_LOWAT, and a quarter of it (16 KiB to GM_LINK_CHUNK) as the bulk
+ * chunk: how long a control frame can wait behind bulk. */
+void gm_link_set_high_water(struct gm_link *l, size_t bytes);
 /* Tests and fuzzing only: queues bytes as-is (no frame header) into the TLS stream. */
 GM_MUST_CHECK int gm_link_send_raw(struct gm_link *l, const void *bytes, size_t len);
 /* Queues a bulk payload (borrowed until done(arg, err) runs; never called

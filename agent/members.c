@@ -285,6 +285,8 @@ static int h_hello(struct gm_agent *a, struct gm_link *l, const struct gm_frame_
         gm_info("event=link-capped peer=%s class=tunnel max_mbit=%d", m.node,
                 a->cfg.max_tunnel_mbit);
     }
+    if (gm_measure_class(peer) != GM_CLASS_LAN) /* raft heartbeats must not wait behind bulk */
+        gm_link_set_high_water(l, GM_LINK_SLOW_HIGH_WATER);
     gm_link_set_state(l, GM_LSTATE_UP);
     gm_link_ping(l); /* an RTT right away, before the probe loads the link */
     a->stats.links_up++;

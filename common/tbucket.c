@@ -33,6 +33,12 @@ size_t gm_tbucket_take(struct gm_tbucket *b, size_t want, size_t min_bytes, uint
     return n;
 }
 
+void gm_tbucket_charge(struct gm_tbucket *b, size_t n, uint64_t now_ns)
+{
+    refill(b, now_ns);
+    b->tokens -= (double)n;
+}
+
 uint64_t gm_tbucket_wait_ns(struct gm_tbucket *b, size_t n, uint64_t now_ns)
 {
     double need;

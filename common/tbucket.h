@@ -28,6 +28,9 @@ void gm_tbucket_init(struct gm_tbucket *b, double rate, double depth, uint64_t n
 /* How many of want bytes may go now (at most want, 0 when the bucket holds fewer than
  * min(want, min_bytes) tokens: no tiny sends), and takes them. */
 size_t gm_tbucket_take(struct gm_tbucket *b, size_t want, size_t min_bytes, uint64_t now_ns);
+/* Takes n bytes that go whatever the bucket holds (they may leave it in debt, which later
+ * takes wait out): traffic that must not wait, counted against the cap all the same. */
+void gm_tbucket_charge(struct gm_tbucket *b, size_t n, uint64_t now_ns);
 /* Nanoseconds until n bytes (at most depth) are in the bucket (0: now). */
 uint64_t gm_tbucket_wait_ns(struct gm_tbucket *b, size_t n, uint64_t now_ns);
 

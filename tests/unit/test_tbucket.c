@@ -54,9 +54,24 @@ static void test_edges(void)
     GM_CHECK_EQ(gm_tbucket_take(&b, 50, 1, 1), (size_t)10);
 }
 
+/* Charged bytes (control frames) go at once and put the bucket in debt: the bulk after them
+ * waits until the debt is paid, so the total stays within the rate. */
+static void test_charge(void)
+{
+    struct gm_tbucket b;
+
+    gm_tbucket_init(&b, 1000, 100, 0);
+    gm_tbucket_charge(&b, 300, 0); /* 100 in the bucket: 200 owed */
+    GM_CHECK_EQ(gm_tbucket_take(&b, 10, 1, 0), (size_t)0);
+    GM_CHECK_EQ(gm_tbucket_wait_ns(&b, 10, 0), 210000001ull);      /* 210 bytes at 1000/s */
+    GM_CHECK_EQ(gm_tbucket_take(&b, 10, 1, 200000000), (size_t)0); /* debt paid, nothing yet */
+    GM_CHECK_EQ(gm_tbucket_take(&b, 10, 1, 210000000), (size_t)10);
+}
+
 int main(void)
 {
     GM_TEST_RUN(test_rate);
     GM_TEST_RUN(test_edges);
+    GM_TEST_RUN(test_charge);
     return gm_test_finish("test_tbucket");
 }
