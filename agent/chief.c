@@ -26,11 +26,21 @@
 #include "agent/ckptxfer.h"
 #include "agent/jobresume.h"
 #include "agent/link.h"
+#include "agent/measure.h"
 #include "agent/state.h"
 #include "common/log.h"
 #include "common/time.h"
 
 #define ELECTION_MS 1000
+/* With a voter behind a tunnel or a WAN link, raft's heartbeats share that slow link with
+ * training's bulk traffic (bounded by gm_link_set_high_water, but at 1 Mbit/s that is still
+ * most of a second), so the election timeout starts here there; and never below
+ * ELECTION_RTT_X times the slowest voter link's measured round trip (PINGs queue exactly as
+ * heartbeats do), up to ELECTION_MAX_MS.  Raft's safety does not depend on timeouts; this
+ * trades a slower failover on slow links for a chief that does not flap under load. */
+#define ELECTION_SLOW_MS 5000
+#define ELECTION_RTT_X 10
+#define ELECTION_MAX_MS 30000
 #define HEARTBEAT_MS 100
 #define SNAPSHOT_THRESHOLD 256
 #define SNAPSHOT_TRAILING 64
@@ -64,7 +74,8 @@ struct gm_chief {
     struct raft_change change;
     struct raft_transfer transfer;
     int change_busy, own_busy, transfer_busy;
-    int handing_over; /* the agent drains: no more changes of its own */
+    int handing_over;     /* the agent drains: no more changes of its own */
+    unsigned election_ms; /* raft's election timeout now (tune_election) */
     /* what was last logged about the chief */
     uint64_t logged_term, restores_logged;
     char logged_chief[GM_CHIEF_NAME_MAX + 1];
@@ -817,12 +828,46 @@ int gm_chief_hand_over(struct gm_agent *a, const char *why)
     return 0;
 }
 
+/* The election timeout this node wants from its links to the other voters (see ELECTION_SLOW_MS):
+ * raised at once, lowered only once the links want less than half of it. */
+static void tune_election(struct gm_chief *ch)
+{
+    const struct raft_configuration *c = &ch->raft.configuration;
+    unsigned want = ELECTION_MS;
+    const char *why = "lan";
+
+    for (unsigned i = 0; i < c->n; i++) {
+        struct gm_peer *p;
+        double rtt;
+        if (c->servers[i].id == ch->raft.id || c->servers[i].role != RAFT_VOTER ||
+            (p = gm_agent_peer_find(ch->a, c->servers[i].address)) == NULL || p->link == NULL)
+            continue;
+        enum gm_link_class cls = gm_measure_class(p);
+        if (cls != 0 && cls != GM_CLASS_LAN && want < ELECTION_SLOW_MS) {
+            want = ELECTION_SLOW_MS;
+            why = "slow-link";
+        }
+        rtt = gm_link_rtt_ms(p->link);
+        if (rtt * ELECTION_RTT_X > want) {
+            want = rtt * ELECTION_RTT_X < ELECTION_MAX_MS ? (unsigned)(rtt * ELECTION_RTT_X)
+                                                          : ELECTION_MAX_MS;
+            why = "rtt";
+        }
+    }
+    if (want == ch->election_ms || (want < ch->election_ms && 2 * want > ch->election_ms))
+        return;
+    gm_info("event=chief-election-timeout ms=%u was=%u why=%s", want, ch->election_ms, why);
+    ch->election_ms = want;
+    raft_set_election_timeout(&ch->raft, want);
+}
+
 void gm_chief_tick(struct gm_agent *a, uint64_t now)
 {
     struct gm_chief *ch = a->chief;
 
     if (ch == NULL || !ch->started || ch->closed || ch->closing)
         return;
+    tune_election(ch);
     results_expire(ch, now);
     log_chief(ch);
     gm_chiefnet_recheck(ch->net);
@@ -912,6 +957,7 @@ int gm_chief_open(struct gm_agent *a)
     }
     ch->raft_ready = 1;
     raft_set_election_timeout(&ch->raft, ELECTION_MS);
+    ch->election_ms = ELECTION_MS;
     raft_set_heartbeat_timeout(&ch->raft, HEARTBEAT_MS);
     raft_set_snapshot_threshold(&ch->raft, SNAPSHOT_THRESHOLD);
     raft_set_snapshot_trailing(&ch->raft, SNAPSHOT_TRAILING);
