@@ -815,6 +815,28 @@ static void on_switch_report(struct gm_jobs *j, struct job *jb, const char *node
 
 /* --- groups ------------------------------------------------------------------------------ */
 
+/* The slowest measured link from rank me to another rank of the group (by the time a
+ * gradient's worth of fp32 takes): alpha (one-way, s) and bytes a second; false if none. */
+static bool slowest_link(struct gm_jobs *j, struct job *jb, int me, double *alpha, double *bps)
+{
+    double worst = -1;
+
+    for (size_t i = 0; j->env.link_measured != NULL && i < jb->world; i++) {
+        double rtt, mbps, t;
+        if ((int)i == me ||
+            j->env.link_measured(j->env.agent, jb->ranks[me], jb->ranks[i], &rtt, &mbps) < 0 ||
+            !(mbps > 0) || !(rtt >= 0))
+            continue;
+        t = rtt / 2e3 + 4e6 / (mbps * 1e6 / 8); /* a million floats */
+        if (t > worst) {
+            worst = t;
+            *alpha = rtt / 2e3;
+            *bps = mbps * 1e6 / 8;
+        }
+    }
+    return worst >= 0;
+}
+
 /* Builds this node's transport for group gen and hands it to the rank. */
 static int form_local(struct gm_jobs *j, struct job *jb)
 {
@@ -844,6 +866,9 @@ static int form_local(struct gm_jobs *j, struct job *jb)
     }
     if (jb->codec_auto) { /* the current pick (it may have switched since the job began) */
         struct gm_gradsync_strategy s;
+        double alpha = 0, bps = 0;
+        if (slowest_link(j, jb, me, &alpha, &bps))
+            gm_rank_set_fit_prior(jb->rank, alpha, bps);
         if (gm_gradsync_strategy_from_job(&jb->job, &s) == 0)
             gm_rank_set_codec(jb->rank, &s);
     }

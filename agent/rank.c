@@ -399,6 +399,13 @@ void gm_rank_get_fit(struct gm_rank *rk, struct gm_coll_link *fit, uint64_t *n)
     pthread_mutex_unlock(&rk->mu);
 }
 
+void gm_rank_set_fit_prior(struct gm_rank *rk, double alpha_s, double bytes_per_s)
+{
+    pthread_mutex_lock(&rk->mu);
+    gm_gradsync_ab_prior(&rk->fit, alpha_s, bytes_per_s);
+    pthread_mutex_unlock(&rk->mu);
+}
+
 void gm_rank_set_codec(struct gm_rank *rk, const struct gm_gradsync_strategy *s)
 {
     pthread_mutex_lock(&rk->mu);
@@ -953,7 +960,8 @@ int gm_rank_start(uv_loop_t *loop, const struct gm_job *job, const char *out,
     snprintf(rk->out, sizeof(rk->out), "%s", out);
     if ((err = gm_gradsync_strategy_from_job(&rk->job, &rk->strat)) < 0)
         goto fail;
-    gm_gradsync_ab_init(&rk->fit, 0, 125e6); /* a prior of 1 Gbit/s: the samples dominate */
+    /* a prior of 1 Gbit/s until the group's links are known (gm_rank_set_fit_prior) */
+    gm_gradsync_ab_init(&rk->fit, 0, 125e6);
     rk->at_step = -1;
     rk->align_h = 1;
     rk->exec = (struct gm_gradsync_exec){

@@ -122,6 +122,10 @@ void gm_rank_set_codec(struct gm_rank *rk, const struct gm_gradsync_strategy *s)
  * or a resync are left out) and how many ops it has seen.  Any thread. */
 struct gm_coll_link;
 void gm_rank_get_fit(struct gm_rank *rk, struct gm_coll_link *fit, uint64_t *n);
+/* The fit's prior (train/gradsync.h gm_gradsync_ab_prior): the measured link this rank's
+ * collectives wait on, so that samples of one small message size (a compressing codec) do not
+ * read as a free link.  Any thread. */
+void gm_rank_set_fit_prior(struct gm_rank *rk, double alpha_s, double bytes_per_s);
 /* Switching codec mid-run (codec = auto).  The coordinator announces that group gen runs `to`
  * from step on (sequence number seq); every rank takes it at the boundary of the first step
  * >= step at which its strategy may be left (gm_gradsync_switch_step: DiLoCo at a round

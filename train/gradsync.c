@@ -674,6 +674,11 @@ int gm_gradsync_ckpt_restore(struct gm_gradsync *g, const struct gm_st_file *f, 
 void gm_gradsync_ab_init(struct gm_gradsync_ab *f, double alpha_s, double bytes_per_s)
 {
     memset(f, 0, sizeof(*f));
+    gm_gradsync_ab_prior(f, alpha_s, bytes_per_s);
+}
+
+void gm_gradsync_ab_prior(struct gm_gradsync_ab *f, double alpha_s, double bytes_per_s)
+{
     f->a0 = alpha_s >= 0 && isfinite(alpha_s) ? alpha_s : 0;
     f->b0 = bytes_per_s > 0 && isfinite(bytes_per_s) ? 1.0 / bytes_per_s : 1e-9;
 }

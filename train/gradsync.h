@@ -245,6 +245,8 @@ struct gm_gradsync_ab {
 
 /* Starts the fit from a measurement: alpha_s (one-way latency, >= 0) and bytes_per_s (> 0). */
 void gm_gradsync_ab_init(struct gm_gradsync_ab *f, double alpha_s, double bytes_per_s);
+/* Replaces the prior (as gm_gradsync_ab_init), keeping the samples: the link was measured. */
+void gm_gradsync_ab_prior(struct gm_gradsync_ab *f, double alpha_s, double bytes_per_s);
 /* One real collective: bytes sent on the link, seconds it took.  Non-finite or negative
  * values are ignored. */
 void gm_gradsync_ab_add(struct gm_gradsync_ab *f, double bytes, double seconds);

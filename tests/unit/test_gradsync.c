@@ -201,6 +201,20 @@ static void test_ab_fit(void)
     GM_CHECK_NEAR(l.alpha_s + 5000 / l.bytes_per_s, 0.060, 0, 0.03);
     GM_CHECK(l.alpha_s > 0 && l.bytes_per_s > 0);
     GM_CHECK_EQ(f.n, 400u);
+
+    /* small messages only (a compressing codec), slower than the prior's latency says: with
+     * the 1 Gbit/s placeholder the fit reads a free link, with the measured link as the prior
+     * (gm_gradsync_ab_prior, samples kept) a 256 KiB message costs about what it measured */
+    gm_gradsync_ab_init(&f, 0, 125e6);
+    for (int i = 0; i < 30; i++)
+        gm_gradsync_ab_add(&f, 4532, 0.0025);
+    gm_gradsync_ab_link(&f, &l);
+    GM_CHECK(l.bytes_per_s > 1e9);             /* the failure the prior is for */
+    gm_gradsync_ab_prior(&f, 0.00175, 22.5e6); /* measured: 3.5 ms RTT, 180 Mbit/s */
+    GM_CHECK_EQ(f.n, 30u);
+    gm_gradsync_ab_link(&f, &l);
+    GM_CHECK_NEAR(l.alpha_s + 4532 / l.bytes_per_s, 0.0025, 0, 0.05);
+    GM_CHECK_NEAR(l.alpha_s + 262144 / l.bytes_per_s, 0.00175 + 262144 / 22.5e6, 0, 0.25);
 }
 
 static struct gm_model *lenet(void)
