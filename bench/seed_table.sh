@@ -24,7 +24,13 @@
 #   reach the target; 1), WINDOW (seconds of a timed window; 40, --quick 20), SEED (1),
 #   DELAY_MS (25), RATES ("20 5"), RESULTS (a file to keep the JSON rows in), KEEP=1,
 #   ONLY (an extended regex: run only the rows whose names match; a diagnosis, since the
-#   time to accuracy needs the 1-agent row), CODEC_AUTO (what the "auto" rows submit; auto).
+#   time to accuracy needs the 1-agent row), CODEC_AUTO (what the "auto" rows submit; auto),
+#   ROUNDS (1: rounds 2.. repeat every row trained to the end, not the timed windows),
+#   HOST_CPU (cores each host may use, 0.6; 0: no cap).
+# The hosts share this machine's cores.  So that each is a machine of its own speed, as in the
+# seeds, every host's agent (and DDP process) runs in a CPU cgroup capped at HOST_CPU cores
+# (NB_HOST_CPU in tests/integration/netns.bash): three hosts at 0.6 use 1.8 of 2 cores, and the
+# 3-agent row has a third more compute than the 2-agent rows, as three PCs would.
 # Root, network namespaces, openvpn, the dataset and /usr/bin/python3 with torch; exit 77
 # where one is missing.
 set -o pipefail
@@ -46,12 +52,14 @@ WINDOW=${WINDOW:-40}
 SEED=${SEED:-1}
 DELAY_MS=${DELAY_MS:-25}
 RATES=${RATES:-20 5}
+HOST_CPU=${HOST_CPU:-0.6}
+[ "$HOST_CPU" = 0 ] || export NB_HOST_CPU=$HOST_CPU
 PY="python3 $PWD/bench/seed_table.py"
 RES=$WORK/results.jsonl
 : >"$RES"
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 echo "seed_table: epochs=$EPOCHS extra=$EXTRA window=${WINDOW}s seed=$SEED delay=${DELAY_MS}ms" \
-    "each way; $(uptime | sed 's/.*load/load/')"
+    "each way; host_cpu=$HOST_CPU cores; $(uptime | sed 's/.*load/load/')"
 
 set_rate() { nb_rate a1 eth1 "${1}mbit"; nb_rate b1 eth0 "${1}mbit"; }
 nb_host a1; nb_host a2; nb_host b1; nb_bridge lan
@@ -254,10 +262,13 @@ full "3 agents (2 LAN + 1 tunnel 20 Mbit/s), auto" auto "$E2" a1 a2 b1
 for ROUND in $(seq 2 "${ROUNDS:-1}"); do
     echo "round $ROUND; $(uptime | sed 's/.*load/load/')"
     full "1 agent" fp32 "$EPOCHS" a1
+    full "2 agents, LAN" auto "$E2" a1 a2
     for r in $RATES; do
         set_rate "$r"
         full "2 agents, tunnel ${r} Mbit/s, auto" auto "$E2" a1 b1
     done
+    set_rate 20
+    full "3 agents (2 LAN + 1 tunnel 20 Mbit/s), auto" auto "$E2" a1 a2 b1
 done
 
 echo

@@ -55,6 +55,7 @@ NB_WORK=${NB_WORK:-}
 NB_OWN_WORK=0
 NB_NS=()
 NB_PIDS=()
+NB_CGROUPS=()
 NB_LAST_PID=
 NB_TUN_DEV=
 NB_NPORT=0
@@ -102,7 +103,7 @@ nb__trap() {
     if [ "${NB_TRAP_PID:-}" = "$BASHPID" ]; then
         case $cur in *nb__on_exit*) return 0 ;; esac
     elif [ "$BASHPID" != "$$" ]; then
-        cur='' NB_NS=() NB_PIDS=() NB_OWN_WORK=0
+        cur='' NB_NS=() NB_PIDS=() NB_CGROUPS=() NB_OWN_WORK=0
     fi
     NB_PREV_EXIT_TRAP=
     if [ -n "$cur" ]; then
@@ -178,8 +179,30 @@ nb__newns() {
     nb__run ip -n "$ns" link set lo up
 }
 
-# nb_host HOST: a host: a namespace with only lo, up.
-nb_host() { nb__newns "$1"; }
+# nb_host HOST: a host: a namespace with only lo, up.  With NB_HOST_CPU set (cores, e.g. 0.6)
+# the host also gets a CPU cgroup (v1 cpu controller, /sys/fs/cgroup/cpu) capped at that many
+# cores, which every process nb_spawn starts there joins: hosts of equal speed, as separate
+# machines would be, whatever else shares this machine's cores (the namespaces share its
+# CPUs otherwise, so a third host would add no compute to two that fill two cores).
+nb_host() {
+    local cg
+    nb__newns "$1"
+    [ -n "${NB_HOST_CPU:-}" ] || return 0
+    [ -d /sys/fs/cgroup/cpu ] || nb__die "NB_HOST_CPU: no cgroup v1 cpu controller at /sys/fs/cgroup/cpu"
+    cg=/sys/fs/cgroup/cpu/$(nb_ns "$1")
+    mkdir "$cg" || nb__die "cannot make cgroup $cg"
+    NB_CGROUPS+=("$cg")
+    echo 100000 >"$cg/cpu.cfs_period_us" &&
+        awk -v c="$NB_HOST_CPU" 'BEGIN { printf "%d\n", c * 100000 }' >"$cg/cpu.cfs_quota_us" ||
+        nb__die "cannot cap $cg at $NB_HOST_CPU cores"
+}
+
+# nb_cgroup HOST: the host's CPU cgroup directory, or nothing without NB_HOST_CPU.
+nb_cgroup() {
+    local cg=/sys/fs/cgroup/cpu/$(nb_ns "$1")
+    [ -n "${NB_HOST_CPU:-}" ] && [ -d "$cg" ] && echo "$cg"
+    return 0
+}
 
 # nb_bridge BR: a LAN switch: bridge device BR inside its own namespace (host
 # name sw-BR), never in the root namespace.  STP off (ports forward at once)
@@ -279,13 +302,19 @@ nb_exec() {
 # nb_spawn HOST LOG CMD...: starts CMD in the background inside HOST, stdout
 # and stderr appended to LOG (relative names go under NB_WORK), registered for
 # cleanup; its pid is in NB_LAST_PID (and NB_PIDS).  `ip netns exec` execs
-# CMD, so the pid is CMD's own.
+# CMD, so the pid is CMD's own.  With NB_HOST_CPU, CMD runs in HOST's CPU cgroup
+# (nb_host).
 nb_spawn() {
-    local host=$1 log=$2 ns; shift 2
+    local host=$1 log=$2 ns cg; shift 2
     ns=$(nb_ns "$host")
     case $log in /*) ;; *) log=$NB_WORK/$log ;; esac
     nb__trap
-    ip netns exec "$ns" "$@" >>"$log" 2>&1 &
+    cg=$(nb_cgroup "$host")
+    if [ -n "$cg" ]; then # join the host's cgroup (outside: `ip netns exec` remounts /sys), then exec
+        sh -c 'echo $$ >"$0/cgroup.procs" && exec ip netns exec "$@"' "$cg" "$ns" "$@" >>"$log" 2>&1 &
+    else
+        ip netns exec "$ns" "$@" >>"$log" 2>&1 &
+    fi
     NB_LAST_PID=$!
     NB_PIDS+=("$NB_LAST_PID")
 }
@@ -452,6 +481,8 @@ nb_cleanup() {
     for p in "${NB_PIDS[@]}"; do nb__alive "$p" || wait "$p" 2>/dev/null; done
     for ns in "${NB_NS[@]}"; do ip netns del "$ns" 2>/dev/null; done
     NB_NS=()
+    for p in "${NB_CGROUPS[@]}"; do rmdir "$p" 2>/dev/null; done
+    NB_CGROUPS=()
     NB_PIDS=()
     if [ "$NB_OWN_WORK" = 1 ] && [ -n "$NB_WORK" ]; then
         if [ "${KEEP:-0}" = 1 ]; then echo "kept $NB_WORK"; else rm -rf "$NB_WORK"; fi

@@ -123,6 +123,22 @@ body() {
     nb_exec h2 ping -n -c 1 -W 2 10.74.200.1 | grep "ttl=63" >/dev/null ||
         fail "h2 -> b reply did not come through one router (want ttl=63)"
     pass "h2 reaches b through h1's forwarding and the tunnel"
+
+    # NB_HOST_CPU: a host of its own speed (a CPU cgroup) that what nb_spawn starts there joins
+    if [ -d /sys/fs/cgroup/cpu ]; then
+        local cg
+        NB_HOST_CPU=0.25 nb_host cpu
+        cg=$(NB_HOST_CPU=0.25 nb_cgroup cpu)
+        [ -n "$cg" ] && [ "$(cat "$cg/cpu.cfs_quota_us")" = 25000 ] ||
+            fail "host cpu: no cgroup capped at 25000 us per 100000 ($cg)"
+        NB_HOST_CPU=0.25 nb_spawn cpu sleep-cpu.log sleep 60
+        in_cg() { grep -x "$NB_LAST_PID" "$cg/cgroup.procs" >/dev/null; }
+        nb_wait "process $NB_LAST_PID spawned on host cpu to be in $cg" 10 in_cg
+        [ "$(tr '\0' ' ' <"/proc/$NB_LAST_PID/cmdline")" = "sleep 60 " ] ||
+            fail "process $NB_LAST_PID in $cg is not the command"
+        echo "cgroup=$cg" >>"$STATE"
+        pass "NB_HOST_CPU=0.25: host cpu's processes run in $cg, capped at 0.25 cores"
+    fi
 }
 
 # A builder that fails, and a shell killed by SIGTERM, clean up too, and run
@@ -172,6 +188,9 @@ leftovers() {
         [ "$(ident "${p%%:*}")" != "$p" ] || fail "$1: process ${p%%:*} ($(tr '\0' ' ' <"/proc/${p%%:*}/cmdline")) still running"
     done
     grep "^pids=[0-9]" "$STATE" >/dev/null || fail "$1: no process was recorded (the check could not fail)"
+    for p in $(sed -n 's/^cgroup=//p' "$STATE"); do
+        [ ! -e "$p" ] || fail "$1: cgroup $p left"
+    done
     [ "$(ip -o link show | awk -F': ' '{print $2}' | sort)" = "$ROOT_LINKS" ] ||
         fail "$1: the root namespace's links changed"
 }
