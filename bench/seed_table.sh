@@ -26,10 +26,11 @@
 #   ONLY (an extended regex: run only the rows whose names match; a diagnosis, since the
 #   time to accuracy needs the 1-agent row), CODEC_AUTO (what the "auto" rows submit; auto),
 #   ROUNDS (1: rounds 2.. repeat every row trained to the end, not the timed windows),
-#   HOST_CPU (cores each host may use, 0.6; 0: no cap).
+#   HOST_CPU (cores each host may use, 0.5; 0: no cap).
 # The hosts share this machine's cores.  So that each is a machine of its own speed, as in the
 # seeds, every host's agent (and DDP process) runs in a CPU cgroup capped at HOST_CPU cores
-# (NB_HOST_CPU in tests/integration/netns.bash): three hosts at 0.6 use 1.8 of 2 cores, and the
+# (NB_HOST_CPU in tests/integration/netns.bash): three hosts at 0.5 use 1.5 of 2 cores (the rest is
+# left to OpenVPN, the delay relay and this script), and the
 # 3-agent row has a third more compute than the 2-agent rows, as three PCs would.
 # Root, network namespaces, openvpn, the dataset and /usr/bin/python3 with torch; exit 77
 # where one is missing.
@@ -52,7 +53,7 @@ WINDOW=${WINDOW:-40}
 SEED=${SEED:-1}
 DELAY_MS=${DELAY_MS:-25}
 RATES=${RATES:-20 5}
-HOST_CPU=${HOST_CPU:-0.6}
+HOST_CPU=${HOST_CPU:-0.5}
 [ "$HOST_CPU" = 0 ] || export NB_HOST_CPU=$HOST_CPU
 PY="python3 $PWD/bench/seed_table.py"
 RES=$WORK/results.jsonl
