@@ -29,9 +29,9 @@
 #   HOST_CPU (cores each host may use, 0.5; 0: no cap).
 # The hosts share this machine's cores.  So that each is a machine of its own speed, as in the
 # seeds, every host's agent (and DDP process) runs in a CPU cgroup capped at HOST_CPU cores
-# (NB_HOST_CPU in tests/integration/netns.bash): three hosts at 0.5 use 1.5 of 2 cores (the rest is
-# left to OpenVPN, the delay relay and this script), and the
-# 3-agent row has a third more compute than the 2-agent rows, as three PCs would.
+# (NB_HOST_CPU in tests/integration/netns.bash): three hosts at 0.5 use 1.5 of 2 cores (the
+# rest is left to OpenVPN, the delay relay and this script), and the 3-agent row has half again
+# the compute of the 2-agent rows, as three PCs would.
 # Root, network namespaces, openvpn, the dataset and /usr/bin/python3 with torch; exit 77
 # where one is missing.
 set -o pipefail
