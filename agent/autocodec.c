@@ -14,6 +14,7 @@
 #include "train/nn/model.h"
 
 #define TIME_REPS 5
+#define TIME_MIN_S 0.3     /* and at least this long: longer than a CFS quota period (100 ms) */
 #define TIME_BATCH_MAX 256 /* larger per-rank batches: timed at this, scaled linearly */
 
 int gm_autocodec_parse(const char *name, enum gm_job_codec *out)
@@ -104,7 +105,7 @@ int gm_autocodec_resolve(struct gm_job *job, int world, const struct gm_coll_lin
         goto out;
     }
     openblas_set_num_threads(job->threads);
-    compute = gm_gradsync_time_compute(m, per, timed, TIME_REPS);
+    compute = gm_gradsync_time_compute(m, per, timed, TIME_REPS, TIME_MIN_S);
     if (compute <= 0) {
         err = (int)compute;
         snprintf(reason, cap, "fp32: timing the model failed (%s)", gm_strerror(err));

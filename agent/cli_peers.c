@@ -293,7 +293,7 @@ static void doctor_codecs(json_t *r, const char *model, int *warnings)
         goto out;
     }
     links = calloc((size_t)n * (size_t)n, sizeof(*links));
-    compute = gm_gradsync_time_compute(m, 28 * 28, DOCTOR_BATCH, 5);
+    compute = gm_gradsync_time_compute(m, 28 * 28, DOCTOR_BATCH, 5, 0.3);
     if (links == NULL || compute <= 0) {
         check(warnings, 0, links == NULL ? "out of memory" : "cannot time the model");
         goto out;

@@ -939,18 +939,16 @@ int gm_gradsync_auto_choose(const struct gm_gradsync_auto_in *in, struct gm_grad
     return 0;
 }
 
-double gm_gradsync_time_compute(struct gm_model *m, size_t per, int n, int reps)
+double gm_gradsync_time_compute(struct gm_model *m, size_t per, int n, int reps, double min_s)
 {
     float *x = gm_model_input(m);
     int32_t *labels;
-    double t[64];
-    uint64_t rng = 0x9e3779b97f4a7c15u;
-    int classes = gm_model_classes(m), err = 0;
+    uint64_t rng = 0x9e3779b97f4a7c15u, t0 = 0, min_ns;
+    int classes = gm_model_classes(m), err = 0, r;
 
-    if (n < 1 || n > gm_model_max_batch(m) || reps < 1 || per == 0)
+    if (n < 1 || n > gm_model_max_batch(m) || reps < 1 || per == 0 || !(min_s >= 0))
         return -EINVAL;
-    if (reps > 63)
-        reps = 63;
+    min_ns = (uint64_t)(GM_MIN(min_s, 600.0) * 1e9);
     labels = malloc((size_t)n * sizeof(*labels));
     if (labels == NULL)
         return -ENOMEM;
@@ -960,24 +958,18 @@ double gm_gradsync_time_compute(struct gm_model *m, size_t per, int n, int reps)
     }
     for (int i = 0; i < n; i++)
         labels[i] = (int32_t)((unsigned)i % (unsigned)classes);
-    for (int r = 0; r <= reps && err == 0; r++) {
-        uint64_t t0 = gm_time_mono_ns();
+    for (r = 0; err == 0; r++) { /* run 0 is the warm-up; the clock starts after it */
+        if (r == 1)
+            t0 = gm_time_mono_ns();
+        if (r > reps && (r > 1000 || gm_time_mono_ns() - t0 >= min_ns))
+            break;
         if ((err = gm_model_forward(m, n, 1, (uint64_t)r)) < 0)
             break;
         (void)gm_model_loss(m, n, labels, NULL);
-        if ((err = gm_model_backward(m, n)) < 0)
-            break;
-        if (r > 0) /* the first is the warm-up */
-            t[r - 1] = (double)(gm_time_mono_ns() - t0) / 1e9;
+        err = gm_model_backward(m, n);
     }
     free(labels);
     if (err < 0)
         return err;
-    for (int i = 1; i < reps; i++) /* insertion sort: reps is small */
-        for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
-            double s = t[j];
-            t[j] = t[j - 1];
-            t[j - 1] = s;
-        }
-    return t[reps / 2];
+    return (double)(gm_time_mono_ns() - t0) / 1e9 / (r - 1);
 }

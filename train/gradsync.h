@@ -234,7 +234,11 @@ GM_MUST_CHECK int gm_gradsync_estimate(const struct gm_gradsync_strategy *s,
 
 #define GM_GRADSYNC_AUTO_COMM_FRAC 0.2 /* communication per step <= this x compute */
 #define GM_GRADSYNC_AUTO_MIN_H 8       /* DiLoCo's smallest H when auto picks it */
-#define GM_GRADSYNC_AUTO_MAX_H 1024    /* and its largest */
+/* and its largest: H trades accuracy per epoch for bytes.  On LeNet-5/Fashion-MNIST with 2
+ * agents (468 steps an epoch) H = 21-92 reached the 1-agent accuracy in as many epochs, H = 237
+ * did not in one more (bench/seed_table.sh); past this a slower link gets a step that
+ * waits on its sync rather than models that drift apart. */
+#define GM_GRADSYNC_AUTO_MAX_H 64
 
 /* A link's alpha-beta fit (see the header comment).  Plain value. */
 struct gm_gradsync_ab {
@@ -338,9 +342,13 @@ GM_MUST_CHECK int gm_gradsync_strategy_of(enum gm_job_codec codec, const struct 
                                           struct gm_gradsync_strategy *out);
 
 /* Times one training step's compute (forward, loss, backward) of model m at batch n (<= its
- * max batch) on random inputs of per floats a sample (in_c * in_h * in_w): the median of reps
- * (<= 63) runs after one warm-up.  Seconds, or a negative error. */
-double gm_gradsync_time_compute(struct gm_model *m, size_t per, int n, int reps);
+ * max batch) on random inputs of per floats a sample (in_c * in_h * in_w): after one warm-up,
+ * at least reps runs and more until min_s seconds have passed (at most 1000 runs); the mean
+ * wall time of a run.  A mean over a sustained stretch, not the median of a short burst: a
+ * CPU that is shared, or capped by a cgroup quota (which lets a burst shorter than its period
+ * run at full speed), shows as it will when training runs continuously.  Seconds, or a
+ * negative error. */
+double gm_gradsync_time_compute(struct gm_model *m, size_t per, int n, int reps, double min_s);
 
 /* As gm_gradsync_estimate, for a strategy whose algo is GM_COLL_HIER over groups (world
  * entries, the lowest rank of each rank's island; NULL: one group). */

@@ -473,11 +473,12 @@ static void test_islands(void)
 static void test_time_compute(void)
 {
     struct gm_model *m = lenet();
-    double t = gm_gradsync_time_compute(m, 28 * 28, 16, 3);
+    double t = gm_gradsync_time_compute(m, 28 * 28, 16, 3, 0.05);
 
     GM_CHECK(t > 0 && t < 10);
-    GM_CHECK(gm_gradsync_time_compute(m, 28 * 28, 65, 3) < 0);
-    GM_CHECK(gm_gradsync_time_compute(m, 0, 16, 3) < 0);
+    GM_CHECK(gm_gradsync_time_compute(m, 28 * 28, 65, 3, 0) < 0);
+    GM_CHECK(gm_gradsync_time_compute(m, 0, 16, 3, 0) < 0);
+    GM_CHECK(gm_gradsync_time_compute(m, 28 * 28, 16, 3, -1) < 0);
     gm_model_free(m);
 }
 
