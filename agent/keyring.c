@@ -244,8 +244,15 @@ static void ask(struct gm_agent *a)
         if (gm_link_send(c->link, GM_MSG_KEYRING_REQ, 0, NULL, 0) == 0)
             n++;
     }
-    if (n > 0)
+    if (n == 0)
+        return;
+    /* logged at the first ask, then once a minute or so while no voter answers */
+    if (a->keyring_asks++ == 0)
         gm_info("event=ca-key-asked voters=%d reason=\"this node is a voter without the key\"", n);
+    else if (a->keyring_asks % 60 == 0)
+        gm_warn("event=ca-key-missing asks=%llu voters=%d reason=\"no voter answered with the "
+                "CA key: this voter cannot admit\"",
+                (unsigned long long)a->keyring_asks, n);
 }
 
 void gm_keyring_tick(struct gm_agent *a)
@@ -305,6 +312,7 @@ static int take_key(struct gm_agent *a, struct gm_key *key, const char *from)
     }
     a->cakey = key;
     a->tokens = ts;
+    a->keyring_asks = 0;
     snprintf(a->admitter, sizeof(a->admitter), "%s", a->cfg.node);
     gm_tls_ctx_set_accept_joins(a->tls, 1);
     gm_notice("event=ca-key-received from=%s file=%s", from, path);

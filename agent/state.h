@@ -173,6 +173,7 @@ struct gm_agent {
     /* keyring.c: the CA key's handover between voters */
     uint64_t keyring_gen;      /* bumped when the key or the token records change here */
     uint64_t keyring_asked_ns; /* when this node, a voter without the key, last asked for it */
+    uint64_t keyring_asks;     /* asks since this node last received the key */
     /* drain.c: SIGTERM on the chief */
     int drain_phase;
     uint64_t drain_t0, drain_deadline;
