@@ -137,6 +137,16 @@ out:
     return err;
 }
 
+/* Ends the join with err: the reason for the CLI, and ERROR {err, why} to the admitter.
+ * Returns 0: the link is closing (a non-zero return from on_frame would make the link report
+ * its own, unrelated reason to the admitter). */
+static int fail(struct join *j, struct gm_link *l, int err, const char *why)
+{
+    set_err(j, err, why);
+    gm_link_fail(l, err, why);
+    return 0;
+}
+
 static int on_frame(struct gm_link *l, const struct gm_frame_hdr *h, const uint8_t *payload)
 {
     struct join *j = gm_link_data(l);
@@ -144,26 +154,35 @@ static int on_frame(struct gm_link *l, const struct gm_frame_hdr *h, const uint8
     int code = 0;
 
     if (!j->sent || j->answered) {
-        set_err(j, GM_ERR_PROTO, "unexpected message from the admitter");
-        return GM_ERR_PROTO;
+        snprintf(why, sizeof(why), "unexpected message %s from the admitter",
+                 gm_proto_type_name(h->type));
+        return fail(j, l, GM_ERR_PROTO, why);
+    }
+    if (h->type == GM_MSG_PING) {
+        /* The admitter's link keepalive (every link pings at its first tick, then every 5 s)
+         * while the join waits for its token use to commit through the chief: answered, so
+         * its idle timeout sees a live joiner however long the commit takes. */
+        gm_link_pong(l, payload, h->len);
+        return 0;
     }
     if (h->type == GM_MSG_ERROR) {
-        if (gm_proto_error_decode(payload, h->len, &code, msg, sizeof(msg)) != 0) {
-            set_err(j, GM_ERR_PROTO, "malformed error from the admitter");
-            return GM_ERR_PROTO;
-        }
+        if (gm_proto_error_decode(payload, h->len, &code, msg, sizeof(msg)) != 0)
+            return fail(j, l, GM_ERR_PROTO, "malformed error from the admitter");
         snprintf(why, sizeof(why), "admitter: %s", msg);
         set_err(j, code, why);
         gm_link_close(l, code);
         return 0;
     }
     if (h->type != GM_MSG_JOIN_ACCEPT) {
-        set_err(j, GM_ERR_PROTO, "unexpected message from the admitter");
-        return GM_ERR_PROTO;
+        snprintf(why, sizeof(why), "unexpected message %s from the admitter",
+                 gm_proto_type_name(h->type));
+        return fail(j, l, GM_ERR_PROTO, why);
     }
     code = check_accept(j, l, payload, h->len);
-    if (code != 0)
-        return code;
+    if (code != 0) {
+        gm_link_fail(l, code, j->r->reason); /* check_accept said why */
+        return 0;
+    }
     gm_link_close(l, 0);
     return 0;
 }

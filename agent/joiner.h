@@ -5,7 +5,11 @@
  * sent before the server's chain matched the pin), proves knowledge of the
  * token bound to this TLS session, and checks the admitter's proof, the CA
  * (its pin must be the token's) and the issued certificate (this node, this
- * key, signed by that CA) before accepting anything.
+ * key, signed by that CA) before accepting anything.  While the admitter
+ * records the token use (through the chief: it can take a while) its link
+ * keepalive may PING the joiner; the joiner answers PONG.  Any other frame
+ * but JOIN_ACCEPT or ERROR ends the join with GM_ERR_PROTO, and the ERROR
+ * it sends the admitter names the message that was not expected.
  *
  * Loop thread only; gm_join_run wraps it with a private loop for the CLI.
  */

@@ -21,6 +21,7 @@
 #include "agent/state.h"
 #include "common/assert.h"
 #include "common/log.h"
+#include "common/time.h"
 #include "crypto/identity.h"
 #include "crypto/tls.h"
 #include "crypto/token.h"
@@ -186,12 +187,84 @@ static int send_keyring(struct gm_agent *a, struct gm_link *l)
     return err;
 }
 
+/* --- the hand-over's decisions (pure: tests/unit/test_keyring.c) -------------------- */
+
+int gm_keyring_push_due(int peer_voter, uint64_t gen, uint64_t *sent)
+{
+    if (!peer_voter) {
+        *sent = 0; /* made a voter (again) later: it gets the key then */
+        return 0;
+    }
+    if (*sent == gen)
+        return 0;
+    *sent = gen;
+    return 1;
+}
+
+int gm_keyring_ask_due(int holds, int self_voter, uint64_t now_ns, uint64_t *asked_ns)
+{
+    if (holds || !self_voter)
+        return 0;
+    if (*asked_ns != 0 && now_ns - *asked_ns < (uint64_t)GM_KEYRING_ASK_MS * 1000000ull)
+        return 0;
+    *asked_ns = now_ns;
+    return 1;
+}
+
+int gm_keyring_answer_due(int holds, int peer_voter, uint64_t now_ns, uint64_t *answered_ns)
+{
+    if (!holds || !peer_voter)
+        return 0;
+    if (*answered_ns != 0 && now_ns - *answered_ns < (uint64_t)GM_KEYRING_ASK_MS * 1000000ull)
+        return 0;
+    *answered_ns = now_ns;
+    return 1;
+}
+
+/* --- the tick -------------------------------------------------------------------------- */
+
+static int link_usable(const struct gm_lctx *c)
+{
+    return c->node[0] != '\0' && gm_link_state(c->link) == GM_LSTATE_UP &&
+           !gm_link_is_closing(c->link);
+}
+
+/* This node lacks the key while the state records it as a voter: it asks every voter it has
+ * an up link to (KEYRING_REQ), at most once per GM_KEYRING_ASK_MS, until one answers. */
+static void ask(struct gm_agent *a)
+{
+    int n = 0;
+
+    if (!gm_keyring_ask_due(a->cakey != NULL, is_recorded_voter(a, a->cfg.node), gm_time_mono_ns(),
+                            &a->keyring_asked_ns))
+        return;
+    for (struct gm_lctx *c = a->links; c != NULL; c = c->next) {
+        if (!link_usable(c) || !is_recorded_voter(a, c->node))
+            continue;
+        if (gm_link_send(c->link, GM_MSG_KEYRING_REQ, 0, NULL, 0) == 0)
+            n++;
+    }
+    if (n == 0)
+        return;
+    /* logged at the first ask, then once a minute or so while no voter answers */
+    if (a->keyring_asks++ == 0)
+        gm_info("event=ca-key-asked voters=%d reason=\"this node is a voter without the key\"", n);
+    else if (a->keyring_asks % 60 == 0)
+        gm_warn("event=ca-key-missing asks=%llu voters=%d reason=\"no voter answered with the "
+                "CA key: this voter cannot admit\"",
+                (unsigned long long)a->keyring_asks, n);
+}
+
 void gm_keyring_tick(struct gm_agent *a)
 {
     const struct gm_chief_fsm *f = gm_chief_state(a);
 
-    if (a->cakey == NULL || f == NULL)
+    if (f == NULL)
         return;
+    if (a->cakey == NULL) {
+        ask(a);
+        return;
+    }
     if (gm_chief_fsm_is_revoked(f, a->cfg.node)) {
         drop(a, "this node is revoked");
         return;
@@ -206,16 +279,9 @@ void gm_keyring_tick(struct gm_agent *a)
     if (a->keyring_gen == 0)
         a->keyring_gen = 1;
     for (struct gm_lctx *c = a->links; c != NULL; c = c->next) {
-        if (c->node[0] == '\0' || gm_link_state(c->link) != GM_LSTATE_UP ||
-            gm_link_is_closing(c->link))
+        if (!link_usable(c) ||
+            !gm_keyring_push_due(is_recorded_voter(a, c->node), a->keyring_gen, &c->keyring_sent))
             continue;
-        if (!is_recorded_voter(a, c->node)) {
-            c->keyring_sent = 0; /* made a voter (again) later: it gets the key then */
-            continue;
-        }
-        if (c->keyring_sent == a->keyring_gen)
-            continue;
-        c->keyring_sent = a->keyring_gen;
         if (send_keyring(a, c->link) != 0)
             gm_warn("event=ca-key-send-failed to=%s", c->node);
         else
@@ -246,6 +312,7 @@ static int take_key(struct gm_agent *a, struct gm_key *key, const char *from)
     }
     a->cakey = key;
     a->tokens = ts;
+    a->keyring_asks = 0;
     snprintf(a->admitter, sizeof(a->admitter), "%s", a->cfg.node);
     gm_tls_ctx_set_accept_joins(a->tls, 1);
     gm_notice("event=ca-key-received from=%s file=%s", from, path);
@@ -298,8 +365,34 @@ out:
     return err == GM_ERR_AUTH ? gm_agent_refuse(l, err, "keyring holds a foreign CA key") : 0;
 }
 
+/* A voter that lacks the key asks for it (see ask()): answered with KEYRING when this node
+ * holds the key and its state records the asker as a voter, else ignored (the asker asks
+ * again: a state that lags the asker's catches up). */
+static int h_keyring_req(struct gm_agent *a, struct gm_link *l, const struct gm_frame_hdr *h,
+                         const uint8_t *p)
+{
+    struct gm_lctx *c = gm_link_data(l);
+
+    (void)p;
+    if (h->len != 0)
+        return gm_agent_refuse(l, GM_ERR_PROTO, "malformed keyring request");
+    if (!gm_keyring_answer_due(a->cakey != NULL, is_recorded_voter(a, c->node), gm_time_mono_ns(),
+                               &c->keyring_answered_ns)) {
+        gm_debug("event=ca-key-request-ignored from=%s holds=%d", c->node, a->cakey != NULL);
+        return 0;
+    }
+    if (send_keyring(a, l) != 0) {
+        gm_warn("event=ca-key-send-failed to=%s", c->node);
+        return 0;
+    }
+    c->keyring_sent = a->keyring_gen; /* the push has nothing newer for it */
+    gm_info("event=ca-key-sent to=%s reason=asked", c->node);
+    return 0;
+}
+
 static const struct gm_room_frame frames[] = {
     {GM_MSG_KEYRING, GM_LSTATE_UP, h_keyring},
+    {GM_MSG_KEYRING_REQ, GM_LSTATE_UP, h_keyring_req},
 };
 
 const struct gm_room gm_keyring_room = {

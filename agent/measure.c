@@ -413,7 +413,8 @@ static int h_bulk(struct gm_agent *a, struct gm_link *l, const struct gm_frame_h
 
 static const struct gm_room_frame frames[] = {
     {GM_MSG_PING, GM_LSTATE_HELLO | GM_LSTATE_UP, h_ping},
-    {GM_MSG_PONG, GM_LSTATE_HELLO | GM_LSTATE_UP, h_pong},
+    /* JOIN: a joiner answers the link keepalive while its join waits (agent/joiner.c) */
+    {GM_MSG_PONG, GM_LSTATE_JOIN | GM_LSTATE_HELLO | GM_LSTATE_UP, h_pong},
     {GM_MSG_BULK, GM_LSTATE_UP, h_bulk},
     {GM_MSG_PROBE, GM_LSTATE_UP, h_probe},
     {GM_MSG_RATE, GM_LSTATE_UP, h_rate},

@@ -31,6 +31,7 @@ int gm_proto_type_known(uint16_t type)
     case GM_MSG_RENEW_REQUEST:
     case GM_MSG_RENEW_ACCEPT:
     case GM_MSG_KEYRING:
+    case GM_MSG_KEYRING_REQ:
     case GM_MSG_JOB_OFFER:
     case GM_MSG_JOB_CHECK:
     case GM_MSG_JOB_GROUP:
@@ -101,6 +102,8 @@ const char *gm_proto_type_name(uint16_t type)
         return "renew-accept";
     case GM_MSG_KEYRING:
         return "keyring";
+    case GM_MSG_KEYRING_REQ:
+        return "keyring-req";
     case GM_MSG_JOB_OFFER:
         return "job-offer";
     case GM_MSG_JOB_CHECK:

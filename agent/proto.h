@@ -25,6 +25,7 @@
  *                for the key and name of the certificate it linked with
  *   RENEW_ACCEPT {cert}                                      admitter -> member
  *   KEYRING      {v, ca_key, tokens}: the CA key and token records, to a voter (agent/keyring.h)
+ *   KEYRING_REQ  empty: a voter that lacks the CA key asks a voter for KEYRING
  *   JOB_OFFER, JOB_CHECK, JOB_GROUP, JOB_REPORT, JOB_END, JOB_SUBMIT, JOB_SWITCH: job control
  *   (agent/jobmsg.h)
  *   TRAIN        raw chunk of a collective message; req = generation << 32 | sequence
@@ -64,8 +65,9 @@ enum gm_msg_type {
     GM_MSG_JOIN_ACCEPT = 17,
     GM_MSG_RENEW_REQUEST = 18,
     GM_MSG_RENEW_ACCEPT = 19,
-    GM_MSG_KEYRING = 20,   /* the CA key and token records, to a voter (agent/keyring.h) */
-    GM_MSG_JOB_OFFER = 32, /* agent/jobmsg.h: the job control messages */
+    GM_MSG_KEYRING = 20,     /* the CA key and token records, to a voter (agent/keyring.h) */
+    GM_MSG_KEYRING_REQ = 21, /* empty: a voter without the CA key asks a voter for it */
+    GM_MSG_JOB_OFFER = 32,   /* agent/jobmsg.h: the job control messages */
     GM_MSG_JOB_CHECK = 33,
     GM_MSG_JOB_GROUP = 34,
     GM_MSG_JOB_REPORT = 35,

@@ -114,8 +114,9 @@ struct gm_lctx {
     int rx_active;
     uint16_t rx_type;
     uint64_t rx_req, rx_t0, rx_bytes, rx_first;
-    uint64_t keyring_sent;   /* keyring.c: the keyring_gen last sent on this link */
-    struct gm_join_wait *jw; /* admit.c: a join waiting for its token use to commit */
+    uint64_t keyring_sent;        /* keyring.c: the keyring_gen last sent on this link */
+    uint64_t keyring_answered_ns; /* keyring.c: when a KEYRING_REQ was last answered here */
+    struct gm_join_wait *jw;      /* admit.c: a join waiting for its token use to commit */
 };
 
 #define GM_JOIN_FAILS_MAX 20 /* refused joins per window, all tokens together */
@@ -170,7 +171,9 @@ struct gm_agent {
     /* ckptxfer.c */
     struct gm_ckptx *ckptx;
     /* keyring.c: the CA key's handover between voters */
-    uint64_t keyring_gen; /* bumped when the key or the token records change here */
+    uint64_t keyring_gen;      /* bumped when the key or the token records change here */
+    uint64_t keyring_asked_ns; /* when this node, a voter without the key, last asked for it */
+    uint64_t keyring_asks;     /* asks since this node last received the key */
     /* drain.c: SIGTERM on the chief */
     int drain_phase;
     uint64_t drain_t0, drain_deadline;

@@ -281,6 +281,135 @@ static void test_join_ok_and_reuse(void)
     sodium_memzero(tok, sizeof(tok));
 }
 
+/* --- a join that waits: the admitter's keepalive reaches the joiner ------------------- */
+
+/* A stand-in admitter on the test's loop: on JOIN_REQUEST it sends a PING, as an agent's
+ * link does at its first tick while the join waits for its token use to commit through the
+ * chief, and on the PONG refuses the join with a token error.  The joiner must answer the
+ * PING and then report the refusal (before the fix it failed on "unexpected message"). */
+struct slow_admitter {
+    uv_tcp_t server;
+    struct gm_tls_ctx *tls;
+    struct gm_link *l;
+    int got_request, got_pong, closed;
+};
+
+static int sa_up(struct gm_link *l)
+{
+    (void)l;
+    return 0;
+}
+
+static int sa_frame(struct gm_link *l, const struct gm_frame_hdr *h, const uint8_t *p)
+{
+    struct slow_admitter *s = gm_link_data(l);
+
+    (void)p;
+    if (h->type == GM_MSG_JOIN_REQUEST && !s->got_request) {
+        s->got_request = 1;
+        gm_link_ping(l);
+        return 0;
+    }
+    if (h->type == GM_MSG_PONG && s->got_request && h->len == 16) {
+        s->got_pong = 1;
+        gm_link_fail(l, GM_ERR_TOKEN, "join refused: the stand-in admitter says no");
+        return 0;
+    }
+    return GM_ERR_PROTO;
+}
+
+static void sa_close(struct gm_link *l, int err)
+{
+    struct slow_admitter *s = gm_link_data(l);
+
+    (void)err;
+    s->closed = 1;
+    s->l = NULL;
+}
+
+static const struct gm_link_ops sa_ops = {
+    .on_up = sa_up, .on_frame = sa_frame, .on_close = sa_close};
+
+static void sa_connection(uv_stream_t *server, int status)
+{
+    struct slow_admitter *s = server->data;
+    struct gm_link_opts o = {.role = GM_TLS_ROLE_SERVER};
+
+    if (status != 0 || s->l != NULL)
+        return;
+    GM_CHECK_OK(gm_link_new(server->loop, s->tls, &o, &sa_ops, s, &s->l));
+    if (s->l != NULL && gm_link_accept(s->l, server) != 0) {
+        gm_link_free_unstarted(s->l);
+        s->l = NULL;
+    }
+}
+
+static void join_done_flag(void *arg, struct gm_join_result *r)
+{
+    (void)r;
+    *(int *)arg = 1;
+}
+
+static void test_join_ping_while_pending(void)
+{
+    struct slow_admitter s = {0};
+    struct gm_key *skey = NULL, *jkey = NULL;
+    struct gm_cert *scert = issue("lab", "slow", &skey);
+    struct gm_tls_config tc = {
+        .cluster = "lab", .ca = ca, .cert = scert, .key = skey, .accept_joins = 1};
+    struct sockaddr_storage addr;
+    struct sockaddr_in any;
+    struct gm_token *t = NULL;
+    struct gm_join_params p = {0};
+    struct gm_join_result r;
+    uint8_t pin[GM_ID_PIN_LEN], id[GM_TOKEN_ID_LEN], secret[GM_TOKEN_SECRET_LEN];
+    char tok[GM_TOKEN_STR_MAX];
+    int len = sizeof(addr), done = 0;
+    uv_loop_t loop;
+
+    GM_CHECK_OK(uv_loop_init(&loop));
+    GM_CHECK_OK(gm_tls_ctx_new(&tc, &s.tls));
+    GM_CHECK_OK(uv_tcp_init(&loop, &s.server));
+    s.server.data = &s;
+    GM_CHECK_OK(uv_ip4_addr("127.0.0.1", 0, &any));
+    GM_CHECK_OK(uv_tcp_bind(&s.server, (struct sockaddr *)&any, 0));
+    GM_CHECK_OK(uv_listen((uv_stream_t *)&s.server, 4, sa_connection));
+    GM_CHECK_OK(uv_tcp_getsockname(&s.server, (struct sockaddr *)&addr, &len));
+
+    GM_CHECK_OK(gm_id_cert_pin(ca, pin));
+    randombytes_buf(id, sizeof(id));
+    randombytes_buf(secret, sizeof(secret));
+    GM_CHECK_OK(gm_token_encode("lab", pin, id, secret, tok));
+    GM_CHECK_OK(gm_token_parse(tok, strlen(tok), &t));
+    GM_CHECK_OK(gm_id_key_generate(&jkey));
+    p.token = t;
+    p.peer = (struct sockaddr *)&addr;
+    p.node = "waiter";
+    p.listen = "127.0.0.1:1";
+    p.key = jkey;
+    GM_CHECK_OK(gm_join_start(&loop, &p, &r, join_done_flag, &done));
+    GM_CHECK(run_until(&loop, &done));
+    GM_CHECK(run_until(&loop, &s.closed));
+
+    GM_CHECK(s.got_request);
+    GM_CHECK(s.got_pong);             /* the joiner answered the keepalive */
+    GM_CHECK_EQ(r.err, GM_ERR_TOKEN); /* and then saw the refusal, not a protocol error */
+    GM_CHECK(strstr(r.reason, "the stand-in admitter says no") != NULL);
+    GM_CHECK(r.cert == NULL);
+    gm_join_result_free(&r);
+
+    uv_close((uv_handle_t *)&s.server, NULL);
+    while (uv_run(&loop, UV_RUN_NOWAIT) != 0)
+        ;
+    GM_CHECK_OK(uv_loop_close(&loop));
+    gm_tls_ctx_free(s.tls);
+    gm_token_free(t);
+    gm_id_key_free(jkey);
+    gm_id_key_free(skey);
+    gm_id_cert_free(scert);
+    sodium_memzero(tok, sizeof(tok));
+}
+
 static void test_join_replay(void)
 {
     char tok[GM_TOKEN_STR_MAX], id[17], needle[128], *captured = NULL;
@@ -948,6 +1077,7 @@ int main(void)
 
     GM_TEST_RUN(test_join_ok_and_reuse);
     GM_TEST_RUN(test_join_replay);
+    GM_TEST_RUN(test_join_ping_while_pending);
     GM_TEST_RUN(test_join_revoked_expired);
     GM_TEST_RUN(test_join_wrong_pin);
     GM_TEST_RUN(test_bad_frames);
