@@ -85,6 +85,7 @@ struct gm_link {
     int rated;         /* bulk frames go through tb (gm_link_set_rate) */
     size_t high_water; /* ciphertext bytes queued above the kernel (gm_link_set_high_water) */
     size_t chunk;      /* bulk bytes per frame: GM_LINK_CHUNK, less on a slow link */
+    int handler_err;   /* the parser's error came from ops->on_frame, not the header */
     struct gm_tbucket tb;
 };
 
@@ -752,6 +753,7 @@ static int frame_cb(void *arg, const struct gm_frame_hdr *h, const uint8_t *payl
     err = l->ops->on_frame(l, h, payload);
     if (err == 0 && l->closing)
         return GM_ERR_ABORTED;
+    l->handler_err = err != 0; /* the frame was well formed: its handler refused it */
     return err;
 }
 
@@ -852,8 +854,9 @@ static void process(struct gm_link *l, uv_stream_t *s, ssize_t nread)
         if (perr != 0) {
             gm_warn("event=bad-frame peer=%s err=%d msg=\"%s\"", l->peer, perr, gm_strerror(perr));
             gm_link_fail(l, perr,
-                         perr == -EMSGSIZE ? "frame longer than the maximum"
-                                           : "malformed frame header (unknown type or flags)");
+                         l->handler_err      ? "frame refused by its handler"
+                         : perr == -EMSGSIZE ? "frame longer than the maximum"
+                                             : "malformed frame header (unknown type or flags)");
             return;
         }
     }
