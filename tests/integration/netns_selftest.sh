@@ -129,8 +129,9 @@ body() {
         local cg
         NB_HOST_CPU=0.25 nb_host cpu
         cg=$(NB_HOST_CPU=0.25 nb_cgroup cpu)
-        [ -n "$cg" ] && [ "$(cat "$cg/cpu.cfs_quota_us")" = 25000 ] ||
-            fail "host cpu: no cgroup capped at 25000 us per 100000 ($cg)"
+        [ -n "$cg" ] && [ "$(cat "$cg/cpu.cfs_quota_us")" = 2500 ] &&
+            [ "$(cat "$cg/cpu.cfs_period_us")" = 10000 ] ||
+            fail "host cpu: no cgroup capped at 2500 us per 10000 ($cg)"
         NB_HOST_CPU=0.25 nb_spawn cpu sleep-cpu.log sleep 60
         in_cg() { grep -x "$NB_LAST_PID" "$cg/cgroup.procs" >/dev/null; }
         nb_wait "process $NB_LAST_PID spawned on host cpu to be in $cg" 10 in_cg
