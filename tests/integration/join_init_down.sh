@@ -19,6 +19,11 @@
 #  5. a well-formed token that was never issued (right cluster and pin): refused
 #  6. `role gamma witness`: gamma deletes its CA key and admits no more; `role gamma voter`:
 #     it receives the key and the token records again
+#  7. with alpha still down, a job trains on beta, gamma and delta (the machine admitted
+#     without it) to the end, as issue 13 asks of every fault test: done, test accuracy within
+#     1 point of the same job undisturbed on alpha, beta and gamma before alpha was killed
+#     (step 1b: same seed, same world of 3, another name so that its checkpoints stay its
+#     own), a valid newest committed checkpoint, and one chief per term in the logs.
 # Every wait polls a condition.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
@@ -46,6 +51,47 @@ ID=$(grep -o 'event=token-created token=[0-9a-f]*' "$WORK/alpha.log" | tail -n 1
 [ -n "$ID" ] || fail "no event=token-created on alpha"
 for n in beta gamma; do wait_for "$n knows token $ID" token_known $n "$ID"; done
 pass "a token made on alpha reached beta and gamma"
+
+# --- 1b. the undisturbed run of the job of step 7 -----------------------------------------------
+DATA=/usr/share/datasets/fashion-mnist
+JOB_STEPS=312 # 1 epoch of 60000 at a global batch of 192
+job_ini() { # FILE NAME [checkpoint_every]
+    cat >"$1" <<JOB
+[job]
+name = $2
+model = mlp
+epochs = 1
+seed = 3
+log_every = 100
+${3:+checkpoint_every = $3}
+[model]
+hidden = 64
+[data]
+kind = idx
+dir = $DATA
+[optim]
+name = adam
+lr = 0.002
+global_batch = 192
+[comm]
+codec = fp32
+JOB
+}
+run_job() { # INI ON: submits INI on ON and follows it to its end; prints the job id
+    timeout 600 "$GM" submit "$1" --follow --config "$WORK/$2.conf" >"$1.out" 2>&1 ||
+        fail "job $1 on $2: $(tail -n 5 "$1.out")"
+    sed -n 's/^job \([0-9a-f]*\) submitted.*/\1/p' "$1.out"
+}
+if [ -r "$DATA/train-images-idx3-ubyte.gz" ]; then
+    job_ini "$WORK/ref.ini" ref
+    REF=$(run_job "$WORK/ref.ini" alpha)
+    job_is alpha "$REF" 'j["state"] == "done" and j["summary"]["steps"] == '$JOB_STEPS' and j["world"] == 3' ||
+        fail "the undisturbed job: $(job_get alpha "$REF" 'j')"
+    ACC_REF=$(job_get alpha "$REF" 'j["summary"]["test_accuracy"]')
+    pass "undisturbed job on alpha, beta and gamma: $JOB_STEPS steps, test accuracy $ACC_REF%"
+else
+    echo "note: no Fashion-MNIST at $DATA: steps 1b and 7 (a job after the joins) are skipped"
+fi
 
 # --- 2. the init machine goes down -----------------------------------------------------------
 kill9_agent alpha
@@ -146,5 +192,22 @@ wait_for "gamma to receive the key again" key_again
 [ "$(stat -c %a "$WORK/gamma/ca.key")" = 600 ] || fail "gamma/ca.key after re-promotion"
 wait_for "gamma to know token $ID again" token_known gamma "$ID"
 pass "gamma, a voter again, received the key and the token records again"
+
+# --- 7. a job on the cluster without its init machine, the new machine training -----------------
+if [ -n "${ACC_REF:-}" ]; then
+    job_ini "$WORK/after.ini" after 100
+    KEY=$(job_key "$WORK/after.ini")
+    CHIEF=$(members_get beta 'd["chief"]')
+    ID=$(run_job "$WORK/after.ini" "$CHIEF")
+    job_is "$CHIEF" "$ID" 'j["state"] == "done" and j["summary"]["steps"] == '$JOB_STEPS' and j["world"] == 3' ||
+        fail "the job after the joins: $(job_get "$CHIEF" "$ID" 'j')"
+    grep -F "event=job-joined job=$ID " "$WORK/delta.log" >/dev/null || fail "delta did not train job $ID"
+    ACC=$(job_get "$CHIEF" "$ID" 'j["summary"]["test_accuracy"]')
+    python3 -c "import sys; sys.exit(0 if abs($ACC - $ACC_REF) <= 1.0 else 1)" ||
+        fail "test accuracy $ACC% is not within 1 point of the undisturbed run's $ACC_REF%"
+    pass "a job on beta, gamma and delta (chief $CHIEF, alpha down): done, $ACC% vs $ACC_REF% undisturbed"
+    check_newest_committed "$CHIEF" "$KEY" "$JOB_STEPS" "$ACC" "$DATA"
+fi
+check_one_chief_per_term
 
 stop_agents
