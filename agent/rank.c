@@ -652,6 +652,30 @@ static int hook_resync(void *ctx, struct gm_train_state *st)
     return 0;
 }
 
+/* Every rank of the group: parameters and optimizer state become rank 0's (a broadcast). */
+static int take_rank0_state(struct gm_rank *rk, struct gm_train_state *st)
+{
+    const size_t np = gm_model_num_params(st->model), no = gm_optim_state_len(st->optim);
+    struct bcast b = {.buf = rk->state_buf, .n = np + no, .gen = (uint32_t)st->step};
+    int err;
+
+    if (b.buf == NULL) /* made by the group's resync, np + no + HDR_FLOATS */
+        return -EINVAL;
+    if (st->rank == 0) {
+        memcpy(b.buf, gm_model_params(st->model), np * sizeof(float));
+        if (no > 0)
+            memcpy(b.buf + np, gm_optim_state(st->optim), no * sizeof(float));
+    }
+    if ((err = bridge_run(rk, start_bcast, &b, false)) < 0)
+        return err;
+    if (st->rank != 0) {
+        memcpy(gm_model_params(st->model), b.buf, np * sizeof(float));
+        if (no > 0)
+            memcpy(gm_optim_state(st->optim), b.buf + np, no * sizeof(float));
+    }
+    return 0;
+}
+
 /* At the boundary of step st->step: an announced switch due now takes effect (rank.h). */
 static int maybe_switch(struct gm_rank *rk, struct gm_train_state *st)
 {
@@ -688,6 +712,14 @@ static int maybe_switch(struct gm_rank *rk, struct gm_train_state *st)
 
     gm_gradsync_describe(&rk->strat, from, sizeof(from));
     gm_gradsync_describe(&sw.to, to, sizeof(to));
+    /* leaving DiLoCo: its inner optimizer ran on each rank's own gradients, so the optimizer
+     * states (Adam's moments) differ although the round boundary left the parameters equal;
+     * a synchronous codec steps every rank's optimizer on the same gradient, which keeps
+     * replicas equal only from equal states.  Every rank takes rank 0's (every rank comes here
+     * at the same step: the same collective in the same place). */
+    if (rk->strat.kind == GM_GRADSYNC_KIND_DILOCO && sw.to.kind != GM_GRADSYNC_KIND_DILOCO &&
+        st->world > 1 && (err = take_rank0_state(rk, st)) < 0)
+        return err;
     /* codec state: dropped with the old gradsync (gradsync.h, "Switching"); nothing of it is
      * in flight at a step boundary */
     gm_gradsync_free(rk->gs);
