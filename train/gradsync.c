@@ -695,6 +695,18 @@ void gm_gradsync_ab_add(struct gm_gradsync_ab *f, double bytes, double seconds)
     f->n++;
 }
 
+/* The samples' sizes spread by less than a tenth of their mean (or there are none). */
+static bool one_size(const struct gm_gradsync_ab *f)
+{
+    double mean, var;
+
+    if (!(f->w > 0))
+        return true;
+    mean = f->sx / f->w;
+    var = f->sxx / f->w - mean * mean;
+    return !(var > 0.01 * mean * mean);
+}
+
 void gm_gradsync_ab_link(const struct gm_gradsync_ab *f, struct gm_coll_link *out)
 {
     /* the samples plus the prior's two points, (0, a0) and (X, a0 + X b0), never forgotten */
@@ -705,9 +717,17 @@ void gm_gradsync_ab_link(const struct gm_gradsync_ab *f, struct gm_coll_link *ou
     double det = w * sxx - sx * sx, beta, alpha;
 
     beta = det > 0 ? (w * sxy - sx * sy) / det : f->b0;
+    alpha = (sy - beta * sx) / w;
+    if (!(alpha >= f->a0) && sxx > 0 && one_size(f)) {
+        /* samples of one message size (a compressing codec, DiLoCo) cannot tell latency from
+         * bandwidth, and the free fit may read 0 ms on a 50 ms tunnel: then no op is taken
+         * to be faster than the link's measured one-way latency; alpha is fixed there and
+         * beta fitted alone */
+        alpha = f->a0;
+        beta = (sxy - alpha * sx) / sxx;
+    }
     if (!(beta > 1e-12))
         beta = 1e-12; /* 1 TB/s: a fit that says "free" is read as "very fast" */
-    alpha = (sy - beta * sx) / w;
     if (!(alpha >= 0))
         alpha = 0;
     out->alpha_s = alpha;

@@ -215,6 +215,15 @@ static void test_ab_fit(void)
     gm_gradsync_ab_link(&f, &l);
     GM_CHECK_NEAR(l.alpha_s + 4532 / l.bytes_per_s, 0.0025, 0, 0.05);
     GM_CHECK_NEAR(l.alpha_s + 262144 / l.bytes_per_s, 0.00175 + 262144 / 22.5e6, 0, 0.25);
+
+    /* DiLoCo over a 51 ms tunnel: 123 KB in 35-40 ms every sync; the free fit would read no
+     * latency at all, the floor keeps the measured one-way 25 ms */
+    gm_gradsync_ab_init(&f, 0.0255, 2.5e6);
+    for (int i = 0; i < 30; i++)
+        gm_gradsync_ab_add(&f, 123412, 0.035 + 0.005 * (i % 2));
+    gm_gradsync_ab_link(&f, &l);
+    GM_CHECK(l.alpha_s >= 0.0255 - 1e-12);
+    GM_CHECK_NEAR(l.alpha_s + 123412 / l.bytes_per_s, 0.0375, 0, 0.05); /* still fits the samples */
 }
 
 static struct gm_model *lenet(void)
