@@ -30,6 +30,8 @@
  * averaged over the ranks (CLOCK_PROCESS_CPUTIME_ID).
  *
  * usage: gm_allreduce N [SIZE_BYTES...]      default 0.25, 4, 64, 256 MiB
+ * GM_TLS_OPENSSL_RECORDS=1 keeps OpenSSL's record layer after the handshake
+ * (crypto/tls.h openssl_records), to compare it with the engine's own.
  * Exit 0 when every rank finished with correct sums, 1 otherwise.
  */
 #define _GNU_SOURCE
@@ -416,6 +418,7 @@ static int make_ctx(const struct gm_cert *ca, const struct gm_key *cakey, int ra
         goto out;
     tc.cert = c;
     tc.key = k;
+    tc.openssl_records = getenv("GM_TLS_OPENSSL_RECORDS") != NULL; /* the A/B of crypto/record.h */
     err = gm_tls_ctx_new(&tc, out);
 out:
     gm_id_cert_free(c);

@@ -7,6 +7,18 @@
  * check and then X509_verify_cert against a store holding the pinned CA.
  * Joins are told apart in the ClientHello callback (ALPN), before the server
  * decides whether to send a CertificateRequest.
+ *
+ * After the handshake the application records are sealed and opened by
+ * crypto/record.c, not by OpenSSL (the reason is in record.h).  OpenSSL
+ * hands over the two application traffic secrets through its key-log
+ * callback, the only way OpenSSL 3.0 gives them out; they are kept in this
+ * struct until the handshake ends, turned into keys and wiped.  Both
+ * directions start at sequence number 0: the engine writes no application
+ * data before its handshake is done, sends no session tickets, and reads
+ * without read-ahead, so OpenSSL has neither sealed nor opened an application
+ * record when it hands over.  If the secrets are missing (a build whose
+ * OpenSSL does not log them) the engine keeps OpenSSL's record layer: the
+ * wire is the same either way.
  */
 #include "crypto/tls.h"
 
@@ -23,6 +35,7 @@
 
 #include "common/log.h"
 #include "crypto/internal.h"
+#include "crypto/record.h"
 
 #define DENY_MAX 4096
 
@@ -34,6 +47,12 @@ struct gm_tls_ctx {
     int has_pin, has_cert, accept_joins;
     char (*deny)[41]; /* owned, n_deny entries */
     size_t n_deny, cap_deny;
+    int openssl_records;
+};
+
+struct secret {
+    uint8_t b[EVP_MAX_MD_SIZE];
+    size_t len;
 };
 
 struct gm_tls {
@@ -56,6 +75,13 @@ struct gm_tls {
     char peer_node[GM_ID_NAME_MAX + 1];
     char peer_serial[41];
     char reason[256];
+    /* the record layer after the handshake (own = 1), see the top comment */
+    struct secret sec_client, sec_server; /* from the key log, wiped once used */
+    int own, sent_close;
+    int peer_closed; /* 0, or what every read returns from now on */
+    struct gm_rec_dir tx, rx;
+    uint8_t *rec; /* owned: a record whose plaintext the caller had no room for */
+    size_t rec_off, rec_len;
 };
 
 static const unsigned char alpn_member[] = "\x0agradmesh/1";
@@ -234,6 +260,56 @@ static int alpn_select(SSL *ssl, const unsigned char **out, unsigned char *outle
     return SSL_TLSEXT_ERR_OK;
 }
 
+static int unhex(const char *h, size_t n, uint8_t *out)
+{
+    for (size_t i = 0; i < n; i++) {
+        int v = 0;
+        for (int k = 0; k < 2; k++) {
+            char ch = h[2 * i + (size_t)k];
+            v <<= 4;
+            if (ch >= '0' && ch <= '9')
+                v |= ch - '0';
+            else if (ch >= 'a' && ch <= 'f')
+                v |= ch - 'a' + 10;
+            else if (ch >= 'A' && ch <= 'F')
+                v |= ch - 'A' + 10;
+            else
+                return -1;
+        }
+        out[i] = (uint8_t)v;
+    }
+    return 0;
+}
+
+/* "LABEL <client random hex> <secret hex>": keeps the two application
+ * traffic secrets of this session (see the top comment). */
+static void keylog_cb(const SSL *ssl, const char *line)
+{
+    struct gm_tls *t = SSL_get_app_data(ssl);
+    struct secret *s = NULL;
+    const char *h;
+    size_t n;
+
+    if (t == NULL)
+        return;
+    if (strncmp(line, "CLIENT_TRAFFIC_SECRET_0 ", 24) == 0)
+        s = &t->sec_client;
+    else if (strncmp(line, "SERVER_TRAFFIC_SECRET_0 ", 24) == 0)
+        s = &t->sec_server;
+    else
+        return;
+    h = strchr(line + 24, ' ');
+    if (h == NULL)
+        return;
+    h++;
+    n = strlen(h) / 2;
+    if (n == 0 || n > sizeof(s->b) || strlen(h) != 2 * n || unhex(h, n, s->b) != 0) {
+        OPENSSL_cleanse(s, sizeof(*s));
+        return;
+    }
+    s->len = n;
+}
+
 static void info_cb(const SSL *ssl, int where, int ret)
 {
     struct gm_tls *t = SSL_get_app_data(ssl);
@@ -395,6 +471,9 @@ int gm_tls_ctx_new(const struct gm_tls_config *cfg, struct gm_tls_ctx **out)
     SSL_CTX_set_client_hello_cb(c->ssl_ctx, client_hello, NULL);
     SSL_CTX_set_alpn_select_cb(c->ssl_ctx, alpn_select, NULL);
     SSL_CTX_set_info_callback(c->ssl_ctx, info_cb);
+    c->openssl_records = cfg->openssl_records;
+    if (!c->openssl_records)
+        SSL_CTX_set_keylog_callback(c->ssl_ctx, keylog_cb);
     if (cfg->ca != NULL) {
         /* The store starts empty: only the cluster CA is ever trusted. */
         if (X509_STORE_add_cert(SSL_CTX_get_cert_store(c->ssl_ctx), gm_id_cert_x509(cfg->ca)) != 1)
@@ -539,6 +618,13 @@ void gm_tls_free(struct gm_tls *t)
     free(t->in);
     free(t->out);
     free(t->spare);
+    if (t->rec != NULL)
+        OPENSSL_cleanse(t->rec, GM_REC_MAX_BODY);
+    free(t->rec);
+    if (t->own) {
+        gm_rec_free(&t->tx);
+        gm_rec_free(&t->rx);
+    }
     OPENSSL_cleanse(t, sizeof(*t));
     free(t);
 }
@@ -634,6 +720,32 @@ static int ssl_fail(struct gm_tls *t, int ret)
     return GM_ERR_PROTO;
 }
 
+/* Takes over the record layer from OpenSSL (see the top comment). */
+static void start_own_records(struct gm_tls *t)
+{
+    const SSL_CIPHER *sc = SSL_get_current_cipher(t->ssl);
+    const EVP_CIPHER *cipher =
+        sc != NULL ? EVP_get_cipherbynid(SSL_CIPHER_get_cipher_nid(sc)) : NULL;
+    const EVP_MD *md = sc != NULL ? SSL_CIPHER_get_handshake_digest(sc) : NULL;
+    int client = t->role != GM_TLS_ROLE_SERVER;
+    const struct secret *w = client ? &t->sec_client : &t->sec_server;
+    const struct secret *r = client ? &t->sec_server : &t->sec_client;
+
+    if (!t->ctx->openssl_records && cipher != NULL && md != NULL &&
+        w->len == (size_t)EVP_MD_get_size(md) && r->len == w->len &&
+        gm_rec_init(&t->tx, cipher, md, w->b, w->len, 1) == 0) {
+        if (gm_rec_init(&t->rx, cipher, md, r->b, r->len, 0) == 0)
+            t->own = 1;
+        else
+            gm_rec_free(&t->tx);
+    }
+    if (!t->own && !t->ctx->openssl_records)
+        gm_debug("event=tls-records impl=openssl why=\"no traffic secrets from OpenSSL\"");
+    OPENSSL_cleanse(&t->sec_client, sizeof(t->sec_client));
+    OPENSSL_cleanse(&t->sec_server, sizeof(t->sec_server));
+    ERR_clear_error();
+}
+
 int gm_tls_handshake(struct gm_tls *t)
 {
     int r;
@@ -644,9 +756,177 @@ int gm_tls_handshake(struct gm_tls *t)
     r = SSL_do_handshake(t->ssl);
     if (r == 1) {
         t->done = 1;
+        start_own_records(t);
         return 0;
     }
     return ssl_fail(t, r);
+}
+
+/* Seals len bytes of inner type `type` as records onto the output. */
+static int own_write(struct gm_tls *t, uint8_t type, const uint8_t *buf, size_t len)
+{
+    do {
+        size_t k = len < GM_REC_MAX_PLAIN ? len : GM_REC_MAX_PLAIN;
+        long r;
+        if (t->out_off > 0 && t->out_len == 0)
+            t->out_off = 0;
+        if (grow(&t->out, &t->out_cap, t->out_off + t->out_len + k + GM_REC_OVERHEAD) != 0)
+            return -ENOMEM;
+        r = gm_rec_seal(&t->tx, type, buf, k, 0, t->out + t->out_off + t->out_len);
+        if (r < 0) {
+            set_reason(t, "sealing a TLS record failed");
+            return GM_ERR_PROTO;
+        }
+        t->out_len += (size_t)r;
+        buf += k;
+        len -= k;
+    } while (len > 0);
+    return 0;
+}
+
+/* The next whole record as one contiguous span: from the owned leftovers,
+ * topped up from the borrowed feed (at most one record's bytes are copied),
+ * or in place in the borrowed feed.  *from_in says which. */
+static int next_record(struct gm_tls *t, const uint8_t **p, size_t *len, int *from_in)
+{
+    long sz;
+
+    if (t->in_len > 0) {
+        size_t need = GM_REC_HDR;
+        for (;;) {
+            if (t->in_len < need) {
+                size_t k = need - t->in_len < t->bin_len ? need - t->in_len : t->bin_len;
+                if (t->in_off > 0) {
+                    memmove(t->in, t->in + t->in_off, t->in_len);
+                    t->in_off = 0;
+                }
+                if (grow(&t->in, &t->in_cap, t->in_len + k) != 0)
+                    return -ENOMEM;
+                memcpy(t->in + t->in_len, t->bin, k);
+                t->in_len += k;
+                t->bin += k;
+                t->bin_len -= k;
+                if (t->in_len < need)
+                    return -EAGAIN;
+            }
+            sz = gm_rec_size(t->in + t->in_off, t->in_len);
+            if (sz < 0)
+                return (int)sz;
+            if ((size_t)sz <= t->in_len)
+                break;
+            need = (size_t)sz;
+        }
+        *p = t->in + t->in_off;
+        *from_in = 1;
+    } else {
+        sz = gm_rec_size(t->bin, t->bin_len);
+        if (sz < 0)
+            return (int)sz;
+        if (sz == 0 || (size_t)sz > t->bin_len)
+            return -EAGAIN;
+        *p = t->bin;
+        *from_in = 0;
+    }
+    *len = (size_t)sz;
+    return 0;
+}
+
+static int alert_err(uint8_t desc)
+{
+    switch (desc) {
+    case SSL_AD_HANDSHAKE_FAILURE:
+    case SSL_AD_BAD_CERTIFICATE:
+    case SSL_AD_UNSUPPORTED_CERTIFICATE:
+    case SSL_AD_CERTIFICATE_REVOKED:
+    case SSL_AD_CERTIFICATE_EXPIRED:
+    case SSL_AD_CERTIFICATE_UNKNOWN:
+    case SSL_AD_UNKNOWN_CA:
+    case SSL_AD_ACCESS_DENIED:
+    case SSL_AD_DECRYPT_ERROR:
+    case SSL_AD_CERTIFICATE_REQUIRED:
+        return GM_ERR_AUTH;
+    default:
+        return GM_ERR_PROTO;
+    }
+}
+
+static int own_read(struct gm_tls *t, uint8_t *buf, size_t cap, size_t *n)
+{
+    for (;;) {
+        const uint8_t *p = NULL;
+        uint8_t *dst, type;
+        size_t len = 0, clen, k;
+        int from_in = 0, err;
+
+        if (t->rec_len > 0) {
+            k = t->rec_len < cap ? t->rec_len : cap;
+            memcpy(buf, t->rec + t->rec_off, k);
+            t->rec_off += k;
+            t->rec_len -= k;
+            *n = k;
+            return 0;
+        }
+        if (t->peer_closed)
+            return t->peer_closed;
+        err = next_record(t, &p, &len, &from_in);
+        if (err == GM_ERR_PROTO) {
+            set_reason(t, "malformed TLS record header");
+            t->peer_closed = err;
+        }
+        if (err != 0)
+            return err;
+        /* straight into the caller's buffer when the whole inner plaintext fits */
+        dst = buf;
+        if (cap < len - GM_REC_HDR - GM_REC_TAG) {
+            if (t->rec == NULL && (t->rec = malloc(GM_REC_MAX_BODY)) == NULL)
+                return -ENOMEM;
+            dst = t->rec;
+        }
+        err = gm_rec_open(&t->rx, p, len, dst, &clen, &type);
+        if (from_in) {
+            t->in_off += len;
+            t->in_len -= len;
+            if (t->in_len == 0)
+                t->in_off = 0;
+        } else {
+            t->bin += len;
+            t->bin_len -= len;
+        }
+        if (err != 0) {
+            set_reason(t, "TLS record failed to authenticate (bad record MAC or no content type)");
+            return t->peer_closed = GM_ERR_PROTO;
+        }
+        switch (type) {
+        case GM_REC_TYPE_DATA:
+            if (clen == 0)
+                continue;
+            if (dst == buf) {
+                *n = clen;
+                return 0;
+            }
+            t->rec_off = 0;
+            t->rec_len = clen;
+            continue;
+        case GM_REC_TYPE_ALERT:
+            if (clen != 2) {
+                set_reason(t, "malformed TLS alert");
+                return t->peer_closed = GM_ERR_PROTO;
+            }
+            if (dst[1] == SSL_AD_CLOSE_NOTIFY)
+                return t->peer_closed = GM_ERR_ABORTED;
+            if (dst[1] == SSL_AD_USER_CANCELLED)
+                continue; /* a close_notify follows */
+            set_reason(t, "peer sent alert: %s", SSL_alert_desc_string_long(dst[1]));
+            return t->peer_closed = alert_err(dst[1]);
+        case GM_REC_TYPE_HANDSHAKE:
+            set_reason(t, "peer sent a post-handshake message (key update or ticket), which this "
+                          "engine does not take");
+            return t->peer_closed = GM_ERR_PROTO;
+        default:
+            set_reason(t, "TLS record of unknown content type %u", type);
+            return t->peer_closed = GM_ERR_PROTO;
+        }
+    }
 }
 
 int gm_tls_read(struct gm_tls *t, void *buf, size_t cap, size_t *n)
@@ -655,6 +935,8 @@ int gm_tls_read(struct gm_tls *t, void *buf, size_t cap, size_t *n)
     int r;
 
     *n = 0;
+    if (t->own)
+        return cap > 0 ? own_read(t, buf, cap, n) : -EINVAL;
     ERR_clear_error();
     r = SSL_read_ex(t->ssl, buf, cap, &got);
     if (r == 1) {
@@ -670,6 +952,8 @@ int gm_tls_write(struct gm_tls *t, const void *buf, size_t len)
 
     if (len == 0)
         return 0;
+    if (t->own)
+        return own_write(t, GM_REC_TYPE_DATA, buf, len);
     ERR_clear_error();
     if (SSL_write_ex(t->ssl, buf, len, &done) != 1 || done != len)
         return ssl_fail(t, 0);
@@ -740,6 +1024,14 @@ size_t gm_tls_out_take(struct gm_tls *t, void *buf, size_t cap)
 
 void gm_tls_shutdown(struct gm_tls *t)
 {
+    static const uint8_t close_notify[2] = {1, SSL_AD_CLOSE_NOTIFY}; /* level warning */
+
+    if (t->own) {
+        if (!t->sent_close)
+            (void)own_write(t, GM_REC_TYPE_ALERT, close_notify, sizeof(close_notify));
+        t->sent_close = 1;
+        return;
+    }
     ERR_clear_error();
     if (t->done)
         (void)SSL_shutdown(t->ssl);
@@ -749,6 +1041,11 @@ void gm_tls_shutdown(struct gm_tls *t)
 int gm_tls_handshake_done(const struct gm_tls *t)
 {
     return t->done;
+}
+
+int gm_tls_own_records(const struct gm_tls *t)
+{
+    return t->own;
 }
 
 int gm_tls_is_join(const struct gm_tls *t)

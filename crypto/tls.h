@@ -9,6 +9,10 @@
  *
  * Rules (all enforced here, not by callers):
  *  - TLS 1.3 only; no session tickets; AES-GCM / ChaCha20 suites.
+ *  - After the handshake the engine seals and opens the records itself
+ *    (crypto/record.h: fewer copies than OpenSSL 3.0's record layer); a peer
+ *    that sends a post-handshake handshake message (KeyUpdate, a ticket) is
+ *    refused.
  *  - Member links: mutual authentication against the cluster CA only (an
  *    empty X509_STORE plus that CA; system roots are never loaded); the peer
  *    certificate must carry the URI SAN of this cluster; a denylist of
@@ -50,6 +54,10 @@ struct gm_tls_config {
     const struct gm_key *key;
     const uint8_t *pin; /* joiners: SHA-256 SPKI pin of the CA (32 bytes) */
     int accept_joins;   /* servers: admit cert-less joiners (ALPN join) */
+    /* Keep OpenSSL's record layer after the handshake instead of the
+     * engine's own (crypto/record.h).  The wire is the same; tests use it to
+     * check the two against each other, benchmarks to compare them. */
+    int openssl_records;
 };
 
 struct gm_tls_ctx; /* opaque */
@@ -117,6 +125,9 @@ size_t gm_tls_out_take(struct gm_tls *t, void *buf, size_t cap);
 void gm_tls_shutdown(struct gm_tls *t);
 
 int gm_tls_handshake_done(const struct gm_tls *t);
+/* 1 once the engine seals and opens the records itself (crypto/record.h),
+ * 0 while OpenSSL does (before the handshake ends, or openssl_records). */
+int gm_tls_own_records(const struct gm_tls *t);
 int gm_tls_is_join(const struct gm_tls *t);
 /* Peer identity after the handshake ("" for a joiner's peer or before). */
 const char *gm_tls_peer_node(const struct gm_tls *t);

@@ -3,7 +3,8 @@
 # checks the agent's rules: no client certificate, TLS 1.2 only, a self-signed
 # certificate and a revoked member's certificate are each refused (the alert on
 # the client side, a log line on the agent's); a real member certificate is
-# accepted (so the test can fail).
+# accepted (so the test can fail), and application data crosses both ways
+# between OpenSSL's record layer and the agent's own (crypto/record.h).
 #
 #   openssl s_client  --TLS-->  alpha (agent) 127.0.0.1:PA
 set -uo pipefail
@@ -57,6 +58,20 @@ grep -q "Protocol version: TLSv1.3" "$WORK/s.out" || fail "member cert: $(cat "$
 grep -q "Verification: OK" "$WORK/s.out" || fail "member cert: server not verified"
 if grep -qi alert "$WORK/s.out"; then fail "member cert got an alert"; fi
 pass "a member certificate is accepted (control)"
+
+# application records both ways between OpenSSL's record layer (s_client) and
+# the agent's own (crypto/record.h): the agent opens what s_client sealed (its
+# frame parser then refuses the bytes as a frame), s_client opens the agent's
+# HELLO and ERROR frames
+n=$(count "event=bad-frame")
+(printf 'NOT-A-GRADMESH-FRAME\n'; sleep 1) | timeout 10 openssl s_client -connect 127.0.0.1:$PA \
+    -quiet -CAfile "$WORK/alpha/ca.crt" -cert "$WORK/beta/node.crt" -key "$WORK/beta/node.key" \
+    >"$WORK/s.out" 2>&1
+wait_for "agent log: the frame parser saw s_client's bytes" count_gt "event=bad-frame" "$n"
+grep -a -q '"listen":"127.0.0.1:'$PA'"' "$WORK/s.out" || fail "s_client did not read the HELLO: $(tail -3 "$WORK/s.out")"
+grep -a -q 'malformed frame header' "$WORK/s.out" || fail "s_client did not read the ERROR frame"
+if grep -a -qi "alert\|bad record mac" "$WORK/s.out"; then fail "records: $(tail -3 "$WORK/s.out")"; fi
+pass "application records cross both ways between openssl s_client and the agent"
 
 # the agent is still serving
 "$GM" status --config "$WORK/alpha.conf" >/dev/null || fail "agent died"

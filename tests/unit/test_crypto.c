@@ -13,6 +13,7 @@
 #include "tests/unit/world.h"
 #include "crypto/identity.h"
 #include "crypto/join.h"
+#include "crypto/record.h"
 #include "crypto/tls.h"
 #include "crypto/token.h"
 
@@ -72,6 +73,21 @@ static void pump(struct gm_tls *c, struct gm_tls *s, int *ec, int *es)
         if (r != -EAGAIN)
             *ec = r;
     }
+}
+
+static struct gm_tls_ctx *ctx_rec(const struct world *w, const char *cluster, int joins,
+                                  int openssl_records)
+{
+    struct gm_tls_config cfg = {.cluster = cluster,
+                                .ca = w->ca,
+                                .cert = w->cert,
+                                .key = w->key,
+                                .accept_joins = joins,
+                                .openssl_records = openssl_records};
+    struct gm_tls_ctx *c = NULL;
+
+    GM_CHECK_OK(gm_tls_ctx_new(&cfg, &c));
+    return c;
 }
 
 static struct gm_tls_ctx *ctx_of(const struct world *w, const char *cluster, int joins)
@@ -561,6 +577,205 @@ static void test_tls_refusals(void)
     world_free(&wrongcl);
 }
 
+/* Ends the sessions *c and *s (if any) and runs a new handshake between cc
+ * (client) and cs (server), both ends expected to succeed. */
+static void new_session(struct gm_tls_ctx *cc, struct gm_tls_ctx *cs, struct gm_tls **c,
+                        struct gm_tls **s)
+{
+    int ec, es;
+
+    gm_tls_free(*c);
+    gm_tls_free(*s);
+    *c = *s = NULL;
+    GM_CHECK_OK(gm_tls_new(cc, GM_TLS_ROLE_CLIENT, c));
+    GM_CHECK_OK(gm_tls_new(cs, GM_TLS_ROLE_SERVER, s));
+    pump(*c, *s, &ec, &es);
+    GM_CHECK_OK(ec);
+    GM_CHECK_OK(es);
+}
+
+/* Reads everything s has for up to want bytes, cap bytes a call. */
+static size_t read_all(struct gm_tls *s, uint8_t *got, size_t want, size_t cap)
+{
+    size_t have = 0, n;
+
+    while (have < want &&
+           gm_tls_read(s, got + have, cap < want - have ? cap : want - have, &n) == 0)
+        have += n;
+    return have;
+}
+
+/* The engine's record layer (crypto/record.h) against OpenSSL's, both ways,
+ * and against itself: the same bytes arrive, through reads large enough to
+ * take a record in place and through small ones that take it in pieces; a
+ * close_notify ends each direction. */
+static void test_tls_records_interop(void)
+{
+    struct world a, b;
+    struct gm_tls_ctx *own_a, *own_b, *ossl_a, *ossl_b;
+    static uint8_t big[200000], got[200000];
+
+    world_make(&a, "lab", "n1");
+    world_node(&a, &b, "lab", "n2");
+    own_a = ctx_rec(&a, "lab", 0, 0);
+    own_b = ctx_rec(&b, "lab", 0, 0);
+    ossl_a = ctx_rec(&a, "lab", 0, 1);
+    ossl_b = ctx_rec(&b, "lab", 0, 1);
+    for (size_t i = 0; i < sizeof(big); i++)
+        big[i] = (uint8_t)(i * 13 + (i >> 9));
+    for (int mode = 0; mode < 3; mode++) {
+        /* 0: own <-> own, 1: own client <-> OpenSSL server, 2: the reverse */
+        struct gm_tls *c = NULL, *s = NULL;
+        new_session(mode == 2 ? ossl_b : own_b, mode == 1 ? ossl_a : own_a, &c, &s);
+        GM_CHECK_EQ(gm_tls_own_records(c), mode != 2);
+        GM_CHECK_EQ(gm_tls_own_records(s), mode != 1);
+        for (int dir = 0; dir < 2; dir++) {
+            struct gm_tls *w = dir ? s : c, *r = dir ? c : s;
+            size_t cap = dir ? 100 : sizeof(got); /* small reads: the staged path */
+            GM_CHECK_OK(gm_tls_write(w, big, 5));
+            GM_CHECK_OK(gm_tls_write(w, big + 5, sizeof(big) - 5));
+            GM_CHECK(move(w, r) == 1);
+            memset(got, 0, sizeof(got));
+            GM_CHECK_EQ(read_all(r, got, sizeof(got), cap), sizeof(big));
+            GM_CHECK(memcmp(big, got, sizeof(big)) == 0);
+        }
+        {
+            size_t n;
+            gm_tls_shutdown(c);
+            (void)move(c, s);
+            GM_CHECK_ERR(gm_tls_read(s, got, sizeof(got), &n), GM_ERR_ABORTED);
+            gm_tls_shutdown(s);
+            (void)move(s, c);
+            GM_CHECK_ERR(gm_tls_read(c, got, sizeof(got), &n), GM_ERR_ABORTED);
+        }
+        gm_tls_free(c);
+        gm_tls_free(s);
+    }
+    gm_tls_ctx_free(own_a);
+    gm_tls_ctx_free(own_b);
+    gm_tls_ctx_free(ossl_a);
+    gm_tls_ctx_free(ossl_b);
+    world_free(&a);
+    world_free(&b);
+}
+
+/* A record changed in transit, or split at every byte, over a live session. */
+static void test_tls_records_tamper(void)
+{
+    struct world a, b;
+    struct gm_tls_ctx *ca, *cb;
+    struct gm_tls *c = NULL, *s = NULL;
+    uint8_t msg[3000], got[3000], wire[4096];
+    size_t n, len;
+
+    world_make(&a, "lab", "n1");
+    world_node(&a, &b, "lab", "n2");
+    ca = ctx_of(&a, "lab", 0);
+    cb = ctx_of(&b, "lab", 0);
+    for (size_t i = 0; i < sizeof(msg); i++)
+        msg[i] = (uint8_t)(i ^ 0x5a);
+    new_session(cb, ca, &c, &s);
+    /* one byte at a time: the record waits whole in the engine's buffer */
+    GM_CHECK_OK(gm_tls_write(c, msg, sizeof(msg)));
+    len = gm_tls_out_take(c, wire, sizeof(wire));
+    GM_CHECK_EQ(len, sizeof(msg) + GM_REC_OVERHEAD);
+    for (size_t i = 0; i + 1 < len; i++) {
+        GM_CHECK_OK(gm_tls_feed(s, wire + i, 1));
+        GM_CHECK_ERR(gm_tls_read(s, got, sizeof(got), &n), -EAGAIN);
+    }
+    GM_CHECK_OK(gm_tls_feed(s, wire + len - 1, 1));
+    GM_CHECK_OK(gm_tls_read(s, got, sizeof(got), &n));
+    GM_CHECK_EQ(n, sizeof(msg));
+    GM_CHECK(memcmp(msg, got, n) == 0);
+    /* one bit flipped in the body: refused, and the session stays refused */
+    GM_CHECK_OK(gm_tls_write(c, msg, 100));
+    len = gm_tls_out_take(c, wire, sizeof(wire));
+    wire[GM_REC_HDR + 40] ^= 4;
+    GM_CHECK_OK(gm_tls_feed(s, wire, len));
+    GM_CHECK_ERR(gm_tls_read(s, got, sizeof(got), &n), GM_ERR_PROTO);
+    GM_CHECK(strstr(gm_tls_reason(s), "authenticate") != NULL);
+    GM_CHECK_ERR(gm_tls_read(s, got, sizeof(got), &n), GM_ERR_PROTO);
+    /* a header no protected record has */
+    new_session(cb, ca, &c, &s);
+    GM_CHECK_OK(gm_tls_feed(s, "\x16\x03\x03\x00\x20", 5));
+    GM_CHECK_ERR(gm_tls_read(s, got, sizeof(got), &n), GM_ERR_PROTO);
+    GM_CHECK(strstr(gm_tls_reason(s), "header") != NULL);
+    gm_tls_free(c);
+    gm_tls_free(s);
+    gm_tls_ctx_free(ca);
+    gm_tls_ctx_free(cb);
+    world_free(&a);
+    world_free(&b);
+}
+
+/* crypto/record.c alone: every suite round-trips; padding, empty content and
+ * the inner type survive; what the opener must refuse, it refuses. */
+static void test_records(void)
+{
+    const EVP_CIPHER *ciphers[3] = {EVP_aes_128_gcm(), EVP_aes_256_gcm(), EVP_chacha20_poly1305()};
+    const EVP_MD *mds[3] = {EVP_sha256(), EVP_sha384(), EVP_sha256()};
+    uint8_t secret[48], content[GM_REC_MAX_PLAIN + 1], rec[GM_REC_MAX_BODY + GM_REC_HDR + 1];
+    uint8_t dst[GM_REC_MAX_BODY], type;
+    struct gm_rec_dir tx, rx;
+    size_t len;
+    long r;
+
+    for (size_t i = 0; i < sizeof(secret); i++)
+        secret[i] = (uint8_t)(i * 31 + 7);
+    for (size_t i = 0; i < sizeof(content); i++)
+        content[i] = (uint8_t)(i * 5 + 1);
+    for (int k = 0; k < 3; k++) {
+        size_t sl = (size_t)EVP_MD_get_size(mds[k]);
+        GM_CHECK_OK(gm_rec_init(&tx, ciphers[k], mds[k], secret, sl, 1));
+        GM_CHECK_OK(gm_rec_init(&rx, ciphers[k], mds[k], secret, sl, 0));
+        {
+            const size_t lens[] = {0, 1, 100, GM_REC_MAX_PLAIN};
+            const size_t pads[] = {0, 7, 0, 0};
+            for (int j = 0; j < 4; j++) {
+                r = gm_rec_seal(&tx, GM_REC_TYPE_DATA, content, lens[j], pads[j], rec);
+                GM_CHECK_EQ(r, (long)(GM_REC_OVERHEAD + lens[j] + pads[j]));
+                GM_CHECK_EQ(gm_rec_size(rec, (size_t)r), r);
+                GM_CHECK_EQ(gm_rec_size(rec, GM_REC_HDR - 1), 0);
+                GM_CHECK_OK(gm_rec_open(&rx, rec, (size_t)r, dst, &len, &type));
+                GM_CHECK_EQ(len, lens[j]);
+                GM_CHECK_EQ(type, GM_REC_TYPE_DATA);
+                GM_CHECK(len == 0 || memcmp(dst, content, len) == 0);
+            }
+        }
+        /* too long a content, a wrong direction */
+        GM_CHECK_ERR(gm_rec_seal(&tx, GM_REC_TYPE_DATA, content, GM_REC_MAX_PLAIN + 1, 0, rec),
+                     -EINVAL);
+        GM_CHECK_ERR(gm_rec_seal(&rx, GM_REC_TYPE_DATA, content, 1, 0, rec), -EINVAL);
+        /* a record opened out of order (sequence 5 read as 4) */
+        r = gm_rec_seal(&tx, GM_REC_TYPE_DATA, content, 10, 0, rec);
+        GM_CHECK(r > 0);
+        r = gm_rec_seal(&tx, GM_REC_TYPE_DATA, content, 10, 0, rec);
+        GM_CHECK_ERR(gm_rec_open(&rx, rec, (size_t)r, dst, &len, &type), GM_ERR_PROTO);
+        gm_rec_free(&tx);
+        gm_rec_free(&rx);
+        /* an inner plaintext of zeros only: no content type */
+        GM_CHECK_OK(gm_rec_init(&tx, ciphers[k], mds[k], secret, sl, 1));
+        GM_CHECK_OK(gm_rec_init(&rx, ciphers[k], mds[k], secret, sl, 0));
+        r = gm_rec_seal(&tx, 0, content, 0, 9, rec);
+        GM_CHECK(r > 0);
+        GM_CHECK_ERR(gm_rec_open(&rx, rec, (size_t)r, dst, &len, &type), GM_ERR_PROTO);
+        gm_rec_free(&tx);
+        gm_rec_free(&rx);
+    }
+    /* headers: outer type, version, and the length limits */
+    memcpy(rec, "\x17\x03\x03\x00\x11", 5);
+    GM_CHECK_EQ(gm_rec_size(rec, 5), 5 + 17);
+    rec[4] = 0x10; /* 16: no room for the type and the tag */
+    GM_CHECK_ERR(gm_rec_size(rec, 5), GM_ERR_PROTO);
+    rec[3] = (uint8_t)((GM_REC_MAX_BODY + 1) >> 8);
+    rec[4] = (uint8_t)(GM_REC_MAX_BODY + 1);
+    GM_CHECK_ERR(gm_rec_size(rec, 5), GM_ERR_PROTO);
+    memcpy(rec, "\x15\x03\x03\x00\x20", 5);
+    GM_CHECK_ERR(gm_rec_size(rec, 5), GM_ERR_PROTO);
+    memcpy(rec, "\x17\x03\x01\x00\x20", 5);
+    GM_CHECK_ERR(gm_rec_size(rec, 5), GM_ERR_PROTO);
+}
+
 int main(void)
 {
     char cmd[300];
@@ -579,6 +794,9 @@ int main(void)
     GM_TEST_RUN(test_join_proof);
     GM_TEST_RUN(test_tls_mutual);
     GM_TEST_RUN(test_tls_refusals);
+    GM_TEST_RUN(test_tls_records_interop);
+    GM_TEST_RUN(test_tls_records_tamper);
+    GM_TEST_RUN(test_records);
     rc = gm_test_finish("test_crypto");
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0)
