@@ -61,7 +61,7 @@ void gm_frame_parser_free(struct gm_frame_parser *p);
 GM_MUST_CHECK int gm_frame_parser_feed(struct gm_frame_parser *p, const uint8_t *data, size_t len,
                                        gm_frame_cb cb, void *arg);
 /* Zero-copy input, for a reader that can write straight into the parser
- * (SSL_read into the payload buffer): *dst and the return value say where and
+ * (the TLS engine decrypts into the payload buffer): *dst and the return value say where and
  * how many bytes the parser wants next (never 0 unless dead), then
  * gm_frame_parser_commit says how many were written there. */
 size_t gm_frame_parser_space(struct gm_frame_parser *p, uint8_t **dst);
