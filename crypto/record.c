@@ -36,8 +36,8 @@ static int expand_label(const EVP_MD *md, const uint8_t *secret, size_t secret_l
     il += ll;
     info[il++] = 0; /* empty context */
     params[0] = OSSL_PARAM_construct_int(OSSL_KDF_PARAM_MODE, &mode);
-    params[1] = OSSL_PARAM_construct_utf8_string(OSSL_KDF_PARAM_DIGEST,
-                                                 (char *)EVP_MD_get0_name(md), 0);
+    params[1] =
+        OSSL_PARAM_construct_utf8_string(OSSL_KDF_PARAM_DIGEST, (char *)EVP_MD_get0_name(md), 0);
     params[2] = OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_KEY, (void *)secret, secret_len);
     params[3] = OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_INFO, info, il);
     params[4] = OSSL_PARAM_construct_end();
@@ -70,8 +70,7 @@ int gm_rec_init(struct gm_rec_dir *d, const EVP_CIPHER *cipher, const EVP_MD *md
         return err;
     }
     d->ctx = EVP_CIPHER_CTX_new();
-    ok = d->ctx != NULL &&
-         EVP_CipherInit_ex(d->ctx, cipher, NULL, key, d->iv, seal ? 1 : 0) == 1;
+    ok = d->ctx != NULL && EVP_CipherInit_ex(d->ctx, cipher, NULL, key, d->iv, seal ? 1 : 0) == 1;
     OPENSSL_cleanse(key, sizeof(key));
     if (!ok) {
         err = d->ctx == NULL ? -ENOMEM : GM_ERR_PROTO;
@@ -96,8 +95,8 @@ static void nonce_of(const struct gm_rec_dir *d, uint8_t nonce[12])
         nonce[4 + i] ^= (uint8_t)(d->seq >> (56 - 8 * i));
 }
 
-long gm_rec_seal(struct gm_rec_dir *d, uint8_t type, const uint8_t *content, size_t len,
-                 size_t pad, uint8_t *out)
+long gm_rec_seal(struct gm_rec_dir *d, uint8_t type, const uint8_t *content, size_t len, size_t pad,
+                 uint8_t *out)
 {
     static const uint8_t zeros[256];
     uint8_t nonce[12];
@@ -144,8 +143,8 @@ long gm_rec_size(const uint8_t *p, size_t avail)
     return (long)(GM_REC_HDR + body);
 }
 
-int gm_rec_open(struct gm_rec_dir *d, const uint8_t *rec, size_t rec_len, uint8_t *dst,
-                size_t *len, uint8_t *type)
+int gm_rec_open(struct gm_rec_dir *d, const uint8_t *rec, size_t rec_len, uint8_t *dst, size_t *len,
+                uint8_t *type)
 {
     uint8_t nonce[12], tag[GM_REC_TAG];
     size_t inner, i;

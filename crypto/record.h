@@ -38,9 +38,9 @@
 
 #define GM_REC_HDR 5
 #define GM_REC_TAG 16
-#define GM_REC_MAX_PLAIN 16384                                  /* 2^14 bytes of content */
-#define GM_REC_MAX_BODY (GM_REC_MAX_PLAIN + 256)                /* the length field's limit */
-#define GM_REC_OVERHEAD (GM_REC_HDR + 1 + GM_REC_TAG)           /* unpadded */
+#define GM_REC_MAX_PLAIN 16384                        /* 2^14 bytes of content */
+#define GM_REC_MAX_BODY (GM_REC_MAX_PLAIN + 256)      /* the length field's limit */
+#define GM_REC_OVERHEAD (GM_REC_HDR + 1 + GM_REC_TAG) /* unpadded */
 #define GM_REC_TYPE_ALERT 21
 #define GM_REC_TYPE_HANDSHAKE 22
 #define GM_REC_TYPE_DATA 23

@@ -78,8 +78,8 @@ static void sealed(struct gm_rec_dir *tx, struct gm_rec_dir *rx, const uint8_t *
             if (want == 0 || got != want - 1 || got_type != p[want - 1] ||
                 (got > 0 && memcmp(dst, p, got) != 0))
                 abort();
-        } else if (gm_rec_open(rx, rec, (size_t)r, dst, &got, &got_type) != 0 ||
-                   got_type != type || got != len || (len > 0 && memcmp(dst, p, len) != 0)) {
+        } else if (gm_rec_open(rx, rec, (size_t)r, dst, &got, &got_type) != 0 || got_type != type ||
+                   got != len || (len > 0 && memcmp(dst, p, len) != 0)) {
             abort();
         }
         p += len;
