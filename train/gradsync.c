@@ -715,10 +715,12 @@ void gm_gradsync_ab_link(const struct gm_gradsync_ab *f, struct gm_coll_link *ou
     double sy = f->sy + pw * (2 * f->a0 + x * f->b0);
     double sxy = f->sxy + pw * x * (f->a0 + x * f->b0);
     double det = w * sxx - sx * sx, beta, alpha;
+    bool floored = false;
 
     beta = det > 0 ? (w * sxy - sx * sy) / det : f->b0;
     alpha = (sy - beta * sx) / w;
     if (!(alpha >= f->a0) && sxx > 0 && one_size(f)) {
+        floored = true;
         /* samples of one message size (a compressing codec, DiLoCo) cannot tell latency from
          * bandwidth, and the free fit may read 0 ms on a 50 ms tunnel: then no op is taken
          * to be faster than the link's measured one-way latency; alpha is fixed there and
@@ -726,8 +728,12 @@ void gm_gradsync_ab_link(const struct gm_gradsync_ab *f, struct gm_coll_link *ou
         alpha = f->a0;
         beta = (sxy - alpha * sx) / sxx;
     }
-    if (!(beta > 1e-12))
+    if (!(beta > 1e-12)) {
         beta = 1e-12; /* 1 TB/s: a fit that says "free" is read as "very fast" */
+        if (!floored) /* the intercept of the clamped slope, not of the free fit's negative
+                       * one, which lies above every sample */
+            alpha = (sy - beta * sx) / w;
+    }
     if (!(alpha >= 0))
         alpha = 0;
     out->alpha_s = alpha;

@@ -224,6 +224,16 @@ static void test_ab_fit(void)
     gm_gradsync_ab_link(&f, &l);
     GM_CHECK(l.alpha_s >= 0.0255 - 1e-12);
     GM_CHECK_NEAR(l.alpha_s + 123412 / l.bytes_per_s, 0.0375, 0, 0.05); /* still fits the samples */
+
+    /* bigger messages went faster (a link that sped up between sizes): the slope reads as
+     * "very fast" and the latency as the samples' mean, not the free fit's intercept above
+     * every sample (0.63 s here) */
+    gm_gradsync_ab_init(&f, 0.001, 1e9);
+    for (int i = 0; i < 20; i++)
+        gm_gradsync_ab_add(&f, i % 2 ? 1e6 : 4e6, i % 2 ? 0.5 : 0.1);
+    gm_gradsync_ab_link(&f, &l);
+    GM_CHECK(l.bytes_per_s >= 1e11);
+    GM_CHECK(l.alpha_s <= 0.5 && l.alpha_s >= 0.1);
 }
 
 static struct gm_model *lenet(void)
