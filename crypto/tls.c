@@ -802,10 +802,12 @@ static int next_record(struct gm_tls *t, const uint8_t **p, size_t *len, int *fr
                 }
                 if (grow(&t->in, &t->in_cap, t->in_len + k) != 0)
                     return -ENOMEM;
-                memcpy(t->in + t->in_len, t->bin, k);
-                t->in_len += k;
-                t->bin += k;
-                t->bin_len -= k;
+                if (k > 0) { /* the feed may be empty (bin NULL) */
+                    memcpy(t->in + t->in_len, t->bin, k);
+                    t->in_len += k;
+                    t->bin += k;
+                    t->bin_len -= k;
+                }
                 if (t->in_len < need)
                     return -EAGAIN;
             }
