@@ -143,11 +143,17 @@ long gm_rec_size(const uint8_t *p, size_t avail)
     return (long)(GM_REC_HDR + body);
 }
 
-int gm_rec_open(struct gm_rec_dir *d, const uint8_t *rec, size_t rec_len, uint8_t *dst, size_t *len,
-                uint8_t *type)
+/* Byte i of an inner plaintext split over dst[n1] and spill. */
+static uint8_t inner_at(const uint8_t *dst, size_t n1, const uint8_t *spill, size_t i)
+{
+    return i < n1 ? dst[i] : spill[i - n1];
+}
+
+int gm_rec_open(struct gm_rec_dir *d, const uint8_t *rec, size_t rec_len, uint8_t *dst,
+                size_t dst_cap, uint8_t *spill, size_t *len, uint8_t *type)
 {
     uint8_t nonce[12], tag[GM_REC_TAG];
-    size_t inner, i;
+    size_t inner, i, n1;
     int n;
 
     *len = 0;
@@ -157,23 +163,28 @@ int gm_rec_open(struct gm_rec_dir *d, const uint8_t *rec, size_t rec_len, uint8_
     if (d->seq == UINT64_MAX)
         return GM_ERR_PROTO;
     inner = rec_len - GM_REC_HDR - GM_REC_TAG;
+    n1 = dst_cap < inner ? dst_cap : inner;
+    if (n1 < inner && spill == NULL)
+        return -EINVAL;
     memcpy(tag, rec + rec_len - GM_REC_TAG, GM_REC_TAG);
     nonce_of(d, nonce);
     if (EVP_DecryptInit_ex(d->ctx, NULL, NULL, NULL, nonce) != 1 ||
         EVP_CIPHER_CTX_ctrl(d->ctx, EVP_CTRL_AEAD_SET_TAG, GM_REC_TAG, tag) != 1 ||
         EVP_DecryptUpdate(d->ctx, NULL, &n, rec, GM_REC_HDR) != 1 ||
-        EVP_DecryptUpdate(d->ctx, dst, &n, rec + GM_REC_HDR, (int)inner) != 1 ||
-        EVP_DecryptFinal_ex(d->ctx, dst + inner, &n) != 1) {
+        (n1 > 0 && EVP_DecryptUpdate(d->ctx, dst, &n, rec + GM_REC_HDR, (int)n1) != 1) ||
+        (n1 < inner &&
+         EVP_DecryptUpdate(d->ctx, spill, &n, rec + GM_REC_HDR + n1, (int)(inner - n1)) != 1) ||
+        EVP_DecryptFinal_ex(d->ctx, tag, &n) != 1) { /* AEAD finals write no bytes */
         ERR_clear_error();
         return GM_ERR_PROTO; /* bad_record_mac */
     }
     d->seq++;
     /* the type is the last non-zero byte; zeros after it are padding */
-    for (i = inner; i > 0 && dst[i - 1] == 0; i--)
+    for (i = inner; i > 0 && inner_at(dst, n1, spill, i - 1) == 0; i--)
         ;
     if (i == 0)
         return GM_ERR_PROTO; /* unexpected_message: no type */
-    *type = dst[i - 1];
+    *type = inner_at(dst, n1, spill, i - 1);
     *len = i - 1;
     if (*len > GM_REC_MAX_PLAIN)
         return GM_ERR_PROTO; /* record_overflow */

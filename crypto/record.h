@@ -72,12 +72,18 @@ GM_MUST_CHECK long gm_rec_seal(struct gm_rec_dir *d, uint8_t type, const uint8_t
  * protected TLS 1.3 record has (outer type, version, length). */
 GM_MUST_CHECK long gm_rec_size(const uint8_t *p, size_t avail);
 
-/* Opens the whole record rec[rec_len] (rec_len == gm_rec_size) into dst, which
- * has room for rec_len - GM_REC_HDR - GM_REC_TAG bytes (the inner plaintext:
- * content, type, padding).  On success *len is the content's length and
- * *type the inner type.  GM_ERR_PROTO when the tag does not verify, or the
- * inner plaintext holds no type.  dst's bytes are undefined after a failure. */
+/* Opens the whole record rec[rec_len] (rec_len == gm_rec_size).  Its inner
+ * plaintext (content, type, padding: rec_len - GM_REC_HDR - GM_REC_TAG bytes)
+ * goes to dst, at most dst_cap bytes of it, and the rest to spill (which may
+ * be NULL when dst_cap covers it all).  A reader whose buffer ends exactly at
+ * the content thus gets the content in place and only the type byte spilled.
+ * On success *len is the content's length (its first min(*len, dst_cap)
+ * bytes in dst, the rest at the start of spill) and *type the inner type.
+ * GM_ERR_PROTO when the tag does not verify, or the inner plaintext holds no
+ * type; -EINVAL when spill is needed and NULL.  The output bytes are
+ * undefined after a failure. */
 GM_MUST_CHECK int gm_rec_open(struct gm_rec_dir *d, const uint8_t *rec, size_t rec_len,
-                              uint8_t *dst, size_t *len, uint8_t *type);
+                              uint8_t *dst, size_t dst_cap, uint8_t *spill, size_t *len,
+                              uint8_t *type);
 
 #endif

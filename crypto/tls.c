@@ -856,7 +856,7 @@ static int own_read(struct gm_tls *t, uint8_t *buf, size_t cap, size_t *n)
 {
     for (;;) {
         const uint8_t *p = NULL;
-        uint8_t *dst, type;
+        uint8_t type, desc;
         size_t len = 0, clen, k;
         int from_in = 0, err;
 
@@ -877,14 +877,12 @@ static int own_read(struct gm_tls *t, uint8_t *buf, size_t cap, size_t *n)
         }
         if (err != 0)
             return err;
-        /* straight into the caller's buffer when the whole inner plaintext fits */
-        dst = buf;
-        if (cap < len - GM_REC_HDR - GM_REC_TAG) {
-            if (t->rec == NULL && (t->rec = malloc(GM_REC_MAX_BODY)) == NULL)
-                return -ENOMEM;
-            dst = t->rec;
-        }
-        err = gm_rec_open(&t->rx, p, len, dst, &clen, &type);
+        /* straight into the caller's buffer, as much as it has room for; the rest
+         * (often just the inner type byte) spills to t->rec */
+        if (cap < len - GM_REC_HDR - GM_REC_TAG && t->rec == NULL &&
+            (t->rec = malloc(GM_REC_MAX_BODY)) == NULL)
+            return -ENOMEM;
+        err = gm_rec_open(&t->rx, p, len, buf, cap, t->rec, &clen, &type);
         if (from_in) {
             t->in_off += len;
             t->in_len -= len;
@@ -902,24 +900,25 @@ static int own_read(struct gm_tls *t, uint8_t *buf, size_t cap, size_t *n)
         case GM_REC_TYPE_DATA:
             if (clen == 0)
                 continue;
-            if (dst == buf) {
-                *n = clen;
-                return 0;
+            if (clen > cap) { /* the part past cap waits at the start of t->rec */
+                t->rec_off = 0;
+                t->rec_len = clen - cap;
+                clen = cap;
             }
-            t->rec_off = 0;
-            t->rec_len = clen;
-            continue;
+            *n = clen;
+            return 0;
         case GM_REC_TYPE_ALERT:
             if (clen != 2) {
                 set_reason(t, "malformed TLS alert");
                 return t->peer_closed = GM_ERR_PROTO;
             }
-            if (dst[1] == SSL_AD_CLOSE_NOTIFY)
+            desc = cap > 1 ? buf[1] : t->rec[1 - cap]; /* level, description */
+            if (desc == SSL_AD_CLOSE_NOTIFY)
                 return t->peer_closed = GM_ERR_ABORTED;
-            if (dst[1] == SSL_AD_USER_CANCELLED)
+            if (desc == SSL_AD_USER_CANCELLED)
                 continue; /* a close_notify follows */
-            set_reason(t, "peer sent alert: %s", SSL_alert_desc_string_long(dst[1]));
-            return t->peer_closed = alert_err(dst[1]);
+            set_reason(t, "peer sent alert: %s", SSL_alert_desc_string_long(desc));
+            return t->peer_closed = alert_err(desc);
         case GM_REC_TYPE_HANDSHAKE:
             set_reason(t, "peer sent a post-handshake message (key update or ticket), which this "
                           "engine does not take");

@@ -7,7 +7,9 @@
  *         lengths do not;
  *   odd:  the rest is a list of inner plaintexts "type | pad | u16 len |
  *         content", sealed with the same key and opened again: what opens
- *         must give back the content and type (else abort); with type 0
+ *         must give back the content and type (else abort), read with room
+ *         for all of it, exactly the content, half of it or nothing in place
+ *         (the rest spilled), record by record; with type 0
  *         the content's last non-zero byte becomes the type, and a record
  *         of zeros only must be refused.
  */
@@ -19,7 +21,7 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static uint8_t rec[GM_REC_HDR + GM_REC_MAX_BODY], dst[GM_REC_MAX_BODY];
+static uint8_t rec[GM_REC_HDR + GM_REC_MAX_BODY], dst[GM_REC_MAX_BODY], spill[GM_REC_MAX_BODY];
 
 static void keys(struct gm_rec_dir *tx, struct gm_rec_dir *rx)
 {
@@ -39,7 +41,8 @@ static void stream(struct gm_rec_dir *rx, const uint8_t *p, size_t n)
         long sz = gm_rec_size(p, n);
         if (sz <= 0 || (size_t)sz > n)
             return;
-        if (gm_rec_open(rx, p, (size_t)sz, dst, &len, &type) != 0)
+        /* the first half in place, the rest spilled (as a reader with a short buffer) */
+        if (gm_rec_open(rx, p, (size_t)sz, dst, (size_t)sz / 2, spill, &len, &type) != 0)
             return; /* the engine closes the link here */
         if (len > GM_REC_MAX_PLAIN || len + 1 > (size_t)sz - GM_REC_HDR - GM_REC_TAG)
             abort();
@@ -48,11 +51,22 @@ static void stream(struct gm_rec_dir *rx, const uint8_t *p, size_t n)
     }
 }
 
+/* Opens rec with room for cap bytes in place and the rest spilled, and joins
+ * the content back into one buffer (dst). */
+static int open_joined(struct gm_rec_dir *rx, size_t r, size_t cap, size_t *got, uint8_t *type)
+{
+    int err = gm_rec_open(rx, rec, r, dst, cap, spill, got, type);
+
+    if (err == 0 && *got > cap)
+        memcpy(dst + cap, spill, *got - cap);
+    return err;
+}
+
 static void sealed(struct gm_rec_dir *tx, struct gm_rec_dir *rx, const uint8_t *p, size_t n)
 {
-    while (n >= 4) {
+    for (size_t k = 0; n >= 4; k++) {
         uint8_t type = p[0], got_type;
-        size_t pad = p[1], len = (size_t)p[2] << 8 | p[3], got;
+        size_t pad = p[1], len = (size_t)p[2] << 8 | p[3], got, cap;
         long r;
         p += 4;
         n -= 4;
@@ -66,11 +80,13 @@ static void sealed(struct gm_rec_dir *tx, struct gm_rec_dir *rx, const uint8_t *
         }
         if (gm_rec_size(rec, (size_t)r) != r)
             abort();
+        /* room: all, the content exactly (the type spills), half of it, none */
+        cap = k % 4 == 0 ? (size_t)r : k % 4 == 1 ? len : k % 4 == 2 ? len / 2 : 0;
         if (type == 0) { /* a zero type is padding: the content's last non-zero byte is the type */
             size_t want = len;
             while (want > 0 && p[want - 1] == 0)
                 want--;
-            if (gm_rec_open(rx, rec, (size_t)r, dst, &got, &got_type) != 0) {
+            if (open_joined(rx, (size_t)r, cap, &got, &got_type) != 0) {
                 if (want != 0)
                     abort();
                 return; /* zeros only: refused */
@@ -78,7 +94,7 @@ static void sealed(struct gm_rec_dir *tx, struct gm_rec_dir *rx, const uint8_t *
             if (want == 0 || got != want - 1 || got_type != p[want - 1] ||
                 (got > 0 && memcmp(dst, p, got) != 0))
                 abort();
-        } else if (gm_rec_open(rx, rec, (size_t)r, dst, &got, &got_type) != 0 || got_type != type ||
+        } else if (open_joined(rx, (size_t)r, cap, &got, &got_type) != 0 || got_type != type ||
                    got != len || (len > 0 && memcmp(dst, p, len) != 0)) {
             abort();
         }

@@ -736,7 +736,7 @@ static void test_records(void)
                 GM_CHECK_EQ(r, (long)(GM_REC_OVERHEAD + lens[j] + pads[j]));
                 GM_CHECK_EQ(gm_rec_size(rec, (size_t)r), r);
                 GM_CHECK_EQ(gm_rec_size(rec, GM_REC_HDR - 1), 0);
-                GM_CHECK_OK(gm_rec_open(&rx, rec, (size_t)r, dst, &len, &type));
+                GM_CHECK_OK(gm_rec_open(&rx, rec, (size_t)r, dst, sizeof(dst), NULL, &len, &type));
                 GM_CHECK_EQ(len, lens[j]);
                 GM_CHECK_EQ(type, GM_REC_TYPE_DATA);
                 GM_CHECK(len == 0 || memcmp(dst, content, len) == 0);
@@ -750,7 +750,8 @@ static void test_records(void)
         r = gm_rec_seal(&tx, GM_REC_TYPE_DATA, content, 10, 0, rec);
         GM_CHECK(r > 0);
         r = gm_rec_seal(&tx, GM_REC_TYPE_DATA, content, 10, 0, rec);
-        GM_CHECK_ERR(gm_rec_open(&rx, rec, (size_t)r, dst, &len, &type), GM_ERR_PROTO);
+        GM_CHECK_ERR(gm_rec_open(&rx, rec, (size_t)r, dst, sizeof(dst), NULL, &len, &type),
+                     GM_ERR_PROTO);
         gm_rec_free(&tx);
         gm_rec_free(&rx);
         /* an inner plaintext of zeros only: no content type */
@@ -758,7 +759,37 @@ static void test_records(void)
         GM_CHECK_OK(gm_rec_init(&rx, ciphers[k], mds[k], secret, sl, 0));
         r = gm_rec_seal(&tx, 0, content, 0, 9, rec);
         GM_CHECK(r > 0);
-        GM_CHECK_ERR(gm_rec_open(&rx, rec, (size_t)r, dst, &len, &type), GM_ERR_PROTO);
+        GM_CHECK_ERR(gm_rec_open(&rx, rec, (size_t)r, dst, sizeof(dst), NULL, &len, &type),
+                     GM_ERR_PROTO);
+        gm_rec_free(&tx);
+        gm_rec_free(&rx);
+    }
+    /* the inner plaintext split between the caller's room and the spill: the room ends
+     * inside the content, right after it (the type spills), inside the padding (the type
+     * stays, zeros spill), and at 0 (all spills) */
+    {
+        uint8_t spill[GM_REC_MAX_BODY];
+        const size_t caps[] = {3, 100, 104, 0, 7};
+        const size_t pads[] = {0, 0, 9, 0, 0};
+        GM_CHECK_OK(gm_rec_init(&tx, ciphers[0], mds[0], secret, 32, 1));
+        GM_CHECK_OK(gm_rec_init(&rx, ciphers[0], mds[0], secret, 32, 0));
+        for (int j = 0; j < 5; j++) {
+            uint8_t joined[200];
+            r = gm_rec_seal(&tx, GM_REC_TYPE_DATA, content, 100, pads[j], rec);
+            GM_CHECK(r > 0);
+            memset(dst, 0xee, 200);
+            memset(spill, 0xee, 200);
+            GM_CHECK_OK(gm_rec_open(&rx, rec, (size_t)r, dst, caps[j], spill, &len, &type));
+            GM_CHECK_EQ(len, 100);
+            GM_CHECK_EQ(type, GM_REC_TYPE_DATA);
+            memcpy(joined, dst, caps[j] < len ? caps[j] : len);
+            if (caps[j] < len)
+                memcpy(joined + caps[j], spill, len - caps[j]);
+            GM_CHECK(memcmp(joined, content, len) == 0);
+            GM_CHECK(caps[j] >= len || dst[caps[j]] == 0xee); /* nothing past the room */
+        }
+        r = gm_rec_seal(&tx, GM_REC_TYPE_DATA, content, 100, 0, rec);
+        GM_CHECK_ERR(gm_rec_open(&rx, rec, (size_t)r, dst, 50, NULL, &len, &type), -EINVAL);
         gm_rec_free(&tx);
         gm_rec_free(&rx);
     }
