@@ -241,6 +241,12 @@ void gm_views_publish_metrics(struct gm_agent *a)
     c.members_up = (unsigned)gm_agent_links_up(a);
     c.token_uses = a->stats.joins_accepted; /* every admitted join spent one token use */
     c.checkpoint_age_s = gm_ckptx_newest_age_s(a->ckptx);
+    {
+        char chief[GM_CHIEF_NAME_MAX + 1];
+        uint64_t term = 0;
+        if (gm_chief_leader(a, chief, &term) == 0 && term <= INT64_MAX)
+            c.term = (int64_t)term; /* left out while there is no chief */
+    }
     gm_metrics_set_cluster(a->metrics, &c);
     links = calloc(a->npeers + 1, sizeof(*links));
     if (links == NULL)

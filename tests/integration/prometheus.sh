@@ -75,6 +75,7 @@ series_ok 'gradmesh_link_info' 'v == 1 and l["codec"] == "none" and l["address"]
     fail "link info: $(promql gradmesh_link_info)"
 series_ok 'gradmesh_members_up' 'v == 1' || fail "members up"
 series_ok 'gradmesh_up' 'l["cluster"] == "lab" and l["node"] in ("alpha", "beta")' || fail "gradmesh_up"
+wait_for "gradmesh_term on both agents" series_ok 'gradmesh_term' 'v >= 1'
 promql 'gradmesh_joins_total{instance="127.0.0.1:'$MA'",result="accepted"}' |
     python3 -c 'import json,sys; r=json.load(sys.stdin)["data"]["result"]; sys.exit(0 if r and float(r[0]["value"][1])==1 else 1)' ||
     fail "alpha's accepted joins"
