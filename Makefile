@@ -147,10 +147,11 @@ ifneq ($(filter-out $(NO_DEPS_GOALS),$(or $(MAKECMDGOALS),all)),)
 endif
 
 # --- sources ---------------------------------------------------------------
-MAIN_SRC := agent/main.c
-# train/*/*.c: train's sub-folders (nn, kernels, data, comm, compress, ckpt)
+MAIN_SRC := agent/cli/main.c
+# train/*/*.c: train's sub-folders (nn, kernels, data, comm, compress, ckpt); agent/*/*.c: the
+# agent's rooms (net, service, core, mesh, cluster, jobs, cli; docs/ARCHITECTURE.md)
 LIB_SRCS := $(filter-out $(MAIN_SRC),$(wildcard common/*.c crypto/*.c discovery/*.c train/*.c \
-	train/*/*.c agent/*.c))
+	train/*/*.c agent/*.c agent/*/*.c))
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(CU_OBJS)
 LIB := $(BUILD)/libgradmesh.a
 TEST_SRCS := $(wildcard tests/unit/test_*.c)
@@ -169,7 +170,7 @@ all: $(BIN) cuda-note
 cuda-note:
 	@echo "$(CUDA_NOTE)"
 
-$(BIN): $(BUILD)/agent/main.o $(LIB)
+$(BIN): $(BUILD)/agent/cli/main.o $(LIB)
 	@echo "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS_ALL)
 

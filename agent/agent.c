@@ -1,5 +1,5 @@
 /*
- * agent/agent.c - see agent.h; the rooms are listed in agent/state.h.
+ * agent/agent.c - see agent.h; the rooms are listed in agent/core/state.h.
  *
  * This file holds the lifecycle (open/start/stop/free, signals, the tick
  * timer, identity and beacon key loading), the links (listener and accept,
@@ -24,23 +24,23 @@
 #include <jansson.h>
 #include <sodium.h>
 
-#include "agent/admit.h"
-#include "agent/beacons.h"
-#include "agent/chief.h"
-#include "agent/ckptxfer.h"
-#include "agent/control.h"
+#include "agent/cluster/admit.h"
+#include "agent/mesh/beacons.h"
+#include "agent/cluster/chief.h"
+#include "agent/jobs/ckptxfer.h"
+#include "agent/service/control.h"
 #include "agent/drain.h"
-#include "agent/endpoints.h"
-#include "agent/job.h"
-#include "agent/jobroom.h"
-#include "agent/keyring.h"
-#include "agent/link.h"
-#include "agent/measure.h"
-#include "agent/members.h"
-#include "agent/metrics.h"
-#include "agent/notify.h"
-#include "agent/proto.h"
-#include "agent/state.h"
+#include "agent/mesh/endpoints.h"
+#include "agent/jobs/job.h"
+#include "agent/jobs/jobroom.h"
+#include "agent/cluster/keyring.h"
+#include "agent/net/link.h"
+#include "agent/mesh/measure.h"
+#include "agent/mesh/members.h"
+#include "agent/service/metrics.h"
+#include "agent/service/notify.h"
+#include "agent/net/proto.h"
+#include "agent/core/state.h"
 #include "agent/views.h"
 #include "common/assert.h"
 #include "common/log.h"
@@ -156,7 +156,7 @@ static const struct gm_room link_room = {
 };
 
 /* Every room whose frames or control commands the agent serves (see
- * agent/state.h).  A new room adds its `const struct gm_room` here. */
+ * agent/core/state.h).  A new room adds its `const struct gm_room` here. */
 static const struct gm_room *const rooms[] = {
     &link_room,   &gm_members_room, &gm_measure_room, &gm_admit_room,   &gm_views_room,
     &gm_job_room, &gm_chief_room,   &gm_ckpt_room,    &gm_keyring_room,

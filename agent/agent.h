@@ -3,7 +3,7 @@
  * admission, link measurement, LAN discovery, control socket, distributed
  * jobs.  (The election comes later.)
  *
- * Inside, one room (file pair) per responsibility, listed in agent/state.h:
+ * Inside, one room (file pair) per responsibility, listed in agent/core/state.h:
  * agent.c holds the lifecycle and the dispatch; members.c, admit.c,
  * measure.c, endpoints.c, beacons.c, views.c and jobroom.c (with job.c)
  * hold the rest.
@@ -34,7 +34,7 @@
 
 #include <uv.h>
 
-#include "agent/config.h"
+#include "agent/service/config.h"
 #include "common/err.h"
 
 struct gm_agent;

@@ -8,9 +8,9 @@
 #include <string.h>
 
 #include "agent/agent.h"
-#include "agent/chief.h"
-#include "agent/job.h"
-#include "agent/state.h"
+#include "agent/cluster/chief.h"
+#include "agent/jobs/job.h"
+#include "agent/core/state.h"
 #include "common/log.h"
 #include "common/time.h"
 

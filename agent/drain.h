@@ -15,7 +15,7 @@
  *      keep a drain under the unit's TimeoutStopSec=15s.
  *   3. exit: the normal stop (BYE on every link), exit status 0.  The members
  *      see their coordinator leave, and the new chief takes the job over at
- *      its next job tick from the step the survivors share (agent/job.c's
+ *      its next job tick from the step the survivors share (agent/jobs/job.c's
  *      orphan_tick: no rollback), without the members' 30 s orphan wait.
  * Each phase is logged (event=drain-*).  Any node that is not the chief, or a
  * chief with nobody to hand over to, stops at once as before: its peers see a

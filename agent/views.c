@@ -15,12 +15,12 @@
 
 #include <jansson.h>
 
-#include "agent/chief.h"
-#include "agent/endpoints.h"
-#include "agent/job.h"
-#include "agent/metrics.h"
-#include "agent/ckptxfer.h"
-#include "agent/state.h"
+#include "agent/cluster/chief.h"
+#include "agent/mesh/endpoints.h"
+#include "agent/jobs/job.h"
+#include "agent/service/metrics.h"
+#include "agent/jobs/ckptxfer.h"
+#include "agent/core/state.h"
 #include "common/assert.h"
 #include "discovery/discovery.h"
 #include "discovery/iface.h"

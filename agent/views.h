@@ -10,7 +10,7 @@
  * Control commands (gm_views_room): status, doctor.  Loop thread only.
  *
  * gm_views_publish_metrics (every tick, when [metrics] listen is set): the same member
- * table as numbers for agent/metrics.h: per link class, state, bytes, RTT, throughput and
+ * table as numbers for agent/service/metrics.h: per link class, state, bytes, RTT, throughput and
  * the TCP retransmits the kernel counted (TCP_INFO); members up; token uses.
  */
 #ifndef GM_AGENT_VIEWS_H

@@ -3,7 +3,7 @@
 # 64 / 256 MiB, 2 and 4 ranks, three implementations in the same run (issue 10,
 # "Done when" 4):
 #   gradmesh  gm_coll_allreduce_start (RING, fp32) over the agent transport
-#             (agent/xport.h) on real TLS links (bench/gm_allreduce.c);
+#             (agent/jobs/xport.h) on real TLS links (bench/gm_allreduce.c);
 #   mpi       OpenMPI's MPI_Allreduce over plaintext TCP (bench/mpi_allreduce.c;
 #             mpirun --mca pml ob1 --mca btl tcp,self, TCP on lo);
 #   gloo      torch.distributed with the gloo backend (bench/torch_allreduce.py).
@@ -46,8 +46,8 @@ gloo_allreduce() { # N
     timeout 600 /usr/bin/python3 bench/torch_allreduce.py --ranks "$1" $sizes
 }
 
-# gradmesh: bench/gm_allreduce.c, N processes on real TLS links (agent/link.h)
-# running gm_coll_allreduce_start (RING, fp32, SUM) over agent/xport.h.
+# gradmesh: bench/gm_allreduce.c, N processes on real TLS links (agent/net/link.h)
+# running gm_coll_allreduce_start (RING, fp32, SUM) over agent/jobs/xport.h.
 gradmesh_allreduce() { # N
     timeout 600 build/bench/gm_allreduce "$1" $sizes
 }

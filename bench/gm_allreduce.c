@@ -1,10 +1,10 @@
 /*
  * bench/gm_allreduce.c - the gradmesh side of bench/allreduce.sh: the
  * collective the agents train with (train/comm/collective.h, RING, fp32, SUM)
- * over the agent transport (agent/xport.h) on real TLS links (agent/link.h:
+ * over the agent transport (agent/jobs/xport.h) on real TLS links (agent/net/link.h:
  * libuv TCP, TLS 1.3 with mutual authentication), on loopback.
  *
- * Setup (what agent/job.c and agent/rank.c do for a job group, minus the
+ * Setup (what agent/jobs/job.c and agent/jobs/rank.c do for a job group, minus the
  * control plane): the parent makes a cluster CA and one certificate per rank
  * (node names r0..rN-1) and one listening socket per rank on 127.0.0.1, then
  * forks N processes, one per rank, each with its own uv loop on one thread.
@@ -13,7 +13,7 @@
  * makes one gm_xport (generation 1) and attaches each link when its handshake
  * is done (TRAIN frames that arrive before the collective starts wait in the
  * xport); once all N-1 links are up it makes its gm_coll with chunk_bytes =
- * GM_XPORT_CHUNK, as agent/rank.c does.  No listener is ever dialled before
+ * GM_XPORT_CHUNK, as agent/jobs/rank.c does.  No listener is ever dialled before
  * it exists (all are made before the fork), so nothing waits on readiness.
  *
  * Timing, per size, like bench/mpi_allreduce.c: one warm-up all-reduce of
@@ -49,8 +49,8 @@
 #include <sodium.h>
 #include <uv.h>
 
-#include "agent/link.h"
-#include "agent/xport.h"
+#include "agent/net/link.h"
+#include "agent/jobs/xport.h"
 #include "common/time.h"
 #include "crypto/identity.h"
 #include "crypto/tls.h"

@@ -5,7 +5,7 @@
  * Each trial moves BYTES (default 1 GiB) from one sender process to one
  * receiver process, each pinned to its own core:
  *   tcp: blocking write()/read() of 1 MiB buffers (the plain-TCP ceiling);
- *   tls: agent/link.h end to end: libuv TCP, TLS 1.3 (AES-128-GCM, mutual
+ *   tls: agent/net/link.h end to end: libuv TCP, TLS 1.3 (AES-128-GCM, mutual
  *        auth with an in-memory cluster CA), 256 KiB BULK frames.
  * The clock runs from the sender's first byte to the receiver's one-byte
  * acknowledgement of the last.  Trials alternate tcp/tls; the medians print:
@@ -42,7 +42,7 @@
 #include <sodium.h>
 #include <uv.h>
 
-#include "agent/link.h"
+#include "agent/net/link.h"
 #include "common/time.h"
 #include "crypto/identity.h"
 #include "crypto/tls.h"

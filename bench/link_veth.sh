@@ -2,7 +2,7 @@
 # bench/link_veth.sh - a gradmesh TLS link against plain TCP on a 1 Gbit/s
 # link: two network namespaces joined by a veth pair whose both ends are
 # shaped with tc tbf (issue 10, "Done when" 4: TLS >= 0.9x TCP).  The link is
-# the real one (agent/link.h: libuv, TLS 1.3 with mutual auth, BULK frames),
+# the real one (agent/net/link.h: libuv, TLS 1.3 with mutual auth, BULK frames),
 # driven by bench/link_throughput.c, which alternates TCP and TLS trials in
 # the same run and prints medians and their ratio.  Root and namespaces, else
 # exit 77.  The testbed is tests/integration/netns.bash (names carry $$,

@@ -21,7 +21,7 @@ trap 'rm -rf "$tmp"' EXIT
 # the link line's libraries, as the Makefile recorded them (build/.flags: CFLAGS | NVCCFLAGS | LDLIBS)
 ldlibs=$(awk -F' [|] ' '{print $3}' build/.flags)
 # shellcheck disable=SC2086
-cc -o "$tmp/gradmesh-linked" build/agent/main.o build/libgradmesh.a $ldlibs \
+cc -o "$tmp/gradmesh-linked" build/agent/cli/main.o build/libgradmesh.a $ldlibs \
     -Wl,--no-as-needed -L"$cuda/lib64" -Wl,-rpath,"$cuda/lib64" -lcudnn -lcublas -lcublasLt
 ldd "$tmp/gradmesh-linked" | grep -qE 'libcudnn' || { echo "startup: the peer does not link cuDNN"; exit 1; }
 

@@ -6,7 +6,7 @@
  * caller's timing.  Time is the caller's (monotonic ns), so the bucket is a plain value,
  * testable without a clock.  Why not a library: the Debian libraries that shape traffic
  * (tc, libnl) shape a kernel interface's egress, all its traffic; the cap here is on one TLS
- * link's bulk frames inside the agent (agent/link.c), ten lines of arithmetic.
+ * link's bulk frames inside the agent (agent/net/link.c), ten lines of arithmetic.
  *
  * Any thread, no locking: the owner serializes (a link: its loop thread).
  */

@@ -7,7 +7,7 @@
  * job runtime and `gradmesh doctor` all start from a strategy, so they cannot disagree.
  *
  * auto: chosen by gm_gradsync_auto_choose (below) from measured links and compute, by the job's
- * coordinator, which then sends the concrete codec to every rank (agent/job.c).  Where nothing
+ * coordinator, which then sends the concrete codec to every rank (agent/jobs/job.c).  Where nothing
  * has chosen (train --local, the simulation) gm_gradsync_strategy_from_job resolves auto to
  * dense fp32 and logs why: in one process the "links" are memory.
  *
@@ -35,7 +35,7 @@
  *    below one agent's (world * compute / step < 1): the caller warns that the link does not
  *    help.  The pick is then still the cheapest-step candidate.
  *
- * Switching mid-run (the coordinator re-decides; agent/autocodec.h carries it out):
+ * Switching mid-run (the coordinator re-decides; agent/jobs/autocodec.h carries it out):
  *  - every rank fits alpha-beta to its own collectives (seconds against the bytes it sent,
  *    each op timed on the loop from its start, the previous op's end or, when the peers were
  *    late, the arrival of their first frame, to its completion: waiting for a slower rank is

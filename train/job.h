@@ -151,7 +151,7 @@ struct gm_job {
         int local_steps; /* diloco: H */
         double outer_lr;
         double outer_momentum;
-        /* not from the file: codec = auto resolved by a coordinator (agent/autocodec.h); its
+        /* not from the file: codec = auto resolved by a coordinator (agent/jobs/autocodec.h); its
          * DiLoCo H is then capped to a quarter of the run's steps (train/gradsync.h) */
         bool auto_resolved;
     } comm;

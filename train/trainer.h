@@ -132,7 +132,7 @@ struct gm_train_comm {
 
 /*
  * Optional observer of a run (train/tbevents.h writes TensorBoard events from it; the
- * agent's job runtime can feed agent/metrics.h the same way): on_step after every optimizer
+ * agent's job runtime can feed agent/service/metrics.h the same way): on_step after every optimizer
  * step, on_eval after every test evaluation (rank 0 evaluates).  Called on the trainer's
  * thread of the replica given them (sim.c gives them to rank 0 only); they must not block
  * for long.  The step time split: compute is batch, forward, loss and backward (with the

@@ -1,6 +1,6 @@
 /*
  * tests/fuzz/fuzz_ckptxfer.c - libFuzzer target for the checkpoint room's decoders
- * (agent/ckptxfer.h).
+ * (agent/jobs/ckptxfer.h).
  *
  * Byte 0 picks the mode:
  *   0: the rest is a CKPT_DATA header: what decodes holds only what ckptxfer.h promises (a
@@ -25,8 +25,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "agent/ckptxfer.h"
-#include "agent/proto.h"
+#include "agent/jobs/ckptxfer.h"
+#include "agent/net/proto.h"
 #include "common/file.h"
 #include "common/log.h"
 #include "train/ckpt/ckpt.h"

@@ -15,7 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "agent/config.h"
+#include "agent/service/config.h"
 #include "common/log.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

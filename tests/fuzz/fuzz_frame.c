@@ -1,7 +1,7 @@
 /*
- * tests/fuzz/fuzz_frame.c - the frame parser (agent/frame.h) fed arbitrary
+ * tests/fuzz/fuzz_frame.c - the frame parser (agent/net/frame.h) fed arbitrary
  * bytes in arbitrary splits, every complete frame passed to the decoder of
- * its type (agent/proto.h), as a link would.  Input: byte 0 = split size
+ * its type (agent/net/proto.h), as a link would.  Input: byte 0 = split size
  * (1..128) and path (bit 7: the zero-copy space/commit path the links use,
  * else gm_frame_parser_feed), the rest = the stream.
  */
@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "agent/frame.h"
-#include "agent/proto.h"
+#include "agent/net/frame.h"
+#include "agent/net/proto.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,5 +1,5 @@
 /*
- * tests/fuzz/fuzz_jobmsg.c - the job control payloads (agent/jobmsg.h):
+ * tests/fuzz/fuzz_jobmsg.c - the job control payloads (agent/jobs/jobmsg.h):
  * gm_jobmsg_decode for every JOB_* type (byte 0 picks JOB_OFFER, _CHECK,
  * _GROUP, _REPORT, _END or a type that is none of them), the rest is the
  * payload.  Checks:
@@ -22,8 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "agent/jobmsg.h"
-#include "agent/proto.h"
+#include "agent/jobs/jobmsg.h"
+#include "agent/net/proto.h"
 #include "crypto/identity.h"
 #include "train/job.h"
 

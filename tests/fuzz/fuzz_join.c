@@ -1,5 +1,5 @@
 /*
- * tests/fuzz/fuzz_join.c - the join messages (agent/proto.h): JOIN_REQUEST,
+ * tests/fuzz/fuzz_join.c - the join messages (agent/net/proto.h): JOIN_REQUEST,
  * JOIN_ACCEPT and RENEW_ACCEPT decoders (byte 0 picks which), then a round
  * trip: what decodes must encode and decode to the same fields, and the
  * proof context must fit its buffer.
@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "agent/proto.h"
+#include "agent/net/proto.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,5 +1,5 @@
 /*
- * tests/fuzz/fuzz_keyring.c - the KEYRING payload (agent/keyring.h), which a
+ * tests/fuzz/fuzz_keyring.c - the KEYRING payload (agent/cluster/keyring.h), which a
  * voter reads from another member: gm_keyring_decode, then the token records
  * it carries merged into a store (crypto/token.h gm_token_store_merge), the
  * key parsed (gm_id_key_from_pem).
@@ -24,7 +24,7 @@
 
 #include <sodium.h>
 
-#include "agent/keyring.h"
+#include "agent/cluster/keyring.h"
 #include "crypto/identity.h"
 #include "crypto/token.h"
 

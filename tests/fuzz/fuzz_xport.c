@@ -1,6 +1,6 @@
 /*
  * tests/fuzz/fuzz_xport.c - the training channel's reassembly
- * (gm_xport_on_frame, agent/xport.h) against a reference model.
+ * (gm_xport_on_frame, agent/jobs/xport.h) against a reference model.
  *
  * An xport of world 3 (this is rank 0, generation GEN) on a libuv loop, with
  * no real link.  The input is a list of records, each one op byte and its
@@ -43,9 +43,9 @@
 
 #include <uv.h>
 
-#include "agent/link.h"
-#include "agent/proto.h"
-#include "agent/xport.h"
+#include "agent/net/link.h"
+#include "agent/net/proto.h"
+#include "agent/jobs/xport.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerInitialize(int *argc, char ***argv);

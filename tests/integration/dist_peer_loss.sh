@@ -27,7 +27,7 @@
 # on 10 classes) and the rejoin room to happen (~450 steps after the kill).
 #
 # Same weights: when its last step is taken, every rank logs event=job-final-hash with
-# the SHA-256 of its parameters (agent/rank.h); the restarted gamma's must equal alpha's
+# the SHA-256 of its parameters (agent/jobs/rank.h); the restarted gamma's must equal alpha's
 # and beta's, and all equal the hash of the weights file alpha wrote, recomputed here in
 # Python.  Nothing here is timed: every wait polls a condition (deadlines only keep a hung
 # run from hanging CI).
@@ -151,7 +151,7 @@ job_is alpha "$ID" 'j["state"] == "done" and j["summary"]["steps"] == '$STEPS' a
 wait_until 60 "gamma's rank to end" job_is gamma "$ID" 'j["state"] == "done"'
 ACC=$(job_get alpha "$ID" 'j["summary"]["test_accuracy"]')
 # No re-form storm around the return: a returning member answers the dataset check only
-# once it has links to every rank, and groups that keep failing back off (agent/job.c).
+# once it has links to every rank, and groups that keep failing back off (agent/jobs/job.c).
 # Before that, each group formed ahead of the gamma-beta link failed at once and was
 # re-formed, 3 to 20 times here (180 seen elsewhere).  One quick failure is allowed: the
 # two ends of the gamma-beta link may see it up a moment apart.  The world-3 group gamma

@@ -10,7 +10,7 @@
         (max |a-b|, ||a-b|| / ||a||), then "max <largest |a-b|>" and
         "rel <largest relative L2 difference of a tensor>"
   sha256 FILE
-        the parameter hash agent/rank.h defines (event=job-final-hash): SHA-256 over every
+        the parameter hash agent/jobs/rank.h defines (event=job-final-hash): SHA-256 over every
         tensor as little-endian float32, tensors in name order
 """
 import gzip

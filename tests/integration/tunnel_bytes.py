@@ -25,7 +25,7 @@ The chain, each link checked:
    (16 fp32 per check, every 100 steps and after the last: 64 B per rank each) and, on rank 0
    only, the broadcast of its initial state to rank 1 (params, Adam's m and v, and 8 floats of
    step counters, fp32: (3 x params + 8) x 4 B).  Equal to the byte.
-3. The training channel (jobs --json links[].bytes_sent, agent/xport.c) counts whole
+3. The training channel (jobs --json links[].bytes_sent, agent/jobs/xport.c) counts whole
    collective messages: payload plus a 56-byte collective header each.  Messages per rank:
    4 a PowerSGD step (P and Q all-reduces, 2 ring stages each), 2 a warm-up step, 1 a hash
    check, and on rank 0 the broadcast cut into gm_coll chunks of GM_XPORT_CHUNK (262080 B).
@@ -66,11 +66,11 @@ import re
 import sys
 
 COLL_HDR = 56          # train/comm/coll_wire.h: GM_COLL_HDR_BYTES
-FRAME_HDR = 16         # agent/frame.h: GM_FRAME_HDR_LEN
+FRAME_HDR = 16         # agent/net/frame.h: GM_FRAME_HDR_LEN
 TLS_RECORD = 22        # TLS 1.3 AES-GCM: 5 header + 1 inner content type + 16 tag
 TCPIP = 52             # IPv4 20 + TCP 20 + timestamps 12
 VPN_PKT = 14 + 20 + 8 + 4 + 4 + 16  # Ethernet + IPv4 + UDP + P_DATA_V2 + packet id + GCM tag
-COLL_CHUNK = (256 << 10) - 64       # agent/xport.h: GM_XPORT_CHUNK
+COLL_CHUNK = (256 << 10) - 64       # agent/jobs/xport.h: GM_XPORT_CHUNK
 HASH_FLOATS = 16       # gm_coll_hashcheck_start: 8 bytes of the hash and their squares
 BAND = (1.00, 1.25)
 ACC_MIN = 70.0

@@ -24,12 +24,12 @@
 #include <uv.h>
 
 #include "agent/agent.h"
-#include "agent/cli.h"
-#include "agent/control.h"
-#include "agent/jobmsg.h"
-#include "agent/joiner.h"
-#include "agent/link.h"
-#include "agent/proto.h"
+#include "agent/cli/cli.h"
+#include "agent/service/control.h"
+#include "agent/jobs/jobmsg.h"
+#include "agent/cluster/joiner.h"
+#include "agent/net/link.h"
+#include "agent/net/proto.h"
 #include "common/log.h"
 #include "common/test.h"
 #include "common/time.h"

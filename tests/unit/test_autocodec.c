@@ -1,6 +1,6 @@
 /*
- * tests/unit/test_autocodec.c - agent/autocodec.c: codec = auto on the coordinator, with a real
- * timed step of LeNet-5 (its time varies with the build and the load, so every link below is
+ * tests/unit/test_autocodec.c - agent/jobs/autocodec.c: codec = auto on the coordinator, with a
+ * real timed step of LeNet-5 (its time varies with the build and the load, so every link below is
  * far from a threshold) and synthetic link matrices: a slow tunnel gets DiLoCo with H in range, a
  * fast LAN fp32, nothing measured fp32 with the reason said, a pair nobody measured priced as
  * the slowest measured link, a job that is not auto left alone, names parsed.
@@ -8,7 +8,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "agent/autocodec.h"
+#include "agent/jobs/autocodec.h"
 #include "common/test.h"
 
 GM_TEST_DEFINE_STATE;

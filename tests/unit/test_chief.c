@@ -1,6 +1,6 @@
 /*
  * tests/unit/test_chief.c - the chief's replicated state machine
- * (agent/chieffsm.h) on its own and inside deterministic raft clusters
+ * (agent/cluster/chieffsm.h) on its own and inside deterministic raft clusters
  * (raft/fixture.h: in-memory I/O, simulated time and network, no threads).
  *
  *  - commands: every op encodes and decodes to the same fields; malformed,
@@ -36,7 +36,7 @@
 #include <raft.h>
 #include <raft/fixture.h>
 
-#include "agent/chieffsm.h"
+#include "agent/cluster/chieffsm.h"
 #include "common/test.h"
 #include "train/ckpt/ckpt.h"
 

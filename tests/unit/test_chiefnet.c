@@ -1,6 +1,6 @@
 /*
  * tests/unit/test_chiefnet.c - raft's transport over the member links
- * (agent/chiefnet.h), driven by hand on one uv loop: frames go in as the
+ * (agent/cluster/chiefnet.h), driven by hand on one uv loop: frames go in as the
  * chief room would pass them, streams come out as raft would get them.
  *  - a DATA frame on a new channel from an allowed node opens a channel:
  *    raft's accept callback gets the node's raft id, its node id as address,
@@ -26,8 +26,8 @@
 #include <raft/uv.h>
 #include <uv.h>
 
-#include "agent/chiefnet.h"
-#include "agent/proto.h"
+#include "agent/cluster/chiefnet.h"
+#include "agent/net/proto.h"
 #include "common/test.h"
 
 GM_TEST_DEFINE_STATE;

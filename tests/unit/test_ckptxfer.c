@@ -1,5 +1,5 @@
 /*
- * tests/unit/test_ckptxfer.c - the checkpoint room without links (agent/ckptxfer.h): header
+ * tests/unit/test_ckptxfer.c - the checkpoint room without links (agent/jobs/ckptxfer.h): header
  * and ack round trips and refusals; a transfer in two chunks committed under its final name
  * with a .sha256 that train/ckpt accepts; transfers that must not commit (a wrong hash, a
  * short one, the link going down in the middle) leave no file; bytes out of order (more than
@@ -12,8 +12,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "agent/ckptxfer.h"
-#include "agent/proto.h"
+#include "agent/jobs/ckptxfer.h"
+#include "agent/net/proto.h"
 #include "common/byteorder.h"
 #include "common/file.h"
 #include "common/log.h"

@@ -12,7 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "agent/config.h"
+#include "agent/service/config.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "common/test.h"

@@ -1,10 +1,11 @@
-/* tests/unit/test_frame.c - frame codec (agent/frame.h) and message payloads (agent/proto.h). */
+/* tests/unit/test_frame.c - frame codec (agent/net/frame.h) and message payloads
+ * (agent/net/proto.h). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "agent/frame.h"
-#include "agent/proto.h"
+#include "agent/net/frame.h"
+#include "agent/net/proto.h"
 #include "common/test.h"
 
 GM_TEST_DEFINE_STATE;

@@ -1,5 +1,5 @@
 /*
- * tests/unit/test_jobfence.c - the job room under a chief (agent/job.h):
+ * tests/unit/test_jobfence.c - the job room under a chief (agent/jobs/job.h):
  *  - the coordinator is the chief the env names; with no chief there is none,
  *    and a submit is refused with the reason (no majority, no training);
  *  - JOB_* frames carry the sender's term in the request id: one from an
@@ -16,9 +16,9 @@
 #include <jansson.h>
 #include <uv.h>
 
-#include "agent/job.h"
-#include "agent/jobmsg.h"
-#include "agent/proto.h"
+#include "agent/jobs/job.h"
+#include "agent/jobs/jobmsg.h"
+#include "agent/net/proto.h"
 #include "common/test.h"
 
 GM_TEST_DEFINE_STATE;

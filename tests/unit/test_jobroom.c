@@ -1,5 +1,5 @@
 /*
- * tests/unit/test_jobroom.c - bad input to the job room (agent/job.h) of a
+ * tests/unit/test_jobroom.c - bad input to the job room (agent/jobs/job.h) of a
  * real agent: it closes that member's link with an ERROR frame and keeps
  * serving; the job it runs goes on.
  *
@@ -36,12 +36,12 @@
 #include <uv.h>
 
 #include "agent/agent.h"
-#include "agent/cli.h"
-#include "agent/control.h"
-#include "agent/jobmsg.h"
-#include "agent/link.h"
-#include "agent/proto.h"
-#include "agent/xport.h"
+#include "agent/cli/cli.h"
+#include "agent/service/control.h"
+#include "agent/jobs/jobmsg.h"
+#include "agent/net/link.h"
+#include "agent/net/proto.h"
+#include "agent/jobs/xport.h"
 #include "common/log.h"
 #include "common/test.h"
 #include "common/time.h"

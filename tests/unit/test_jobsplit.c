@@ -1,6 +1,6 @@
 /*
- * tests/unit/test_jobsplit.c - the job room across a partition (agent/job.h, "partitions" in
- * agent/job.c): no majority, no training.  One room, node "alpha", with a real trainer thread
+ * tests/unit/test_jobsplit.c - the job room across a partition (agent/jobs/job.h, "partitions" in
+ * agent/jobs/job.c): no majority, no training.  One room, node "alpha", with a real trainer thread
  * (an MLP on Fashion-MNIST; skipped without the data) and a fake env: no links at all, and a
  * chief the test sets.
  *  1. alpha joins a job that "boss", the chief, coordinates (JOB_GROUP, term 5): running;
@@ -25,9 +25,9 @@
 #include <jansson.h>
 #include <uv.h>
 
-#include "agent/job.h"
-#include "agent/jobmsg.h"
-#include "agent/proto.h"
+#include "agent/jobs/job.h"
+#include "agent/jobs/jobmsg.h"
+#include "agent/net/proto.h"
 #include "common/assert.h"
 #include "common/test.h"
 #include "common/time.h"

@@ -1,5 +1,5 @@
 /*
- * tests/unit/test_keyring.c - the KEYRING payload (agent/keyring.h): what
+ * tests/unit/test_keyring.c - the KEYRING payload (agent/cluster/keyring.h): what
  * encodes decodes to the same key and token text; a wrong version, a missing
  * or extra field, a non-string, an embedded NUL and an oversized payload are
  * refused with GM_ERR_PROTO and leave nothing allocated.
@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "agent/keyring.h"
+#include "agent/cluster/keyring.h"
 #include "common/err.h"
 #include "common/test.h"
 
@@ -118,7 +118,7 @@ static void m_send(struct model *m, int *q)
         (*q)++;
 }
 
-/* H's tick (agent/keyring.c gm_keyring_tick on a holder that stays a voter) */
+/* H's tick (agent/cluster/keyring.c gm_keyring_tick on a holder that stays a voter) */
 static void h_tick(struct model *m)
 {
     if (gm_keyring_push_due(g_voter_after[m->h_app], m->gen, &m->mark))

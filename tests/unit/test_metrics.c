@@ -15,7 +15,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "agent/metrics.h"
+#include "agent/service/metrics.h"
 #include "common/err.h"
 #include "common/test.h"
 #include "common/time.h"

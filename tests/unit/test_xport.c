@@ -1,5 +1,5 @@
 /*
- * tests/unit/test_xport.c - the training channel (agent/xport.h) over real
+ * tests/unit/test_xport.c - the training channel (agent/jobs/xport.h) over real
  * TLS links on loopback, every rank on this thread's one libuv loop.
  *
  *   rank 0 <--TLS--> rank 1          (N = 2)
@@ -37,9 +37,9 @@
 
 #include <uv.h>
 
-#include "agent/link.h"
-#include "agent/proto.h"
-#include "agent/xport.h"
+#include "agent/net/link.h"
+#include "agent/net/proto.h"
+#include "agent/jobs/xport.h"
 #include "common/test.h"
 #include "common/time.h"
 #include "crypto/tls.h"

@@ -126,7 +126,7 @@ int gm_ckpt_dir_newest(const char *dir, long max_step, const char *want_job_hash
                        const char *want_model, struct gm_st_file *f, struct gm_ckpt_info *info,
                        char *path, size_t cap) GM_MUST_CHECK;
 
-/* A checkpoint the cluster committed (agent/chieffsm.h: held by a majority of the voters,
+/* A checkpoint the cluster committed (agent/cluster/chieffsm.h: held by a majority of the voters,
  * recorded in the raft log): its step and SHA-256 (lower-case hex). */
 struct gm_ckpt_ref {
     long step;

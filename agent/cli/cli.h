@@ -1,0 +1,42 @@
+/*
+ * agent/cli/cli.h - subcommand entry points of the gradmesh binary.  Each takes
+ * argv starting at the subcommand name and returns the process exit code.
+ * Called from main() only.
+ */
+#ifndef GM_AGENT_CLI_CLI_H
+#define GM_AGENT_CLI_CLI_H
+
+#include <stdio.h>
+
+int gm_cli_train(int argc, char **argv);
+int gm_cli_init(int argc, char **argv);
+int gm_cli_join(int argc, char **argv);
+int gm_cli_token(int argc, char **argv);
+int gm_cli_agent(int argc, char **argv);
+int gm_cli_status(int argc, char **argv);
+int gm_cli_peers(int argc, char **argv);
+int gm_cli_doctor(int argc, char **argv);
+int gm_cli_submit(int argc, char **argv);
+int gm_cli_jobs(int argc, char **argv);
+int gm_cli_cancel(int argc, char **argv);
+int gm_cli_members(int argc, char **argv);
+int gm_cli_revoke(int argc, char **argv);
+int gm_cli_role(int argc, char **argv);
+int gm_cli_checkpoint(int argc, char **argv);
+
+/* JSON for people: reals with at most 6 significant digits (83.88, not 83.879999999999995),
+ * as `gradmesh jobs --json` prints them. */
+#define GM_JSON_HUMAN JSON_REAL_PRECISION(6)
+
+/* agent/cli/cli_help.c: the list of verbs; one verb's help (-1: no such verb); the synopsis
+ * and a pointer to --help, on stderr, after a usage error. */
+void gm_cli_usage(FILE *f);
+int gm_cli_help(FILE *f, const char *verb);
+void gm_cli_usage_hint(const char *verb);
+
+/* Sends req (consumed) to the local agent of config; *out the answer.  Prints
+ * the agent's error or why it is unreachable; returns a negative code then. */
+struct json_t;
+int gm_cli_control(const char *cmd, const char *config, struct json_t *req, struct json_t **out);
+
+#endif

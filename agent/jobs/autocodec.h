@@ -1,0 +1,106 @@
+/*
+ * agent/jobs/autocodec.h - codec = auto on the job's coordinator: from the links measured between
+ * the ranks and one step's compute timed here, pick the codec every rank will run
+ * (train/gradsync.h, gm_gradsync_auto_choose, holds the model and the rule; this is the
+ * plumbing).
+ *
+ * Choices:
+ * - Decided at submit by the coordinator, and sent to every rank in JOB_GROUP ("comm"), so
+ *   every rank runs the same strategy from the start of every group.
+ * - Re-decided during the run (gm_autoswitch_*): every rank reports its alpha-beta fit (rank
+ *   0's is read here, the members' come in JOB_REPORT "fit" once a second); on every tick with
+ *   new samples the coordinator builds the links from the slowest rank's fit
+ *   (gm_gradsync_ab_hop) for the pairs that are not lan, the link layer's measurements for
+ *   the lan pairs, and runs the same auto_choose with rank 0's measured compute per step
+ *   (an average of the trainer's own step times: the timing at submit, one moment on a
+ *   machine whose load changes, stands in only until steps are measured); the hysteresis is
+ *   gm_gradsync_switch_decide's (train/gradsync.h).  A switch is announced
+ *   (JOB_SWITCH, fenced by the group's generation and the chief's term) for rank 0's step +
+ *   lead, lead = 2 + the steps that one control message needs behind a full TRAIN frame on
+ *   the fitted link (RTT + 256 KiB / bandwidth, over the running codec's predicted step),
+ *   at least 3, at most 50.  Rank 0 takes it only once every member has answered that it
+ *   will (agent/jobs/rank.h gm_rank_switch); a member already past that step answers
+ *   "switch-late" and the group is re-formed with the new codec instead (a resync from rank
+ *   0's state: slower, still consistent).
+ * - Compute: one training step of the job's model (forward, loss, backward) at the per-rank
+ *   batch (above 256 samples: at 256, scaled linearly, so that the loop, which the timing
+ *   blocks, answers a submit well within the CLI's 10 s even for large batches) on random
+ *   inputs, timed here on the loop thread with the job's BLAS threads: the
+ *   median of 5 after a warm-up (LeNet-5 at batch 64: about 40 ms in all).  The input shape
+ *   comes from the data kind without reading the data: idx 1x28x28, CIFAR-10 3x32x32, a folder
+ *   channels x image_size^2 (32 when the size is native); 10 classes (only the last layer's
+ *   width, a small part of the time).
+ * - Links: alpha = RTT / 2 and bytes_per_s = the probe's throughput, as measured by the link
+ *   layer (agent/mesh/measure.c); a pair nobody measured gets the slowest measured link (the ring
+ *   runs at its slowest hop, so this errs slow, never fast).  With no measurement at all the
+ *   job runs fp32 and says why.
+ *
+ * Loop thread (it blocks the loop for the timing: tens of ms for the models this build has).
+ */
+#ifndef GM_AGENT_JOBS_AUTOCODEC_H
+#define GM_AGENT_JOBS_AUTOCODEC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/err.h"
+#include "train/comm/collective.h"
+#include "train/gradsync.h"
+#include "train/job.h"
+
+/* Resolves job->comm.codec == auto for world ranks joined by links (world*world, entries with
+ * bytes_per_s <= 0 unknown; NULL: none known), in LAN islands (gm_gradsync_islands; NULL:
+ * none: the hierarchical all-reduce is then what the codecs are priced on).  Sets job->comm.codec
+ * (and local_steps for diloco), fills *out (may be NULL) and writes one line saying why into
+ * reason.  Does nothing for a job whose codec is not auto.  0, or a negative error (the job then
+ * keeps fp32). */
+GM_MUST_CHECK int gm_autocodec_resolve(struct gm_job *job, int world,
+                                       const struct gm_coll_link *links, const int *islands,
+                                       struct gm_gradsync_auto_out *out, char *reason, size_t cap);
+
+/* Switching mid-run, on the coordinator (see above).  Opaque; loop thread. */
+struct gm_autoswitch;
+
+/* For job (codec resolved by auto) on world ranks, with the compute timed at submit.  0,
+ * -EINVAL, -ENOMEM (then *out is NULL and the job keeps its codec). */
+GM_MUST_CHECK int gm_autoswitch_new(const struct gm_job *job, double compute_s,
+                                    struct gm_autoswitch **out);
+void gm_autoswitch_free(struct gm_autoswitch *a);
+/* A new group of world ranks formed at rank 0's step: the fits and any pending switch are
+ * dropped, and no decision is made for GM_GRADSYNC_SWITCH_DWELL steps. */
+void gm_autoswitch_group(struct gm_autoswitch *a, int world, long step);
+/* Rank r's fit (ops: samples so far). */
+void gm_autoswitch_fit(struct gm_autoswitch *a, int r, const struct gm_coll_link *fit,
+                       uint64_t ops);
+
+struct gm_autoswitch_decision {
+    struct gm_gradsync_strategy to; /* algo as cur's */
+    long step;                      /* rank 0's step + lead */
+    uint32_t seq;                   /* the switch's number in the job, from 1 */
+    int lead;
+    char why[320];
+};
+
+/* One decision for a job running cur, rank 0 at step, on links (world*world: the lan pairs'
+ * measurements, bytes_per_s 0 elsewhere; the fit fills those) in islands (NULL: none), with
+ * compute_s: rank 0's measured compute per step (0: the one timed at submit).  Returns 1 with
+ * *d filled when the coordinator should announce a switch (and from then on waits for the
+ * members' answers), 0 to stay (no new samples, a switch pending, the hysteresis), or a
+ * negative error. */
+GM_MUST_CHECK int gm_autoswitch_decide(struct gm_autoswitch *a,
+                                       const struct gm_gradsync_strategy *cur,
+                                       const struct gm_coll_link *links, const int *islands,
+                                       long step, double compute_s,
+                                       struct gm_autoswitch_decision *d);
+/* Whether a switch is announced and waits for answers (*seq: its number). */
+bool gm_autoswitch_pending(const struct gm_autoswitch *a, uint32_t *seq);
+/* Member rank r's answer to switch seq: 1 when every member has now answered ok, -1 when one
+ * cannot take it (the caller re-forms the group), 0 while answers are missing (or for a
+ * switch that is not pending). */
+int gm_autoswitch_answer(struct gm_autoswitch *a, int r, uint32_t seq, bool ok);
+
+/* The job codec named name ("fp32", ...); -EINVAL for anything else (auto included). */
+GM_MUST_CHECK int gm_autocodec_parse(const char *name, enum gm_job_codec *out);
+
+#endif

@@ -1,0 +1,97 @@
+/*
+ * agent/jobs/jobmsg.h - payloads of the job control messages (JSON, jansson,
+ * duplicate keys rejected).  Decoders check every field's type, length and
+ * character set and return GM_ERR_PROTO for anything else; they never trust
+ * a count.  Pure functions: any thread; fuzzed by tests/fuzz/fuzz_jobmsg.c.
+ *
+ *   JOB_OFFER  {id, text, origin, ranks?: [node]}        coordinator -> member; ranks: the
+ *                                                        nodes it will train with (it answers
+ *                                                        once it has a link to each)
+ *   JOB_CHECK  {id, error?, files: [{name, size, sha256}]}  member -> coordinator
+ *   JOB_GROUP  {id, text, origin, gen, ranks: [node], global_batch,
+ *               comm?: {codec: "fp32"|"fp16"|"powersgd"|"diloco", local_steps},
+ *               islands?: [int]}
+ *                                                        coordinator -> member; comm: the
+ *                                                        codec the coordinator chose for
+ *                                                        codec = auto (every rank runs it);
+ *                                                        islands: per rank, the lowest rank
+ *                                                        of its LAN island, or every rank the
+ *                                                        hub of a star VPN (the group runs
+ *                                                        the hierarchical all-reduce)
+ *   JOB_REPORT {id, gen, event: "group-failed"|"exit"|"fit"|"switch-ok"|"switch-late",
+ *               code, message, fit?: {alpha_s, bytes_per_s, ops}, seq?, step?}
+ *                                                        member -> coordinator; fit: the
+ *                                                        rank's alpha-beta fit (with "fit");
+ *                                                        seq, step: the answer to JOB_SWITCH
+ *                                                        seq (step: the member's last step
+ *                                                        boundary)
+ *   JOB_SWITCH {id, gen, seq, step, comm: {codec, local_steps}}
+ *                                                        coordinator -> member: group gen
+ *                                                        runs comm from step on
+ *   JOB_END    {id, state: "done"|"cancelled"|"failed"|"refused", message,
+ *               summary?: {test_accuracy, steps, samples_per_s, weights}}
+ *                                                        coordinator -> member
+ *   JOB_SUBMIT {id, text, origin}                        member -> coordinator (a submit
+ *                                                        typed on a member)
+ */
+#ifndef GM_AGENT_JOBS_JOBMSG_H
+#define GM_AGENT_JOBS_JOBMSG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/err.h"
+#include "crypto/identity.h"
+
+#define GM_JOB_ID_LEN 16 /* hex digits */
+#define GM_JOB_RANKS_MAX 256
+#define GM_JOB_FILES_MAX 4096
+#define GM_JOB_MSG_MAX 512 /* message strings, bytes */
+
+struct gm_jobfile {
+    char name[256]; /* relative to the data dir */
+    uint64_t size;
+    char sha256[65];
+};
+
+struct gm_jobmsg {
+    char id[GM_JOB_ID_LEN + 1];
+    char *text; /* owned (OFFER, GROUP) */
+    size_t text_len;
+    char origin[256];
+    uint32_t gen;                      /* GROUP, REPORT */
+    char (*ranks)[GM_ID_NAME_MAX + 1]; /* owned (GROUP) */
+    size_t nranks;
+    int global_batch;         /* GROUP: fixed by the coordinator at submit, >= 1 */
+    char codec[16];           /* GROUP: auto's choice ("" none: the job's own [comm]) */
+    uint32_t local_steps;     /* GROUP with codec: diloco's H, >= 1 */
+    int *islands;             /* owned (GROUP, optional): nranks entries, islands[i] < nranks
+                               * and islands[islands[i]] == islands[i]; NULL: none */
+    struct gm_jobfile *files; /* owned (CHECK) */
+    size_t nfiles;
+    char event[16]; /* REPORT */
+    uint32_t seq;   /* SWITCH, REPORT switch-*: the switch's number in the job */
+    long step;      /* SWITCH: the step it takes effect at; REPORT switch-*: where the rank is */
+    bool have_fit;  /* REPORT fit */
+    double fit_alpha_s, fit_bytes_per_s; /* >= 0, > 0 */
+    uint64_t fit_ops;
+    char state[16]; /* END */
+    int code;
+    char message[GM_JOB_MSG_MAX]; /* CHECK error, REPORT, END */
+    /* END of a done job: the coordinator's summary (optional "summary" object) */
+    bool have_summary;
+    double test_accuracy, samples_per_s;
+    long steps;
+    char weights[1024]; /* path on the coordinator */
+};
+
+/* type: GM_MSG_JOB_*.  On error m is freed and zeroed. */
+GM_MUST_CHECK int gm_jobmsg_decode(uint16_t type, const uint8_t *p, size_t len,
+                                   struct gm_jobmsg *m);
+/* A malloc'd JSON text. */
+GM_MUST_CHECK int gm_jobmsg_encode(uint16_t type, const struct gm_jobmsg *m, char **out,
+                                   size_t *len);
+void gm_jobmsg_free(struct gm_jobmsg *m);
+
+#endif
