@@ -677,11 +677,6 @@ const char *gm_agent_listen_addr(const struct gm_agent *a)
     return a->listen_addr;
 }
 
-void gm_agent_get_stats(const struct gm_agent *a, struct gm_agent_stats *s)
-{
-    *s = a->stats;
-}
-
 int gm_agent_links_up(const struct gm_agent *a)
 {
     size_t i;

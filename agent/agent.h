@@ -39,11 +39,6 @@
 
 struct gm_agent;
 
-struct gm_agent_stats {
-    unsigned joins_accepted, joins_refused, links_up, links_refused;
-    int last_refusal; /* error code of the last refused join or link */
-};
-
 GM_MUST_CHECK int gm_agent_open(const char *config_path, struct gm_agent **out);
 GM_MUST_CHECK int gm_agent_start(struct gm_agent *a);
 void gm_agent_stop(struct gm_agent *a);
@@ -51,7 +46,6 @@ void gm_agent_free(struct gm_agent *a);
 uv_loop_t *gm_agent_loop(struct gm_agent *a);
 /* The bound listen address ("ip:port"; port chosen by the kernel for port 0). */
 const char *gm_agent_listen_addr(const struct gm_agent *a);
-void gm_agent_get_stats(const struct gm_agent *a, struct gm_agent_stats *s);
 /* Number of members with an up link. */
 int gm_agent_links_up(const struct gm_agent *a);
 

@@ -15,8 +15,10 @@
 
 #include <jansson.h>
 
+#include "agent/agent.h"
 #include "agent/cluster/chief.h"
 #include "agent/mesh/endpoints.h"
+#include "agent/mesh/measure.h"
 #include "agent/jobs/job.h"
 #include "agent/service/metrics.h"
 #include "agent/jobs/ckptxfer.h"

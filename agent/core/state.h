@@ -60,14 +60,13 @@
 #include <jansson.h>
 #include <uv.h>
 
-#include "agent/agent.h"
 #include "agent/service/config.h"
 #include "agent/net/frame.h"
 #include "agent/net/link.h"
-#include "agent/mesh/measure.h"
 #include "agent/net/proto.h"
 #include "common/err.h"
 #include "crypto/beacon.h"
+#include "discovery/iface.h"
 
 #define GM_AGENT_TICK_MS 500 /* the agent's timer; also a member's first redial */
 
@@ -78,6 +77,24 @@ enum gm_lstate {
     GM_LSTATE_HELLO = 1u << 2, /* member, waiting for its HELLO */
     GM_LSTATE_UP = 1u << 3,
     GM_LSTATE_DONE = 1u << 4, /* answered a join; closing */
+};
+
+struct gm_link_stat;
+
+/* What is known of the link to one member (measure.c's: agent/mesh/measure.h);
+ * reset when a new link comes up.  Here, not in measure.h, because every
+ * struct gm_peer embeds one and this header sits below the mesh room. */
+struct gm_measure {
+    enum gm_link_class cls_local, cls_remote; /* 0: unknown */
+    int mtu_local, mtu_remote;
+    char iface[IF_NAMESIZE];
+    double mbps_out, mbps_in; /* < 0: unknown */
+    int reach_out;            /* we can open a TCP connection to it: 1, 0, -1 unknown */
+    uint32_t probe_size;      /* bytes of the round in flight; 0: no probe running */
+    int probe_after_pong;     /* probe once the first RTT (on the idle link) is in */
+    uint64_t probe_req;
+    struct gm_link_stat *remote; /* its LINK_STATS (owned) */
+    size_t nremote;
 };
 
 /* One member (members.c owns the table). */
@@ -117,6 +134,12 @@ struct gm_lctx {
     uint64_t keyring_sent;        /* keyring.c: the keyring_gen last sent on this link */
     uint64_t keyring_answered_ns; /* keyring.c: when a KEYRING_REQ was last answered here */
     struct gm_join_wait *jw;      /* admit.c: a join waiting for its token use to commit */
+};
+
+/* Counters of the agent's links and joins (agent.c, admit.c, members.c; views.c shows them). */
+struct gm_agent_stats {
+    unsigned joins_accepted, joins_refused, links_up, links_refused;
+    int last_refusal; /* error code of the last refused join or link */
 };
 
 #define GM_JOIN_FAILS_MAX 20 /* refused joins per window, all tokens together */

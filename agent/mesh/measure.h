@@ -17,10 +17,6 @@
 #ifndef GM_AGENT_MESH_MEASURE_H
 #define GM_AGENT_MESH_MEASURE_H
 
-#include <net/if.h>
-#include <stddef.h>
-#include <stdint.h>
-
 #include "discovery/iface.h"
 
 struct gm_agent;
@@ -28,20 +24,7 @@ struct gm_room;
 struct gm_peer;
 struct gm_lctx;
 struct gm_link_stat;
-
-/* What is known of the link to one member; reset when a new link comes up. */
-struct gm_measure {
-    enum gm_link_class cls_local, cls_remote; /* 0: unknown */
-    int mtu_local, mtu_remote;
-    char iface[IF_NAMESIZE];
-    double mbps_out, mbps_in; /* < 0: unknown */
-    int reach_out;            /* we can open a TCP connection to it: 1, 0, -1 unknown */
-    uint32_t probe_size;      /* bytes of the round in flight; 0: no probe running */
-    int probe_after_pong;     /* probe once the first RTT (on the idle link) is in */
-    uint64_t probe_req;
-    struct gm_link_stat *remote; /* its LINK_STATS (owned) */
-    size_t nremote;
-};
+struct gm_measure; /* agent/core/state.h, beside struct gm_peer */
 
 extern const struct gm_room gm_measure_room;
 

@@ -18,6 +18,7 @@
 #include "agent/cluster/admit.h"
 #include "agent/cluster/chief.h"
 #include "agent/mesh/endpoints.h"
+#include "agent/mesh/measure.h"
 #include "agent/core/state.h"
 #include "common/assert.h"
 #include "common/log.h"
