@@ -338,7 +338,8 @@ static void tick_cb(uv_timer_t *t)
     gm_admit_tick(a, now);
     gm_chief_tick(a, now);
     gm_keyring_tick(a);
-    gm_drain_tick(a, now);
+    if (gm_drain_tick(a, now))
+        gm_agent_stop(a); /* drain decides, the agent acts */
     notify_status(a);
     gm_views_publish_metrics(a);
 }
@@ -348,7 +349,7 @@ static void notify_status(struct gm_agent *a)
 {
     char st[sizeof(a->notify_status)];
 
-    snprintf(st, sizeof(st), "%d of %zu members up; listening on %s", gm_agent_links_up(a),
+    snprintf(st, sizeof(st), "%d of %zu members up; listening on %s", gm_agent_members_up(a),
              a->npeers, a->listen_addr);
     if (strcmp(st, a->notify_status) == 0)
         return;
@@ -376,6 +377,8 @@ static void signal_cb(uv_signal_t *s, int signum)
 
     if (signum == SIGTERM && !gm_drain_active(a) && gm_drain_start(a)) {
         gm_notice("event=signal signal=%d action=drain", signum);
+        if (gm_drain_tick(a, gm_time_mono_ns())) /* nothing to wait for */
+            gm_agent_stop(a);
         return;
     }
     gm_notice("event=signal signal=%d action=stop", signum);
@@ -675,14 +678,4 @@ uv_loop_t *gm_agent_loop(struct gm_agent *a)
 const char *gm_agent_listen_addr(const struct gm_agent *a)
 {
     return a->listen_addr;
-}
-
-int gm_agent_links_up(const struct gm_agent *a)
-{
-    size_t i;
-    int n = 0;
-
-    for (i = 0; i < a->npeers; i++)
-        n += a->peers[i].link != NULL;
-    return n;
 }

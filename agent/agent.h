@@ -46,7 +46,5 @@ void gm_agent_free(struct gm_agent *a);
 uv_loop_t *gm_agent_loop(struct gm_agent *a);
 /* The bound listen address ("ip:port"; port chosen by the kernel for port 0). */
 const char *gm_agent_listen_addr(const struct gm_agent *a);
-/* Number of members with an up link. */
-int gm_agent_links_up(const struct gm_agent *a);
 
 #endif

@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "agent/agent.h"
 #include "agent/cluster/chief.h"
 #include "agent/jobs/job.h"
 #include "agent/core/state.h"
@@ -36,11 +35,11 @@ int gm_drain_start(struct gm_agent *a)
     gm_notice("event=drain-start node=%s term=%llu job_running=%d", a->cfg.node,
               (unsigned long long)gm_chief_term(a), !gm_jobs_idle(a->jobs));
     gm_jobs_leave(a->jobs); /* the trainer ends after the step in flight */
-    gm_drain_tick(a, a->drain_t0);
     return 1;
 }
 
-static void finish(struct gm_agent *a, uint64_t now, const char *how)
+/* Logs the end of the drain; returns 1, "stop now", for gm_drain_tick to pass on. */
+static int finish(struct gm_agent *a, uint64_t now, const char *how)
 {
     char chief[GM_CHIEF_NAME_MAX + 1];
     uint64_t term = 0;
@@ -49,32 +48,32 @@ static void finish(struct gm_agent *a, uint64_t now, const char *how)
     gm_notice("event=drain-done node=%s chief=%s term=%llu ms=%llu how=\"%s\"", a->cfg.node,
               known ? chief : "-", (unsigned long long)term,
               (unsigned long long)((now - a->drain_t0) / 1000000ull), how);
-    gm_agent_stop(a);
+    return 1;
 }
 
-void gm_drain_tick(struct gm_agent *a, uint64_t now)
+int gm_drain_tick(struct gm_agent *a, uint64_t now)
 {
     if (a->drain_phase == DRAIN_STEP) {
         if (!gm_jobs_idle(a->jobs) && now < a->drain_deadline)
-            return;
+            return 0;
         gm_notice("event=drain-step-done node=%s ms=%llu timed_out=%d", a->cfg.node,
                   (unsigned long long)((now - a->drain_t0) / 1000000ull), !gm_jobs_idle(a->jobs));
-        if (gm_chief_hand_over(a, "drain: SIGTERM") != 0) {
-            finish(a, now, "nobody to hand the chief over to: stopping as the chief");
-            return;
-        }
+        if (gm_chief_hand_over(a, "drain: SIGTERM") != 0)
+            return finish(a, now, "nobody to hand the chief over to: stopping as the chief");
         a->drain_phase = DRAIN_TRANSFER;
         a->drain_deadline = now + DRAIN_TRANSFER_S * NS;
-        return;
+        return 0;
     }
     if (a->drain_phase == DRAIN_TRANSFER) {
         char chief[GM_CHIEF_NAME_MAX + 1];
         uint64_t term;
         if (gm_chief_leader(a, chief, &term) == 0 && strcmp(chief, a->cfg.node) != 0)
-            finish(a, now, "leadership handed over");
-        else if (!gm_chief_is_leader(a))
-            finish(a, now, "no longer the chief, and no other chief yet (the voters left too?)");
-        else if (now >= a->drain_deadline)
-            finish(a, now, "the transfer did not end in time: stopping as the chief");
+            return finish(a, now, "leadership handed over");
+        if (!gm_chief_is_leader(a))
+            return finish(a, now,
+                          "no longer the chief, and no other chief yet (the voters left too?)");
+        if (now >= a->drain_deadline)
+            return finish(a, now, "the transfer did not end in time: stopping as the chief");
     }
+    return 0;
 }

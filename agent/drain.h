@@ -16,10 +16,11 @@
  *   3. exit: the normal stop (BYE on every link), exit status 0.  The members
  *      see their coordinator leave, and the new chief takes the job over at
  *      its next job tick from the step the survivors share (agent/jobs/job.c's
- *      orphan_tick: no rollback), without the members' 30 s orphan wait.
- * Each phase is logged (event=drain-*).  Any node that is not the chief, or a
- * chief with nobody to hand over to, stops at once as before: its peers see a
- * peer leave.  A second SIGTERM or SIGINT during a drain stops at once.
+ *      partition_tick: no rollback), without the members' 30 s orphan wait.
+ * Drain decides, the agent acts: gm_drain_tick answers "stop now" and agent.c
+ * stops (drain.c never calls up into agent.c).  Each phase is logged (event=drain-*).  Any node
+ * that is not the chief, or a chief with nobody to hand over to, stops at once as before: its peers
+ * see a peer leave.  A second SIGTERM or SIGINT during a drain stops at once.
  *
  * Loop thread only.
  */
@@ -28,13 +29,17 @@
 
 #include <stdint.h>
 
+#include "common/err.h"
+
 struct gm_agent;
 
-/* SIGTERM: 1 when a drain started (the agent stops by itself later), else 0 (stop now). */
+/* SIGTERM: 1 when a drain started (the caller then ticks it at once and on every agent
+ * tick, and stops when the tick says so), else 0 (stop now). */
 int gm_drain_start(struct gm_agent *a);
 /* 1 while a drain is under way. */
 int gm_drain_active(const struct gm_agent *a);
-/* Moves a drain on (every agent tick). */
-void gm_drain_tick(struct gm_agent *a, uint64_t now);
+/* Moves a drain on (every agent tick): 1 when it is over and the agent must stop now,
+ * else 0 (also when no drain is under way). */
+GM_MUST_CHECK int gm_drain_tick(struct gm_agent *a, uint64_t now);
 
 #endif

@@ -15,7 +15,6 @@
 
 #include <jansson.h>
 
-#include "agent/agent.h"
 #include "agent/cluster/chief.h"
 #include "agent/mesh/endpoints.h"
 #include "agent/mesh/measure.h"
@@ -240,7 +239,7 @@ void gm_views_publish_metrics(struct gm_agent *a)
     snprintf(c.cluster, sizeof(c.cluster), "%s", a->cfg.cluster);
     snprintf(c.node, sizeof(c.node), "%s", a->cfg.node);
     c.members = (unsigned)a->npeers;
-    c.members_up = (unsigned)gm_agent_links_up(a);
+    c.members_up = (unsigned)gm_agent_members_up(a);
     c.token_uses = a->stats.joins_accepted; /* every admitted join spent one token use */
     c.checkpoint_age_s = gm_ckptx_newest_age_s(a->ckptx);
     {

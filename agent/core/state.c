@@ -128,3 +128,13 @@ json_t *gm_agent_ctl_error(int err, const char *msg)
 {
     return json_pack("{s:s, s:i}", "error", msg, "code", err);
 }
+
+int gm_agent_members_up(const struct gm_agent *a)
+{
+    size_t i;
+    int n = 0;
+
+    for (i = 0; i < a->npeers; i++)
+        n += a->peers[i].link != NULL;
+    return n;
+}

@@ -264,5 +264,7 @@ GM_MUST_CHECK int gm_agent_state_read(const struct gm_agent *a, const char *name
                                       char path[GM_PATH_MAX], char **text);
 /* {"error": msg, "code": err}: a command's refusal. */
 json_t *gm_agent_ctl_error(int err, const char *msg);
+/* Number of members with an up link. */
+int gm_agent_members_up(const struct gm_agent *a);
 
 #endif
