@@ -32,6 +32,7 @@
 #include "agent/drain.h"
 #include "agent/mesh/endpoints.h"
 #include "agent/jobs/job.h"
+#include "agent/jobs/jobresume.h"
 #include "agent/jobs/jobroom.h"
 #include "agent/cluster/keyring.h"
 #include "agent/net/link.h"
@@ -337,6 +338,7 @@ static void tick_cb(uv_timer_t *t)
     gm_beacons_refresh_join_keys(a);
     gm_admit_tick(a, now);
     gm_chief_tick(a, now);
+    gm_jobresume_tick(a, a->resume, now); /* after the chief's: it reads its state */
     gm_keyring_tick(a);
     if (gm_drain_tick(a, now))
         gm_agent_stop(a); /* drain decides, the agent acts */
@@ -651,6 +653,8 @@ void gm_agent_free(struct gm_agent *a)
         while (uv_run(&a->loop, UV_RUN_DEFAULT) != 0)
             ;
     }
+    gm_jobresume_free(a->resume); /* after the chief: raft has called its barrier back */
+    a->resume = NULL;
     gm_ckptx_free(a->ckptx); /* after the links: nothing arrives any more */
     a->ckptx = NULL;
     gm_metrics_stop(a->metrics); /* after the trainer: it may publish until it ends */

@@ -24,7 +24,6 @@
 
 #include "agent/cluster/chiefnet.h"
 #include "agent/jobs/ckptxfer.h"
-#include "agent/jobs/jobresume.h"
 #include "agent/net/link.h"
 #include "agent/mesh/measure.h"
 #include "agent/core/state.h"
@@ -82,8 +81,6 @@ struct gm_chief {
     /* requests made here */
     struct result results[RESULTS_MAX];
     uint64_t next_req;
-    /* a restarted cluster's job, resumed by the chief (agent/jobs/jobresume.h) */
-    struct gm_jobresume resume;
 };
 
 /* One proposal in flight. */
@@ -872,7 +869,13 @@ void gm_chief_tick(struct gm_agent *a, uint64_t now)
     log_chief(ch);
     gm_chiefnet_recheck(ch->net);
     controller(ch);
-    gm_jobresume_tick(a, &ch->resume, now);
+}
+
+int gm_chief_active(struct gm_agent *a)
+{
+    const struct gm_chief *ch = a->chief;
+
+    return ch != NULL && ch->started && !ch->closed && !ch->closing;
 }
 
 int gm_chief_barrier(struct gm_agent *a, struct raft_barrier *req, raft_barrier_cb cb)

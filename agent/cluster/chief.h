@@ -118,6 +118,8 @@ GM_MUST_CHECK int gm_chief_use_token(struct gm_agent *a, const char *token, int 
                                      gm_chief_done_fn done, void *arg);
 /* 1 when this node is the chief. */
 int gm_chief_is_leader(struct gm_agent *a);
+/* 1 while consensus runs here (started, not closing): what gm_chief_tick needs to act. */
+int gm_chief_active(struct gm_agent *a);
 /* 1 when this node is the chief and a voter with an up link could take over. */
 int gm_chief_can_hand_over(struct gm_agent *a);
 /* Drain: hands leadership to such a voter (raft_transfer) and makes no more changes of its

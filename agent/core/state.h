@@ -109,6 +109,7 @@ struct gm_peer {
 };
 
 struct gm_endpoint;
+struct gm_jobresume;
 struct gm_ckptx;
 struct gm_reach;
 struct gm_join_wait;
@@ -189,6 +190,7 @@ struct gm_agent {
     struct gm_metrics *metrics; /* NULL: [metrics] listen is empty */
     /* job.c (via jobroom.c) */
     struct gm_jobs *jobs;
+    struct gm_jobresume *resume; /* jobresume.c: a restarted cluster resumes its job */
     /* chief.c: consensus and the replicated state */
     struct gm_chief *chief;
     /* ckptxfer.c */

@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "agent/cluster/chief.h"
@@ -114,12 +115,25 @@ static void try_resume(struct gm_agent *a, struct gm_jobresume *rs, uint64_t now
     /* else: gm_jobs_resume logged why */
 }
 
+struct gm_jobresume *gm_jobresume_new(void)
+{
+    return calloc(1, sizeof(struct gm_jobresume));
+}
+
+void gm_jobresume_free(struct gm_jobresume *rs)
+{
+    free(rs);
+}
+
 void gm_jobresume_tick(struct gm_agent *a, struct gm_jobresume *rs, uint64_t now)
 {
     char leader[GM_CHIEF_NAME_MAX + 1];
     uint64_t term = 0;
-    int lead = gm_chief_leader(a, leader, &term) == 0 && strcmp(leader, a->cfg.node) == 0;
+    int lead;
 
+    if (rs == NULL || !gm_chief_active(a))
+        return;
+    lead = gm_chief_leader(a, leader, &term) == 0 && strcmp(leader, a->cfg.node) == 0;
     if (rs->phase == GM_JOBRESUME_PHASE_BARRIER)
         return; /* its callback comes, also when raft closes */
     if (!lead || term != rs->term) {

@@ -21,7 +21,10 @@
  * Logs: event=job-resume-wait (once a term, which members are missing), event=job-auto-resume
  * (job, step recorded, newest committed checkpoint, members up), event=job-resume-skip.
  *
- * Loop thread only; the struct lives in the chief (agent/cluster/chief.c) and is ticked from there.
+ * Resuming a job is the job room's business: the state is a->resume, made by the job room
+ * (gm_jobroom_open) and ticked by agent.c right after the chief's tick, so the consensus room
+ * below knows nothing of it.  Freed after the chief (a barrier in flight calls back when raft
+ * closes).  Loop thread only.
  */
 #ifndef GM_AGENT_JOBS_JOBRESUME_H
 #define GM_AGENT_JOBS_JOBRESUME_H
@@ -49,7 +52,10 @@ struct gm_jobresume {
     struct raft_barrier barrier;
 };
 
-/* One step; now: monotonic ns. */
+/* A zeroed state (phase IDLE), or NULL for out-of-memory. */
+struct gm_jobresume *gm_jobresume_new(void);
+void gm_jobresume_free(struct gm_jobresume *rs);
+/* One step, while the chief runs here (gm_chief_active); now: monotonic ns. */
 void gm_jobresume_tick(struct gm_agent *a, struct gm_jobresume *rs, uint64_t now);
 
 #endif

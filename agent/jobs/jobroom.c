@@ -13,6 +13,7 @@
 #include "agent/cluster/chief.h"
 #include "agent/jobs/ckptxfer.h"
 #include "agent/jobs/job.h"
+#include "agent/jobs/jobresume.h"
 #include "agent/mesh/measure.h"
 #include "agent/core/state.h"
 
@@ -133,6 +134,9 @@ int gm_jobroom_open(struct gm_agent *a)
                               .ckpt_written = ckpt_written,
                               .agent = a};
 
+    a->resume = gm_jobresume_new();
+    if (a->resume == NULL)
+        return -ENOMEM;
     return gm_jobs_new(&env, &a->jobs);
 }
 

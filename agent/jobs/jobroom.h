@@ -12,7 +12,7 @@ struct gm_room;
 
 extern const struct gm_room gm_job_room;
 
-/* Makes a->jobs. */
+/* Makes a->jobs and a->resume (agent/jobs/jobresume.h; agent.c frees both). */
 GM_MUST_CHECK int gm_jobroom_open(struct gm_agent *a);
 
 #endif
