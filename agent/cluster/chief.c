@@ -23,7 +23,6 @@
 #include <raft/uv.h>
 
 #include "agent/cluster/chiefnet.h"
-#include "agent/jobs/ckptxfer.h"
 #include "agent/net/link.h"
 #include "agent/mesh/measure.h"
 #include "agent/core/state.h"
@@ -687,15 +686,6 @@ static void transfer_cb(struct raft_transfer *req)
     ch->transfer_busy = 0;
 }
 
-static unsigned recorded_voters(const struct gm_chief_fsm *f)
-{
-    unsigned n = 0;
-
-    for (size_t i = 0; i < f->nmembers; i++)
-        n += f->members[i].role != GM_CHIEF_ROLE_SPARE;
-    return n;
-}
-
 /* One step toward: every up member in the configuration, every server recorded with a
  * role, raft's roles as recorded, no revoked server. */
 static void controller(struct gm_chief *ch)
@@ -736,8 +726,8 @@ static void controller(struct gm_chief *ch)
         if (gm_chief_fsm_member(&ch->fsm, s->address) == NULL) {
             struct gm_chief_cmd k = {.op = GM_CHIEF_OP_MEMBER};
             snprintf(k.node, sizeof(k.node), "%s", s->address);
-            k.role = recorded_voters(&ch->fsm) < GM_CHIEF_VOTERS ? GM_CHIEF_ROLE_VOTER
-                                                                 : GM_CHIEF_ROLE_SPARE;
+            k.role = gm_chief_fsm_recorded_voters(&ch->fsm) < GM_CHIEF_VOTERS ? GM_CHIEF_ROLE_VOTER
+                                                                              : GM_CHIEF_ROLE_SPARE;
             if (propose(ch, &k, "", 0, 1, "record member") != 0)
                 gm_debug("event=chief-record-failed node=%s", s->address);
             return;
@@ -982,42 +972,6 @@ int gm_chief_open(struct gm_agent *a)
     return 0;
 }
 
-/*
- * A checkpoint gained a holder (agent/jobs/ckptxfer.h).  On the chief, once the
- * voters (and witnesses) holding it are a majority of the recorded ones, it is
- * committed to the replicated state: job key, step, SHA-256, the chief's term
- * and its holders.  Each later holder updates the record.
- */
-static void on_ckpt_held(void *arg, const struct gm_ckpt_held *h)
-{
-    struct gm_agent *a = arg;
-    struct gm_chief *ch = a->chief;
-    struct gm_chief_cmd c = {.op = GM_CHIEF_OP_CHECKPOINT};
-    unsigned voters, held = 0;
-    char what[96];
-    int err;
-
-    if (ch == NULL || !is_leader(ch))
-        return;
-    voters = recorded_voters(&ch->fsm);
-    for (size_t i = 0; i < h->nholders; i++) {
-        const struct gm_chief_member *m = gm_chief_fsm_member(&ch->fsm, h->holders[i]);
-        held += m != NULL && m->role != GM_CHIEF_ROLE_SPARE;
-        if (c.nholders < GM_CHIEF_HOLDERS_MAX)
-            snprintf(c.holders[c.nholders++], sizeof(c.holders[0]), "%s", h->holders[i]);
-    }
-    if (voters == 0 || 2 * held <= voters)
-        return; /* not yet held by a majority */
-    c.term = ch->raft.current_term;
-    c.step = h->step;
-    snprintf(c.job, sizeof(c.job), "%s", h->key);
-    snprintf(c.sha256, sizeof(c.sha256), "%s", h->sha256);
-    snprintf(what, sizeof(what), "checkpoint %s step %ld (%u of %u voters)", h->key, h->step, held,
-             voters);
-    if ((err = gm_chief_propose(a, &c, what)) != 0)
-        gm_info("event=chief-checkpoint-unrecorded key=%s step=%ld err=%d", h->key, h->step, err);
-}
-
 int gm_chief_start(struct gm_agent *a)
 {
     struct gm_chief *ch = a->chief;
@@ -1028,8 +982,6 @@ int gm_chief_start(struct gm_agent *a)
         return -EIO;
     }
     ch->started = 1;
-    if (a->ckptx != NULL)
-        gm_ckptx_set_on_held(a->ckptx, on_ckpt_held, a);
     gm_info("event=chief-started node=%s raft_id=%llu term=%llu servers=%u", a->cfg.node,
             (unsigned long long)ch->raft.id, (unsigned long long)ch->raft.current_term,
             ch->raft.configuration.n);

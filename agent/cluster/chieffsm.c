@@ -386,6 +386,15 @@ const struct gm_chief_member *gm_chief_fsm_member(const struct gm_chief_fsm *f, 
     return NULL;
 }
 
+unsigned gm_chief_fsm_recorded_voters(const struct gm_chief_fsm *f)
+{
+    unsigned n = 0;
+
+    for (size_t i = 0; i < f->nmembers; i++)
+        n += f->members[i].role != GM_CHIEF_ROLE_SPARE;
+    return n;
+}
+
 int gm_chief_fsm_is_revoked(const struct gm_chief_fsm *f, const char *node)
 {
     for (size_t i = 0; i < f->nrevoked; i++)

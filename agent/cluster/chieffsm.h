@@ -219,6 +219,8 @@ GM_MUST_CHECK int gm_chief_ans_decode(const uint8_t *p, size_t len, struct gm_ch
 
 /* The member entry of node, or NULL. */
 const struct gm_chief_member *gm_chief_fsm_member(const struct gm_chief_fsm *f, const char *node);
+/* The recorded members that vote or stand witness (every role but spare). */
+unsigned gm_chief_fsm_recorded_voters(const struct gm_chief_fsm *f);
 /* 1 when node is revoked. */
 int gm_chief_fsm_is_revoked(const struct gm_chief_fsm *f, const char *node);
 /* 1 when a job state is final (done, cancelled, failed, refused). */

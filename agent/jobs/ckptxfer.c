@@ -14,6 +14,8 @@
 
 #include <openssl/evp.h>
 
+#include "agent/cluster/chief.h"
+#include "agent/cluster/chieffsm.h"
 #include "agent/net/link.h"
 #include "agent/net/proto.h"
 #include "agent/core/state.h"
@@ -733,10 +735,50 @@ const struct gm_room gm_ckpt_room = {
     .ncommands = sizeof(commands) / sizeof(commands[0]),
 };
 
+/*
+ * The commit rule.  A checkpoint gained a holder: on the chief, once the voters (and
+ * witnesses) holding it are a majority of the recorded ones, it is committed to the
+ * replicated state: job key, step, SHA-256, the chief's term and its holders.  Each later
+ * holder updates the record.  A jobs rule, kept here in the checkpoint room: the consensus
+ * room below only stores what it is given (gm_chief_propose).
+ */
+static void on_ckpt_held(void *arg, const struct gm_ckpt_held *h)
+{
+    struct gm_agent *a = arg;
+    const struct gm_chief_fsm *f = gm_chief_state(a);
+    struct gm_chief_cmd c = {.op = GM_CHIEF_OP_CHECKPOINT};
+    unsigned voters, held = 0;
+    char what[96];
+    int err;
+
+    if (f == NULL || !gm_chief_is_leader(a))
+        return;
+    voters = gm_chief_fsm_recorded_voters(f);
+    for (size_t i = 0; i < h->nholders; i++) {
+        const struct gm_chief_member *m = gm_chief_fsm_member(f, h->holders[i]);
+        held += m != NULL && m->role != GM_CHIEF_ROLE_SPARE;
+        if (c.nholders < GM_CHIEF_HOLDERS_MAX)
+            snprintf(c.holders[c.nholders++], sizeof(c.holders[0]), "%s", h->holders[i]);
+    }
+    if (voters == 0 || 2 * held <= voters)
+        return; /* not yet held by a majority */
+    c.term = gm_chief_term(a);
+    c.step = h->step;
+    snprintf(c.job, sizeof(c.job), "%s", h->key);
+    snprintf(c.sha256, sizeof(c.sha256), "%s", h->sha256);
+    snprintf(what, sizeof(what), "checkpoint %s step %ld (%u of %u voters)", h->key, h->step, held,
+             voters);
+    if ((err = gm_chief_propose(a, &c, what)) != 0)
+        gm_info("event=chief-checkpoint-unrecorded key=%s step=%ld err=%d", h->key, h->step, err);
+}
+
 int gm_ckptroom_open(struct gm_agent *a)
 {
     struct gm_ckptx_env env = {
         .node = a->cfg.node, .state_dir = a->cfg.state_dir, .link_to = link_to, .agent = a};
+    int err = gm_ckptx_new(&env, &a->ckptx);
 
-    return gm_ckptx_new(&env, &a->ckptx);
+    if (err == 0)
+        gm_ckptx_set_on_held(a->ckptx, on_ckpt_held, a);
+    return err;
 }

@@ -24,8 +24,9 @@
  * Holders.  The sender records, per checkpoint (key, step, sha256, term), the nodes that hold
  * it: itself at once, each member whose ACK says ok; a receiver records the sender and itself
  * for each checkpoint it commits.  gm_ckptx_held() lists them, newest first;
- * gm_ckptx_set_on_held() registers a callback run each time a holder is added (the chief
- * records a checkpoint held by a majority in its log).  The last GM_CKPTX_HELD_MAX are kept.
+ * gm_ckptx_set_on_held() registers a callback run each time a holder is added; the room
+ * (gm_ckptroom_open) registers the commit rule: the chief records a checkpoint held by a
+ * majority of the voters in the replicated state.  The last GM_CKPTX_HELD_MAX are kept.
  *
  * Choices: file writes on the loop thread, chunk by chunk (at most GM_LINK_CHUNK a write, one
  * fsync per file): checkpoints of the models trained today are a few MB; a model of hundreds of
