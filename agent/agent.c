@@ -105,7 +105,7 @@ static int on_up(struct gm_link *l)
     snprintf(c->node, sizeof(c->node), "%s", gm_tls_peer_node(t));
     if (strcmp(c->node, a->cfg.node) == 0)
         return gm_agent_refuse(l, GM_ERR_AUTH, "peer uses this node's own name");
-    if (gm_chief_is_revoked(a, c->node))
+    if (!gm_rooms_may_link(a, c->node)) /* the chief room: revoked */
         return gm_agent_refuse(l, GM_ERR_AUTH, "this node is revoked");
     gm_link_set_state(l, GM_LSTATE_HELLO);
     gm_measure_link_view(a, c);
@@ -229,10 +229,7 @@ static void on_close(struct gm_link *l, int err)
     gm_admit_link_closed(a, c);
     if (p != NULL && p->link == l) {
         p->link = NULL;
-        gm_measure_link_down(&p->m);
-        gm_jobs_link_down(a->jobs, p->node, err != 0 ? err : GM_ERR_ABORTED);
-        gm_chief_link_down(a, p->node);
-        gm_ckptx_link_down(a->ckptx, p->node);
+        gm_rooms_link_down(a, p, err != 0 ? err : GM_ERR_ABORTED); /* measure, jobs, chief, ... */
         gm_notice("event=link-down peer=%s err=%d msg=\"%s\" reason=\"%s\"", p->node, err,
                   gm_strerror(err), reason);
     } else if (c->ep != NULL && gm_link_state(l) != GM_LSTATE_UP && !c->duplicate) {
@@ -468,6 +465,8 @@ int gm_agent_open(const char *config_path, struct gm_agent **out)
     if (a == NULL)
         return -ENOMEM;
     a->link_ops = &link_ops;
+    a->rooms = rooms;
+    a->nrooms = GM_ARRAY_SIZE(rooms);
     err = uv_loop_init(&a->loop);
     if (err != 0) {
         free(a);

@@ -522,10 +522,19 @@ static const struct gm_room_command commands[] = {
     {"token-revoke", token_revoke},
 };
 
+/* The admitter is reachable again: ask for a renewal now, not at the next check. */
+static void link_up(struct gm_agent *a, struct gm_peer *p, struct gm_lctx *c)
+{
+    (void)c;
+    if (strcmp(p->node, a->admitter) == 0 && a->cakey == NULL && gm_id_cert_needs_renewal(a->cert))
+        gm_admit_renew_check(a);
+}
+
 const struct gm_room gm_admit_room = {
     .name = "admit",
     .frames = frames,
     .nframes = GM_ARRAY_SIZE(frames),
     .commands = commands,
     .ncommands = GM_ARRAY_SIZE(commands),
+    .link_up = link_up,
 };

@@ -1241,10 +1241,24 @@ static const struct gm_room_command commands[] = {
     {"chief-result", cmd_result},
 };
 
+static void link_down(struct gm_agent *a, struct gm_peer *p, int err)
+{
+    (void)err;
+    gm_chief_link_down(a, p->node);
+}
+
+/* A revoked node gets no link, dialed or accepted. */
+static int may_link(struct gm_agent *a, const char *node)
+{
+    return !gm_chief_is_revoked(a, node);
+}
+
 const struct gm_room gm_chief_room = {
     .name = "chief",
     .frames = frames,
     .nframes = sizeof(frames) / sizeof(frames[0]),
     .commands = commands,
     .ncommands = sizeof(commands) / sizeof(commands[0]),
+    .link_down = link_down,
+    .may_link = may_link,
 };

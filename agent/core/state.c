@@ -138,3 +138,25 @@ int gm_agent_members_up(const struct gm_agent *a)
         n += a->peers[i].link != NULL;
     return n;
 }
+
+void gm_rooms_link_up(struct gm_agent *a, struct gm_peer *p, struct gm_lctx *c)
+{
+    for (size_t i = 0; i < a->nrooms; i++)
+        if (a->rooms[i]->link_up != NULL)
+            a->rooms[i]->link_up(a, p, c);
+}
+
+void gm_rooms_link_down(struct gm_agent *a, struct gm_peer *p, int err)
+{
+    for (size_t i = 0; i < a->nrooms; i++)
+        if (a->rooms[i]->link_down != NULL)
+            a->rooms[i]->link_down(a, p, err);
+}
+
+int gm_rooms_may_link(struct gm_agent *a, const char *node)
+{
+    for (size_t i = 0; i < a->nrooms; i++)
+        if (a->rooms[i]->may_link != NULL && !a->rooms[i]->may_link(a, node))
+            return 0;
+    return 1;
+}

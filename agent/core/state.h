@@ -37,11 +37,12 @@
  * Handlers keep their helpers static; what another room needs goes in the
  * room's header.  Periodic work, stop and free are called by name from
  * agent.c (tick_cb, gm_agent_stop, gm_agent_free), so their order stays in
- * one place.  Likewise a member's link coming up is announced by name from
- * members.c's HELLO handler (measure, endpoints, and admit's renewal nudge:
- * the one place where members.c calls up into admit.c, which uses the member
- * table) and its going down from agent.c's on_close; a room that follows
- * members (the job runtime: peer loss) adds its call there.
+ * one place.  A member's link coming up is announced once, from members.c's HELLO handler,
+ * and its going down once, from agent.c's on_close, through the rooms' optional hooks
+ * (link_up, link_down; gm_rooms_link_up/down below): measure, admit (the renewal nudge), the
+ * jobs, the chief and the checkpoints register there instead of being called by name, so
+ * members.c never calls up into a room above it.  Likewise may_link lets the chief refuse a
+ * revoked node before a dial or after a handshake.
  *
  * Per-room state lives in struct gm_agent under the room's heading below;
  * a new room with more than a few fields adds one pointer to its own opaque
@@ -202,6 +203,9 @@ struct gm_agent {
     /* drain.c: SIGTERM on the chief */
     int drain_phase;
     uint64_t drain_t0, drain_deadline;
+    /* agent.c: the rooms' table (rooms[]), for the hooks of struct gm_room */
+    const struct gm_room *const *rooms; /* borrowed: static */
+    size_t nrooms;
     /* next rooms: one pointer each to their own state */
 };
 
@@ -225,12 +229,21 @@ struct gm_room_command {
     gm_room_command_fn fn;
 };
 
+/* Optional hooks (NULL: not wanted), called for every room that sets them, in the order of
+ * agent.c's rooms[] (gm_rooms_link_up & co. below): link events are announced in one place,
+ * so the mesh room below never names the rooms above that follow its members. */
 struct gm_room {
     const char *name;
     const struct gm_room_frame *frames;
     size_t nframes;
     const struct gm_room_command *commands;
     size_t ncommands;
+    /* p's link c is up: its HELLO was accepted and the member entry updated (members.c) */
+    void (*link_up)(struct gm_agent *a, struct gm_peer *p, struct gm_lctx *c);
+    /* p's up link is gone (agent.c's on_close); err: why, never 0 */
+    void (*link_down)(struct gm_agent *a, struct gm_peer *p, int err);
+    /* 0 vetoes any link to node, dialed or accepted (the chief: a revoked node), else 1 */
+    int (*may_link)(struct gm_agent *a, const char *node);
 };
 
 /* --- state.c: helpers for the rooms ------------------------------------------ */
@@ -268,5 +281,11 @@ GM_MUST_CHECK int gm_agent_state_read(const struct gm_agent *a, const char *name
 json_t *gm_agent_ctl_error(int err, const char *msg);
 /* Number of members with an up link. */
 int gm_agent_members_up(const struct gm_agent *a);
+
+/* The rooms' hooks, each room's in turn (struct gm_room). */
+void gm_rooms_link_up(struct gm_agent *a, struct gm_peer *p, struct gm_lctx *c);
+void gm_rooms_link_down(struct gm_agent *a, struct gm_peer *p, int err);
+/* 1 unless a room vetoes a link to node. */
+int gm_rooms_may_link(struct gm_agent *a, const char *node);
 
 #endif

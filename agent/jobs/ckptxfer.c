@@ -727,12 +727,19 @@ static const struct gm_room_command commands[] = {
     {"checkpoints", cmd_checkpoints},
 };
 
+static void room_link_down(struct gm_agent *a, struct gm_peer *p, int err)
+{
+    (void)err;
+    gm_ckptx_link_down(a->ckptx, p->node);
+}
+
 const struct gm_room gm_ckpt_room = {
     .name = "checkpoint",
     .frames = frames,
     .nframes = sizeof(frames) / sizeof(frames[0]),
     .commands = commands,
     .ncommands = sizeof(commands) / sizeof(commands[0]),
+    .link_down = room_link_down,
 };
 
 /*

@@ -186,10 +186,23 @@ static const struct gm_room_command commands[] = {
     {"cancel", cmd_cancel},
 };
 
+static void room_link_up(struct gm_agent *a, struct gm_peer *p, struct gm_lctx *c)
+{
+    (void)c;
+    gm_jobs_link_up(a->jobs, p->node);
+}
+
+static void room_link_down(struct gm_agent *a, struct gm_peer *p, int err)
+{
+    gm_jobs_link_down(a->jobs, p->node, err);
+}
+
 const struct gm_room gm_job_room = {
     .name = "job",
     .frames = frames,
     .nframes = sizeof(frames) / sizeof(frames[0]),
     .commands = commands,
     .ncommands = sizeof(commands) / sizeof(commands[0]),
+    .link_up = room_link_up,
+    .link_down = room_link_down,
 };

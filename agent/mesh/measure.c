@@ -421,8 +421,22 @@ static const struct gm_room_frame frames[] = {
     {GM_MSG_LINK_STATS, GM_LSTATE_UP, h_link_stats},
 };
 
+static void link_up(struct gm_agent *a, struct gm_peer *p, struct gm_lctx *c)
+{
+    gm_measure_link_start(a, p, c->dialed);
+}
+
+static void link_down(struct gm_agent *a, struct gm_peer *p, int err)
+{
+    (void)a;
+    (void)err;
+    gm_measure_link_down(&p->m);
+}
+
 const struct gm_room gm_measure_room = {
     .name = "measure",
     .frames = frames,
     .nframes = GM_ARRAY_SIZE(frames),
+    .link_up = link_up,
+    .link_down = link_down,
 };

@@ -8,15 +8,11 @@
  */
 #include "agent/mesh/members.h"
 
-#include "agent/jobs/job.h"
-
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "agent/cluster/admit.h"
-#include "agent/cluster/chief.h"
 #include "agent/mesh/endpoints.h"
 #include "agent/mesh/measure.h"
 #include "agent/core/state.h"
@@ -139,7 +135,7 @@ void gm_members_dial(struct gm_agent *a, struct gm_peer *p)
     struct sockaddr_storage ss;
 
     if (a->stopping || p->link != NULL || p->dialing || gm_members_dialing_to(a, p->node) ||
-        gm_chief_is_revoked(a, p->node))
+        !gm_rooms_may_link(a, p->node))
         return;
     if (gm_proto_addr_parse(p->address, &ss) != 0)
         return;
@@ -291,9 +287,6 @@ static int h_hello(struct gm_agent *a, struct gm_link *l, const struct gm_frame_
     gm_link_set_state(l, GM_LSTATE_UP);
     gm_link_ping(l); /* an RTT right away, before the probe loads the link */
     a->stats.links_up++;
-    if (strcmp(m.node, a->admitter) == 0 && a->cakey == NULL && gm_id_cert_needs_renewal(a->cert))
-        gm_admit_renew_check(
-            a); /* the admitter is reachable again: ask now, not at the next check */
     gm_notice("event=link-up peer=%s address=%s dialed=%d class=%s iface=%s", m.node,
               gm_link_peer_addr(l), c->dialed, gm_class_name(gm_measure_class(peer)), c->iface);
     err = send_members(a, l);
@@ -302,8 +295,7 @@ static int h_hello(struct gm_agent *a, struct gm_link *l, const struct gm_frame_
      * must still hear of it. */
     (void)changed;
     members_push(a, l);
-    gm_measure_link_start(a, peer, c->dialed);
-    gm_jobs_link_up(a->jobs, m.node);
+    gm_rooms_link_up(a, peer, c); /* measure's probe, admit's renewal, the jobs, ... */
     return err;
 }
 

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# tests/layering.sh - the one-way arrows of docs/ARCHITECTURE.md, checked on every include.
+#
+# Modules, bottom up:   common < crypto < discovery < train < agent
+# agent/'s rooms:       net < service < core < mesh < cluster < jobs < (root) < cli
+#   - a file may include only files of its own module or room, or of one below it;
+#   - nothing in a room includes the composition root (agent/agent.h, views.h, drain.h) or cli/;
+#   - inside the root, views.c and drain.c include no root header but their own: agent.c
+#     calls them, they never call back;
+#   - train/ is independent of crypto/ and discovery/: it includes common/ and train/ only.
+# Every offending include is printed as FILE:LINE: INCLUDE (why), and the script exits 1.
+# Usage: bash tests/layering.sh [ROOT]   (ROOT: the tree to check, default the repository's)
+set -uo pipefail
+root=${1:-$(cd "$(dirname "$0")/.." && pwd)}
+cd "$root" || exit 2
+
+rooms=(net service core mesh cluster jobs root cli)
+
+# The rank of an include target or a source file: "module" or "agent/<room>".
+rank_of() { # path -> prints a number, or nothing for a path outside the layered tree
+    case $1 in
+    common/*) echo 0 ;;
+    crypto/*) echo 1 ;;
+    discovery/*) echo 2 ;;
+    train/*) echo 3 ;;
+    agent/*/*)
+        local r i
+        r=${1#agent/}; r=${r%%/*}
+        for i in "${!rooms[@]}"; do
+            [ "${rooms[$i]}" = "$r" ] && { echo $((10 + i)); return; }
+        done
+        echo 99 ;; # an unknown room: always an error (below)
+    agent/*) echo $((10 + 6)) ;; # the composition root
+    esac
+}
+
+layer_name() { # path -> "train/", "agent/jobs/", "agent/ (the root)"
+    case $1 in
+    agent/*/*) local r=${1#agent/}; echo "agent/${r%%/*}/" ;;
+    agent/*) echo "agent/ (the root)" ;;
+    *) echo "${1%%/*}/" ;;
+    esac
+}
+
+bad=0
+report() { # file line include why
+    echo "$1:$2: #include \"$3\" ($4)"
+    bad=1
+}
+
+while IFS= read -r f; do
+    from=$(rank_of "$f")
+    [ -n "$from" ] || continue
+    if [ "$from" = 99 ]; then
+        echo "$f: agent/ sub-folder not in the room order (${rooms[*]}); add it to tests/layering.sh"
+        bad=1
+        continue
+    fi
+    while IFS=: read -r line inc; do
+        inc=${inc#*\"}; inc=${inc%%\"*}
+        to=$(rank_of "$inc")
+        [ -n "$to" ] || continue # system and third-party headers
+        if [ "$to" -gt "$from" ]; then
+            report "$f" "$line" "$inc" "points up: $(layer_name "$f") may not use $(layer_name "$inc")"
+        elif [ "$from" = 3 ] && [ "$to" -ne 0 ] && [ "$to" -ne 3 ]; then
+            report "$f" "$line" "$inc" "train/ uses only common/"
+        elif [ "$from" -ge 10 ] && [ "$from" -lt 16 ] && [ "$to" -eq 16 ]; then
+            report "$f" "$line" "$inc" "a room includes the composition root"
+        elif [ "$from" -eq 16 ] && [ "$to" -eq 16 ] && [ "$f" != agent/agent.c ] &&
+            [ "${inc%.h}" != "${f%.[ch]}" ]; then
+            report "$f" "$line" "$inc" "inside the root only agent.c uses the others"
+        fi
+    done < <(grep -n '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' "$f")
+done < <(
+    git ls-files -- 'common/*.[ch]' 'crypto/*.[ch]' 'discovery/*.[ch]' 'train/*.[ch]' \
+        'train/*.cu' 'agent/*.[ch]' 2>/dev/null || find common crypto discovery train agent \
+        -name '*.[ch]' -o -name '*.cu'
+)
+[ $bad -eq 0 ] && echo "layering: every include points down (${rooms[*]})"
+exit $bad
