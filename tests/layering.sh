@@ -10,8 +10,39 @@
 #   - train/ is independent of crypto/ and discovery/: it includes common/ and train/ only.
 # Every offending include is printed as FILE:LINE: INCLUDE (why), and the script exits 1.
 # Usage: bash tests/layering.sh [ROOT]   (ROOT: the tree to check, default the repository's)
+#        bash tests/layering.sh --selftest  (the check fails on a copy with upward includes)
 set -uo pipefail
-root=${1:-$(cd "$(dirname "$0")/.." && pwd)}
+here=$(cd "$(dirname "$0")/.." && pwd)
+
+if [ "${1:-}" = --selftest ]; then
+    tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' EXIT
+    (cd "$here" && cp -r --parents $(git ls-files -- common crypto discovery train agent) "$tmp"/)
+    bash "$0" "$tmp" >/dev/null || { echo "selftest: the clean copy fails"; exit 1; }
+    n=0
+    for bad in "agent/net/frame.h|agent/jobs/job.h|points up" \
+        "agent/cluster/chief.c|agent/agent.h|points up" \
+        "agent/views.c|agent/drain.h|inside the root" \
+        "train/trainer.c|crypto/tls.h|train/ uses only common/" \
+        "common/log.c|train/job.h|points up"; do
+        IFS='|' read -r file inc why <<<"$bad"
+        cp "$tmp/$file" "$tmp/$file.orig"
+        printf '#include "%s"\n' "$inc" >>"$tmp/$file"
+        out=$(bash "$0" "$tmp")
+        rc=$?
+        mv "$tmp/$file.orig" "$tmp/$file"
+        if [ $rc -ne 1 ] || ! grep -qF "$file:" <<<"$out" || ! grep -qF "#include \"$inc\" ($why" <<<"$out"; then
+            echo "selftest: an include of $inc from $file was not refused (exit $rc): $out"
+            exit 1
+        fi
+        echo "refused as expected: $(grep -F "$file:" <<<"$out")"
+        n=$((n + 1))
+    done
+    echo "selftest: $n upward includes refused, the clean copy passes"
+    exit 0
+fi
+
+root=${1:-$here}
 cd "$root" || exit 2
 
 rooms=(net service core mesh cluster jobs root cli)

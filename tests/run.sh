@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every test kind `make test` covers and prints one tally line:
-#   unit binaries (args), tests/integration/*.sh, short libFuzzer runs.
+#   the layering check, unit binaries (args), tests/integration/*.sh, short libFuzzer runs.
 # Exit status 77 means "skipped" (no GPU, no namespaces, ...).
 # Environment: GM_BIN (the gradmesh binary), GM_BUILD, GM_SAN, FUZZ_SECONDS.
 set -uo pipefail
@@ -27,6 +27,11 @@ run_one() { # name, command...
         tail -n 30 "$log" | sed 's/^/      /'
     fi
 }
+
+# The one-way arrows between modules and agent/'s rooms (docs/ARCHITECTURE.md), and a check
+# that the checker refuses upward includes.
+run_one "layering" bash tests/layering.sh
+run_one "layering-selftest" bash tests/layering.sh --selftest
 
 for t in "$@"; do
     run_one "unit/$(basename "$t")" "$t"
