@@ -1,0 +1,267 @@
+/*
+ * agent/jobs/job_codec.c - the job room (agent/jobs/job.h), codec = auto: the coordinator's choice
+ * of a gradient sync at submit (agent/jobs/autocodec.h) and its switches mid-run: fit reports, the
+ * switch tick, JOB_SWITCH. Private state and shared helpers: agent/jobs/job_int.h.  Loop thread
+ * only.
+ */
+#include "agent/jobs/job_int.h"
+
+/* Coordinator, at submit: auto's choice for this node and the n members up
+ * (agent/jobs/autocodec.h), into jb->job.comm; JOB_GROUP carries it to every rank. */
+void jobs_resolve_auto(struct gm_jobs *j, struct job *jb, char (*up)[NODE_LEN], size_t n)
+{
+    int world = (int)n + 1, err;
+    struct gm_coll_link *links = calloc((size_t)world * (size_t)world, sizeof(*links));
+    struct gm_gradsync_auto_out o;
+
+    jb->codec_auto = true;
+    for (int a = 0; links != NULL && a < world; a++)
+        for (int b = 0; b < world; b++) {
+            const char *from = a == 0 ? j->env.node : up[a - 1];
+            const char *to = b == 0 ? j->env.node : up[b - 1];
+            double rtt, mbps;
+            if (a == b || j->env.link_measured == NULL)
+                continue;
+            /* a member that has not sent LINK_STATS yet: the reverse direction stands in */
+            if (j->env.link_measured(j->env.agent, from, to, &rtt, &mbps) < 0 &&
+                j->env.link_measured(j->env.agent, to, from, &rtt, &mbps) < 0)
+                continue;
+            links[a * world + b] = (struct gm_coll_link){rtt / 2e3, mbps * 1e6 / 8};
+        }
+    {
+        char(*nodes)[NODE_LEN] = calloc((size_t)world, NODE_LEN);
+        int *isl = NULL;
+        if (nodes != NULL) {
+            snprintf(nodes[0], NODE_LEN, "%s", j->env.node);
+            for (size_t i = 0; i < n; i++)
+                snprintf(nodes[i + 1], NODE_LEN, "%s", up[i]);
+            isl = jobs_group_islands(j, nodes, (size_t)world);
+        }
+        if (nodes != NULL && jobs_one_lan(j, nodes, (size_t)world)) {
+            /* one LAN island and no tunnel: full precision, as inside any island (the
+             * model would price a loaded machine's PING RTT as the link's latency) */
+            memset(&o, 0, sizeof(o));
+            jb->job.comm.codec = GM_JOB_CODEC_FP32;
+            snprintf(jb->codec_reason, sizeof(jb->codec_reason),
+                     "fp32: every link of the group is on a LAN (one island: full precision)");
+            err = 0;
+        } else {
+            err = gm_autocodec_resolve(&jb->job, world, links, isl, &o, jb->codec_reason,
+                                       sizeof(jb->codec_reason));
+        }
+        free(nodes);
+        free(isl);
+    }
+    free(links);
+    if (err < 0)
+        snprintf(jb->codec_reason, sizeof(jb->codec_reason), "fp32: auto failed (%s)",
+                 gm_strerror(err));
+    {
+        char sp[32] = "-"; /* not predicted: the model did not run */
+        if (o.speedup > 0)
+            snprintf(sp, sizeof(sp), "%.2f", o.speedup);
+        gm_notice("event=codec-auto job=%s codec=%s local_steps=%d world=%d speedup=%s "
+                  "reason=\"%s\"",
+                  jb->id, gm_job_codec_name(jb->job.comm.codec),
+                  jb->job.comm.codec == GM_JOB_CODEC_DILOCO ? jb->job.comm.local_steps : 0, world,
+                  sp, jb->codec_reason);
+    }
+    if (err == 0 && o.compute_s > 0 && jb->job.comm.auto_resolved &&
+        gm_autoswitch_new(&jb->job, o.compute_s, &jb->asw) < 0)
+        gm_warn("event=codec-auto-switch-off job=%s: no switching mid-run (out of memory)", jb->id);
+    if (err == 0 && o.too_slow)
+        gm_warn("event=codec-auto-too-slow world=%d speedup=%.2f: the links are too slow for "
+                "%d agents to train faster than one (predicted %.2fx of one agent's speed)",
+                world, o.speedup, world, o.speedup);
+}
+
+/* Member: the coordinator's choice for codec = auto, from JOB_GROUP. */
+void jobs_apply_comm(struct job *jb, const struct gm_jobmsg *m)
+{
+    enum gm_job_codec c;
+
+    if (m->codec[0] == '\0' || gm_autocodec_parse(m->codec, &c) < 0)
+        return; /* the decoder accepts only the four names */
+    jb->codec_auto = true;
+    jb->job.comm.codec = c;
+    jb->job.comm.local_steps = (int)m->local_steps;
+    jb->job.comm.auto_resolved = true;
+}
+
+#define FIT_REPORT_MS 1000 /* a member reports its rank's fit this often (with new samples) */
+
+#define SWITCH_ANSWER_MS                                                                           \
+    30000 /* every member answers a switch within this, or the group re-forms */
+
+/* Member: the rank's fit to the coordinator. */
+void jobs_fit_report_tick(struct gm_jobs *j, struct job *jb)
+{
+    struct gm_jobmsg m = {.gen = jb->gen, .have_fit = true};
+    struct gm_coll_link f;
+    uint64_t ops, now = gm_time_mono_ns();
+
+    if (jb->coord || !jb->codec_auto || jb->rank == NULL || jb->state != J_RUNNING ||
+        now - jb->fit_sent_ns < (uint64_t)FIT_REPORT_MS * 1000000ull)
+        return;
+    gm_rank_get_fit(jb->rank, &f, &ops);
+    if (ops == jb->fit_sent_ops)
+        return;
+    jb->fit_sent_ns = now;
+    jb->fit_sent_ops = ops;
+    snprintf(m.id, sizeof(m.id), "%s", jb->id);
+    snprintf(m.event, sizeof(m.event), "fit");
+    m.fit_alpha_s = f.alpha_s;
+    m.fit_bytes_per_s = f.bytes_per_s;
+    m.fit_ops = ops;
+    (void)jobs_send_msg(j, jb->coordinator, GM_MSG_JOB_REPORT, &m);
+}
+
+/* Coordinator: the lan pairs' measurements among the current ranks (others 0). */
+static struct gm_coll_link *lan_links(struct gm_jobs *j, struct job *jb)
+{
+    const size_t w = jb->world;
+    struct gm_coll_link *l = calloc(w * w, sizeof(*l));
+
+    for (size_t a = 0; l != NULL && a < w; a++)
+        for (size_t b = 0; b < w; b++) {
+            double rtt, mbps;
+            if (a == b || j->env.link_is_lan == NULL || j->env.link_measured == NULL ||
+                !j->env.link_is_lan(j->env.agent, jb->ranks[a], jb->ranks[b]))
+                continue;
+            if (j->env.link_measured(j->env.agent, jb->ranks[a], jb->ranks[b], &rtt, &mbps) == 0)
+                l[a * w + b] = (struct gm_coll_link){rtt / 2e3, mbps * 1e6 / 8};
+        }
+    return l;
+}
+
+/* Coordinator, every tick: re-decide from the ranks' fits; announce a switch. */
+void jobs_switch_tick(struct gm_jobs *j, struct job *jb)
+{
+    struct gm_autoswitch_decision d;
+    struct gm_gradsync_strategy cur;
+    struct gm_rank_progress p;
+    struct gm_coll_link f, *links;
+    struct gm_jobmsg m = {0};
+    uint64_t ops;
+    long at;
+    int err;
+
+    if (jb->asw == NULL || jb->rank == NULL || jb->state != J_RUNNING || jb->world < 2)
+        return;
+    if (gm_autoswitch_pending(jb->asw, &d.seq)) {
+        if (gm_time_mono_ns() - jb->switch_ns < (uint64_t)SWITCH_ANSWER_MS * 1000000ull)
+            return;
+        gm_warn("event=codec-switch-late job=%s seq=%u: no answer from every member in %d s; "
+                "re-forming the group with the new codec",
+                jb->id, d.seq, SWITCH_ANSWER_MS / 1000);
+        gm_autoswitch_answer(jb->asw, 1, d.seq, false);
+        gm_rank_switch_answer(jb->rank, d.seq, false);
+        jobs_reform(j, jb, "a member did not answer a codec switch");
+        return;
+    }
+    gm_rank_get_progress(jb->rank, &p);
+    if (p.generation != jb->gen)
+        return; /* rank 0 has not taken the current group yet */
+    gm_rank_get_fit(jb->rank, &f, &ops);
+    gm_autoswitch_fit(jb->asw, 0, &f, ops);
+    if (gm_gradsync_strategy_from_job(&jb->job, &cur) < 0)
+        return;
+    cur.algo = jb->islands != NULL ? GM_COLL_HIER : GM_COLL_RING;
+    links = lan_links(j, jb);
+    if (links == NULL)
+        return;
+    err = gm_autoswitch_decide(jb->asw, &cur, links, jb->islands, p.step, p.compute_s, &d);
+    free(links);
+    if (err <= 0)
+        return;
+    if (p.total_steps > 0 && d.step >= p.total_steps) { /* the run ends before it would */
+        gm_autoswitch_answer(jb->asw, 1, d.seq, false);
+        return;
+    }
+    if ((err = gm_rank_switch(jb->rank, jb->gen, d.seq, d.step, &d.to, true, &at)) < 0) {
+        gm_warn("event=codec-switch-skip job=%s seq=%u step=%ld err=\"%s\"", jb->id, d.seq, d.step,
+                gm_strerror(err));
+        gm_autoswitch_group(jb->asw, (int)jb->world, p.step); /* decide again later */
+        return;
+    }
+    if (gm_autocodec_parse(d.to.name, &jb->job.comm.codec) < 0)
+        return;
+    jb->job.comm.local_steps = (int)d.to.local_steps;
+    jb->switch_ns = gm_time_mono_ns();
+    snprintf(jb->codec_reason, sizeof(jb->codec_reason), "switched: %s", d.why);
+    gm_notice("event=codec-switch-announce job=%s generation=%u seq=%u step=%ld at_step=%ld "
+              "lead=%d codec=%s local_steps=%u reason=\"%s\"",
+              jb->id, jb->gen & 0xffff, d.seq, d.step, p.step, d.lead, d.to.name, d.to.local_steps,
+              d.why);
+    m.gen = jb->gen;
+    m.seq = d.seq;
+    m.step = d.step;
+    snprintf(m.id, sizeof(m.id), "%s", jb->id);
+    snprintf(m.codec, sizeof(m.codec), "%s", d.to.name);
+    m.local_steps = d.to.local_steps;
+    for (size_t i = 1; i < jb->world; i++)
+        if ((err = jobs_send_msg(j, jb->ranks[i], GM_MSG_JOB_SWITCH, &m)) < 0)
+            gm_warn("event=job-switch-send node=%s err=\"%s\"", jb->ranks[i], gm_strerror(err));
+}
+
+/* Member: the coordinator's switch; answer whether this rank takes it at that step. */
+int jobs_on_switch(struct gm_jobs *j, const char *node, struct gm_jobmsg *m)
+{
+    struct job *jb = j->cur;
+    struct gm_gradsync_strategy to;
+    struct gm_jobmsg a = {.gen = m->gen, .seq = m->seq};
+    enum gm_job_codec c;
+    long at = -1;
+    int err;
+
+    if (jb == NULL || jb->coord || strcmp(jb->id, m->id) != 0 || strcmp(node, jb->coordinator) != 0)
+        return 0; /* not this member's job: it is in none of that job's groups */
+    if (jb->rank == NULL)
+        err = -ESRCH;
+    else if ((err = gm_autocodec_parse(m->codec, &c)) == 0 &&
+             (err = gm_gradsync_strategy_of(c, &jb->job, &to)) == 0) {
+        to.local_steps = m->local_steps;
+        to.cap_h = true;
+        err = gm_rank_switch(jb->rank, m->gen, m->seq, m->step, &to, false, &at);
+    }
+    if (err == 0) {
+        jb->job.comm.codec = c;
+        jb->job.comm.local_steps = (int)m->local_steps;
+    }
+    gm_notice("event=codec-switch-answer job=%s generation=%u seq=%u step=%ld at_step=%ld "
+              "codec=%s ok=%d",
+              jb->id, m->gen & 0xffff, m->seq, m->step, at, m->codec, err == 0);
+    snprintf(a.id, sizeof(a.id), "%s", jb->id);
+    snprintf(a.event, sizeof(a.event), "%s", err == 0 ? "switch-ok" : "switch-late");
+    snprintf(a.message, sizeof(a.message), "%s", err == 0 ? "" : gm_strerror(err));
+    a.code = err;
+    a.step = at > 0 ? at : 0;
+    (void)jobs_send_msg(j, node, GM_MSG_JOB_REPORT, &a);
+    return 0;
+}
+
+/* Coordinator: a member's fit, or its answer to a switch. */
+void jobs_on_switch_report(struct gm_jobs *j, struct job *jb, const char *node,
+                           const struct gm_jobmsg *m)
+{
+    int r = jobs_rank_of(jb, node), res;
+
+    if (jb->asw == NULL || m->gen != jb->gen || r < 1)
+        return;
+    if (m->have_fit) {
+        struct gm_coll_link f = {m->fit_alpha_s, m->fit_bytes_per_s};
+        gm_autoswitch_fit(jb->asw, r, &f, m->fit_ops);
+        return;
+    }
+    res = gm_autoswitch_answer(jb->asw, r, m->seq, strcmp(m->event, "switch-ok") == 0);
+    if (res > 0 && jb->rank != NULL)
+        gm_rank_switch_answer(jb->rank, m->seq, true);
+    if (res < 0) {
+        gm_warn("event=codec-switch-late job=%s seq=%u node=%s node_step=%ld: re-forming the "
+                "group with the new codec",
+                jb->id, m->seq, node, m->step);
+        if (jb->rank != NULL)
+            gm_rank_switch_answer(jb->rank, m->seq, false);
+        jobs_reform(j, jb, "a member could not switch codec at the announced step");
+    }
+}

@@ -1,0 +1,163 @@
+/*
+ * agent/jobs/job_control.c - the job room (agent/jobs/job.h), control commands: submit, jobs,
+ * cancel and the status view of the current job (JSON for the control socket). Private state and
+ * shared helpers: agent/jobs/job_int.h.  Loop thread only.
+ */
+#include "agent/jobs/job_int.h"
+
+json_t *gm_jobs_ctl_submit(struct gm_jobs *j, json_t *req)
+{
+    json_t *t = json_object_get(req, "text");
+    const char *text = json_string_value(t);
+    const char *origin = json_string_value(json_object_get(req, "origin"));
+    char coord[NODE_LEN], msg[GM_JOB_MSG_MAX] = "", id[GM_JOB_ID_LEN + 1] = "";
+    char why[200] = "", line[260];
+    int err;
+
+    if (text == NULL)
+        return jobs_ctl_error(-EINVAL, "bad request: no job text");
+    gm_jobs_coordinator(j, coord, why, sizeof(why));
+    if (coord[0] == '\0') {
+        snprintf(line, sizeof(line), "no chief, so no training: %s", why);
+        return jobs_ctl_error(-EAGAIN, line);
+    }
+    if (strcmp(coord, j->env.node) == 0)
+        err = jobs_coord_submit(j, text, json_string_length(t), origin, NULL, id, msg, sizeof(msg));
+    else
+        err =
+            jobs_member_submit(j, coord, text, json_string_length(t), origin, id, msg, sizeof(msg));
+    if (err < 0)
+        return jobs_ctl_error(err, msg);
+    /* the world at submit: the coordinator's participants, or a member's own view */
+    int world = j->cur != NULL && j->cur->coord ? (int)j->cur->nparts + 1
+                                                : (int)j->env.members_up(j->env.agent, NULL, 0) + 1;
+    return json_pack("{s:s,s:s,s:s,s:i}", "id", id, "state", "checking", "coordinator", coord,
+                     "world", world);
+}
+
+static json_t *num(double v)
+{
+    return isfinite(v) ? json_real(round(v * 100.0) / 100.0) : json_null();
+}
+
+static json_t *job_json(struct gm_jobs *j, struct job *jb)
+{
+    struct gm_rank_progress p = jb->last;
+    json_t *o, *links = json_array();
+    double wall;
+    char pbuf[GM_JOB_MSG_MAX + 64];
+    const char *paused = jobs_paused_why(j, jb, pbuf, sizeof(pbuf)); /* shown as state "paused" */
+
+    if (jb->rank != NULL)
+        gm_rank_get_progress(jb->rank, &p);
+    wall = (double)((jb->t_end ? jb->t_end : gm_time_mono_ns()) - jb->t_submit) * 1e-9;
+    o = json_pack("{s:s,s:s,s:s,s:s,s:s,s:I,s:I,s:i,s:i,s:I}", "id", jb->id, "name", jb->job.name,
+                  "state", paused != NULL ? "paused" : jobs_state_name(jb->state), "coordinator",
+                  jb->coordinator, "codec", gm_job_codec_name(jb->job.comm.codec), "step",
+                  (json_int_t)(jb->rank != NULL ? p.step
+                               : jb->steps      ? jb->steps
+                                                : p.step),
+                  "total_steps", (json_int_t)p.total_steps, "epoch", p.epoch + 1, "world",
+                  jb->rank != NULL && p.world > 0 ? p.world : (int)jb->world, "generation",
+                  (json_int_t)(jb->gen & 0xffff));
+    if (o == NULL) {
+        json_decref(links);
+        return NULL;
+    }
+    json_object_set_new(o, "loss", num(p.loss));
+    json_object_set_new(o, "samples_per_s",
+                        num(jb->rank != NULL ? p.samples_per_s : jb->samples_per_s));
+    json_object_set_new(o, "hash_checks", json_integer((json_int_t)p.hash_checks));
+    json_object_set_new(o, "params_sha256",
+                        p.params_sha256[0] ? json_string(p.params_sha256) : json_null());
+    json_object_set_new(o, "wall_s", num(wall));
+    json_object_set_new(o, "codec_auto", json_boolean(jb->codec_auto));
+    json_object_set_new(o, "codec_reason",
+                        jb->codec_reason[0] ? json_string(jb->codec_reason) : json_null());
+    json_object_set_new(o, "local_steps",
+                        jb->job.comm.codec == GM_JOB_CODEC_DILOCO
+                            ? json_integer(jb->job.comm.local_steps)
+                            : json_null());
+    json_object_set_new(o, "paused_reason", paused != NULL ? json_string(paused) : json_null());
+    json_object_set_new(o, "error", jb->error[0] ? json_string(jb->error) : json_null());
+    json_object_set_new(o, "weights", jb->weights[0] ? json_string(jb->weights) : json_null());
+    /* bytes per peer node over the job's life: retired groups plus the current one */
+    struct gm_xport *x = jb->rank != NULL ? gm_rank_xport(jb->rank) : NULL;
+    for (size_t i = 0; x != NULL && i < jb->world && jb->ranks != NULL; i++) {
+        struct gm_xport_stats st;
+        if (strcmp(jb->ranks[i], j->env.node) == 0)
+            continue;
+        gm_xport_stats(x, (int)i, &st);
+        if (jobs_acc_of(jb, jb->ranks[i], true) == NULL)
+            continue;
+        struct linkacc *a = jobs_acc_of(jb, jb->ranks[i], false);
+        json_array_append_new(links,
+                              json_pack("{s:s,s:I,s:I}", "node", a->node, "bytes_sent",
+                                        (json_int_t)(a->sent + st.bytes_sent), "bytes_received",
+                                        (json_int_t)(a->recv + st.bytes_recv)));
+    }
+    for (size_t i = 0; i < jb->nacc; i++) { /* peers not in the current group */
+        if (x != NULL && jobs_rank_of(jb, jb->acc[i].node) >= 0)
+            continue;
+        json_array_append_new(links, json_pack("{s:s,s:I,s:I}", "node", jb->acc[i].node,
+                                               "bytes_sent", (json_int_t)jb->acc[i].sent,
+                                               "bytes_received", (json_int_t)jb->acc[i].recv));
+    }
+    json_object_set_new(o, "links", links);
+    if (jb->state == J_DONE || jb->state == J_CANCELLED) {
+        json_t *sum = json_pack(
+            "{s:o,s:o,s:i,s:I,s:o,s:o,s:I,s:s,s:o}", "test_accuracy", num(jb->test_accuracy),
+            "test_loss", num(jb->test_loss), "epochs", jb->epochs, "steps", (json_int_t)jb->steps,
+            "samples_per_s", num(jb->samples_per_s), "wall_s", num(jb->wall_s), "bytes_sent",
+            (json_int_t)jb->bytes_sent, "codec", gm_job_codec_name(jb->job.comm.codec),
+            "checkpoint", jb->weights[0] ? json_string(jb->weights) : json_null());
+        json_object_set_new(o, "summary", sum);
+    } else {
+        json_object_set_new(o, "summary", json_null());
+    }
+    return o;
+}
+
+json_t *gm_jobs_ctl_list(struct gm_jobs *j)
+{
+    json_t *a = json_array();
+
+    if (j->cur != NULL)
+        json_array_append_new(a, job_json(j, j->cur));
+    for (struct job *jb = j->history; jb != NULL; jb = jb->next)
+        json_array_append_new(a, job_json(j, jb));
+    return json_pack("{s:o}", "jobs", a);
+}
+
+json_t *gm_jobs_status_json(struct gm_jobs *j)
+{
+    if (j->cur != NULL)
+        return job_json(j, j->cur);
+    if (j->history != NULL)
+        return job_json(j, j->history);
+    return json_null();
+}
+
+json_t *gm_jobs_ctl_cancel(struct gm_jobs *j, json_t *req)
+{
+    const char *id = json_string_value(json_object_get(req, "id"));
+    struct job *jb = id != NULL ? jobs_find(j, id) : NULL;
+    char msg[256];
+
+    if (jb == NULL) {
+        snprintf(msg, sizeof(msg), "no job %s here", id != NULL ? id : "(none given)");
+        return jobs_ctl_error(-ENOENT, msg);
+    }
+    if (!jb->coord) {
+        snprintf(msg, sizeof(msg), "job %s is coordinated by %s: cancel it there", jb->id,
+                 jb->coordinator);
+        return jobs_ctl_error(GM_ERR_CONFIG, msg);
+    }
+    if (jb != j->cur || jb->stop_sent) {
+        snprintf(msg, sizeof(msg), "job %s is already %s", jb->id, jobs_state_name(jb->state));
+        return jobs_ctl_error(-EALREADY, msg);
+    }
+    gm_notice("event=job-cancel job=%s", jb->id);
+    jobs_end_job(j, jb, J_CANCELLED, "cancelled by the user");
+    return json_pack("{s:s,s:s}", "id", jb->id, "state", "cancelled");
+}

@@ -1,0 +1,216 @@
+/*
+ * agent/jobs/job_int.h - private to the job room's files (agent/jobs/job*.c): the job
+ * structures, the limits, and the functions the files share.  Not for any other file: the
+ * rest of the agent sees the room through agent/jobs/job.h.
+ *
+ * The files, bottom up; each calls only the files above it in this list (none calls back):
+ *   job.c            the spine: registry, history, helpers, rank callbacks, islands, groups,
+ *                    the end of a job, teardown
+ *   job_codec.c      codec = auto: the choice at submit and switching mid-run
+ *   job_check.c      the coordinator: take a job, hash, offer, compare checks, start
+ *   job_partition.c  no majority, no training: step down, paused, takeover
+ *   job_member.c     the member: offers, groups, reports, the end, forwarding a submit
+ *   job_control.c    the control commands and the JSON views
+ *   job_frames.c     frame dispatch, the TRAIN stash, link up/down, the timer, gm_jobs_new
+ * Shared functions carry the jobs_ prefix; everything else stays static in its file.
+ *
+ * Loop thread only.
+ */
+#ifndef GM_AGENT_JOBS_JOB_INT_H
+#define GM_AGENT_JOBS_JOB_INT_H
+
+#include <errno.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agent/jobs/autocodec.h"
+#include "agent/jobs/datahash.h"
+#include "agent/jobs/job.h"
+#include "agent/jobs/jobmsg.h"
+#include "agent/net/link.h"
+#include "agent/net/proto.h"
+#include "agent/jobs/rank.h"
+#include "agent/jobs/xport.h"
+#include "common/assert.h"
+#include "common/log.h"
+#include "common/time.h"
+#include "train/ckpt/ckpt.h"
+#include "train/job.h"
+
+#define HISTORY_MAX 16
+#define STASH_MAX (64u << 20)
+#define ORPHAN_TIMEOUT_MS 30000 /* a member waits this long for a chief to take a job over */
+#define CHECK_TIMEOUT_MS 120000
+#define MESH_TIMEOUT_MS 60000 /* a member waits this long for links to the other ranks */
+#define TICK_MS 200
+#define NODE_LEN (GM_ID_NAME_MAX + 1)
+
+enum jstate { J_CHECKING, J_RUNNING, J_DONE, J_CANCELLED, J_FAILED, J_REFUSED };
+
+struct part {
+    char node[NODE_LEN];
+    bool checked;             /* its dataset equals ours */
+    bool answered;            /* its JOB_CHECK came, not compared yet */
+    struct gm_jobfile *files; /* owned: its answer */
+    size_t nfiles;
+    char error[GM_JOB_MSG_MAX];
+};
+
+struct job {
+    struct job *next; /* history */
+    char id[GM_JOB_ID_LEN + 1];
+    bool coord; /* coordinated here */
+    char coordinator[NODE_LEN];
+    enum jstate state;
+    char error[GM_JOB_MSG_MAX];
+    struct gm_job job; /* parsed; owns the text */
+    char origin[256];
+    uint64_t t_submit, t_start, t_end;
+    /* coordinator */
+    struct part *parts; /* owned */
+    size_t nparts;
+    struct gm_jobfile *files; /* owned: this node's dataset */
+    size_t nfiles;
+    bool own_hashed;
+    uint32_t gen;            /* current group */
+    char (*ranks)[NODE_LEN]; /* owned: the current group's rank order */
+    int *islands;            /* owned: the current group's LAN islands (world entries), or NULL */
+    size_t world;
+    uint32_t failed_gen;  /* last generation reported failed (re-form once) */
+    unsigned fail_streak; /* groups that failed in a row without a step taken */
+    long streak_step;     /* the coordinator's step when the last one failed */
+    uint64_t reform_at;   /* a delayed re-form is due then (0: none) */
+    /* member */
+    uint64_t orphan_since; /* its coordinator was lost then, waiting for the next chief (0: no) */
+    char lost_coord[NODE_LEN];
+    /* both */
+    struct gm_rank *rank; /* owned; NULL when not running here */
+    bool stop_sent;
+    char weights[1200]; /* "node:path" for a member that learned it from JOB_END */
+    double test_accuracy, test_loss, samples_per_s, wall_s;
+    long steps;
+    int epochs;
+    uint64_t bytes_sent;
+    struct linkacc *acc; /* owned: training-channel bytes per peer node, of retired groups */
+    size_t nacc;
+    bool remote_summary;       /* a member: the coordinator's figures came with JOB_END */
+    bool codec_auto;           /* [comm] codec = auto, resolved by the coordinator into job.comm */
+    char codec_reason[340];    /* coordinator: why auto picked what it did */
+    struct gm_autoswitch *asw; /* owned, coordinator of an auto job: switching mid-run */
+    uint64_t switch_ns;        /* coordinator: when the pending switch was announced */
+    uint64_t fit_sent_ns;      /* member: its last fit report */
+    uint64_t fit_sent_ops;
+    struct gm_rank_progress last;
+};
+
+struct linkacc {
+    char node[NODE_LEN];
+    uint64_t sent, recv;
+};
+
+struct stashed {
+    struct stashed *next;
+    char node[NODE_LEN];
+    struct gm_frame_hdr h;
+    uint8_t data[];
+};
+
+struct hashreq {
+    struct gm_jobs *j;
+    char id[GM_JOB_ID_LEN + 1];
+    char reply_to[NODE_LEN]; /* "" : the coordinator's own dataset */
+};
+
+/* A member's answer to an offer, held until its dataset is hashed and it has a link to
+ * every node it will train with (or the deadline passes). */
+struct pending_offer {
+    bool active, hashed;
+    char id[GM_JOB_ID_LEN + 1];
+    char coord[NODE_LEN];
+    char (*ranks)[NODE_LEN]; /* owned */
+    size_t nranks;
+    struct gm_jobfile *files; /* owned */
+    size_t nfiles;
+    char error[GM_JOB_MSG_MAX];
+    uint64_t deadline;
+    uint64_t term; /* the offer's: answered once this node's term has caught up with it */
+};
+
+struct gm_jobs {
+    struct gm_jobs_env env;
+    struct pending_offer po;
+    struct gm_datahash *dh; /* owned */
+    struct job *cur;        /* owned */
+    struct job *history;    /* owned, newest first */
+    struct stashed *stash;  /* owned */
+    size_t stash_bytes;
+    uv_timer_t timer; /* check timeouts */
+    bool stopping;
+    bool leaving;        /* gm_jobs_leave: the job goes on without this node */
+    uint64_t frame_term; /* the term of the JOB_* frame being handled */
+};
+
+const char *jobs_state_name(enum jstate st);
+
+/* job.c */
+void jobs_job_free(struct job *jb);
+uint32_t jobs_job_tag(const char *id);
+uint64_t jobs_my_term(struct gm_jobs *j);
+int jobs_send_msg(struct gm_jobs *j, const char *node, uint16_t type, const struct gm_jobmsg *m);
+void jobs_new_id(char out[GM_JOB_ID_LEN + 1]);
+void jobs_to_history(struct gm_jobs *j, struct job *jb);
+struct job *jobs_find(struct gm_jobs *j, const char *id);
+int jobs_rank_of(const struct job *jb, const char *node);
+struct linkacc *jobs_acc_of(struct job *jb, const char *node, bool add);
+void jobs_account_group(struct job *jb);
+void jobs_record(struct gm_jobs *j, const struct job *jb, enum jstate st);
+int *jobs_group_islands(struct gm_jobs *j, char (*nodes)[NODE_LEN], size_t n);
+bool jobs_one_lan(struct gm_jobs *j, char (*nodes)[NODE_LEN], size_t n);
+int jobs_form_local(struct gm_jobs *j, struct job *jb);
+int jobs_start_rank(struct gm_jobs *j, struct job *jb);
+void jobs_reform(struct gm_jobs *j, struct job *jb, const char *reason);
+void jobs_reform_after_failure(struct gm_jobs *j, struct job *jb, const char *why);
+void jobs_end_job(struct gm_jobs *j, struct job *jb, enum jstate st, const char *msg);
+void jobs_refuse(struct gm_jobs *j, struct job *jb, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void jobs_offer_clear(struct pending_offer *po);
+json_t *jobs_ctl_error(int code, const char *msg);
+bool jobs_is_chief(struct gm_jobs *j, const char *node);
+
+/* job_codec.c */
+void jobs_resolve_auto(struct gm_jobs *j, struct job *jb, char (*up)[NODE_LEN], size_t n);
+void jobs_apply_comm(struct job *jb, const struct gm_jobmsg *m);
+void jobs_fit_report_tick(struct gm_jobs *j, struct job *jb);
+void jobs_switch_tick(struct gm_jobs *j, struct job *jb);
+int jobs_on_switch(struct gm_jobs *j, const char *node, struct gm_jobmsg *m);
+void jobs_on_switch_report(struct gm_jobs *j, struct job *jb, const char *node,
+                           const struct gm_jobmsg *m);
+
+/* job_check.c */
+void jobs_own_hashed(void *arg, struct gm_jobfile *files, size_t n, const char *error);
+int jobs_on_check(struct gm_jobs *j, const char *node, struct gm_jobmsg *m);
+void jobs_offer(struct gm_jobs *j, struct job *jb, const char *node);
+int jobs_coord_submit(struct gm_jobs *j, const char *text, size_t len, const char *origin,
+                      const char *given_id, char id[GM_JOB_ID_LEN + 1], char *msg, size_t cap);
+int jobs_on_submit(struct gm_jobs *j, const char *node, struct gm_jobmsg *m);
+
+/* job_partition.c */
+const char *jobs_paused_why(struct gm_jobs *j, const struct job *jb, char *buf, size_t cap);
+void jobs_step_down(struct gm_jobs *j, struct job *jb, const char *why);
+void jobs_partition_tick(struct gm_jobs *j, struct job *jb);
+
+/* job_member.c */
+void jobs_try_answer(struct gm_jobs *j);
+int jobs_on_offer(struct gm_jobs *j, const char *node, struct gm_jobmsg *m);
+int jobs_on_group(struct gm_jobs *j, const char *node, struct gm_jobmsg *m);
+int jobs_on_report(struct gm_jobs *j, const char *node, struct gm_jobmsg *m);
+int jobs_on_end(struct gm_jobs *j, const char *node, struct gm_jobmsg *m);
+int jobs_member_submit(struct gm_jobs *j, const char *coord, const char *text, size_t len,
+                       const char *origin, char id[GM_JOB_ID_LEN + 1], char *msg, size_t cap);
+
+#endif
