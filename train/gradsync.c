@@ -53,8 +53,15 @@ struct bucket {
 
 /* --- strategies -------------------------------------------------------------------------- */
 
-static void strategy_init(struct gm_gradsync_strategy *s, enum gm_gradsync_kind kind,
-                          enum gm_codec codec, const char *name)
+/* The kind and wire type of each codec, in enum order: GM_JOB_CODECS's columns. */
+#define CODEC_ROW_(id, name, kind, wire) {GM_GRADSYNC_KIND_##kind, GM_CODEC_##wire},
+static const struct {
+    enum gm_gradsync_kind kind;
+    enum gm_codec wire;
+} codec_rows[GM_JOB_CODEC_COUNT] = {GM_JOB_CODECS(CODEC_ROW_)};
+#undef CODEC_ROW_
+
+static void strategy_init(struct gm_gradsync_strategy *s, enum gm_job_codec id)
 {
     struct gm_psgd_config pc;
     struct gm_diloco_config dc;
@@ -62,37 +69,25 @@ static void strategy_init(struct gm_gradsync_strategy *s, enum gm_gradsync_kind 
     gm_psgd_config_default(&pc);
     gm_diloco_config_default(&dc);
     memset(s, 0, sizeof(*s));
-    s->kind = kind;
-    s->codec = codec;
+    s->id = id;
+    s->kind = codec_rows[id].kind;
+    s->codec = codec_rows[id].wire;
     s->algo = GM_COLL_RING;
     s->rank = pc.rank;
     s->error_feedback = true;
     s->local_steps = dc.h;
     s->outer_lr = dc.outer_lr;
     s->outer_momentum = dc.momentum;
-    snprintf(s->name, sizeof(s->name), "%s", name);
 }
 
 int gm_gradsync_strategy_of(enum gm_job_codec codec, const struct gm_job *job,
                             struct gm_gradsync_strategy *out)
 {
-    switch (codec) {
-    case GM_JOB_CODEC_FP32:
-        strategy_init(out, GM_GRADSYNC_KIND_DENSE, GM_CODEC_FP32, "fp32");
-        break;
-    case GM_JOB_CODEC_FP16:
-        strategy_init(out, GM_GRADSYNC_KIND_DENSE, GM_CODEC_FP16, "fp16");
-        break;
-    case GM_JOB_CODEC_POWERSGD:
-        strategy_init(out, GM_GRADSYNC_KIND_POWERSGD, GM_CODEC_FP16, "powersgd");
-        break;
-    case GM_JOB_CODEC_DILOCO:
-        strategy_init(out, GM_GRADSYNC_KIND_DILOCO, GM_CODEC_FP16, "diloco");
-        break;
-    default:
+    if (codec == GM_JOB_CODEC_AUTO || (int)codec < 0 || codec >= GM_JOB_CODEC_COUNT) {
         memset(out, 0, sizeof(*out));
         return -EINVAL;
     }
+    strategy_init(out, codec);
     if (job != NULL) {
         out->rank = job->comm.rank;
         out->local_steps = (uint32_t)job->comm.local_steps;
@@ -115,33 +110,36 @@ int gm_gradsync_strategy_from_job(const struct gm_job *job, struct gm_gradsync_s
 
 const char *gm_gradsync_summary_codec(const struct gm_gradsync_strategy *s, int world)
 {
-    return world < 2 || s == NULL ? "none" : s->name;
+    return world < 2 || s == NULL ? "none" : gm_job_codec_name(s->id);
 }
 
 size_t gm_gradsync_strategies(struct gm_gradsync_strategy *out, size_t cap)
 {
-    struct gm_gradsync_strategy all[4];
+    size_t n = 0;
 
-    strategy_init(&all[0], GM_GRADSYNC_KIND_DENSE, GM_CODEC_FP32, "fp32");
-    strategy_init(&all[1], GM_GRADSYNC_KIND_DENSE, GM_CODEC_FP16, "fp16");
-    strategy_init(&all[2], GM_GRADSYNC_KIND_POWERSGD, GM_CODEC_FP16, "powersgd");
-    strategy_init(&all[3], GM_GRADSYNC_KIND_DILOCO, GM_CODEC_FP16, "diloco");
-    for (size_t i = 0; i < cap && i < 4; i++)
-        out[i] = all[i];
-    return 4;
+    for (int c = 0; c < GM_JOB_CODEC_COUNT; c++) {
+        if (c == GM_JOB_CODEC_AUTO)
+            continue;
+        if (n < cap)
+            strategy_init(&out[n], (enum gm_job_codec)c);
+        n++;
+    }
+    return n;
 }
 
 void gm_gradsync_describe(const struct gm_gradsync_strategy *s, char *buf, size_t cap)
 {
     switch (s->kind) {
     case GM_GRADSYNC_KIND_POWERSGD:
-        snprintf(buf, cap, "%s rank %d (%s)", s->name, s->rank, gm_codec_name(s->codec));
+        snprintf(buf, cap, "%s rank %d (%s)", gm_job_codec_name(s->id), s->rank,
+                 gm_codec_name(s->codec));
         break;
     case GM_GRADSYNC_KIND_DILOCO:
-        snprintf(buf, cap, "%s H=%u (%s)", s->name, s->local_steps, gm_codec_name(s->codec));
+        snprintf(buf, cap, "%s H=%u (%s)", gm_job_codec_name(s->id), s->local_steps,
+                 gm_codec_name(s->codec));
         break;
     default:
-        snprintf(buf, cap, "%s", s->name);
+        snprintf(buf, cap, "%s", gm_job_codec_name(s->id));
         break;
     }
 }
@@ -572,7 +570,7 @@ size_t gm_gradsync_ckpt_state(struct gm_gradsync *g, struct gm_st_tensor *t, siz
 {
     size_t k = 0;
 
-    *codec = g->s.name;
+    *codec = gm_job_codec_name(g->s.id);
     if (g->psgd != NULL && cap >= 2) {
         size_t nf = gm_psgd_state_floats(g->psgd);
         if (g->ckpt_factors == NULL)
@@ -639,11 +637,11 @@ int gm_gradsync_ckpt_restore(struct gm_gradsync *g, const struct gm_st_file *f, 
     char ename[96];
     int err = 0;
 
-    if (codec == NULL || codec[0] == '\0' || strcmp(codec, g->s.name) != 0) {
+    if (codec == NULL || codec[0] == '\0' || strcmp(codec, gm_job_codec_name(g->s.id)) != 0) {
         if (g->rank == 0 && g->s.kind != GM_GRADSYNC_KIND_DENSE)
             gm_info("event=codec-state-none path=%s held=%s codec=%s: the codec's state starts "
                     "fresh",
-                    origin, codec != NULL && codec[0] ? codec : "none", g->s.name);
+                    origin, codec != NULL && codec[0] ? codec : "none", gm_job_codec_name(g->s.id));
         return 0;
     }
     gm_gradsync_psgd_error_name(g->rank, ename, sizeof(ename));
@@ -817,8 +815,8 @@ void gm_gradsync_islands(const bool *lan, int world, int *groups)
     }
 }
 
-static const enum gm_job_codec auto_order[GM_GRADSYNC_AUTO_NCAND] = {
-    GM_JOB_CODEC_FP32, GM_JOB_CODEC_FP16, GM_JOB_CODEC_POWERSGD, GM_JOB_CODEC_DILOCO};
+/* auto's candidates: every codec of GM_JOB_CODECS but AUTO, in the list's order */
+_Static_assert(GM_GRADSYNC_AUTO_NCAND == GM_JOB_CODEC_COUNT - 1, "auto tries every codec");
 
 uint32_t gm_gradsync_diloco_h(const struct gm_gradsync_strategy *s, long total_steps)
 {
@@ -914,7 +912,8 @@ int gm_gradsync_auto_choose(const struct gm_gradsync_auto_in *in, struct gm_grad
         struct gm_gradsync_auto_cand *c = &out->cand[i];
         struct gm_gradsync_cost cost;
 
-        if ((err = gm_gradsync_strategy_of(auto_order[i], in->job, &c->s)) < 0)
+        if ((err = gm_gradsync_strategy_of((enum gm_job_codec)(GM_JOB_CODEC_AUTO + 1 + i), in->job,
+                                           &c->s)) < 0)
             return err;
         if (gm_gradsync_groups_hier(in->groups, in->world))
             c->s.algo = GM_COLL_HIER;

@@ -116,7 +116,7 @@ struct gm_gradsync_strategy {
     uint32_t local_steps;   /* diloco: H */
     double outer_lr;        /* diloco */
     double outer_momentum;  /* diloco */
-    char name[16];          /* "fp32" | "fp16" | "powersgd" | "diloco": logs and summaries */
+    enum gm_job_codec id;   /* which of GM_JOB_CODECS (never AUTO); its name: gm_job_codec_name */
     bool cap_h;             /* diloco: H at most a quarter of the run's steps (auto's pick) */
 };
 

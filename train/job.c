@@ -73,7 +73,9 @@ static const char *const model_names[] = {"mlp", "lenet5", "vgg7", "resnet20", N
 static const char *const data_kind_names[] = {"idx", "cifar10", "folder", NULL};
 static const char *const optimizer_names[] = {"sgd", "adam", NULL};
 static const char *const schedule_kind_names[] = {"constant", "step", "cosine", NULL};
-static const char *const codec_names[] = {"auto", "fp32", "fp16", "powersgd", "diloco", NULL};
+#define CODEC_NAME_(id, name, kind, wire) name,
+static const char *const codec_names[] = {GM_JOB_CODECS(CODEC_NAME_) NULL};
+#undef CODEC_NAME_
 static const char *const section_names[] = {"job", "model", "data", "optim", "schedule", "comm"};
 
 #define OFF(f) offsetof(struct gm_job, f)
@@ -975,6 +977,16 @@ const char *gm_job_schedule_kind_name(enum gm_job_schedule_kind k)
 const char *gm_job_codec_name(enum gm_job_codec c)
 {
     return name_of(codec_names, GM_ARRAY_SIZE(codec_names), (int)c);
+}
+
+int gm_job_codec_parse(const char *name, enum gm_job_codec *out)
+{
+    for (int i = 0; name != NULL && i < GM_JOB_CODEC_COUNT; i++)
+        if (strcmp(name, codec_names[i]) == 0) {
+            *out = (enum gm_job_codec)i;
+            return 0;
+        }
+    return -EINVAL;
 }
 
 int gm_job_global_batch(const struct gm_job *job, int world, int *out)

@@ -88,13 +88,26 @@ enum gm_job_schedule_kind {
     GM_JOB_SCHEDULE_KIND_COSINE,
 };
 
-enum gm_job_codec {
-    GM_JOB_CODEC_AUTO,
-    GM_JOB_CODEC_FP32,
-    GM_JOB_CODEC_FP16,
-    GM_JOB_CODEC_POWERSGD,
-    GM_JOB_CODEC_DILOCO,
-};
+/*
+ * The gradient syncs a job can name ([comm] codec), one line each: the enum's suffix, the
+ * name (in the job file, on the wire, in logs and summaries), the gradient-sync kind
+ * (GM_GRADSYNC_KIND_<kind>, train/gradsync.h) and the wire element type (GM_CODEC_<wire>,
+ * train/comm/codec.h).  This list is the only one: the enum below, the job file's parser
+ * (gm_job_codec_parse), the strategies and auto's candidates (train/gradsync.c) are all
+ * made from it, so a new codec is one line here plus its gradsync kind.  AUTO comes first
+ * and is no strategy: a coordinator resolves it to one of the others (its kind column is a
+ * placeholder, never read).
+ */
+#define GM_JOB_CODECS(X)                                                                           \
+    X(AUTO, "auto", DENSE, FP32)                                                                   \
+    X(FP32, "fp32", DENSE, FP32)                                                                   \
+    X(FP16, "fp16", DENSE, FP16)                                                                   \
+    X(POWERSGD, "powersgd", POWERSGD, FP16)                                                        \
+    X(DILOCO, "diloco", DILOCO, FP16)
+
+#define GM_JOB_CODEC_ENUM_(id, name, kind, wire) GM_JOB_CODEC_##id,
+enum gm_job_codec { GM_JOB_CODECS(GM_JOB_CODEC_ENUM_) GM_JOB_CODEC_COUNT };
+#undef GM_JOB_CODEC_ENUM_
 
 struct gm_job {
     /* [job] */
@@ -186,6 +199,10 @@ const char *gm_job_model_name(enum gm_job_model m);
 const char *gm_job_data_kind_name(enum gm_job_data_kind k);
 const char *gm_job_optimizer_name(enum gm_job_optimizer o);
 const char *gm_job_schedule_kind_name(enum gm_job_schedule_kind k);
+/* The codec's name ("?" for a value outside the list). */
 const char *gm_job_codec_name(enum gm_job_codec c);
+/* The one parser of codec names (job files, wire messages): 0, or -EINVAL for a name not in
+ * GM_JOB_CODECS (*out untouched). */
+GM_MUST_CHECK int gm_job_codec_parse(const char *name, enum gm_job_codec *out);
 
 #endif

@@ -240,7 +240,7 @@ int gm_sim_train(const struct gm_job *job, const struct gm_train_opts *opts,
         if (i != 0)
             rc->opts.hooks = NULL; /* rank 0 reports for all (and hooks need not be thread-safe) */
     }
-    gm_info("event=simulate workers=%d codec=%s", s.n, s.strategy.name);
+    gm_info("event=simulate workers=%d codec=%s", s.n, gm_job_codec_name(s.strategy.id));
     for (int i = 0; i < s.n; i++) {
         int e = pthread_create(&s.r[i].th, NULL, rank_main, &s.r[i]);
         if (e != 0) {

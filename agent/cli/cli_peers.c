@@ -322,7 +322,7 @@ static void doctor_codecs(json_t *r, const char *model, int *warnings)
         }
         printf("  %-22s %12llu %14.2f %11.2f ms%s\n", label, (unsigned long long)c.step_bytes,
                c.seconds * 1e3, o.cand[i].step_s * 1e3,
-               strcmp(o.cand[i].s.name, o.pick.name) == 0 ? "  <- auto" : "");
+               o.cand[i].s.id == o.pick.id ? "  <- auto" : "");
     }
     printf("  auto: %s; %d members at %.2fx one's speed\n", o.reason, n, o.speedup);
     check(warnings, !o.too_slow, "the links are %s",

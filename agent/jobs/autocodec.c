@@ -17,19 +17,6 @@
 #define TIME_MIN_S 0.3     /* and at least this long: longer than a CFS quota period (100 ms) */
 #define TIME_BATCH_MAX 256 /* larger per-rank batches: timed at this, scaled linearly */
 
-int gm_autocodec_parse(const char *name, enum gm_job_codec *out)
-{
-    static const enum gm_job_codec all[] = {GM_JOB_CODEC_FP32, GM_JOB_CODEC_FP16,
-                                            GM_JOB_CODEC_POWERSGD, GM_JOB_CODEC_DILOCO};
-
-    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
-        if (strcmp(name, gm_job_codec_name(all[i])) == 0) {
-            *out = all[i];
-            return 0;
-        }
-    return -EINVAL;
-}
-
 /* The job's model with the input shape its data kind implies (see the header). */
 static int job_model(const struct gm_job *job, int batch, struct gm_model **m, size_t *per)
 {
@@ -124,8 +111,7 @@ int gm_autocodec_resolve(struct gm_job *job, int world, const struct gm_coll_lin
             goto out;
         }
     }
-    if ((err = gm_autocodec_parse(out->pick.name, &job->comm.codec)) < 0)
-        goto out;
+    job->comm.codec = out->pick.id;
     if (out->pick.kind == GM_GRADSYNC_KIND_DILOCO)
         job->comm.local_steps = (int)out->pick.local_steps;
     job->comm.auto_resolved = true;

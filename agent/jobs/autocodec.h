@@ -100,7 +100,4 @@ bool gm_autoswitch_pending(const struct gm_autoswitch *a, uint32_t *seq);
  * switch that is not pending). */
 int gm_autoswitch_answer(struct gm_autoswitch *a, int r, uint32_t seq, bool ok);
 
-/* The job codec named name ("fp32", ...); -EINVAL for anything else (auto included). */
-GM_MUST_CHECK int gm_autocodec_parse(const char *name, enum gm_job_codec *out);
-
 #endif

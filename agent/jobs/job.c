@@ -576,7 +576,7 @@ void jobs_reform(struct gm_jobs *j, struct job *jb, const char *reason)
     m.global_batch = jb->job.optim.global_batch;
     m.islands = jb->islands; /* borrowed; m is not freed */
     if (jb->codec_auto) {    /* auto's choice, so every rank runs the same strategy */
-        snprintf(m.codec, sizeof(m.codec), "%s", gm_job_codec_name(jb->job.comm.codec));
+        m.codec = jb->job.comm.codec;
         m.local_steps = (uint32_t)jb->job.comm.local_steps;
     }
     m.text = jb->job.text;

@@ -78,12 +78,10 @@ void jobs_resolve_auto(struct gm_jobs *j, struct job *jb, char (*up)[NODE_LEN], 
 /* Member: the coordinator's choice for codec = auto, from JOB_GROUP. */
 void jobs_apply_comm(struct job *jb, const struct gm_jobmsg *m)
 {
-    enum gm_job_codec c;
-
-    if (m->codec[0] == '\0' || gm_autocodec_parse(m->codec, &c) < 0)
-        return; /* the decoder accepts only the four names */
+    if (m->codec == GM_JOB_CODEC_AUTO)
+        return; /* no choice of auto's: the job's own [comm] */
     jb->codec_auto = true;
-    jb->job.comm.codec = c;
+    jb->job.comm.codec = m->codec;
     jb->job.comm.local_steps = (int)m->local_steps;
     jb->job.comm.auto_resolved = true;
 }
@@ -184,20 +182,19 @@ void jobs_switch_tick(struct gm_jobs *j, struct job *jb)
         gm_autoswitch_group(jb->asw, (int)jb->world, p.step); /* decide again later */
         return;
     }
-    if (gm_autocodec_parse(d.to.name, &jb->job.comm.codec) < 0)
-        return;
+    jb->job.comm.codec = d.to.id;
     jb->job.comm.local_steps = (int)d.to.local_steps;
     jb->switch_ns = gm_time_mono_ns();
     snprintf(jb->codec_reason, sizeof(jb->codec_reason), "switched: %s", d.why);
     gm_notice("event=codec-switch-announce job=%s generation=%u seq=%u step=%ld at_step=%ld "
               "lead=%d codec=%s local_steps=%u reason=\"%s\"",
-              jb->id, jb->gen & 0xffff, d.seq, d.step, p.step, d.lead, d.to.name, d.to.local_steps,
-              d.why);
+              jb->id, jb->gen & 0xffff, d.seq, d.step, p.step, d.lead, gm_job_codec_name(d.to.id),
+              d.to.local_steps, d.why);
     m.gen = jb->gen;
     m.seq = d.seq;
     m.step = d.step;
     snprintf(m.id, sizeof(m.id), "%s", jb->id);
-    snprintf(m.codec, sizeof(m.codec), "%s", d.to.name);
+    m.codec = d.to.id;
     m.local_steps = d.to.local_steps;
     for (size_t i = 1; i < jb->world; i++)
         if ((err = jobs_send_msg(j, jb->ranks[i], GM_MSG_JOB_SWITCH, &m)) < 0)
@@ -210,7 +207,7 @@ int jobs_on_switch(struct gm_jobs *j, const char *node, struct gm_jobmsg *m)
     struct job *jb = j->cur;
     struct gm_gradsync_strategy to;
     struct gm_jobmsg a = {.gen = m->gen, .seq = m->seq};
-    enum gm_job_codec c;
+    enum gm_job_codec c = m->codec; /* never AUTO: the decoder refuses it */
     long at = -1;
     int err;
 
@@ -218,8 +215,7 @@ int jobs_on_switch(struct gm_jobs *j, const char *node, struct gm_jobmsg *m)
         return 0; /* not this member's job: it is in none of that job's groups */
     if (jb->rank == NULL)
         err = -ESRCH;
-    else if ((err = gm_autocodec_parse(m->codec, &c)) == 0 &&
-             (err = gm_gradsync_strategy_of(c, &jb->job, &to)) == 0) {
+    else if ((err = gm_gradsync_strategy_of(c, &jb->job, &to)) == 0) {
         to.local_steps = m->local_steps;
         to.cap_h = true;
         err = gm_rank_switch(jb->rank, m->gen, m->seq, m->step, &to, false, &at);
@@ -230,7 +226,7 @@ int jobs_on_switch(struct gm_jobs *j, const char *node, struct gm_jobmsg *m)
     }
     gm_notice("event=codec-switch-answer job=%s generation=%u seq=%u step=%ld at_step=%ld "
               "codec=%s ok=%d",
-              jb->id, m->gen & 0xffff, m->seq, m->step, at, m->codec, err == 0);
+              jb->id, m->gen & 0xffff, m->seq, m->step, at, gm_job_codec_name(m->codec), err == 0);
     snprintf(a.id, sizeof(a.id), "%s", jb->id);
     snprintf(a.event, sizeof(a.event), "%s", err == 0 ? "switch-ok" : "switch-late");
     snprintf(a.message, sizeof(a.message), "%s", err == 0 ? "" : gm_strerror(err));

@@ -76,24 +76,22 @@ static int get_uint(json_t *o, const char *key, uint64_t max, uint64_t *out)
     return 0;
 }
 
-/* GROUP's optional comm: {codec, local_steps}; codec one of the concrete codecs. */
+/* GROUP's optional comm: {codec, local_steps}; codec one of GM_JOB_CODECS but auto. */
 static int get_comm(json_t *o, struct gm_jobmsg *m)
 {
-    static const char *const names[] = {"fp32", "fp16", "powersgd", "diloco"};
     json_t *c = json_object_get(o, "comm");
+    char name[16];
     uint64_t u;
-    bool known = false;
     int err;
 
     if (c == NULL)
         return 0;
     if (!json_is_object(c) || json_object_size(c) != 2)
         return GM_ERR_PROTO;
-    if ((err = get_str(c, "codec", m->codec, sizeof(m->codec), true)) < 0)
+    if ((err = get_str(c, "codec", name, sizeof(name), true)) < 0)
         return err;
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-        known = known || strcmp(m->codec, names[i]) == 0;
-    if (!known || (err = get_uint(c, "local_steps", 1000000, &u)) < 0 || u == 0)
+    if (gm_job_codec_parse(name, &m->codec) < 0 || m->codec == GM_JOB_CODEC_AUTO ||
+        (err = get_uint(c, "local_steps", 1000000, &u)) < 0 || u == 0)
         return GM_ERR_PROTO;
     m->local_steps = (uint32_t)u;
     return 0;
@@ -312,7 +310,7 @@ static int decode(uint16_t type, json_t *o, struct gm_jobmsg *m)
             return GM_ERR_PROTO;
         if ((err = get_seq_step(o, m)) < 0 || (err = get_comm(o, m)) < 0)
             return err;
-        return m->codec[0] != '\0' ? 0 : GM_ERR_PROTO; /* comm is required here */
+        return m->codec != GM_JOB_CODEC_AUTO ? 0 : GM_ERR_PROTO; /* comm is required here */
     case GM_MSG_JOB_END:
         if ((err = get_str(o, "state", m->state, sizeof(m->state), true)) < 0)
             return err;
@@ -364,10 +362,10 @@ int gm_jobmsg_encode(uint16_t type, const struct gm_jobmsg *m, char **out, size_
                 json_array_append_new(a, json_integer(m->islands[i]));
             json_object_set_new(o, "islands", a);
         }
-        if (m->codec[0] != '\0')
+        if (m->codec != GM_JOB_CODEC_AUTO)
             json_object_set_new(o, "comm",
-                                json_pack("{s:s,s:I}", "codec", m->codec, "local_steps",
-                                          (json_int_t)m->local_steps));
+                                json_pack("{s:s,s:I}", "codec", gm_job_codec_name(m->codec),
+                                          "local_steps", (json_int_t)m->local_steps));
         /* fall through */
     case GM_MSG_JOB_OFFER:
         if (m->nranks > 0) {
@@ -409,9 +407,9 @@ int gm_jobmsg_encode(uint16_t type, const struct gm_jobmsg *m, char **out, size_
         json_object_set_new(o, "gen", json_integer(m->gen));
         json_object_set_new(o, "seq", json_integer(m->seq));
         json_object_set_new(o, "step", json_integer(m->step));
-        json_object_set_new(
-            o, "comm",
-            json_pack("{s:s,s:I}", "codec", m->codec, "local_steps", (json_int_t)m->local_steps));
+        json_object_set_new(o, "comm",
+                            json_pack("{s:s,s:I}", "codec", gm_job_codec_name(m->codec),
+                                      "local_steps", (json_int_t)m->local_steps));
         break;
     case GM_MSG_JOB_END:
         json_object_set_new(o, "state", json_string(m->state));

@@ -43,6 +43,7 @@
 
 #include "common/err.h"
 #include "crypto/identity.h"
+#include "train/job.h"
 
 #define GM_JOB_ID_LEN 16 /* hex digits */
 #define GM_JOB_RANKS_MAX 256
@@ -64,7 +65,8 @@ struct gm_jobmsg {
     char (*ranks)[GM_ID_NAME_MAX + 1]; /* owned (GROUP) */
     size_t nranks;
     int global_batch;         /* GROUP: fixed by the coordinator at submit, >= 1 */
-    char codec[16];           /* GROUP: auto's choice ("" none: the job's own [comm]) */
+    enum gm_job_codec codec;  /* GROUP: auto's choice (GM_JOB_CODEC_AUTO: none, the job's own
+                               * [comm]); SWITCH: the codec switched to, never AUTO */
     uint32_t local_steps;     /* GROUP with codec: diloco's H, >= 1 */
     int *islands;             /* owned (GROUP, optional): nranks entries, islands[i] < nranks
                                * and islands[islands[i]] == islands[i]; NULL: none */

@@ -77,12 +77,11 @@ static void check_fields(uint16_t type, const struct gm_jobmsg *m)
     if (type == GM_MSG_JOB_GROUP)
         need(m->gen > 0 && m->global_batch >= 1 && m->nranks >= 1 && m->ranks != NULL);
     if ((type == GM_MSG_JOB_GROUP || type == GM_MSG_JOB_SWITCH) &&
-        m->codec[0] != 0) /* auto's choice: a concrete codec */
-        need((strcmp(m->codec, "fp32") == 0 || strcmp(m->codec, "fp16") == 0 ||
-              strcmp(m->codec, "powersgd") == 0 || strcmp(m->codec, "diloco") == 0) &&
-             m->local_steps >= 1 && m->local_steps <= 1000000);
+        m->codec != GM_JOB_CODEC_AUTO) /* auto's choice: a concrete codec */
+        need(m->codec > GM_JOB_CODEC_AUTO && m->codec < GM_JOB_CODEC_COUNT && m->local_steps >= 1 &&
+             m->local_steps <= 1000000);
     else
-        need(m->codec[0] == 0 && m->local_steps == 0);
+        need(m->codec == GM_JOB_CODEC_AUTO && m->local_steps == 0);
     if (m->islands != NULL) { /* GROUP only; labels are leaders that lead themselves */
         need(type == GM_MSG_JOB_GROUP && m->nranks >= 1);
         for (size_t i = 0; i < m->nranks; i++)
@@ -120,7 +119,8 @@ static void check_fields(uint16_t type, const struct gm_jobmsg *m)
         need(isfinite(m->fit_alpha_s) && m->fit_alpha_s >= 0 && isfinite(m->fit_bytes_per_s) &&
              m->fit_bytes_per_s > 0);
     if (type == GM_MSG_JOB_SWITCH)
-        need(m->gen > 0 && m->seq > 0 && m->step >= 0 && m->codec[0] != 0 && m->local_steps > 0);
+        need(m->gen > 0 && m->seq > 0 && m->step >= 0 && m->codec != GM_JOB_CODEC_AUTO &&
+             m->local_steps > 0);
     if (type == GM_MSG_JOB_END)
         need(strcmp(m->state, "done") == 0 || strcmp(m->state, "cancelled") == 0 ||
              strcmp(m->state, "failed") == 0 || strcmp(m->state, "refused") == 0);
@@ -142,7 +142,7 @@ static void same(const struct gm_jobmsg *a, const struct gm_jobmsg *b)
     need(a->seq == b->seq && a->step == b->step && a->have_fit == b->have_fit);
     need(!a->have_fit || (a->fit_ops == b->fit_ops && a->fit_alpha_s == b->fit_alpha_s &&
                           a->fit_bytes_per_s == b->fit_bytes_per_s));
-    need(strcmp(a->codec, b->codec) == 0 && a->local_steps == b->local_steps);
+    need(a->codec == b->codec && a->local_steps == b->local_steps);
     need(strcmp(a->state, b->state) == 0 && strcmp(a->message, b->message) == 0);
     for (size_t i = 0; i < a->nranks; i++)
         need(strcmp(a->ranks[i], b->ranks[i]) == 0);
@@ -257,7 +257,7 @@ static void write_seeds(const char *dir)
     write_seed(dir, "report-switch-late", GM_MSG_JOB_REPORT, &m);
     m = (struct gm_jobmsg){.gen = 2, .seq = 3, .step = 215, .local_steps = 16};
     snprintf(m.id, sizeof(m.id), "fedcba9876543210");
-    snprintf(m.codec, sizeof(m.codec), "diloco");
+    m.codec = GM_JOB_CODEC_DILOCO;
     write_seed(dir, "switch", GM_MSG_JOB_SWITCH, &m);
     m = (struct gm_jobmsg){0};
     snprintf(m.id, sizeof(m.id), "fedcba9876543210");

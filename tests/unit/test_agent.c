@@ -942,7 +942,7 @@ static void test_jobmsg_group_comm_islands(void)
                           .ranks = ranks,
                           .nranks = 3,
                           .global_batch = 192,
-                          .codec = "diloco",
+                          .codec = GM_JOB_CODEC_DILOCO,
                           .local_steps = 48,
                           .islands = isl},
                      d;
@@ -961,7 +961,7 @@ static void test_jobmsg_group_comm_islands(void)
 
     GM_CHECK_OK(gm_jobmsg_encode(GM_MSG_JOB_GROUP, &m, &txt, &len));
     GM_CHECK_OK(gm_jobmsg_decode(GM_MSG_JOB_GROUP, (const uint8_t *)txt, len, &d));
-    GM_CHECK_STREQ(d.codec, "diloco");
+    GM_CHECK_EQ(d.codec, GM_JOB_CODEC_DILOCO);
     GM_CHECK_EQ(d.local_steps, 48u);
     GM_CHECK(d.islands != NULL && d.islands[0] == 0 && d.islands[1] == 0 && d.islands[2] == 2);
     gm_jobmsg_free(&d);

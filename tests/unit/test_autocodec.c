@@ -71,7 +71,7 @@ static void test_resolve(void)
     job_init(&job, 3);
     uniform(l, 3, 0.25, 1);
     GM_CHECK_OK(gm_autocodec_resolve(&job, 3, l, NULL, &o2, why, sizeof(why)));
-    GM_CHECK_STREQ(o.pick.name, o2.pick.name);
+    GM_CHECK_EQ(o.pick.id, o2.pick.id);
     GM_CHECK_NEAR(o.cand[0].comm_s, o2.cand[0].comm_s, 1e-12, 1e-9);
 
     /* not auto: untouched */
@@ -85,21 +85,43 @@ static void test_resolve(void)
     GM_CHECK_STREQ(why, "");
 }
 
-static void test_parse(void)
+/* One table (GM_JOB_CODECS): each name parses to its enum and back, auto's candidates and
+ * the strategies are every codec but auto, in the table's order. */
+static void test_codec_table(void)
 {
-    enum gm_job_codec c;
+    struct gm_gradsync_strategy all[GM_JOB_CODEC_COUNT];
+    enum gm_job_codec c = GM_JOB_CODEC_AUTO;
+    size_t n;
 
-    GM_CHECK_OK(gm_autocodec_parse("diloco", &c));
+    for (int i = 0; i < GM_JOB_CODEC_COUNT; i++) {
+        GM_CHECK_OK(gm_job_codec_parse(gm_job_codec_name((enum gm_job_codec)i), &c));
+        GM_CHECK_EQ((int)c, i);
+    }
+    GM_CHECK_OK(gm_job_codec_parse("diloco", &c));
     GM_CHECK_EQ(c, GM_JOB_CODEC_DILOCO);
-    GM_CHECK_OK(gm_autocodec_parse("fp16", &c));
-    GM_CHECK_EQ(c, GM_JOB_CODEC_FP16);
-    GM_CHECK_ERR(gm_autocodec_parse("auto", &c), -EINVAL);
-    GM_CHECK_ERR(gm_autocodec_parse("", &c), -EINVAL);
+    GM_CHECK_ERR(gm_job_codec_parse("", &c), -EINVAL);
+    GM_CHECK_ERR(gm_job_codec_parse("FP16", &c), -EINVAL);
+    GM_CHECK_ERR(gm_job_codec_parse(NULL, &c), -EINVAL);
+    GM_CHECK_EQ(c, GM_JOB_CODEC_DILOCO); /* untouched by a failed parse */
+    GM_CHECK_STREQ(gm_job_codec_name(GM_JOB_CODEC_COUNT), "?");
+    n = gm_gradsync_strategies(all, GM_JOB_CODEC_COUNT);
+    GM_CHECK_EQ(n, (size_t)GM_JOB_CODEC_COUNT - 1);
+    GM_CHECK_EQ(n, (size_t)GM_GRADSYNC_AUTO_NCAND);
+    for (size_t i = 0; i < n; i++) {
+        struct gm_gradsync_strategy s;
+        GM_CHECK_EQ((int)all[i].id, (int)(GM_JOB_CODEC_AUTO + 1 + i));
+        GM_CHECK_OK(gm_gradsync_strategy_of(all[i].id, NULL, &s));
+        GM_CHECK_EQ(s.kind, all[i].kind);
+        GM_CHECK_EQ(s.codec, all[i].codec);
+    }
+    GM_CHECK_EQ(all[1].codec, GM_CODEC_FP16); /* fp16 sends fp16 */
+    GM_CHECK_EQ(all[2].kind, GM_GRADSYNC_KIND_POWERSGD);
+    GM_CHECK_ERR(gm_gradsync_strategy_of(GM_JOB_CODEC_AUTO, NULL, &all[0]), -EINVAL);
 }
 
 int main(void)
 {
     GM_TEST_RUN(test_resolve);
-    GM_TEST_RUN(test_parse);
+    GM_TEST_RUN(test_codec_table);
     return gm_test_finish("test_autocodec");
 }

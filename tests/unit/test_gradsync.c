@@ -40,7 +40,7 @@ static void test_from_job(void)
         GM_CHECK_EQ(s.kind, cases[i].kind);
         GM_CHECK_EQ(s.codec, cases[i].wire);
         GM_CHECK_EQ(s.algo, GM_COLL_RING);
-        GM_CHECK_STREQ(s.name, cases[i].name);
+        GM_CHECK_STREQ(gm_job_codec_name(s.id), cases[i].name);
         GM_CHECK_EQ(s.rank, 3);
         GM_CHECK_EQ(s.local_steps, 8u);
         GM_CHECK(s.error_feedback);
@@ -268,7 +268,7 @@ static void test_auto(void)
 
     /* LAN: 1 Gbit/s, 50 us; 20 ms of compute: fp32 (4 x 61706 B twice over the ring, ~2 ms) */
     GM_CHECK_OK(pick_for(m, 50e-6, 1000, 0.020, &o));
-    GM_CHECK_STREQ(o.pick.name, "fp32");
+    GM_CHECK_EQ(o.pick.id, GM_JOB_CODEC_FP32);
     GM_CHECK(o.cand[0].fits && !o.too_slow);
     GM_CHECK(o.speedup > 1.6 && o.speedup <= 2);
     GM_CHECK(strstr(o.reason, "fp32") != NULL);
@@ -293,7 +293,7 @@ static void test_auto(void)
         int at = -1;
         GM_CHECK_OK(pick_for(m, 0.5e-3, mbps, 0.010, &o));
         for (int i = 0; i < GM_GRADSYNC_AUTO_NCAND; i++)
-            if (strcmp(o.cand[i].s.name, o.pick.name) == 0)
+            if (o.cand[i].s.id == o.pick.id)
                 at = i;
         GM_CHECK(at >= 0 && at <= prev);
         prev = at;
@@ -332,8 +332,8 @@ static void test_switch(void)
     GM_CHECK_EQ(gm_gradsync_auto_index(&diloco), 3);
     GM_CHECK_OK(pick_for(m, 50e-6, 1000, compute, &fast)); /* LAN: fp32 */
     GM_CHECK_OK(pick_for(m, 0.025, 1, compute, &slow));    /* 1 Mbit/s, 50 ms RTT: DiLoCo */
-    GM_CHECK_STREQ(fast.pick.name, "fp32");
-    GM_CHECK_STREQ(slow.pick.name, "diloco");
+    GM_CHECK_EQ(fast.pick.id, GM_JOB_CODEC_FP32);
+    GM_CHECK_EQ(slow.pick.id, GM_JOB_CODEC_DILOCO);
 
     /* fp32 on a fast link stays, however often it is asked */
     for (long step = 0; step < 50; step++)
@@ -366,12 +366,12 @@ static void test_switch(void)
         GM_CHECK_OK(pick_for(m, 0.5e-3, 100, compute, &band));
         c = band.cand[0].comm_s / (0.2 * 1.2); /* fp32 at 1.2x the budget of compute c */
         GM_CHECK_OK(pick_for(m, 0.5e-3, 100, c, &band));
-        GM_CHECK_STREQ(band.pick.name, "fp16");
+        GM_CHECK_EQ(band.pick.id, GM_JOB_CODEC_FP16);
         for (long step = 200; step < 210; step++)
             GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &band, &fp32, c, 0, step), -1);
         c = band.cand[0].comm_s / (0.2 * 1.6);
         GM_CHECK_OK(pick_for(m, 0.5e-3, 100, c, &band));
-        GM_CHECK_STREQ(band.pick.name, "fp16");
+        GM_CHECK_EQ(band.pick.id, GM_JOB_CODEC_FP16);
         GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &band, &fp32, c, 0, 210), -1);
         GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &band, &fp32, c, 0, 211), 1);
     }
