@@ -19,6 +19,7 @@
 #include "common/test.h"
 #include "train/comm/codec.h"
 #include "train/comm/coll_wire.h"
+#include "train/kernels/cuda_plan.h"
 #include "train/kernels/custom.h"
 #include "train/kernels/xent.h"
 #include "train/nn/optim.h"
@@ -253,6 +254,44 @@ static void test_hash(void)
     GM_CHECK(stripe != tail);
 }
 
+/* The batch-norm view (cuda_plan.h): N within cuDNN's limit, N*H = rows, the old NCHW view
+ * wherever it fits. */
+static void bn_view_case(size_t rows, int train, int want_n, int want_h, int want_nhwc)
+{
+    struct gm_cuda_bn_view v;
+    const size_t limit = train ? GM_CUDA_BN_MAX_N_TRAIN : GM_CUDA_BN_MAX_N_INFER;
+
+    GM_CHECK_OK(gm_cuda_bn_view(rows, train, &v));
+    GM_CHECK(v.n >= 1 && (size_t)v.n <= limit);
+    GM_CHECK_EQ((size_t)v.n * (size_t)v.h, rows);
+    GM_CHECK_EQ(v.nhwc, want_nhwc);
+    if (want_n > 0) {
+        GM_CHECK_EQ(v.n, want_n);
+        GM_CHECK_EQ(v.h, want_h);
+    }
+}
+
+static void test_bn_view(void)
+{
+    struct gm_cuda_bn_view v;
+    char name[128];
+
+    bn_view_case(128, 0, 128, 1, 0);
+    bn_view_case(65535, 0, 65535, 1, 0);
+    bn_view_case(70000, 0, 35000, 2, 1);   /* evaluation: past 65,535 */
+    bn_view_case(131072, 0, 32768, 4, 1);  /* ResNet-20 evaluating at batch 128 */
+    bn_view_case(131072, 1, 131072, 1, 0); /* the same rows in training: within 880,801 */
+    bn_view_case(880801, 1, 880801, 1, 0);
+    bn_view_case(1024000, 1, 0, 0, 1);   /* batch 1000 of 32x32 in training */
+    bn_view_case(65537, 0, 1, 65537, 1); /* a prime: one N, all rows in H */
+    bn_view_case((size_t)1 << 31, 1, 0, 0, 1);
+    GM_CHECK_ERR(gm_cuda_bn_view(0, 0, &v), -EINVAL);
+    GM_CHECK_ERR(gm_cuda_bn_view(4294967311u, 0, &v), -EINVAL); /* a prime past INT_MAX */
+
+    gm_cuda_conv_name(name, sizeof(name), 2, 3, 8, 8, 4, 3, 1, 1);
+    GM_CHECK_STREQ(name, "n=2 c=3 h=8 w=8 oc=4 k=3 stride=1 pad=1");
+}
+
 /* In a build without the CUDA backend the _cuda entry points refuse; with it they need a
  * context, which tests/unit/test_cuda_ops.c makes where a GPU answers. */
 static void test_cuda_stubs(void)
@@ -275,6 +314,7 @@ int main(void)
     GM_TEST_RUN(test_adam);
     GM_TEST_RUN(test_f16);
     GM_TEST_RUN(test_hash);
+    GM_TEST_RUN(test_bn_view);
     GM_TEST_RUN(test_cuda_stubs);
     return gm_test_finish("test_kernels_host");
 }
