@@ -16,8 +16,8 @@ fail=0
 # code lines only: drop lines that are inside or start a comment
 code() { grep -nE "$1" "${@:2}" | grep -vE '^[^:]+:[0-9]+:\s*(/?\*|//)' || true; }
 
-hits=$(code '\bcuda(Memset|Memcpy|Memcpy2D|Memcpy3D|DeviceSynchronize)\s*\(' \
-    $(find train -name '*.c' -o -name '*.cu' -o -name '*.h'))
+mapfile -t srcs < <(find train -name '*.c' -o -name '*.cu' -o -name '*.h')
+hits=$(code '\bcuda(Memset|Memcpy|Memcpy2D|Memcpy3D|DeviceSynchronize)\s*\(' "${srcs[@]}")
 if [ -n "$hits" ]; then
     echo "FAIL: legacy-stream calls (use the Async form on cu->compute):"
     echo "$hits"
