@@ -5,6 +5,8 @@
  *   softmax cross-entropy   vs gm_xent_cpu (train/kernels/xent_cpu.c)
  *   SGD (every variant)     vs gm_optim_step (train/nn/optim.c), several steps
  *   Adam (with/without wd)  vs gm_optim_step, several steps
+ *   the bf16 (mixed precision) SGD and Adam: the same fp32 masters and state, and their
+ *                           bf16 copy equal to the bf16 cast of the fp32 optimizer's weights
  *   fp16, bf16 pack/unpack  vs gm_codec_encode / gm_codec_decode_add (F16C for fp16)
  *   parameter hash          vs gm_coll_hash
  * Each runs over several grids, including ones whose grid-stride loops wrap several
@@ -107,6 +109,9 @@ static void sgd_case(float mu, float wd, int nesterov, size_t n, struct gm_klaun
     struct gm_optim o;
     float *p0 = malloc(n * sizeof(float)), *p1 = malloc(n * sizeof(float));
     float *g = malloc(n * sizeof(float)), *buf = calloc(n, sizeof(float));
+    /* the mixed-precision update: master p2 and state buf2, its bf16 copy w16 */
+    float *p2 = malloc(n * sizeof(float)), *buf2 = calloc(n, sizeof(float));
+    uint16_t *w16 = malloc(n * sizeof(uint16_t)), *want16 = malloc(n * sizeof(uint16_t));
     const float lr = 0.05f;
     unsigned flags = (wd != 0.0f ? GM_KSGD_DECAY : 0u) | (mu != 0.0f ? GM_KSGD_MOMENTUM : 0u) |
                      (nesterov ? GM_KSGD_NESTEROV : 0u);
@@ -118,6 +123,7 @@ static void sgd_case(float mu, float wd, int nesterov, size_t n, struct gm_klaun
     GM_CHECK_OK(gm_optim_init(&o, &cfg, n));
     fill(p0, n, -1.0f, 1.0f);
     memcpy(p1, p0, n * sizeof(float));
+    memcpy(p2, p0, n * sizeof(float));
     for (int s = 0; s < 4; s++) {
         fill(g, n, -0.5f, 0.5f);
         gm_optim_step(&o, p0, g, lr);
@@ -125,12 +131,24 @@ static void sgd_case(float mu, float wd, int nesterov, size_t n, struct gm_klaun
         GM_CHECK_EQ(bits_differ(p0, p1, n, sizeof(float)), 0);
         if (mu != 0.0f)
             GM_CHECK_EQ(bits_differ(gm_optim_state(&o), buf, n, sizeof(float)), 0);
+        /* bf16: the fp32 masters and state are the fp32 optimizer's, the copy their cast */
+        memset(w16, 0xff, n * sizeof(uint16_t));
+        gm_ksgd_bf16_host(l, n, p2, g, buf2, w16, lr, wd, mu, flags);
+        gm_kbf16_pack_host(grids[0], n, p0, want16);
+        GM_CHECK_EQ(bits_differ(p0, p2, n, sizeof(float)), 0);
+        if (mu != 0.0f)
+            GM_CHECK_EQ(bits_differ(gm_optim_state(&o), buf2, n, sizeof(float)), 0);
+        GM_CHECK_EQ(bits_differ(want16, w16, n, sizeof(uint16_t)), 0);
     }
     gm_optim_free(&o);
     free(p0);
     free(p1);
+    free(p2);
     free(g);
     free(buf);
+    free(buf2);
+    free(w16);
+    free(want16);
 }
 
 static void test_sgd(void)
@@ -153,6 +171,9 @@ static void adam_case(float wd, size_t n, struct gm_klaunch l)
     float *p0 = malloc(n * sizeof(float)), *p1 = malloc(n * sizeof(float));
     float *g = malloc(n * sizeof(float));
     float *m = calloc(n, sizeof(float)), *v = calloc(n, sizeof(float));
+    float *p2 = malloc(n * sizeof(float));
+    float *m2 = calloc(n, sizeof(float)), *v2 = calloc(n, sizeof(float));
+    uint16_t *w16 = malloc(n * sizeof(uint16_t)), *want16 = malloc(n * sizeof(uint16_t));
     const float lr = 1e-3f;
 
     gm_optim_config_default(&cfg, GM_OPTIM_ADAM);
@@ -160,6 +181,7 @@ static void adam_case(float wd, size_t n, struct gm_klaunch l)
     GM_CHECK_OK(gm_optim_init(&o, &cfg, n));
     fill(p0, n, -1.0f, 1.0f);
     memcpy(p1, p0, n * sizeof(float));
+    memcpy(p2, p0, n * sizeof(float));
     for (long t = 1; t <= 5; t++) {
         struct gm_kadam a;
         fill(g, n, -0.5f, 0.5f);
@@ -169,13 +191,25 @@ static void adam_case(float wd, size_t n, struct gm_klaunch l)
         GM_CHECK_EQ(bits_differ(p0, p1, n, sizeof(float)), 0);
         GM_CHECK_EQ(bits_differ(gm_optim_state(&o), m, n, sizeof(float)), 0);
         GM_CHECK_EQ(bits_differ(gm_optim_state(&o) + n, v, n, sizeof(float)), 0);
+        memset(w16, 0xff, n * sizeof(uint16_t));
+        gm_kadam_bf16_host(l, n, p2, g, m2, v2, w16, &a);
+        gm_kbf16_pack_host(grids[0], n, p0, want16);
+        GM_CHECK_EQ(bits_differ(p0, p2, n, sizeof(float)), 0);
+        GM_CHECK_EQ(bits_differ(gm_optim_state(&o), m2, n, sizeof(float)), 0);
+        GM_CHECK_EQ(bits_differ(gm_optim_state(&o) + n, v2, n, sizeof(float)), 0);
+        GM_CHECK_EQ(bits_differ(want16, w16, n, sizeof(uint16_t)), 0);
     }
     gm_optim_free(&o);
     free(p0);
     free(p1);
+    free(p2);
     free(g);
     free(m);
     free(v);
+    free(m2);
+    free(v2);
+    free(w16);
+    free(want16);
 }
 
 static void test_adam(void)
