@@ -318,7 +318,8 @@ int main(void)
 
 int main(void)
 {
-    printf("SKIP: no CUDA backend in this build\n");
+    printf("test_cuda_fake: SKIP: this build has no CUDA backend (no nvcc, CUDA=0 or a "
+           "sanitizer build)\n");
     return 77;
 }
 
