@@ -14,7 +14,7 @@ out=${1:-gpu-bundle}
 data=${DATA:-/usr/share/datasets/fashion-mnist}
 archs=${CUDA_ARCHS:-90}
 build=build-bundle
-tests="test_cuda_ops test_cuda_model test_trainer test_kernels_host"
+tests="test_cuda_ops test_cuda_model test_trainer test_cuda_fake test_kernels_host test_cuda_libs"
 
 make -j"$(nproc)" CUDA=1 CUDA_ARCHS="$archs" BUILD="$build" BIN=gradmesh-bundle \
     OPT="-O3 -march=x86-64-v3 -fno-math-errno" gradmesh-bundle \
@@ -23,6 +23,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$tmp/bin/build/tests" "$tmp/lib" "$out"
 cp gradmesh-bundle "$tmp/bin/gradmesh"
+echo "built $(date -u +%Y-%m-%dT%H:%M:%SZ) from $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet HEAD 2>/dev/null || echo ' (uncommitted changes)'), CUDA_ARCHS=$archs" >"$tmp/bin/VERSION"
 for t in $tests; do
     cp "$build/tests/$t" "$tmp/bin/build/tests/"
 done

@@ -33,6 +33,7 @@ _Static_assert(sizeof(enum gm_job_data_kind) == sizeof(int), "enums are stored a
 _Static_assert(sizeof(enum gm_job_optimizer) == sizeof(int), "enums are stored as int");
 _Static_assert(sizeof(enum gm_job_schedule_kind) == sizeof(int), "enums are stored as int");
 _Static_assert(sizeof(enum gm_job_codec) == sizeof(int), "enums are stored as int");
+_Static_assert(sizeof(enum gm_job_precision) == sizeof(int), "enums are stored as int");
 
 #define HIDDEN_SIZE_MAX 1048576
 
@@ -72,6 +73,7 @@ struct keydef {
 static const char *const model_names[] = {"mlp", "lenet5", "vgg7", "resnet20", NULL};
 static const char *const data_kind_names[] = {"idx", "cifar10", "folder", NULL};
 static const char *const optimizer_names[] = {"sgd", "adam", NULL};
+static const char *const precision_names[] = {"fp32", "bf16", NULL};
 static const char *const schedule_kind_names[] = {"constant", "step", "cosine", NULL};
 #define CODEC_NAME_(id, name, kind, wire) name,
 static const char *const codec_names[] = {GM_JOB_CODECS(CODEC_NAME_) NULL};
@@ -139,6 +141,7 @@ static const struct keydef keys[] = {
     K_F64("optim", "beta1", optim.beta1, 0, 1, K_FMAX_OPEN),
     K_F64("optim", "beta2", optim.beta2, 0, 1, K_FMAX_OPEN),
     K_F64("optim", "eps", optim.eps, 0, INFINITY, K_FMIN_OPEN),
+    K_ENUM("optim", "precision", optim.precision, precision_names, "precision", 0),
 
     K_ENUM("schedule", "kind", schedule.kind, schedule_kind_names, "schedule kind", 0),
     K_I64("schedule", "warmup_steps", schedule.warmup_steps, 0, INT64_MAX),
@@ -840,6 +843,7 @@ void gm_job_defaults(struct gm_job *job)
     job->optim.beta1 = 0.9;
     job->optim.beta2 = 0.999;
     job->optim.eps = 1e-8;
+    job->optim.precision = GM_JOB_PRECISION_FP32;
     job->schedule.kind = GM_JOB_SCHEDULE_KIND_CONSTANT;
     job->schedule.warmup_steps = 0;
     job->schedule.step_size = 0; /* required by kind = step */
@@ -987,6 +991,11 @@ int gm_job_codec_parse(const char *name, enum gm_job_codec *out)
             return 0;
         }
     return -EINVAL;
+}
+
+const char *gm_job_precision_name(enum gm_job_precision p)
+{
+    return name_of(precision_names, GM_ARRAY_SIZE(precision_names), (int)p);
 }
 
 int gm_job_global_batch(const struct gm_job *job, int world, int *out)

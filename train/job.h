@@ -21,7 +21,9 @@
  *              submit): exactly one of the two is required,
  *              momentum ([0, 1), 0) and nesterov (bool, false): sgd only, nesterov needs
  *              momentum > 0; weight_decay (>= 0, 0); beta1 ([0, 1), 0.9), beta2 ([0, 1), 0.999),
- *              eps (> 0, 1e-8): adam only
+ *              eps (> 0, 1e-8): adam only; precision (fp32 | bf16, fp32): bf16 runs
+ *              convolutions and matrix products in bf16 with fp32 master weights and
+ *              optimizer state, on a GPU only (the trainer refuses it on the CPU, exit 78)
  *   [schedule] kind (constant | step | cosine, constant), warmup_steps (>= 0, 0),
  *              step_size (steps >= 1; required by and only for step), gamma ((0, 1], 0.1; step),
  *              min_lr (>= 0 and < lr, 0; cosine)
@@ -80,6 +82,13 @@ enum gm_job_data_kind {
 enum gm_job_optimizer {
     GM_JOB_OPTIMIZER_SGD,
     GM_JOB_OPTIMIZER_ADAM,
+};
+
+/* [optim] precision: the arithmetic of convolutions and matrix products.  bf16: in bf16
+ * with fp32 master weights and fp32 optimizer state (GPU only; the CPU refuses it). */
+enum gm_job_precision {
+    GM_JOB_PRECISION_FP32,
+    GM_JOB_PRECISION_BF16,
 };
 
 enum gm_job_schedule_kind {
@@ -148,6 +157,7 @@ struct gm_job {
         bool nesterov;
         double weight_decay;
         double beta1, beta2, eps;
+        enum gm_job_precision precision;
     } optim;
 
     struct gm_job_schedule {
@@ -204,5 +214,6 @@ const char *gm_job_codec_name(enum gm_job_codec c);
 /* The one parser of codec names (job files, wire messages): 0, or -EINVAL for a name not in
  * GM_JOB_CODECS (*out untouched). */
 GM_MUST_CHECK int gm_job_codec_parse(const char *name, enum gm_job_codec *out);
+const char *gm_job_precision_name(enum gm_job_precision p);
 
 #endif

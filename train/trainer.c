@@ -610,6 +610,21 @@ static int setup(struct run *r)
         return GM_ERR_CONFIG; /* logged with the reason */
     if ((err = model_on_device(r, &ms)) < 0)
         return err;
+    if (job->optim.precision != GM_JOB_PRECISION_FP32) {
+        /* The CPU computes in fp32 only: Debian's OpenBLAS has no bf16 GEMM (sbgemm), so bf16
+         * there would be casts around fp32 arithmetic, slower and no smaller.  On CUDA the
+         * bf16 convolutions and products are not written yet (the casts and the updates
+         * that keep fp32 masters are: train/kernels/kfn.h). */
+        if (r->device.device == GM_DEVICE_CPU)
+            gm_err("job: [optim] precision = %s needs a GPU (device = cuda): the CPU trains "
+                   "in fp32 only; set precision = fp32",
+                   gm_job_precision_name(job->optim.precision));
+        else
+            gm_err("job: [optim] precision = %s on cuda:%d: not implemented yet in this "
+                   "build (the bf16 convolutions and matrix products); set precision = fp32",
+                   gm_job_precision_name(job->optim.precision), r->device.index);
+        return GM_ERR_CONFIG;
+    }
     gm_model_init_params(r->model, job->seed);
     if ((err = gm_model_take_error(r->model)) < 0)
         return err;

@@ -8,9 +8,14 @@
  *   - gm_cuda_libs_load(), the process's table: with GM_TEST_CUDA_LIBS=missing (set by
  *     tests/integration/cuda_libs_absent.sh, which hides the directory in a mount namespace
  *     and empties LD_LIBRARY_PATH) it must fail naming the library, twice alike (the answer
- *     is kept); otherwise it must succeed where the directory has the files.
+ *     is kept); with GM_TEST_CUDA_LIBS=found (tests/integration/gpu_check_sim.sh: they are
+ *     in a PyTorch wheel's folders, given through LD_LIBRARY_PATH) it must succeed and
+ *     print the files it loaded; otherwise it must succeed where the directory has them.
  * Skips (77) in a build without the CUDA backend.
  */
+/* dlinfo: _GNU_SOURCE comes from the Makefile */
+#include <dlfcn.h>
+#include <link.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,6 +84,16 @@ static void test_build_dir(void)
     GM_CHECK(l.dnn == NULL);
 }
 
+/* The file a dlopen handle came from. */
+static const char *loaded_from(void *handle)
+{
+    struct link_map *lm = NULL;
+
+    if (handle == NULL || dlinfo(handle, RTLD_DI_LINKMAP, &lm) != 0 || lm == NULL)
+        return "?";
+    return lm->l_name;
+}
+
 static void test_process_table(void)
 {
     const char *mode = getenv("GM_TEST_CUDA_LIBS");
@@ -95,6 +110,20 @@ static void test_process_table(void)
         GM_CHECK(strstr(why, "default path") != NULL);
         GM_CHECK_ERR(gm_cuda_libs_load(again, sizeof(again)), GM_ERR_GPU);
         GM_CHECK(strcmp(why, again) == 0);
+        return;
+    }
+    if (mode != NULL && strcmp(mode, "found") == 0) {
+        /* bench/gpu_check.sh found them somewhere (tests/integration/gpu_check_sim.sh: a
+         * PyTorch wheel's folders) and gave that to this binary alone: they must load, and
+         * say from where */
+        GM_CHECK_ERR(err, 0);
+        if (err == 0) {
+            fprintf(stderr, "  loaded: %s\n  loaded: %s\n  loaded: %s\n",
+                    loaded_from(gm_cudalib.blas_lt), loaded_from(gm_cudalib.blas),
+                    loaded_from(gm_cudalib.dnn));
+            GM_CHECK(strstr(gm_cudalib.cublasGetStatusString(CUBLAS_STATUS_SUCCESS), "success") !=
+                     NULL);
+        }
         return;
     }
     if (!dir_has_libs(gm_cuda_libs_dir())) {

@@ -15,6 +15,7 @@
  * (cuBLAS, cuDNN: convolution, linear, batch norm, average pooling); 1e-12 for the loss
  * (double on both sides; the device's exp/log are within 1 ulp).
  *
+ * `test_cuda_ops --probe` only says whether a GPU answers (exit 0, or 77 as below).
  * Needs a GPU: exits 77 (skip) with the reason where no GPU answers or the build has no CUDA
  * backend, which is the case in CI.  The host build of the custom kernels is checked there by
  * tests/unit/test_kernels_host.c instead.
@@ -402,9 +403,9 @@ static const struct {
     {"hash+codecs", test_hash_codecs},
 };
 
-int main(void)
+int main(int argc, char **argv)
 {
-    char why[320];
+    char why[320], desc[200];
     int err;
 
     if (!gm_cuda_built()) {
@@ -415,6 +416,13 @@ int main(void)
     if (gm_cuda_device_count(why, sizeof(why)) < 1) {
         printf("test_cuda_ops: SKIP: no GPU answers: %s\n", why);
         return GM_EXIT_SKIP;
+    }
+    /* --probe: only whether a GPU answers (bench/gpu_check.sh asks before anything else) */
+    if (argc > 1 && strcmp(argv[1], "--probe") == 0) {
+        if (gm_cuda_device_describe(0, desc, sizeof(desc)) < 0)
+            snprintf(desc, sizeof(desc), "cuda:0 (no description: %s)", gm_cuda_last_error(NULL));
+        printf("test_cuda_ops: a GPU answers: %s\n", desc);
+        return 0;
     }
     if ((err = gm_cuda_new(0, &cu)) < 0) {
         fprintf(stderr, "test_cuda_ops: a GPU answers but its context fails: %s (%s)\n",

@@ -145,6 +145,8 @@ static void test_defaults(void)
     GM_CHECK(job.optim.beta1 == 0.9);
     GM_CHECK(job.optim.beta2 == 0.999);
     GM_CHECK(job.optim.eps == 1e-8);
+    GM_CHECK_EQ(job.optim.precision, GM_JOB_PRECISION_FP32);
+    GM_CHECK_STREQ(gm_job_precision_name(job.optim.precision), "fp32");
     GM_CHECK_EQ(job.schedule.kind, GM_JOB_SCHEDULE_KIND_CONSTANT);
     GM_CHECK_EQ(job.schedule.warmup_steps, 0);
     GM_CHECK(job.schedule.gamma == 0.1);
@@ -194,6 +196,7 @@ static void test_every_key_sgd(void)
                                "momentum = 0.9\n"
                                "nesterov = Yes\n"
                                "weight_decay = 5e-4\n"
+                               "precision = bf16\n"
                                "[schedule]\n"
                                "kind = step\n"
                                "warmup_steps = 100\n"
@@ -233,6 +236,8 @@ static void test_every_key_sgd(void)
     GM_CHECK(job.optim.momentum == 0.9);
     GM_CHECK(job.optim.nesterov);
     GM_CHECK(job.optim.weight_decay == 5e-4);
+    GM_CHECK_EQ(job.optim.precision, GM_JOB_PRECISION_BF16);
+    GM_CHECK_STREQ(gm_job_precision_name(job.optim.precision), "bf16");
     GM_CHECK_EQ(job.schedule.kind, GM_JOB_SCHEDULE_KIND_STEP);
     GM_CHECK_EQ(job.schedule.warmup_steps, 100);
     GM_CHECK_EQ(job.schedule.step_size, 1000);
@@ -363,6 +368,8 @@ static void test_bad_values(void)
                "error: job.ini:8: [optim] lr = 1e: must be a number > 0");
     expect_bad(HEAD "lr = 0.1\nbatch = 1\nmomentum = 1\n",
                "error: job.ini:10: [optim] momentum = 1: must be a number in [0, 1)");
+    expect_bad(HEAD "lr = 0.1\nbatch = 1\nprecision = fp16\n",
+               "error: job.ini:10: unknown precision 'fp16' (known: fp32, bf16)");
     expect_bad(HEAD "lr = 0.1\nbatch = 1\nnesterov = maybe\n",
                "error: job.ini:10: [optim] nesterov = maybe: must be true, false, yes, no, 1 or 0");
     expect_bad("[job]\nmodel = mlp\nseed = -1\n",
@@ -426,7 +433,7 @@ static void test_bad_names(void)
     expect_bad(
         "[optim]\nlrr = 0.1\n",
         "error: job.ini:2: unknown key 'lrr' in [optim] (known: name, lr, batch, global_batch, "
-        "momentum, nesterov, weight_decay, beta1, beta2, eps)");
+        "momentum, nesterov, weight_decay, beta1, beta2, eps, precision)");
     expect_bad("model = mlp\n",
                "error: job.ini:1: key 'model' is outside any section (put it under [job], "
                "[data], ...)");

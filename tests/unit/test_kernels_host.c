@@ -5,6 +5,8 @@
  *   softmax cross-entropy   vs gm_xent_cpu (train/kernels/xent_cpu.c)
  *   SGD (every variant)     vs gm_optim_step (train/nn/optim.c), several steps
  *   Adam (with/without wd)  vs gm_optim_step, several steps
+ *   the bf16 (mixed precision) SGD and Adam: the same fp32 masters and state, and their
+ *                           bf16 copy equal to the bf16 cast of the fp32 optimizer's weights
  *   fp16, bf16 pack/unpack  vs gm_codec_encode / gm_codec_decode_add (F16C for fp16)
  *   parameter hash          vs gm_coll_hash
  * Each runs over several grids, including ones whose grid-stride loops wrap several
@@ -19,6 +21,7 @@
 #include "common/test.h"
 #include "train/comm/codec.h"
 #include "train/comm/coll_wire.h"
+#include "train/kernels/cuda_plan.h"
 #include "train/kernels/custom.h"
 #include "train/kernels/xent.h"
 #include "train/nn/optim.h"
@@ -106,6 +109,9 @@ static void sgd_case(float mu, float wd, int nesterov, size_t n, struct gm_klaun
     struct gm_optim o;
     float *p0 = malloc(n * sizeof(float)), *p1 = malloc(n * sizeof(float));
     float *g = malloc(n * sizeof(float)), *buf = calloc(n, sizeof(float));
+    /* the mixed-precision update: master p2 and state buf2, its bf16 copy w16 */
+    float *p2 = malloc(n * sizeof(float)), *buf2 = calloc(n, sizeof(float));
+    uint16_t *w16 = malloc(n * sizeof(uint16_t)), *want16 = malloc(n * sizeof(uint16_t));
     const float lr = 0.05f;
     unsigned flags = (wd != 0.0f ? GM_KSGD_DECAY : 0u) | (mu != 0.0f ? GM_KSGD_MOMENTUM : 0u) |
                      (nesterov ? GM_KSGD_NESTEROV : 0u);
@@ -117,6 +123,7 @@ static void sgd_case(float mu, float wd, int nesterov, size_t n, struct gm_klaun
     GM_CHECK_OK(gm_optim_init(&o, &cfg, n));
     fill(p0, n, -1.0f, 1.0f);
     memcpy(p1, p0, n * sizeof(float));
+    memcpy(p2, p0, n * sizeof(float));
     for (int s = 0; s < 4; s++) {
         fill(g, n, -0.5f, 0.5f);
         gm_optim_step(&o, p0, g, lr);
@@ -124,12 +131,24 @@ static void sgd_case(float mu, float wd, int nesterov, size_t n, struct gm_klaun
         GM_CHECK_EQ(bits_differ(p0, p1, n, sizeof(float)), 0);
         if (mu != 0.0f)
             GM_CHECK_EQ(bits_differ(gm_optim_state(&o), buf, n, sizeof(float)), 0);
+        /* bf16: the fp32 masters and state are the fp32 optimizer's, the copy their cast */
+        memset(w16, 0xff, n * sizeof(uint16_t));
+        gm_ksgd_bf16_host(l, n, p2, g, buf2, w16, lr, wd, mu, flags);
+        gm_kbf16_pack_host(grids[0], n, p0, want16);
+        GM_CHECK_EQ(bits_differ(p0, p2, n, sizeof(float)), 0);
+        if (mu != 0.0f)
+            GM_CHECK_EQ(bits_differ(gm_optim_state(&o), buf2, n, sizeof(float)), 0);
+        GM_CHECK_EQ(bits_differ(want16, w16, n, sizeof(uint16_t)), 0);
     }
     gm_optim_free(&o);
     free(p0);
     free(p1);
+    free(p2);
     free(g);
     free(buf);
+    free(buf2);
+    free(w16);
+    free(want16);
 }
 
 static void test_sgd(void)
@@ -152,6 +171,9 @@ static void adam_case(float wd, size_t n, struct gm_klaunch l)
     float *p0 = malloc(n * sizeof(float)), *p1 = malloc(n * sizeof(float));
     float *g = malloc(n * sizeof(float));
     float *m = calloc(n, sizeof(float)), *v = calloc(n, sizeof(float));
+    float *p2 = malloc(n * sizeof(float));
+    float *m2 = calloc(n, sizeof(float)), *v2 = calloc(n, sizeof(float));
+    uint16_t *w16 = malloc(n * sizeof(uint16_t)), *want16 = malloc(n * sizeof(uint16_t));
     const float lr = 1e-3f;
 
     gm_optim_config_default(&cfg, GM_OPTIM_ADAM);
@@ -159,6 +181,7 @@ static void adam_case(float wd, size_t n, struct gm_klaunch l)
     GM_CHECK_OK(gm_optim_init(&o, &cfg, n));
     fill(p0, n, -1.0f, 1.0f);
     memcpy(p1, p0, n * sizeof(float));
+    memcpy(p2, p0, n * sizeof(float));
     for (long t = 1; t <= 5; t++) {
         struct gm_kadam a;
         fill(g, n, -0.5f, 0.5f);
@@ -168,13 +191,25 @@ static void adam_case(float wd, size_t n, struct gm_klaunch l)
         GM_CHECK_EQ(bits_differ(p0, p1, n, sizeof(float)), 0);
         GM_CHECK_EQ(bits_differ(gm_optim_state(&o), m, n, sizeof(float)), 0);
         GM_CHECK_EQ(bits_differ(gm_optim_state(&o) + n, v, n, sizeof(float)), 0);
+        memset(w16, 0xff, n * sizeof(uint16_t));
+        gm_kadam_bf16_host(l, n, p2, g, m2, v2, w16, &a);
+        gm_kbf16_pack_host(grids[0], n, p0, want16);
+        GM_CHECK_EQ(bits_differ(p0, p2, n, sizeof(float)), 0);
+        GM_CHECK_EQ(bits_differ(gm_optim_state(&o), m2, n, sizeof(float)), 0);
+        GM_CHECK_EQ(bits_differ(gm_optim_state(&o) + n, v2, n, sizeof(float)), 0);
+        GM_CHECK_EQ(bits_differ(want16, w16, n, sizeof(uint16_t)), 0);
     }
     gm_optim_free(&o);
     free(p0);
     free(p1);
+    free(p2);
     free(g);
     free(m);
     free(v);
+    free(m2);
+    free(v2);
+    free(w16);
+    free(want16);
 }
 
 static void test_adam(void)
@@ -253,6 +288,44 @@ static void test_hash(void)
     GM_CHECK(stripe != tail);
 }
 
+/* The batch-norm view (cuda_plan.h): N within cuDNN's limit, N*H = rows, the old NCHW view
+ * wherever it fits. */
+static void bn_view_case(size_t rows, int train, int want_n, int want_h, int want_nhwc)
+{
+    struct gm_cuda_bn_view v;
+    const size_t limit = train ? GM_CUDA_BN_MAX_N_TRAIN : GM_CUDA_BN_MAX_N_INFER;
+
+    GM_CHECK_OK(gm_cuda_bn_view(rows, train, &v));
+    GM_CHECK(v.n >= 1 && (size_t)v.n <= limit);
+    GM_CHECK_EQ((size_t)v.n * (size_t)v.h, rows);
+    GM_CHECK_EQ(v.nhwc, want_nhwc);
+    if (want_n > 0) {
+        GM_CHECK_EQ(v.n, want_n);
+        GM_CHECK_EQ(v.h, want_h);
+    }
+}
+
+static void test_bn_view(void)
+{
+    struct gm_cuda_bn_view v;
+    char name[128];
+
+    bn_view_case(128, 0, 128, 1, 0);
+    bn_view_case(65535, 0, 65535, 1, 0);
+    bn_view_case(70000, 0, 35000, 2, 1);   /* evaluation: past 65,535 */
+    bn_view_case(131072, 0, 32768, 4, 1);  /* ResNet-20 evaluating at batch 128 */
+    bn_view_case(131072, 1, 131072, 1, 0); /* the same rows in training: within 880,801 */
+    bn_view_case(880801, 1, 880801, 1, 0);
+    bn_view_case(1024000, 1, 0, 0, 1);   /* batch 1000 of 32x32 in training */
+    bn_view_case(65537, 0, 1, 65537, 1); /* a prime: one N, all rows in H */
+    bn_view_case((size_t)1 << 31, 1, 0, 0, 1);
+    GM_CHECK_ERR(gm_cuda_bn_view(0, 0, &v), -EINVAL);
+    GM_CHECK_ERR(gm_cuda_bn_view(4294967311u, 0, &v), -EINVAL); /* a prime past INT_MAX */
+
+    gm_cuda_conv_name(name, sizeof(name), 2, 3, 8, 8, 4, 3, 1, 1);
+    GM_CHECK_STREQ(name, "n=2 c=3 h=8 w=8 oc=4 k=3 stride=1 pad=1");
+}
+
 /* In a build without the CUDA backend the _cuda entry points refuse; with it they need a
  * context, which tests/unit/test_cuda_ops.c makes where a GPU answers. */
 static void test_cuda_stubs(void)
@@ -275,6 +348,7 @@ int main(void)
     GM_TEST_RUN(test_adam);
     GM_TEST_RUN(test_f16);
     GM_TEST_RUN(test_hash);
+    GM_TEST_RUN(test_bn_view);
     GM_TEST_RUN(test_cuda_stubs);
     return gm_test_finish("test_kernels_host");
 }

@@ -130,6 +130,48 @@ static void check_same_file(const char *a, const char *b)
     free(pb);
 }
 
+/* [optim] precision = bf16 on the CPU: refused as a configuration error (exit 78), the
+ * one line naming the key and the way out; nothing trained, no weights written. */
+static void test_bf16_refused_on_cpu(void)
+{
+    char text[1024], out[128], line[512];
+    struct gm_job job;
+    struct gm_train_summary sum;
+    volatile sig_atomic_t stop = 0;
+    struct gm_train_opts o = {.progress = 0, .stop = &stop, .out = out};
+    int n = snprintf(text, sizeof(text),
+                     "[job]\nname = b\nmodel = mlp\nepochs = 1\nseed = 3\ndevice = cpu\n"
+                     "[model]\nhidden = 16\n"
+                     "[data]\nkind = idx\ndir = %s\n"
+                     "[optim]\nname = sgd\nlr = 0.05\nglobal_batch = %d\nprecision = bf16\n",
+                     dir, NTRAIN / STEPS);
+    char logpath[128];
+    size_t loglen = 0;
+    char *log;
+    int fd;
+
+    snprintf(out, sizeof(out), "%s/bf16.safetensors", dir);
+    snprintf(logpath, sizeof(logpath), "%s/bf16.log", dir);
+    GM_CHECK_OK(gm_job_parse(text, (size_t)n, "test", &job));
+    fd = open(logpath, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    GM_CHECK(fd >= 0);
+    if (fd >= 0)
+        gm_log_set_fd(fd);
+    GM_CHECK_ERR(gm_trainer_run(&job, &o, &sum), GM_ERR_CONFIG);
+    gm_log_set_fd(2);
+    if (fd >= 0)
+        close(fd);
+    gm_job_free(&job);
+    log = slurp(logpath, &loglen);
+    GM_CHECK(log != NULL);
+    snprintf(line, sizeof(line), "%.*s", (int)loglen, log != NULL ? log : "");
+    fprintf(stderr, "%s", line);
+    GM_CHECK(strstr(line, "[optim] precision = bf16 needs a GPU (device = cuda)") != NULL);
+    GM_CHECK(strstr(line, "set precision = fp32") != NULL);
+    GM_CHECK(access(out, F_OK) != 0);
+    free(log);
+}
+
 /* A fake one-rank group whose hooks regroup at one chosen point. */
 struct fake {
     long regroup_after; /* after_step of this step taken returns GM_ERR_REGROUP once; -1 never */
@@ -578,6 +620,7 @@ int main(void)
     write_idx("t10k-labels-idx1-ubyte", GM_IDX_MAGIC_LABELS, NTEST, 0, 0);
     GM_TEST_RUN(test_regroup_in_after_step);
     GM_TEST_RUN(test_batchnorm_checkpoint);
+    GM_TEST_RUN(test_bf16_refused_on_cpu);
     GM_TEST_RUN(test_cuda_trainer);
     GM_TEST_RUN(test_powersgd_resume);
     rc = gm_test_finish("test_trainer");

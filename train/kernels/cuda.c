@@ -34,6 +34,11 @@ struct gm_cuda *gm_cuda_current(void)
     return current;
 }
 
+void gm_cuda_set_current(struct gm_cuda *cu)
+{
+    current = cu;
+}
+
 int gm_cuda_take_error(struct gm_cuda *cu)
 {
     int err = cu->first_err;
@@ -153,12 +158,21 @@ int gm_cuda_alloc(struct gm_cuda *cu, size_t bytes, void **out)
     int err;
 
     *out = NULL;
+    GM_ASSERT(cu != NULL); /* the zeroing runs on its compute stream */
     e = cudaMalloc(&p, bytes > 0 ? bytes : 1);
     if (e == cudaErrorMemoryAllocation)
         return oom(cu, e, "cudaMalloc", bytes);
     if ((err = gm_cuda_check_rt(cu, e, "cudaMalloc")) < 0)
         return err;
-    if (bytes > 0 && (err = gm_cuda_check_rt(cu, cudaMemset(p, 0, bytes), "cudaMemset")) < 0) {
+    /* Zeroed on the compute stream, then waited for: the compute, copy and upload streams
+     * are non-blocking, so a cudaMemset on the legacy stream would be ordered against none of
+     * them, and an upload queued next could land before the zeroing and be wiped.  The wait
+     * orders it before any stream's next work (allocation is not on the step's path). */
+    if (bytes > 0 &&
+        ((err = gm_cuda_check_rt(cu, cudaMemsetAsync(p, 0, bytes, cu->compute),
+                                 "cudaMemsetAsync")) < 0 ||
+         (err = gm_cuda_check_rt(cu, cudaStreamSynchronize(cu->compute),
+                                 "cudaStreamSynchronize (after cudaMemsetAsync)")) < 0)) {
         cudaFree(p);
         return err;
     }
@@ -377,6 +391,7 @@ int gm_cuda_new(int index, struct gm_cuda **out)
     if (cu == NULL)
         return -ENOMEM;
     cu->index = index;
+    cu->bn_eps = 1e-5; /* until a training forward sets it */
     /* cuBLAS and cuDNN are opened here, the first time a device is chosen (cuda_libs.h) */
     if ((err = gm_cuda_libs_load(why, sizeof(why))) < 0) {
         fail(cu, err, "loading the CUDA libraries", why);

@@ -51,6 +51,7 @@ struct gm_cuda {
     cudnnConvolutionDescriptor_t cd;
     cudnnActivationDescriptor_t ad;
     cudnnPoolingDescriptor_t pd;
+    double bn_eps; /* the last training batch norm's epsilon, for its backward */
     char last_error[768];
     int first_err; /* the first error since gm_cuda_take_error (the op table's entries
                       return void and record it here) */
@@ -74,6 +75,10 @@ int gm_cuda_check_blas(struct gm_cuda *cu, cublasStatus_t s, const char *what);
 int gm_cuda_check_dnn(struct gm_cuda *cu, cudnnStatus_t s, const char *what);
 /* Grows cu->workspace to at least bytes. */
 int gm_cuda_workspace(struct gm_cuda *cu, size_t bytes);
+/* Makes cu the calling thread's context without gm_cuda_new(): for
+ * tests/unit/test_cuda_fake.c, which drives the op table through a stand-in library table
+ * (no GPU).  NULL clears it. */
+void gm_cuda_set_current(struct gm_cuda *cu);
 
 #ifdef __cplusplus
 }

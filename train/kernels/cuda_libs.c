@@ -8,6 +8,7 @@
 #include "train/kernels/cuda_libs.h"
 
 #include <dlfcn.h>
+#include <link.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -115,6 +116,16 @@ missing : {
     return GM_ERR_GPU;
 }
 
+/* The file a handle was opened from (its link map's name). */
+static const char *file_of(void *handle)
+{
+    struct link_map *lm = NULL;
+
+    if (dlinfo(handle, RTLD_DI_LINKMAP, &lm) != 0 || lm == NULL || lm->l_name == NULL)
+        return "?";
+    return lm->l_name;
+}
+
 int gm_cuda_libs_load(char *why, size_t whylen)
 {
     static const char *const dirs[] = {GM_CUDA_LIBDIR};
@@ -123,9 +134,9 @@ int gm_cuda_libs_load(char *why, size_t whylen)
     if (!load_done) {
         load_err = gm_cuda_libs_open(dirs, 1, 1, &gm_cudalib, load_why, sizeof(load_why));
         load_done = 1;
-        if (load_err == 0)
-            gm_info("event=cuda_libs cublas=%s cudnn=%s dir=%s", GM_CUDA_LIB_CUBLAS,
-                    GM_CUDA_LIB_CUDNN, GM_CUDA_LIBDIR);
+        if (load_err == 0) /* the files, wherever the search found them */
+            gm_info("event=cuda_libs cublaslt=%s cublas=%s cudnn=%s", file_of(gm_cudalib.blas_lt),
+                    file_of(gm_cudalib.blas), file_of(gm_cudalib.dnn));
     }
     if (load_err < 0)
         snprintf(why, whylen, "%s", load_why);

@@ -68,6 +68,18 @@ __global__ void k_adam(size_t n, float *p, const float *g, float *m, float *v, g
     gm_kbody_adam(here(), n, p, g, m, v, a);
 }
 
+__global__ void k_sgd_bf16(size_t n, float *p, const float *g, float *buf, uint16_t *w16,
+                           float neg_lr, float wd, float mu, unsigned flags)
+{
+    gm_kbody_sgd_bf16(here(), n, p, g, buf, w16, neg_lr, wd, mu, flags);
+}
+
+__global__ void k_adam_bf16(size_t n, float *p, const float *g, float *m, float *v, uint16_t *w16,
+                            gm_kadam a)
+{
+    gm_kbody_adam_bf16(here(), n, p, g, m, v, w16, a);
+}
+
 __global__ void k_xent_rows(int n, int k, const float *logits, const int32_t *labels,
                             float *dlogits, double *row_loss, int32_t *row_hit)
 {
@@ -141,6 +153,24 @@ extern "C" int gm_kadam_cuda(gm_cuda *cu, size_t n, float *p, const float *g, fl
         return 0;
     k_adam<<<blocks_for(n), kThreads, 0, cu->compute>>>(n, p, g, m, v, *a);
     return launched(cu, "kernel adam");
+}
+
+extern "C" int gm_ksgd_bf16_cuda(gm_cuda *cu, size_t n, float *p, const float *g, float *buf,
+                                 uint16_t *w16, float lr, float wd, float mu, unsigned flags)
+{
+    if (n == 0)
+        return 0;
+    k_sgd_bf16<<<blocks_for(n), kThreads, 0, cu->compute>>>(n, p, g, buf, w16, -lr, wd, mu, flags);
+    return launched(cu, "kernel sgd (bf16 copy)");
+}
+
+extern "C" int gm_kadam_bf16_cuda(gm_cuda *cu, size_t n, float *p, const float *g, float *m,
+                                  float *v, uint16_t *w16, const gm_kadam *a)
+{
+    if (n == 0)
+        return 0;
+    k_adam_bf16<<<blocks_for(n), kThreads, 0, cu->compute>>>(n, p, g, m, v, w16, *a);
+    return launched(cu, "kernel adam (bf16 copy)");
 }
 
 extern "C" int gm_kxent_cuda(gm_cuda *cu, int n, int k, const float *logits, const int32_t *labels,

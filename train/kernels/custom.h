@@ -1,7 +1,8 @@
 /*
  * train/kernels/custom.h - gradmesh's own kernels, where no library call exists: softmax
  * cross-entropy (loss and gradient), the SGD and Adam updates, fp32 <-> fp16 packing for the
- * wire (fp16 and bf16), and the parameter hash.  Each has two builds of one body
+ * wire (fp16 and bf16), the updates that also write a bf16 copy of the weights (mixed
+ * precision), and the parameter hash.  Each has two builds of one body
  * (train/kernels/kfn.h):
  *
  *   _cuda   a __global__ kernel on the context's compute stream (train/kernels/custom.cu);
@@ -58,6 +59,14 @@ void gm_ksgd_host(struct gm_klaunch l, size_t n, float *p, const float *g, float
                   float wd, float mu, unsigned flags);
 void gm_kadam_host(struct gm_klaunch l, size_t n, float *p, const float *g, float *m, float *v,
                    const struct gm_kadam *a);
+/* Mixed precision (bf16): the SGD / Adam update of the fp32 master weights p and fp32
+ * state, then w16[i] = bf16(p[i]), the copy the bf16 convolutions and products read.  The
+ * casts themselves are the wire packers': fp32 -> bf16 gm_kbf16_pack_*, bf16 -> fp32
+ * gm_kbf16_unpack_* with x = NULL. */
+void gm_ksgd_bf16_host(struct gm_klaunch l, size_t n, float *p, const float *g, float *buf,
+                       uint16_t *w16, float lr, float wd, float mu, unsigned flags);
+void gm_kadam_bf16_host(struct gm_klaunch l, size_t n, float *p, const float *g, float *m, float *v,
+                        uint16_t *w16, const struct gm_kadam *a);
 /* row_loss (n) and row_hit (n) are the caller's scratch.  Returns the mean loss (NaN when a
  * label is outside [0, k)); *correct (may be NULL) counts argmax hits. */
 double gm_kxent_host(struct gm_klaunch l, int n, int k, const float *logits, const int32_t *labels,
@@ -74,6 +83,10 @@ int gm_ksgd_cuda(struct gm_cuda *cu, size_t n, float *p, const float *g, float *
                  float wd, float mu, unsigned flags) GM_MUST_CHECK;
 int gm_kadam_cuda(struct gm_cuda *cu, size_t n, float *p, const float *g, float *m, float *v,
                   const struct gm_kadam *a) GM_MUST_CHECK;
+int gm_ksgd_bf16_cuda(struct gm_cuda *cu, size_t n, float *p, const float *g, float *buf,
+                      uint16_t *w16, float lr, float wd, float mu, unsigned flags) GM_MUST_CHECK;
+int gm_kadam_bf16_cuda(struct gm_cuda *cu, size_t n, float *p, const float *g, float *m, float *v,
+                       uint16_t *w16, const struct gm_kadam *a) GM_MUST_CHECK;
 /* *loss: the mean loss; GM_ERR_DATA when a label is outside [0, k) (logged). */
 int gm_kxent_cuda(struct gm_cuda *cu, int n, int k, const float *logits, const int32_t *labels,
                   float *dlogits, double *loss, long *correct) GM_MUST_CHECK;

@@ -72,6 +72,20 @@ void gm_kadam_host(struct gm_klaunch l, size_t n, float *p, const float *g, floa
     gm_kbody_adam(t, n, p, g, m, v, *a);
 }
 
+void gm_ksgd_bf16_host(struct gm_klaunch l, size_t n, float *p, const float *g, float *buf,
+                       uint16_t *w16, float lr, float wd, float mu, unsigned flags)
+{
+    FOR_GRID(l, t)
+    gm_kbody_sgd_bf16(t, n, p, g, buf, w16, -lr, wd, mu, flags);
+}
+
+void gm_kadam_bf16_host(struct gm_klaunch l, size_t n, float *p, const float *g, float *m, float *v,
+                        uint16_t *w16, const struct gm_kadam *a)
+{
+    FOR_GRID(l, t)
+    gm_kbody_adam_bf16(t, n, p, g, m, v, w16, *a);
+}
+
 double gm_kxent_host(struct gm_klaunch l, int n, int k, const float *logits, const int32_t *labels,
                      float *dlogits, long *correct, double *row_loss, int32_t *row_hit)
 {
@@ -133,6 +147,21 @@ int gm_kadam_cuda(struct gm_cuda *cu, size_t n, float *p, const float *g, float 
                   const struct gm_kadam *a)
 {
     (void)cu, (void)n, (void)p, (void)g, (void)m, (void)v, (void)a;
+    return -ENOTSUP;
+}
+
+int gm_ksgd_bf16_cuda(struct gm_cuda *cu, size_t n, float *p, const float *g, float *buf,
+                      uint16_t *w16, float lr, float wd, float mu, unsigned flags)
+{
+    (void)cu, (void)n, (void)p, (void)g, (void)buf, (void)w16, (void)lr, (void)wd, (void)mu;
+    (void)flags;
+    return -ENOTSUP;
+}
+
+int gm_kadam_bf16_cuda(struct gm_cuda *cu, size_t n, float *p, const float *g, float *m, float *v,
+                       uint16_t *w16, const struct gm_kadam *a)
+{
+    (void)cu, (void)n, (void)p, (void)g, (void)m, (void)v, (void)w16, (void)a;
     return -ENOTSUP;
 }
 

@@ -186,22 +186,46 @@ GM_KFN void gm_kbody_f16_unpack(struct gm_kgrid g, size_t n, const uint16_t *in,
 #define GM_KSGD_MOMENTUM 2u
 #define GM_KSGD_NESTEROV 4u
 
-/* p[n], g[n], buf[n] (momentum only): d = g + wd*p; buf = buf*mu + d;
- * d = nesterov ? d + mu*buf : buf; p = p + (-lr)*d. */
+/* One element of the SGD update: returns the new p; *b is buf[i] (momentum only, else
+ * unused).  d = g + wd*p; b = b*mu + d; d = nesterov ? d + mu*b : b; p = p + (-lr)*d. */
+GM_KFN float gm_ksgd_elem(float p, float g, float *b, float neg_lr, float wd, float mu,
+                          unsigned flags)
+{
+    float d = g;
+    if (flags & GM_KSGD_DECAY)
+        d = d + wd * p;
+    if (flags & GM_KSGD_MOMENTUM) {
+        float nb = *b * mu + d;
+        *b = nb;
+        d = (flags & GM_KSGD_NESTEROV) ? d + mu * nb : nb;
+    }
+    return p + neg_lr * d;
+}
+
+/* p[n], g[n], buf[n] (momentum only): gm_ksgd_elem for each element. */
 GM_KFN void gm_kbody_sgd(struct gm_kgrid g, size_t n, float *GM_KRESTRICT p,
                          const float *GM_KRESTRICT grad, float *GM_KRESTRICT buf, float neg_lr,
                          float wd, float mu, unsigned flags)
 {
+    for (size_t i = gm_kgrid_first(g); i < n; i += gm_kgrid_stride(g))
+        p[i] = gm_ksgd_elem(p[i], grad[i], (flags & GM_KSGD_MOMENTUM) ? &buf[i] : (float *)0,
+                            neg_lr, wd, mu, flags);
+}
+
+/* Mixed precision ([optim] precision = bf16): the same update of the fp32 master weights
+ * p (and fp32 buf), then the bf16 copy the bf16 convolutions and products read,
+ * w16[i] = bf16(p[i]) rounded to nearest even: one pass instead of an update and a cast. */
+GM_KFN void gm_kbody_sgd_bf16(struct gm_kgrid g, size_t n, float *GM_KRESTRICT p,
+                              const float *GM_KRESTRICT grad, float *GM_KRESTRICT buf,
+                              uint16_t *GM_KRESTRICT w16, float neg_lr, float wd, float mu,
+                              unsigned flags)
+{
     for (size_t i = gm_kgrid_first(g); i < n; i += gm_kgrid_stride(g)) {
-        float d = grad[i];
-        if (flags & GM_KSGD_DECAY)
-            d = d + wd * p[i];
-        if (flags & GM_KSGD_MOMENTUM) {
-            float b = buf[i] * mu + d;
-            buf[i] = b;
-            d = (flags & GM_KSGD_NESTEROV) ? d + mu * b : b;
-        }
-        p[i] = p[i] + neg_lr * d;
+        const float np =
+            gm_ksgd_elem(p[i], grad[i], (flags & GM_KSGD_MOMENTUM) ? &buf[i] : (float *)0, neg_lr,
+                         wd, mu, flags);
+        p[i] = np;
+        w16[i] = gm_kf32_to_bf16(np);
     }
 }
 
@@ -213,23 +237,42 @@ struct gm_kadam {
     int decay;
 };
 
-/* p[n], g[n], m[n], v[n]: d = g + wd*p; m = m*b1 + (1-b1)*d; v = v*b2 + (1-b2)*d*d;
+/* One element of the Adam update: returns the new p; *m, *v are m[i], v[i].
+ * d = g + wd*p; m = m*b1 + (1-b1)*d; v = v*b2 + (1-b2)*d*d;
  * p = p + (-lr/bc1) * (m / (sqrt(v) * (1/sqrt(bc2)) + eps)). */
+GM_KFN float gm_kadam_elem(float p, float g, float *m, float *v, const struct gm_kadam *a)
+{
+    float d = g;
+    float mi, vi, denom;
+    if (a->decay)
+        d = d + a->wd * p;
+    mi = *m * a->b1 + a->omb1 * d;
+    vi = *v * a->b2 + a->omb2 * d * d;
+    *m = mi;
+    *v = vi;
+    denom = sqrtf(vi) * a->inv_bc2_sqrt + a->eps;
+    return p + a->neg_step_size * (mi / denom);
+}
+
+/* p[n], g[n], m[n], v[n]: gm_kadam_elem for each element. */
 GM_KFN void gm_kbody_adam(struct gm_kgrid g, size_t n, float *GM_KRESTRICT p,
                           const float *GM_KRESTRICT grad, float *GM_KRESTRICT m,
                           float *GM_KRESTRICT v, struct gm_kadam a)
 {
+    for (size_t i = gm_kgrid_first(g); i < n; i += gm_kgrid_stride(g))
+        p[i] = gm_kadam_elem(p[i], grad[i], &m[i], &v[i], &a);
+}
+
+/* Mixed precision: the Adam update of the fp32 master weights and state, then
+ * w16[i] = bf16(p[i]) (as gm_kbody_sgd_bf16). */
+GM_KFN void gm_kbody_adam_bf16(struct gm_kgrid g, size_t n, float *GM_KRESTRICT p,
+                               const float *GM_KRESTRICT grad, float *GM_KRESTRICT m,
+                               float *GM_KRESTRICT v, uint16_t *GM_KRESTRICT w16, struct gm_kadam a)
+{
     for (size_t i = gm_kgrid_first(g); i < n; i += gm_kgrid_stride(g)) {
-        float d = grad[i];
-        float mi, vi, denom;
-        if (a.decay)
-            d = d + a.wd * p[i];
-        mi = m[i] * a.b1 + a.omb1 * d;
-        vi = v[i] * a.b2 + a.omb2 * d * d;
-        m[i] = mi;
-        v[i] = vi;
-        denom = sqrtf(vi) * a.inv_bc2_sqrt + a.eps;
-        p[i] = p[i] + a.neg_step_size * (mi / denom);
+        const float np = gm_kadam_elem(p[i], grad[i], &m[i], &v[i], &a);
+        p[i] = np;
+        w16[i] = gm_kf32_to_bf16(np);
     }
 }
 

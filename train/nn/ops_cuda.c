@@ -30,11 +30,13 @@
 #if defined(GM_HAVE_CUDA) && GM_HAVE_CUDA
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "common/assert.h"
 #include "train/kernels/cuda_ctx.h"
 #include "train/kernels/cuda_libs.h"
+#include "train/kernels/cuda_plan.h"
 #include "train/kernels/custom.h"
 #include "train/kernels/layers_cuda.h"
 
@@ -106,7 +108,25 @@ static int same_shape(const struct gm_cuda_conv_algo *a, const struct gm_conv2d_
            a->k == s->k && a->pad == s->pad && a->stride == s->stride;
 }
 
-/* The cached algorithms for s (descriptors already set), found and timed the first time. */
+/* A search that found no usable algorithm: an error naming the search and the shape (the
+ * library call itself succeeded, so nothing was recorded yet). */
+static int no_algo(struct gm_cuda *cu, const char *search, const struct gm_conv2d_shape *s, int got,
+                   cudnnStatus_t first)
+{
+    char shape[160], what[320];
+
+    gm_cuda_conv_name(shape, sizeof(shape), s->n, s->c, s->h, s->w, s->oc, s->k, s->stride, s->pad);
+    snprintf(what, sizeof(what), "%s: no usable algorithm for %s (%d returned%s)", search, shape,
+             got, got > 0 ? ", the best failed" : "");
+    return gm_cuda_check_dnn(cu, first != CUDNN_STATUS_SUCCESS ? first : CUDNN_STATUS_NOT_SUPPORTED,
+                             what);
+}
+
+/* The cached algorithms for s (descriptors already set), found and timed the first time.
+ * NULL with the error recorded (the library's, or no_algo's with the shape).  The
+ * descriptor keeps CUDNN_FMA_MATH whatever mathType the search reports: PyTorch copies
+ * perf.mathType onto the descriptor, but CUDNN_DEFAULT_MATH lets cuDNN >= 8 round fp32 to
+ * TF32, which fp32 here must not (cuda.h). */
 static const struct gm_cuda_conv_algo *conv_algo(struct gm_cuda *cu,
                                                  const struct gm_conv2d_shape *s)
 {
@@ -125,26 +145,38 @@ static const struct gm_cuda_conv_algo *conv_algo(struct gm_cuda *cu,
     if (gm_cuda_check_dnn(cu,
                           cudnnFindConvolutionForwardAlgorithm(cu->dnn, cu->td[0], cu->fd, cu->cd,
                                                                cu->td[1], 8, &got, f),
-                          "cudnnFindConvolutionForwardAlgorithm") < 0 ||
-        got < 1 || f[0].status != CUDNN_STATUS_SUCCESS)
+                          "cudnnFindConvolutionForwardAlgorithm") < 0)
         return NULL;
+    if (got < 1 || f[0].status != CUDNN_STATUS_SUCCESS) {
+        (void)no_algo(cu, "cudnnFindConvolutionForwardAlgorithm", s, got,
+                      got < 1 ? CUDNN_STATUS_SUCCESS : f[0].status);
+        return NULL;
+    }
     a->fwd = f[0].algo;
     a->workspace = f[0].memory;
     if (gm_cuda_check_dnn(cu,
                           cudnnFindConvolutionBackwardDataAlgorithm(cu->dnn, cu->fd, cu->td[1],
                                                                     cu->cd, cu->td[0], 8, &got, bd),
-                          "cudnnFindConvolutionBackwardDataAlgorithm") < 0 ||
-        got < 1 || bd[0].status != CUDNN_STATUS_SUCCESS)
+                          "cudnnFindConvolutionBackwardDataAlgorithm") < 0)
         return NULL;
+    if (got < 1 || bd[0].status != CUDNN_STATUS_SUCCESS) {
+        (void)no_algo(cu, "cudnnFindConvolutionBackwardDataAlgorithm", s, got,
+                      got < 1 ? CUDNN_STATUS_SUCCESS : bd[0].status);
+        return NULL;
+    }
     a->bwd_data = bd[0].algo;
     if (bd[0].memory > a->workspace)
         a->workspace = bd[0].memory;
     if (gm_cuda_check_dnn(cu,
                           cudnnFindConvolutionBackwardFilterAlgorithm(cu->dnn, cu->td[0], cu->td[1],
                                                                       cu->cd, cu->fd, 8, &got, bf),
-                          "cudnnFindConvolutionBackwardFilterAlgorithm") < 0 ||
-        got < 1 || bf[0].status != CUDNN_STATUS_SUCCESS)
+                          "cudnnFindConvolutionBackwardFilterAlgorithm") < 0)
         return NULL;
+    if (got < 1 || bf[0].status != CUDNN_STATUS_SUCCESS) {
+        (void)no_algo(cu, "cudnnFindConvolutionBackwardFilterAlgorithm", s, got,
+                      got < 1 ? CUDNN_STATUS_SUCCESS : bf[0].status);
+        return NULL;
+    }
     a->bwd_filter = bf[0].algo;
     if (bf[0].memory > a->workspace)
         a->workspace = bf[0].memory;
@@ -318,15 +350,19 @@ static void dropout_backward(size_t n, const float *mask, const float *dy, float
     (void)gm_dropout_backward_cuda(ctx(), n, mask, dy, dx);
 }
 
-/* ---- batch norm: (rows, C) NHWC is (rows, C, 1, 1) NCHW; per-channel (spatial) mode ---- */
+/* ---- batch norm: (rows, C) NHWC is (rows, C, 1, 1) NCHW, or, past cuDNN's N limit,
+ * (n, C, rows / n, 1) NHWC (cuda_plan.h); per-channel (spatial) mode ---- */
 
-static int bn_descs(struct gm_cuda *cu, size_t rows, int c)
+static int bn_descs(struct gm_cuda *cu, size_t rows, int c, int train)
 {
+    struct gm_cuda_bn_view v;
     int err;
 
-    if (rows > 0x7fffffff)
-        return gm_cuda_check_dnn(cu, CUDNN_STATUS_BAD_PARAM, "batchnorm: more than 2^31 rows");
-    if ((err = tensor(cu, cu->td[0], CUDNN_TENSOR_NCHW, (int)rows, c, 1, 1)) < 0)
+    /* rows = N*H*W may pass cuDNN's N limit (cuda_plan.h): the view splits it */
+    if (gm_cuda_bn_view(rows, train, &v) < 0)
+        return gm_cuda_check_dnn(cu, CUDNN_STATUS_BAD_PARAM, "batchnorm: too many rows");
+    if ((err = tensor(cu, cu->td[0], v.nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW, v.n, c, v.h,
+                      1)) < 0)
         return err;
     return tensor(cu, cu->td[1], CUDNN_TENSOR_NCHW, 1, c, 1, 1);
 }
@@ -339,9 +375,12 @@ static void batchnorm_forward(size_t rows, int c, int train, float momentum, flo
     struct gm_cuda *cu = ctx();
     const double e = eps < CUDNN_BN_MIN_EPSILON ? CUDNN_BN_MIN_EPSILON : eps;
 
-    if (bn_descs(cu, rows, c) < 0)
+    if (bn_descs(cu, rows, c, train) < 0)
         return;
-    if (train)
+    if (train) {
+        /* the backward passes the same epsilon, as cuDNN asks (it uses the saved mean and
+         * inverse deviation; every layer of a model has one epsilon) */
+        cu->bn_eps = e;
         /* cuDNN's factor is PyTorch's momentum; its running variance is unbiased, like torch */
         (void)gm_cuda_check_dnn(cu,
                                 cudnnBatchNormalizationForwardTraining(
@@ -349,13 +388,14 @@ static void batchnorm_forward(size_t rows, int c, int train, float momentum, flo
                                     cu->td[0], y, cu->td[1], gamma, beta, momentum, running_mean,
                                     running_var, e, save_mean, save_invstd),
                                 "cudnnBatchNormalizationForwardTraining");
-    else
+    } else {
         (void)gm_cuda_check_dnn(
             cu,
             cudnnBatchNormalizationForwardInference(cu->dnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero,
                                                     cu->td[0], x, cu->td[0], y, cu->td[1], gamma,
                                                     beta, running_mean, running_var, e),
             "cudnnBatchNormalizationForwardInference");
+    }
 }
 
 static void batchnorm_backward(size_t rows, int c, const float *x, const float *gamma,
@@ -364,19 +404,19 @@ static void batchnorm_backward(size_t rows, int c, const float *x, const float *
 {
     struct gm_cuda *cu = ctx();
 
-    if (bn_descs(cu, rows, c) < 0)
+    if (bn_descs(cu, rows, c, 1) < 0)
         return;
     if (dx == NULL) { /* cuDNN always writes dx: the workspace takes it */
         if (gm_cuda_workspace(cu, rows * (size_t)c * sizeof(float)) < 0)
             return;
         dx = cu->workspace;
     }
-    (void)gm_cuda_check_dnn(cu,
-                            cudnnBatchNormalizationBackward(
-                                cu->dnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, &one, &zero,
-                                cu->td[0], x, cu->td[0], dy, cu->td[0], dx, cu->td[1], gamma,
-                                dgamma, dbeta, CUDNN_BN_MIN_EPSILON, save_mean, save_invstd),
-                            "cudnnBatchNormalizationBackward");
+    (void)gm_cuda_check_dnn(
+        cu,
+        cudnnBatchNormalizationBackward(cu->dnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, &one, &zero,
+                                        cu->td[0], x, cu->td[0], dy, cu->td[0], dx, cu->td[1],
+                                        gamma, dgamma, dbeta, cu->bn_eps, save_mean, save_invstd),
+        "cudnnBatchNormalizationBackward");
 }
 
 /* ---- residual pieces ---- */
@@ -396,8 +436,11 @@ static void add(size_t n, const float *a, const float *b, float *y)
     }
     if (y == b)
         other = a;
-    else if (y != a &&
-             gm_cuda_copy(cu, y, a, n * sizeof(float), GM_CUDA_D2D) < 0) /* y = a, then += b */
+    else if (y != a && /* y = a, then += b: both on the compute stream, so no host wait */
+             gm_cuda_check_rt(
+                 cu,
+                 cudaMemcpyAsync(y, a, n * sizeof(float), cudaMemcpyDeviceToDevice, cu->compute),
+                 "cudaMemcpyAsync (add)") < 0)
         return;
     (void)gm_cuda_check_blas(cu, cublasSaxpy(cu->blas, (int)n, &one, other, 1, y, 1),
                              "cublasSaxpy (add)");
