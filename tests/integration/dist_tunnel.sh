@@ -37,8 +37,7 @@ cd "$(dirname "$0")/../.." || exit 1
 . tests/integration/netns.bash
 nb_require openvpn python3
 
-DATA=/usr/share/datasets/fashion-mnist
-[ -r "$DATA/train-images-idx3-ubyte.gz" ] || { echo "SKIP: no Fashion-MNIST at $DATA"; exit 77; }
+need_fashion_mnist
 RATE_MBIT=20
 QUIET_S=${QUIET_S:-20} # the idle interval: two LINK_STATS periods (10 s), 40 PINGs
 TOOLS="python3 $PWD/tests/integration/disc_tools.py"
@@ -100,26 +99,8 @@ counters >"$WORK/idle0.ctr" || fail "counters"
 sleep "$QUIET_S"
 counters >"$WORK/idle1.ctr" || fail "counters"
 
-cat >"$WORK/job.ini" <<EOF
-[job]
-name    = tunnel-psgd
-model   = lenet5
-epochs  = 1
-seed    = 1
-threads = 1
-[data]
-kind = idx
-dir  = $DATA
-[optim]
-name  = adam
-lr    = 0.001
-batch = 64
-[schedule]
-kind = constant
-[comm]
-codec = powersgd
-rank  = 2
-EOF
+job_ini "$WORK/job.ini" tunnel-psgd job.model=lenet5 optim.batch=64 schedule.kind=constant \
+    comm.codec=powersgd comm.rank=2
 
 counters >"$WORK/job0.ctr" || fail "counters"
 "$GM" submit "$WORK/job.ini" --follow --config "$WORK/a1.conf" >"$WORK/submit.out" 2>&1 ||
