@@ -14,118 +14,95 @@
 #  4. SIGINT stops at a step boundary, saves the weights, exits 130.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-bin=${GM_BIN:-./gradmesh}
-data=/usr/share/datasets/fashion-mnist
-[ -r "$data/train-images-idx3-ubyte.gz" ] || { echo "skip: $data missing"; exit 77; }
-tmp=$(mktemp -d)
-pid=
-cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$tmp"; }
-trap cleanup EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+. tests/integration/lib.bash
+need_fashion_mnist
 
-job() { # name model epochs dir [extra lines]
-    cat >"$tmp/$1.ini" <<JOB
-[job]
-name = $1
-model = $2
-epochs = $3
-seed = 1
-log_every = 300
-out = $tmp/$1.safetensors
-[data]
-kind = idx
-dir = $4
-[optim]
-name = adam
-lr = 0.001
-batch = 64
-${5:-}
-JOB
+job() { # NAME MODEL EPOCHS DIR [SECTION.KEY=VALUE...]: the job file $WORK/NAME.ini
+    job_ini "$WORK/$1.ini" "$1" job.model="$2" job.epochs="$3" job.log_every=300 job.out="$WORK/$1.safetensors" \
+        data.dir="$4" optim.batch=64 "${@:5}"
 }
 
 # --- 1. bad input ----------------------------------------------------------------
 expect_config_error() { # description, file the message must name, command...
     local what=$1 file=$2; shift 2
     set +e
-    "$@" >"$tmp/out" 2>"$tmp/err"
+    "$@" >"$WORK/out" 2>"$WORK/err"
     local rc=$?
     set -e
-    [ $rc -eq 78 ] || { cat "$tmp/err"; fail "$what: exit $rc, want 78"; }
-    [ "$(grep -c '^error: ' "$tmp/err")" -eq 1 ] || { cat "$tmp/err"; fail "$what: want one error line"; }
-    grep -q -F "$file" "$tmp/err" || { cat "$tmp/err"; fail "$what: error does not name $file"; }
-    echo "ok: $what -> $(grep '^error: ' "$tmp/err")"
+    [ $rc -eq 78 ] || { cat "$WORK/err"; fail "$what: exit $rc, want 78"; }
+    [ "$(grep -c '^error: ' "$WORK/err")" -eq 1 ] || { cat "$WORK/err"; fail "$what: want one error line"; }
+    grep -q -F "$file" "$WORK/err" || { cat "$WORK/err"; fail "$what: error does not name $file"; }
+    pass "$what -> $(grep '^error: ' "$WORK/err")"
 }
-expect_config_error "missing job file" "$tmp/nope.ini" "$bin" train --local "$tmp/nope.ini"
-job badmodel lenet7 1 "$data"
-expect_config_error "unknown model" "badmodel.ini" "$bin" train --local "$tmp/badmodel.ini"
-job badbatch lenet5 1 "$data"
-sed -i 's/^batch = 64/batch = -64/' "$tmp/badbatch.ini"
-expect_config_error "negative batch" "badbatch.ini" "$bin" train --local "$tmp/badbatch.ini"
-job badopt lenet5 1 "$data"
-sed -i 's/^name = adam/name = adagrad/' "$tmp/badopt.ini"
-expect_config_error "unknown optimizer" "badopt.ini" "$bin" train --local "$tmp/badopt.ini"
-job nodata lenet5 1 "$tmp/no-such-dir"
-expect_config_error "missing dataset" "$tmp/no-such-dir" "$bin" train --local "$tmp/nodata.ini"
+expect_config_error "missing job file" "$WORK/nope.ini" "$GM" train --local "$WORK/nope.ini"
+job badmodel lenet7 1 "$DATA"
+expect_config_error "unknown model" "badmodel.ini" "$GM" train --local "$WORK/badmodel.ini"
+job badbatch lenet5 1 "$DATA" optim.batch=-64
+expect_config_error "negative batch" "badbatch.ini" "$GM" train --local "$WORK/badbatch.ini"
+job badopt lenet5 1 "$DATA" optim.name=adagrad
+expect_config_error "unknown optimizer" "badopt.ini" "$GM" train --local "$WORK/badopt.ini"
+job nodata lenet5 1 "$WORK/no-such-dir"
+expect_config_error "missing dataset" "$WORK/no-such-dir" "$GM" train --local "$WORK/nodata.ini"
 
-mkdir -p "$tmp/trunc" "$tmp/magic" "$tmp/count"
-for d in trunc magic count; do cp "$data"/*.gz "$tmp/$d/"; done
-head -c 100000 "$data/train-images-idx3-ubyte.gz" >"$tmp/trunc/train-images-idx3-ubyte.gz"
-job trunc lenet5 1 "$tmp/trunc"
-expect_config_error "truncated images" "$tmp/trunc/train-images-idx3-ubyte" "$bin" train --local "$tmp/trunc.ini"
+mkdir -p "$WORK/trunc" "$WORK/magic" "$WORK/count"
+for d in trunc magic count; do cp "$DATA"/*.gz "$WORK/$d/"; done
+head -c 100000 "$DATA/train-images-idx3-ubyte.gz" >"$WORK/trunc/train-images-idx3-ubyte.gz"
+job trunc lenet5 1 "$WORK/trunc"
+expect_config_error "truncated images" "$WORK/trunc/train-images-idx3-ubyte" "$GM" train --local "$WORK/trunc.ini"
 # labels file whose magic says "images" (0x803)
-python3 - "$tmp/magic" <<'PY'
+python3 - "$WORK/magic" <<'PY'
 import gzip, sys
 p = sys.argv[1] + "/t10k-labels-idx1-ubyte.gz"
 d = bytearray(gzip.open(p).read()); d[3] = 3
 gzip.open(p, "wb").write(bytes(d))
 PY
-job magic lenet5 1 "$tmp/magic"
-expect_config_error "wrong IDX magic" "$tmp/magic/t10k-labels-idx1-ubyte" "$bin" train --local "$tmp/magic.ini"
-grep -q 'wrong magic 0x00000803, expected 0x00000801' "$tmp/err" || fail "wrong magic: message"
+job magic lenet5 1 "$WORK/magic"
+expect_config_error "wrong IDX magic" "$WORK/magic/t10k-labels-idx1-ubyte" "$GM" train --local "$WORK/magic.ini"
+grep -q 'wrong magic 0x00000803, expected 0x00000801' "$WORK/err" || fail "wrong magic: message"
 # 9999 test labels for 10000 images
-python3 - "$tmp/count" <<'PY'
+python3 - "$WORK/count" <<'PY'
 import gzip, struct, sys
 p = sys.argv[1] + "/t10k-labels-idx1-ubyte.gz"
 d = gzip.open(p).read()
 gzip.open(p, "wb").write(struct.pack(">II", 0x801, 9999) + d[8:8 + 9999])
 PY
-job count lenet5 1 "$tmp/count"
-expect_config_error "image/label count mismatch" "$tmp/count" "$bin" train --local "$tmp/count.ini"
+job count lenet5 1 "$WORK/count"
+expect_config_error "image/label count mismatch" "$WORK/count" "$GM" train --local "$WORK/count.ini"
 
-set +e; "$bin" train >/dev/null 2>&1; rc=$?; set -e
+set +e; "$GM" train >/dev/null 2>&1; rc=$?; set -e
 [ $rc -eq 2 ] || fail "train without --local: exit $rc, want 2"
 
 # --- 2 + 3. accuracy and the checkpoint in Python ------------------------------------
 if [ -n "${GM_SAN:-}" ]; then epochs=1; bar_lenet=80.0; bar_mlp=80.0; else epochs=5; bar_lenet=85.0; bar_mlp=85.0; fi
-job lenet lenet5 $epochs "$data"
-job mlp mlp $epochs "$data" $'[model]\nhidden = 256'
+job lenet lenet5 $epochs "$DATA"
+job mlp mlp $epochs "$DATA" model.hidden=256
 for m in lenet mlp; do
-    "$bin" train --local "$tmp/$m.ini" --no-progress --summary-json "$tmp/$m.json" 2>"$tmp/$m.log" \
-        || { cat "$tmp/$m.log"; fail "$m training failed"; }
-    grep 'event=epoch' "$tmp/$m.log"
-    acc=$(python3 -c "import json;print(json.load(open('$tmp/$m.json'))['test_accuracy'])")
+    "$GM" train --local "$WORK/$m.ini" --no-progress --summary-json "$WORK/$m.json" 2>"$WORK/$m.log" \
+        || { cat "$WORK/$m.log"; fail "$m training failed"; }
+    grep 'event=epoch' "$WORK/$m.log"
+    acc=$(python3 -c "import json;print(json.load(open('$WORK/$m.json'))['test_accuracy'])")
     bar=$bar_lenet; [ $m = mlp ] && bar=$bar_mlp
     python3 -c "import sys; sys.exit(0 if $acc >= $bar else 1)" || fail "$m: test accuracy $acc < $bar"
-    echo "ok: $m $epochs epochs: test accuracy $acc >= $bar"
-    py=$(python3 tests/integration/eval_checkpoint.py "$tmp/$m.safetensors" "$data")
+    pass "$m $epochs epochs: test accuracy $acc >= $bar"
+    py=$(python3 tests/integration/eval_checkpoint.py "$WORK/$m.safetensors" "$DATA")
     echo "    python: $py"
     pyacc=$(python3 -c "import json,sys;print(json.loads(sys.argv[1])['accuracy'])" "$py")
     python3 -c "import sys; sys.exit(0 if abs($pyacc - $acc) <= 0.05 else 1)" \
         || fail "$m: NumPy forward of the checkpoint gives $pyacc, gradmesh reported $acc"
-    echo "ok: $m checkpoint reproduces $acc% in NumPy ($pyacc%)"
+    pass "$m checkpoint reproduces $acc% in NumPy ($pyacc%)"
 done
 
 # --- 4. SIGINT saves and exits 130 ----------------------------------------------------
-job sig lenet5 50 "$data"
-sed -i 's/^log_every = 300/log_every = 20/' "$tmp/sig.ini"
-"$bin" train --local "$tmp/sig.ini" --no-progress 2>"$tmp/sig.log" &
+job sig lenet5 50 "$DATA" job.log_every=20
+"$GM" train --local "$WORK/sig.ini" --no-progress 2>"$WORK/sig.log" &
 pid=$!
-for _ in $(seq 600); do grep -q 'event=train' "$tmp/sig.log" && break; sleep 0.1; done
-grep -q 'event=train' "$tmp/sig.log" || fail "no progress line within 60 s"
+PIDS+=("$pid")
+for _ in $(seq 600); do grep -q 'event=train' "$WORK/sig.log" && break; sleep 0.1; done
+grep -q 'event=train' "$WORK/sig.log" || fail "no progress line within 60 s"
 kill -INT "$pid"
 set +e; wait "$pid"; rc=$?; set -e
-pid=
-[ $rc -eq 130 ] || { cat "$tmp/sig.log"; fail "SIGINT: exit $rc, want 130"; }
-[ -s "$tmp/sig.safetensors" ] || fail "SIGINT: no weights written"
-grep -q 'event=interrupted' "$tmp/sig.log" || fail "SIGINT: no interrupted event"
-echo "ok: SIGINT -> exit 130, weights saved"
+PIDS=()
+[ $rc -eq 130 ] || { cat "$WORK/sig.log"; fail "SIGINT: exit $rc, want 130"; }
+[ -s "$WORK/sig.safetensors" ] || fail "SIGINT: no weights written"
+grep -q 'event=interrupted' "$WORK/sig.log" || fail "SIGINT: no interrupted event"
+pass "SIGINT -> exit 130, weights saved"
