@@ -54,11 +54,7 @@ t0=$(tun) || fail "tun counters"
 "$GM" submit "$WORK/job.ini" --follow --config "$WORK/a1.conf" >"$WORK/submit.out" 2>&1 ||
     { cat "$WORK/submit.out"; fail "submit --follow"; }
 JOB=$(sed -n 's/^job \([^ ]*\) submitted.*/\1/p' "$WORK/submit.out")
-b1_done() {
-    "$GM" jobs --json --config "$WORK/b1.conf" | python3 -c "import json,sys
-sys.exit(0 if any(j['id'] == '$JOB' and j['state'] == 'done' for j in json.load(sys.stdin)['jobs']) else 1)"
-}
-wait_for "b1 to finish job $JOB" b1_done
+wait_for "b1 to finish job $JOB" job_is b1 "$JOB" 'j["state"] == "done"'
 t1=$(tun) || fail "tun counters"
 for h in a1 b1; do
     "$GM" jobs --json --config "$WORK/$h.conf" >"$WORK/$h.jobs.json" || fail "jobs $h"

@@ -71,10 +71,7 @@ job_ini "$WORK/job.ini" islands model.hidden=32 optim.batch=256 schedule.kind=co
 "$GM" submit "$WORK/job.ini" --follow --config "$WORK/a1.conf" >"$WORK/submit.out" 2>&1 ||
     { cat "$WORK/submit.out"; fail "submit --follow"; }
 JOB=$(sed -n 's/^job \([^ ]*\) submitted.*/\1/p' "$WORK/submit.out")
-done_on() {
-    "$GM" jobs --json --config "$WORK/$1.conf" | python3 -c "import json,sys
-sys.exit(0 if any(j['id'] == '$JOB' and j['state'] == 'done' for j in json.load(sys.stdin)['jobs']) else 1)"
-}
+done_on() { job_is "$1" "$JOB" 'j["state"] == "done"'; }
 wait_for "a2 to finish" done_on a2
 wait_for "b1 to finish" done_on b1
 for h in a1 a2 b1; do

@@ -108,11 +108,7 @@ counters >"$WORK/job0.ctr" || fail "counters"
 JOB=$(sed -n 's/^job \([^ ]*\) submitted.*/\1/p' "$WORK/submit.out")
 [ -n "$JOB" ] || { cat "$WORK/submit.out"; fail "no job id in submit's output"; }
 # b1 ends its rank too (its last frames cross the tunnel before we count)
-b1_done() {
-    "$GM" jobs --json --config "$WORK/b1.conf" | python3 -c "import json,sys
-sys.exit(0 if any(j['id'] == '$JOB' and j['state'] == 'done' for j in json.load(sys.stdin)['jobs']) else 1)"
-}
-wait_for "b1 to finish job $JOB" b1_done
+wait_for "b1 to finish job $JOB" job_is b1 "$JOB" 'j["state"] == "done"'
 sleep 1 # the last TCP ACKs
 counters >"$WORK/job1.ctr" || fail "counters"
 grep -E "^job $JOB done" "$WORK/submit.out" >/dev/null || { cat "$WORK/submit.out"; fail "job not done"; }
