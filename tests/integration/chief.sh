@@ -21,18 +21,6 @@ set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 . tests/integration/lib.bash
 
-# members_json NAME EXPR: a Python expression over NAME's `members --json` (as `d`).
-members_get() {
-    "$GM" members --json --config "$WORK/$1.conf" | python3 -c '
-import json, sys
-d = json.load(sys.stdin)
-print(eval(sys.argv[1]))' "$2"
-}
-members_is() { [ "$(members_get "$1" "bool($2)")" = True ]; }
-
-# the chief NAME sees, or "" (polls until NAME's agent answers)
-chief_of() { members_get "$1" 'd["chief"] or ""'; }
-
 make_cluster chief alpha beta gamma
 start_agent beta
 start_agent gamma
@@ -139,9 +127,8 @@ assert "no majority: 1 of 2 voters reachable" in d["chief_reason"], d["chief_rea
     fail "status of $LEFT without a majority"
 "$GM" members --config "$WORK/$LEFT.conf" | head -1 | grep -q "^no chief (term [0-9]*): no majority" ||
     fail "members without a majority: $("$GM" members --config "$WORK/$LEFT.conf")"
-DATA=/usr/share/datasets/fashion-mnist
-if [ -d "$DATA" ]; then
-    printf '[job]\nname = nm\nmodel = mlp\nepochs = 1\n[data]\nkind = idx\ndir = %s\n[optim]\nname = sgd\nlr = 0.1\nbatch = 32\n' "$DATA" >"$WORK/job.ini"
+if have_fashion_mnist; then
+    job_ini "$WORK/job.ini" nm optim.name=sgd optim.lr=0.1 optim.batch=32
     "$GM" submit "$WORK/job.ini" --config "$WORK/$LEFT.conf" >"$WORK/nm.out" 2>&1; rc=$?
     [ $rc = 1 ] && grep -q "no chief, so no training: no majority" "$WORK/nm.out" ||
         fail "submit without a majority: exit $rc $(cat "$WORK/nm.out")"

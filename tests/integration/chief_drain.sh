@@ -15,30 +15,12 @@ set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 . tests/integration/lib.bash
 
-DATA=/usr/share/datasets/fashion-mnist
-[ -r "$DATA/train-images-idx3-ubyte.gz" ] || { echo "skip: $DATA missing"; exit 77; }
+need_fashion_mnist
 STEPS=312
 TERM_STEP=40
 JOB_TIMEOUT=${JOB_TIMEOUT:-600}
 
-cat >"$WORK/job.ini" <<JOB
-[job]
-name = drain
-model = mlp
-epochs = 1
-seed = 1
-threads = 1
-log_every = 50
-[data]
-kind = idx
-dir = $DATA
-[optim]
-name = adam
-lr = 0.001
-global_batch = 192
-[comm]
-codec = fp32
-JOB
+job_ini "$WORK/job.ini" drain job.log_every=50 optim.global_batch=192 comm.codec=fp32
 
 # term_agent NAME [sent]: SIGTERM to NAME's agent (unless sent already); waits up to 120 s
 # for it to exit; sets RC.
@@ -51,11 +33,6 @@ term_agent() {
     RC=$?
     for q in "${PIDS[@]}"; do [ "$q" = "${!p}" ] || keep+=("$q"); done
     PIDS=("${keep[@]}")
-}
-chief_of() { members_get "$1" 'd["chief"] or ""'; }
-final_hash() { # NAME ID: the params_sha256 of NAME's event=job-final-hash for job ID
-    grep -F "event=job-final-hash job=$2 " "$WORK/$1.log" | tail -n 1 |
-        sed -n 's/.*params_sha256=\([0-9a-f]*\).*/\1/p'
 }
 submit() { # NAME: submits the job on NAME, prints its id
     "$GM" submit "$WORK/job.ini" --config "$WORK/$1.conf" >"$WORK/submit.out" 2>&1 ||
@@ -76,7 +53,7 @@ pass "three voters linked, alpha is chief (term $T1)"
 ID=$(submit alpha)
 [ -n "$ID" ] || fail "no job id"
 wait_until "$JOB_TIMEOUT" "step $TERM_STEP" job_is beta "$ID" 'j["step"] >= '$TERM_STEP
-AT=$(job_get beta "$ID" 'j["step"]')
+AT=$(step_of beta "$ID")
 T0=$(date +%s.%N)
 elected() { grep -h "event=chief-elected node=" "$WORK/beta.log" "$WORK/gamma.log" |
     awk -v t="$T1" '{ for (i = 1; i <= NF; i++) if ($i ~ /^term=/) { split($i, a, "="); if (a[2] > t) { print; exit } } }'; }
@@ -111,8 +88,8 @@ pass "$NEW took the job over at step $S2 (alpha left after step $LEFT: no rollba
 wait_until "$JOB_TIMEOUT" "the job to end" job_is "$NEW" "$ID" 'j["state"] != "running"'
 job_is "$NEW" "$ID" 'j["state"] == "done" and j["summary"]["steps"] == '$STEPS' and j["world"] == 2' ||
     fail "job $ID: $(job_get "$NEW" "$ID" 'j')"
-HN=$(final_hash "$NEW" "$ID")
-HO=$(final_hash "$OTHER" "$ID")
+HN=$(final_hash "$NEW" "$ID" | tail -n 1)
+HO=$(final_hash "$OTHER" "$ID" | tail -n 1)
 [ -n "$HN" ] && [ "$HN" = "$HO" ] || fail "final parameters differ: $NEW '$HN', $OTHER '$HO'"
 pass "job $ID done on $NEW and $OTHER: $STEPS steps, identical parameters, accuracy $(job_get "$NEW" "$ID" 'j["summary"]["test_accuracy"]')%"
 
@@ -138,9 +115,6 @@ job_is "$CH" "$ID2" 'j["state"] == "done" and j["summary"]["steps"] == '$STEPS' 
 pass "SIGTERM on $VICTIM (not the chief): exit 0, the job went on without it and is done"
 
 # --- 3. one chief per term -----------------------------------------------------------------------
-grep -h "event=chief-elected" "$WORK"/*.log | sed 's/.*node=\([^ ]*\) term=\([0-9]*\).*/\2 \1/' | sort -u >"$WORK/chiefs"
-dup=$(awk '{print $1}' "$WORK/chiefs" | uniq -d)
-[ -z "$dup" ] || fail "more than one chief in term(s) $dup: $(cat "$WORK/chiefs")"
-pass "one chief per term: $(tr '\n' ' ' <"$WORK/chiefs")"
+check_one_chief_per_term
 
 stop_agents

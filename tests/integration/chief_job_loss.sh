@@ -19,33 +19,13 @@ set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 . tests/integration/lib.bash
 
-DATA=/usr/share/datasets/fashion-mnist
-[ -r "$DATA/train-images-idx3-ubyte.gz" ] || { echo "skip: $DATA missing"; exit 77; }
+need_fashion_mnist
 STEPS=624
 KILL_STEP=100
 JOB_TIMEOUT=${JOB_TIMEOUT:-600}
 
-cat >"$WORK/job.ini" <<JOB
-[job]
-name = cl
-model = lenet5
-epochs = 2
-seed = 1
-threads = 1
-log_every = 50
-checkpoint_every = 200
-[data]
-kind = idx
-dir = $DATA
-[optim]
-name = adam
-lr = 0.001
-global_batch = 192
-[schedule]
-kind = cosine
-[comm]
-codec = fp32
-JOB
+job_ini "$WORK/job.ini" cl job.model=lenet5 job.epochs=2 job.log_every=50 job.checkpoint_every=200 \
+    optim.global_batch=192 schedule.kind=cosine comm.codec=fp32
 
 KEY=$(job_key "$WORK/job.ini")
 # the undisturbed run writes no checkpoints (the same training; another job text, so the run
@@ -55,14 +35,8 @@ make_cluster cl alpha beta gamma
 start_agent beta
 start_agent gamma
 for n in alpha beta gamma; do wait_for "$n's links" links_up $n 2; done
-chief_is() { "$GM" members --json --config "$WORK/$1.conf" |
-    python3 -c 'import json,sys; sys.exit(0 if json.load(sys.stdin)["chief"] == sys.argv[1] else 1)' "$2"; }
 wait_until 60 "alpha to be chief" chief_is alpha alpha
 pass "three agents linked, alpha is chief"
-
-final_hash() { # NAME ID: the params_sha256 of NAME's one event=job-final-hash for job ID
-    grep -F "event=job-final-hash job=$2 " "$WORK/$1.log" | sed -n 's/.*params_sha256=\([0-9a-f]*\).*/\1/p'
-}
 
 # --- the undisturbed run -------------------------------------------------------------------
 timeout "$JOB_TIMEOUT" "$GM" submit "$WORK/ref.ini" --follow --config "$WORK/alpha.conf" \
@@ -123,9 +97,6 @@ pass "test accuracy $ACC% vs $ACC_REF% undisturbed: within 1 point"
 if grep -l "replicas_differ" "$WORK"/*.log; then fail "a log reports replicas_differ"; fi
 check_newest_committed "$NEW" "$KEY" "$STEPS" "$ACC" "$DATA"
 
-grep -h "event=chief-elected" "$WORK"/*.log | sed 's/.*node=\([^ ]*\) term=\([0-9]*\).*/\2 \1/' | sort -u >"$WORK/chiefs"
-dup=$(awk '{print $1}' "$WORK/chiefs" | uniq -d)
-[ -z "$dup" ] || fail "more than one chief in term(s) $dup: $(cat "$WORK/chiefs")"
-pass "one chief per term: $(tr '\n' ' ' <"$WORK/chiefs")"
+check_one_chief_per_term
 
 stop_agents

@@ -20,19 +20,6 @@ cd "$(dirname "$0")/../.." || exit 1
 . tests/integration/netns.bash
 nb_require python3
 
-members_is() {
-    "$GM" members --json --config "$WORK/$1.conf" | python3 -c '
-import json, sys
-d = json.load(sys.stdin)
-sys.exit(0 if eval(sys.argv[1]) else 1)' "$2"
-}
-members_get() {
-    "$GM" members --json --config "$WORK/$1.conf" | python3 -c '
-import json, sys
-d = json.load(sys.stdin)
-print(eval(sys.argv[1]))' "$2"
-}
-
 nb_bridge lan
 i=1
 for h in a b c; do
@@ -89,8 +76,5 @@ members_is a "d['chief'] == 'a' and d['term'] == $T1" || fail "the heal disturbe
 pass "healed: c follows chief a in term $T1 again and holds the change it missed"
 
 # --- 5. ------------------------------------------------------------------------------------------
-grep -h "event=chief-elected" "$WORK"/a.log "$WORK"/b.log "$WORK"/c.log |
-    sed 's/.*node=\([^ ]*\) term=\([0-9]*\).*/\2 \1/' | sort -u >"$WORK/chiefs"
-[ -z "$(awk '{print $1}' "$WORK/chiefs" | uniq -d)" ] || fail "two chiefs in one term: $(cat "$WORK/chiefs")"
-pass "one chief per term: $(tr '\n' ' ' <"$WORK/chiefs")"
+check_one_chief_per_term
 ns_stop_agents a b c

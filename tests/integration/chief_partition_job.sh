@@ -36,60 +36,27 @@ NB_PREFIX=split$$-
 . tests/integration/netns.bash
 nb_require python3 tc
 
-DATA=/usr/share/datasets/fashion-mnist
-[ -r "$DATA/train-images-idx3-ubyte.gz" ] || { echo "skip: $DATA missing"; exit 77; }
+need_fashion_mnist
 STEPS=624
 JOB_TIMEOUT=${JOB_TIMEOUT:-900}
 
-cat >"$WORK/job.ini" <<JOB
-[job]
-name = split
-model = mlp
-epochs = 2
-seed = 1
-threads = 1
-log_every = 100
-checkpoint_every = 100
-checkpoint_keep = 2
-[model]
-hidden = 256
-[data]
-kind = idx
-dir = $DATA
-[optim]
-name = adam
-lr = 0.001
-global_batch = 192
-[comm]
-codec = fp32
-JOB
-KEY=$(python3 -c 'import hashlib,sys; print(hashlib.sha256(open(sys.argv[1],"rb").read()).hexdigest()[:16])' "$WORK/job.ini")
+job_ini "$WORK/job.ini" split job.epochs=2 job.log_every=100 job.checkpoint_every=100 job.checkpoint_keep=2 \
+    model.hidden=256 optim.global_batch=192 comm.codec=fp32
+KEY=$(job_key "$WORK/job.ini")
 
-members_get() {
-    "$GM" members --json --config "$WORK/$1.conf" | python3 -c '
-import json, sys
-d = json.load(sys.stdin)
-print(eval(sys.argv[1]))' "$2"
-}
-members_is() { [ "$(members_get "$1" "bool($2)")" = True ]; }
-chief_of() { members_get "$1" 'd["chief"]'; }
-final_hash() { # HOST ID: the params_sha256 of HOST's event=job-final-hash for job ID
-    grep -F "event=job-final-hash job=$2 " "$WORK/$1.log" | sed -n 's/.*params_sha256=\([0-9a-f]*\).*/\1/p'
-}
-step_of() { job_get "$1" "$ID" 'j["step"]'; }
 # hold_still HOST OTHER N: OTHER's job takes N steps while HOST's stays at the step it is at
 # (checked at every poll; fails at once when it moves); that step in HELD
 hold_still() {
     local s0 end=$((SECONDS + 120)) min s
-    s0=$(step_of "$1") || fail "$1 lists no job $ID"
-    min=$(($(step_of "$2") + $3))
+    s0=$(step_of "$1" "$ID") || fail "$1 lists no job $ID"
+    min=$(($(step_of "$2" "$ID") + $3))
     while ! job_is "$2" "$ID" 'j["step"] >= '$min; do
-        s=$(step_of "$1")
+        s=$(step_of "$1" "$ID")
         [ "$s" = "$s0" ] || fail "$1 trained on while cut off: step $s0, then $s"
         [ $SECONDS -lt $end ] || fail "timed out waiting for $2 to reach step $min"
         sleep 0.1
     done
-    s=$(step_of "$1")
+    s=$(step_of "$1" "$ID")
     [ "$s" = "$s0" ] || fail "$1 trained on while cut off: step $s0, then $s"
     HELD=$s0
 }
@@ -150,13 +117,13 @@ ID=$(sed -n 's/^job \([0-9a-f]*\) submitted.*/\1/p' "$WORK/run.submit")
 [ -n "$ID" ] || fail "no job id in: $(cat "$WORK/run.submit")"
 wait_until "$JOB_TIMEOUT" "step 30 on c" job_is c "$ID" 'j["step"] >= 30 and j["world"] == 3'
 nb_exec c ip link set eth0 down || fail "cutting c off"
-pass "c cut off at about step $(step_of c)"
+pass "c cut off at about step $(step_of c "$ID")"
 wait_until 90 "a to train on without c" job_is a "$ID" 'j["world"] == 2 and j["state"] == "running"'
 wait_until 90 "c: paused, no majority" paused_no_majority c
 hold_still c a 30
 SC=$HELD
 REASON=$(job_get c "$ID" 'j["paused_reason"]')
-pass "majority a+b trains on at world 2 (step $(step_of a)); c stopped at step $SC and says: $REASON"
+pass "majority a+b trains on at world 2 (step $(step_of a "$ID")); c stopped at step $SC and says: $REASON"
 "$GM" status --config "$WORK/c.conf" | grep "^job $ID split: paused, step $SC/$STEPS" >/dev/null ||
     fail "status on c: $("$GM" status --config "$WORK/c.conf")"
 "$GM" jobs --config "$WORK/c.conf" | grep "^$ID .* paused .*no majority" >/dev/null ||
@@ -181,7 +148,7 @@ OLD=$(chief_of a)
 wait_until 120 "step $((S1 + 10)) on a" job_is a "$ID" 'j["step"] >= '$((S1 + 10))
 LA=$(($(wc -l <"$WORK/a.log") + 1))
 nb_exec a ip link set eth0 down || fail "cutting a off"
-pass "the chief a cut off at about step $(step_of a)"
+pass "the chief a cut off at about step $(step_of a "$ID")"
 took_over() { grep -l "event=job-takeover job=$ID " "$WORK/b.log" "$WORK/c.log" | grep . >/dev/null; }
 wait_until 90 "b or c to take the job over" took_over
 NEW=$(grep -l "event=job-takeover job=$ID " "$WORK/b.log" "$WORK/c.log" | head -n 1 | sed 's#.*/\(.*\)\.log#\1#')
@@ -239,8 +206,5 @@ c = [c for c in l if c["step"] == int(sys.argv[1])]
 assert c and c[0]["state"] == "ok", l' $STEPS || fail "checkpoint list on $NEW"
 pass "newest committed checkpoint: step $STEPS, sha256 ${CSHA:0:16}..., ok on $NEW"
 
-grep -h "event=chief-elected" "$WORK"/a.log "$WORK"/b.log "$WORK"/c.log |
-    sed 's/.*node=\([^ ]*\) term=\([0-9]*\).*/\2 \1/' | sort -u >"$WORK/chiefs"
-[ -z "$(awk '{print $1}' "$WORK/chiefs" | uniq -d)" ] || fail "two chiefs in one term: $(cat "$WORK/chiefs")"
-pass "one chief per term: $(tr '\n' ' ' <"$WORK/chiefs")"
+check_one_chief_per_term
 ns_stop_agents a b c

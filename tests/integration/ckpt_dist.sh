@@ -37,34 +37,14 @@ set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 . tests/integration/lib.bash
 
-DATA=/usr/share/datasets/fashion-mnist
-[ -r "$DATA/train-images-idx3-ubyte.gz" ] || { echo "skip: $DATA missing"; exit 77; }
-python3 -c 'import numpy, safetensors.numpy' 2>/dev/null || { echo "skip: no numpy/safetensors"; exit 77; }
+need_fashion_mnist
+need_numpy
 STEPS=624
 JOB_TIMEOUT=${JOB_TIMEOUT:-600}
 
-cat >"$WORK/job.ini" <<JOB
-[job]
-name = ckd
-model = mlp
-epochs = 2
-seed = 2
-log_every = 100
-checkpoint_every = 100
-checkpoint_keep = 2
-[model]
-hidden = 64
-[data]
-kind = idx
-dir = $DATA
-[optim]
-name = adam
-lr = 0.002
-global_batch = 192
-[comm]
-codec = fp32
-JOB
-KEY=$(python3 -c 'import hashlib,sys; print(hashlib.sha256(open(sys.argv[1],"rb").read()).hexdigest()[:16])' "$WORK/job.ini")
+job_ini "$WORK/job.ini" ckd job.epochs=2 job.seed=2 job.log_every=100 job.checkpoint_every=100 \
+    job.checkpoint_keep=2 model.hidden=64 optim.lr=0.002 optim.global_batch=192 comm.codec=fp32
+KEY=$(job_key "$WORK/job.ini")
 
 make_cluster ckd alpha beta gamma
 start_agent beta
@@ -72,9 +52,6 @@ start_agent gamma
 for n in alpha beta gamma; do wait_for "$n's links" links_up $n 2; done
 pass "three agents linked"
 
-final_hash() { # NAME ID: params_sha256 of NAME's one event=job-final-hash for job ID
-    grep -F "event=job-final-hash job=$2 " "$WORK/$1.log" | sed -n 's/.*params_sha256=\([0-9a-f]*\).*/\1/p'
-}
 ckpt_sha() { # NAME STEP: the SHA-256 NAME's .sha256 records for STEP
     cut -d' ' -f1 "$WORK/$1/checkpoints/$KEY/$(printf 'step-%010d' "$2").safetensors.sha256" 2>/dev/null
 }
@@ -179,16 +156,16 @@ wait_until "$JOB_TIMEOUT" "resumed job $ID done on $C" job_is $C "$ID" 'j["state
 job_is $C "$ID" 'j["state"] == "done" and j["summary"]["steps"] == '$STEPS || fail "resumed run not done: $(job_get $C "$ID" j)"
 NEW_C=${NEWEST[$C]}
 BEF_C=${BEFORE[$C]}
-step_of() { echo "$1" | sed 's/^step-0*\([0-9][0-9]*\)\.safetensors$/\1/'; }
+file_step() { echo "$1" | sed 's/^step-0*\([0-9][0-9]*\)\.safetensors$/\1/'; } # step-0000000600.safetensors: 600
 # what the cluster committed for the job, as the chief's replicated state holds it
 "$GM" members --json --config "$WORK/$C.conf" >"$WORK/members.res" || fail "members on $C"
 COMMITTED=$(python3 -c '
 import json, sys
 m = json.load(open(sys.argv[1]))
 print(" ".join(str(c["step"]) for c in m["state"]["checkpoints"] if c["job"] == sys.argv[2]))' "$WORK/members.res" "$KEY")
-case " $COMMITTED " in *" $(step_of "$BEF_C") "*) ;; *) fail "$BEF_C is not committed ($COMMITTED)";; esac
+case " $COMMITTED " in *" $(file_step "$BEF_C") "*) ;; *) fail "$BEF_C is not committed ($COMMITTED)";; esac
 case " $COMMITTED " in
-*" $(step_of "$NEW_C") "*)
+*" $(file_step "$NEW_C") "*)
     grep -q "event=checkpoint-refused path=$WORK/$C/checkpoints/$KEY/$NEW_C reason=\"corrupt" "$WORK/$C.log" ||
         fail "$C (the coordinator): its corrupt committed $NEW_C not refused";;
 esac

@@ -30,36 +30,15 @@ set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 . tests/integration/lib.bash
 
-DATA=/usr/share/datasets/fashion-mnist
-[ -r "$DATA/train-images-idx3-ubyte.gz" ] || { echo "skip: $DATA missing"; exit 77; }
-python3 -c 'import numpy, safetensors.numpy' 2>/dev/null || { echo "skip: no numpy/safetensors"; exit 77; }
+need_fashion_mnist
+need_numpy
 STEPS=312
 KILL_FROM=50
 JOB_TIMEOUT=${JOB_TIMEOUT:-900}
 
-cat >"$WORK/job.ini" <<JOB
-[job]
-name = ckw
-model = mlp
-epochs = 1
-seed = 3
-threads = 1
-log_every = 50
-checkpoint_every = 25
-checkpoint_keep = 3
-[model]
-hidden = 1024
-[data]
-kind = idx
-dir = $DATA
-[optim]
-name = adam
-lr = 0.001
-global_batch = 192
-[comm]
-codec = fp32
-JOB
-KEY=$(python3 -c 'import hashlib,sys; print(hashlib.sha256(open(sys.argv[1],"rb").read()).hexdigest()[:16])' "$WORK/job.ini")
+job_ini "$WORK/job.ini" ckw job.seed=3 job.log_every=50 job.checkpoint_every=25 job.checkpoint_keep=3 \
+    model.hidden=1024 optim.global_batch=192 comm.codec=fp32
+KEY=$(job_key "$WORK/job.ini")
 
 make_cluster ckw alpha beta gamma
 start_agent beta

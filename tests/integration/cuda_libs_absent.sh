@@ -14,26 +14,23 @@
 # Skips (77) in a build without the CUDA backend or where unprivileged namespaces are off.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-bin=${GM_BIN:-./gradmesh}
+. tests/integration/lib.bash
 libtest=build/tests/test_cuda_libs
-[ "$(nm "$bin" 2>/dev/null | grep -c ' cudaGetDeviceCount$')" -ge 1 ] || { echo "skip: $bin has no CUDA backend"; exit 77; }
+[ "$(nm "$GM" 2>/dev/null | grep -c ' cudaGetDeviceCount$')" -ge 1 ] || { echo "skip: $GM has no CUDA backend"; exit 77; }
 unshare -rm true 2>/dev/null || { echo "skip: unshare -rm (user and mount namespaces) not allowed"; exit 77; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
 
 # --- 1. no load-time dependency --------------------------------------------------
-if ldd "$bin" | grep -E 'libcublas|libcudnn'; then fail "$bin links cuBLAS or cuDNN at load time"; fi
-echo "ok: ldd $bin lists neither libcublas nor libcudnn"
+if ldd "$GM" | grep -E 'libcublas|libcudnn'; then fail "$GM links cuBLAS or cuDNN at load time"; fi
+pass "ldd $GM lists neither libcublas nor libcudnn"
 
 # --- 2. the libraries hidden -----------------------------------------------------
-libdir=$(strings -a "$bin" | grep -m1 -E '^/.*/lib(64)?$' || true)
+libdir=$(strings -a "$GM" | grep -m1 -E '^/.*/lib(64)?$' || true)
 hide=$( { [ -n "$libdir" ] && echo "$libdir"; ldconfig -p | awk '/libcu(blas|dnn)/ {print $NF}' | xargs -r -n1 dirname; } |
         xargs -r -n1 realpath -e 2>/dev/null | sort -u)
 [ -n "$hide" ] || { echo "skip: no directory with cuBLAS or cuDNN to hide"; exit 77; }
 echo "hiding: $(echo $hide)"
 
-python3 - "$tmp" <<'PY'
+python3 - "$WORK" <<'PY'
 import os, random, struct, sys, zlib
 root, rnd = sys.argv[1], random.Random(3)
 def png(path, w, h, px):
@@ -52,29 +49,13 @@ for k, cls in enumerate(["left", "right"]):
         png(f"{root}/data/{cls}/{i:02d}.png", 8, 8, px)
 PY
 for dev in auto cuda; do
-    cat >"$tmp/$dev.ini" <<JOB
-[job]
-name = hidden-$dev
-model = mlp
-epochs = 2
-device = $dev
-out = $tmp/$dev.safetensors
-[model]
-hidden = 16
-[data]
-kind = folder
-dir = $tmp/data
-channels = 1
-test_split = 0.25
-[optim]
-name = sgd
-lr = 0.05
-batch = 8
-JOB
+    job_ini "$WORK/$dev.ini" hidden-$dev job.epochs=2 job.device=$dev job.out="$WORK/$dev.safetensors" model.hidden=16 \
+        data.kind=folder data.dir="$WORK/data" data.channels=1 data.test_split=0.25 optim.name=sgd optim.lr=0.05 \
+        optim.batch=8
 done
 
 # Runs inside the namespace: hides the directories, then checks.
-cat >"$tmp/inside.sh" <<'IN'
+cat >"$WORK/inside.sh" <<'IN'
 set -u
 tmp=$1 bin=$2 libtest=$3; shift 3
 for d in "$@"; do mount -t tmpfs none "$d" || exit 90; done
@@ -86,26 +67,26 @@ if [ -x "$libtest" ]; then GM_TEST_CUDA_LIBS=missing "$libtest" >"$tmp/libtest.o
 "$bin" train --local "$tmp/cuda.ini" --no-progress 2>"$tmp/cuda.log"; echo "cuda=$?"
 IN
 # shellcheck disable=SC2086
-unshare -rm bash "$tmp/inside.sh" "$tmp" "$(realpath "$bin")" "$(realpath -m "$libtest")" $hide >"$tmp/rc" 2>&1 ||
-    { cat "$tmp/rc"; fail "namespace setup failed"; }
-cat "$tmp/rc"
-grep -qx 'help=0' "$tmp/rc" || { cat "$tmp/help.out"; fail "gradmesh help fails without the CUDA libraries"; }
-echo "ok: gradmesh help runs without them"
+unshare -rm bash "$WORK/inside.sh" "$WORK" "$(realpath "$GM")" "$(realpath -m "$libtest")" $hide >"$WORK/rc" 2>&1 ||
+    { cat "$WORK/rc"; fail "namespace setup failed"; }
+cat "$WORK/rc"
+grep -qx 'help=0' "$WORK/rc" || { cat "$WORK/help.out"; fail "gradmesh help fails without the CUDA libraries"; }
+pass "gradmesh help runs without them"
 if [ -x "$libtest" ]; then
-    grep -qx 'libtest=0' "$tmp/rc" || { cat "$tmp/libtest.out"; fail "the loader's missing-library checks failed"; }
-    echo "ok: the loader says: $(grep 'hidden:' "$tmp/libtest.out" | sed 's/^ *hidden: //')"
+    grep -qx 'libtest=0' "$WORK/rc" || { cat "$WORK/libtest.out"; fail "the loader's missing-library checks failed"; }
+    pass "the loader says: $(grep 'hidden:' "$WORK/libtest.out" | sed 's/^ *hidden: //')"
 fi
-grep -qx 'auto=0' "$tmp/rc" || { cat "$tmp/auto.log"; fail "device = auto did not train on the CPU"; }
-line=$(grep 'event=device device=cpu setting=auto' "$tmp/auto.log") || { cat "$tmp/auto.log"; fail "no fallback logged"; }
-acc=$(python3 -c "import json;print(json.load(open('$tmp/auto.json'))['test_accuracy'])")
-python3 -c "import sys; sys.exit(0 if $acc >= 90 else 1)" || { cat "$tmp/auto.log"; fail "auto on the CPU: accuracy $acc < 90"; }
+grep -qx 'auto=0' "$WORK/rc" || { cat "$WORK/auto.log"; fail "device = auto did not train on the CPU"; }
+line=$(grep 'event=device device=cpu setting=auto' "$WORK/auto.log") || { cat "$WORK/auto.log"; fail "no fallback logged"; }
+acc=$(python3 -c "import json;print(json.load(open('$WORK/auto.json'))['test_accuracy'])")
+python3 -c "import sys; sys.exit(0 if $acc >= 90 else 1)" || { cat "$WORK/auto.log"; fail "auto on the CPU: accuracy $acc < 90"; }
 if nvidia-smi -L >/dev/null 2>&1; then
     want=libcublasLt.so
 else
     want='CUDA driver'
 fi
 grep -q "$want" <<<"$line" || fail "the fallback does not name the $want: $line"
-echo "ok: device = auto trained on the CPU ($acc%) and logged: $line"
-grep -qx 'cuda=78' "$tmp/rc" || { cat "$tmp/cuda.log"; fail "device = cuda: want exit 78 (the device cannot be had)"; }
-err=$(grep '^error: ' "$tmp/cuda.log" | grep "$want") || { cat "$tmp/cuda.log"; fail "device = cuda: no error naming the $want"; }
-echo "ok: device = cuda fails: $err"
+pass "device = auto trained on the CPU ($acc%) and logged: $line"
+grep -qx 'cuda=78' "$WORK/rc" || { cat "$WORK/cuda.log"; fail "device = cuda: want exit 78 (the device cannot be had)"; }
+err=$(grep '^error: ' "$WORK/cuda.log" | grep "$want") || { cat "$WORK/cuda.log"; fail "device = cuda: no error naming the $want"; }
+pass "device = cuda fails: $err"

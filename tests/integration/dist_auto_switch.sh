@@ -39,8 +39,7 @@ NB_PREFIX=switch$$-
 . tests/integration/netns.bash
 nb_require openvpn python3
 
-DATA=/usr/share/datasets/fashion-mnist
-[ -r "$DATA/train-images-idx3-ubyte.gz" ] || { echo "SKIP: no Fashion-MNIST at $DATA"; exit 77; }
+need_fashion_mnist
 FAST=${SWITCH_FAST:-200mbit}
 SLOW=${SWITCH_SLOW:-1mbit}
 CHANGE_AT=${SWITCH_CHANGE_AT:-25}
@@ -58,26 +57,8 @@ pass "tunnel up at $FAST"
 
 ns_tunnel_pair a1 10.8.23.1 b1 10.8.23.2
 
-cat >"$WORK/job.ini" <<EOF
-[job]
-name    = auto-switch
-model   = lenet5
-epochs  = 3
-seed    = 1
-threads = 1
-log_every = 10
-[data]
-kind = idx
-dir  = $DATA
-[optim]
-name  = adam
-lr    = 0.003
-global_batch = 2048
-[schedule]
-kind = constant
-[comm]
-codec = auto
-EOF
+job_ini "$WORK/job.ini" auto-switch job.model=lenet5 job.epochs=3 job.log_every=10 optim.lr=0.003 \
+    optim.global_batch=2048 schedule.kind=constant comm.codec=auto
 "$GM" submit "$WORK/job.ini" --config "$WORK/a1.conf" >"$WORK/submit.out" 2>&1 ||
     { cat "$WORK/submit.out"; fail "submit"; }
 JOB=$(sed -n 's/^job \([^ ]*\) submitted.*/\1/p' "$WORK/submit.out")

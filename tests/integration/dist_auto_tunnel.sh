@@ -22,9 +22,7 @@ cd "$(dirname "$0")/../.." || exit 1
 . tests/integration/netns.bash
 nb_require openvpn python3
 
-DATA=/usr/share/datasets/fashion-mnist
-[ -r "$DATA/train-images-idx3-ubyte.gz" ] || { echo "SKIP: no Fashion-MNIST at $DATA"; exit 77; }
-TOOLS="python3 $PWD/tests/integration/disc_tools.py"
+need_fashion_mnist
 
 nb_host a1; nb_host b1
 nb_link a1 eth0 10.74.19.1/30 b1 eth0 10.74.19.2/30
@@ -37,18 +35,7 @@ rtt=$(nb_exec b1 ping -n -q -c 5 -i 0.2 10.8.19.1 | sed -n 's|.*= \([0-9.]*\)/.*
 awk -v r="$rtt" 'BEGIN {exit !(r >= 50)}' || fail "tunnel RTT ${rtt} ms < 50 ms"
 pass "tunnel up, min RTT ${rtt} ms"
 
-nb_exec a1 "$GM" init --cluster lab --node a1 --config "$WORK/a1.conf" --state "$WORK/a1" \
-    --listen 10.8.19.1:7450 --multicast off >/dev/null 2>>"$WORK/a1.log" || fail "init a1"
-ns_agent a1
-wait_for "agent a1" "$GM" status --config "$WORK/a1.conf"
-TOKEN=$("$GM" token create --config "$WORK/a1.conf") || fail "token create"
-nb_exec b1 "$GM" join "$TOKEN" --peer 10.8.19.1:7450 --node b1 --config "$WORK/b1.conf" \
-    --state "$WORK/b1" --listen 10.8.19.2:7450 --multicast off >"$WORK/b1.join" 2>&1 ||
-    { cat "$WORK/b1.join"; fail "join b1"; }
-ns_agent b1
-measured() { ns_status "$1" | $TOOLS field "$2" throughput_mbps >/dev/null 2>&1; }
-nb_wait "a1 to measure its link to b1" 60 measured a1 b1
-nb_wait "b1 to measure its link to a1" 60 measured b1 a1
+ns_tunnel_pair a1 10.8.19.1 b1 10.8.19.2
 
 "$GM" doctor --model lenet5 --config "$WORK/a1.conf" >"$WORK/doctor.txt" 2>&1 || true
 sed -n '/^gradient codecs/,$p' "$WORK/doctor.txt"
@@ -58,27 +45,7 @@ grep -E '^  fp32 +[0-9]+ +[0-9.]+ +[0-9.]+ ms$' "$WORK/doctor.txt" >/dev/null ||
     fail "doctor prints no projected step for fp32"
 pass "doctor projects each codec and marks DiLoCo"
 
-cat >"$WORK/job.ini" <<EOF
-[job]
-name    = auto-tunnel
-model   = mlp
-epochs  = 1
-seed    = 1
-threads = 1
-[model]
-hidden = 128
-[data]
-kind = idx
-dir  = $DATA
-[optim]
-name  = adam
-lr    = 0.001
-batch = 256
-[schedule]
-kind = constant
-[comm]
-codec = auto
-EOF
+job_ini "$WORK/job.ini" auto-tunnel model.hidden=128 optim.batch=256 schedule.kind=constant comm.codec=auto
 tun() {
     nb_exec b1 cat "/sys/class/net/$TUN/statistics/tx_bytes" "/sys/class/net/$TUN/statistics/rx_bytes" |
         awk '{s += $1} END {print s}'
@@ -87,11 +54,7 @@ t0=$(tun) || fail "tun counters"
 "$GM" submit "$WORK/job.ini" --follow --config "$WORK/a1.conf" >"$WORK/submit.out" 2>&1 ||
     { cat "$WORK/submit.out"; fail "submit --follow"; }
 JOB=$(sed -n 's/^job \([^ ]*\) submitted.*/\1/p' "$WORK/submit.out")
-b1_done() {
-    "$GM" jobs --json --config "$WORK/b1.conf" | python3 -c "import json,sys
-sys.exit(0 if any(j['id'] == '$JOB' and j['state'] == 'done' for j in json.load(sys.stdin)['jobs']) else 1)"
-}
-wait_for "b1 to finish job $JOB" b1_done
+wait_for "b1 to finish job $JOB" job_is b1 "$JOB" 'j["state"] == "done"'
 t1=$(tun) || fail "tun counters"
 for h in a1 b1; do
     "$GM" jobs --json --config "$WORK/$h.conf" >"$WORK/$h.jobs.json" || fail "jobs $h"

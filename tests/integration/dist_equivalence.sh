@@ -60,40 +60,22 @@ set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 . tests/integration/lib.bash
 
-SRC=/usr/share/datasets/fashion-mnist
-[ -r "$SRC/train-images-idx3-ubyte.gz" ] || { echo "skip: $SRC missing"; exit 77; }
+need_fashion_mnist
 TOOLS="python3 $PWD/tests/integration/dist_tools.py"
-python3 -c 'import numpy, safetensors.numpy' 2>/dev/null || { echo "skip: no numpy/safetensors"; exit 77; }
+need_numpy
 
 STEPS=200
 G=96
 TOL=0.10
 JOB_TIMEOUT=${JOB_TIMEOUT:-300} # a hung job must not hang CI; nothing asserts speed
 
-$TOOLS subset "$SRC" "$WORK/data" $((STEPS * G)) 2000 || fail "making the data subset"
-$TOOLS subset "$SRC" "$WORK/data-rot" $((STEPS * G)) 2000 rotate=$((G / 2)) ||
+$TOOLS subset "$DATA" "$WORK/data" $((STEPS * G)) 2000 || fail "making the data subset"
+$TOOLS subset "$DATA" "$WORK/data-rot" $((STEPS * G)) 2000 rotate=$((G / 2)) ||
     fail "making the rotated subset"
 
 # write_job FILE CODEC LR DATA_DIR
 write_job() {
-    cat >"$1" <<JOB
-[job]
-name = eq
-model = lenet5
-epochs = 1
-seed = 1
-threads = 1
-log_every = 50
-[data]
-kind = idx
-dir = $4
-[optim]
-name = adam
-lr = $3
-global_batch = $G
-[comm]
-codec = $2
-JOB
+    job_ini "$1" eq job.model=lenet5 job.log_every=50 data.dir="$4" optim.lr="$3" optim.global_batch=$G comm.codec="$2"
 }
 write_job "$WORK/fp32.ini" fp32 0.001 "$WORK/data"
 write_job "$WORK/fp16.ini" fp16 0.001 "$WORK/data"

@@ -27,8 +27,7 @@ cd "$(dirname "$0")/../.." || exit 1
 . tests/integration/netns.bash
 nb_require openvpn python3
 
-DATA=/usr/share/datasets/fashion-mnist
-[ -r "$DATA/train-images-idx3-ubyte.gz" ] || { echo "SKIP: no Fashion-MNIST at $DATA"; exit 77; }
+need_fashion_mnist
 
 nb_host a1; nb_host a2; nb_host b1; nb_bridge lan
 nb_lan lan a1 eth0 10.74.21.1/24
@@ -68,34 +67,11 @@ sys.exit(0 if all(v is not None for i, r in enumerate(m["rtt_ms"]) for j, v in e
 }
 nb_wait "a1 to know every link's RTT" 30 lan_known
 
-cat >"$WORK/job.ini" <<EOF
-[job]
-name    = islands
-model   = mlp
-epochs  = 1
-seed    = 1
-threads = 1
-[model]
-hidden = 32
-[data]
-kind = idx
-dir  = $DATA
-[optim]
-name  = adam
-lr    = 0.001
-batch = 256
-[schedule]
-kind = constant
-[comm]
-codec = fp16
-EOF
+job_ini "$WORK/job.ini" islands model.hidden=32 optim.batch=256 schedule.kind=constant comm.codec=fp16
 "$GM" submit "$WORK/job.ini" --follow --config "$WORK/a1.conf" >"$WORK/submit.out" 2>&1 ||
     { cat "$WORK/submit.out"; fail "submit --follow"; }
 JOB=$(sed -n 's/^job \([^ ]*\) submitted.*/\1/p' "$WORK/submit.out")
-done_on() {
-    "$GM" jobs --json --config "$WORK/$1.conf" | python3 -c "import json,sys
-sys.exit(0 if any(j['id'] == '$JOB' and j['state'] == 'done' for j in json.load(sys.stdin)['jobs']) else 1)"
-}
+done_on() { job_is "$1" "$JOB" 'j["state"] == "done"'; }
 wait_for "a2 to finish" done_on a2
 wait_for "b1 to finish" done_on b1
 for h in a1 a2 b1; do

@@ -35,34 +35,15 @@ set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 . tests/integration/lib.bash
 
-DATA=/usr/share/datasets/fashion-mnist
-[ -r "$DATA/train-images-idx3-ubyte.gz" ] || { echo "skip: $DATA missing"; exit 77; }
-python3 -c 'import numpy, safetensors.numpy' 2>/dev/null || { echo "skip: no numpy/safetensors"; exit 77; }
+need_fashion_mnist
+need_numpy
 TOOLS="python3 $PWD/tests/integration/dist_tools.py"
 STEPS=624
 KILL_STEP=60
 JOB_TIMEOUT=${JOB_TIMEOUT:-600}
 
-cat >"$WORK/job.ini" <<JOB
-[job]
-name = pl
-model = lenet5
-epochs = 2
-seed = 1
-threads = 1
-log_every = 50
-[data]
-kind = idx
-dir = $DATA
-[optim]
-name = adam
-lr = 0.001
-global_batch = 192
-[schedule]
-kind = cosine
-[comm]
-codec = fp32
-JOB
+job_ini "$WORK/job.ini" pl job.model=lenet5 job.epochs=2 job.log_every=50 optim.global_batch=192 \
+    schedule.kind=cosine comm.codec=fp32
 
 make_cluster pl alpha beta gamma
 start_agent beta
@@ -70,21 +51,19 @@ start_agent gamma
 for n in alpha beta gamma; do wait_for "$n's links" links_up $n 2; done
 pass "three agents linked"
 
-# final_hash NAME ID: the params_sha256 of NAME's event=job-final-hash for job ID; there
-# must be exactly one (a killed rank never reaches the end)
-final_hash() {
-    local h
-    h=$(grep -F "event=job-final-hash job=$2 " "$WORK/$1.log" | sed -n 's/.*params_sha256=\([0-9a-f]*\).*/\1/p')
-    [ "$(echo "$h" | grep -c .)" = 1 ] || fail "$1: want one job-final-hash line for $2, got: '$h'"
-    FINAL_HASH=$h
+# one_final_hash NAME ID: lib.bash's final_hash, of which there must be exactly one (a killed
+# rank never reaches the end); in FINAL_HASH (a fail inside $(...) would only end the subshell)
+one_final_hash() {
+    FINAL_HASH=$(final_hash "$1" "$2")
+    [ "$(echo "$FINAL_HASH" | grep -c .)" = 1 ] || fail "$1: want one job-final-hash line for $2, got: '$FINAL_HASH'"
 }
 
 # check_final_weights ID: every rank logged the same hash, and it is the weights file's
 check_final_weights() {
     local id=$1 ha hb hg hf w
-    final_hash alpha "$id"; ha=$FINAL_HASH
-    final_hash beta "$id"; hb=$FINAL_HASH
-    final_hash gamma "$id"; hg=$FINAL_HASH
+    one_final_hash alpha "$id"; ha=$FINAL_HASH
+    one_final_hash beta "$id"; hb=$FINAL_HASH
+    one_final_hash gamma "$id"; hg=$FINAL_HASH
     w=$(job_get alpha "$id" 'j["weights"]')
     hf=$($TOOLS sha256 "$w") || fail "hashing $w"
     [ "$ha" = "$hb" ] && [ "$ha" = "$hg" ] ||
@@ -111,7 +90,7 @@ ID=$(sed -n 's/^job \([0-9a-f]*\) submitted.*/\1/p' "$WORK/run.submit")
 wait_until "$JOB_TIMEOUT" "step $KILL_STEP" job_is alpha "$ID" 'j["step"] >= '$KILL_STEP
 job_is alpha "$ID" 'j["world"] == 3 and j["state"] == "running"' || fail "not running on 3 ranks"
 kill9_agent gamma
-AT=$(job_get alpha "$ID" 'j["step"]')
+AT=$(step_of alpha "$ID")
 pass "gamma killed (-9) at about step $AT of $STEPS (epoch 1 of 2)"
 
 # The coordinator re-forms without gamma; alpha and beta resync at one step boundary.

@@ -37,8 +37,7 @@ cd "$(dirname "$0")/../.." || exit 1
 . tests/integration/netns.bash
 nb_require openvpn python3
 
-DATA=/usr/share/datasets/fashion-mnist
-[ -r "$DATA/train-images-idx3-ubyte.gz" ] || { echo "SKIP: no Fashion-MNIST at $DATA"; exit 77; }
+need_fashion_mnist
 RATE_MBIT=20
 QUIET_S=${QUIET_S:-20} # the idle interval: two LINK_STATS periods (10 s), 40 PINGs
 TOOLS="python3 $PWD/tests/integration/disc_tools.py"
@@ -100,26 +99,8 @@ counters >"$WORK/idle0.ctr" || fail "counters"
 sleep "$QUIET_S"
 counters >"$WORK/idle1.ctr" || fail "counters"
 
-cat >"$WORK/job.ini" <<EOF
-[job]
-name    = tunnel-psgd
-model   = lenet5
-epochs  = 1
-seed    = 1
-threads = 1
-[data]
-kind = idx
-dir  = $DATA
-[optim]
-name  = adam
-lr    = 0.001
-batch = 64
-[schedule]
-kind = constant
-[comm]
-codec = powersgd
-rank  = 2
-EOF
+job_ini "$WORK/job.ini" tunnel-psgd job.model=lenet5 optim.batch=64 schedule.kind=constant \
+    comm.codec=powersgd comm.rank=2
 
 counters >"$WORK/job0.ctr" || fail "counters"
 "$GM" submit "$WORK/job.ini" --follow --config "$WORK/a1.conf" >"$WORK/submit.out" 2>&1 ||
@@ -127,11 +108,7 @@ counters >"$WORK/job0.ctr" || fail "counters"
 JOB=$(sed -n 's/^job \([^ ]*\) submitted.*/\1/p' "$WORK/submit.out")
 [ -n "$JOB" ] || { cat "$WORK/submit.out"; fail "no job id in submit's output"; }
 # b1 ends its rank too (its last frames cross the tunnel before we count)
-b1_done() {
-    "$GM" jobs --json --config "$WORK/b1.conf" | python3 -c "import json,sys
-sys.exit(0 if any(j['id'] == '$JOB' and j['state'] == 'done' for j in json.load(sys.stdin)['jobs']) else 1)"
-}
-wait_for "b1 to finish job $JOB" b1_done
+wait_for "b1 to finish job $JOB" job_is b1 "$JOB" 'j["state"] == "done"'
 sleep 1 # the last TCP ACKs
 counters >"$WORK/job1.ctr" || fail "counters"
 grep -E "^job $JOB done" "$WORK/submit.out" >/dev/null || { cat "$WORK/submit.out"; fail "job not done"; }

@@ -34,15 +34,14 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 . tests/integration/lib.bash
 
-SRC=${GM_DATASET:-/usr/share/datasets/fashion-mnist}
-[ -f "$SRC/t10k-labels-idx1-ubyte.gz" ] || { echo "skip: no Fashion-MNIST at $SRC"; exit 77; }
+need_fashion_mnist # in DATA: GM_DATASET, else Debian's
 [ "$(id -u)" = 0 ] && unshare --mount --propagation private true 2>/dev/null ||
     { echo "skip: needs root and mount namespaces (unshare --mount)"; exit 77; }
 
 # --- datasets ------------------------------------------------------------------------------
 DS=$WORK/ds
 mkdir -p "$DS" "$WORK/views/empty" "$WORK/views/nothing" "$DS/local"
-cp -r "$SRC" "$DS/good"
+cp -r "$DATA" "$DS/good"
 for d in onebyte partial emptied local/fm; do cp -al "$DS/good" "$DS/$d"; done # hard links: same bytes
 # beta's copy of onebyte: hard links, except one real copy with byte 100 flipped
 cp -al "$DS/good" "$WORK/views/onebyte-beta"
@@ -96,29 +95,8 @@ in_ns gamma cmp -s "$DS/onebyte/$F" "$DS/good/$F" || fail "gamma sees beta's vie
 pass "three agents up; beta and gamma see their own views of the datasets"
 
 # --- jobs ------------------------------------------------------------------------------------
-# job FILE DIR [KEY=VALUE...]: an MLP job on DIR; KEY=VALUE replaces or adds a line
-job() {
-    local f=$1 dir=$2 kv; shift 2
-    cat >"$f" <<EOF
-[job]
-name = refusals
-model = mlp
-epochs = 1
-
-[data]
-kind = idx
-dir = $dir
-
-[optim]
-name = adam
-lr = 0.001
-global_batch = 96
-
-[comm]
-codec = fp32
-EOF
-    for kv in "$@"; do sed -i "s|^${kv%%=*} = .*|${kv%%=*} = ${kv#*=}|" "$f"; done
-}
+# job FILE DIR [SECTION.KEY=VALUE...]: an MLP job on DIR (job_ini's, with these overrides)
+job() { job_ini "$1" refusals data.dir="$2" optim.global_batch=96 comm.codec=fp32 "${@:3}"; }
 
 submitted() { grep -c "event=job-submitted" "$WORK/alpha.log"; }
 
@@ -177,17 +155,17 @@ job_refused_as nodir
 pass "gamma without the dataset directory: refused, naming gamma and the directory (exit 78)"
 
 n0=$(submitted)
-job "$WORK/model.ini" "$DS/good" "model=resnet50"
+job "$WORK/model.ini" "$DS/good" job.model=resnet50
 lineno() { grep -n "^$1 = " "$2" | cut -d: -f1; }
 refused model "$WORK/model.ini" 78 "error: $WORK/model.ini:$(lineno model "$WORK/model.ini"): \
 unknown model 'resnet50' (known: mlp, lenet5, vgg7, resnet20)"
-job "$WORK/codec.ini" "$DS/good" "codec=zstd"
+job "$WORK/codec.ini" "$DS/good" comm.codec=zstd
 refused codec "$WORK/codec.ini" 78 "error: $WORK/codec.ini:$(lineno codec "$WORK/codec.ini"): \
 unknown codec 'zstd' (known: auto, fp32, fp16, powersgd, diloco)"
 [ "$(submitted)" = "$n0" ] || fail "a job that does not parse reached the coordinator"
 pass "unknown model and codec: file:line on the command line, no agent involved (exit 78)"
 
-job "$WORK/batch.ini" "$DS/good" "global_batch=64"
+job "$WORK/batch.ini" "$DS/good" optim.global_batch=64
 refused batch "$WORK/batch.ini" 78 \
     "gradmesh submit: $WORK/batch.ini: [optim] global_batch = 64 does not divide by 3 workers"
 [ "$(submitted)" = "$n0" ] || fail "a batch that does not divide started a dataset check"

@@ -53,37 +53,18 @@ for n in beta gamma; do wait_for "$n knows token $ID" token_known $n "$ID"; done
 pass "a token made on alpha reached beta and gamma"
 
 # --- 1b. the undisturbed run of the job of step 7 -----------------------------------------------
-DATA=/usr/share/datasets/fashion-mnist
 JOB_STEPS=312 # 1 epoch of 60000 at a global batch of 192
-job_ini() { # FILE NAME [checkpoint_every]
-    cat >"$1" <<JOB
-[job]
-name = $2
-model = mlp
-epochs = 1
-seed = 3
-log_every = 100
-${3:+checkpoint_every = $3}
-[model]
-hidden = 64
-[data]
-kind = idx
-dir = $DATA
-[optim]
-name = adam
-lr = 0.002
-global_batch = 192
-[comm]
-codec = fp32
-JOB
+join_job() { # FILE NAME [SECTION.KEY=VALUE...]: the job of steps 1b and 7 (job_ini's, and these)
+    job_ini "$1" "$2" job.seed=3 job.log_every=100 model.hidden=64 optim.lr=0.002 optim.global_batch=192 \
+        comm.codec=fp32 "${@:3}"
 }
 run_job() { # INI ON: submits INI on ON and follows it to its end; prints the job id
     timeout 600 "$GM" submit "$1" --follow --config "$WORK/$2.conf" >"$1.out" 2>&1 ||
         fail "job $1 on $2: $(tail -n 5 "$1.out")"
     sed -n 's/^job \([0-9a-f]*\) submitted.*/\1/p' "$1.out"
 }
-if [ -r "$DATA/train-images-idx3-ubyte.gz" ]; then
-    job_ini "$WORK/ref.ini" ref
+if have_fashion_mnist; then
+    join_job "$WORK/ref.ini" ref
     REF=$(run_job "$WORK/ref.ini" alpha)
     job_is alpha "$REF" 'j["state"] == "done" and j["summary"]["steps"] == '$JOB_STEPS' and j["world"] == 3' ||
         fail "the undisturbed job: $(job_get alpha "$REF" 'j')"
@@ -97,7 +78,7 @@ fi
 kill9_agent alpha
 chief_is_survivor() { members_is "$1" 'd["chief"] in ("beta", "gamma")'; }
 for n in beta gamma; do wait_for "$n: a chief among the survivors" chief_is_survivor $n; done
-CHIEF=$(members_get beta 'd["chief"]')
+CHIEF=$(chief_of beta)
 VIA=beta # the join goes through the voter that is not the chief: its token use is forwarded
 [ "$CHIEF" = beta ] && VIA=gamma
 pass "alpha killed; chief now $CHIEF"
@@ -195,9 +176,9 @@ pass "gamma, a voter again, received the key and the token records again"
 
 # --- 7. a job on the cluster without its init machine, the new machine training -----------------
 if [ -n "${ACC_REF:-}" ]; then
-    job_ini "$WORK/after.ini" after 100
+    join_job "$WORK/after.ini" after job.checkpoint_every=100
     KEY=$(job_key "$WORK/after.ini")
-    CHIEF=$(members_get beta 'd["chief"]')
+    CHIEF=$(chief_of beta)
     ID=$(run_job "$WORK/after.ini" "$CHIEF")
     job_is "$CHIEF" "$ID" 'j["state"] == "done" and j["summary"]["steps"] == '$JOB_STEPS' and j["world"] == 3' ||
         fail "the job after the joins: $(job_get "$CHIEF" "$ID" 'j')"

@@ -8,10 +8,12 @@ case "$GM" in /*) ;; *) GM="$PWD/$GM" ;; esac
 WORK=$(mktemp -d /tmp/gm-it.$$.XXXXXX)
 PIDS=()
 
+# (|| true: the scripts of `gradmesh train --local` run under set -e, where a failing kill or
+# wait would end the trap before WORK is removed)
 cleanup() {
     local p
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
-    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
+    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
     if [ "${KEEP:-0}" = 1 ]; then echo "kept $WORK"; else rm -rf "$WORK"; fi
 }
 trap cleanup EXIT
@@ -223,3 +225,64 @@ PY
         fail "$key-$steps from $n: NumPy $pyacc% vs reported $acc%"
     pass "$n: the newest committed checkpoint (step $steps) is valid: verified, committed, and exported gives $pyacc% (reported $acc%)"
 }
+
+# --- what a test needs, and the job file ------------------------------------------------------
+# have_fashion_mnist: the four Fashion-MNIST files are in DATA (GM_DATASET, else the directory
+# of Debian's dataset-fashion-mnist); sets DATA either way.
+have_fashion_mnist() {
+    local f
+    DATA=${GM_DATASET:-/usr/share/datasets/fashion-mnist}
+    for f in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte; do
+        [ -r "$DATA/$f.gz" ] || return 1
+    done
+}
+# need_fashion_mnist: have_fashion_mnist, else skip (exit 77).
+need_fashion_mnist() {
+    have_fashion_mnist || { echo "skip: no Fashion-MNIST at $DATA (apt-get install dataset-fashion-mnist)"; exit 77; }
+}
+# need_numpy: python3 imports NumPy and safetensors (a checkpoint read back), else skip (exit 77).
+need_numpy() { python3 -c 'import numpy, safetensors.numpy' 2>/dev/null || { echo "skip: no numpy/safetensors"; exit 77; }; }
+
+# job_ini FILE NAME [SECTION.KEY=VALUE...]: writes the job file FILE: the base job
+#     [job]   name = NAME, model = mlp, epochs = 1, seed = 1, threads = 1
+#     [data]  kind = idx, dir = $DATA
+#     [optim] name = adam, lr = 0.001
+# where each SECTION.KEY=VALUE replaces the base's value or adds a line to its section (an
+# empty VALUE leaves the key out).  The batch ([optim] batch or global_batch) and the codec
+# ([comm] codec) have no base value: each job says them.  seed and threads are the parser's
+# defaults, written out.  One "key = value" a line, in section order job, model, data, optim,
+# schedule, comm, then any other: a test may grep or sed the file.
+job_ini() {
+    local file=$1 kv k s head
+    local -a keys=(job.name job.model job.epochs job.seed job.threads data.kind data.dir optim.name optim.lr)
+    local -a secs=(job model data optim schedule comm)
+    local -A val=([job.name]=$2 [job.model]=mlp [job.epochs]=1 [job.seed]=1 [job.threads]=1
+        [data.kind]=idx [data.dir]=${DATA:-} [optim.name]=adam [optim.lr]=0.001)
+    shift 2
+    for kv in "$@"; do
+        k=${kv%%=*}
+        [[ $kv == *=* && $k =~ ^[a-z_]+\.[a-z_0-9]+$ ]] || fail "job_ini $file: '$kv' is not SECTION.KEY=VALUE"
+        [ -n "${val[$k]+set}" ] || keys+=("$k")
+        val[$k]=${kv#*=}
+        case " ${secs[*]} " in *" ${k%%.*} "*) ;; *) secs+=("${k%%.*}") ;; esac
+    done
+    for s in "${secs[@]}"; do
+        head=
+        for k in "${keys[@]}"; do
+            [ "${k%%.*}" = "$s" ] && [ -n "${val[$k]}" ] || continue
+            [ -n "$head" ] || { echo "[$s]"; head=1; }
+            echo "${k#*.} = ${val[$k]}"
+        done
+    done >"$file" || fail "job_ini: cannot write $file"
+}
+
+# --- what the agents say about a job and the chief ----------------------------------------------
+# final_hash NAME ID: the params_sha256 of each event=job-final-hash NAME logged for job ID, one
+# a line (a rank that ran the job to its end logs one; none if it never got there).
+final_hash() {
+    grep -F "event=job-final-hash job=$2 " "$WORK/$1.log" | sed -n 's/.*params_sha256=\([0-9a-f]*\).*/\1/p'
+}
+# chief_of NAME: the chief NAME's `members --json` names, or "" when it knows none.
+chief_of() { members_get "$1" 'd["chief"] or ""'; }
+# step_of NAME ID: job ID's step on NAME (fails, exit 1, when NAME does not list the job).
+step_of() { job_get "$1" "$2" 'j["step"]'; }

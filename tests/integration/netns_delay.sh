@@ -9,14 +9,14 @@
 #    relay's, not the machine's);
 #  - a 2 MB TCP transfer through the delayed tunnel arrives whole, and the relay forwarded
 #    its datagrams without an error (its exit counts are printed).
-# Root, network namespaces and openvpn; exit 77 where one is missing.
+# Root, network namespaces and openvpn (and the gradmesh binary, as for every script on
+# lib.bash, though this one does not run it); exit 77 where one is missing.
 set -o pipefail
 cd "$(dirname "$0")/../.." || exit 1
+. tests/integration/lib.bash # fail; the testbed's logs go to its WORK
 . tests/integration/netns.bash
 nb_require openvpn python3
 TOOLS=$PWD/tests/integration/netns_tools.py
-
-fail() { echo "FAIL: $*"; for f in "$NB_WORK"/*.log; do echo "--- $f"; tail -n 20 "$f"; done; exit 1; }
 
 # rtt HOST DEST N: prints the median RTT (ms) of N pings, and the minimum, as "median min"
 rtt() {

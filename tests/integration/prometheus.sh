@@ -126,25 +126,9 @@ sys.exit(0 if r and float(r[0]["value"][1]) > '$t_flood' else 1)'
 pass "held connections and garbage: status answered in < 1 s, scraping recovered"
 
 # --- a distributed job's series, published by the trainer threads -------------------------
-data=/usr/share/datasets/fashion-mnist
-if [ -r "$data/train-images-idx3-ubyte.gz" ]; then
-    cat >"$WORK/job.ini" <<JOB
-[job]
-name = prom-mlp
-model = mlp
-epochs = 8
-[model]
-hidden = 32
-[data]
-kind = idx
-dir = $data
-[optim]
-name = sgd
-lr = 0.05
-global_batch = 128
-[comm]
-codec = fp32
-JOB
+if have_fashion_mnist; then
+    job_ini "$WORK/job.ini" prom-mlp job.epochs=8 model.hidden=32 optim.name=sgd optim.lr=0.05 \
+        optim.global_batch=128 comm.codec=fp32
     "$GM" submit "$WORK/job.ini" --follow --config "$WORK/alpha.conf" >"$WORK/submit.log" 2>&1 &
     SUBMIT=$!
     # both agents' own /metrics show the job's step split, speed and step while it runs
@@ -198,7 +182,7 @@ PY
     done
     pass "a running job's step time split, samples/s and step are in both agents' /metrics"
 else
-    echo "no $data: job series not checked"
+    echo "no $DATA: job series not checked"
 fi
 
 kill "$PROM"; wait "$PROM"

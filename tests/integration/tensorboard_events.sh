@@ -7,33 +7,14 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 . tests/integration/lib.bash
 
-data=/usr/share/datasets/fashion-mnist
-[ -r "$data/train-images-idx3-ubyte.gz" ] || { echo "no $data (apt-get install dataset-fashion-mnist)"; exit 77; }
+need_fashion_mnist
 python3 -c 'import tensorboard.backend.event_processing.event_accumulator' 2>/dev/null ||
     { echo "no tensorboard for $(command -v python3) (pip install tensorboard)"; exit 77; }
 
 epochs=2
 [ -n "${GM_SAN:-}" ] && epochs=1 # ASan is ~4x slower; one epoch still has an evaluation
-cat >"$WORK/job.ini" <<JOB
-[job]
-name = tb-mlp
-model = mlp
-epochs = $epochs
-seed = 3
-log_every = 500
-out = $WORK/tb-mlp.safetensors
-[model]
-hidden = 32
-[data]
-kind = idx
-dir = $data
-[optim]
-name = sgd
-lr = 0.05
-batch = 128
-[schedule]
-kind = cosine
-JOB
+job_ini "$WORK/job.ini" tb-mlp job.epochs=$epochs job.seed=3 job.log_every=500 job.out="$WORK/tb-mlp.safetensors" \
+    model.hidden=32 optim.name=sgd optim.lr=0.05 optim.batch=128 schedule.kind=cosine
 "$GM" train --local "$WORK/job.ini" --summary-json "$WORK/summary.json" \
     --tensorboard "$WORK/tb" --no-progress 2>"$WORK/train.log" || fail "train exit $?"
 ls "$WORK"/tb/events.out.tfevents.* >/dev/null 2>&1 || fail "no event file in $WORK/tb"

@@ -25,8 +25,7 @@ NB_PREFIX=switch$$-
 . tests/integration/netns.bash
 nb_require openvpn python3
 
-DATA=/usr/share/datasets/fashion-mnist
-[ -r "$DATA/train-images-idx3-ubyte.gz" ] || { echo "SKIP: no Fashion-MNIST at $DATA"; exit 77; }
+need_fashion_mnist
 TOOLS="python3 $PWD/tests/integration/disc_tools.py"
 CAP=4
 WINDOW=15
@@ -48,25 +47,7 @@ for h in a1:b1 b1:a1; do
     pass "${h%%:*} caps its tunnel link to ${h#*:}; its probe measured $m Mbit/s"
 done
 
-cat >"$WORK/job.ini" <<EOF
-[job]
-name    = tunnel-cap
-model   = mlp
-epochs  = 1
-seed    = 1
-threads = 1
-[model]
-hidden = 1024
-[data]
-kind = idx
-dir  = $DATA
-[optim]
-name  = adam
-lr    = 0.001
-batch = 64
-[comm]
-codec = fp32
-EOF
+job_ini "$WORK/job.ini" tunnel-cap model.hidden=1024 optim.batch=64 comm.codec=fp32
 "$GM" submit "$WORK/job.ini" --config "$WORK/a1.conf" >"$WORK/submit.out" 2>&1 ||
     { cat "$WORK/submit.out"; fail "submit"; }
 JOB=$(sed -n 's/^job \([^ ]*\) submitted.*/\1/p' "$WORK/submit.out")

@@ -8,12 +8,9 @@
 # Each must train to well above chance and write loadable weights.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-bin=${GM_BIN:-./gradmesh}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+. tests/integration/lib.bash
 
-python3 - "$tmp" <<'PY'
+python3 - "$WORK" <<'PY'
 import os, random, struct, sys, zlib
 root = sys.argv[1]
 rnd = random.Random(5)
@@ -51,50 +48,21 @@ for k, cls in enumerate(["boot", "coat", "shirt"]):
         png(f"{root}/folder/{cls}/{i:03d}.png", 20, 20, image(k * 5, 20, 3, 1)[0])
 PY
 
-cat >"$tmp/cifar.ini" <<JOB
-[job]
-name = cifar
-model = lenet5
-epochs = 3
-out = $tmp/cifar.safetensors
-[data]
-kind = cifar10
-dir = $tmp/cifar
-[optim]
-name = adam
-lr = 0.002
-batch = 32
-JOB
-cat >"$tmp/folder.ini" <<JOB
-[job]
-name = folder
-model = mlp
-epochs = 8
-out = $tmp/folder.safetensors
-[model]
-hidden = 32
-[data]
-kind = folder
-dir = $tmp/folder
-image_size = 16
-channels = 1
-test_split = 0.2
-[optim]
-name = sgd
-lr = 0.05
-momentum = 0.9
-batch = 16
-JOB
+job_ini "$WORK/cifar.ini" cifar job.model=lenet5 job.epochs=3 job.out="$WORK/cifar.safetensors" \
+    data.kind=cifar10 data.dir="$WORK/cifar" optim.lr=0.002 optim.batch=32
+job_ini "$WORK/folder.ini" folder job.epochs=8 job.out="$WORK/folder.safetensors" model.hidden=32 \
+    data.kind=folder data.dir="$WORK/folder" data.image_size=16 data.channels=1 data.test_split=0.2 \
+    optim.name=sgd optim.lr=0.05 optim.momentum=0.9 optim.batch=16
 
 for j in cifar folder; do
-    "$bin" train --local "$tmp/$j.ini" --no-progress --summary-json "$tmp/$j.json" 2>"$tmp/$j.log" \
-        || { cat "$tmp/$j.log"; fail "$j training failed"; }
-    grep 'event=start' "$tmp/$j.log"
-    acc=$(python3 -c "import json;print(json.load(open('$tmp/$j.json'))['test_accuracy'])")
-    python3 -c "import sys; sys.exit(0 if $acc >= 80 else 1)" || { cat "$tmp/$j.log"; fail "$j: accuracy $acc < 80"; }
-    python3 -c "from safetensors.numpy import load_file; print(sorted(load_file('$tmp/$j.safetensors')))" \
+    "$GM" train --local "$WORK/$j.ini" --no-progress --summary-json "$WORK/$j.json" 2>"$WORK/$j.log" \
+        || { cat "$WORK/$j.log"; fail "$j training failed"; }
+    grep 'event=start' "$WORK/$j.log"
+    acc=$(python3 -c "import json;print(json.load(open('$WORK/$j.json'))['test_accuracy'])")
+    python3 -c "import sys; sys.exit(0 if $acc >= 80 else 1)" || { cat "$WORK/$j.log"; fail "$j: accuracy $acc < 80"; }
+    python3 -c "from safetensors.numpy import load_file; print(sorted(load_file('$WORK/$j.safetensors')))" \
         || fail "$j: weights do not load"
-    echo "ok: $j trains to $acc% test accuracy (chance: 10% / 33%)"
+    pass "$j trains to $acc% test accuracy (chance: 10% / 33%)"
 done
-grep -q 'input=3x32x32 classes=10' "$tmp/cifar.log" || fail "cifar: wrong input shape"
-grep -q 'train=144 test=36 input=1x16x16 classes=3' "$tmp/folder.log" || fail "folder: wrong split or shape"
+grep -q 'input=3x32x32 classes=10' "$WORK/cifar.log" || fail "cifar: wrong input shape"
+grep -q 'train=144 test=36 input=1x16x16 classes=3' "$WORK/folder.log" || fail "folder: wrong split or shape"
