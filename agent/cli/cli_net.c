@@ -23,6 +23,7 @@
 #include "agent/cli/cli.h"
 #include "agent/service/config.h"
 #include "agent/cluster/joiner.h"
+#include "agent/mesh/members.h"
 #include "common/log.h"
 #include "crypto/beacon.h"
 #include "crypto/identity.h"
@@ -341,26 +342,25 @@ static int resolve(const char *hostport, struct sockaddr_storage *ss, char out[G
 static int save_members(const struct gm_config *c, const struct gm_member *m, size_t n,
                         const char *admitter_addr)
 {
-    char path[GM_PATH_MAX], *buf, addr[GM_ADDR_MAX];
-    size_t i, off = 0, cap = (n + 1) * (GM_ID_NAME_MAX + GM_ADDR_MAX + 4);
+    char path[GM_PATH_MAX];
+    struct gm_member *keep = calloc(n + 1, sizeof(*keep));
+    size_t i, k = 0;
     int err;
 
-    buf = malloc(cap);
-    if (buf == NULL)
+    if (keep == NULL)
         return -ENOMEM;
     for (i = 0; i < n; i++) {
         if (strcmp(m[i].node, c->node) == 0)
             continue;
+        keep[k] = m[i];
         if (i == 0)
-            gm_proto_addr_fill_host(m[i].address, admitter_addr, addr);
-        else
-            snprintf(addr, sizeof(addr), "%s", m[i].address);
-        off += (size_t)snprintf(buf + off, cap - off, "%s %s\n", m[i].node, addr);
+            gm_proto_addr_fill_host(m[i].address, admitter_addr, keep[k].address);
+        k++;
     }
     err = state_file(c, "members", path);
     if (err == 0)
-        err = gm_id_write_file(path, buf, off, 0644);
-    free(buf);
+        err = gm_members_write(path, keep, k);
+    free(keep);
     return err;
 }
 
