@@ -34,6 +34,12 @@ void gm_cli_usage(FILE *f);
 int gm_cli_help(FILE *f, const char *verb);
 void gm_cli_usage_hint(const char *verb);
 
+/* agent/cli/cli.c: what the subcommands share. */
+/* After a usage error: the verb's synopsis and a pointer to --help (gm_cli_usage_hint);
+ * returns GM_EXIT_USAGE. */
+int gm_cli_usage_err(const char *cmd);
+/* Prints "gradmesh CMD: WHAT: why" on stderr; returns err's exit code (gm_err_exit_code). */
+int gm_cli_fail(const char *cmd, int err, const char *what);
 /* Sends req (consumed) to the local agent of config; *out the answer.  Prints
  * the agent's error or why it is unreachable; returns a negative code then. */
 struct json_t;

@@ -176,8 +176,7 @@ int gm_cli_role(int argc, char **argv)
         strcmp(argv[optind + 1], "spare") != 0) {
         fprintf(stderr, "gradmesh role: ROLE is voter, witness or spare, not '%s'\n",
                 argv[optind + 1]);
-        gm_cli_usage_hint("role");
-        return GM_EXIT_USAGE;
+        return gm_cli_usage_err("role");
     }
     return change(
         "role", config,

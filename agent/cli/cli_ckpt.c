@@ -336,15 +336,13 @@ int gm_cli_checkpoint(int argc, char **argv)
             gm_cli_help(stdout, "checkpoint");
             return GM_EXIT_OK;
         default:
-            gm_cli_usage_hint("checkpoint");
-            return GM_EXIT_USAGE;
+            return gm_cli_usage_err("checkpoint");
         }
     }
     sub = optind < argc ? argv[optind] : NULL;
     if (sub == NULL || !((strcmp(sub, "list") == 0 && optind + 1 == argc && !full) ||
                          (strcmp(sub, "export") == 0 && optind + 3 == argc && !as_json))) {
-        gm_cli_usage_hint("checkpoint");
-        return GM_EXIT_USAGE;
+        return gm_cli_usage_err("checkpoint");
     }
     if (gm_cli_control("checkpoints", config, json_pack("{s:s}", "cmd", "checkpoints"), &ans) != 0)
         return GM_EXIT_RUNTIME;

@@ -105,13 +105,11 @@ int gm_cli_submit(int argc, char **argv)
             gm_cli_help(stdout, "submit"); /* the text is in cli_help.c, with gradmesh(1)'s */
             return GM_EXIT_OK;
         default:
-            gm_cli_usage_hint("submit");
-            return GM_EXIT_USAGE;
+            return gm_cli_usage_err("submit");
         }
     }
     if (optind != argc - 1) {
-        gm_cli_usage_hint("submit");
-        return GM_EXIT_USAGE;
+        return gm_cli_usage_err("submit");
     }
     path = argv[optind];
     if ((err = gm_job_load(path, &job)) < 0)
@@ -216,13 +214,11 @@ int gm_cli_jobs(int argc, char **argv)
             gm_cli_help(stdout, "jobs"); /* the text is in cli_help.c, with gradmesh(1)'s */
             return GM_EXIT_OK;
         default:
-            gm_cli_usage_hint("jobs");
-            return GM_EXIT_USAGE;
+            return gm_cli_usage_err("jobs");
         }
     }
     if (optind != argc) {
-        gm_cli_usage_hint("jobs");
-        return GM_EXIT_USAGE;
+        return gm_cli_usage_err("jobs");
     }
     if (gm_cli_control("jobs", config, json_pack("{s:s}", "cmd", "jobs"), &r) != 0)
         return GM_EXIT_RUNTIME;
@@ -278,13 +274,11 @@ int gm_cli_cancel(int argc, char **argv)
             gm_cli_help(stdout, "cancel"); /* the text is in cli_help.c, with gradmesh(1)'s */
             return GM_EXIT_OK;
         default:
-            gm_cli_usage_hint("cancel");
-            return GM_EXIT_USAGE;
+            return gm_cli_usage_err("cancel");
         }
     }
     if (optind != argc - 1) {
-        gm_cli_usage_hint("cancel");
-        return GM_EXIT_USAGE;
+        return gm_cli_usage_err("cancel");
     }
     err = gm_cli_control("cancel", config,
                          json_pack("{s:s,s:s}", "cmd", "cancel", "id", argv[optind]), &r);

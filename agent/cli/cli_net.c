@@ -22,28 +22,15 @@
 #include "agent/agent.h"
 #include "agent/cli/cli.h"
 #include "agent/service/config.h"
-#include "agent/service/control.h"
 #include "agent/cluster/joiner.h"
+#include "agent/mesh/members.h"
 #include "common/log.h"
 #include "crypto/beacon.h"
 #include "crypto/identity.h"
 #include "crypto/token.h"
 #include "discovery/discovery.h"
 
-#define CONTROL_TIMEOUT_MS 10000
 #define FIND_WAIT_S 15 /* join without --peer: how long to look for an admitter */
-
-static int usage_err(const char *cmd)
-{
-    gm_cli_usage_hint(cmd); /* the synopses live in cli_help.c */
-    return GM_EXIT_USAGE;
-}
-
-static int fail(const char *cmd, int err, const char *what)
-{
-    fprintf(stderr, "gradmesh %s: %s: %s\n", cmd, what, gm_strerror(err));
-    return gm_err_exit_code(err);
-}
 
 /* Makes every folder above the last component of path (0755). */
 static int mkdir_parents(const char *path)
@@ -256,11 +243,11 @@ int gm_cli_init(int argc, char **argv)
             multicast = optarg;
             break;
         default:
-            return usage_err("init");
+            return gm_cli_usage_err("init");
         }
     }
     if (optind != argc || cluster == NULL)
-        return usage_err("init");
+        return gm_cli_usage_err("init");
     if (check_multicast("init", multicast) != 0)
         return GM_EXIT_USAGE;
     if (node == NULL) {
@@ -272,7 +259,7 @@ int gm_cli_init(int argc, char **argv)
         return GM_EXIT_USAGE;
     }
     if (config_for(config, cluster, config_buf, &link) != 0)
-        return usage_err("init");
+        return gm_cli_usage_err("init");
     config = config_buf;
     if (check_listen(listen) != 0) {
         fprintf(stderr, "gradmesh init: --listen wants IP:PORT\n");
@@ -280,7 +267,7 @@ int gm_cli_init(int argc, char **argv)
     }
     err = prepare_config(&c, cluster, node, listen, state, multicast);
     if (err != 0)
-        return fail("init", err, "state directory");
+        return gm_cli_fail("init", err, "state directory");
     err = refuse_existing(&c);
     if (err != 0)
         return GM_EXIT_CONFIG;
@@ -316,7 +303,7 @@ int gm_cli_init(int argc, char **argv)
     gm_id_cert_free(ca);
     gm_id_cert_free(cert);
     if (err != 0)
-        return fail("init", err, "could not create the cluster");
+        return gm_cli_fail("init", err, "could not create the cluster");
     if (link)
         link_default_config(cluster);
     gm_notice("event=cluster-created cluster=%s node=%s state=%s config=%s", cluster, node,
@@ -355,26 +342,25 @@ static int resolve(const char *hostport, struct sockaddr_storage *ss, char out[G
 static int save_members(const struct gm_config *c, const struct gm_member *m, size_t n,
                         const char *admitter_addr)
 {
-    char path[GM_PATH_MAX], *buf, addr[GM_ADDR_MAX];
-    size_t i, off = 0, cap = (n + 1) * (GM_ID_NAME_MAX + GM_ADDR_MAX + 4);
+    char path[GM_PATH_MAX];
+    struct gm_member *keep = calloc(n + 1, sizeof(*keep));
+    size_t i, k = 0;
     int err;
 
-    buf = malloc(cap);
-    if (buf == NULL)
+    if (keep == NULL)
         return -ENOMEM;
     for (i = 0; i < n; i++) {
         if (strcmp(m[i].node, c->node) == 0)
             continue;
+        keep[k] = m[i];
         if (i == 0)
-            gm_proto_addr_fill_host(m[i].address, admitter_addr, addr);
-        else
-            snprintf(addr, sizeof(addr), "%s", m[i].address);
-        off += (size_t)snprintf(buf + off, cap - off, "%s %s\n", m[i].node, addr);
+            gm_proto_addr_fill_host(m[i].address, admitter_addr, keep[k].address);
+        k++;
     }
     err = state_file(c, "members", path);
     if (err == 0)
-        err = gm_id_write_file(path, buf, off, 0644);
-    free(buf);
+        err = gm_members_write(path, keep, k);
+    free(keep);
     return err;
 }
 
@@ -466,16 +452,16 @@ int gm_cli_join(int argc, char **argv)
             char *end = NULL;
             long w = strtol(optarg, &end, 10);
             if (*end != '\0' || w < 1 || w > 3600)
-                return usage_err("join");
+                return gm_cli_usage_err("join");
             wait_s = (int)w;
             break;
         }
         default:
-            return usage_err("join");
+            return gm_cli_usage_err("join");
         }
     }
     if (optind != argc - 1)
-        return usage_err("join");
+        return gm_cli_usage_err("join");
     if (check_multicast("join", multicast) != 0)
         return GM_EXIT_USAGE;
     if (peer == NULL && multicast != NULL && strcmp(multicast, "off") == 0) {
@@ -496,7 +482,7 @@ int gm_cli_join(int argc, char **argv)
     }
     if (!gm_id_name_valid(node) || check_listen(listen) != 0) {
         gm_token_free(tok);
-        return usage_err("join");
+        return gm_cli_usage_err("join");
     }
     if (strcmp(strrchr(listen, ':'), ":0") == 0) {
         /* members dial the address given here: it needs a real port */
@@ -511,7 +497,7 @@ int gm_cli_join(int argc, char **argv)
                             peer_addr);
     if (err != 0) {
         gm_token_free(tok);
-        return peer != NULL ? fail("join", err, "--peer") : GM_EXIT_RUNTIME;
+        return peer != NULL ? gm_cli_fail("join", err, "--peer") : GM_EXIT_RUNTIME;
     }
     err = config_for(config, gm_token_cluster(tok), config_buf, &link);
     config = config_buf;
@@ -523,7 +509,7 @@ int gm_cli_join(int argc, char **argv)
         err = gm_id_key_generate(&key);
     if (err != 0) {
         gm_token_free(tok);
-        return fail("join", err, "state directory");
+        return gm_cli_fail("join", err, "state directory");
     }
     if (peer != NULL) /* through a VPN or WAN: the agent keeps dialing it (static endpoint) */
         snprintf(c.peers, sizeof(c.peers), "%s", peer);
@@ -568,62 +554,13 @@ int gm_cli_join(int argc, char **argv)
     gm_id_key_free(key);
     gm_join_result_free(&r);
     if (err != 0)
-        return fail("join", err, "could not save the new identity");
+        return gm_cli_fail("join", err, "could not save the new identity");
     if (link)
         link_default_config(c.cluster);
     gm_notice("event=joined cluster=%s node=%s token=%s", c.cluster, node, id);
     printf("joined cluster %s as node %s\n", c.cluster, node);
     print_next(c.cluster, config, link);
     return GM_EXIT_OK;
-}
-
-/* Sends one request to the local agent; *out is the parsed answer. */
-int gm_cli_control(const char *cmd, const char *config, json_t *req, json_t **out)
-{
-    struct gm_config c;
-    json_error_t e;
-    char *text = NULL, *resp = NULL;
-    int err;
-
-    *out = NULL;
-    err = gm_config_load(gm_config_path(config), &c);
-    if (err != 0) {
-        json_decref(req);
-        return err;
-    }
-    text = json_dumps(req, JSON_COMPACT);
-    json_decref(req);
-    if (text == NULL)
-        return -ENOMEM;
-    err = gm_control_call(c.control, text, CONTROL_TIMEOUT_MS, &resp);
-    free(text);
-    if (err == -ENOENT || err == -ECONNREFUSED) { /* no socket, or a dead agent's */
-        fprintf(stderr,
-                "gradmesh %s: no agent is running for %s (nothing answers at %s: %s); "
-                "start it with: gradmesh agent --config %s\n",
-                cmd, gm_config_path(config), c.control, gm_strerror(err), gm_config_path(config));
-        return err;
-    }
-    if (err != 0) {
-        fprintf(stderr, "gradmesh %s: cannot reach the agent at %s: %s\n", cmd, c.control,
-                gm_strerror(err));
-        return err;
-    }
-    *out = json_loads(resp, 0, &e);
-    if (resp != NULL)
-        sodium_memzero(resp, strlen(resp)); /* may hold a token */
-    free(resp);
-    if (*out == NULL)
-        return -EPROTO;
-    if (json_object_get(*out, "error") != NULL) {
-        json_int_t code = json_integer_value(json_object_get(*out, "code"));
-        fprintf(stderr, "gradmesh %s: %s\n", cmd,
-                json_string_value(json_object_get(*out, "error")));
-        json_decref(*out);
-        *out = NULL;
-        return code < 0 ? (int)code : -EPROTO;
-    }
-    return 0;
 }
 
 static int parse_ttl(const char *s, int64_t *out)
@@ -668,13 +605,13 @@ int gm_cli_token(int argc, char **argv)
         switch (o) {
         case 't':
             if (parse_ttl(optarg, &ttl) != 0)
-                return usage_err("token");
+                return gm_cli_usage_err("token");
             break;
         case 'u': {
             char *end = NULL;
             uses = strtol(optarg, &end, 10);
             if (*end != '\0' || uses < 1 || uses > 10000)
-                return usage_err("token");
+                return gm_cli_usage_err("token");
             break;
         }
         case 'f':
@@ -684,11 +621,11 @@ int gm_cli_token(int argc, char **argv)
             as_json = 1;
             break;
         default:
-            return usage_err("token");
+            return gm_cli_usage_err("token");
         }
     }
     if (optind >= argc)
-        return usage_err("token");
+        return gm_cli_usage_err("token");
     sub = argv[optind];
     if (strcmp(sub, "create") == 0 && optind == argc - 1) {
         err = gm_cli_control("token create", config,
@@ -748,7 +685,7 @@ int gm_cli_token(int argc, char **argv)
         printf("token %s revoked\n", argv[optind + 1]);
         return GM_EXIT_OK;
     }
-    return usage_err("token");
+    return gm_cli_usage_err("token");
 }
 
 int gm_cli_agent(int argc, char **argv)
@@ -764,19 +701,19 @@ int gm_cli_agent(int argc, char **argv)
         if (o == 'f')
             config = optarg;
         else
-            return usage_err("agent");
+            return gm_cli_usage_err("agent");
     }
     if (optind != argc)
-        return usage_err("agent");
+        return gm_cli_usage_err("agent");
     err = gm_agent_open(gm_config_path(config), &a);
     if (err == GM_ERR_CONFIG)
         return GM_EXIT_CONFIG; /* the one line naming file, line and problem is out */
     if (err != 0)
-        return fail("agent", err, "cannot start");
+        return gm_cli_fail("agent", err, "cannot start");
     err = gm_agent_start(a);
     if (err != 0) {
         gm_agent_free(a);
-        return fail("agent", err, "cannot start");
+        return gm_cli_fail("agent", err, "cannot start");
     }
     while (uv_run(gm_agent_loop(a), UV_RUN_DEFAULT) != 0)
         ;
@@ -802,10 +739,10 @@ int gm_cli_status(int argc, char **argv)
         else if (o == 'j')
             as_json = 1;
         else
-            return usage_err("status");
+            return gm_cli_usage_err("status");
     }
     if (optind != argc)
-        return usage_err("status");
+        return gm_cli_usage_err("status");
     err = gm_cli_control("status", config, json_pack("{s:s}", "cmd", "status"), &r);
     if (err != 0)
         return gm_err_exit_code(err);

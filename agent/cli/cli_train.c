@@ -108,8 +108,7 @@ int gm_cli_train(int argc, char **argv)
             gm_cli_help(stdout, "train");
             return GM_EXIT_OK;
         default:
-            gm_cli_usage_hint("train");
-            return GM_EXIT_USAGE;
+            return gm_cli_usage_err("train");
         }
     }
     if (job_path == NULL || optind != argc) {
@@ -117,8 +116,7 @@ int gm_cli_train(int argc, char **argv)
             fprintf(stderr, "gradmesh train: --local JOB.ini is required\n");
         else
             fprintf(stderr, "gradmesh train: unexpected argument '%s'\n", argv[optind]);
-        gm_cli_usage_hint("train");
-        return GM_EXIT_USAGE;
+        return gm_cli_usage_err("train");
     }
     if ((err = gm_job_load(job_path, &job)) < 0)
         return gm_err_exit_code(err); /* the loader logged file, line and problem */

@@ -1,8 +1,10 @@
 /*
- * agent/cluster/chief.c - the chief room (see chief.h): raft's lifecycle, the state
- * machine's glue, the controller that keeps raft's configuration in line
- * with the members and their recorded roles, and the members/revoke/role
- * commands.
+ * agent/cluster/chief.c - the chief room's engine (see chief.h): raft's lifecycle and I/O,
+ * the state machine's glue, proposals' raft_apply, the results table of requests made here,
+ * the controller that keeps raft's configuration in line with the members and their recorded
+ * roles, hand-over and election tuning, and the queries (leader, term, status).  What is
+ * asked of the chief (requests, CHIEF_REQ/CHIEF_ANS, the commands, the room table) is
+ * chiefreq.c, above this file: nothing here calls into it (agent/cluster/chief_int.h).
  *
  * Ownership: struct gm_chief (a->chief) owns the raft instance, its libuv
  * I/O backend, the transport (agent/cluster/chiefnet.h) and the state machine.  A
@@ -17,11 +19,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 
 #include <raft.h>
 #include <raft/uv.h>
 
+#include "agent/cluster/chief_int.h"
 #include "agent/cluster/chiefnet.h"
 #include "agent/net/link.h"
 #include "agent/mesh/measure.h"
@@ -42,55 +44,7 @@
 #define HEARTBEAT_MS 100
 #define SNAPSHOT_THRESHOLD 256
 #define SNAPSHOT_TRAILING 64
-#define RESULTS_MAX 32
-#define MSG_MAX 200
 #define ASK_TIMEOUT_S 10 /* a request with a callback that has no answer by then fails */
-
-enum { RES_FREE = 0, RES_PENDING, RES_DONE, RES_REFUSED };
-
-/* The outcome of a revoke or role request made on this node. */
-struct result {
-    uint64_t req;
-    int state;
-    int code;
-    char msg[MSG_MAX];
-    gm_chief_done_fn done; /* optional: runs once with the outcome */
-    void *arg;
-    uint64_t t0; /* made then (monotonic ns) */
-};
-
-struct gm_chief {
-    struct gm_agent *a; /* borrowed */
-    struct raft raft;
-    struct raft_io io;
-    struct raft_fsm rfsm;
-    struct gm_chief_fsm fsm;
-    struct gm_chiefnet *net;
-    int io_ready, raft_ready, started, closing, closed;
-    char dir[GM_PATH_MAX];
-    /* the controller: one raft change or one proposal of its own at a time */
-    struct raft_change change;
-    struct raft_transfer transfer;
-    int change_busy, own_busy, transfer_busy;
-    int handing_over;     /* the agent drains: no more changes of its own */
-    unsigned election_ms; /* raft's election timeout now (tune_election) */
-    /* what was last logged about the chief */
-    uint64_t logged_term, restores_logged;
-    char logged_chief[GM_CHIEF_NAME_MAX + 1];
-    /* requests made here */
-    struct result results[RESULTS_MAX];
-    uint64_t next_req;
-};
-
-/* One proposal in flight. */
-struct prop {
-    struct raft_apply req;
-    struct gm_chief *ch;
-    uint64_t origin_req;                /* the asker's request id */
-    char origin[GM_CHIEF_NAME_MAX + 1]; /* "" : this node */
-    int own;                            /* the controller's */
-    char what[96];
-};
 
 /* --- results ----------------------------------------------------------------- */
 
@@ -104,7 +58,7 @@ static void result_call(struct result *r, int code, const char *msg)
         done(r->arg, code, msg);
 }
 
-static struct result *result_new(struct gm_chief *ch)
+struct result *gm_chief_result_new(struct gm_chief *ch)
 {
     struct result *r = &ch->results[ch->next_req % RESULTS_MAX];
 
@@ -117,7 +71,7 @@ static struct result *result_new(struct gm_chief *ch)
     return r;
 }
 
-static struct result *result_find(struct gm_chief *ch, uint64_t req)
+struct result *gm_chief_result_find(struct gm_chief *ch, uint64_t req)
 {
     for (size_t i = 0; i < RESULTS_MAX; i++)
         if (ch->results[i].state != RES_FREE && ch->results[i].req == req)
@@ -125,9 +79,9 @@ static struct result *result_find(struct gm_chief *ch, uint64_t req)
     return NULL;
 }
 
-static void result_set(struct gm_chief *ch, uint64_t req, int code, const char *msg)
+void gm_chief_result_set(struct gm_chief *ch, uint64_t req, int code, const char *msg)
 {
-    struct result *r = result_find(ch, req);
+    struct result *r = gm_chief_result_find(ch, req);
 
     if (r == NULL)
         return;
@@ -156,39 +110,9 @@ static void results_expire(struct gm_chief *ch, uint64_t now)
 
 /* --- helpers ------------------------------------------------------------------- */
 
-static struct gm_link *link_up(struct gm_agent *a, const char *node)
-{
-    struct gm_peer *p = gm_agent_peer_find(a, node);
-
-    return p != NULL && p->link != NULL && gm_link_state(p->link) == GM_LSTATE_UP &&
-                   !gm_link_is_closing(p->link)
-               ? p->link
-               : NULL;
-}
-
-static const struct raft_server *server_find(struct gm_chief *ch, const char *node)
-{
-    const struct raft_configuration *c = &ch->raft.configuration;
-
-    for (unsigned i = 0; i < c->n; i++)
-        if (strcmp(c->servers[i].address, node) == 0)
-            return &c->servers[i];
-    return NULL;
-}
-
-static const char *raft_role_name(int role)
-{
-    return role == RAFT_VOTER ? "voter" : role == RAFT_STANDBY ? "standby" : "spare";
-}
-
 static int want_raft_role(enum gm_chief_role r)
 {
     return r == GM_CHIEF_ROLE_SPARE ? RAFT_STANDBY : RAFT_VOTER;
-}
-
-static int is_leader(struct gm_chief *ch)
-{
-    return ch->raft_ready && raft_state(&ch->raft) == RAFT_LEADER;
 }
 
 int gm_chief_leader(struct gm_agent *a, char out[GM_CHIEF_NAME_MAX + 1], uint64_t *term)
@@ -258,7 +182,8 @@ static void no_chief_reason(struct gm_chief *ch, char *out, size_t cap)
         if (c->servers[i].role != RAFT_VOTER)
             continue;
         voters++;
-        up += c->servers[i].id == ch->raft.id || link_up(ch->a, c->servers[i].address) != NULL;
+        up += c->servers[i].id == ch->raft.id ||
+              gm_agent_up_link(ch->a, c->servers[i].address) != NULL;
     }
     if (2 * up <= voters)
         snprintf(out, cap, "no majority: %u of %u voters reachable (%u needed); training pauses",
@@ -288,7 +213,7 @@ void gm_chief_status(struct gm_agent *a, json_t *o)
     uint64_t term = 0;
     int have = gm_chief_leader(a, leader, &term) == 0;
     const struct raft_server *s =
-        ch != NULL && ch->raft_ready ? server_find(ch, a->cfg.node) : NULL;
+        ch != NULL && ch->raft_ready ? gm_chief_server_find(ch, a->cfg.node) : NULL;
 
     json_object_set_new(o, "chief", have ? json_string(leader) : json_null());
     json_object_set_new(o, "term", json_integer((json_int_t)term));
@@ -300,7 +225,8 @@ void gm_chief_status(struct gm_agent *a, json_t *o)
     json_object_set_new(o, "chief_reason", have ? json_null() : json_string(why));
     json_object_set_new(o, "member_role",
                         json_string(gm_chief_role_name(gm_chief_role_of(a, a->cfg.node))));
-    json_object_set_new(o, "raft_role", json_string(s != NULL ? raft_role_name(s->role) : "none"));
+    json_object_set_new(o, "raft_role",
+                        json_string(s != NULL ? gm_chief_raft_role_name(s->role) : "none"));
 }
 
 /* Logs each chief once per term: the test of "one chief per term" reads these lines. */
@@ -358,27 +284,6 @@ static void after_apply(void *arg, const struct gm_chief_cmd *c, int code)
 
 /* --- proposals ---------------------------------------------------------------- */
 
-static void answer(struct gm_chief *ch, const struct prop *p, int code, const char *msg)
-{
-    struct gm_chief_ans ans = {.code = code};
-    struct gm_link *l;
-    char *text = NULL;
-    size_t len;
-
-    if (p->own)
-        return;
-    if (p->origin[0] == '\0') {
-        result_set(ch, p->origin_req, code, msg);
-        return;
-    }
-    l = link_up(ch->a, p->origin);
-    snprintf(ans.message, sizeof(ans.message), "%s", msg);
-    if (l != NULL && gm_chief_ans_encode(&ans, &text, &len) == 0 &&
-        gm_link_send(l, GM_MSG_CHIEF_ANS, p->origin_req, text, len) != 0)
-        gm_info("event=chief-answer-lost origin=%s", p->origin); /* it times out */
-    free(text);
-}
-
 static void apply_cb(struct raft_apply *req, int status, void *result)
 {
     struct prop *p = req->data;
@@ -395,19 +300,19 @@ static void apply_cb(struct raft_apply *req, int status, void *result)
         snprintf(msg, sizeof(msg), "%s: refused (%s)", p->what, gm_strerror(code));
     else
         snprintf(msg, sizeof(msg), "%s: committed", p->what);
-    answer(ch, p, code, msg);
+    if (p->answer != NULL)
+        p->answer(ch, p, code, msg);
     free(p);
 }
 
-/* Proposes c (its term is set here); 0 or an error (nothing proposed). */
-static int propose(struct gm_chief *ch, struct gm_chief_cmd *c, const char *origin,
-                   uint64_t origin_req, int own, const char *what)
+int gm_chief_apply(struct gm_chief *ch, struct gm_chief_cmd *c, const char *origin,
+                   uint64_t origin_req, int own, const char *what, gm_chief_answer_fn answer)
 {
     struct prop *p;
     struct raft_buffer b;
     int err;
 
-    if (!is_leader(ch))
+    if (!gm_chief_leads(ch))
         return -EAGAIN;
     c->term = ch->raft.current_term;
     err = gm_chief_cmd_buffer(c, &b);
@@ -420,6 +325,7 @@ static int propose(struct gm_chief *ch, struct gm_chief_cmd *c, const char *orig
     }
     p->ch = ch;
     p->req.data = p;
+    p->answer = answer;
     p->own = own;
     p->origin_req = origin_req;
     snprintf(p->origin, sizeof(p->origin), "%s", origin);
@@ -433,239 +339,6 @@ static int propose(struct gm_chief *ch, struct gm_chief_cmd *c, const char *orig
     if (own)
         ch->own_busy = 1;
     return 0;
-}
-
-/* Would the voters left after node takes role (voter: 1) still form a majority with
- * the links up now?  0, or -EBUSY with why. */
-static int majority_check(struct gm_chief *ch, const char *node, int voter, char *why, size_t cap)
-{
-    const struct raft_configuration *c = &ch->raft.configuration;
-    unsigned voters = 0, up = 0;
-    int counted = 0;
-
-    for (unsigned i = 0; i < c->n; i++) {
-        const struct raft_server *s = &c->servers[i];
-        int is_node = strcmp(s->address, node) == 0;
-        int v = is_node ? voter : s->role == RAFT_VOTER;
-        counted |= is_node;
-        if (!v)
-            continue;
-        voters++;
-        up += s->id == ch->raft.id || link_up(ch->a, s->address) != NULL;
-    }
-    if (!counted && voter) {
-        voters++;
-        up += link_up(ch->a, node) != NULL;
-    }
-    if (voters == 0) {
-        snprintf(why, cap, "no voter would be left");
-        return -EBUSY;
-    }
-    if (2 * up <= voters) {
-        snprintf(why, cap, "would leave no majority: %u of %u voters reachable", up, voters);
-        return -EBUSY;
-    }
-    return 0;
-}
-
-/* A revoke or role request, on the chief.  0 when proposed (the answer comes on commit),
- * else an error with why. */
-static int request(struct gm_chief *ch, const char *cmd, const char *node, const char *role,
-                   const char *origin, uint64_t origin_req, char *why, size_t cap)
-{
-    struct gm_chief_cmd c = {0};
-    char what[96];
-    int err;
-
-    if (node == NULL || !gm_id_name_valid(node)) {
-        snprintf(why, cap, "bad node id");
-        return -EINVAL;
-    }
-    if (gm_chief_fsm_member(&ch->fsm, node) == NULL && server_find(ch, node) == NULL &&
-        !(strcmp(cmd, "revoke") == 0 && gm_agent_peer_find(ch->a, node) != NULL)) {
-        snprintf(why, cap, "%s is not a member", node);
-        return -ENOENT;
-    }
-    if (gm_chief_fsm_is_revoked(&ch->fsm, node)) {
-        snprintf(why, cap, "%s is revoked", node);
-        return -EPERM;
-    }
-    snprintf(c.node, sizeof(c.node), "%s", node);
-    if (strcmp(cmd, "revoke") == 0) {
-        if (strcmp(node, ch->a->cfg.node) == 0) {
-            snprintf(why, cap,
-                     "%s is the chief: it cannot revoke itself (stop it, or make it "
-                     "a spare first)",
-                     node);
-            return -EPERM;
-        }
-        err = majority_check(ch, node, 0, why, cap);
-        if (err != 0)
-            return err;
-        c.op = GM_CHIEF_OP_REVOKE;
-        c.at = (int64_t)time(NULL);
-        snprintf(what, sizeof(what), "revoke %s", node);
-    } else {
-        if (role == NULL || gm_chief_role_parse(role, &c.role) != 0) {
-            snprintf(why, cap, "role must be voter, witness or spare");
-            return -EINVAL;
-        }
-        err = majority_check(ch, node, c.role != GM_CHIEF_ROLE_SPARE, why, cap);
-        if (err != 0)
-            return err;
-        c.op = GM_CHIEF_OP_MEMBER;
-        snprintf(what, sizeof(what), "role %s %s", node, role);
-    }
-    err = propose(ch, &c, origin, origin_req, 0, what);
-    if (err != 0)
-        snprintf(why, cap, "%s: could not propose (%s)", what, gm_strerror(err));
-    else
-        gm_notice("event=chief-request %s origin=%s term=%llu", what,
-                  origin[0] ? origin : ch->a->cfg.node, (unsigned long long)ch->raft.current_term);
-    return err;
-}
-
-/* A token use asked by origin ("" : this node), on the chief: only a voter admits. */
-static int use_request(struct gm_chief *ch, const char *token, int64_t limit, const char *origin,
-                       uint64_t origin_req, char *why, size_t cap)
-{
-    struct gm_chief_cmd c = {.op = GM_CHIEF_OP_TOKEN_USE, .limit = limit};
-    const char *who = origin[0] ? origin : ch->a->cfg.node;
-    char what[96];
-    int err;
-
-    if (gm_chief_role_of(ch->a, who) != GM_CHIEF_ROLE_VOTER ||
-        gm_chief_fsm_is_revoked(&ch->fsm, who)) {
-        snprintf(why, cap, "%s is not a voter: only voters admit", who);
-        return -EPERM;
-    }
-    snprintf(c.token, sizeof(c.token), "%s", token);
-    snprintf(what, sizeof(what), "token-use %s by %s", token, who);
-    err = propose(ch, &c, origin, origin_req, 0, what);
-    if (err != 0)
-        snprintf(why, cap, "%s: could not propose (%s)", what, gm_strerror(err));
-    else
-        gm_info("event=chief-request %s limit=%lld term=%llu", what, (long long)limit,
-                (unsigned long long)ch->raft.current_term);
-    return err;
-}
-
-int gm_chief_use_token(struct gm_agent *a, const char *token, int limit, gm_chief_done_fn done,
-                       void *arg)
-{
-    struct gm_chief *ch = a->chief;
-    char leader[GM_CHIEF_NAME_MAX + 1], why[MSG_MAX];
-    struct gm_chief_req fr = {.limit = limit};
-    struct result *r;
-    struct gm_link *l;
-    uint64_t term;
-    char *text = NULL;
-    size_t len = 0;
-    int err;
-
-    if (ch == NULL || gm_chief_leader(a, leader, &term) != 0)
-        return -EAGAIN;
-    l = is_leader(ch) ? NULL : link_up(a, leader);
-    if (!is_leader(ch) && l == NULL)
-        return -EHOSTUNREACH;
-    r = result_new(ch);
-    r->done = done;
-    r->arg = arg;
-    if (is_leader(ch)) {
-        err = use_request(ch, token, limit, "", r->req, why, sizeof(why));
-        if (err != 0) {
-            gm_info("event=token-use-unproposed token=%s reason=\"%s\"", token, why);
-            r->done = NULL;
-            r->state = RES_FREE;
-        }
-        return err;
-    }
-    snprintf(fr.cmd, sizeof(fr.cmd), "use");
-    snprintf(fr.token, sizeof(fr.token), "%s", token);
-    err = gm_chief_req_encode(&fr, &text, &len);
-    if (err == 0)
-        err = gm_link_send(l, GM_MSG_CHIEF_REQ, r->req, text, len);
-    free(text);
-    if (err != 0) {
-        r->done = NULL;
-        r->state = RES_FREE;
-    }
-    return err;
-}
-
-int gm_chief_propose(struct gm_agent *a, struct gm_chief_cmd *c, const char *what)
-{
-    struct gm_chief *ch = a->chief;
-
-    if (ch == NULL || !is_leader(ch))
-        return -EAGAIN;
-    return propose(ch, c, "", 0, 0, what);
-}
-
-void gm_chief_record_job(struct gm_agent *a, const char *id, const char *state, long step)
-{
-    struct gm_chief_cmd c = {.op = GM_CHIEF_OP_JOB, .step = step < 0 ? 0 : step};
-    char what[96];
-    int err;
-
-    if (a->chief == NULL || !is_leader(a->chief))
-        return;
-    snprintf(c.job, sizeof(c.job), "%s", id);
-    snprintf(c.state, sizeof(c.state), "%s", state);
-    snprintf(what, sizeof(what), "job %s %s", id, state);
-    err = gm_chief_propose(a, &c, what);
-    if (err != 0)
-        gm_info("event=chief-job-unrecorded job=%s state=%s err=%d", id, state, err);
-}
-
-void gm_chief_record_job_spec(struct gm_agent *a, const char *id, const char *text, size_t len,
-                              int global_batch)
-{
-    struct gm_chief_cmd *c;
-    char what[96];
-    int err;
-
-    if (a->chief == NULL || !is_leader(a->chief))
-        return;
-    if (len > GM_CHIEF_SPEC_MAX) {
-        gm_warn("event=chief-job-spec-unrecorded job=%s bytes=%zu: the job text is over %d "
-                "bytes, so a cluster restarted from nothing will not resume it by itself",
-                id, len, GM_CHIEF_SPEC_MAX);
-        return;
-    }
-    c = calloc(1, sizeof(*c)); /* the text makes it large for a stack */
-    if (c == NULL)
-        return;
-    c->op = GM_CHIEF_OP_JOB_SPEC;
-    snprintf(c->job, sizeof(c->job), "%s", id);
-    memcpy(c->spec, text, len);
-    c->spec[len] = '\0';
-    c->spec_len = len;
-    gm_ckpt_sha256_hex(text, len, c->sha256);
-    c->global_batch = global_batch;
-    snprintf(what, sizeof(what), "job %s spec", id);
-    err = gm_chief_propose(a, c, what);
-    if (err != 0)
-        gm_info("event=chief-job-spec-unrecorded job=%s err=%d", id, err);
-    free(c);
-}
-
-long gm_chief_committed(struct gm_agent *a, const char *key, struct gm_ckpt_ref *out, size_t cap)
-{
-    const struct gm_chief_fsm *f;
-    size_t n = 0;
-
-    if (a->chief == NULL)
-        return -1;
-    f = &a->chief->fsm;
-    for (size_t i = 0; i < f->nckpts && n < cap; i++) {
-        if (strcmp(f->ckpts[i].job, key) != 0)
-            continue;
-        out[n].step = (long)f->ckpts[i].step;
-        memcpy(out[n].sha256, f->ckpts[i].sha256, sizeof(out[n].sha256));
-        n++;
-    }
-    return (long)n;
 }
 
 /* --- the controller --------------------------------------------------------------- */
@@ -694,14 +367,14 @@ static void controller(struct gm_chief *ch)
     const struct raft_configuration *c = &ch->raft.configuration;
     int err = 0;
 
-    if (!is_leader(ch) || ch->change_busy || ch->own_busy || ch->transfer_busy ||
+    if (!gm_chief_leads(ch) || ch->change_busy || ch->own_busy || ch->transfer_busy ||
         ch->handing_over || ch->raft.configuration_uncommitted_index != 0)
         return;
     ch->change.data = ch;
     if (gm_chief_role_of(a, a->cfg.node) == GM_CHIEF_ROLE_WITNESS) { /* a trainer leads */
         for (unsigned i = 0; i < c->n; i++) {
             const struct raft_server *s = &c->servers[i];
-            if (s->role == RAFT_VOTER && s->id != ch->raft.id && link_up(a, s->address) &&
+            if (s->role == RAFT_VOTER && s->id != ch->raft.id && gm_agent_up_link(a, s->address) &&
                 gm_chief_role_of(a, s->address) == GM_CHIEF_ROLE_VOTER) {
                 gm_notice("event=chief-transfer to=%s reason=\"this node is a witness\"",
                           s->address);
@@ -728,7 +401,7 @@ static void controller(struct gm_chief *ch)
             snprintf(k.node, sizeof(k.node), "%s", s->address);
             k.role = gm_chief_fsm_recorded_voters(&ch->fsm) < GM_CHIEF_VOTERS ? GM_CHIEF_ROLE_VOTER
                                                                               : GM_CHIEF_ROLE_SPARE;
-            if (propose(ch, &k, "", 0, 1, "record member") != 0)
+            if (gm_chief_apply(ch, &k, "", 0, 1, "record member", NULL) != 0)
                 gm_debug("event=chief-record-failed node=%s", s->address);
             return;
         }
@@ -744,9 +417,10 @@ static void controller(struct gm_chief *ch)
             ch->transfer_busy = raft_transfer(&ch->raft, &ch->transfer, 0, transfer_cb) == 0;
             return;
         }
-        if (want == RAFT_VOTER && link_up(a, s->address) == NULL)
+        if (want == RAFT_VOTER && gm_agent_up_link(a, s->address) == NULL)
             continue; /* a promotion needs it to catch up */
-        gm_notice("event=chief-assign node=%s raft_role=%s", s->address, raft_role_name(want));
+        gm_notice("event=chief-assign node=%s raft_role=%s", s->address,
+                  gm_chief_raft_role_name(want));
         err = raft_assign(&ch->raft, &ch->change, s->id, want, change_cb);
         ch->change_busy = err == 0;
         if (err != 0)
@@ -755,8 +429,8 @@ static void controller(struct gm_chief *ch)
     }
     for (size_t i = 0; i < a->npeers; i++) { /* up members raft does not know: in */
         const char *node = a->peers[i].node;
-        if (server_find(ch, node) != NULL || gm_chief_fsm_is_revoked(&ch->fsm, node) ||
-            link_up(a, node) == NULL)
+        if (gm_chief_server_find(ch, node) != NULL || gm_chief_fsm_is_revoked(&ch->fsm, node) ||
+            gm_agent_up_link(a, node) == NULL)
             continue;
         gm_notice("event=chief-add node=%s", node);
         err = raft_add(&ch->raft, &ch->change, gm_chiefnet_raft_id(node), node, change_cb);
@@ -769,7 +443,7 @@ static void controller(struct gm_chief *ch)
 
 int gm_chief_is_leader(struct gm_agent *a)
 {
-    return a->chief != NULL && is_leader(a->chief);
+    return a->chief != NULL && gm_chief_leads(a->chief);
 }
 
 /* A voter (recorded and in raft) other than this node, with an up link; NULL when none. */
@@ -779,7 +453,7 @@ static const struct raft_server *successor(struct gm_chief *ch)
 
     for (unsigned i = 0; i < c->n; i++) {
         const struct raft_server *s = &c->servers[i];
-        if (s->role == RAFT_VOTER && s->id != ch->raft.id && link_up(ch->a, s->address) &&
+        if (s->role == RAFT_VOTER && s->id != ch->raft.id && gm_agent_up_link(ch->a, s->address) &&
             gm_chief_role_of(ch->a, s->address) == GM_CHIEF_ROLE_VOTER &&
             !gm_chief_fsm_is_revoked(&ch->fsm, s->address))
             return s;
@@ -872,7 +546,7 @@ int gm_chief_barrier(struct gm_agent *a, struct raft_barrier *req, raft_barrier_
 {
     struct gm_chief *ch = a->chief;
 
-    if (ch == NULL || !is_leader(ch))
+    if (ch == NULL || !gm_chief_leads(ch))
         return -EAGAIN;
     return raft_barrier(&ch->raft, req, cb) == 0 ? 0 : -EAGAIN;
 }
@@ -887,7 +561,7 @@ void gm_chief_link_down(struct gm_agent *a, const char *node)
 
 static struct gm_link *env_link_to(void *agent, const char *node)
 {
-    return link_up(agent, node);
+    return gm_agent_up_link(agent, node);
 }
 
 /* A raft channel from node: never from a revoked node, nor (once this node is in a
@@ -901,7 +575,7 @@ static int env_allowed(void *agent, const char *node, char *why, size_t cap)
         snprintf(why, cap, "%s is revoked", node);
         return GM_ERR_AUTH;
     }
-    if (ch->raft_ready && ch->raft.configuration.n > 0 && server_find(ch, node) == NULL) {
+    if (ch->raft_ready && ch->raft.configuration.n > 0 && gm_chief_server_find(ch, node) == NULL) {
         snprintf(why, cap, "%s is not in the raft configuration", node);
         return GM_ERR_AUTH;
     }
@@ -1041,8 +715,8 @@ void gm_chief_free(struct gm_agent *a)
 
 /* --- frames ----------------------------------------------------------------------- */
 
-static int on_raft(struct gm_agent *a, struct gm_link *l, const struct gm_frame_hdr *h,
-                   const uint8_t *p)
+int gm_chief_on_raft(struct gm_agent *a, struct gm_link *l, const struct gm_frame_hdr *h,
+                     const uint8_t *p)
 {
     struct gm_lctx *c = gm_link_data(l);
     int err;
@@ -1052,213 +726,3 @@ static int on_raft(struct gm_agent *a, struct gm_link *l, const struct gm_frame_
     err = gm_chiefnet_on_frame(a->chief->net, c->node, h, p);
     return err != 0 ? gm_agent_refuse(l, err, "malformed raft frame") : 0;
 }
-
-/* A member forwards a revoke or role request to this node, the chief. */
-static int on_req(struct gm_agent *a, struct gm_link *l, const struct gm_frame_hdr *h,
-                  const uint8_t *p)
-{
-    struct gm_lctx *c = gm_link_data(l);
-    struct gm_chief *ch = a->chief;
-    struct gm_chief_req r;
-    struct prop fake = {.ch = ch, .origin_req = h->req};
-    char why[MSG_MAX];
-    int err;
-
-    if (gm_chief_req_decode(p, h->len, &r) != 0)
-        return gm_agent_refuse(l, GM_ERR_PROTO, "malformed chief request");
-    snprintf(fake.origin, sizeof(fake.origin), "%s", c->node);
-    if (!is_leader(ch)) {
-        snprintf(why, sizeof(why), "%s is not the chief (any more)", a->cfg.node);
-        err = -EAGAIN;
-    } else if (strcmp(r.cmd, "use") == 0) {
-        err = use_request(ch, r.token, r.limit, c->node, h->req, why, sizeof(why));
-    } else {
-        err = request(ch, r.cmd, r.node,
-                      strcmp(r.cmd, "role") == 0 ? gm_chief_role_name(r.role) : NULL, c->node,
-                      h->req, why, sizeof(why));
-    }
-    if (err != 0) {
-        gm_warn("event=chief-request-refused origin=%s reason=\"%s\"", c->node, why);
-        answer(ch, &fake, err, why);
-    }
-    return 0;
-}
-
-static int on_ans(struct gm_agent *a, struct gm_link *l, const struct gm_frame_hdr *h,
-                  const uint8_t *p)
-{
-    struct gm_chief_ans ans;
-
-    if (gm_chief_ans_decode(p, h->len, &ans) != 0)
-        return gm_agent_refuse(l, GM_ERR_PROTO, "malformed chief answer");
-    result_set(a->chief, h->req, ans.code, ans.message);
-    return 0;
-}
-
-/* --- commands ----------------------------------------------------------------------- */
-
-static json_t *cmd_members(struct gm_agent *a, json_t *req)
-{
-    struct gm_chief *ch = a->chief;
-    json_t *o = json_object(), *list = json_array(), *st;
-    const struct raft_configuration *c = &ch->raft.configuration;
-
-    (void)req;
-    if (o == NULL || list == NULL) {
-        json_decref(o);
-        json_decref(list);
-        return NULL;
-    }
-    gm_chief_status(a, o);
-    json_object_set_new(o, "node", json_string(a->cfg.node));
-    /* every node the state machine, raft or the member table knows, once */
-    for (size_t i = 0; i <= a->npeers + c->n + ch->fsm.nmembers; i++) {
-        const char *node = i == 0                  ? a->cfg.node
-                           : i <= a->npeers        ? a->peers[i - 1].node
-                           : i <= a->npeers + c->n ? c->servers[i - 1 - a->npeers].address
-                                                   : ch->fsm.members[i - 1 - a->npeers - c->n].node;
-        const struct gm_chief_member *m = gm_chief_fsm_member(&ch->fsm, node);
-        const struct raft_server *s = server_find(ch, node);
-        size_t k;
-        json_t *e;
-        int dup = 0;
-
-        json_array_foreach(list, k, e) dup |=
-            strcmp(json_string_value(json_object_get(e, "node")), node) == 0;
-        if (dup || gm_chief_fsm_is_revoked(&ch->fsm, node))
-            continue;
-        json_array_append_new(
-            list, json_pack("{s:s, s:s, s:s, s:s, s:b}", "node", node, "role",
-                            m != NULL ? gm_chief_role_name(m->role) : "-", "raft",
-                            s != NULL ? raft_role_name(s->role) : "none", "link",
-                            strcmp(node, a->cfg.node) == 0 ? "self"
-                            : link_up(a, node) != NULL     ? "up"
-                                                           : "down",
-                            "chief",
-                            json_is_string(json_object_get(o, "chief")) &&
-                                strcmp(json_string_value(json_object_get(o, "chief")), node) == 0));
-    }
-    json_object_set_new(o, "members", list);
-    st = gm_chief_fsm_json(&ch->fsm);
-    if (st != NULL) {
-        json_object_set(o, "revoked", json_object_get(st, "revoked"));
-        json_object_set(o, "state", st);
-        json_decref(st);
-    }
-    json_object_set_new(o, "applied_index", json_integer((json_int_t)raft_last_applied(&ch->raft)));
-    return o;
-}
-
-/* revoke and role: on the chief, proposed here; elsewhere, forwarded to it. */
-static json_t *change(struct gm_agent *a, json_t *req, const char *cmd)
-{
-    struct gm_chief *ch = a->chief;
-    const char *node = json_string_value(json_object_get(req, "node"));
-    const char *role = json_string_value(json_object_get(req, "role"));
-    char leader[GM_CHIEF_NAME_MAX + 1], why[MSG_MAX];
-    uint64_t term;
-    struct result *r;
-    struct gm_link *l;
-    int err;
-
-    if (node == NULL || !gm_id_name_valid(node))
-        return gm_agent_ctl_error(-EINVAL, "bad node id");
-    if (gm_chief_leader(a, leader, &term) != 0) {
-        no_chief_reason(ch, why, sizeof(why));
-        char msg[MSG_MAX + 32];
-        snprintf(msg, sizeof(msg), "no chief: %s", why);
-        return gm_agent_ctl_error(-EAGAIN, msg);
-    }
-    r = result_new(ch);
-    if (is_leader(ch)) {
-        err = request(ch, cmd, node, role, "", r->req, why, sizeof(why));
-        if (err != 0) {
-            r->state = RES_FREE;
-            return gm_agent_ctl_error(err, why);
-        }
-        return json_pack("{s:I, s:s}", "req", (json_int_t)r->req, "chief", leader);
-    }
-    l = link_up(a, leader);
-    if (l == NULL) {
-        r->state = RES_FREE;
-        snprintf(why, sizeof(why), "no link to the chief %s", leader);
-        return gm_agent_ctl_error(-EHOSTUNREACH, why);
-    }
-    struct gm_chief_req fr = {0};
-    char *text = NULL;
-    size_t len = 0;
-    snprintf(fr.cmd, sizeof(fr.cmd), "%s", cmd);
-    snprintf(fr.node, sizeof(fr.node), "%s", node);
-    if (strcmp(cmd, "role") == 0 && (role == NULL || gm_chief_role_parse(role, &fr.role) != 0)) {
-        r->state = RES_FREE;
-        return gm_agent_ctl_error(-EINVAL, "role must be voter, witness or spare");
-    }
-    if (gm_chief_req_encode(&fr, &text, &len) != 0 ||
-        gm_link_send(l, GM_MSG_CHIEF_REQ, r->req, text, len) != 0) {
-        free(text);
-        r->state = RES_FREE;
-        return gm_agent_ctl_error(-EIO, "could not forward the request to the chief");
-    }
-    free(text);
-    return json_pack("{s:I, s:s}", "req", (json_int_t)r->req, "chief", leader);
-}
-
-static json_t *cmd_revoke(struct gm_agent *a, json_t *req)
-{
-    return change(a, req, "revoke");
-}
-
-static json_t *cmd_role(struct gm_agent *a, json_t *req)
-{
-    return change(a, req, "role");
-}
-
-static json_t *cmd_result(struct gm_agent *a, json_t *req)
-{
-    json_t *id = json_object_get(req, "req");
-    struct result *r =
-        json_is_integer(id) ? result_find(a->chief, (uint64_t)json_integer_value(id)) : NULL;
-
-    if (r == NULL)
-        return gm_agent_ctl_error(-ENOENT, "no such request");
-    return json_pack("{s:s, s:i, s:s}", "state",
-                     r->state == RES_PENDING ? "pending"
-                     : r->state == RES_DONE  ? "done"
-                                             : "refused",
-                     "code", r->code, "message", r->msg);
-}
-
-static const struct gm_room_frame frames[] = {
-    {GM_MSG_RAFT, GM_LSTATE_UP, on_raft},
-    {GM_MSG_CHIEF_REQ, GM_LSTATE_UP, on_req},
-    {GM_MSG_CHIEF_ANS, GM_LSTATE_UP, on_ans},
-};
-
-static const struct gm_room_command commands[] = {
-    {"members", cmd_members},
-    {"revoke", cmd_revoke},
-    {"role", cmd_role},
-    {"chief-result", cmd_result},
-};
-
-static void link_down(struct gm_agent *a, struct gm_peer *p, int err)
-{
-    (void)err;
-    gm_chief_link_down(a, p->node);
-}
-
-/* A revoked node gets no link, dialed or accepted. */
-static int may_link(struct gm_agent *a, const char *node)
-{
-    return !gm_chief_is_revoked(a, node);
-}
-
-const struct gm_room gm_chief_room = {
-    .name = "chief",
-    .frames = frames,
-    .nframes = sizeof(frames) / sizeof(frames[0]),
-    .commands = commands,
-    .ncommands = sizeof(commands) / sizeof(commands[0]),
-    .link_down = link_down,
-    .may_link = may_link,
-};

@@ -22,23 +22,36 @@
 
 #define DIAL_BACKOFF_MAX_MS 5000
 
+int gm_members_write(const char *path, const struct gm_member *m, size_t n)
+{
+    char *buf;
+    size_t i, off = 0, cap = (n + 1) * (GM_ID_NAME_MAX + GM_ADDR_MAX + 4);
+    int err;
+
+    buf = malloc(cap);
+    if (buf == NULL)
+        return -ENOMEM;
+    for (i = 0; i < n; i++)
+        off += (size_t)snprintf(buf + off, cap - off, "%s %s\n", m[i].node, m[i].address);
+    err = gm_id_write_file(path, buf, off, 0644);
+    free(buf);
+    return err;
+}
+
 int gm_members_save(struct gm_agent *a)
 {
-    char path[GM_PATH_MAX], *buf;
-    size_t i, off = 0, cap = (a->npeers + 1) * (GM_ID_NAME_MAX + GM_ADDR_MAX + 4);
+    char path[GM_PATH_MAX];
+    struct gm_member *m = NULL;
+    size_t n = 0;
     int err;
 
     err = gm_config_state_path(&a->cfg, "members", path, sizeof(path));
     if (err != 0)
         return err;
-    buf = malloc(cap);
-    if (buf == NULL)
-        return -ENOMEM;
-    for (i = 0; i < a->npeers; i++)
-        off += (size_t)snprintf(buf + off, cap - off, "%s %s\n", a->peers[i].node,
-                                a->peers[i].address);
-    err = gm_id_write_file(path, buf, off, 0644);
-    free(buf);
+    err = gm_members_list(a, &m, &n); /* this node first: not in its own file */
+    if (err == 0)
+        err = gm_members_write(path, m + 1, n - 1);
+    free(m);
     if (err != 0)
         gm_err("event=members-save err=%d msg=\"%s\"", err, gm_strerror(err));
     return err;

@@ -38,6 +38,9 @@ struct gm_peer *gm_members_upsert(struct gm_agent *a, const char *node, const ch
                                   int *changed);
 /* Writes the members file (logs its own errors). */
 GM_MUST_CHECK int gm_members_save(struct gm_agent *a);
+/* The one writer of the members file format: "node address\n" for each of m[0..n), written
+ * atomically to path (0644).  gm_members_save and `gradmesh join` (agent/cli) use it. */
+GM_MUST_CHECK int gm_members_write(const char *path, const struct gm_member *m, size_t n);
 /* Reads the members file; a missing one is an empty table. */
 GM_MUST_CHECK int gm_members_load(struct gm_agent *a);
 /* Own entry first, then every member. *out malloc'd. */

@@ -1,7 +1,7 @@
 /*
  * tests/unit/world.h - a cluster CA and its nodes, made with crypto/identity.h,
  * for the unit tests of crypto/ and discovery/.  Header-only (static
- * functions); include it after common/test.h in one test file.
+ * inline functions); include it after common/test.h.
  */
 #ifndef GM_TESTS_UNIT_WORLD_H
 #define GM_TESTS_UNIT_WORLD_H
@@ -17,7 +17,7 @@ struct world {
     struct gm_cert *ca, *cert;
 };
 
-static void world_make(struct world *w, const char *cluster, const char *node)
+static inline void world_make(struct world *w, const char *cluster, const char *node)
 {
     uint8_t pub[GM_ID_PUB_LEN];
 
@@ -30,8 +30,8 @@ static void world_make(struct world *w, const char *cluster, const char *node)
 }
 
 /* Another node under base's CA (the CA key stays with base). */
-static void world_node(const struct world *base, struct world *w, const char *cluster,
-                       const char *node)
+static inline void world_node(const struct world *base, struct world *w, const char *cluster,
+                              const char *node)
 {
     uint8_t pub[GM_ID_PUB_LEN];
 
@@ -42,7 +42,7 @@ static void world_node(const struct world *base, struct world *w, const char *cl
     GM_CHECK_OK(gm_id_cert_dup(base->ca, &w->ca));
 }
 
-static void world_free(struct world *w)
+static inline void world_free(struct world *w)
 {
     gm_id_key_free(w->cakey);
     gm_id_key_free(w->key);

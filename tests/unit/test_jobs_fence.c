@@ -1,5 +1,5 @@
 /*
- * tests/unit/test_jobfence.c - the job room under a chief (agent/jobs/job.h):
+ * tests/unit/test_jobs_fence.c - the job room under a chief (agent/jobs/job.h):
  *  - the coordinator is the chief the env names; with no chief there is none,
  *    and a submit is refused with the reason (no majority, no training);
  *  - JOB_* frames carry the sender's term in the request id: one from an
@@ -148,5 +148,5 @@ static void test_fence(void)
 int main(void)
 {
     GM_TEST_RUN(test_fence);
-    return gm_test_finish("test_jobfence");
+    return gm_test_finish("test_jobs_fence");
 }

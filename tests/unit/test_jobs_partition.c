@@ -1,8 +1,8 @@
 /*
- * tests/unit/test_jobsplit.c - the job room across a partition (agent/jobs/job.h, "partitions" in
- * agent/jobs/job.c): no majority, no training.  One room, node "alpha", with a real trainer thread
- * (an MLP on Fashion-MNIST; skipped without the data) and a fake env: no links at all, and a
- * chief the test sets.
+ * tests/unit/test_jobs_partition.c - the job room across a partition (agent/jobs/job.h,
+ * "partitions" in agent/jobs/job.c): no majority, no training.  One room, node "alpha", with a real
+ * trainer thread (an MLP on Fashion-MNIST; skipped without the data) and a fake env: no links at
+ * all, and a chief the test sets.
  *  1. alpha joins a job that "boss", the chief, coordinates (JOB_GROUP, term 5): running;
  *  2. the link to boss is lost and there is no chief: the job is paused (not failed) and
  *     says why (no majority);
@@ -319,17 +319,17 @@ int main(void)
 
     if (access(DATA "/train-images-idx3-ubyte.gz", R_OK) != 0 &&
         access(DATA "/train-images-idx3-ubyte", R_OK) != 0) {
-        printf("test_jobsplit: skip, no %s\n", DATA);
+        printf("test_jobs_partition: skip, no %s\n", DATA);
         return 77;
     }
-    snprintf(F.dir, sizeof(F.dir), "/tmp/gm-test-jobsplit-XXXXXX");
+    snprintf(F.dir, sizeof(F.dir), "/tmp/gm-test-jobs-partition-XXXXXX");
     if (mkdtemp(F.dir) == NULL) {
         perror("mkdtemp");
         return 1;
     }
     GM_TEST_RUN(test_split);
     GM_TEST_RUN(test_answer_in_the_offers_term);
-    rc = gm_test_finish("test_jobsplit");
+    rc = gm_test_finish("test_jobs_partition");
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", F.dir);
     if (system(cmd) != 0)
         rc = 1;

@@ -1,0 +1,84 @@
+/*
+ * agent/cli/cli.c - what every subcommand shares (see cli.h): the usage and failure exits,
+ * and one request to the local agent over its control socket (agent/service/control.h).
+ * The subcommand files (cli_net.c, cli_peers.c, cli_job.c, cli_chief.c, cli_ckpt.c,
+ * cli_train.c) call these and never each other.
+ *
+ * Main thread of the gradmesh command; nothing here runs inside the agent.
+ */
+#include "agent/cli/cli.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+#include <sodium.h>
+
+#include "agent/service/config.h"
+#include "agent/service/control.h"
+#include "common/err.h"
+
+#define CONTROL_TIMEOUT_MS 10000
+
+int gm_cli_usage_err(const char *cmd)
+{
+    gm_cli_usage_hint(cmd); /* the synopses live in cli_help.c */
+    return GM_EXIT_USAGE;
+}
+
+int gm_cli_fail(const char *cmd, int err, const char *what)
+{
+    fprintf(stderr, "gradmesh %s: %s: %s\n", cmd, what, gm_strerror(err));
+    return gm_err_exit_code(err);
+}
+
+/* Sends one request to the local agent; *out is the parsed answer. */
+int gm_cli_control(const char *cmd, const char *config, json_t *req, json_t **out)
+{
+    struct gm_config c;
+    json_error_t e;
+    char *text = NULL, *resp = NULL;
+    int err;
+
+    *out = NULL;
+    err = gm_config_load(gm_config_path(config), &c);
+    if (err != 0) {
+        json_decref(req);
+        return err;
+    }
+    text = json_dumps(req, JSON_COMPACT);
+    json_decref(req);
+    if (text == NULL)
+        return -ENOMEM;
+    err = gm_control_call(c.control, text, CONTROL_TIMEOUT_MS, &resp);
+    free(text);
+    if (err == -ENOENT || err == -ECONNREFUSED) { /* no socket, or a dead agent's */
+        fprintf(stderr,
+                "gradmesh %s: no agent is running for %s (nothing answers at %s: %s); "
+                "start it with: gradmesh agent --config %s\n",
+                cmd, gm_config_path(config), c.control, gm_strerror(err), gm_config_path(config));
+        return err;
+    }
+    if (err != 0) {
+        fprintf(stderr, "gradmesh %s: cannot reach the agent at %s: %s\n", cmd, c.control,
+                gm_strerror(err));
+        return err;
+    }
+    *out = json_loads(resp, 0, &e);
+    if (resp != NULL)
+        sodium_memzero(resp, strlen(resp)); /* may hold a token */
+    free(resp);
+    if (*out == NULL)
+        return -EPROTO;
+    if (json_object_get(*out, "error") != NULL) {
+        json_int_t code = json_integer_value(json_object_get(*out, "code"));
+        fprintf(stderr, "gradmesh %s: %s\n", cmd,
+                json_string_value(json_object_get(*out, "error")));
+        json_decref(*out);
+        *out = NULL;
+        return code < 0 ? (int)code : -EPROTO;
+    }
+    return 0;
+}

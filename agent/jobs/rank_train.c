@@ -1,0 +1,544 @@
+/*
+ * agent/jobs/rank_train.c - one rank's trainer thread (see rank.h): gm_rank_start, the
+ * thread's body (gm_trainer_run), and the communication and report hooks it runs with:
+ * resync (rank 0's state broadcast to a new group), the codec switch at a step boundary,
+ * the gradient all-reduce, progress, metrics, TensorBoard events, the final parameter
+ * hash and checkpoint notes.  Every collective goes to the loop through the bridge in
+ * rank.c (gm_rank_bridge_run, rk->exec); nothing here touches a libuv handle but the
+ * async send that wakes the loop.  Shared state: agent/jobs/rank_int.h.
+ */
+#include "agent/jobs/rank.h"
+
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <openssl/evp.h>
+
+#include "agent/service/metrics.h"
+#include "agent/jobs/rank_int.h"
+#include "common/byteorder.h"
+#include "common/log.h"
+#include "train/comm/collective.h"
+#include "train/gradsync.h"
+#include "train/nn/model.h"
+#include "train/nn/optim.h"
+#include "train/tbevents.h"
+
+/* --- trainer thread -------------------------------------------------------------------- */
+
+struct bcast {
+    float *buf;
+    size_t n;
+    uint32_t gen;
+};
+
+static int start_bcast(struct gm_coll *c, void *arg, gm_coll_done_cb done, void *done_arg)
+{
+    struct bcast *b = arg;
+
+    return gm_coll_broadcast_start(c, b->buf, b->n, 0, b->gen, done, done_arg);
+}
+
+/* Integers ride in the float broadcast as 16-bit pieces: every one is exact. */
+#define HDR_FLOATS 8
+
+static void put_u64(float *f, uint64_t v)
+{
+    for (int i = 0; i < 4; i++)
+        f[i] = (float)((v >> (16 * i)) & 0xffff);
+}
+
+static uint64_t get_u64(const float *f)
+{
+    uint64_t v = 0;
+
+    for (int i = 0; i < 4; i++)
+        v |= (uint64_t)f[i] << (16 * i);
+    return v;
+}
+
+/* Wait for a group newer than the last one, then take rank 0's state. */
+static int hook_resync(void *ctx, struct gm_train_state *st)
+{
+    struct gm_rank *rk = ctx;
+    const size_t np = gm_model_num_params(st->model), no = gm_optim_state_len(st->optim);
+    struct bcast b = {.n = np + no + HDR_FLOATS};
+    int rank, world, err;
+
+    pthread_mutex_lock(&rk->mu);
+    while (!rk->stopping && rk->group_gen <= rk->synced_gen)
+        pthread_cond_wait(&rk->cv, &rk->mu);
+    if (rk->stopping) {
+        pthread_mutex_unlock(&rk->mu);
+        return GM_ERR_ABORTED;
+    }
+    rk->synced_gen = rk->group_gen;
+    rank = rk->group_rank;
+    world = rk->group_world;
+    if (rk->next_strat_set) /* the coordinator's current pick (codec = auto) */
+        rk->strat = rk->next_strat;
+    rk->strat.algo = rk->group_hier ? GM_COLL_HIER : GM_COLL_RING; /* the gradsync made below */
+    rk->sw.pending = false; /* an announced switch belonged to the group before */
+    rk->at_step = -1;
+    rk->align_h = 1;
+    rk->fit_skip = true; /* the first op waits for every rank's resync */
+    pthread_mutex_unlock(&rk->mu);
+
+    (void)gm_rank_bridge_wait(
+        rk); /* overlap ops of the failed step are over before gradsync goes */
+    gm_gradsync_free(rk->gs);
+    rk->gs = NULL;
+    if (rk->state_buf == NULL && (rk->state_buf = malloc(b.n * sizeof(float))) == NULL)
+        return -ENOMEM;
+    b.buf = rk->state_buf;
+    b.gen = rk->synced_gen;
+    if (rank == 0) {
+        memcpy(b.buf, gm_model_params(st->model), np * sizeof(float));
+        if (no > 0)
+            memcpy(b.buf + np, gm_optim_state(st->optim), no * sizeof(float));
+        put_u64(b.buf + np + no, (uint64_t)st->step);
+        put_u64(b.buf + np + no + 4, (uint64_t)st->optim->step);
+    }
+    if (world > 1 && (err = gm_rank_bridge_run(rk, start_bcast, &b, false)) < 0)
+        return err;
+    if (rank != 0) {
+        memcpy(gm_model_params(st->model), b.buf, np * sizeof(float));
+        if (no > 0)
+            memcpy(gm_optim_state(st->optim), b.buf + np, no * sizeof(float));
+        st->step = (long)get_u64(b.buf + np + no);
+        st->optim->step = (long)get_u64(b.buf + np + no + 4);
+    }
+    st->rank = rank;
+    st->world = world;
+    rk->nparams = np;
+    err = gm_gradsync_new(&rk->strat, rank, world, rk->job.seed, &rk->exec, &rk->gs);
+    if (err < 0)
+        return err;
+    pthread_mutex_lock(&rk->mu);
+    rk->prog.rank = rank;
+    rk->prog.world = world;
+    rk->prog.generation = rk->synced_gen;
+    rk->prog.step = st->step;
+    rk->prog.total_steps = st->total_steps;
+    pthread_mutex_unlock(&rk->mu);
+    gm_notice("event=group generation=%u rank=%d world=%d step=%ld", rk->synced_gen & 0xffff, rank,
+              world, st->step);
+    return 0;
+}
+
+/* Every rank of the group: parameters and optimizer state become rank 0's (a broadcast). */
+static int take_rank0_state(struct gm_rank *rk, struct gm_train_state *st)
+{
+    const size_t np = gm_model_num_params(st->model), no = gm_optim_state_len(st->optim);
+    struct bcast b = {.buf = rk->state_buf, .n = np + no, .gen = (uint32_t)st->step};
+    int err;
+
+    if (b.buf == NULL) /* made by the group's resync, np + no + HDR_FLOATS */
+        return -EINVAL;
+    if (st->rank == 0) {
+        memcpy(b.buf, gm_model_params(st->model), np * sizeof(float));
+        if (no > 0)
+            memcpy(b.buf + np, gm_optim_state(st->optim), no * sizeof(float));
+    }
+    if ((err = gm_rank_bridge_run(rk, start_bcast, &b, false)) < 0)
+        return err;
+    if (st->rank != 0) {
+        memcpy(gm_model_params(st->model), b.buf, np * sizeof(float));
+        if (no > 0)
+            memcpy(gm_optim_state(st->optim), b.buf + np, no * sizeof(float));
+    }
+    return 0;
+}
+
+/* At the boundary of step st->step: an announced switch due now takes effect (rank.h). */
+static int maybe_switch(struct gm_rank *rk, struct gm_train_state *st)
+{
+    struct pending_switch sw;
+    char from[48], to[48];
+    int err;
+
+    pthread_mutex_lock(&rk->mu);
+    rk->at_step = st->step; /* from now on only a later step can be accepted */
+    rk->align_h = gm_gradsync_switch_step(rk->gs, 1);
+    if (!rk->sw.pending || rk->sw.gen != rk->synced_gen || st->step < rk->sw.step ||
+        gm_gradsync_switch_step(rk->gs, rk->sw.step) > st->step) {
+        pthread_mutex_unlock(&rk->mu);
+        return 0;
+    }
+    while (rk->sw.wait && !rk->sw.answered && !rk->stopping && rk->group_gen == rk->synced_gen)
+        pthread_cond_wait(&rk->cv, &rk->mu); /* rank 0: until every member accepted it */
+    if (rk->stopping) {                      /* the step's first op says so */
+        pthread_mutex_unlock(&rk->mu);
+        return 0;
+    }
+    sw = rk->sw;
+    rk->sw.pending = false;
+    if (rk->group_gen != rk->synced_gen || (sw.wait && !sw.ok)) {
+        /* a member could not take it at this step: the coordinator re-forms the group with
+         * the new codec instead; wait for that group */
+        pthread_mutex_unlock(&rk->mu);
+        gm_warn("event=codec-switch-abandoned generation=%u step=%ld seq=%u",
+                rk->synced_gen & 0xffff, st->step, sw.seq);
+        return GM_ERR_REGROUP;
+    }
+    sw.to.algo = rk->group_hier ? GM_COLL_HIER : GM_COLL_RING;
+    pthread_mutex_unlock(&rk->mu);
+
+    gm_gradsync_describe(&rk->strat, from, sizeof(from));
+    gm_gradsync_describe(&sw.to, to, sizeof(to));
+    /* leaving DiLoCo: its inner optimizer ran on each rank's own gradients, so the optimizer
+     * states (Adam's moments) differ although the round boundary left the parameters equal;
+     * a synchronous codec steps every rank's optimizer on the same gradient, which keeps
+     * replicas equal only from equal states.  Every rank takes rank 0's (every rank comes here
+     * at the same step: the same collective in the same place). */
+    if (rk->strat.kind == GM_GRADSYNC_KIND_DILOCO && sw.to.kind != GM_GRADSYNC_KIND_DILOCO &&
+        st->world > 1 && (err = take_rank0_state(rk, st)) < 0)
+        return err;
+    /* codec state: dropped with the old gradsync (gradsync.h, "Switching"); nothing of it is
+     * in flight at a step boundary */
+    gm_gradsync_free(rk->gs);
+    rk->gs = NULL;
+    rk->strat = sw.to;
+    if ((err = gm_gradsync_new(&rk->strat, st->rank, st->world, rk->job.seed, &rk->exec, &rk->gs)) <
+        0)
+        return err;
+    gm_notice("event=codec-switch generation=%u rank=%d step=%ld announced_step=%ld seq=%u "
+              "from=\"%s\" to=\"%s\"",
+              rk->synced_gen & 0xffff, st->rank, st->step, sw.step, sw.seq, from, to);
+    return 0;
+}
+
+static int hook_backward_begin(void *ctx, struct gm_train_state *st)
+{
+    struct gm_rank *rk = ctx;
+    int err;
+
+    if (rk->job.epochs > 0 && st->total_steps >= rk->job.epochs &&
+        st->step % (st->total_steps / rk->job.epochs) == 0)
+        rk->fit_skip = true; /* this step's first op waits while rank 0 evaluates */
+    if ((err = maybe_switch(rk, st)) < 0)
+        return err;
+    return gm_gradsync_backward_begin(rk->gs, st->model, st->step);
+}
+
+static void hook_grads_ready(void *ctx, size_t first, size_t n)
+{
+    struct gm_rank *rk = ctx;
+
+    gm_gradsync_grads_ready(rk->gs, first, n);
+}
+
+static int hook_reduce(void *ctx, struct gm_train_state *st)
+{
+    struct gm_rank *rk = ctx;
+
+    return gm_gradsync_reduce(rk->gs, st->model, st->step, st->total_steps);
+}
+
+static int hook_after(void *ctx, struct gm_train_state *st)
+{
+    struct gm_rank *rk = ctx;
+    /* st->step is already the next step (trainer.h): the step just taken is st->step - 1 */
+    int err = gm_gradsync_after_step(rk->gs, st->model, st->step - 1, st->total_steps);
+
+    pthread_mutex_lock(&rk->mu);
+    rk->prog.hash_checks = gm_gradsync_hash_checks(rk->gs);
+    rk->prog.step = st->step - (err == 0 ? 0 : 1);
+    pthread_mutex_unlock(&rk->mu);
+    return err;
+}
+
+static void hook_progress(void *ctx, const struct gm_train_state *st, int epoch, double loss,
+                          double sps)
+{
+    struct gm_rank *rk = ctx;
+
+    pthread_mutex_lock(&rk->mu);
+    rk->prog.step = st->step;
+    rk->prog.total_steps = st->total_steps;
+    rk->prog.epoch = epoch;
+    rk->prog.loss = loss;
+    if (sps > 0)
+        rk->prog.samples_per_s = sps;
+    pthread_mutex_unlock(&rk->mu);
+}
+
+static int cmp_tensor_name(const void *a, const void *b, void *m)
+{
+    return strcmp(gm_model_tensor(m, *(const size_t *)a)->name,
+                  gm_model_tensor(m, *(const size_t *)b)->name);
+}
+
+/* The SHA-256 of the parameters as rank.h defines it, into hex[65] ("" on failure). */
+static void params_sha256(struct gm_model *m, char hex[65])
+{
+    const size_t nt = gm_model_num_tensors(m);
+    size_t *order = calloc(nt, sizeof(*order)), maxn = 0;
+    float *t = NULL;
+    uint8_t *le = NULL;
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int mdlen = 0;
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    bool ok = false;
+
+    hex[0] = 0;
+    for (size_t i = 0; i < nt; i++)
+        if (gm_model_tensor(m, i)->numel > maxn)
+            maxn = gm_model_tensor(m, i)->numel;
+    t = malloc(maxn * sizeof(float) + 1);
+    le = malloc(maxn * 4 + 1);
+    if (order == NULL || t == NULL || le == NULL || ctx == NULL ||
+        EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1)
+        goto out;
+    for (size_t i = 0; i < nt; i++)
+        order[i] = i;
+    qsort_r(order, nt, sizeof(*order), cmp_tensor_name, m);
+    for (size_t k = 0; k < nt; k++) {
+        const struct gm_param_info *pi = gm_model_tensor(m, order[k]);
+        gm_model_export_tensor(m, order[k], gm_model_params(m), t);
+        for (size_t j = 0; j < pi->numel; j++) {
+            uint32_t w;
+            memcpy(&w, &t[j], sizeof(w));
+            gm_put_le32(le + 4 * j, w);
+        }
+        if (EVP_DigestUpdate(ctx, le, pi->numel * 4) != 1)
+            goto out;
+    }
+    ok = EVP_DigestFinal_ex(ctx, md, &mdlen) == 1 && mdlen == 32;
+out:
+    if (ok)
+        for (unsigned int i = 0; i < mdlen; i++)
+            snprintf(hex + 2 * i, 3, "%02x", md[i]);
+    EVP_MD_CTX_free(ctx);
+    free(order);
+    free(t);
+    free(le);
+}
+
+static void hook_finish(void *ctx, const struct gm_train_state *st)
+{
+    struct gm_rank *rk = ctx;
+    char hex[65];
+
+    params_sha256(st->model, hex);
+    pthread_mutex_lock(&rk->mu);
+    memcpy(rk->prog.params_sha256, hex, sizeof(hex));
+    pthread_mutex_unlock(&rk->mu);
+}
+
+/* Trainer thread: the codec state a checkpoint holds (this rank's gradsync). */
+static size_t hook_codec_state(void *ctx, struct gm_st_tensor *t, size_t cap, const char **codec)
+{
+    struct gm_rank *rk = ctx;
+
+    *codec = "";
+    return rk->gs != NULL ? gm_gradsync_ckpt_state(rk->gs, t, cap, codec) : 0;
+}
+
+/* Trainer thread: a checkpoint is written and committed; the loop hears of it (the newest
+ * one wins when two come before the loop runs: the older one stays on disk here). */
+static void hook_checkpoint(void *ctx, const char *path, const char *sha256, long step)
+{
+    struct gm_rank *rk = ctx;
+
+    pthread_mutex_lock(&rk->mu);
+    rk->ckpt.pending = true;
+    rk->ckpt.step = step;
+    snprintf(rk->ckpt.sha256, sizeof(rk->ckpt.sha256), "%s", sha256);
+    snprintf(rk->ckpt.path, sizeof(rk->ckpt.path), "%s", path);
+    pthread_mutex_unlock(&rk->mu);
+    uv_async_send(&rk->async);
+}
+
+/* Trainer thread: the observer hooks (train/trainer.h) feed the metrics room. */
+static void hook_step(void *ctx, const struct gm_train_step_info *si)
+{
+    struct gm_rank *rk = ctx;
+
+    if (rk->tb != NULL)
+        gm_tb_on_step(rk->tb, si);
+    pthread_mutex_lock(&rk->mu);
+    if (si->epoch != rk->fit_epoch && rk->fit.n > 0) { /* once an epoch: what the fit says */
+        struct gm_coll_link l;
+        gm_gradsync_ab_link(&rk->fit, &l);
+        gm_info("event=coll-fit epoch=%d ops=%llu mean_ms=%.2f mean_bytes=%.0f alpha_ms=%.3f "
+                "mbps=%.2f",
+                si->epoch, (unsigned long long)rk->fit.n, rk->fit_s / (double)rk->fit.n * 1e3,
+                rk->fit.sx / rk->fit.w, l.alpha_s * 1e3, l.bytes_per_s * 8e-6);
+        rk->fit_epoch = si->epoch;
+    }
+    rk->mjob.step = si->step;
+    rk->mjob.epoch = si->epoch;
+    rk->mjob.compute_s = si->compute_s;
+    rk->prog.compute_s =
+        rk->prog.compute_s > 0 ? 0.9 * rk->prog.compute_s + 0.1 * si->compute_s : si->compute_s;
+    rk->mjob.collective_s = si->collective_s;
+    rk->mjob.optimizer_s = si->optimizer_s;
+    rk->mjob.samples_per_s = si->samples_per_s;
+    rk->mjob.loss = si->loss;
+    {
+        uint64_t b = rk->bytes_sent_total - rk->bytes_at_step;
+        int w = rk->prog.world;
+        rk->bytes_at_step = rk->bytes_sent_total;
+        rk->mjob.bytes_per_step = w > 1 ? (double)b : -1;
+        /* against fp32 through the ring: 2(W-1)/W of the gradient's bytes per rank */
+        rk->mjob.compression_ratio =
+            w > 1 && b > 0 ? 2.0 * (w - 1) / w * (double)rk->nparams * 4.0 / (double)b : -1;
+    }
+    if (rk->metrics != NULL)
+        gm_metrics_job_update(rk->metrics, &rk->mjob); /* its own short lock, never ours */
+    pthread_mutex_unlock(&rk->mu);
+}
+
+static void hook_eval(void *ctx, const struct gm_train_eval_info *ei)
+{
+    struct gm_rank *rk = ctx;
+
+    if (rk->tb != NULL)
+        gm_tb_on_eval(rk->tb, ei);
+    pthread_mutex_lock(&rk->mu);
+    rk->mjob.accuracy_pct = ei->test_accuracy;
+    if (rk->metrics != NULL)
+        gm_metrics_job_update(rk->metrics, &rk->mjob);
+    pthread_mutex_unlock(&rk->mu);
+}
+
+static void *trainer_main(void *arg)
+{
+    struct gm_rank *rk = arg;
+
+    rk->err = gm_trainer_run(&rk->job, &rk->opts, &rk->sum);
+    pthread_mutex_lock(&rk->mu); /* every op this thread waited for has counted its bytes */
+    if (rk->sum.bytes_sent == 0)
+        rk->sum.bytes_sent = rk->bytes_sent_total;
+    pthread_mutex_unlock(&rk->mu);
+    if (rk->tb != NULL) { /* a failed event file never fails the job (logged once) */
+        if (rk->err == 0 && gm_tb_write_summary(rk->tb, &rk->sum) != 0)
+            gm_warn("event=tensorboard-incomplete file=%s", gm_tb_path(rk->tb));
+        gm_tb_close(rk->tb);
+        rk->tb = NULL;
+    }
+    pthread_mutex_lock(&rk->mu);
+    rk->exited = true;
+    if (rk->metrics != NULL)
+        gm_metrics_job_clear(rk->metrics); /* no gauges of a job that is over */
+    if (rk->err == 0)
+        rk->prog.test_accuracy = rk->sum.test_accuracy;
+    pthread_mutex_unlock(&rk->mu);
+    uv_async_send(&rk->async);
+    return NULL;
+}
+
+int gm_rank_start(uv_loop_t *loop, const struct gm_job *job, const char *out,
+                  const struct gm_rank_ckpt *ck, const struct gm_rank_ops *ops, void *arg,
+                  struct gm_rank **out_rk)
+{
+    struct gm_rank *rk;
+    int err;
+
+    *out_rk = NULL;
+    rk = calloc(1, sizeof(*rk));
+    if (rk == NULL)
+        return -ENOMEM;
+    rk->loop = loop;
+    rk->ops = ops;
+    rk->arg = arg;
+    pthread_mutex_init(&rk->mu, NULL);
+    pthread_cond_init(&rk->cv, NULL);
+    rk->prog.test_accuracy = NAN;
+    rk->job = *job;
+    rk->job.text = NULL;
+    if (job->text != NULL) {
+        rk->job.text = malloc(job->text_len + 1);
+        if (rk->job.text == NULL) {
+            err = -ENOMEM;
+            goto fail;
+        }
+        memcpy(rk->job.text, job->text, job->text_len + 1);
+    }
+    snprintf(rk->out, sizeof(rk->out), "%s", out);
+    if ((err = gm_gradsync_strategy_from_job(&rk->job, &rk->strat)) < 0)
+        goto fail;
+    /* a prior of 1 Gbit/s until the group's links are known (gm_rank_set_fit_prior) */
+    gm_gradsync_ab_init(&rk->fit, 0, 125e6);
+    rk->at_step = -1;
+    rk->align_h = 1;
+    rk->comm = (struct gm_train_comm){.rank = 0,
+                                      .world = 1, /* the first group says; resync sets both */
+                                      .min_world = 1,
+                                      .start = hook_resync,
+                                      .reduce_grads = hook_reduce,
+                                      .after_step = hook_after,
+                                      .resync = hook_resync,
+                                      .backward_begin = hook_backward_begin,
+                                      .grads_ready = hook_grads_ready,
+                                      .progress = hook_progress,
+                                      .finish = hook_finish,
+                                      .codec_state = hook_codec_state,
+                                      .ctx = rk};
+    rk->hooks = (struct gm_train_hooks){.on_step = hook_step, .on_eval = hook_eval, .ctx = rk};
+    snprintf(rk->mjob.name, sizeof(rk->mjob.name), "%s", job->name);
+    rk->mjob.accuracy_pct = -1;      /* not evaluated yet */
+    rk->mjob.bytes_per_step = -1;    /* until a step with a peer reports them */
+    rk->mjob.compression_ratio = -1; /* idem */
+    /* keep_on_stop: every rank keeps the weights of its last finished step when the job
+     * stops early (a lost coordinator, a cancel): the coordinator's are not the only copy */
+    rk->opts = (struct gm_train_opts){.progress = 0,
+                                      .stop = &rk->stop,
+                                      .out = rk->out,
+                                      .comm = &rk->comm,
+                                      .keep_on_stop = 1,
+                                      .hooks = &rk->hooks};
+    if (ck != NULL && ck->dir != NULL) {
+        snprintf(rk->ckpt_dir, sizeof(rk->ckpt_dir), "%s", ck->dir);
+        rk->opts.ckpt_dir = rk->ckpt_dir;
+        rk->opts.term = ck->term;
+        rk->opts.on_checkpoint = hook_checkpoint;
+        rk->opts.ckpt_ctx = rk;
+        if (ck->resume) {
+            rk->opts.resume = rk->ckpt_dir;
+            rk->opts.resume_optional = 1;
+        }
+        if (ck->resume && ck->committed_only) {
+            size_t n =
+                ck->ncommitted < GM_RANK_COMMITTED_MAX ? ck->ncommitted : GM_RANK_COMMITTED_MAX;
+            if (n > 0)
+                memcpy(rk->committed, ck->committed, n * sizeof(rk->committed[0]));
+            rk->opts.committed_only = 1;
+            rk->opts.committed = rk->committed;
+            rk->opts.ncommitted = n;
+        }
+    }
+    {
+        /* the job's TensorBoard events, beside its weights: JOBDIR/tensorboard/ (each agent
+         * writes its own view; only rank 0 evaluates) */
+        char dir[GM_JOB_PATH_MAX + 16];
+        const char *slash = strrchr(rk->out, '/');
+        int n = slash != NULL ? (int)(slash - rk->out) : 1;
+        snprintf(dir, sizeof(dir), "%.*s/tensorboard", n, slash != NULL ? rk->out : ".");
+        if (gm_tb_open(dir, &rk->tb) < 0) /* logged; the job runs without events */
+            rk->tb = NULL;
+    }
+    if ((err = gm_rank_bridge_open(rk)) < 0)
+        goto fail;
+    if ((err = -pthread_create(&rk->th, NULL, trainer_main, rk)) < 0) {
+        gm_tb_close(rk->tb);
+        rk->tb = NULL;
+        gm_rank_bridge_close(rk);
+        return err;
+    }
+    rk->th_started = true;
+    *out_rk = rk;
+    return 0;
+fail:
+    gm_tb_close(rk->tb); /* NULL-safe */
+    gm_job_free(&rk->job);
+    pthread_mutex_destroy(&rk->mu);
+    pthread_cond_destroy(&rk->cv);
+    free(rk);
+    return err;
+}
