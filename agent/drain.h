@@ -15,7 +15,7 @@
  *      keep a drain under the unit's TimeoutStopSec=15s.
  *   3. exit: the normal stop (BYE on every link), exit status 0.  The members
  *      see their coordinator leave, and the new chief takes the job over at
- *      its next job tick from the step the survivors share (agent/jobs/job.c's
+ *      its next job tick from the step the survivors share (agent/jobs/job_partition.c's
  *      partition_tick: no rollback), without the members' 30 s orphan wait.
  * Drain decides, the agent acts: gm_drain_tick answers "stop now" and agent.c
  * stops (drain.c never calls up into agent.c).  Each phase is logged (event=drain-*).  Any node

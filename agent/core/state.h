@@ -5,28 +5,13 @@
  * them.  Not a public header: only agent/ includes it.  It sits below every
  * room, so no room needs agent.c, and agent.c only calls down.
  *
- * Rooms (one file pair each; the header comment of each says what it owns):
- *   agent.c      lifecycle, links (accept, on_up/on_frame/on_close, BYE,
- *                ERROR), frame and control-command dispatch over the rooms'
- *                tables
- *   state.c      the shared helpers below (dial, refuse, member lookup, ...)
- *   members.c    member table and file, who dials whom, HELLO, MEMBERS gossip
- *   admit.c      JOIN_REQUEST, join rate limit, RENEW_*, denylist, tokens
- *   measure.c    PING/PONG, BULK/PROBE trains, RATE, reachability, LINK_STATS
- *   endpoints.c  static endpoints ([discovery] peers): resolve, dial, backoff
- *   beacons.c    LAN discovery glue: beacons become dials; join beacon keys
- *   views.c      status and doctor JSON (the control socket's read side)
- *   chief.c      the chief: raft over the links (chiefnet.c), the replicated state
- *                (chieffsm.c), members, revoke, role
- *   jobroom.c    the job room's table and its view of the agent; the logic
- *                is job.c (agent/jobs/job.h: submit, dataset check, groups), with
- *                rank.c (trainer thread), xport.c (training channel),
- *                jobmsg.c and datahash.c
- *   ckptxfer.c   checkpoints: replication to the other ranks, receiving,
- *                holders (agent/jobs/ckptxfer.h)
- *   keyring.c    the CA key and the token records handed to voters (KEYRING), dropped
- *                by a node that stops being a voter
- *   drain.c      SIGTERM on the chief: finish the step, hand leadership over, exit
+ * Rooms, bottom up (docs/ARCHITECTURE.md has the table; tests/layering.sh keeps every
+ * include pointing down): net/ (frames, wire messages, the link) < service/ (config, control
+ * socket, metrics, sd_notify) < core/ (this header) < mesh/ (members, measure, endpoints,
+ * beacons) < cluster/ (chief, chiefreq, chieffsm, chiefnet, keyring, admit, joiner) < jobs/
+ * (jobroom and the job*.c files, rank, xport, ckptxfer, autocodec, datahash, jobresume,
+ * jobmsg) < the root (agent.c: lifecycle, links, dispatch; views.c; drain.c) < cli/.  Each
+ * file's header comment says what it owns.
  *
  * Registering a room: a room defines one `const struct gm_room` listing its
  * frames {type, allowed link states, handler} and its control commands

@@ -40,7 +40,7 @@
  *             rank, or the coordinator lost and no chief took the job over)
  * A member keeps a record of the job it runs, so `gradmesh jobs` works there.
  *
- * No majority, no training (job.c, "partitions"): only the chief forms
+ * No majority, no training (agent/jobs/job_partition.c): only the chief forms
  * groups.  A coordinator that is no longer the chief breaks its group and
  * waits as a member; a member that lost its coordinator waits while there is
  * no chief; a member elected chief takes the job over at once.  Such a job is

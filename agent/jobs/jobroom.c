@@ -2,8 +2,8 @@
  * agent/jobs/jobroom.c - the job room's place in the agent: its frame and command
  * tables (struct gm_room, see agent/core/state.h) and what agent/jobs/job.h needs from
  * the agent (struct gm_jobs_env: member links, members that are up).  The
- * job logic itself is agent/jobs/job.c, which sees the agent only through that
- * env and so runs in tests without one.  Loop thread only.
+ * job logic itself is agent/jobs/job*.c (agent/jobs/job_int.h), which sees the agent only through
+ * that env and so runs in tests without one.  Loop thread only.
  */
 #include "agent/jobs/jobroom.h"
 
