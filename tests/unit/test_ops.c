@@ -539,6 +539,96 @@ static void test_adaptive_avgpool(void)
         GM_CHECK_NEAR(a[i], g[i], 1e-6, 1e-6);
 }
 
+/* The families' ops chained as in a network, x -> grouped conv (3x3/2) ->
+ * ReLU6 -> max pool (3x3/2 pad 1) -> adaptive average pool (3x3), loss
+ * L = sum(coef * y): the backward pass against central differences of L
+ * for inputs and weights.  A perturbation that crosses a kink (ReLU6's
+ * clamps, a max changing hands) shows as two step sizes disagreeing; such
+ * points are skipped, and most must survive. */
+struct chain {
+    struct gm_conv2d_shape cs;
+    struct gm_pool2d_shape ps;
+    float *x, *w, *a, *r, *m, *y, *coef, *ws;
+    uint8_t *arg;
+};
+
+static double chain_loss(struct chain *ch)
+{
+    const struct gm_ops *o = &gm_ops_cpu;
+    const size_t na = (size_t)ch->cs.n * ch->cs.oh * ch->cs.ow * ch->cs.oc;
+    const size_t ny = (size_t)ch->cs.n * 3 * 3 * ch->cs.oc;
+    double l = 0;
+
+    o->conv2d_forward(&ch->cs, 1, ch->x, ch->w, NULL, ch->ws, ch->a);
+    o->relu6_forward(na, ch->a, ch->r);
+    o->maxpool2d_forward(&ch->ps, 0, ch->r, ch->m, ch->arg);
+    o->adaptive_avgpool_forward(ch->ps.n, ch->ps.oh, ch->ps.ow, ch->ps.c, 3, 3, ch->m, ch->y);
+    for (size_t i = 0; i < ny; i++)
+        l += (double)ch->coef[i] * ch->y[i];
+    return l;
+}
+
+static void test_chain_fd(void)
+{
+    enum { N = 2, H = 13, W = 11, C = 4, OC = 6, G = 2 };
+    const struct gm_ops *o = &gm_ops_cpu;
+    struct chain ch;
+    int used = 0, tried = 0;
+    double worst = 0;
+
+    GM_CHECK_OK(gm_conv2d_shape_init_groups(&ch.cs, N, H, W, C, OC, 3, 1, 2, G));
+    GM_CHECK_OK(gm_pool2d_shape_init(&ch.ps, N, ch.cs.oh, ch.cs.ow, OC, 3, 2, 1));
+    const size_t nx = N * H * W * C, nw = OC * 9 * (C / G);
+    const size_t na = (size_t)N * ch.cs.oh * ch.cs.ow * OC,
+                 nm = (size_t)N * ch.ps.oh * ch.ps.ow * OC;
+    const size_t ny = N * 9 * OC;
+    ch.x = calloc(nx, 4), ch.w = calloc(nw, 4), ch.a = calloc(na, 4), ch.r = calloc(na, 4);
+    ch.m = calloc(nm, 4), ch.y = calloc(ny, 4), ch.coef = calloc(ny, 4), ch.arg = calloc(nm, 1);
+    GM_CHECK_OK(
+        gm_device_alloc(GM_DEVICE_CPU, (o->conv2d_ws_floats(&ch.cs, 1) + 1) * 4, (void **)&ch.ws));
+    float *dx = calloc(nx, 4), *dw = calloc(nw, 4), *da = calloc(na, 4), *dr = calloc(na, 4);
+    float *dm = calloc(nm, 4);
+    fill(ch.x, nx, 50);
+    for (size_t i = 0; i < nx; i++)
+        ch.x[i] *= 4.0f; /* conv outputs on both sides of ReLU6's clamps */
+    fill(ch.w, nw, 51);
+    fill(ch.coef, ny, 52);
+    chain_loss(&ch);
+    /* backward: dL/dy = coef */
+    o->adaptive_avgpool_backward(N, ch.ps.oh, ch.ps.ow, OC, 3, 3, ch.coef, dm);
+    o->maxpool2d_backward(&ch.ps, dm, ch.arg, dr);
+    o->relu6_backward(na, ch.r, dr, da);
+    o->conv2d_backward(&ch.cs, ch.x, ch.w, da, dw, NULL, dx, ch.ws);
+    for (int k = 0; k < 40; k++) {
+        float *p = k < 30 ? &ch.x[((size_t)k * 97) % nx] : &ch.w[((size_t)k * 13) % nw];
+        const float g = k < 30 ? dx[((size_t)k * 97) % nx] : dw[((size_t)k * 13) % nw];
+        const float s0 = *p;
+        double num[2];
+        for (int e = 0; e < 2; e++) {
+            const float eps = e ? 5e-3f : 1e-2f;
+            *p = s0 + eps;
+            const double lp = chain_loss(&ch);
+            *p = s0 - eps;
+            const double lm = chain_loss(&ch);
+            num[e] = (lp - lm) / (2.0 * eps);
+        }
+        *p = s0;
+        tried++;
+        if (fabs(num[0] - num[1]) > 1e-3 + 1e-2 * fabs(num[1]))
+            continue; /* a kink between the step sizes */
+        used++;
+        worst = fmax(worst, fabs(num[1] - g) / (2e-3 + 1e-2 * fabs(num[1])));
+    }
+    GM_CHECK(used >= tried * 3 / 4);
+    gm_test_state.checks++;
+    if (!(worst <= 1.0))
+        GM_TEST_FAIL_("chain backward: worst FD error %.3g of tolerance (%d of %d points)", worst,
+                      used, tried);
+    free(ch.x), free(ch.w), free(ch.a), free(ch.r), free(ch.m), free(ch.y), free(ch.coef);
+    free(ch.arg), free(dx), free(dw), free(da), free(dr), free(dm);
+    gm_device_free(GM_DEVICE_CPU, ch.ws);
+}
+
 int main(void)
 {
     GM_TEST_RUN(test_tables);
@@ -549,5 +639,6 @@ int main(void)
     GM_TEST_RUN(test_relu6);
     GM_TEST_RUN(test_maxpool2d);
     GM_TEST_RUN(test_adaptive_avgpool);
+    GM_TEST_RUN(test_chain_fd);
     return gm_test_finish("test_ops");
 }
