@@ -369,17 +369,17 @@ static void test_conv_groups(void)
 {
     struct gm_conv2d_shape s;
 
-    conv_case(2, 7, 6, 4, 6, 3, 1, 1, 1, 1);    /* plain 3x3, tiled */
-    conv_case(2, 7, 6, 6, 4, 3, 1, 2, 2, 1);    /* grouped, strided */
-    conv_case(2, 5, 5, 4, 8, 3, 1, 1, 4, 1);    /* depthwise multiplier 2 (grouped path) */
-    conv_case(2, 7, 6, 12, 12, 3, 1, 1, 12, 1); /* depthwise, 8 lanes + 4 */
-    conv_case(2, 7, 8, 9, 9, 3, 1, 2, 9, 1);    /* depthwise, stride 2 */
-    conv_case(1, 9, 7, 16, 16, 5, 2, 2, 16, 0); /* depthwise 5x5, no dx */
-    conv_case(2, 5, 4, 5, 7, 1, 0, 1, 1, 1);    /* pointwise: x is col */
-    conv_case(2, 7, 6, 5, 7, 1, 0, 2, 1, 1);    /* 1x1 stride 2 (ResNet downsample) */
-    conv_case(2, 13, 11, 3, 10, 7, 3, 2, 1, 0); /* ResNet stem, first layer */
-    conv_case(2, 6, 6, 2048, 3, 3, 1, 1, 1, 1); /* two tiles (64 + 8 pixels) */
-    conv_case(1, 9, 9, 1024, 4, 3, 1, 1, 2, 1); /* grouped, two tiles */
+    conv_case(2, 7, 6, 4, 6, 3, 1, 1, 1, 1);      /* plain 3x3, tiled */
+    conv_case(2, 7, 6, 6, 4, 3, 1, 2, 2, 1);      /* grouped, strided */
+    conv_case(2, 5, 5, 4, 8, 3, 1, 1, 4, 1);      /* depthwise multiplier 2 (grouped path) */
+    conv_case(2, 7, 6, 12, 12, 3, 1, 1, 12, 1);   /* depthwise, 8 lanes + 4 */
+    conv_case(2, 7, 8, 9, 9, 3, 1, 2, 9, 1);      /* depthwise, stride 2 */
+    conv_case(1, 9, 7, 16, 16, 5, 2, 2, 16, 0);   /* depthwise 5x5, no dx */
+    conv_case(2, 5, 4, 5, 7, 1, 0, 1, 1, 1);      /* pointwise: x is col */
+    conv_case(2, 7, 6, 5, 7, 1, 0, 2, 1, 1);      /* 1x1 stride 2 (ResNet downsample) */
+    conv_case(2, 13, 11, 3, 10, 7, 3, 2, 1, 0);   /* ResNet stem, first layer */
+    conv_case(2, 12, 12, 2048, 3, 3, 1, 1, 1, 1); /* three tiles (128 + 128 + 32 pixels) */
+    conv_case(1, 12, 12, 1024, 4, 3, 1, 1, 2, 1); /* grouped, two tiles (128 + 16) */
     /* bad groups; the tiled workspace does not grow with the batch or image */
     GM_CHECK_ERR(gm_conv2d_shape_init_groups(&s, 1, 8, 8, 6, 4, 3, 1, 1, 4), -EINVAL);
     GM_CHECK_ERR(gm_conv2d_shape_init_groups(&s, 1, 8, 8, 6, 4, 3, 1, 1, 0), -EINVAL);
@@ -387,6 +387,9 @@ static void test_conv_groups(void)
     GM_CHECK(gm_ops_cpu.conv2d_ws_floats(&s, 1) <= 2 * (GM_CONV2D_TILE_FLOATS + 16 * 576));
     GM_CHECK_OK(gm_conv2d_shape_init_groups(&s, 32, 224, 224, 3, 64, 7, 3, 2, 1));
     GM_CHECK(gm_ops_cpu.conv2d_ws_floats(&s, 0) <= GM_CONV2D_TILE_FLOATS + 16 * 147);
+    /* at least GM_CONV2D_TILE_MIN_ROWS pixels a tile: ResNet's last 3x3 layers */
+    GM_CHECK_OK(gm_conv2d_shape_init_groups(&s, 32, 7, 7, 512, 512, 3, 1, 1, 1));
+    GM_CHECK_EQ(gm_ops_cpu.conv2d_ws_floats(&s, 1), 2 * (size_t)GM_CONV2D_TILE_MIN_ROWS * 4608);
     GM_CHECK_OK(gm_conv2d_shape_init(&s, 1, 8, 8, 6, 4, 3, 1, 1));
     GM_CHECK(s.groups == 1 && s.tiled == 0);
 }

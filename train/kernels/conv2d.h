@@ -90,8 +90,8 @@ void gm_conv2d_direct_backward_cpu(const struct gm_conv2d_shape *s, const float 
  * The size grows with s->n, so a workspace sized for the largest batch
  * serves smaller ones.
  */
-#define GM_CONV2D_TILE_FLOATS (1u << 20) /* a tiled shape's col tile: 4 MiB */
-#define GM_CONV2D_TILE_MIN_ROWS 64       /* output pixels a tile holds at least */
+#define GM_CONV2D_TILE_FLOATS (1u << 18) /* a tiled shape's col tile: 1 MiB */
+#define GM_CONV2D_TILE_MIN_ROWS 128      /* output pixels a tile holds at least */
 size_t gm_conv2d_layer_ws_floats_cpu(const struct gm_conv2d_shape *s, int need_dx);
 void gm_conv2d_layer_forward_cpu(const struct gm_conv2d_shape *s, int need_dx, const float *x,
                                  const float *w, const float *b, float *ws, float *y);
