@@ -55,6 +55,7 @@
 
 #include <jansson.h>
 
+#include "agent/cluster/chiefmsg.h" /* for chief.c: CHIEF_REQ/ANS */
 #include "agent/cluster/chieffsm.h"
 #include "common/err.h"
 #include "train/ckpt/ckpt.h"

@@ -126,23 +126,6 @@ static int get_holders(json_t *o, gm_chief_name *holders, size_t *n)
     return 0;
 }
 
-/* Only the keys a form names: a typo is an error, not a silent default. */
-static int keys_only(json_t *o, const char *const *keys, size_t n)
-{
-    const char *k;
-    json_t *v;
-
-    json_object_foreach(o, k, v)
-    {
-        size_t i;
-        for (i = 0; i < n && strcmp(keys[i], k) != 0; i++)
-            ;
-        if (i == n)
-            return GM_ERR_PROTO;
-    }
-    return 0;
-}
-
 static json_t *holders_json(const gm_chief_name *h, size_t n)
 {
     json_t *a = json_array();
@@ -224,7 +207,7 @@ static int decode_fields(json_t *o, struct gm_chief_cmd *c)
 
     switch (c->op) {
     case GM_CHIEF_OP_MEMBER:
-        err = keys_only(o, k_member, 5);
+        err = gm_jsonmsg_keys_only(o, k_member, 5);
         if (err == 0)
             err = get_name(o, "node", c->node);
         if (err == 0)
@@ -233,12 +216,12 @@ static int decode_fields(json_t *o, struct gm_chief_cmd *c)
             err = GM_ERR_PROTO;
         return err;
     case GM_CHIEF_OP_REVOKE:
-        err = keys_only(o, k_revoke, 5);
+        err = gm_jsonmsg_keys_only(o, k_revoke, 5);
         if (err == 0)
             err = get_name(o, "node", c->node);
         return err == 0 ? get_i64(o, "at", &c->at) : err;
     case GM_CHIEF_OP_TOKEN_USE:
-        err = keys_only(o, k_token, 5);
+        err = gm_jsonmsg_keys_only(o, k_token, 5);
         if (err == 0)
             err = gm_jsonmsg_get_str(o, "token", c->token, sizeof(c->token), 0);
         if (err == 0 && json_object_get(o, "limit") != NULL &&
@@ -247,7 +230,7 @@ static int decode_fields(json_t *o, struct gm_chief_cmd *c)
             err = GM_ERR_PROTO;
         return err == 0 && gm_jsonmsg_is_hex(c->token, GM_CHIEF_TOKEN_HEX) ? 0 : GM_ERR_PROTO;
     case GM_CHIEF_OP_JOB:
-        err = keys_only(o, k_job, 6);
+        err = gm_jsonmsg_keys_only(o, k_job, 6);
         if (err == 0)
             err = get_name(o, "job", c->job);
         if (err == 0)
@@ -256,7 +239,7 @@ static int decode_fields(json_t *o, struct gm_chief_cmd *c)
             err = GM_ERR_PROTO;
         return err == 0 ? get_i64(o, "step", &c->step) : err;
     case GM_CHIEF_OP_CHECKPOINT:
-        err = keys_only(o, k_ckpt, 7);
+        err = gm_jsonmsg_keys_only(o, k_ckpt, 7);
         if (err == 0)
             err = get_name(o, "job", c->job);
         if (err == 0)
@@ -267,7 +250,7 @@ static int decode_fields(json_t *o, struct gm_chief_cmd *c)
             err = GM_ERR_PROTO;
         return err == 0 ? get_holders(o, c->holders, &c->nholders) : err;
     case GM_CHIEF_OP_JOB_SPEC:
-        err = keys_only(o, k_spec, 7);
+        err = gm_jsonmsg_keys_only(o, k_spec, 7);
         if (err == 0)
             err = get_name(o, "job", c->job);
         if (err == 0)
@@ -686,7 +669,7 @@ static int r_member(json_t *e, void *out)
     static const char *const keys[] = {"node", "role"};
     struct gm_chief_member *m = out;
     char role[16];
-    int err = keys_only(e, keys, 2);
+    int err = gm_jsonmsg_keys_only(e, keys, 2);
 
     if (err == 0)
         err = get_name(e, "node", m->node);
@@ -699,7 +682,7 @@ static int r_revoked(json_t *e, void *out)
 {
     static const char *const keys[] = {"node", "term", "at"};
     struct gm_chief_revoked *r = out;
-    int err = keys_only(e, keys, 3);
+    int err = gm_jsonmsg_keys_only(e, keys, 3);
 
     if (err == 0)
         err = get_name(e, "node", r->node);
@@ -712,7 +695,7 @@ static int r_token(json_t *e, void *out)
 {
     static const char *const keys[] = {"token", "uses"};
     struct gm_chief_token_use *t = out;
-    int err = keys_only(e, keys, 2);
+    int err = gm_jsonmsg_keys_only(e, keys, 2);
 
     if (err == 0)
         err = gm_jsonmsg_get_str(e, "token", t->token, sizeof(t->token), 0);
@@ -760,7 +743,7 @@ static int r_job(json_t *e, void *out)
     static const char *const keys[] = {"job",  "state",       "step",        "term",
                                        "spec", "spec_sha256", "global_batch"};
     struct gm_chief_job *jb = out;
-    int err = keys_only(e, keys, 7);
+    int err = gm_jsonmsg_keys_only(e, keys, 7);
 
     if (err == 0)
         err = get_name(e, "job", jb->job);
@@ -779,7 +762,7 @@ static int r_ckpt(json_t *e, void *out)
 {
     static const char *const keys[] = {"job", "step", "term", "sha256", "holders"};
     struct gm_chief_ckpt *k = out;
-    int err = keys_only(e, keys, 5);
+    int err = gm_jsonmsg_keys_only(e, keys, 5);
 
     if (err == 0)
         err = get_name(e, "job", k->job);
@@ -804,7 +787,7 @@ int gm_chief_fsm_restore(struct gm_chief_fsm *f, const uint8_t *p, size_t len)
     int err = GM_ERR_PROTO;
 
     gm_chief_fsm_init(&n);
-    if (!json_is_object(o) || keys_only(o, keys, 8) != 0 || get_u64(o, "v", &v) != 0 ||
+    if (!json_is_object(o) || gm_jsonmsg_keys_only(o, keys, 8) != 0 || get_u64(o, "v", &v) != 0 ||
         v != GM_CHIEF_CMD_VERSION)
         goto out;
     err = get_u64(o, "term", &n.term);
@@ -949,89 +932,4 @@ void gm_chief_fsm_raft(struct gm_chief_fsm *f, struct raft_fsm *out)
     out->snapshot = r_snapshot;
     out->snapshot_finalize = r_finalize;
     out->restore = r_restore;
-}
-
-/* --- CHIEF_REQ and CHIEF_ANS ------------------------------------------------------ */
-
-int gm_chief_req_encode(const struct gm_chief_req *r, char **out, size_t *len)
-{
-    json_t *o =
-        strcmp(r->cmd, "role") == 0  ? json_pack("{s:s, s:s, s:s}", "cmd", r->cmd, "node", r->node,
-                                                 "role", gm_chief_role_name(r->role))
-        : strcmp(r->cmd, "use") == 0 ? json_pack("{s:s, s:s, s:I}", "cmd", r->cmd, "token",
-                                                 r->token, "limit", (json_int_t)r->limit)
-                                     : json_pack("{s:s, s:s}", "cmd", r->cmd, "node", r->node);
-
-    return gm_jsonmsg_dump(o, out, len);
-}
-
-int gm_chief_req_decode(const uint8_t *p, size_t len, struct gm_chief_req *r)
-{
-    static const char *const keys[] = {"cmd", "node", "role", "token", "limit"};
-    json_t *o;
-    char role[16];
-    int err = GM_ERR_PROTO;
-
-    memset(r, 0, sizeof(*r));
-    if (len > GM_CHIEF_CMD_MAX)
-        return GM_ERR_PROTO;
-    o = gm_jsonmsg_load(p, len);
-    if (!json_is_object(o) || keys_only(o, keys, 5) != 0 ||
-        gm_jsonmsg_get_str(o, "cmd", r->cmd, sizeof(r->cmd), 0) != 0)
-        goto out;
-    if (strcmp(r->cmd, "use") == 0) { /* a voter records a token use before it admits */
-        err = json_object_get(o, "node") == NULL && json_object_get(o, "role") == NULL &&
-                      gm_jsonmsg_get_str(o, "token", r->token, sizeof(r->token), 0) == 0 &&
-                      gm_jsonmsg_is_hex(r->token, GM_CHIEF_TOKEN_HEX) &&
-                      get_i64(o, "limit", &r->limit) == 0 && r->limit >= 1 &&
-                      r->limit <= GM_CHIEF_TOKEN_USES_MAX
-                  ? 0
-                  : GM_ERR_PROTO;
-        goto out;
-    }
-    if (get_name(o, "node", r->node) != 0 || json_object_get(o, "token") != NULL ||
-        json_object_get(o, "limit") != NULL)
-        goto out;
-    if (strcmp(r->cmd, "revoke") == 0)
-        err = json_object_get(o, "role") == NULL ? 0 : GM_ERR_PROTO;
-    else if (strcmp(r->cmd, "role") == 0)
-        err = gm_jsonmsg_get_str(o, "role", role, sizeof(role), 0) == 0 &&
-                      gm_chief_role_parse(role, &r->role) == 0
-                  ? 0
-                  : GM_ERR_PROTO;
-out:
-    json_decref(o);
-    if (err != 0)
-        memset(r, 0, sizeof(*r));
-    return err;
-}
-
-int gm_chief_ans_encode(const struct gm_chief_ans *a, char **out, size_t *len)
-{
-    return gm_jsonmsg_dump(json_pack("{s:i, s:s}", "code", a->code, "message", a->message), out,
-                           len);
-}
-
-int gm_chief_ans_decode(const uint8_t *p, size_t len, struct gm_chief_ans *a)
-{
-    static const char *const keys[] = {"code", "message"};
-    json_t *o, *code;
-    int err = GM_ERR_PROTO;
-
-    memset(a, 0, sizeof(*a));
-    if (len > GM_CHIEF_CMD_MAX)
-        return GM_ERR_PROTO;
-    o = gm_jsonmsg_load(p, len);
-    code = json_object_get(o, "code");
-    if (json_is_object(o) && keys_only(o, keys, 2) == 0 && json_is_integer(code) &&
-        json_integer_value(code) <= 0 && json_integer_value(code) >= -100000 &&
-        gm_jsonmsg_get_str(o, "message", a->message, sizeof(a->message), GM_JSONMSG_PRINTABLE) ==
-            0) { /* shown to people */
-        err = 0;
-        a->code = (int)json_integer_value(code);
-    }
-    json_decref(o);
-    if (err != 0)
-        memset(a, 0, sizeof(*a));
-    return err;
 }

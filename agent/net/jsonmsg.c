@@ -105,3 +105,19 @@ int gm_jsonmsg_get_uint(json_t *o, const char *key, uint64_t max, uint64_t *out)
     *out = (uint64_t)json_integer_value(v);
     return 0;
 }
+
+int gm_jsonmsg_keys_only(json_t *o, const char *const *keys, size_t n)
+{
+    const char *k;
+    json_t *v;
+
+    json_object_foreach(o, k, v)
+    {
+        size_t i;
+        for (i = 0; i < n && strcmp(keys[i], k) != 0; i++)
+            ;
+        if (i == n)
+            return GM_ERR_PROTO;
+    }
+    return 0;
+}

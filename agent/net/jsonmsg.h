@@ -48,6 +48,10 @@ int gm_jsonmsg_get_hex(json_t *o, const char *key, char *out, size_t cap, size_t
 /* Integer field key of o in [0, max] into *out (untouched on error).  0 or GM_ERR_PROTO. */
 int gm_jsonmsg_get_uint(json_t *o, const char *key, uint64_t max, uint64_t *out) GM_MUST_CHECK;
 
+/* 0 when every key of o is one of the n keys (a typo is an error, not a silent default);
+ * GM_ERR_PROTO otherwise. */
+int gm_jsonmsg_keys_only(json_t *o, const char *const *keys, size_t n) GM_MUST_CHECK;
+
 /* s is exactly n lower-case hex digits. */
 bool gm_jsonmsg_is_hex(const char *s, size_t n);
 /* s is printable ASCII (what is shown to people): 0x20..0x7e. */

@@ -32,7 +32,7 @@
  *                (agent/jobs/xport.h)
  *   RAFT         op byte + raft bytes of one channel; req = channel id (agent/cluster/chiefnet.h)
  *   CHIEF_REQ    {cmd, node, role?}: a change a member forwards to the chief, or
- *                {cmd: "use", token, limit}: a voter's token use (agent/cluster/chieffsm.h)
+ *                {cmd: "use", token, limit}: a voter's token use (agent/cluster/chiefmsg.h)
  *   CHIEF_ANS    {code, message, index}: its outcome; req = the member's request id
  *
  * Pure functions; any thread.
