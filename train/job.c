@@ -1,24 +1,20 @@
 /*
  * train/job.c - job file parser; the format and the rules are in job.h.
  *
- * How it works: the text is checked as a whole first (size, NUL bytes, UTF-8), then fed to
- * inih line by line through our own reader (ini_parse_stream), which gives us what inih's
- * handler lacks: the line number, a length check instead of inih's silent split of long
- * lines, section headers as they appear (so an unknown empty section is caught too), and a
- * way to stop at the first problem (the reader returns EOF).  The handler always returns
- * "ok" to inih, so a non-zero result of ini_parse_stream is a syntax error inih found on its
- * own; the earlier of that and our first problem is the one reported.  Keys are a table
- * (section, key, type, offset into struct gm_job, range); checks that involve several keys
- * run after the last line.  Messages are built into a buffer and logged once at the end.
+ * How it works: the text is read by common/ini.c (the reader the agent's config uses too):
+ * checked as a whole first (NUL bytes, UTF-8), then fed to inih line by line, with each
+ * key's line number, a length check instead of inih's silent split of long lines, section
+ * headers checked as they appear, and a stop at the first problem.  Keys are a table
+ * (section, key, type, offset into struct gm_job, range), one entry a line through the K_*
+ * macros below; set_value() checks and stores one value; checks that involve several keys
+ * run after the last line (check_whole).  The first problem is logged once at the end.
  */
 #include "train/job.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <ini.h>
 #include <limits.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +22,7 @@
 #include <unistd.h>
 
 #include "common/assert.h"
+#include "common/ini.h"
 #include "common/log.h"
 
 _Static_assert(sizeof(enum gm_job_model) == sizeof(int), "enums are stored as int");
@@ -57,19 +54,6 @@ enum {
     K_FMAX_OPEN = 1u << 2,
 };
 
-struct keydef {
-    const char *section;
-    const char *key;
-    enum ktype type;
-    size_t off;  /* offsetof(struct gm_job, field) */
-    size_t size; /* KT_STR, KT_NAME: buffer size */
-    long long imin, imax;
-    double fmin, fmax;
-    unsigned flags;
-    const char *const *names; /* KT_ENUM: value names in enum order, NULL-terminated */
-    const char *what;         /* KT_ENUM: what the value names, for messages */
-};
-
 static const char *const model_names[] = {"mlp", "lenet5", "vgg7", "resnet20", NULL};
 static const char *const data_kind_names[] = {"idx", "cifar10", "folder", NULL};
 static const char *const optimizer_names[] = {"sgd", "adam", NULL};
@@ -80,6 +64,8 @@ static const char *const codec_names[] = {GM_JOB_CODECS(CODEC_NAME_) NULL};
 #undef CODEC_NAME_
 static const char *const section_names[] = {"job", "model", "data", "optim", "schedule", "comm"};
 
+/* Entries of struct gm_ini_key (common/ini.h): {section, key, type, offset, size (KT_STR,
+ * KT_NAME: buffer size), imin, imax, fmin, fmax, flags, names (KT_ENUM), what (KT_ENUM)}. */
 #define OFF(f) offsetof(struct gm_job, f)
 #define FSIZE(f) sizeof(((struct gm_job *)0)->f)
 #define K_STR(s, k, f, fl)                                                                         \
@@ -107,7 +93,7 @@ static const char *const section_names[] = {"job", "model", "data", "optim", "sc
         s, k, t, OFF(f), FSIZE(f), 0, 0, 0, 0, 0, NULL, NULL                                       \
     }
 
-static const struct keydef keys[] = {
+static const struct gm_ini_key keys[] = {
     K_OTHER("job", "name", KT_NAME, name),
     K_ENUM("job", "model", model, model_names, "model", K_REQUIRED),
     K_INT("job", "epochs", epochs, 1, INT_MAX, 0),
@@ -188,44 +174,7 @@ static const struct applies applies[] = {
      (1u << GM_JOB_CODEC_AUTO) | (1u << GM_JOB_CODEC_DILOCO), "codec = diloco or auto"},
 };
 
-struct ctx {
-    struct gm_job *job;
-    const char *text; /* borrowed: job->text */
-    size_t len, pos;
-    int line;        /* lines handed to inih so far = inih's line number */
-    bool failed;     /* msg holds the first problem */
-    int err_line;    /* its line, 0 if none */
-    int seen[NKEYS]; /* line where each key was set, 0 if not */
-    char msg[1024];
-};
-
 /* --- messages ----------------------------------------------------------------------------- */
-
-/* Records the first problem only; later ones are consequences or noise. */
-__attribute__((format(printf, 3, 4))) static void fail(struct ctx *c, int line, const char *fmt,
-                                                       ...)
-{
-    va_list ap;
-
-    if (c->failed)
-        return;
-    c->failed = true;
-    c->err_line = line;
-    va_start(ap, fmt);
-    vsnprintf(c->msg, sizeof(c->msg), fmt, ap);
-    va_end(ap);
-}
-
-/* Copies s for a message, control bytes shown as '?', so a value cannot forge log lines. */
-static const char *printable(char *dst, size_t n, const char *s)
-{
-    size_t i;
-
-    for (i = 0; i + 1 < n && s[i] != '\0'; i++)
-        dst[i] = ((unsigned char)s[i] < 0x20 || s[i] == 0x7f) ? '?' : s[i];
-    dst[i] = '\0';
-    return dst;
-}
 
 static void list_names(char *dst, size_t n, const char *const *names, size_t count)
 {
@@ -251,11 +200,11 @@ static void list_keys(char *dst, size_t n, const char *section)
     list_names(dst, n, names, count);
 }
 
-static void describe(char *dst, size_t n, const struct keydef *k)
+static void describe(char *dst, size_t n, const struct gm_ini_key *k)
 {
     long long top = k->type == KT_INT ? INT_MAX : INT64_MAX;
 
-    switch (k->type) {
+    switch ((enum ktype)k->type) {
     case KT_INT:
     case KT_I64:
         if (k->imax != top)
@@ -442,29 +391,31 @@ static bool valid_name(const char *s)
 }
 
 /* Parses value into the field k names; records a problem on failure. */
-static void set_value(struct ctx *c, const struct keydef *k, const char *value)
+static void set_value(struct gm_ini *ini, const struct gm_ini_key *k, const char *value)
 {
-    char *field = (char *)c->job + k->off;
+    struct gm_job *job = ini->dest;
+    char *field = (char *)job + k->off;
     char pv[256], desc[160];
     bool ok = false;
 
-    printable(pv, sizeof(pv), value);
+    gm_ini_printable(pv, sizeof(pv), value);
     if (value[0] == '\0') {
-        fail(c, c->line, "[%s] %s has an empty value", k->section, k->key);
+        gm_ini_fail(ini, ini->line, "[%s] %s has an empty value", k->section, k->key);
         return;
     }
-    switch (k->type) {
+    switch ((enum ktype)k->type) {
     case KT_NAME:
     case KT_STR:
         if (strlen(value) >= k->size) {
-            fail(c, c->line, "[%s] %s is longer than %zu bytes", k->section, k->key, k->size - 1);
+            gm_ini_fail(ini, ini->line, "[%s] %s is longer than %zu bytes", k->section, k->key,
+                        k->size - 1);
             return;
         }
         if (k->type == KT_NAME && !valid_name(value)) {
-            fail(c, c->line,
-                 "[%s] %s = %s: must use only letters, digits, '.', '_' and '-', and not "
-                 "start with '.'",
-                 k->section, k->key, pv);
+            gm_ini_fail(ini, ini->line,
+                        "[%s] %s = %s: must use only letters, digits, '.', '_' and '-', and not "
+                        "start with '.'",
+                        k->section, k->key, pv);
             return;
         }
         memcpy(field, value, strlen(value) + 1);
@@ -510,7 +461,7 @@ static void set_value(struct ctx *c, const struct keydef *k, const char *value)
         ok = gm_device_spec_parse(value, &v) == 0;
         if (ok) {
             memcpy(field, &v, sizeof(v));
-            c->job->device_set = true;
+            job->device_set = true;
         }
         break;
     }
@@ -527,8 +478,8 @@ static void set_value(struct ctx *c, const struct keydef *k, const char *value)
         int sizes[GM_JOB_HIDDEN_MAX], n = 0;
         ok = parse_hidden(value, sizes, &n);
         if (ok) {
-            memcpy(c->job->hidden, sizes, sizeof(int) * (size_t)n);
-            c->job->n_hidden = n;
+            memcpy(job->hidden, sizes, sizeof(int) * (size_t)n);
+            job->n_hidden = n;
         }
         break;
     }
@@ -540,142 +491,65 @@ static void set_value(struct ctx *c, const struct keydef *k, const char *value)
             }
         }
         list_names(desc, sizeof(desc), k->names, SIZE_MAX);
-        fail(c, c->line, "unknown %s '%s' (known: %s)", k->what, pv, desc);
+        gm_ini_fail(ini, ini->line, "unknown %s '%s' (known: %s)", k->what, pv, desc);
         return;
     }
     if (!ok) {
         describe(desc, sizeof(desc), k);
-        fail(c, c->line, "[%s] %s = %s: must be %s", k->section, k->key, pv, desc);
+        gm_ini_fail(ini, ini->line, "[%s] %s = %s: must be %s", k->section, k->key, pv, desc);
     }
 }
 
-/* --- inih glue ---------------------------------------------------------------------------- */
+/* --- what the table does not hold ------------------------------------------------------- */
 
-static bool known_section(const char *s, size_t len)
-{
-    for (size_t i = 0; i < GM_ARRAY_SIZE(section_names); i++)
-        if (strlen(section_names[i]) == len && memcmp(section_names[i], s, len) == 0)
-            return true;
-    return false;
-}
-
-static void fail_section(struct ctx *c, const char *s, size_t len)
+static void unknown_section(struct gm_ini *ini, const char *s, size_t len)
 {
     char name[64], known[128];
     size_t n = len < sizeof(name) - 1 ? len : sizeof(name) - 1;
 
     memcpy(name, s, n);
     name[n] = '\0';
-    printable(name, sizeof(name), name);
+    gm_ini_printable(name, sizeof(name), name);
     list_names(known, sizeof(known), section_names, GM_ARRAY_SIZE(section_names));
-    fail(c, c->line, "unknown section [%s]%s (known: %s)", name, n < len ? "..." : "", known);
+    gm_ini_fail(ini, ini->line, "unknown section [%s]%s (known: %s)", name, n < len ? "..." : "",
+                known);
 }
 
-/* ini_reader: hands inih one line per call (so its line count is ours), without leading
- * blanks, the BOM, or '\r'; returns EOF at the end and after the first problem. */
-static char *read_line(char *buf, int num, void *stream)
+static void outside(struct gm_ini *ini, const char *key)
 {
-    struct ctx *c = stream;
-    const char *start, *eol, *p;
-    size_t n, limit;
+    char pk[64];
 
-    if (c->failed || c->pos >= c->len)
-        return NULL;
-    start = c->text + c->pos;
-    eol = memchr(start, '\n', c->len - c->pos);
-    n = eol != NULL ? (size_t)(eol - start) : c->len - c->pos;
-    c->pos += n + (eol != NULL);
-    c->line++;
-    if (n > 0 && start[n - 1] == '\r')
-        n--;
-    limit = num > 3 ? (size_t)num - 3 : 0;
-    if (limit > GM_JOB_LINE_MAX)
-        limit = GM_JOB_LINE_MAX;
-    if (n > limit) {
-        fail(c, c->line, "line is longer than %zu bytes", limit);
-        return NULL;
-    }
-    p = start;
-    if (c->line == 1 && n >= 3 && memcmp(p, "\xEF\xBB\xBF", 3) == 0)
-        p += 3;
-    while (p < start + n && (*p == ' ' || *p == '\t' || *p == '\v' || *p == '\f' || *p == '\r'))
-        p++;
-    n -= (size_t)(p - start);
-    if (n > 0 && *p == '[') {
-        const char *close = memchr(p, ']', n);
-        if (close != NULL && !known_section(p + 1, (size_t)(close - p - 1))) {
-            fail_section(c, p + 1, (size_t)(close - p - 1));
-            return NULL;
-        }
-    }
-    memcpy(buf, p, n);
-    buf[n] = '\n';
-    buf[n + 1] = '\0';
-    return buf;
+    gm_ini_fail(ini, ini->line, "key '%s' is outside any section (put it under [job], [data], ...)",
+                gm_ini_printable(pk, sizeof(pk), key));
 }
 
-static const struct keydef *find_key(const char *section, const char *key)
+static void unknown_key(struct gm_ini *ini, const char *section, const char *key)
 {
-    for (size_t i = 0; i < NKEYS; i++)
-        if (strcmp(keys[i].section, section) == 0 && strcmp(keys[i].key, key) == 0)
-            return &keys[i];
-    return NULL;
-}
-
-/* ini_handler: always "ok" to inih; problems go to c (see the file comment). */
-static int on_pair(void *user, const char *section, const char *key, const char *value)
-{
-    struct ctx *c = user;
-    const struct keydef *k;
     char pk[64], ps[64], known[256];
-    size_t i;
 
-    if (c->failed)
-        return 1;
-    printable(pk, sizeof(pk), key);
-    if (section[0] == '\0') {
-        fail(c, c->line, "key '%s' is outside any section (put it under [job], [data], ...)", pk);
-        return 1;
-    }
-    if (!known_section(section, strlen(section))) { /* the reader saw the header already */
-        fail_section(c, section, strlen(section));
-        return 1;
-    }
-    k = find_key(section, key);
-    if (k == NULL) {
-        list_keys(known, sizeof(known), section);
-        fail(c, c->line, "unknown key '%s' in [%s] (known: %s)", pk,
-             printable(ps, sizeof(ps), section), known);
-        return 1;
-    }
-    i = (size_t)(k - keys);
-    if (c->seen[i] != 0) {
-        fail(c, c->line, "duplicate key [%s] %s (first set on line %d)", k->section, k->key,
-             c->seen[i]);
-        return 1;
-    }
-    c->seen[i] = c->line;
-    set_value(c, k, value);
-    return 1;
+    list_keys(known, sizeof(known), section);
+    gm_ini_fail(ini, ini->line, "unknown key '%s' in [%s] (known: %s)",
+                gm_ini_printable(pk, sizeof(pk), key), gm_ini_printable(ps, sizeof(ps), section),
+                known);
 }
 
-static int line_of(const struct ctx *c, const char *section, const char *key)
+static void twice(struct gm_ini *ini, const struct gm_ini_key *k, int first_line)
 {
-    const struct keydef *k = find_key(section, key);
-
-    GM_ASSERT(k != NULL);
-    return c->seen[k - keys];
+    gm_ini_fail(ini, ini->line, "duplicate key [%s] %s (first set on line %d)", k->section, k->key,
+                first_line);
 }
+
+/* --- whole file --------------------------------------------------------------------------- */
 
 /* Rules that involve more than one key, run after the whole file was read. */
-static void check_whole(struct ctx *c)
+static void check_whole(struct gm_ini *ini)
 {
-    struct gm_job *job = c->job;
+    struct gm_job *job = ini->dest;
     int line;
 
     for (size_t i = 0; i < NKEYS; i++) {
-        if ((keys[i].flags & K_REQUIRED) && c->seen[i] == 0) {
-            fail(c, 0, "missing required key [%s] %s", keys[i].section, keys[i].key);
+        if ((keys[i].flags & K_REQUIRED) && ini->seen[i] == 0) {
+            gm_ini_fail(ini, 0, "missing required key [%s] %s", keys[i].section, keys[i].key);
             return;
         }
     }
@@ -683,130 +557,69 @@ static void check_whole(struct ctx *c)
         const struct applies *a = &applies[i];
         int v;
 
-        line = line_of(c, a->section, a->key);
+        line = gm_ini_line_of(ini, a->section, a->key);
         memcpy(&v, (const char *)job + a->enum_off, sizeof(v));
         if (line != 0 && !(a->mask & (1u << v))) {
-            fail(c, line, "[%s] %s only applies with %s", a->section, a->key, a->when);
+            gm_ini_fail(ini, line, "[%s] %s only applies with %s", a->section, a->key, a->when);
             return;
         }
     }
-    if (line_of(c, "optim", "batch") == 0 && line_of(c, "optim", "global_batch") == 0) {
-        fail(c, 0, "missing required key [optim] batch (per worker) or global_batch");
+    if (gm_ini_line_of(ini, "optim", "batch") == 0 &&
+        gm_ini_line_of(ini, "optim", "global_batch") == 0) {
+        gm_ini_fail(ini, 0, "missing required key [optim] batch (per worker) or global_batch");
         return;
     }
-    if (line_of(c, "optim", "batch") != 0 && line_of(c, "optim", "global_batch") != 0) {
-        fail(c, line_of(c, "optim", "global_batch"),
-             "[optim] batch (per worker) and global_batch exclude each other: keep one");
+    if (gm_ini_line_of(ini, "optim", "batch") != 0 &&
+        gm_ini_line_of(ini, "optim", "global_batch") != 0) {
+        gm_ini_fail(ini, gm_ini_line_of(ini, "optim", "global_batch"),
+                    "[optim] batch (per worker) and global_batch exclude each other: keep one");
         return;
     }
-    line = line_of(c, "optim", "nesterov");
+    line = gm_ini_line_of(ini, "optim", "nesterov");
     if (job->optim.nesterov && job->optim.momentum <= 0) {
-        fail(c, line, "[optim] nesterov = true needs momentum > 0");
+        gm_ini_fail(ini, line, "[optim] nesterov = true needs momentum > 0");
         return;
     }
     if (job->schedule.kind == GM_JOB_SCHEDULE_KIND_STEP &&
-        line_of(c, "schedule", "step_size") == 0) {
-        fail(c, line_of(c, "schedule", "kind"), "[schedule] kind = step needs step_size");
+        gm_ini_line_of(ini, "schedule", "step_size") == 0) {
+        gm_ini_fail(ini, gm_ini_line_of(ini, "schedule", "kind"),
+                    "[schedule] kind = step needs step_size");
         return;
     }
-    line = line_of(c, "schedule", "min_lr");
+    line = gm_ini_line_of(ini, "schedule", "min_lr");
     if (line != 0 && job->schedule.min_lr >= job->optim.lr) {
-        fail(c, line, "[schedule] min_lr = %g must be below [optim] lr = %g", job->schedule.min_lr,
-             job->optim.lr);
+        gm_ini_fail(ini, line, "[schedule] min_lr = %g must be below [optim] lr = %g",
+                    job->schedule.min_lr, job->optim.lr);
         return;
     }
-    if (line_of(c, "job", "out") == 0)
+    if (gm_ini_line_of(ini, "job", "out") == 0)
         snprintf(job->out, sizeof(job->out), "%s.safetensors", job->name);
-    if (line_of(c, "job", "checkpoint_dir") == 0)
+    if (gm_ini_line_of(ini, "job", "checkpoint_dir") == 0)
         snprintf(job->checkpoint_dir, sizeof(job->checkpoint_dir), "%s.checkpoints", job->name);
 }
 
-/* Offset of the first byte that is not well-formed UTF-8 or is NUL, or len if none. */
-static size_t bad_byte(const unsigned char *s, size_t len, bool *is_nul)
-{
-    size_t i = 0;
-
-    *is_nul = false;
-    while (i < len) {
-        unsigned char b = s[i];
-        size_t need;
-        uint32_t cp, min;
-
-        if (b == 0) {
-            *is_nul = true;
-            return i;
-        }
-        if (b < 0x80) {
-            i++;
-            continue;
-        }
-        if (b >= 0xC2 && b <= 0xDF) {
-            need = 1, cp = b & 0x1F, min = 0x80;
-        } else if (b >= 0xE0 && b <= 0xEF) {
-            need = 2, cp = b & 0x0F, min = 0x800;
-        } else if (b >= 0xF0 && b <= 0xF4) {
-            need = 3, cp = b & 0x07, min = 0x10000;
-        } else {
-            return i;
-        }
-        if (len - i <= need)
-            return i;
-        for (size_t j = 1; j <= need; j++) {
-            if ((s[i + j] & 0xC0) != 0x80)
-                return i;
-            cp = (cp << 6) | (s[i + j] & 0x3F);
-        }
-        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-            return i;
-        i += need + 1;
-    }
-    return len;
-}
+static const struct gm_ini_spec spec = {
+    .keys = keys,
+    .nkeys = NKEYS,
+    .sections = section_names,
+    .nsections = GM_ARRAY_SIZE(section_names),
+    .line_max = GM_JOB_LINE_MAX,
+    .flags = GM_INI_UTF8 | GM_INI_ALL_BLANKS,
+    .set = set_value,
+    .whole = check_whole,
+    .outside = outside,
+    .unknown_section = unknown_section,
+    .unknown_key = unknown_key,
+    .twice = twice,
+};
 
 /* Parses job->text (already set, NUL-terminated). */
 static int parse_text(struct gm_job *job, const char *origin)
 {
-    struct ctx *c;
-    size_t bad;
-    bool nul;
-    int r, err = 0;
+    int err = gm_ini_parse(&spec, job->text, job->text_len, origin, job);
 
-    c = calloc(1, sizeof(*c));
-    if (c == NULL)
-        return -ENOMEM;
-    c->job = job;
-    c->text = job->text;
-    c->len = job->text_len;
-
-    bad = bad_byte((const unsigned char *)c->text, c->len, &nul);
-    if (bad < c->len) {
-        int line = 1;
-        for (size_t i = 0; i < bad; i++)
-            line += c->text[i] == '\n';
-        fail(c, line, nul ? "NUL byte in the text" : "text is not valid UTF-8");
-    } else {
-        r = ini_parse_stream(read_line, c, on_pair, c);
-        if (r == -2) {
-            err = -ENOMEM;
-            gm_err("%s: out of memory while parsing", origin);
-            goto out;
-        }
-        if (r > 0 && (!c->failed || r < c->err_line)) {
-            c->failed = false;
-            fail(c, r, "syntax error: expected '[section]' or 'key = value'");
-        }
-        if (!c->failed)
-            check_whole(c);
-    }
-    if (c->failed) {
-        err = GM_ERR_CONFIG;
-        if (c->err_line > 0)
-            gm_err("%s:%d: %s", origin, c->err_line, c->msg);
-        else
-            gm_err("%s: %s", origin, c->msg);
-    }
-out:
-    free(c);
+    if (err == -ENOMEM)
+        gm_err("%s: out of memory while parsing", origin);
     return err;
 }
 

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "agent/net/jsonmsg.h"
 #include "train/ckpt/ckpt.h"
 
 static const char *const role_names[] = {"voter", "witness", "spare"};
@@ -48,16 +49,6 @@ static const char *op_name(enum gm_chief_op op)
 
 /* --- field checks ------------------------------------------------------------ */
 
-static bool is_hex(const char *s, size_t n)
-{
-    if (strlen(s) != n)
-        return false;
-    for (size_t i = 0; i < n; i++)
-        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
-            return false;
-    return true;
-}
-
 /* Job states: short lower-case words. */
 static bool state_ok(const char *s)
 {
@@ -71,22 +62,9 @@ static bool state_ok(const char *s)
     return true;
 }
 
-/* A string field of at most cap-1 bytes (no NUL inside). */
-static int get_str(json_t *o, const char *key, char *out, size_t cap)
-{
-    json_t *v = json_object_get(o, key);
-    const char *s = json_string_value(v);
-
-    out[0] = '\0';
-    if (s == NULL || json_string_length(v) >= cap || strlen(s) != json_string_length(v))
-        return GM_ERR_PROTO;
-    memcpy(out, s, strlen(s) + 1);
-    return 0;
-}
-
 static int get_name(json_t *o, const char *key, char out[GM_CHIEF_NAME_MAX + 1])
 {
-    int err = get_str(o, key, out, GM_CHIEF_NAME_MAX + 1);
+    int err = gm_jsonmsg_get_str(o, key, out, GM_CHIEF_NAME_MAX + 1, 0);
 
     return err == 0 && gm_id_name_valid(out) ? 0 : GM_ERR_PROTO;
 }
@@ -114,12 +92,7 @@ static int get_spec(json_t *o, const char *key, const char *sha, char *out, size
 /* A non-negative integer field (JSON integers only). */
 static int get_u64(json_t *o, const char *key, uint64_t *out)
 {
-    json_t *v = json_object_get(o, key);
-
-    if (!json_is_integer(v) || json_integer_value(v) < 0)
-        return GM_ERR_PROTO;
-    *out = (uint64_t)json_integer_value(v);
-    return 0;
+    return gm_jsonmsg_get_uint(o, key, UINT64_MAX, out);
 }
 
 static int get_i64(json_t *o, const char *key, int64_t *out)
@@ -150,23 +123,6 @@ static int get_holders(json_t *o, gm_chief_name *holders, size_t *n)
                 return GM_ERR_PROTO; /* each holder once */
     }
     *n = json_array_size(a);
-    return 0;
-}
-
-/* Only the keys a form names: a typo is an error, not a silent default. */
-static int keys_only(json_t *o, const char *const *keys, size_t n)
-{
-    const char *k;
-    json_t *v;
-
-    json_object_foreach(o, k, v)
-    {
-        size_t i;
-        for (i = 0; i < n && strcmp(keys[i], k) != 0; i++)
-            ;
-        if (i == n)
-            return GM_ERR_PROTO;
-    }
     return 0;
 }
 
@@ -230,12 +186,11 @@ int gm_chief_cmd_encode(const struct gm_chief_cmd *c, char **out, size_t *len)
         err |= json_object_set_new(o, "global_batch", json_integer(c->global_batch));
         break;
     }
-    *out = err == 0 ? json_dumps(o, JSON_COMPACT) : NULL;
-    json_decref(o);
-    if (*out == NULL)
+    if (err != 0) {
+        json_decref(o);
         return -ENOMEM;
-    *len = strlen(*out);
-    return 0;
+    }
+    return gm_jsonmsg_dump(o, out, len);
 }
 
 static int decode_fields(json_t *o, struct gm_chief_cmd *c)
@@ -252,55 +207,55 @@ static int decode_fields(json_t *o, struct gm_chief_cmd *c)
 
     switch (c->op) {
     case GM_CHIEF_OP_MEMBER:
-        err = keys_only(o, k_member, 5);
+        err = gm_jsonmsg_keys_only(o, k_member, 5);
         if (err == 0)
             err = get_name(o, "node", c->node);
         if (err == 0)
-            err = get_str(o, "role", role, sizeof(role));
+            err = gm_jsonmsg_get_str(o, "role", role, sizeof(role), 0);
         if (err == 0 && gm_chief_role_parse(role, &c->role) != 0)
             err = GM_ERR_PROTO;
         return err;
     case GM_CHIEF_OP_REVOKE:
-        err = keys_only(o, k_revoke, 5);
+        err = gm_jsonmsg_keys_only(o, k_revoke, 5);
         if (err == 0)
             err = get_name(o, "node", c->node);
         return err == 0 ? get_i64(o, "at", &c->at) : err;
     case GM_CHIEF_OP_TOKEN_USE:
-        err = keys_only(o, k_token, 5);
+        err = gm_jsonmsg_keys_only(o, k_token, 5);
         if (err == 0)
-            err = get_str(o, "token", c->token, sizeof(c->token));
+            err = gm_jsonmsg_get_str(o, "token", c->token, sizeof(c->token), 0);
         if (err == 0 && json_object_get(o, "limit") != NULL &&
             (get_i64(o, "limit", &c->limit) != 0 || c->limit < 1 ||
              c->limit > GM_CHIEF_TOKEN_USES_MAX))
             err = GM_ERR_PROTO;
-        return err == 0 && is_hex(c->token, GM_CHIEF_TOKEN_HEX) ? 0 : GM_ERR_PROTO;
+        return err == 0 && gm_jsonmsg_is_hex(c->token, GM_CHIEF_TOKEN_HEX) ? 0 : GM_ERR_PROTO;
     case GM_CHIEF_OP_JOB:
-        err = keys_only(o, k_job, 6);
+        err = gm_jsonmsg_keys_only(o, k_job, 6);
         if (err == 0)
             err = get_name(o, "job", c->job);
         if (err == 0)
-            err = get_str(o, "state", c->state, sizeof(c->state));
+            err = gm_jsonmsg_get_str(o, "state", c->state, sizeof(c->state), 0);
         if (err == 0 && !state_ok(c->state))
             err = GM_ERR_PROTO;
         return err == 0 ? get_i64(o, "step", &c->step) : err;
     case GM_CHIEF_OP_CHECKPOINT:
-        err = keys_only(o, k_ckpt, 7);
+        err = gm_jsonmsg_keys_only(o, k_ckpt, 7);
         if (err == 0)
             err = get_name(o, "job", c->job);
         if (err == 0)
             err = get_i64(o, "step", &c->step);
         if (err == 0)
-            err = get_str(o, "sha256", c->sha256, sizeof(c->sha256));
-        if (err == 0 && !is_hex(c->sha256, 64))
+            err = gm_jsonmsg_get_str(o, "sha256", c->sha256, sizeof(c->sha256), 0);
+        if (err == 0 && !gm_jsonmsg_is_hex(c->sha256, 64))
             err = GM_ERR_PROTO;
         return err == 0 ? get_holders(o, c->holders, &c->nholders) : err;
     case GM_CHIEF_OP_JOB_SPEC:
-        err = keys_only(o, k_spec, 7);
+        err = gm_jsonmsg_keys_only(o, k_spec, 7);
         if (err == 0)
             err = get_name(o, "job", c->job);
         if (err == 0)
-            err = get_str(o, "sha256", c->sha256, sizeof(c->sha256));
-        if (err == 0 && !is_hex(c->sha256, 64))
+            err = gm_jsonmsg_get_str(o, "sha256", c->sha256, sizeof(c->sha256), 0);
+        if (err == 0 && !gm_jsonmsg_is_hex(c->sha256, 64))
             err = GM_ERR_PROTO;
         if (err == 0)
             err = get_spec(o, "spec", c->sha256, c->spec, &c->spec_len);
@@ -313,7 +268,6 @@ static int decode_fields(json_t *o, struct gm_chief_cmd *c)
 
 int gm_chief_cmd_decode(const uint8_t *p, size_t len, struct gm_chief_cmd *c)
 {
-    json_error_t e;
     json_t *o;
     const char *op;
     uint64_t v = 0;
@@ -322,7 +276,7 @@ int gm_chief_cmd_decode(const uint8_t *p, size_t len, struct gm_chief_cmd *c)
     memset(c, 0, sizeof(*c));
     if (len == 0 || len > GM_CHIEF_CMD_MAX)
         return GM_ERR_PROTO;
-    o = json_loadb((const char *)p, len, JSON_REJECT_DUPLICATES, &e);
+    o = gm_jsonmsg_load(p, len);
     if (!json_is_object(o))
         goto out;
     if (get_u64(o, "v", &v) != 0 || v != GM_CHIEF_CMD_VERSION)
@@ -682,12 +636,7 @@ int gm_chief_fsm_snapshot(const struct gm_chief_fsm *f, char **out, size_t *len)
         json_decref(o);
         return -ENOMEM;
     }
-    *out = json_dumps(o, JSON_COMPACT);
-    json_decref(o);
-    if (*out == NULL)
-        return -ENOMEM;
-    *len = strlen(*out);
-    return 0;
+    return gm_jsonmsg_dump(o, out, len);
 }
 
 /* Reads one array of the snapshot into a fresh array of elements of size,
@@ -720,12 +669,12 @@ static int r_member(json_t *e, void *out)
     static const char *const keys[] = {"node", "role"};
     struct gm_chief_member *m = out;
     char role[16];
-    int err = keys_only(e, keys, 2);
+    int err = gm_jsonmsg_keys_only(e, keys, 2);
 
     if (err == 0)
         err = get_name(e, "node", m->node);
     if (err == 0)
-        err = get_str(e, "role", role, sizeof(role));
+        err = gm_jsonmsg_get_str(e, "role", role, sizeof(role), 0);
     return err == 0 && gm_chief_role_parse(role, &m->role) == 0 ? 0 : GM_ERR_PROTO;
 }
 
@@ -733,7 +682,7 @@ static int r_revoked(json_t *e, void *out)
 {
     static const char *const keys[] = {"node", "term", "at"};
     struct gm_chief_revoked *r = out;
-    int err = keys_only(e, keys, 3);
+    int err = gm_jsonmsg_keys_only(e, keys, 3);
 
     if (err == 0)
         err = get_name(e, "node", r->node);
@@ -746,11 +695,11 @@ static int r_token(json_t *e, void *out)
 {
     static const char *const keys[] = {"token", "uses"};
     struct gm_chief_token_use *t = out;
-    int err = keys_only(e, keys, 2);
+    int err = gm_jsonmsg_keys_only(e, keys, 2);
 
     if (err == 0)
-        err = get_str(e, "token", t->token, sizeof(t->token));
-    if (err == 0 && !is_hex(t->token, GM_CHIEF_TOKEN_HEX))
+        err = gm_jsonmsg_get_str(e, "token", t->token, sizeof(t->token), 0);
+    if (err == 0 && !gm_jsonmsg_is_hex(t->token, GM_CHIEF_TOKEN_HEX))
         err = GM_ERR_PROTO;
     return err == 0 ? get_u64(e, "uses", &t->uses) : err;
 }
@@ -765,8 +714,8 @@ static int r_job_spec(json_t *e, struct gm_chief_job *jb)
     if (json_object_get(e, "spec") == NULL && json_object_get(e, "spec_sha256") == NULL &&
         json_object_get(e, "global_batch") == NULL)
         return 0;
-    err = get_str(e, "spec_sha256", jb->spec_sha256, sizeof(jb->spec_sha256));
-    if (err == 0 && !is_hex(jb->spec_sha256, 64))
+    err = gm_jsonmsg_get_str(e, "spec_sha256", jb->spec_sha256, sizeof(jb->spec_sha256), 0);
+    if (err == 0 && !gm_jsonmsg_is_hex(jb->spec_sha256, 64))
         err = GM_ERR_PROTO;
     if (err == 0)
         err = get_i64(e, "global_batch", &jb->global_batch);
@@ -794,12 +743,12 @@ static int r_job(json_t *e, void *out)
     static const char *const keys[] = {"job",  "state",       "step",        "term",
                                        "spec", "spec_sha256", "global_batch"};
     struct gm_chief_job *jb = out;
-    int err = keys_only(e, keys, 7);
+    int err = gm_jsonmsg_keys_only(e, keys, 7);
 
     if (err == 0)
         err = get_name(e, "job", jb->job);
     if (err == 0)
-        err = get_str(e, "state", jb->state, sizeof(jb->state));
+        err = gm_jsonmsg_get_str(e, "state", jb->state, sizeof(jb->state), 0);
     if (err == 0 && !state_ok(jb->state))
         err = GM_ERR_PROTO;
     if (err == 0)
@@ -813,7 +762,7 @@ static int r_ckpt(json_t *e, void *out)
 {
     static const char *const keys[] = {"job", "step", "term", "sha256", "holders"};
     struct gm_chief_ckpt *k = out;
-    int err = keys_only(e, keys, 5);
+    int err = gm_jsonmsg_keys_only(e, keys, 5);
 
     if (err == 0)
         err = get_name(e, "job", k->job);
@@ -822,8 +771,8 @@ static int r_ckpt(json_t *e, void *out)
     if (err == 0)
         err = get_u64(e, "term", &k->term);
     if (err == 0)
-        err = get_str(e, "sha256", k->sha256, sizeof(k->sha256));
-    if (err == 0 && !is_hex(k->sha256, 64))
+        err = gm_jsonmsg_get_str(e, "sha256", k->sha256, sizeof(k->sha256), 0);
+    if (err == 0 && !gm_jsonmsg_is_hex(k->sha256, 64))
         err = GM_ERR_PROTO;
     return err == 0 ? get_holders(e, k->holders, &k->nholders) : err;
 }
@@ -833,13 +782,12 @@ int gm_chief_fsm_restore(struct gm_chief_fsm *f, const uint8_t *p, size_t len)
     static const char *const keys[] = {"v",       "term",   "applied", "members",
                                        "revoked", "tokens", "jobs",    "checkpoints"};
     struct gm_chief_fsm n;
-    json_error_t e;
-    json_t *o = json_loadb((const char *)p, len, JSON_REJECT_DUPLICATES, &e);
+    json_t *o = gm_jsonmsg_load(p, len);
     uint64_t v = 0;
     int err = GM_ERR_PROTO;
 
     gm_chief_fsm_init(&n);
-    if (!json_is_object(o) || keys_only(o, keys, 8) != 0 || get_u64(o, "v", &v) != 0 ||
+    if (!json_is_object(o) || gm_jsonmsg_keys_only(o, keys, 8) != 0 || get_u64(o, "v", &v) != 0 ||
         v != GM_CHIEF_CMD_VERSION)
         goto out;
     err = get_u64(o, "term", &n.term);
@@ -984,102 +932,4 @@ void gm_chief_fsm_raft(struct gm_chief_fsm *f, struct raft_fsm *out)
     out->snapshot = r_snapshot;
     out->snapshot_finalize = r_finalize;
     out->restore = r_restore;
-}
-
-/* --- CHIEF_REQ and CHIEF_ANS ------------------------------------------------------ */
-
-static char *dump(json_t *o, size_t *len)
-{
-    char *s = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
-
-    json_decref(o);
-    *len = s != NULL ? strlen(s) : 0;
-    return s;
-}
-
-int gm_chief_req_encode(const struct gm_chief_req *r, char **out, size_t *len)
-{
-    json_t *o =
-        strcmp(r->cmd, "role") == 0  ? json_pack("{s:s, s:s, s:s}", "cmd", r->cmd, "node", r->node,
-                                                 "role", gm_chief_role_name(r->role))
-        : strcmp(r->cmd, "use") == 0 ? json_pack("{s:s, s:s, s:I}", "cmd", r->cmd, "token",
-                                                 r->token, "limit", (json_int_t)r->limit)
-                                     : json_pack("{s:s, s:s}", "cmd", r->cmd, "node", r->node);
-
-    *out = dump(o, len);
-    return *out != NULL ? 0 : -ENOMEM;
-}
-
-int gm_chief_req_decode(const uint8_t *p, size_t len, struct gm_chief_req *r)
-{
-    static const char *const keys[] = {"cmd", "node", "role", "token", "limit"};
-    json_error_t e;
-    json_t *o;
-    char role[16];
-    int err = GM_ERR_PROTO;
-
-    memset(r, 0, sizeof(*r));
-    if (len > GM_CHIEF_CMD_MAX)
-        return GM_ERR_PROTO;
-    o = json_loadb((const char *)p, len, JSON_REJECT_DUPLICATES, &e);
-    if (!json_is_object(o) || keys_only(o, keys, 5) != 0 ||
-        get_str(o, "cmd", r->cmd, sizeof(r->cmd)) != 0)
-        goto out;
-    if (strcmp(r->cmd, "use") == 0) { /* a voter records a token use before it admits */
-        err = json_object_get(o, "node") == NULL && json_object_get(o, "role") == NULL &&
-                      get_str(o, "token", r->token, sizeof(r->token)) == 0 &&
-                      is_hex(r->token, GM_CHIEF_TOKEN_HEX) && get_i64(o, "limit", &r->limit) == 0 &&
-                      r->limit >= 1 && r->limit <= GM_CHIEF_TOKEN_USES_MAX
-                  ? 0
-                  : GM_ERR_PROTO;
-        goto out;
-    }
-    if (get_name(o, "node", r->node) != 0 || json_object_get(o, "token") != NULL ||
-        json_object_get(o, "limit") != NULL)
-        goto out;
-    if (strcmp(r->cmd, "revoke") == 0)
-        err = json_object_get(o, "role") == NULL ? 0 : GM_ERR_PROTO;
-    else if (strcmp(r->cmd, "role") == 0)
-        err =
-            get_str(o, "role", role, sizeof(role)) == 0 && gm_chief_role_parse(role, &r->role) == 0
-                ? 0
-                : GM_ERR_PROTO;
-out:
-    json_decref(o);
-    if (err != 0)
-        memset(r, 0, sizeof(*r));
-    return err;
-}
-
-int gm_chief_ans_encode(const struct gm_chief_ans *a, char **out, size_t *len)
-{
-    *out = dump(json_pack("{s:i, s:s}", "code", a->code, "message", a->message), len);
-    return *out != NULL ? 0 : -ENOMEM;
-}
-
-int gm_chief_ans_decode(const uint8_t *p, size_t len, struct gm_chief_ans *a)
-{
-    static const char *const keys[] = {"code", "message"};
-    json_error_t e;
-    json_t *o, *code;
-    int err = GM_ERR_PROTO;
-
-    memset(a, 0, sizeof(*a));
-    if (len > GM_CHIEF_CMD_MAX)
-        return GM_ERR_PROTO;
-    o = json_loadb((const char *)p, len, JSON_REJECT_DUPLICATES, &e);
-    code = json_object_get(o, "code");
-    if (json_is_object(o) && keys_only(o, keys, 2) == 0 && json_is_integer(code) &&
-        json_integer_value(code) <= 0 && json_integer_value(code) >= -100000 &&
-        get_str(o, "message", a->message, sizeof(a->message)) == 0) {
-        err = 0;
-        for (const char *s = a->message; *s; s++) /* shown to people */
-            if ((unsigned char)*s < 0x20 || (unsigned char)*s > 0x7e)
-                err = GM_ERR_PROTO;
-        a->code = (int)json_integer_value(code);
-    }
-    json_decref(o);
-    if (err != 0)
-        memset(a, 0, sizeof(*a));
-    return err;
 }

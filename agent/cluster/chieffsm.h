@@ -38,8 +38,8 @@
  * as raft is concerned: a refusal is the command's result, the same on every
  * node, so every replica stays identical.
  *
- * Also here: the two small payloads of the chief's own frames, CHIEF_REQ and
- * CHIEF_ANS (below), checked the same way.
+ * The chief's own frames, CHIEF_REQ and CHIEF_ANS, are link traffic, not replicated
+ * state: their codec is agent/cluster/chiefmsg.h.
  *
  * Pure functions on caller-owned structs; any thread, one at a time per
  * struct.  The decoders are fuzzed (tests/fuzz/fuzz_chiefcmd.c).
@@ -192,30 +192,6 @@ GM_MUST_CHECK int gm_chief_fsm_restore(struct gm_chief_fsm *f, const uint8_t *p,
 void gm_chief_fsm_raft(struct gm_chief_fsm *f, struct raft_fsm *out);
 /* c as one raft entry: out->base raft_malloc'd (raft_apply takes it), padded. */
 GM_MUST_CHECK int gm_chief_cmd_buffer(const struct gm_chief_cmd *c, struct raft_buffer *out);
-
-/* CHIEF_REQ: a revoke or role change a member forwards to the chief,
- * {"cmd": "revoke"|"role", "node": N, "role"?: R} (role only, and required, for "role"),
- * or a token use a voter records before it admits a joiner,
- * {"cmd": "use", "token": HEX16, "limit": N} (no node). */
-struct gm_chief_req {
-    char cmd[8];
-    gm_chief_name node;
-    enum gm_chief_role role;            /* cmd "role" */
-    char token[GM_CHIEF_TOKEN_HEX + 1]; /* cmd "use" */
-    int64_t limit;                      /* cmd "use": 1..GM_CHIEF_TOKEN_USES_MAX */
-};
-
-/* CHIEF_ANS: its outcome, {"code": 0 or a negative error, "message": printable text}. */
-#define GM_CHIEF_MSG_MAX 200
-struct gm_chief_ans {
-    int code;
-    char message[GM_CHIEF_MSG_MAX];
-};
-
-GM_MUST_CHECK int gm_chief_req_encode(const struct gm_chief_req *r, char **out, size_t *len);
-GM_MUST_CHECK int gm_chief_req_decode(const uint8_t *p, size_t len, struct gm_chief_req *r);
-GM_MUST_CHECK int gm_chief_ans_encode(const struct gm_chief_ans *a, char **out, size_t *len);
-GM_MUST_CHECK int gm_chief_ans_decode(const uint8_t *p, size_t len, struct gm_chief_ans *a);
 
 /* The member entry of node, or NULL. */
 const struct gm_chief_member *gm_chief_fsm_member(const struct gm_chief_fsm *f, const char *node);

@@ -21,6 +21,7 @@
 #include <raft.h>
 
 #include "agent/cluster/chief_int.h"
+#include "agent/cluster/chiefmsg.h"
 #include "agent/net/link.h"
 #include "agent/core/state.h"
 #include "common/log.h"

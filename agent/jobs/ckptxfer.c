@@ -16,6 +16,7 @@
 
 #include "agent/cluster/chief.h"
 #include "agent/cluster/chieffsm.h"
+#include "agent/net/jsonmsg.h"
 #include "agent/net/link.h"
 #include "agent/net/proto.h"
 #include "agent/core/state.h"
@@ -59,61 +60,22 @@ struct gm_ckptx {
 
 /* --- payloads ----------------------------------------------------------------------------- */
 
-static bool hex_ok(const char *s, size_t n)
-{
-    return gm_proto_is_hex(s, n);
-}
-
-static bool printable(const char *s)
-{
-    return gm_proto_printable(s);
-}
-
-/* A string field of exactly the hex length n (or printable, n 0: any length < cap). */
-static int get_str(json_t *o, const char *key, char *out, size_t cap, size_t hexlen)
-{
-    json_t *v = json_object_get(o, key);
-    const char *s = json_string_value(v);
-
-    out[0] = '\0';
-    if (s == NULL || strlen(s) != json_string_length(v) || strlen(s) >= cap)
-        return GM_ERR_PROTO;
-    if (hexlen > 0 ? !hex_ok(s, hexlen) : !printable(s))
-        return GM_ERR_PROTO;
-    memcpy(out, s, strlen(s) + 1);
-    return 0;
-}
-
-static int get_uint(json_t *o, const char *key, uint64_t max, uint64_t *out)
-{
-    json_t *v = json_object_get(o, key);
-
-    if (!json_is_integer(v) || json_integer_value(v) < 0 || (uint64_t)json_integer_value(v) > max)
-        return GM_ERR_PROTO;
-    *out = (uint64_t)json_integer_value(v);
-    return 0;
-}
-
 int gm_ckptx_hdr_encode(const struct gm_ckptx_hdr *h, uint8_t *buf, size_t cap, size_t *len)
 {
     json_t *o;
     char *s;
     size_t n;
+    int err;
 
     *len = 0;
-    if (!hex_ok(h->key, GM_CKPTX_KEY_LEN) || !hex_ok(h->sha256, 64) || h->step < 0 ||
-        h->bytes > GM_CKPTX_FILE_MAX || h->keep < 1 || h->term > (uint64_t)INT64_MAX)
+    if (!gm_jsonmsg_is_hex(h->key, GM_CKPTX_KEY_LEN) || !gm_jsonmsg_is_hex(h->sha256, 64) ||
+        h->step < 0 || h->bytes > GM_CKPTX_FILE_MAX || h->keep < 1 || h->term > (uint64_t)INT64_MAX)
         return -EINVAL;
     o = json_pack("{s:s,s:I,s:s,s:I,s:i,s:I}", "key", h->key, "step", (json_int_t)h->step, "sha256",
                   h->sha256, "bytes", (json_int_t)h->bytes, "keep", h->keep, "term",
                   (json_int_t)h->term);
-    if (o == NULL)
-        return -ENOMEM;
-    s = json_dumps(o, JSON_COMPACT);
-    json_decref(o);
-    if (s == NULL)
-        return -ENOMEM;
-    n = strlen(s);
+    if ((err = gm_jsonmsg_dump(o, &s, &n)) < 0)
+        return err;
     if (n > GM_CKPTX_HDR_MAX || 4 + n > cap) {
         free(s);
         return -ENOBUFS;
@@ -139,22 +101,22 @@ int gm_ckptx_hdr_decode(const uint8_t *p, size_t len, struct gm_ckptx_hdr *h, si
     n = gm_get_be32(p);
     if (n == 0 || n > GM_CKPTX_HDR_MAX || n > len - 4)
         return GM_ERR_PROTO;
-    o = json_loadb((const char *)p + 4, n, JSON_REJECT_DUPLICATES, NULL);
-    if (!json_is_object(o) || json_object_size(o) != 6) {
+    o = gm_jsonmsg_load(p + 4, n);
+    if (o == NULL || json_object_size(o) != 6) {
         json_decref(o);
         return GM_ERR_PROTO;
     }
-    err = get_str(o, "key", h->key, sizeof(h->key), GM_CKPTX_KEY_LEN);
+    err = gm_jsonmsg_get_hex(o, "key", h->key, sizeof(h->key), GM_CKPTX_KEY_LEN);
     if (err == 0)
-        err = get_str(o, "sha256", h->sha256, sizeof(h->sha256), 64);
+        err = gm_jsonmsg_get_hex(o, "sha256", h->sha256, sizeof(h->sha256), 64);
     if (err == 0)
-        err = get_uint(o, "step", 9999999999ull, &step);
+        err = gm_jsonmsg_get_uint(o, "step", 9999999999ull, &step);
     if (err == 0)
-        err = get_uint(o, "bytes", GM_CKPTX_FILE_MAX, &h->bytes);
+        err = gm_jsonmsg_get_uint(o, "bytes", GM_CKPTX_FILE_MAX, &h->bytes);
     if (err == 0)
-        err = get_uint(o, "keep", 1000000, &keep);
+        err = gm_jsonmsg_get_uint(o, "keep", 1000000, &keep);
     if (err == 0)
-        err = get_uint(o, "term", (uint64_t)INT64_MAX, &h->term);
+        err = gm_jsonmsg_get_uint(o, "term", (uint64_t)INT64_MAX, &h->term);
     json_decref(o);
     if (err == 0 && keep < 1)
         err = GM_ERR_PROTO;
@@ -174,8 +136,8 @@ int gm_ckptx_ack_encode(const struct gm_ckptx_ack *a, char **json, size_t *len)
 
     *json = NULL;
     *len = 0;
-    if (!hex_ok(a->key, GM_CKPTX_KEY_LEN) || !hex_ok(a->sha256, 64) || a->step < 0 ||
-        !printable(a->error))
+    if (!gm_jsonmsg_is_hex(a->key, GM_CKPTX_KEY_LEN) || !gm_jsonmsg_is_hex(a->sha256, 64) ||
+        a->step < 0 || !gm_jsonmsg_printable(a->error))
         return -EINVAL;
     o = json_pack("{s:s,s:I,s:s,s:b}", "key", a->key, "step", (json_int_t)a->step, "sha256",
                   a->sha256, "ok", a->ok);
@@ -185,34 +147,27 @@ int gm_ckptx_ack_encode(const struct gm_ckptx_ack *a, char **json, size_t *len)
         json_decref(o);
         return -ENOMEM;
     }
-    *json = json_dumps(o, JSON_COMPACT);
-    json_decref(o);
-    if (*json == NULL)
-        return -ENOMEM;
-    *len = strlen(*json);
-    return 0;
+    return gm_jsonmsg_dump(o, json, len);
 }
 
 int gm_ckptx_ack_decode(const uint8_t *p, size_t len, struct gm_ckptx_ack *a)
 {
-    json_t *o = json_loadb((const char *)p, len, JSON_REJECT_DUPLICATES, NULL);
+    json_t *o = gm_jsonmsg_load(p, len);
     uint64_t step;
     json_t *ok;
     int err;
 
     memset(a, 0, sizeof(*a));
-    if (!json_is_object(o)) {
-        json_decref(o);
+    if (o == NULL)
         return GM_ERR_PROTO;
-    }
     ok = json_object_get(o, "ok");
     err = json_is_boolean(ok) ? 0 : GM_ERR_PROTO;
     if (err == 0)
-        err = get_str(o, "key", a->key, sizeof(a->key), GM_CKPTX_KEY_LEN);
+        err = gm_jsonmsg_get_hex(o, "key", a->key, sizeof(a->key), GM_CKPTX_KEY_LEN);
     if (err == 0)
-        err = get_str(o, "sha256", a->sha256, sizeof(a->sha256), 64);
+        err = gm_jsonmsg_get_hex(o, "sha256", a->sha256, sizeof(a->sha256), 64);
     if (err == 0)
-        err = get_uint(o, "step", 9999999999ull, &step);
+        err = gm_jsonmsg_get_uint(o, "step", 9999999999ull, &step);
     if (err == 0) {
         a->ok = json_is_true(ok);
         if (a->ok)
@@ -220,7 +175,7 @@ int gm_ckptx_ack_decode(const uint8_t *p, size_t len, struct gm_ckptx_ack *a)
         else if (json_object_size(o) != 5)
             err = GM_ERR_PROTO;
         else
-            err = get_str(o, "error", a->error, sizeof(a->error), 0);
+            err = gm_jsonmsg_get_str(o, "error", a->error, sizeof(a->error), GM_JSONMSG_PRINTABLE);
     }
     json_decref(o);
     if (err != 0) {

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "agent/net/jsonmsg.h"
 #include "agent/net/proto.h"
 #include "train/job.h"
 
@@ -25,27 +26,14 @@ void gm_jobmsg_free(struct gm_jobmsg *m)
 
 static bool id_ok(const char *s)
 {
-    return gm_proto_is_hex(s, GM_JOB_ID_LEN);
+    return gm_jsonmsg_is_hex(s, GM_JOB_ID_LEN);
 }
 
-static bool printable(const char *s)
-{
-    return gm_proto_printable(s);
-}
-
+/* A printable string field; absent is an error unless optional. */
 static int get_str(json_t *o, const char *key, char *out, size_t cap, bool required)
 {
-    json_t *v = json_object_get(o, key);
-    const char *s;
-
-    out[0] = 0;
-    if (v == NULL)
-        return required ? GM_ERR_PROTO : 0;
-    s = json_string_value(v);
-    if (s == NULL || strlen(s) >= cap || strlen(s) != json_string_length(v) || !printable(s))
-        return GM_ERR_PROTO;
-    memcpy(out, s, strlen(s) + 1);
-    return 0;
+    return gm_jsonmsg_get_str(o, key, out, cap,
+                              GM_JSONMSG_PRINTABLE | (required ? 0 : GM_JSONMSG_OPTIONAL));
 }
 
 static int get_text(json_t *o, struct gm_jobmsg *m)
@@ -66,16 +54,6 @@ static int get_text(json_t *o, struct gm_jobmsg *m)
     return get_str(o, "origin", m->origin, sizeof(m->origin), true);
 }
 
-static int get_uint(json_t *o, const char *key, uint64_t max, uint64_t *out)
-{
-    json_t *v = json_object_get(o, key);
-
-    if (!json_is_integer(v) || json_integer_value(v) < 0 || (uint64_t)json_integer_value(v) > max)
-        return GM_ERR_PROTO;
-    *out = (uint64_t)json_integer_value(v);
-    return 0;
-}
-
 /* GROUP's optional comm: {codec, local_steps}; codec one of GM_JOB_CODECS but auto. */
 static int get_comm(json_t *o, struct gm_jobmsg *m)
 {
@@ -91,7 +69,7 @@ static int get_comm(json_t *o, struct gm_jobmsg *m)
     if ((err = get_str(c, "codec", name, sizeof(name), true)) < 0)
         return err;
     if (gm_job_codec_parse(name, &m->codec) < 0 || m->codec == GM_JOB_CODEC_AUTO ||
-        (err = get_uint(c, "local_steps", 1000000, &u)) < 0 || u == 0)
+        (err = gm_jsonmsg_get_uint(c, "local_steps", 1000000, &u)) < 0 || u == 0)
         return GM_ERR_PROTO;
     m->local_steps = (uint32_t)u;
     return 0;
@@ -175,7 +153,7 @@ static int get_files(json_t *o, struct gm_jobmsg *m)
         if (!json_is_object(f) || json_object_size(f) != 3)
             return GM_ERR_PROTO;
         if ((err = get_str(f, "name", jf->name, sizeof(jf->name), true)) < 0 ||
-            (err = get_uint(f, "size", UINT64_MAX >> 1, &jf->size)) < 0 ||
+            (err = gm_jsonmsg_get_uint(f, "size", UINT64_MAX >> 1, &jf->size)) < 0 ||
             (err = get_str(f, "sha256", jf->sha256, sizeof(jf->sha256), true)) < 0)
             return err;
         if (jf->name[0] == 0 || !hex64(jf->sha256))
@@ -199,7 +177,7 @@ static int get_fit(json_t *o, struct gm_jobmsg *m)
     if (!json_is_number(a) || !json_is_number(b) || !isfinite(json_number_value(a)) ||
         !isfinite(json_number_value(b)) || json_number_value(a) < 0 || json_number_value(b) <= 0)
         return GM_ERR_PROTO;
-    if ((err = get_uint(f, "ops", UINT32_MAX, &u)) < 0)
+    if ((err = gm_jsonmsg_get_uint(f, "ops", UINT32_MAX, &u)) < 0)
         return err;
     m->have_fit = true;
     m->fit_alpha_s = json_number_value(a);
@@ -214,12 +192,12 @@ static int get_seq_step(json_t *o, struct gm_jobmsg *m)
     uint64_t u;
     int err;
 
-    if ((err = get_uint(o, "seq", UINT32_MAX, &u)) < 0)
+    if ((err = gm_jsonmsg_get_uint(o, "seq", UINT32_MAX, &u)) < 0)
         return err;
     if (u == 0)
         return GM_ERR_PROTO;
     m->seq = (uint32_t)u;
-    if ((err = get_uint(o, "step", INT32_MAX, &u)) < 0)
+    if ((err = gm_jsonmsg_get_uint(o, "step", INT32_MAX, &u)) < 0)
         return err;
     m->step = (long)u;
     return 0;
@@ -238,7 +216,7 @@ static int get_summary(json_t *o, struct gm_jobmsg *m)
     if (!json_is_object(sum) || !json_is_number(acc) || !json_is_number(sps) ||
         json_number_value(sps) < 0 || json_number_value(acc) < 0 || json_number_value(acc) > 100)
         return GM_ERR_PROTO;
-    if ((err = get_uint(sum, "steps", INT32_MAX, &steps)) < 0 ||
+    if ((err = gm_jsonmsg_get_uint(sum, "steps", INT32_MAX, &steps)) < 0 ||
         (err = get_str(sum, "weights", m->weights, sizeof(m->weights), true)) < 0)
         return err;
     m->have_summary = true;
@@ -269,12 +247,12 @@ static int decode(uint16_t type, json_t *o, struct gm_jobmsg *m)
             return err;
         return get_files(o, m);
     case GM_MSG_JOB_GROUP:
-        if ((err = get_text(o, m)) < 0 || (err = get_uint(o, "gen", UINT32_MAX, &u)) < 0)
+        if ((err = get_text(o, m)) < 0 || (err = gm_jsonmsg_get_uint(o, "gen", UINT32_MAX, &u)) < 0)
             return err;
         m->gen = (uint32_t)u;
         if (m->gen == 0)
             return GM_ERR_PROTO;
-        if ((err = get_uint(o, "global_batch", INT_MAX, &u)) < 0)
+        if ((err = gm_jsonmsg_get_uint(o, "global_batch", INT_MAX, &u)) < 0)
             return err;
         if (u == 0)
             return GM_ERR_PROTO;
@@ -283,7 +261,7 @@ static int decode(uint16_t type, json_t *o, struct gm_jobmsg *m)
             return err;
         return get_islands(o, m);
     case GM_MSG_JOB_REPORT:
-        if ((err = get_uint(o, "gen", UINT32_MAX, &u)) < 0)
+        if ((err = gm_jsonmsg_get_uint(o, "gen", UINT32_MAX, &u)) < 0)
             return err;
         m->gen = (uint32_t)u;
         if ((err = get_str(o, "event", m->event, sizeof(m->event), true)) < 0)
@@ -292,7 +270,7 @@ static int decode(uint16_t type, json_t *o, struct gm_jobmsg *m)
             strcmp(m->event, "fit") != 0 && strcmp(m->event, "switch-ok") != 0 &&
             strcmp(m->event, "switch-late") != 0)
             return GM_ERR_PROTO;
-        if ((err = get_uint(o, "code", 100000, &u)) < 0)
+        if ((err = gm_jsonmsg_get_uint(o, "code", 100000, &u)) < 0)
             return err;
         m->code = -(int)u;
         if ((err = get_str(o, "message", m->message, sizeof(m->message), true)) < 0)
@@ -303,7 +281,7 @@ static int decode(uint16_t type, json_t *o, struct gm_jobmsg *m)
             return get_seq_step(o, m);
         return 0;
     case GM_MSG_JOB_SWITCH:
-        if ((err = get_uint(o, "gen", UINT32_MAX, &u)) < 0)
+        if ((err = gm_jsonmsg_get_uint(o, "gen", UINT32_MAX, &u)) < 0)
             return err;
         m->gen = (uint32_t)u;
         if (m->gen == 0)
@@ -327,16 +305,13 @@ static int decode(uint16_t type, json_t *o, struct gm_jobmsg *m)
 
 int gm_jobmsg_decode(uint16_t type, const uint8_t *p, size_t len, struct gm_jobmsg *m)
 {
-    json_error_t e;
     json_t *o;
     int err;
 
     memset(m, 0, sizeof(*m));
-    o = json_loadb((const char *)p, len, JSON_REJECT_DUPLICATES, &e);
-    if (!json_is_object(o)) {
-        json_decref(o);
+    o = gm_jsonmsg_load(p, len);
+    if (o == NULL)
         return GM_ERR_PROTO;
-    }
     err = decode(type, o, m);
     json_decref(o);
     if (err < 0)
@@ -424,10 +399,5 @@ int gm_jobmsg_encode(uint16_t type, const struct gm_jobmsg *m, char **out, size_
         json_decref(o);
         return -EINVAL;
     }
-    *out = json_dumps(o, JSON_COMPACT);
-    json_decref(o);
-    if (*out == NULL)
-        return -ENOMEM;
-    *len = strlen(*out);
-    return 0;
+    return gm_jsonmsg_dump(o, out, len);
 }

@@ -13,6 +13,8 @@
 #include <sodium.h>
 #include <uv.h>
 
+#include "agent/net/jsonmsg.h"
+
 int gm_proto_type_known(uint16_t type)
 {
     switch (type) {
@@ -53,20 +55,12 @@ int gm_proto_type_known(uint16_t type)
 
 bool gm_proto_is_hex(const char *s, size_t n)
 {
-    if (strlen(s) != n)
-        return false;
-    for (size_t i = 0; i < n; i++)
-        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
-            return false;
-    return true;
+    return gm_jsonmsg_is_hex(s, n);
 }
 
 bool gm_proto_printable(const char *s)
 {
-    for (; *s; s++)
-        if ((unsigned char)*s < 0x20 || (unsigned char)*s > 0x7e)
-            return false;
-    return true;
+    return gm_jsonmsg_printable(s);
 }
 
 const char *gm_proto_type_name(uint16_t type)
@@ -206,53 +200,9 @@ void gm_proto_addr_fill_host(const char *advertised, const char *observed, char 
         snprintf(out, GM_ADDR_MAX, "%.*s%s", (int)(ocolon - observed), observed, port);
 }
 
-static int dump(json_t *j, char **out, size_t *len)
-{
-    *out = NULL;
-    *len = 0;
-    if (j == NULL)
-        return -ENOMEM;
-    *out = json_dumps(j, JSON_COMPACT);
-    json_decref(j);
-    if (*out == NULL)
-        return -ENOMEM;
-    *len = strlen(*out);
-    return 0;
-}
-
-static json_t *load(const uint8_t *p, size_t len)
-{
-    json_error_t e;
-    json_t *j;
-
-    if (p == NULL || len == 0)
-        return NULL;
-    j = json_loadb((const char *)p, len, JSON_REJECT_DUPLICATES, &e);
-    if (j != NULL && !json_is_object(j)) {
-        json_decref(j);
-        return NULL;
-    }
-    return j;
-}
-
-/* Copies string field key (1..cap-1 chars, no NUL inside) into out. */
-static int get_str(json_t *o, const char *key, char *out, size_t cap)
-{
-    json_t *v = json_object_get(o, key);
-    size_t n;
-
-    if (!json_is_string(v))
-        return GM_ERR_PROTO;
-    n = json_string_length(v);
-    if (n == 0 || n >= cap || strlen(json_string_value(v)) != n)
-        return GM_ERR_PROTO;
-    memcpy(out, json_string_value(v), n + 1);
-    return 0;
-}
-
 static int get_name(json_t *o, const char *key, char out[GM_ID_NAME_MAX + 1])
 {
-    int err = get_str(o, key, out, GM_ID_NAME_MAX + 1);
+    int err = gm_jsonmsg_get_str(o, key, out, GM_ID_NAME_MAX + 1, GM_JSONMSG_NONEMPTY);
 
     if (err == 0 && !gm_id_name_valid(out))
         err = GM_ERR_PROTO;
@@ -262,7 +212,7 @@ static int get_name(json_t *o, const char *key, char out[GM_ID_NAME_MAX + 1])
 static int get_addr(json_t *o, const char *key, char out[GM_ADDR_MAX])
 {
     struct sockaddr_storage ss;
-    int err = get_str(o, key, out, GM_ADDR_MAX);
+    int err = gm_jsonmsg_get_str(o, key, out, GM_ADDR_MAX, GM_JSONMSG_NONEMPTY);
 
     if (err == 0 && gm_proto_addr_parse(out, &ss) != 0)
         err = GM_ERR_PROTO;
@@ -274,7 +224,8 @@ static int get_hex(json_t *o, const char *key, uint8_t *out, size_t n)
     char buf[2 * 64 + 1];
     size_t got = 0;
 
-    if (n > 64 || get_str(o, key, buf, sizeof(buf)) != 0 || strlen(buf) != 2 * n)
+    if (n > 64 || gm_jsonmsg_get_str(o, key, buf, sizeof(buf), GM_JSONMSG_NONEMPTY) != 0 ||
+        strlen(buf) != 2 * n)
         return GM_ERR_PROTO;
     if (sodium_hex2bin(out, n, buf, 2 * n, NULL, &got, NULL) != 0 || got != n)
         return GM_ERR_PROTO;
@@ -304,7 +255,7 @@ int gm_proto_hello_encode(const struct gm_msg_hello *m, char **out, size_t *len)
         json_object_set_new(j, "class", json_string(m->link_class));
     if (j != NULL && m->mtu > 0)
         json_object_set_new(j, "mtu", json_integer(m->mtu));
-    return dump(j, out, len);
+    return gm_jsonmsg_dump(j, out, len);
 }
 
 /* Optional integer field: *out untouched when absent; GM_ERR_PROTO when not in [lo, hi]. */
@@ -322,7 +273,7 @@ static int get_opt_int(json_t *o, const char *key, json_int_t lo, json_int_t hi,
 
 int gm_proto_hello_decode(const uint8_t *p, size_t len, struct gm_msg_hello *m)
 {
-    json_t *j = load(p, len);
+    json_t *j = gm_jsonmsg_load(p, len);
     json_int_t mtu = 0;
     size_t fields = 2;
     int err = GM_ERR_PROTO;
@@ -332,7 +283,8 @@ int gm_proto_hello_decode(const uint8_t *p, size_t len, struct gm_msg_hello *m)
         return GM_ERR_PROTO;
     if (json_object_get(j, "class") != NULL) {
         fields++;
-        if (get_str(j, "class", m->link_class, sizeof(m->link_class)) != 0 ||
+        if (gm_jsonmsg_get_str(j, "class", m->link_class, sizeof(m->link_class),
+                               GM_JSONMSG_NONEMPTY) != 0 ||
             !class_valid(m->link_class))
             goto out;
     }
@@ -352,14 +304,14 @@ out:
 
 int gm_proto_rate_encode(const struct gm_msg_rate *m, char **out, size_t *len)
 {
-    return dump(json_pack("{s:I, s:I, s:I}", "req", (json_int_t)m->req, "bytes",
-                          (json_int_t)m->bytes, "us", (json_int_t)m->us),
-                out, len);
+    return gm_jsonmsg_dump(json_pack("{s:I, s:I, s:I}", "req", (json_int_t)m->req, "bytes",
+                                     (json_int_t)m->bytes, "us", (json_int_t)m->us),
+                           out, len);
 }
 
 int gm_proto_rate_decode(const uint8_t *p, size_t len, struct gm_msg_rate *m)
 {
-    json_t *j = load(p, len);
+    json_t *j = gm_jsonmsg_load(p, len);
     json_int_t req = -1, bytes = -1, us = -1;
     int err = GM_ERR_PROTO;
 
@@ -399,8 +351,8 @@ int gm_proto_link_stats_encode(const struct gm_link_stat *s, size_t n, char **ou
         }
     }
     if (a == NULL)
-        return dump(NULL, out, len);
-    return dump(json_pack("{s:o}", "links", a), out, len);
+        return gm_jsonmsg_dump(NULL, out, len);
+    return gm_jsonmsg_dump(json_pack("{s:o}", "links", a), out, len);
 }
 
 /* A non-negative finite number or null (-1). */
@@ -423,7 +375,8 @@ static int link_stat_parse(json_t *e, struct gm_link_stat *s)
     json_t *r;
 
     if (!json_is_object(e) || json_object_size(e) != 5 || get_name(e, "node", s->node) != 0 ||
-        get_str(e, "class", s->link_class, sizeof(s->link_class)) != 0 ||
+        gm_jsonmsg_get_str(e, "class", s->link_class, sizeof(s->link_class), GM_JSONMSG_NONEMPTY) !=
+            0 ||
         !class_valid(s->link_class) || get_measure(e, "rtt_ms", &s->rtt_ms) != 0 ||
         get_measure(e, "throughput_mbps", &s->throughput_mbps) != 0)
         return GM_ERR_PROTO;
@@ -439,7 +392,7 @@ static int link_stat_parse(json_t *e, struct gm_link_stat *s)
 
 int gm_proto_link_stats_decode(const uint8_t *p, size_t len, struct gm_link_stat **s, size_t *n)
 {
-    json_t *j = load(p, len), *a;
+    json_t *j = gm_jsonmsg_load(p, len), *a;
     struct gm_link_stat *v = NULL;
     size_t i, cnt;
     int err = GM_ERR_PROTO;
@@ -518,13 +471,13 @@ int gm_proto_members_encode(const struct gm_member *m, size_t n, char **out, siz
     json_t *a = members_json(m, n);
 
     if (a == NULL)
-        return dump(NULL, out, len);
-    return dump(json_pack("{s:o}", "members", a), out, len);
+        return gm_jsonmsg_dump(NULL, out, len);
+    return gm_jsonmsg_dump(json_pack("{s:o}", "members", a), out, len);
 }
 
 int gm_proto_members_decode(const uint8_t *p, size_t len, struct gm_member **members, size_t *n)
 {
-    json_t *j = load(p, len);
+    json_t *j = gm_jsonmsg_load(p, len);
     int err;
 
     *members = NULL;
@@ -538,12 +491,12 @@ int gm_proto_members_decode(const uint8_t *p, size_t len, struct gm_member **mem
 
 int gm_proto_error_encode(int code, const char *message, char **out, size_t *len)
 {
-    return dump(json_pack("{s:i, s:s}", "code", code, "message", message), out, len);
+    return gm_jsonmsg_dump(json_pack("{s:i, s:s}", "code", code, "message", message), out, len);
 }
 
 int gm_proto_error_decode(const uint8_t *p, size_t len, int *code, char *message, size_t cap)
 {
-    json_t *j = load(p, len), *c;
+    json_t *j = gm_jsonmsg_load(p, len), *c;
     int err = GM_ERR_PROTO;
 
     *code = 0;
@@ -553,7 +506,7 @@ int gm_proto_error_decode(const uint8_t *p, size_t len, int *code, char *message
         return GM_ERR_PROTO;
     c = json_object_get(j, "code");
     if (json_is_integer(c) && json_integer_value(c) < 0 && json_integer_value(c) > -100000 &&
-        get_str(j, "message", message, cap) == 0) {
+        gm_jsonmsg_get_str(j, "message", message, cap, GM_JSONMSG_NONEMPTY) == 0) {
         *code = (int)json_integer_value(c);
         err = 0;
     }
@@ -563,15 +516,16 @@ int gm_proto_error_decode(const uint8_t *p, size_t len, int *code, char *message
 
 int gm_proto_join_request_encode(const struct gm_msg_join_request *m, char **out, size_t *len)
 {
-    return dump(json_pack("{s:o, s:s, s:o, s:s, s:o}", "token_id", hex(m->token_id, 8), "node",
-                          m->node, "pubkey", hex(m->pubkey, GM_ID_PUB_LEN), "listen", m->listen,
-                          "proof", hex(m->proof, GM_JOIN_PROOF_LEN)),
-                out, len);
+    return gm_jsonmsg_dump(json_pack("{s:o, s:s, s:o, s:s, s:o}", "token_id", hex(m->token_id, 8),
+                                     "node", m->node, "pubkey", hex(m->pubkey, GM_ID_PUB_LEN),
+                                     "listen", m->listen, "proof",
+                                     hex(m->proof, GM_JOIN_PROOF_LEN)),
+                           out, len);
 }
 
 int gm_proto_join_request_decode(const uint8_t *p, size_t len, struct gm_msg_join_request *m)
 {
-    json_t *j = load(p, len);
+    json_t *j = gm_jsonmsg_load(p, len);
     int err = GM_ERR_PROTO;
 
     memset(m, 0, sizeof(*m));
@@ -621,12 +575,12 @@ int gm_proto_join_accept_encode(const struct gm_msg_join_accept *m, char **out, 
     json_t *a = members_json(m->members, m->n_members);
 
     if (a == NULL)
-        return dump(NULL, out, len);
-    return dump(json_pack("{s:s, s:s, s:s, s:o, s:o, s:o}", "node", m->node, "cert", m->cert_pem,
-                          "ca", m->ca_pem, "members", a, "beacon_key",
-                          hex(m->beacon_key, GM_BEACON_KEY_BYTES), "proof",
-                          hex(m->proof, GM_JOIN_PROOF_LEN)),
-                out, len);
+        return gm_jsonmsg_dump(NULL, out, len);
+    return gm_jsonmsg_dump(json_pack("{s:s, s:s, s:s, s:o, s:o, s:o}", "node", m->node, "cert",
+                                     m->cert_pem, "ca", m->ca_pem, "members", a, "beacon_key",
+                                     hex(m->beacon_key, GM_BEACON_KEY_BYTES), "proof",
+                                     hex(m->proof, GM_JOIN_PROOF_LEN)),
+                           out, len);
 }
 
 static int get_pem(json_t *o, const char *key, char **out)
@@ -646,7 +600,7 @@ static int get_pem(json_t *o, const char *key, char **out)
 
 int gm_proto_join_accept_decode(const uint8_t *p, size_t len, struct gm_msg_join_accept *m)
 {
-    json_t *j = load(p, len);
+    json_t *j = gm_jsonmsg_load(p, len);
     int err = GM_ERR_PROTO;
 
     memset(m, 0, sizeof(*m));
@@ -681,12 +635,12 @@ void gm_proto_join_accept_free(struct gm_msg_join_accept *m)
 
 int gm_proto_renew_encode(const char *cert_pem, char **out, size_t *len)
 {
-    return dump(json_pack("{s:s}", "cert", cert_pem), out, len);
+    return gm_jsonmsg_dump(json_pack("{s:s}", "cert", cert_pem), out, len);
 }
 
 int gm_proto_renew_decode(const uint8_t *p, size_t len, char **cert_pem)
 {
-    json_t *j = load(p, len);
+    json_t *j = gm_jsonmsg_load(p, len);
     int err = GM_ERR_PROTO;
 
     *cert_pem = NULL;

@@ -32,7 +32,7 @@
  *                (agent/jobs/xport.h)
  *   RAFT         op byte + raft bytes of one channel; req = channel id (agent/cluster/chiefnet.h)
  *   CHIEF_REQ    {cmd, node, role?}: a change a member forwards to the chief, or
- *                {cmd: "use", token, limit}: a voter's token use (agent/cluster/chieffsm.h)
+ *                {cmd: "use", token, limit}: a voter's token use (agent/cluster/chiefmsg.h)
  *   CHIEF_ANS    {code, message, index}: its outcome; req = the member's request id
  *
  * Pure functions; any thread.
@@ -135,7 +135,8 @@ int gm_proto_type_known(uint16_t type);
 const char *gm_proto_type_name(uint16_t type);
 
 /* Payload field checks shared by the JSON messages: s is exactly n lower-case hex digits;
- * s is printable ASCII (what is shown to people). */
+ * s is printable ASCII (what is shown to people).  The same as gm_jsonmsg_is_hex and
+ * gm_jsonmsg_printable (agent/net/jsonmsg.h), which new code calls. */
 bool gm_proto_is_hex(const char *s, size_t n);
 bool gm_proto_printable(const char *s);
 

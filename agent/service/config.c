@@ -1,20 +1,18 @@
 /*
  * agent/service/config.c - see config.h.  Parsed with inih, written with stdio.
  *
- * How it works: the file is read whole (at most CONFIG_MAX bytes) and fed to inih's
- * ini_parse_stream through a reader that hands it one line at a time, so we know each
- * line's number (inih's handler is not told it) and can stop at the first problem.  Keys are
- * a table {section, key, kind, field}; checks across keys (metrics listen vs metrics_public,
- * the required names) run after the last line.  The first problem is logged once, as a
- * sentence: "FILE:LINE: problem".  (train/job.c reads job files the same way; the two
- * readers differ in their limits and messages, and the shared part is ten lines.)
+ * How it works: the file is read whole (at most CONFIG_MAX bytes) and handed to
+ * common/ini.c (the reader train/job.c uses too), which feeds inih one line at a time, so
+ * each key's line is known, and stops at the first problem.  Keys are a table {section, key,
+ * kind, field}; set() checks and stores one value; checks across keys (metrics listen vs
+ * metrics_public, the required names) run after the last line (check_whole).  The first
+ * problem is logged once, as a sentence: "FILE:LINE: problem".
  */
 #include "agent/service/config.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <pwd.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,14 +20,13 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include <ini.h>
-
+#include "common/ini.h"
 #include "common/log.h"
 #include "discovery/discovery.h"
 
 #define CONFIG_MAX 65536
 /* inih reads a line into a fixed buffer of INI_MAX_LINE (200) bytes, "\r\n" and NUL
- * included; a longer line would be split silently, so it is refused (as in train/job.c). */
+ * included; a longer line would be split silently, so common/ini.c refuses it. */
 #define LINE_MAX_BYTES 197
 #define SOCKET_PATH_MAX (sizeof(((struct sockaddr_un *)0)->sun_path) - 1) /* 107 bytes */
 
@@ -48,14 +45,9 @@ enum kind {
     K_MBIT,    /* whole Mbit/s, 0..100000 */
 };
 
-struct keydef {
-    const char *section, *key;
-    enum kind kind;
-    size_t off, size;
-};
-
-#define F(f) offsetof(struct gm_config, f), sizeof(((struct gm_config *)0)->f)
-static const struct keydef keys[] = {
+/* An entry: {section, key, kind, F(field)}; the kinds carry their own limits (set()). */
+#define F(f) .off = offsetof(struct gm_config, f), .size = sizeof(((struct gm_config *)0)->f)
+static const struct gm_ini_key keys[] = {
     {"cluster", "name", K_NAME, F(cluster)},
     {"node", "id", K_NAME, F(node)},
     {"node", "listen", K_ADDR, F(listen)},
@@ -77,31 +69,6 @@ static const struct keydef keys[] = {
 #define NKEYS (sizeof(keys) / sizeof(keys[0]))
 static const char *const sections[] = {"cluster", "node", "discovery", "train", "metrics"};
 #define NSECTIONS (sizeof(sections) / sizeof(sections[0]))
-
-struct parse {
-    struct gm_config *c;
-    const char *origin;
-    const char *text;
-    size_t len, pos;
-    int line;
-    int seen[NKEYS]; /* line where each key was set */
-    int failed, err_line;
-    char msg[512];
-};
-
-__attribute__((format(printf, 3, 4))) static void fail(struct parse *p, int line, const char *fmt,
-                                                       ...)
-{
-    va_list ap;
-
-    if (p->failed)
-        return;
-    p->failed = 1;
-    p->err_line = line;
-    va_start(ap, fmt);
-    vsnprintf(p->msg, sizeof(p->msg), fmt, ap);
-    va_end(ap);
-}
 
 /* A value for a message: control bytes as '?', at most 80 bytes. */
 static const char *shown(char dst[84], const char *s)
@@ -143,15 +110,7 @@ static int distance(const char *a, const char *b)
     return row[lb] < 9 ? row[lb] : 9;
 }
 
-static int is_section(const char *s, size_t n)
-{
-    for (size_t i = 0; i < NSECTIONS; i++)
-        if (strlen(sections[i]) == n && memcmp(sections[i], s, n) == 0)
-            return 1;
-    return 0;
-}
-
-static void unknown_key(struct parse *p, const char *section, const char *key)
+static void unknown_key(struct gm_ini *ini, const char *section, const char *key)
 {
     char k[84], hint[128] = "";
     int best = 3;
@@ -166,8 +125,34 @@ static void unknown_key(struct parse *p, const char *section, const char *key)
     for (size_t i = 0; hint[0] == '\0' && i < NKEYS; i++)
         if (strcmp(keys[i].key, key) == 0)
             snprintf(hint, sizeof(hint), " (it belongs in [%s])", keys[i].section);
-    fail(p, p->line, "unknown key '%s' in [%s]%s; see gradmesh.conf(5)", shown(k, key), section,
-         hint);
+    gm_ini_fail(ini, ini->line, "unknown key '%s' in [%s]%s; see gradmesh.conf(5)", shown(k, key),
+                section, hint);
+}
+
+static void unknown_section(struct gm_ini *ini, const char *s, size_t len)
+{
+    char name[84], tmp[84];
+    size_t l = len < 80 ? len : 80;
+
+    memcpy(tmp, s, l);
+    tmp[l] = '\0';
+    gm_ini_fail(ini, ini->line,
+                "unknown section [%s] (known: cluster, node, discovery, train, metrics)",
+                shown(name, tmp));
+}
+
+static void outside(struct gm_ini *ini, const char *key)
+{
+    char ks[84];
+
+    gm_ini_fail(ini, ini->line, "'%s' is outside any section (put it under [cluster], [node], ...)",
+                shown(ks, key));
+}
+
+static void twice(struct gm_ini *ini, const struct gm_ini_key *k, int first_line)
+{
+    gm_ini_fail(ini, ini->line, "[%s] %s is set twice (first on line %d)", k->section, k->key,
+                first_line);
 }
 
 static int peers_valid(const char *v)
@@ -187,19 +172,19 @@ static int peers_valid(const char *v)
 }
 
 /* Checks and stores one value; "" where a problem was recorded. */
-static void set(struct parse *p, const struct keydef *k, const char *v)
+static void set(struct gm_ini *ini, const struct gm_ini_key *k, const char *v)
 {
-    char *field = (char *)p->c + k->off;
+    char *field = (char *)ini->dest + k->off;
     char sv[84];
     struct sockaddr_storage ss;
     struct sockaddr_in g;
     const char *want = NULL;
     int iv;
 
-    if (v[0] == '\0' && k->kind != K_NAME && k->kind != K_ADDR &&
-        !(k->kind == K_PATH && strcmp(k->key, "state_dir") == 0))
+    if (v[0] == '\0' && k->type != K_NAME && k->type != K_ADDR &&
+        !(k->type == K_PATH && strcmp(k->key, "state_dir") == 0))
         return; /* empty: the default (gm_config_defaults; control: STATE_DIR/control.sock) */
-    switch (k->kind) {
+    switch ((enum kind)k->type) {
     case K_BOOL:
         if (strcmp(v, "yes") != 0 && strcmp(v, "no") != 0) {
             want = "yes or no";
@@ -211,16 +196,16 @@ static void set(struct parse *p, const struct keydef *k, const char *v)
     case K_THREADS:
     case K_MBIT:
     case K_TIMEOUT: {
-        const long lo = k->kind == K_TIMEOUT ? 5 : 0, hi = k->kind == K_THREADS ? 4096
-                                                           : k->kind == K_MBIT  ? 100000
+        const long lo = k->type == K_TIMEOUT ? 5 : 0, hi = k->type == K_THREADS ? 4096
+                                                           : k->type == K_MBIT  ? 100000
                                                                                 : 3600;
         char *end = NULL;
         long t;
         errno = 0;
         t = strtol(v, &end, 10);
         if (*v < '0' || *v > '9' || *end != '\0' || errno != 0 || t < lo || t > hi) {
-            want = k->kind == K_THREADS ? "a whole number from 0 (every core) to 4096"
-                   : k->kind == K_MBIT  ? "a whole number of Mbit/s from 0 (no cap) to 100000"
+            want = k->type == K_THREADS ? "a whole number from 0 (every core) to 4096"
+                   : k->type == K_MBIT  ? "a whole number of Mbit/s from 0 (no cap) to 100000"
                                         : "a whole number of seconds from 5 to 3600";
             break;
         }
@@ -273,84 +258,11 @@ static void set(struct parse *p, const struct keydef *k, const char *v)
     if (want == NULL && strlen(v) >= k->size)
         want = "shorter";
     if (want != NULL) {
-        fail(p, p->line, "[%s] %s = %s: must be %s", k->section, k->key, shown(sv, v), want);
+        gm_ini_fail(ini, ini->line, "[%s] %s = %s: must be %s", k->section, k->key, shown(sv, v),
+                    want);
         return;
     }
     memcpy(field, v, strlen(v) + 1);
-}
-
-static int on_pair(void *user, const char *section, const char *key, const char *value)
-{
-    struct parse *p = user;
-    char ks[84];
-
-    if (p->failed)
-        return 1;
-    if (section[0] == '\0') {
-        fail(p, p->line, "'%s' is outside any section (put it under [cluster], [node], ...)",
-             shown(ks, key));
-        return 1;
-    }
-    for (size_t i = 0; i < NKEYS; i++) {
-        if (strcmp(keys[i].section, section) != 0 || strcmp(keys[i].key, key) != 0)
-            continue;
-        if (p->seen[i]) {
-            fail(p, p->line, "[%s] %s is set twice (first on line %d)", section, key, p->seen[i]);
-            return 1;
-        }
-        p->seen[i] = p->line;
-        set(p, &keys[i], value);
-        return 1;
-    }
-    unknown_key(p, section, key);
-    return 1;
-}
-
-/* ini_reader: one line per call; EOF at the end and after the first problem. */
-static char *read_line(char *buf, int num, void *stream)
-{
-    struct parse *p = stream;
-    const char *start, *eol, *q;
-    size_t n;
-
-    if (p->failed || p->pos >= p->len)
-        return NULL;
-    start = p->text + p->pos;
-    eol = memchr(start, '\n', p->len - p->pos);
-    n = eol != NULL ? (size_t)(eol - start) : p->len - p->pos;
-    p->pos += n + (eol != NULL);
-    p->line++;
-    if (n > 0 && start[n - 1] == '\r')
-        n--;
-    if (memchr(start, '\0', n) != NULL) {
-        fail(p, p->line, "NUL byte in the line");
-        return NULL;
-    }
-    if (n > LINE_MAX_BYTES || n + 3 > (size_t)num) {
-        fail(p, p->line, "line is longer than %d bytes", LINE_MAX_BYTES);
-        return NULL;
-    }
-    q = start;
-    while (q < start + n && (*q == ' ' || *q == '\t'))
-        q++;
-    n -= (size_t)(q - start);
-    if (n > 0 && *q == '[') {
-        const char *close = memchr(q, ']', n);
-        if (close != NULL && !is_section(q + 1, (size_t)(close - q - 1))) {
-            char name[84], tmp[84];
-            size_t l = (size_t)(close - q - 1) < 80 ? (size_t)(close - q - 1) : 80;
-            memcpy(tmp, q + 1, l);
-            tmp[l] = '\0';
-            fail(p, p->line,
-                 "unknown section [%s] (known: cluster, node, discovery, train, metrics)",
-                 shown(name, tmp));
-            return NULL;
-        }
-    }
-    memcpy(buf, q, n);
-    buf[n] = '\n';
-    buf[n + 1] = '\0';
-    return buf;
 }
 
 int gm_config_addr_is_loopback(const char *addr)
@@ -368,43 +280,37 @@ int gm_config_addr_is_loopback(const char *addr)
     return 0;
 }
 
-static int line_of(const struct parse *p, const char *section, const char *key)
+static void check_whole(struct gm_ini *ini)
 {
-    for (size_t i = 0; i < NKEYS; i++)
-        if (strcmp(keys[i].section, section) == 0 && strcmp(keys[i].key, key) == 0)
-            return p->seen[i];
-    return 0;
-}
-
-static void check_whole(struct parse *p)
-{
-    struct gm_config *c = p->c;
+    struct gm_config *c = ini->dest;
     static const char *const required[][2] = {
         {"cluster", "name"}, {"node", "id"}, {"node", "listen"}, {"node", "state_dir"}};
 
     for (size_t i = 0; i < sizeof(required) / sizeof(required[0]); i++) {
-        if (line_of(p, required[i][0], required[i][1]) == 0) {
-            fail(p, 0, "missing [%s] %s (gradmesh init and join write it)", required[i][0],
-                 required[i][1]);
+        if (gm_ini_line_of(ini, required[i][0], required[i][1]) == 0) {
+            gm_ini_fail(ini, 0, "missing [%s] %s (gradmesh init and join write it)", required[i][0],
+                        required[i][1]);
             return;
         }
     }
     if (c->metrics[0] != '\0' && !c->metrics_public && !gm_config_addr_is_loopback(c->metrics)) {
-        fail(p, line_of(p, "metrics", "listen"),
-             "[metrics] listen = %s is not a loopback address: the metrics name nodes, "
-             "addresses and jobs; set metrics_public = yes in [metrics] to serve them to the "
-             "network, or listen on 127.0.0.1",
-             c->metrics);
+        gm_ini_fail(
+            ini, gm_ini_line_of(ini, "metrics", "listen"),
+            "[metrics] listen = %s is not a loopback address: the metrics name nodes, "
+            "addresses and jobs; set metrics_public = yes in [metrics] to serve them to the "
+            "network, or listen on 127.0.0.1",
+            c->metrics);
         return;
     }
     if (c->control[0] == '\0') {
         const size_t n = strlen(c->state_dir);
         char sd[84];
         if (n + strlen("/control.sock") > SOCKET_PATH_MAX) {
-            fail(p, line_of(p, "node", "state_dir"),
-                 "the control socket %s/control.sock would be longer than %zu bytes (the limit "
-                 "of a unix socket path); set [node] control to a shorter path",
-                 shown(sd, c->state_dir), SOCKET_PATH_MAX);
+            gm_ini_fail(
+                ini, gm_ini_line_of(ini, "node", "state_dir"),
+                "the control socket %s/control.sock would be longer than %zu bytes (the limit "
+                "of a unix socket path); set [node] control to a shorter path",
+                shown(sd, c->state_dir), SOCKET_PATH_MAX);
             return;
         }
         memcpy(c->control, c->state_dir, n);
@@ -412,11 +318,22 @@ static void check_whole(struct parse *p)
     }
 }
 
+static const struct gm_ini_spec spec = {
+    .keys = keys,
+    .nkeys = NKEYS,
+    .sections = sections,
+    .nsections = NSECTIONS,
+    .line_max = LINE_MAX_BYTES,
+    .set = set,
+    .whole = check_whole,
+    .outside = outside,
+    .unknown_section = unknown_section,
+    .unknown_key = unknown_key,
+    .twice = twice,
+};
+
 int gm_config_parse(const char *text, size_t len, const char *origin, struct gm_config *c)
 {
-    struct parse *p;
-    int r, err = 0;
-
     gm_config_defaults(c);
     if (origin == NULL)
         origin = "config";
@@ -424,33 +341,7 @@ int gm_config_parse(const char *text, size_t len, const char *origin, struct gm_
         gm_err("%s: larger than %d bytes: not a gradmesh config", origin, CONFIG_MAX);
         return GM_ERR_CONFIG;
     }
-    p = calloc(1, sizeof(*p));
-    if (p == NULL)
-        return -ENOMEM;
-    p->c = c;
-    p->origin = origin;
-    p->text = text;
-    p->len = len;
-    r = ini_parse_stream(read_line, p, on_pair, p);
-    if (r == -2) {
-        free(p);
-        return -ENOMEM;
-    }
-    if (r > 0 && (!p->failed || r < p->err_line)) {
-        p->failed = 0;
-        fail(p, r, "syntax error: expected '[section]' or 'key = value'");
-    }
-    if (!p->failed)
-        check_whole(p);
-    if (p->failed) {
-        err = GM_ERR_CONFIG;
-        if (p->err_line > 0)
-            gm_err("%s:%d: %s", origin, p->err_line, p->msg);
-        else
-            gm_err("%s: %s", origin, p->msg);
-    }
-    free(p);
-    return err;
+    return gm_ini_parse(&spec, text, len, origin, c);
 }
 
 /* One sentence for a person: what is wrong with the file and what to do. */

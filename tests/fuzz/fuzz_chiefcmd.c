@@ -1,8 +1,8 @@
 /*
  * tests/fuzz/fuzz_chiefcmd.c - the chief's replicated state machine's parsers
  * (agent/cluster/chieffsm.h), which read raft log entries and snapshots that came
- * from other nodes, and the CHIEF_REQ / CHIEF_ANS payloads: byte 0 % 4 picks
- * the parser, the rest is its input.
+ * from other nodes, and the CHIEF_REQ / CHIEF_ANS payloads (agent/cluster/chiefmsg.h):
+ * byte 0 % 4 picks the parser, the rest is its input.
  *   0: gm_chief_cmd_decode (one command), then gm_chief_fsm_apply on a
  *      machine that already holds a little state;
  *   1: gm_chief_fsm_restore (a whole snapshot) over that machine;
@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "agent/cluster/chiefmsg.h"
 #include "agent/cluster/chieffsm.h"
 #include "crypto/identity.h"
 #include "train/ckpt/ckpt.h"

@@ -36,6 +36,7 @@
 #include <raft.h>
 #include <raft/fixture.h>
 
+#include "agent/cluster/chiefmsg.h"
 #include "agent/cluster/chieffsm.h"
 #include "common/test.h"
 #include "train/ckpt/ckpt.h"
