@@ -791,6 +791,16 @@ const char *gm_job_schedule_kind_name(enum gm_job_schedule_kind k)
     return name_of(schedule_kind_names, GM_ARRAY_SIZE(schedule_kind_names), (int)k);
 }
 
+int gm_job_model_parse(const char *name, enum gm_job_model *out)
+{
+    for (int i = 0; name != NULL && model_names[i] != NULL; i++)
+        if (strcmp(name, model_names[i]) == 0) {
+            *out = (enum gm_job_model)i;
+            return 0;
+        }
+    return -EINVAL;
+}
+
 const char *gm_job_codec_name(enum gm_job_codec c)
 {
     return name_of(codec_names, GM_ARRAY_SIZE(codec_names), (int)c);

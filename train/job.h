@@ -206,6 +206,8 @@ void gm_job_free(struct gm_job *job);
 
 /* Names for logs and summaries ("mlp", "adam", "powersgd", ...); "?" if out of range. */
 const char *gm_job_model_name(enum gm_job_model m);
+/* The model named name ([job] model's values): 0, or -EINVAL (*out untouched). */
+GM_MUST_CHECK int gm_job_model_parse(const char *name, enum gm_job_model *out);
 const char *gm_job_data_kind_name(enum gm_job_data_kind k);
 const char *gm_job_optimizer_name(enum gm_job_optimizer o);
 const char *gm_job_schedule_kind_name(enum gm_job_schedule_kind k);

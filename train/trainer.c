@@ -507,6 +507,47 @@ out:
     return err;
 }
 
+int gm_trainer_model_spec(const struct gm_job *job, int in_c, int in_h, int in_w, int classes,
+                          struct gm_model_spec *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->name = gm_job_model_name(job->model);
+    out->in_c = in_c;
+    out->in_h = in_h;
+    out->in_w = in_w;
+    out->classes = classes < 2 ? 2 : classes;
+    out->nhidden = job->n_hidden;
+    if (out->nhidden > GM_MODEL_MAX_HIDDEN) {
+        gm_err("job: %d hidden layers, at most %d supported", out->nhidden, GM_MODEL_MAX_HIDDEN);
+        return GM_ERR_CONFIG;
+    }
+    for (int i = 0; i < out->nhidden; i++)
+        out->hidden[i] = job->hidden[i];
+    out->dropout = (float)job->dropout;
+    out->device = GM_DEVICE_CPU;
+    return 0;
+}
+
+void gm_trainer_input_shape(const struct gm_job *job, int *c, int *h, int *w)
+{
+    switch (job->data.kind) {
+    case GM_JOB_DATA_KIND_CIFAR10:
+        *c = 3, *h = *w = 32;
+        break;
+    case GM_JOB_DATA_KIND_FOLDER:
+        *c = job->data.channels;
+        *h = *w = job->data.image_size > 0 ? job->data.image_size : 32;
+        break;
+    default:
+        *c = 1, *h = *w = 28;
+        break;
+    }
+    if (job->data.pad > 0 && job->data.kind != GM_JOB_DATA_KIND_FOLDER) {
+        *h += 2 * job->data.pad;
+        *w += 2 * job->data.pad;
+    }
+}
+
 /* Builds the model on the chosen device.  A GPU: this (the trainer) thread creates the
  * CUDA context first and owns it.  auto falls back to the CPU, saying why, when the context
  * or the model cannot be made on the GPU (out of memory: the asked and free sizes are in the
@@ -588,21 +629,11 @@ static int setup(struct run *r)
                r->train.n, g);
         return GM_ERR_CONFIG;
     }
-    ms.name = gm_job_model_name(job->model);
-    ms.in_c = r->train.c;
-    ms.in_h = r->train.h;
-    ms.in_w = r->train.w;
-    ms.classes = r->train.classes > r->test.classes ? r->train.classes : r->test.classes;
-    if (ms.classes < 2)
-        ms.classes = 2;
-    ms.nhidden = job->n_hidden;
-    if (ms.nhidden > GM_MODEL_MAX_HIDDEN) {
-        gm_err("job: %d hidden layers, at most %d supported", ms.nhidden, GM_MODEL_MAX_HIDDEN);
-        return GM_ERR_CONFIG;
-    }
-    for (int i = 0; i < ms.nhidden; i++)
-        ms.hidden[i] = job->hidden[i];
-    ms.dropout = (float)job->dropout;
+    err = gm_trainer_model_spec(
+        job, r->train.c, r->train.h, r->train.w,
+        r->train.classes > r->test.classes ? r->train.classes : r->test.classes, &ms);
+    if (err < 0)
+        return err;
     /* auto takes a GPU only when the model's layers can run there (logged either way) */
     char why[400];
     if (gm_device_choose(&job->device, gm_device_available(GM_DEVICE_CUDA), &r->device, why,

@@ -25,6 +25,7 @@
 #include "common/err.h"
 #include "train/nn/model.h"
 #include "train/gradsync.h"
+#include "train/trainer.h"
 
 #define SKEW_WARN_MS 30000.0 /* beacons tolerate 300 s; TLS certificates minutes */
 #define MTU_WARN 1280
@@ -252,19 +253,21 @@ static void matrix_extremes(json_t *mx, double *min_mbps, double *max_rtt)
 
 #define DOCTOR_BATCH 64
 
+/* The model named name as a job of the defaults would build it (train/trainer.h), on the
+ * input shape of the default data kind (Fashion-MNIST's 28x28x1). */
 static int model_new(const char *name, struct gm_model **m)
 {
-    struct gm_model_spec spec = {.name = name,
-                                 .in_c = 1,
-                                 .in_h = 28,
-                                 .in_w = 28,
-                                 .classes = 10,
-                                 .hidden = {256},
-                                 .nhidden = 1};
+    struct gm_model_spec spec;
+    struct gm_job job;
+    int c, h, w, err;
 
     *m = NULL;
-    if (!gm_model_known(name))
+    gm_job_defaults(&job);
+    if (gm_job_model_parse(name, &job.model) < 0)
         return -EINVAL;
+    gm_trainer_input_shape(&job, &c, &h, &w);
+    if ((err = gm_trainer_model_spec(&job, c, h, w, 10, &spec)) < 0)
+        return err;
     return gm_model_new(&spec, DOCTOR_BATCH, m);
 }
 

@@ -12,6 +12,7 @@
 
 #include "common/log.h"
 #include "train/nn/model.h"
+#include "train/trainer.h"
 
 #define TIME_REPS 5
 #define TIME_MIN_S 0.3     /* and at least this long: longer than a CFS quota period (100 ms) */
@@ -20,25 +21,12 @@
 /* The job's model with the input shape its data kind implies (see the header). */
 static int job_model(const struct gm_job *job, int batch, struct gm_model **m, size_t *per)
 {
-    struct gm_model_spec ms = {.name = gm_job_model_name(job->model), .classes = 10};
+    struct gm_model_spec ms;
+    int c, h, w, err;
 
-    switch (job->data.kind) {
-    case GM_JOB_DATA_KIND_CIFAR10:
-        ms.in_c = 3, ms.in_h = ms.in_w = 32;
-        break;
-    case GM_JOB_DATA_KIND_FOLDER:
-        ms.in_c = job->data.channels;
-        ms.in_h = ms.in_w = job->data.image_size > 0 ? job->data.image_size : 32;
-        break;
-    default:
-        ms.in_c = 1, ms.in_h = ms.in_w = 28;
-        break;
-    }
-    ms.nhidden = job->n_hidden < GM_MODEL_MAX_HIDDEN ? job->n_hidden : GM_MODEL_MAX_HIDDEN;
-    for (int i = 0; i < ms.nhidden; i++)
-        ms.hidden[i] = job->hidden[i];
-    ms.dropout = (float)job->dropout;
-    ms.device = GM_DEVICE_CPU;
+    gm_trainer_input_shape(job, &c, &h, &w);
+    if ((err = gm_trainer_model_spec(job, c, h, w, 10, &ms)) < 0)
+        return err;
     *per = (size_t)ms.in_c * (size_t)ms.in_h * (size_t)ms.in_w;
     return gm_model_new(&ms, batch, m);
 }

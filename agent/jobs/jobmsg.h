@@ -9,7 +9,7 @@
  *                                                        once it has a link to each)
  *   JOB_CHECK  {id, error?, files: [{name, size, sha256}]}  member -> coordinator
  *   JOB_GROUP  {id, text, origin, gen, ranks: [node], global_batch,
- *               comm?: {codec: "fp32"|"fp16"|"powersgd"|"diloco", local_steps},
+ *               comm?: {codec: a name of GM_JOB_CODECS but "auto" (train/job.h), local_steps},
  *               islands?: [int]}
  *                                                        coordinator -> member; comm: the
  *                                                        codec the coordinator chose for
