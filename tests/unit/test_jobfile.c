@@ -1,5 +1,5 @@
 /*
- * tests/unit/test_job.c - job file parsing: defaults, every key, and each kind of bad file
+ * tests/unit/test_jobfile.c - job file parsing: defaults, every key, and each kind of bad file
  * returning GM_ERR_CONFIG with exactly one log line naming file, line and problem.
  */
 #include <errno.h>
@@ -653,5 +653,5 @@ int main(void)
     GM_TEST_RUN(test_load);
     GM_TEST_RUN(test_shipped_jobs);
     cleanup_tmpdir();
-    return gm_test_finish("test_job");
+    return gm_test_finish("test_jobfile");
 }
