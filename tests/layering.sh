@@ -8,6 +8,8 @@
 #   - inside the root, views.c and drain.c include no root header but their own: agent.c
 #     calls them, they never call back;
 #   - train/ is independent of crypto/ and discovery/: it includes common/ and train/ only.
+#   - with a build (GM_BUILD, default build/), no object of a room uses a symbol that an object
+#     of a room above defines: calls through a hand-written declaration are caught too.
 # Every offending include is printed as FILE:LINE: INCLUDE (why), and the script exits 1.
 # Usage: bash tests/layering.sh [ROOT]   (ROOT: the tree to check, default the repository's)
 #        bash tests/layering.sh --selftest  (the check fails on a copy with upward includes)
@@ -133,6 +135,34 @@ if [ -f "$ji" ]; then
             done
         done
     done
+fi
+
+# Calls, from the objects of a build (when there is one: make test builds first): no object
+# of a room uses a symbol defined by an object of a room above it, whatever declared it.
+objs=${GM_BUILD:-build}/agent
+if [ -d "$objs" ] && [ "$root" = "$here" ]; then
+    calls=$(find "$objs" -name '*.o' -print0 | xargs -0 -r nm -A 2>/dev/null | awk -v b="$objs/" \
+        -v order="${rooms[*]}" '
+        BEGIN { n = split(order, o, " "); for (i = 1; i <= n; i++) rk[o[i]] = i }
+        function rank(f,   r, parts) { # build/agent/ROOM/x.o -> its room; build/agent/x.o: root
+            r = substr(f, length(b) + 1)
+            if (split(r, parts, "/") == 1) return rk["root"]
+            return (parts[1] in rk) ? rk[parts[1]] : 99
+        }
+        { f = $1; sub(/:.*/, "", f) }
+        NF == 3 && $2 ~ /^[TDBR]$/ { def[$3] = f }
+        NF == 3 && $2 == "U" { use[f, $3] = 1 }
+        END {
+            for (k in use) {
+                split(k, a, SUBSEP)
+                if ((a[2] in def) && rank(def[a[2]]) > rank(a[1]))
+                    printf "%s: uses %s, defined in %s (a room above)\n", a[1], a[2], def[a[2]]
+            }
+        }')
+    if [ -n "$calls" ]; then
+        echo "$calls"
+        bad=1
+    fi
 fi
 
 [ $bad -eq 0 ] && echo "layering: every include points down (${rooms[*]}); the job room's files call down"
