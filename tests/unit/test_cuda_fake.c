@@ -141,6 +141,15 @@ static cudnnStatus_t set_math(cudnnConvolutionDescriptor_t d, cudnnMathType_t m)
     return CUDNN_STATUS_SUCCESS;
 }
 
+static int groups_set; /* the group count of the last convolution described */
+
+static cudnnStatus_t set_groups(cudnnConvolutionDescriptor_t d, int groups)
+{
+    (void)d;
+    groups_set = groups;
+    return CUDNN_STATUS_SUCCESS;
+}
+
 /* One answer per search: find_got results, the first with find_status at the failing
  * search, CUDNN_STATUS_SUCCESS (algorithm 1, no workspace) at the others. */
 #define FAKE_FIND(name, which, desc_t1, desc_t2, desc_t3, desc_t4, perf_t)                         \
@@ -192,6 +201,7 @@ static void setup(void)
     gm_cudalib.cudnnSetFilter4dDescriptor = set_filter;
     gm_cudalib.cudnnSetConvolution2dDescriptor = set_conv;
     gm_cudalib.cudnnSetConvolutionMathType = set_math;
+    gm_cudalib.cudnnSetConvolutionGroupCount = set_groups;
     gm_cudalib.cudnnFindConvolutionForwardAlgorithm = find_fwd;
     gm_cudalib.cudnnFindConvolutionBackwardDataAlgorithm = find_bwd_data;
     gm_cudalib.cudnnFindConvolutionBackwardFilterAlgorithm = find_bwd_filter;
@@ -304,6 +314,14 @@ static void test_conv_search(void)
     GM_CHECK_EQ(conv_calls, 2);
     GM_CHECK_EQ(find_calls, 3); /* forward, backward data, backward filter: once */
     GM_CHECK_EQ((int)conv_algo_used, 1);
+    GM_CHECK_EQ(groups_set, 1);
+
+    /* a depthwise convolution tells cuDNN its groups (and is searched as a shape of its own) */
+    GM_CHECK_OK(gm_conv2d_shape_init_groups(&s, 2, 8, 8, 4, 4, 3, 1, 1, 4));
+    ops->conv2d_forward(&s, 1, buf, buf, NULL, NULL, buf);
+    GM_CHECK_EQ(gm_cuda_take_error(&cu), 0);
+    GM_CHECK_EQ(groups_set, 4);
+    GM_CHECK_EQ(find_calls, 6);
     gm_cuda_set_current(NULL);
 }
 
