@@ -3,8 +3,9 @@
  * op: the same random inputs go through gm_ops_cpu on the host and through gm_ops_cuda on the
  * GPU, and every output comes back and is compared with the op's stated tolerance.  The cases
  * are one table (name, function, tolerance) covering the forward and backward of every layer
- * (convolution with and without stride, bias and input gradient; linear; max pooling with and
- * without the fused ReLU; ReLU; dropout; batch norm in training and evaluation; the residual
+ * (convolution with and without stride, bias and input gradient, grouped, depthwise and 1x1;
+ * linear; max pooling with and without the fused ReLU, stride and padding; ReLU, ReLU6;
+ * adaptive average pooling; dropout; batch norm in training and evaluation; the residual
  * add, shortcut and global average pool; the input transform), the loss, SGD in every variant
  * and Adam (several steps), the wire codecs and the parameter hash.
  *
@@ -113,12 +114,12 @@ static int take_error(void)
 
 /* ---- layers ---- */
 
-static void conv_case(int n, int h, int w, int c, int oc, int k, int pad, int stride, int bias,
-                      int need_dx)
+/* s: a shape from gm_conv2d_shape_init or gm_conv2d_shape_init_groups */
+static void conv_shape_case(struct gm_conv2d_shape s, int bias, int need_dx)
 {
-    struct gm_conv2d_shape s;
-    GM_CHECK_OK(gm_conv2d_shape_init(&s, n, h, w, c, oc, k, pad, stride));
-    struct buf x = mk((size_t)n * h * w * c, -1, 1), wt = mk((size_t)oc * k * k * c, -0.5f, 0.5f);
+    const int n = s.n, h = s.h, w = s.w, c = s.c, oc = s.oc, k = s.k;
+    struct buf x = mk((size_t)n * h * w * c, -1, 1);
+    struct buf wt = mk((size_t)oc * k * k * (c / s.groups), -0.5f, 0.5f);
     struct buf b = mk((size_t)oc, -0.5f, 0.5f), y = mk((size_t)n * s.oh * s.ow * oc, 0, 0);
     struct buf dy = mk(y.n, -1, 1), dw = mk(wt.n, 0, 0), db = mk(b.n, 0, 0), dx = mk(x.n, 0, 0);
     struct buf ws_c = mk(cpu->conv2d_ws_floats(&s, need_dx) + 16, 0, 0);
@@ -141,12 +142,35 @@ static void conv_case(int n, int h, int w, int c, int oc, int k, int pad, int st
         drop(&db), drop(&dx);
 }
 
+static void conv_case(int n, int h, int w, int c, int oc, int k, int pad, int stride, int bias,
+                      int need_dx)
+{
+    struct gm_conv2d_shape s;
+    GM_CHECK_OK(gm_conv2d_shape_init(&s, n, h, w, c, oc, k, pad, stride));
+    conv_shape_case(s, bias, need_dx);
+}
+
+/* torchvision's shapes: cuDNN with a group count against the CPU's tiled paths */
+static void conv_groups_case(int n, int h, int w, int c, int oc, int k, int pad, int stride,
+                             int groups, int need_dx)
+{
+    struct gm_conv2d_shape s;
+    GM_CHECK_OK(gm_conv2d_shape_init_groups(&s, n, h, w, c, oc, k, pad, stride, groups));
+    conv_shape_case(s, 0, need_dx);
+}
+
 static void test_conv2d(void)
 {
     conv_case(4, 28, 28, 1, 6, 5, 2, 1, 1, 0);   /* LeNet's first layer */
     conv_case(3, 9, 9, 16, 32, 3, 1, 1, 0, 1);   /* VGG block, no bias (a batch norm follows) */
     conv_case(2, 16, 16, 16, 32, 3, 1, 2, 0, 1); /* ResNet down-sampling */
     conv_case(2, 12, 12, 6, 16, 5, 0, 1, 1, 1);
+    conv_groups_case(2, 32, 32, 3, 64, 7, 3, 2, 1, 0);   /* ResNet stem */
+    conv_groups_case(2, 16, 16, 32, 32, 3, 1, 1, 32, 1); /* MobileNetV2 depthwise */
+    conv_groups_case(2, 16, 16, 24, 24, 3, 1, 2, 24, 1); /* depthwise, stride 2 */
+    conv_groups_case(2, 8, 8, 32, 64, 1, 0, 1, 1, 1);    /* pointwise */
+    conv_groups_case(2, 8, 8, 32, 64, 1, 0, 2, 1, 1);    /* ResNet downsample */
+    conv_groups_case(2, 9, 9, 16, 32, 3, 1, 1, 4, 1);    /* grouped */
 }
 
 static void test_linear(void)
@@ -196,6 +220,68 @@ static void test_maxpool(void)
     maxpool_case(3, 8, 8, 6, 2, 0);
     maxpool_case(2, 9, 7, 13, 3, 1); /* trailing rows and columns dropped */
     maxpool_case(2, 10, 10, 20, 2, 0);
+}
+
+static void maxpool2d_case(int n, int h, int w, int c, int k, int stride, int pad, int relu)
+{
+    struct gm_pool2d_shape s;
+    GM_CHECK_OK(gm_pool2d_shape_init(&s, n, h, w, c, k, stride, pad));
+    const size_t ny = (size_t)n * s.oh * s.ow * c;
+    struct buf x = mk((size_t)n * h * w * c, -1, 1), y = mk(ny, 0, 0), dy = mk(ny, -1, 1);
+    struct buf dx = mk(x.n, 0, 0);
+    uint8_t *arg_c = calloc(ny, 1), *arg_g = NULL, *arg_back;
+
+    GM_CHECK_OK(gm_device_alloc(GM_DEVICE_CUDA, ny, (void **)&arg_g));
+    cpu->maxpool2d_forward(&s, relu, x.h, y.h, arg_c);
+    gpu->maxpool2d_forward(&s, relu, x.d, y.d, arg_g);
+    same("maxpool2d", "y", &y, 0);
+    arg_back = back(arg_g, ny);
+    GM_CHECK_EQ(memcmp(arg_back, arg_c, ny), 0);
+    cpu->maxpool2d_backward(&s, dy.h, arg_c, dx.h);
+    gpu->maxpool2d_backward(&s, dy.d, arg_g, dx.d);
+    same("maxpool2d", "dx", &dx, 1e-7); /* the plain CPU path writes -0 where the GPU adds to 0 */
+    GM_CHECK_OK(take_error());
+    free(arg_c), free(arg_back);
+    gm_device_free(GM_DEVICE_CUDA, arg_g);
+    drop(&x), drop(&y), drop(&dy), drop(&dx);
+}
+
+static void adapool_case(int n, int h, int w, int c, int oh, int ow)
+{
+    const size_t ny = (size_t)n * oh * ow * c;
+    struct buf x = mk((size_t)n * h * w * c, -1, 1), y = mk(ny, 0, 0), dy = mk(ny, -1, 1);
+    struct buf dx = mk(x.n, 0, 0);
+
+    cpu->adaptive_avgpool_forward(n, h, w, c, oh, ow, x.h, y.h);
+    gpu->adaptive_avgpool_forward(n, h, w, c, oh, ow, x.d, y.d);
+    same("adaptive_avgpool", "y", &y, 0);
+    cpu->adaptive_avgpool_backward(n, h, w, c, oh, ow, dy.h, dx.h);
+    gpu->adaptive_avgpool_backward(n, h, w, c, oh, ow, dy.d, dx.d);
+    same("adaptive_avgpool", "dx", &dx, 0);
+    GM_CHECK_OK(take_error());
+    drop(&x), drop(&y), drop(&dy), drop(&dx);
+}
+
+/* The torchvision families' pooling and ReLU6: same bits as the CPU. */
+static void test_families(void)
+{
+    const size_t n = 10007;
+    struct buf x = mk(n, -8, 8), y = mk(n, 0, 0), dy = mk(n, -1, 1), dx = mk(n, 0, 0);
+
+    cpu->relu6_forward(n, x.h, y.h);
+    gpu->relu6_forward(n, x.d, y.d);
+    same("relu6", "y", &y, 0);
+    cpu->relu6_backward(n, y.h, dy.h, dx.h);
+    gpu->relu6_backward(n, y.d, dy.d, dx.d);
+    same("relu6", "dx", &dx, 0);
+    GM_CHECK_OK(take_error());
+    drop(&x), drop(&y), drop(&dy), drop(&dx);
+    maxpool2d_case(2, 33, 31, 64, 3, 2, 1, 0); /* ResNet's stem pool */
+    maxpool2d_case(2, 16, 16, 8, 3, 2, 1, 1);
+    maxpool2d_case(2, 8, 10, 5, 2, 2, 0, 0); /* the plain path */
+    adapool_case(2, 4, 4, 16, 7, 7);         /* VGG at 128x128 */
+    adapool_case(2, 5, 7, 9, 3, 2);
+    adapool_case(3, 4, 4, 32, 1, 1);
 }
 
 static void test_relu_dropout(void)
@@ -400,6 +486,7 @@ static const struct {
     {"xent", test_xent},
     {"sgd+adam", test_optimizers},
     {"hash+codecs", test_hash_codecs},
+    {"relu6+maxpool2d+adaptive", test_families},
 };
 
 int main(void)

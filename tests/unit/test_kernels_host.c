@@ -7,6 +7,8 @@
  *   Adam (with/without wd)  vs gm_optim_step, several steps
  *   fp16, bf16 pack/unpack  vs gm_codec_encode / gm_codec_decode_add (F16C for fp16)
  *   parameter hash          vs gm_coll_hash
+ *   ReLU6, max pooling with stride/padding, adaptive average pooling (kfn_layers.h)
+ *                           vs act_cpu.c, maxpool_cpu.c, avgpool_cpu.c
  * Each runs over several grids, including ones whose grid-stride loops wrap several
  * times and ones larger than the work, so an indexing mistake in a body (a skipped or
  * doubled element, a thread past the end) shows up here, in CI, without a GPU.
@@ -20,6 +22,9 @@
 #include "train/comm/codec.h"
 #include "train/comm/coll_wire.h"
 #include "train/kernels/custom.h"
+#include "train/kernels/act.h"
+#include "train/kernels/avgpool.h"
+#include "train/kernels/layers_host.h"
 #include "train/kernels/xent.h"
 #include "train/nn/optim.h"
 #include "train/nn/rng.h"
@@ -253,6 +258,75 @@ static void test_hash(void)
     GM_CHECK(stripe != tail);
 }
 
+/* ReLU6, padded/strided max pooling and adaptive average pooling: the CUDA bodies
+ * (gather backward, one thread per element) give the CPU's bits. */
+static void test_layers(void)
+{
+    static const int pools[][7] = {
+        /* n, h, w, c, k, stride, pad */
+        {2, 9, 8, 12, 3, 2, 1}, {1, 7, 9, 3, 3, 1, 1}, {2, 6, 7, 10, 2, 2, 0},
+        {1, 5, 5, 3, 2, 1, 1},  {1, 9, 9, 4, 3, 3, 0},
+    };
+    static const int adas[][6] = {
+        {2, 4, 4, 9, 7, 7},
+        {2, 5, 7, 3, 3, 2},
+        {1, 14, 14, 4, 7, 7},
+        {3, 4, 6, 10, 1, 1},
+    };
+    enum { MAXN = 4096 };
+    float *x = calloc(MAXN, 4), *y = calloc(MAXN, 4), *y2 = calloc(MAXN, 4);
+    float *dy = calloc(MAXN, 4), *dx = calloc(MAXN, 4), *dx2 = calloc(MAXN, 4);
+    uint8_t *arg = calloc(MAXN, 1), *arg2 = calloc(MAXN, 1);
+
+    fill(x, MAXN, -8, 8);
+    fill(dy, MAXN, -1, 1);
+    gm_relu6_forward_cpu(MAXN, x, y);
+    gm_relu6_backward_cpu(MAXN, y, dy, dx);
+    for (size_t gi = 0; gi < NGRIDS; gi++) {
+        gm_krelu6_forward_host(grids[gi], MAXN, x, y2);
+        gm_krelu6_backward_host(grids[gi], MAXN, y, dy, dx2);
+        GM_CHECK_EQ(bits_differ(y, y2, MAXN, 4), 0);
+        GM_CHECK_EQ(bits_differ(dx, dx2, MAXN, 4), 0);
+    }
+    for (size_t pi = 0; pi < sizeof(pools) / sizeof(pools[0]); pi++) {
+        const int *p = pools[pi];
+        struct gm_pool2d_shape s;
+        GM_CHECK_OK(gm_pool2d_shape_init(&s, p[0], p[1], p[2], p[3], p[4], p[5], p[6]));
+        const size_t nx = (size_t)s.n * s.h * s.w * s.c, ny = (size_t)s.n * s.oh * s.ow * s.c;
+        GM_CHECK(nx <= MAXN && ny <= MAXN);
+        for (int relu = 0; relu < 2; relu++) {
+            gm_maxpool2d_forward_cpu(&s, relu, x, y, arg);
+            gm_maxpool2d_backward_cpu(&s, dy, arg, dx);
+            for (size_t gi = 0; gi < NGRIDS; gi++) {
+                gm_kmaxpool2d_forward_host(grids[gi], &s, relu, x, y2, arg2);
+                gm_kmaxpool2d_backward_host(grids[gi], &s, dy, arg, dx2);
+                GM_CHECK_EQ(bits_differ(y, y2, ny, 4), 0);
+                GM_CHECK_EQ(memcmp(arg, arg2, ny), 0);
+                /* values, not bits: the CPU's plain k x k path writes g * 0 = -0 for a
+                 * negative gradient where the body adds nothing to +0 */
+                long bad = 0;
+                for (size_t i = 0; i < nx; i++)
+                    bad += dx[i] != dx2[i];
+                GM_CHECK_EQ(bad, 0);
+            }
+        }
+    }
+    for (size_t ai = 0; ai < sizeof(adas) / sizeof(adas[0]); ai++) {
+        const int *a = adas[ai];
+        const size_t nx = (size_t)a[0] * a[1] * a[2] * a[3], ny = (size_t)a[0] * a[4] * a[5] * a[3];
+        GM_CHECK(nx <= MAXN && ny <= MAXN);
+        gm_adaptive_avgpool_forward_cpu(a[0], a[1], a[2], a[3], a[4], a[5], x, y);
+        gm_adaptive_avgpool_backward_cpu(a[0], a[1], a[2], a[3], a[4], a[5], dy, dx);
+        for (size_t gi = 0; gi < NGRIDS; gi++) {
+            gm_kadapool_forward_host(grids[gi], a[0], a[1], a[2], a[3], a[4], a[5], x, y2);
+            gm_kadapool_backward_host(grids[gi], a[0], a[1], a[2], a[3], a[4], a[5], dy, dx2);
+            GM_CHECK_EQ(bits_differ(y, y2, ny, 4), 0);
+            GM_CHECK_EQ(bits_differ(dx, dx2, nx, 4), 0);
+        }
+    }
+    free(x), free(y), free(y2), free(dy), free(dx), free(dx2), free(arg), free(arg2);
+}
+
 /* In a build without the CUDA backend the _cuda entry points refuse; with it they need a
  * context, which tests/unit/test_cuda_ops.c makes where a GPU answers. */
 static void test_cuda_stubs(void)
@@ -275,6 +349,7 @@ int main(void)
     GM_TEST_RUN(test_adam);
     GM_TEST_RUN(test_f16);
     GM_TEST_RUN(test_hash);
+    GM_TEST_RUN(test_layers);
     GM_TEST_RUN(test_cuda_stubs);
     return gm_test_finish("test_kernels_host");
 }

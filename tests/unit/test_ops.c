@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "common/test.h"
+#include "train/kernels/avgpool.h"
 #include "train/nn/ops.h"
 #include "train/nn/optim.h"
 
@@ -35,8 +36,12 @@ static void check_complete(const struct gm_ops *o)
     ENTRY(linear_backward);
     ENTRY(maxpool_forward);
     ENTRY(maxpool_backward);
+    ENTRY(maxpool2d_forward);
+    ENTRY(maxpool2d_backward);
     ENTRY(relu_forward);
     ENTRY(relu_backward);
+    ENTRY(relu6_forward);
+    ENTRY(relu6_backward);
     ENTRY(dropout_forward);
     ENTRY(dropout_backward);
     ENTRY(batchnorm_forward);
@@ -46,6 +51,8 @@ static void check_complete(const struct gm_ops *o)
     ENTRY(shortcut_backward);
     ENTRY(avgpool_forward);
     ENTRY(avgpool_backward);
+    ENTRY(adaptive_avgpool_forward);
+    ENTRY(adaptive_avgpool_backward);
     ENTRY(xent);
     ENTRY(sgd_update);
     ENTRY(adam_update);
@@ -54,7 +61,7 @@ static void check_complete(const struct gm_ops *o)
     ENTRY(grad_decode_add);
 #undef ENTRY
     /* the table is exactly these entries: a new op must be added above too */
-    GM_CHECK_EQ(sizeof(*o), sizeof(void *) * 26);
+    GM_CHECK_EQ(sizeof(*o), sizeof(void *) * 32);
 }
 
 static void test_tables(void)
@@ -272,11 +279,366 @@ static void test_conv_stride(void)
     gm_device_free(GM_DEVICE_CPU, ws);
 }
 
+/* One tiled (gm_conv2d_shape_init_groups) convolution against the loop
+ * definition in double: y, and dx, dw, db of the loss sum(dy * y). */
+static void conv_case(int n, int h, int w, int c, int oc, int k, int p, int st, int g, int need_dx)
+{
+    const struct gm_ops *o = &gm_ops_cpu;
+    struct gm_conv2d_shape s;
+    float *x, *wt, *b, *y, *dy, *dx, *dw, *db, *ws;
+    double *rdx, *rdw, *rdb;
+    double worst_y = 0, worst_dx = 0, worst_dw = 0, worst_db = 0, scale = 0;
+
+    GM_CHECK_OK(gm_conv2d_shape_init_groups(&s, n, h, w, c, oc, k, p, st, g));
+    GM_CHECK(s.tiled == 1 && s.groups == g);
+    const int cg = c / g, ocg = oc / g;
+    const size_t nx = (size_t)n * h * w * c, ny = (size_t)n * s.oh * s.ow * oc;
+    const size_t nw = (size_t)oc * k * k * cg;
+    x = calloc(nx, 4), wt = calloc(nw, 4), b = calloc(oc, 4), y = calloc(ny, 4);
+    dy = calloc(ny, 4), dx = calloc(nx, 4), dw = calloc(nw, 4), db = calloc(oc, 4);
+    rdx = calloc(nx, 8), rdw = calloc(nw, 8), rdb = calloc(oc, 8);
+    ws = NULL;
+    const size_t wsf = o->conv2d_ws_floats(&s, need_dx);
+    if (wsf > 0)
+        GM_CHECK_OK(gm_device_alloc(GM_DEVICE_CPU, wsf * 4, (void **)&ws));
+    fill(x, nx, 20 + k);
+    fill(wt, nw, 21 + g);
+    fill(b, oc, 22);
+    fill(dy, ny, 23);
+    /* a stale workspace must not matter: the tiled path treats it as scratch */
+    for (size_t i = 0; i < wsf; i++)
+        ws[i] = NAN;
+    o->conv2d_forward(&s, need_dx, x, wt, b, ws, y);
+    for (size_t i = 0; i < wsf; i++)
+        ws[i] = NAN;
+    o->conv2d_backward(&s, x, wt, dy, dw, db, need_dx ? dx : NULL, ws);
+    for (int bi = 0; bi < n; bi++)
+        for (int oy = 0; oy < s.oh; oy++)
+            for (int ox = 0; ox < s.ow; ox++)
+                for (int oc_i = 0; oc_i < oc; oc_i++) {
+                    const int gi = oc_i / ocg;
+                    const size_t yi = (((size_t)bi * s.oh + oy) * s.ow + ox) * oc + oc_i;
+                    double acc = b[oc_i];
+                    rdb[oc_i] += dy[yi];
+                    for (int ky = 0; ky < k; ky++)
+                        for (int kx = 0; kx < k; kx++)
+                            for (int ci = 0; ci < cg; ci++) {
+                                const int iy = oy * st + ky - p, ix = ox * st + kx - p;
+                                if (iy < 0 || iy >= h || ix < 0 || ix >= w)
+                                    continue;
+                                const size_t xi =
+                                    (((size_t)bi * h + iy) * w + ix) * c + (size_t)gi * cg + ci;
+                                const size_t wi = (((size_t)oc_i * k + ky) * k + kx) * cg + ci;
+                                acc += (double)x[xi] * wt[wi];
+                                rdx[xi] += (double)dy[yi] * wt[wi];
+                                rdw[wi] += (double)dy[yi] * x[xi];
+                            }
+                    worst_y = fmax(worst_y, fabs(acc - y[yi]));
+                }
+    for (size_t i = 0; i < nw; i++) {
+        worst_dw = fmax(worst_dw, fabs(rdw[i] - dw[i]));
+        scale = fmax(scale, fabs(rdw[i]));
+    }
+    for (int i = 0; i < oc; i++)
+        worst_db = fmax(worst_db, fabs(rdb[i] - db[i]));
+    if (need_dx)
+        for (size_t i = 0; i < nx; i++)
+            worst_dx = fmax(worst_dx, fabs(rdx[i] - dx[i]));
+    gm_test_state.checks++;
+    /* fp32 sums of up to K*K*C/G (y, dx) or N*OH*OW (dw, db) terms of size ~1 */
+    if (!(worst_y <= 1e-4 * sqrt(k * k * cg) && worst_dx <= 1e-4 * sqrt(k * k * ocg + 1) &&
+          worst_dw <= 1e-5 * (scale + 1) && worst_db <= 1e-4 * sqrt((double)n * s.oh * s.ow)))
+        GM_TEST_FAIL_(
+            "conv n%d %dx%dx%d -> %d k%d p%d s%d g%d: worst y %.3g dx %.3g dw %.3g db %.3g", n, h,
+            w, c, oc, k, p, st, g, worst_y, worst_dx, worst_dw, worst_db);
+    /* no bias: y is conv(x) alone, db untouched */
+    const float with_bias = y[ny - 1];
+    db[0] = 42.0f;
+    o->conv2d_forward(&s, need_dx, x, wt, NULL, ws, y);
+    o->conv2d_backward(&s, x, wt, dy, dw, NULL, need_dx ? dx : NULL, ws);
+    GM_CHECK(db[0] == 42.0f);
+    GM_CHECK_NEAR(y[ny - 1] + b[oc - 1], with_bias, 1e-5, 1e-5);
+    free(x), free(wt), free(b), free(y), free(dy), free(dx), free(dw), free(db);
+    free(rdx), free(rdw), free(rdb);
+    gm_device_free(GM_DEVICE_CPU, ws);
+}
+
+/* Grouped, depthwise, pointwise, strided and multi-tile convolutions
+ * (everything torchvision's families use), and the tiled workspace bound. */
+static void test_conv_groups(void)
+{
+    struct gm_conv2d_shape s;
+
+    conv_case(2, 7, 6, 4, 6, 3, 1, 1, 1, 1);    /* plain 3x3, tiled */
+    conv_case(2, 7, 6, 6, 4, 3, 1, 2, 2, 1);    /* grouped, strided */
+    conv_case(2, 5, 5, 4, 8, 3, 1, 1, 4, 1);    /* depthwise multiplier 2 (grouped path) */
+    conv_case(2, 7, 6, 12, 12, 3, 1, 1, 12, 1); /* depthwise, 8 lanes + 4 */
+    conv_case(2, 7, 8, 9, 9, 3, 1, 2, 9, 1);    /* depthwise, stride 2 */
+    conv_case(1, 9, 7, 16, 16, 5, 2, 2, 16, 0); /* depthwise 5x5, no dx */
+    conv_case(2, 5, 4, 5, 7, 1, 0, 1, 1, 1);    /* pointwise: x is col */
+    conv_case(2, 7, 6, 5, 7, 1, 0, 2, 1, 1);    /* 1x1 stride 2 (ResNet downsample) */
+    conv_case(2, 13, 11, 3, 10, 7, 3, 2, 1, 0); /* ResNet stem, first layer */
+    conv_case(2, 6, 6, 2048, 3, 3, 1, 1, 1, 1); /* two tiles (64 + 8 pixels) */
+    conv_case(1, 9, 9, 1024, 4, 3, 1, 1, 2, 1); /* grouped, two tiles */
+    /* bad groups; the tiled workspace does not grow with the batch or image */
+    GM_CHECK_ERR(gm_conv2d_shape_init_groups(&s, 1, 8, 8, 6, 4, 3, 1, 1, 4), -EINVAL);
+    GM_CHECK_ERR(gm_conv2d_shape_init_groups(&s, 1, 8, 8, 6, 4, 3, 1, 1, 0), -EINVAL);
+    GM_CHECK_OK(gm_conv2d_shape_init_groups(&s, 32, 224, 224, 64, 64, 3, 1, 1, 1));
+    GM_CHECK(gm_ops_cpu.conv2d_ws_floats(&s, 1) <= 2 * (GM_CONV2D_TILE_FLOATS + 16 * 576));
+    GM_CHECK_OK(gm_conv2d_shape_init_groups(&s, 32, 224, 224, 3, 64, 7, 3, 2, 1));
+    GM_CHECK(gm_ops_cpu.conv2d_ws_floats(&s, 0) <= GM_CONV2D_TILE_FLOATS + 16 * 147);
+    GM_CHECK_OK(gm_conv2d_shape_init(&s, 1, 8, 8, 6, 4, 3, 1, 1));
+    GM_CHECK(s.groups == 1 && s.tiled == 0);
+}
+
+static void test_relu6(void)
+{
+    const struct gm_ops *o = &gm_ops_cpu;
+    const float x[] = {-3.0f, -0.0f, 0.0f, 1e-7f, 2.5f, 5.999f, 6.0f, 6.001f, 100.0f};
+    const float want[] = {0, 0, 0, 1e-7f, 2.5f, 5.999f, 6.0f, 6.0f, 6.0f};
+    const float gwant[] = {0, 0, 0, 1, 1, 1, 0, 0, 0};
+    enum { N = sizeof(x) / sizeof(x[0]) };
+    float y[N], dy[N], dx[N];
+
+    o->relu6_forward(N, x, y);
+    for (int i = 0; i < N; i++) {
+        GM_CHECK(y[i] == want[i]);
+        dy[i] = 0.5f + (float)i;
+    }
+    o->relu6_backward(N, y, dy, dx);
+    for (int i = 0; i < N; i++)
+        GM_CHECK(dx[i] == gwant[i] * dy[i]);
+}
+
+/* Max pooling with stride and padding (ResNet's 3x3/2 pad 1 stem pool) against
+ * the definition: the first maximum among the window's inputs wins, padding
+ * never does; backward sums what overlapping windows send. */
+static void pool_case(int n, int h, int w, int c, int k, int st, int p, int relu)
+{
+    const struct gm_ops *o = &gm_ops_cpu;
+    struct gm_pool2d_shape s;
+    float *x, *y, *dy, *dx;
+    double *rdx;
+    uint8_t *arg;
+    long bad = 0;
+    double worst = 0;
+
+    GM_CHECK_OK(gm_pool2d_shape_init(&s, n, h, w, c, k, st, p));
+    GM_CHECK_EQ(s.oh, (h + 2 * p - k) / st + 1);
+    const size_t nx = (size_t)n * h * w * c, ny = (size_t)n * s.oh * s.ow * c;
+    x = calloc(nx, 4), dx = calloc(nx, 4), y = calloc(ny, 4), dy = calloc(ny, 4);
+    rdx = calloc(nx, 8), arg = calloc(ny, 1);
+    fill(x, nx, 30);
+    for (size_t i = 0; i < nx; i += 7)
+        x[i] = 0.25f; /* ties: the first one wins */
+    fill(dy, ny, 31);
+    o->maxpool2d_forward(&s, relu, x, y, arg);
+    for (int b = 0; b < n; b++)
+        for (int oy = 0; oy < s.oh; oy++)
+            for (int ox = 0; ox < s.ow; ox++)
+                for (int q = 0; q < c; q++) {
+                    const size_t yi = (((size_t)b * s.oh + oy) * s.ow + ox) * c + q;
+                    float m = -INFINITY;
+                    int best = -1;
+                    size_t bi = 0;
+                    for (int ky = 0; ky < k; ky++)
+                        for (int kx = 0; kx < k; kx++) {
+                            const int iy = oy * st - p + ky, ix = ox * st - p + kx;
+                            if (iy < 0 || iy >= h || ix < 0 || ix >= w)
+                                continue;
+                            const size_t xi = (((size_t)b * h + iy) * w + ix) * c + q;
+                            if (best < 0 || x[xi] > m)
+                                m = x[xi], best = ky * k + kx, bi = xi;
+                        }
+                    if (relu && !(m > 0.0f)) {
+                        bad += y[yi] != 0.0f || arg[yi] != GM_MAXPOOL_NONE;
+                        continue;
+                    }
+                    bad += y[yi] != m || arg[yi] != best;
+                    rdx[bi] += dy[yi];
+                }
+    GM_CHECK_EQ(bad, 0);
+    for (size_t i = 0; i < nx; i++)
+        dx[i] = NAN; /* every element must be written */
+    o->maxpool2d_backward(&s, dy, arg, dx);
+    for (size_t i = 0; i < nx; i++)
+        worst = fmax(worst, fabs(rdx[i] - dx[i]));
+    GM_CHECK_NEAR(worst, 0, 1e-6, 0);
+    free(x), free(dx), free(y), free(dy), free(rdx), free(arg);
+}
+
+static void test_maxpool2d(void)
+{
+    struct gm_pool2d_shape s;
+
+    pool_case(2, 9, 8, 12, 3, 2, 1, 0); /* ResNet's stem pool, odd size */
+    pool_case(2, 8, 8, 5, 3, 2, 1, 1);  /* fused ReLU */
+    pool_case(1, 7, 9, 3, 3, 1, 1, 0);  /* stride 1: heavy overlap */
+    pool_case(2, 6, 7, 10, 2, 2, 0, 0); /* plain k x k path, odd width */
+    pool_case(1, 9, 9, 4, 3, 3, 0, 1);  /* plain 3x3 path, fused ReLU */
+    pool_case(1, 5, 5, 3, 2, 1, 1, 0);  /* even window, pad 1 */
+    GM_CHECK_ERR(gm_pool2d_shape_init(&s, 1, 8, 8, 1, 3, 2, 2), -EINVAL); /* pad > k/2 */
+    GM_CHECK_ERR(gm_pool2d_shape_init(&s, 1, 32, 32, 1, 16, 1, 0), -EINVAL);
+    GM_CHECK_ERR(gm_pool2d_shape_init(&s, 1, 2, 2, 1, 3, 1, 0), -EINVAL);
+}
+
+/* Adaptive average pooling against PyTorch's definition of the cells (they
+ * overlap when the sizes do not divide, repeat inputs when upsampling). */
+static void adapool_case(int n, int h, int w, int c, int oh, int ow)
+{
+    const struct gm_ops *o = &gm_ops_cpu;
+    const size_t nx = (size_t)n * h * w * c, ny = (size_t)n * oh * ow * c;
+    float *x = calloc(nx, 4), *dx = calloc(nx, 4), *y = calloc(ny, 4), *dy = calloc(ny, 4);
+    double *rdx = calloc(nx, 8);
+    double worst_y = 0, worst_dx = 0;
+
+    fill(x, nx, 40);
+    fill(dy, ny, 41);
+    o->adaptive_avgpool_forward(n, h, w, c, oh, ow, x, y);
+    for (int b = 0; b < n; b++)
+        for (int i = 0; i < oh; i++)
+            for (int j = 0; j < ow; j++) {
+                /* floor(i*h/oh) .. ceil((i+1)*h/oh), in floating point */
+                const int y0 = (int)floor((double)i * h / oh), y1 = (int)ceil((i + 1.0) * h / oh);
+                const int x0 = (int)floor((double)j * w / ow), x1 = (int)ceil((j + 1.0) * w / ow);
+                for (int q = 0; q < c; q++) {
+                    double sum = 0;
+                    const size_t yi = (((size_t)b * oh + i) * ow + j) * c + q;
+                    for (int iy = y0; iy < y1; iy++)
+                        for (int ix = x0; ix < x1; ix++) {
+                            const size_t xi = (((size_t)b * h + iy) * w + ix) * c + q;
+                            sum += x[xi];
+                            rdx[xi] += (double)dy[yi] / ((y1 - y0) * (x1 - x0));
+                        }
+                    worst_y = fmax(worst_y, fabs(sum / ((y1 - y0) * (x1 - x0)) - y[yi]));
+                }
+            }
+    for (size_t i = 0; i < nx; i++)
+        dx[i] = NAN;
+    o->adaptive_avgpool_backward(n, h, w, c, oh, ow, dy, dx);
+    for (size_t i = 0; i < nx; i++)
+        worst_dx = fmax(worst_dx, fabs(rdx[i] - dx[i]));
+    GM_CHECK_NEAR(worst_y, 0, 1e-6, 0);
+    GM_CHECK_NEAR(worst_dx, 0, 1e-6, 0);
+    free(x), free(dx), free(y), free(dy), free(rdx);
+}
+
+static void test_adaptive_avgpool(void)
+{
+    adapool_case(2, 4, 4, 9, 7, 7); /* VGG at 128x128: 4x4 -> 7x7 */
+    adapool_case(2, 5, 7, 3, 3, 2); /* overlapping cells */
+    adapool_case(1, 14, 14, 4, 7, 7);
+    adapool_case(3, 4, 6, 10, 1, 1); /* global */
+    adapool_case(1, 1, 1, 5, 7, 7);  /* one input everywhere */
+    /* 1x1 is the global pool */
+    float x[2 * 12 * 3], a[2 * 3], g[2 * 3];
+    fill(x, sizeof(x) / 4, 42);
+    gm_ops_cpu.adaptive_avgpool_forward(2, 3, 4, 3, 1, 1, x, a);
+    gm_ops_cpu.avgpool_forward(2, 12, 3, x, g);
+    for (int i = 0; i < 6; i++)
+        GM_CHECK_NEAR(a[i], g[i], 1e-6, 1e-6);
+}
+
+/* The families' ops chained as in a network, x -> grouped conv (3x3/2) ->
+ * ReLU6 -> max pool (3x3/2 pad 1) -> adaptive average pool (3x3), loss
+ * L = sum(coef * y): the backward pass against central differences of L
+ * for inputs and weights.  A perturbation that crosses a kink (ReLU6's
+ * clamps, a max changing hands) shows as two step sizes disagreeing; such
+ * points are skipped, and most must survive. */
+struct chain {
+    struct gm_conv2d_shape cs;
+    struct gm_pool2d_shape ps;
+    float *x, *w, *a, *r, *m, *y, *coef, *ws;
+    uint8_t *arg;
+};
+
+static double chain_loss(struct chain *ch)
+{
+    const struct gm_ops *o = &gm_ops_cpu;
+    const size_t na = (size_t)ch->cs.n * ch->cs.oh * ch->cs.ow * ch->cs.oc;
+    const size_t ny = (size_t)ch->cs.n * 3 * 3 * ch->cs.oc;
+    double l = 0;
+
+    o->conv2d_forward(&ch->cs, 1, ch->x, ch->w, NULL, ch->ws, ch->a);
+    o->relu6_forward(na, ch->a, ch->r);
+    o->maxpool2d_forward(&ch->ps, 0, ch->r, ch->m, ch->arg);
+    o->adaptive_avgpool_forward(ch->ps.n, ch->ps.oh, ch->ps.ow, ch->ps.c, 3, 3, ch->m, ch->y);
+    for (size_t i = 0; i < ny; i++)
+        l += (double)ch->coef[i] * ch->y[i];
+    return l;
+}
+
+static void test_chain_fd(void)
+{
+    enum { N = 2, H = 13, W = 11, C = 4, OC = 6, G = 2 };
+    const struct gm_ops *o = &gm_ops_cpu;
+    struct chain ch;
+    int used = 0, tried = 0;
+    double worst = 0;
+
+    GM_CHECK_OK(gm_conv2d_shape_init_groups(&ch.cs, N, H, W, C, OC, 3, 1, 2, G));
+    GM_CHECK_OK(gm_pool2d_shape_init(&ch.ps, N, ch.cs.oh, ch.cs.ow, OC, 3, 2, 1));
+    const size_t nx = N * H * W * C, nw = OC * 9 * (C / G);
+    const size_t na = (size_t)N * ch.cs.oh * ch.cs.ow * OC,
+                 nm = (size_t)N * ch.ps.oh * ch.ps.ow * OC;
+    const size_t ny = N * 9 * OC;
+    ch.x = calloc(nx, 4), ch.w = calloc(nw, 4), ch.a = calloc(na, 4), ch.r = calloc(na, 4);
+    ch.m = calloc(nm, 4), ch.y = calloc(ny, 4), ch.coef = calloc(ny, 4), ch.arg = calloc(nm, 1);
+    GM_CHECK_OK(
+        gm_device_alloc(GM_DEVICE_CPU, (o->conv2d_ws_floats(&ch.cs, 1) + 1) * 4, (void **)&ch.ws));
+    float *dx = calloc(nx, 4), *dw = calloc(nw, 4), *da = calloc(na, 4), *dr = calloc(na, 4);
+    float *dm = calloc(nm, 4);
+    fill(ch.x, nx, 50);
+    for (size_t i = 0; i < nx; i++)
+        ch.x[i] *= 4.0f; /* conv outputs on both sides of ReLU6's clamps */
+    fill(ch.w, nw, 51);
+    fill(ch.coef, ny, 52);
+    chain_loss(&ch);
+    /* backward: dL/dy = coef */
+    o->adaptive_avgpool_backward(N, ch.ps.oh, ch.ps.ow, OC, 3, 3, ch.coef, dm);
+    o->maxpool2d_backward(&ch.ps, dm, ch.arg, dr);
+    o->relu6_backward(na, ch.r, dr, da);
+    o->conv2d_backward(&ch.cs, ch.x, ch.w, da, dw, NULL, dx, ch.ws);
+    for (int k = 0; k < 40; k++) {
+        float *p = k < 30 ? &ch.x[((size_t)k * 97) % nx] : &ch.w[((size_t)k * 13) % nw];
+        const float g = k < 30 ? dx[((size_t)k * 97) % nx] : dw[((size_t)k * 13) % nw];
+        const float s0 = *p;
+        double num[2];
+        for (int e = 0; e < 2; e++) {
+            const float eps = e ? 5e-3f : 1e-2f;
+            *p = s0 + eps;
+            const double lp = chain_loss(&ch);
+            *p = s0 - eps;
+            const double lm = chain_loss(&ch);
+            num[e] = (lp - lm) / (2.0 * eps);
+        }
+        *p = s0;
+        tried++;
+        if (fabs(num[0] - num[1]) > 1e-3 + 1e-2 * fabs(num[1]))
+            continue; /* a kink between the step sizes */
+        used++;
+        worst = fmax(worst, fabs(num[1] - g) / (2e-3 + 1e-2 * fabs(num[1])));
+    }
+    GM_CHECK(used >= tried * 3 / 4);
+    gm_test_state.checks++;
+    if (!(worst <= 1.0))
+        GM_TEST_FAIL_("chain backward: worst FD error %.3g of tolerance (%d of %d points)", worst,
+                      used, tried);
+    free(ch.x), free(ch.w), free(ch.a), free(ch.r), free(ch.m), free(ch.y), free(ch.coef);
+    free(ch.arg), free(dx), free(dw), free(da), free(dr), free(dm);
+    gm_device_free(GM_DEVICE_CPU, ch.ws);
+}
+
 int main(void)
 {
     GM_TEST_RUN(test_tables);
     GM_TEST_RUN(test_batchnorm);
     GM_TEST_RUN(test_resid);
     GM_TEST_RUN(test_conv_stride);
+    GM_TEST_RUN(test_conv_groups);
+    GM_TEST_RUN(test_relu6);
+    GM_TEST_RUN(test_maxpool2d);
+    GM_TEST_RUN(test_adaptive_avgpool);
+    GM_TEST_RUN(test_chain_fd);
     return gm_test_finish("test_ops");
 }

@@ -14,6 +14,21 @@ void gm_relu_backward_cpu(size_t n, const float *restrict y, const float *restri
         dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
 }
 
+void gm_relu6_forward_cpu(size_t n, const float *restrict x, float *restrict y)
+{
+    for (size_t i = 0; i < n; i++) {
+        const float v = x[i] > 0.0f ? x[i] : 0.0f;
+        y[i] = v < 6.0f ? v : 6.0f;
+    }
+}
+
+void gm_relu6_backward_cpu(size_t n, const float *restrict y, const float *restrict dy,
+                           float *restrict dx)
+{
+    for (size_t i = 0; i < n; i++)
+        dx[i] = y[i] > 0.0f && y[i] < 6.0f ? dy[i] : 0.0f;
+}
+
 /* splitmix64 finaliser: a good 64-bit mix of a counter */
 static inline uint64_t mix64(uint64_t z)
 {

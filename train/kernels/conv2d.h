@@ -1,12 +1,15 @@
 /*
- * train/kernels/conv2d.h - 2-D convolution, stride 1, square kernel, zero
- * padding, on NHWC activations.
+ * train/kernels/conv2d.h - 2-D convolution: any square kernel, stride, zero
+ * padding and group count (grouped and depthwise included), on NHWC
+ * activations.
  *
  * Layouts (chosen for speed; the checkpoint exporter converts to PyTorch's):
  *   x    (N, H, W, C)            input, NHWC
- *   w    (OC, KH, KW, C)         weights, "OHWI": one im2col row is KH runs of
- *                                KW*C contiguous input floats, so im2col is
- *                                a handful of memcpy per output pixel
+ *   w    (OC, KH, KW, C/G)       weights, "OHWI" (G = groups; output channel o
+ *                                belongs to group o / (OC/G) and sees input
+ *                                channels [g*C/G, (g+1)*C/G)): one im2col row
+ *                                is KH runs of KW*C contiguous input floats,
+ *                                so im2col is a handful of memcpy per pixel
  *   b    (OC)
  *   col  (N*OH*OW, KH*KW*C)      im2col matrix, kept from forward for dW
  *   y    (N, OH, OW, OC)         = col x w^T + b: one sgemm for the whole batch
@@ -14,7 +17,19 @@
  * dx = col2im(dcol) (skipped when dx is NULL: the first layer).
  * b and db may be NULL: a convolution without bias (before a batch norm).
  *
- * CPU twin only for now (OpenBLAS sgemm); called from the trainer thread.
+ * Two regimes, chosen by the shape (s->tiled), never by the data:
+ *  - whole batch (tiled == 0, what gm_conv2d_shape_init gives; groups 1): the
+ *    original path, bit for bit: col of the whole batch lives in the layer's
+ *    workspace from forward to backward.
+ *  - tiled (tiled == 1, gm_conv2d_shape_init_groups): the workspace is
+ *    bounded (at most a few MiB, whatever the batch and image size) and is
+ *    scratch only: backward recomputes im2col tile by tile from x, so layers
+ *    may share one workspace.  1x1 stride-1 unpadded convolutions use x as col
+ *    (no copy, no workspace); depthwise ones (groups == C == OC) a direct
+ *    kernel; other grouped ones im2col + sgemm per group.
+ *
+ * CPU twin here (OpenBLAS sgemm); the CUDA twin is cuDNN (train/nn/ops_cuda.c).
+ * Called from the trainer thread.
  */
 #ifndef GM_TRAIN_KERNELS_CONV2D_H
 #define GM_TRAIN_KERNELS_CONV2D_H
@@ -26,11 +41,18 @@ struct gm_conv2d_shape {
     int oc, k, pad; /* output channels, kernel size, zero padding */
     int stride;     /* >= 1, both axes */
     int oh, ow;     /* output: (h + 2*pad - k) / stride + 1, same for w */
+    int groups;     /* >= 1, divides c and oc (1: an ordinary convolution) */
+    int tiled;      /* 0: the whole-batch path; 1: bounded scratch workspace (above) */
 };
 
-/* Fills oh/ow; returns 0, or -EINVAL when the kernel does not fit. */
+/* Fills oh/ow, groups = 1, tiled = 0 (the whole-batch path); returns 0, or
+ * -EINVAL when the kernel does not fit. */
 int gm_conv2d_shape_init(struct gm_conv2d_shape *s, int n, int h, int w, int c, int oc, int k,
                          int pad, int stride);
+/* Same with groups (groups == c == oc: depthwise) and tiled = 1; -EINVAL also
+ * when groups does not divide c and oc. */
+int gm_conv2d_shape_init_groups(struct gm_conv2d_shape *s, int n, int h, int w, int c, int oc,
+                                int k, int pad, int stride, int groups);
 
 void gm_conv2d_im2col_cpu(const struct gm_conv2d_shape *s, const float *x, float *col);
 void gm_conv2d_col2im_cpu(const struct gm_conv2d_shape *s, const float *col, float *dx);
@@ -60,11 +82,16 @@ void gm_conv2d_direct_backward_cpu(const struct gm_conv2d_shape *s, const float 
  * The layer entry points (what the op table, train/nn/ops.h, calls): pick the
  * direct kernel or im2col + sgemm for the shape, and carve their buffers from
  * one workspace of gm_conv2d_layer_ws_floats_cpu(s, need_dx) floats (64-byte
- * aligned): the direct kernel's packed weights, or col then dcol (dcol only
- * when need_dx).  forward and backward must see the same shape, need_dx and
- * workspace; backward reads what forward left there (col), and x again.
- * need_dx == (dx != NULL) in backward.
+ * aligned; may be 0 for a tiled shape): the direct kernel's packed weights,
+ * or col then dcol (dcol only when need_dx).  forward and backward must see
+ * the same shape, need_dx and workspace size; for a whole-batch shape
+ * backward reads what forward left there (col), and x again; for a tiled
+ * shape the workspace is scratch.  need_dx == (dx != NULL) in backward.
+ * The size grows with s->n, so a workspace sized for the largest batch
+ * serves smaller ones.
  */
+#define GM_CONV2D_TILE_FLOATS (1u << 20) /* a tiled shape's col tile: 4 MiB */
+#define GM_CONV2D_TILE_MIN_ROWS 64       /* output pixels a tile holds at least */
 size_t gm_conv2d_layer_ws_floats_cpu(const struct gm_conv2d_shape *s, int need_dx);
 void gm_conv2d_layer_forward_cpu(const struct gm_conv2d_shape *s, int need_dx, const float *x,
                                  const float *w, const float *b, float *ws, float *y);

@@ -25,6 +25,7 @@ extern "C" {
 /* A convolution's algorithms, found once per shape (cudnnFind*) and cached. */
 struct gm_cuda_conv_algo {
     int n, h, w, c, oc, k, pad, stride; /* the shape; n == 0: free slot */
+    int groups;
     cudnnConvolutionFwdAlgo_t fwd;
     cudnnConvolutionBwdDataAlgo_t bwd_data;
     cudnnConvolutionBwdFilterAlgo_t bwd_filter;

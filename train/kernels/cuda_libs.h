@@ -65,6 +65,7 @@
     X(cudnnDestroyConvolutionDescriptor)                                                           \
     X(cudnnSetConvolution2dDescriptor)                                                             \
     X(cudnnSetConvolutionMathType)                                                                 \
+    X(cudnnSetConvolutionGroupCount)                                                               \
     X(cudnnCreateActivationDescriptor)                                                             \
     X(cudnnDestroyActivationDescriptor)                                                            \
     X(cudnnSetActivationDescriptor)                                                                \
@@ -144,6 +145,7 @@ extern struct gm_cuda_libs gm_cudalib;
 #define cudnnDestroyConvolutionDescriptor gm_cudalib.cudnnDestroyConvolutionDescriptor
 #define cudnnSetConvolution2dDescriptor gm_cudalib.cudnnSetConvolution2dDescriptor
 #define cudnnSetConvolutionMathType gm_cudalib.cudnnSetConvolutionMathType
+#define cudnnSetConvolutionGroupCount gm_cudalib.cudnnSetConvolutionGroupCount
 #define cudnnCreateActivationDescriptor gm_cudalib.cudnnCreateActivationDescriptor
 #define cudnnDestroyActivationDescriptor gm_cudalib.cudnnDestroyActivationDescriptor
 #define cudnnSetActivationDescriptor gm_cudalib.cudnnSetActivationDescriptor

@@ -7,9 +7,12 @@
  * One thread per output element (backward: per input element, so every dx element is
  * written and nothing needs atomics); 64-bit indices; 256 threads a block, grid-stride
  * loops.  Semantics are train/kernels/maxpool.h, act.h and resid.h; tests/unit/test_cuda_ops.c
- * checks them against the CPU table where a GPU answers.
+ * checks them against the CPU table where a GPU answers.  The torchvision families' layers
+ * (ReLU6, padded/strided max pooling, adaptive average pooling) call per-element bodies from
+ * kfn_layers.h, whose host twins CI checks bit for bit against the CPU.
  */
 #include "train/kernels/cuda_ctx.h"
+#include "train/kernels/kfn_layers.h"
 #include "train/kernels/layers_cuda.h"
 #include "train/kernels/maxpool.h"
 
@@ -153,6 +156,51 @@ __global__ void k_shortcut_bwd(int n, int h, int w, int c, int oc, int stride, c
     }
 }
 
+/* ---- the torchvision families' layers: bodies in kfn_layers.h (host twins tested in CI) ---- */
+
+__device__ inline gm_kgrid here()
+{
+    gm_kgrid g;
+    g.block = blockIdx.x;
+    g.blocks = gridDim.x;
+    g.thread = threadIdx.x;
+    g.threads = blockDim.x;
+    return g;
+}
+
+__global__ void k_relu6_fwd(size_t n, const float *x, float *y)
+{
+    gm_kbody_relu6_fwd(here(), n, x, y);
+}
+
+__global__ void k_relu6_bwd(size_t n, const float *y, const float *dy, float *dx)
+{
+    gm_kbody_relu6_bwd(here(), n, y, dy, dx);
+}
+
+__global__ void k_maxpool2d_fwd(gm_pool2d_shape s, int relu, const float *x, float *y, uint8_t *arg)
+{
+    gm_kbody_maxpool2d_fwd(here(), s.n, s.h, s.w, s.c, s.k, s.stride, s.pad, s.oh, s.ow, relu, x, y,
+                           arg);
+}
+
+__global__ void k_maxpool2d_bwd(gm_pool2d_shape s, const float *dy, const uint8_t *arg, float *dx)
+{
+    gm_kbody_maxpool2d_bwd(here(), s.n, s.h, s.w, s.c, s.k, s.stride, s.pad, s.oh, s.ow, dy, arg,
+                           dx);
+}
+
+__global__ void k_adapool_fwd(int n, int h, int w, int c, int oh, int ow, const float *x, float *y)
+{
+    gm_kbody_adapool_fwd(here(), n, h, w, c, oh, ow, x, y);
+}
+
+__global__ void k_adapool_bwd(int n, int h, int w, int c, int oh, int ow, const float *dy,
+                              float *dx)
+{
+    gm_kbody_adapool_bwd(here(), n, h, w, c, oh, ow, dy, dx);
+}
+
 int launched(gm_cuda *cu, const char *what)
 {
     return gm_cuda_check_rt(cu, cudaGetLastError(), what);
@@ -220,4 +268,61 @@ extern "C" int gm_shortcut_backward_cuda(gm_cuda *cu, int n, int h, int w, int c
         return 0;
     k_shortcut_bwd<<<blocks_for(total), kThreads, 0, cu->compute>>>(n, h, w, c, oc, stride, dy, dx);
     return launched(cu, "kernel shortcut_backward");
+}
+
+extern "C" int gm_relu6_forward_cuda(gm_cuda *cu, size_t n, const float *x, float *y)
+{
+    if (n == 0)
+        return 0;
+    k_relu6_fwd<<<blocks_for(n), kThreads, 0, cu->compute>>>(n, x, y);
+    return launched(cu, "kernel relu6_forward");
+}
+
+extern "C" int gm_relu6_backward_cuda(gm_cuda *cu, size_t n, const float *y, const float *dy,
+                                      float *dx)
+{
+    if (n == 0)
+        return 0;
+    k_relu6_bwd<<<blocks_for(n), kThreads, 0, cu->compute>>>(n, y, dy, dx);
+    return launched(cu, "kernel relu6_backward");
+}
+
+extern "C" int gm_maxpool2d_forward_cuda(gm_cuda *cu, const gm_pool2d_shape *s, int relu,
+                                         const float *x, float *y, uint8_t *arg)
+{
+    const size_t total = (size_t)s->n * s->oh * s->ow * s->c;
+    if (total == 0)
+        return 0;
+    k_maxpool2d_fwd<<<blocks_for(total), kThreads, 0, cu->compute>>>(*s, relu, x, y, arg);
+    return launched(cu, "kernel maxpool2d_forward");
+}
+
+extern "C" int gm_maxpool2d_backward_cuda(gm_cuda *cu, const gm_pool2d_shape *s, const float *dy,
+                                          const uint8_t *arg, float *dx)
+{
+    const size_t total = (size_t)s->n * s->h * s->w * s->c;
+    if (total == 0)
+        return 0;
+    k_maxpool2d_bwd<<<blocks_for(total), kThreads, 0, cu->compute>>>(*s, dy, arg, dx);
+    return launched(cu, "kernel maxpool2d_backward");
+}
+
+extern "C" int gm_adapool_forward_cuda(gm_cuda *cu, int n, int h, int w, int c, int oh, int ow,
+                                       const float *x, float *y)
+{
+    const size_t total = (size_t)n * oh * ow * c;
+    if (total == 0)
+        return 0;
+    k_adapool_fwd<<<blocks_for(total), kThreads, 0, cu->compute>>>(n, h, w, c, oh, ow, x, y);
+    return launched(cu, "kernel adaptive_avgpool_forward");
+}
+
+extern "C" int gm_adapool_backward_cuda(gm_cuda *cu, int n, int h, int w, int c, int oh, int ow,
+                                        const float *dy, float *dx)
+{
+    const size_t total = (size_t)n * h * w * c;
+    if (total == 0)
+        return 0;
+    k_adapool_bwd<<<blocks_for(total), kThreads, 0, cu->compute>>>(n, h, w, c, oh, ow, dy, dx);
+    return launched(cu, "kernel adaptive_avgpool_backward");
 }

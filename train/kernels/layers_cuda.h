@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "train/kernels/cuda.h"
+#include "train/kernels/maxpool.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -27,6 +28,17 @@ int gm_shortcut_forward_cuda(struct gm_cuda *cu, int n, int h, int w, int c, int
                              const float *x, float *y);
 int gm_shortcut_backward_cuda(struct gm_cuda *cu, int n, int h, int w, int c, int oc, int stride,
                               const float *dy, float *dx);
+int gm_relu6_forward_cuda(struct gm_cuda *cu, size_t n, const float *x, float *y);
+int gm_relu6_backward_cuda(struct gm_cuda *cu, size_t n, const float *y, const float *dy,
+                           float *dx);
+int gm_maxpool2d_forward_cuda(struct gm_cuda *cu, const struct gm_pool2d_shape *s, int relu,
+                              const float *x, float *y, uint8_t *arg);
+int gm_maxpool2d_backward_cuda(struct gm_cuda *cu, const struct gm_pool2d_shape *s, const float *dy,
+                               const uint8_t *arg, float *dx);
+int gm_adapool_forward_cuda(struct gm_cuda *cu, int n, int h, int w, int c, int oh, int ow,
+                            const float *x, float *y);
+int gm_adapool_backward_cuda(struct gm_cuda *cu, int n, int h, int w, int c, int oh, int ow,
+                             const float *dy, float *dx);
 
 #ifdef __cplusplus
 }

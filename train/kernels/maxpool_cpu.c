@@ -5,6 +5,7 @@
  */
 #include "train/kernels/maxpool.h"
 
+#include <errno.h>
 #include <string.h>
 
 typedef float v8f __attribute__((vector_size(32)));
@@ -165,6 +166,114 @@ void gm_maxpool_backward_cpu(int n, int h, int w, int c, int k, const float *dy,
                         float *xp = x0 + ((size_t)(p / k) * w + (size_t)(p % k)) * c + c0;
                         storen(xp, selectf(a == p, g, (v8f){0}), nc);
                     }
+                }
+            }
+        }
+    }
+}
+
+/* ---- general windows (see maxpool.h) ---- */
+
+int gm_pool2d_shape_init(struct gm_pool2d_shape *s, int n, int h, int w, int c, int k, int stride,
+                         int pad)
+{
+    memset(s, 0, sizeof(*s));
+    if (n < 1 || h < 1 || w < 1 || c < 1 || k < 1 || k > 15 || stride < 1 || pad < 0 ||
+        pad > k / 2 || h + 2 * pad < k || w + 2 * pad < k)
+        return -EINVAL;
+    s->n = n, s->h = h, s->w = w, s->c = c;
+    s->k = k, s->stride = stride, s->pad = pad;
+    s->oh = (h + 2 * pad - k) / stride + 1;
+    s->ow = (w + 2 * pad - k) / stride + 1;
+    return 0;
+}
+
+static int plain(const struct gm_pool2d_shape *s)
+{
+    return s->stride == s->k && s->pad == 0;
+}
+
+/* valid window range [lo, hi) along an axis of size n for the window starting at o0 */
+static inline void wrange(int o0, int k, int n, int *lo, int *hi)
+{
+    *lo = o0 < 0 ? -o0 : 0;
+    *hi = n - o0 < k ? n - o0 : k;
+}
+
+void gm_maxpool2d_forward_cpu(const struct gm_pool2d_shape *s, int relu, const float *x, float *y,
+                              uint8_t *arg)
+{
+    const int k = s->k, c = s->c, w = s->w;
+
+    if (plain(s)) {
+        gm_maxpool_forward_cpu(s->n, s->h, s->w, c, k, relu, x, y, arg);
+        return;
+    }
+    for (int b = 0; b < s->n; b++) {
+        const float *xb = x + (size_t)b * s->h * w * c;
+        for (int oy = 0; oy < s->oh; oy++) {
+            const int y0 = oy * s->stride - s->pad;
+            int ky0, ky1;
+            wrange(y0, k, s->h, &ky0, &ky1);
+            for (int ox = 0; ox < s->ow; ox++) {
+                const int x0 = ox * s->stride - s->pad;
+                const size_t o = (((size_t)b * s->oh + oy) * s->ow + ox) * c;
+                int kx0, kx1;
+                wrange(x0, k, w, &kx0, &kx1);
+                for (int c0 = 0; c0 < c; c0 += 8) {
+                    const int nc = c - c0 < 8 ? c - c0 : 8;
+                    v8f best = {0};
+                    v8i where = {0};
+                    for (int ky = ky0; ky < ky1; ky++)
+                        for (int kx = kx0; kx < kx1; kx++) {
+                            const int p = ky * k + kx;
+                            const v8f v = loadn(
+                                xb + ((size_t)(y0 + ky) * w + (size_t)(x0 + kx)) * c + c0, nc);
+                            if (ky == ky0 && kx == kx0) {
+                                best = v;
+                                where = (v8i){0} + p;
+                                continue;
+                            }
+                            v8i gt = v > best; /* strictly: the first maximum wins */
+                            best = selectf(gt, v, best);
+                            where = (gt & p) | (~gt & where);
+                        }
+                    if (relu) {
+                        v8i pos = best > (v8f){0};
+                        best = selectf(pos, best, (v8f){0});
+                        where = (pos & where) | (~pos & GM_MAXPOOL_NONE);
+                    }
+                    storen(y + o + c0, best, nc);
+                    for (int i = 0; i < nc; i++)
+                        arg[o + c0 + i] = (uint8_t)where[i];
+                }
+            }
+        }
+    }
+}
+
+void gm_maxpool2d_backward_cpu(const struct gm_pool2d_shape *s, const float *dy, const uint8_t *arg,
+                               float *dx)
+{
+    const int k = s->k, c = s->c, w = s->w;
+
+    if (plain(s)) {
+        gm_maxpool_backward_cpu(s->n, s->h, s->w, c, k, dy, arg, dx);
+        return;
+    }
+    memset(dx, 0, sizeof(float) * (size_t)s->n * s->h * w * c);
+    for (int b = 0; b < s->n; b++) {
+        float *xb = dx + (size_t)b * s->h * w * c;
+        for (int oy = 0; oy < s->oh; oy++) {
+            const int y0 = oy * s->stride - s->pad;
+            for (int ox = 0; ox < s->ow; ox++) {
+                const int x0 = ox * s->stride - s->pad;
+                const size_t o = (((size_t)b * s->oh + oy) * s->ow + ox) * c;
+                for (int q = 0; q < c; q++) {
+                    const int p = arg[o + q];
+                    if (p == GM_MAXPOOL_NONE)
+                        continue;
+                    xb[((size_t)(y0 + p / k) * w + (size_t)(x0 + p % k)) * c + q] += dy[o + q];
                 }
             }
         }

@@ -33,14 +33,18 @@
  * Ops (each documented in the kernel header named):
  *   layout      nchw_to_nhwc                          kernels/resid.h
  *   conv2d      conv2d_ws_floats, conv2d_forward,     kernels/conv2d.h
- *               conv2d_backward                       (gm_conv2d_layer_*)
+ *               conv2d_backward                       (gm_conv2d_layer_*; groups,
+ *                                                     depthwise: the shape says)
  *   linear      linear_forward, linear_backward       kernels/linear.h
- *   maxpool     maxpool_forward, maxpool_backward     kernels/maxpool.h
+ *   maxpool     maxpool_forward, maxpool_backward     kernels/maxpool.h (k x k)
+ *   maxpool2d   maxpool2d_forward/backward            kernels/maxpool.h (k, stride, pad)
  *   relu        relu_forward, relu_backward           kernels/act.h
+ *   relu6       relu6_forward, relu6_backward         kernels/act.h
  *   dropout     dropout_forward, dropout_backward     kernels/act.h
  *   batchnorm   batchnorm_forward, batchnorm_backward kernels/batchnorm.h
  *   residual    add, shortcut_forward/backward        kernels/resid.h
  *   avgpool     avgpool_forward, avgpool_backward     kernels/resid.h (global)
+ *   adaptive    adaptive_avgpool_forward/backward     kernels/avgpool.h (to OH x OW)
  *   loss        xent                                  kernels/xent.h
  *   optimizer   sgd_update, adam_update               kernels/update.h
  *   hash        param_hash (the replicas' check)      comm/coll_wire.h gm_coll_hash
@@ -54,6 +58,7 @@
 
 #include "train/comm/codec.h"
 #include "train/kernels/conv2d.h"
+#include "train/kernels/maxpool.h"
 #include "train/kernels/update.h"
 #include "train/nn/tensor.h"
 
@@ -78,8 +83,15 @@ struct gm_ops {
     void (*maxpool_backward)(int n, int h, int w, int c, int k, const float *dy, const uint8_t *arg,
                              float *dx);
 
+    void (*maxpool2d_forward)(const struct gm_pool2d_shape *s, int relu, const float *x, float *y,
+                              uint8_t *arg);
+    void (*maxpool2d_backward)(const struct gm_pool2d_shape *s, const float *dy, const uint8_t *arg,
+                               float *dx);
+
     void (*relu_forward)(size_t n, const float *x, float *y);
     void (*relu_backward)(size_t n, const float *y, const float *dy, float *dx);
+    void (*relu6_forward)(size_t n, const float *x, float *y);
+    void (*relu6_backward)(size_t n, const float *y, const float *dy, float *dx);
     void (*dropout_forward)(size_t n, float p, uint64_t seed, const float *x, float *mask,
                             float *y);
     void (*dropout_backward)(size_t n, const float *mask, const float *dy, float *dx);
@@ -99,6 +111,10 @@ struct gm_ops {
                               float *dx);
     void (*avgpool_forward)(int n, int hw, int c, const float *x, float *y);
     void (*avgpool_backward)(int n, int hw, int c, const float *dy, float *dx);
+    void (*adaptive_avgpool_forward)(int n, int h, int w, int c, int oh, int ow, const float *x,
+                                     float *y);
+    void (*adaptive_avgpool_backward)(int n, int h, int w, int c, int oh, int ow, const float *dy,
+                                      float *dx);
 
     double (*xent)(int n, int k, const float *logits, const int32_t *labels, float *dlogits,
                    long *correct);

@@ -5,6 +5,7 @@
  */
 #include "train/comm/coll_wire.h"
 #include "train/kernels/act.h"
+#include "train/kernels/avgpool.h"
 #include "train/kernels/batchnorm.h"
 #include "train/kernels/linear.h"
 #include "train/kernels/maxpool.h"
@@ -22,8 +23,12 @@ const struct gm_ops gm_ops_cpu = {
     .linear_backward = gm_linear_backward_cpu,
     .maxpool_forward = gm_maxpool_forward_cpu,
     .maxpool_backward = gm_maxpool_backward_cpu,
+    .maxpool2d_forward = gm_maxpool2d_forward_cpu,
+    .maxpool2d_backward = gm_maxpool2d_backward_cpu,
     .relu_forward = gm_relu_forward_cpu,
     .relu_backward = gm_relu_backward_cpu,
+    .relu6_forward = gm_relu6_forward_cpu,
+    .relu6_backward = gm_relu6_backward_cpu,
     .dropout_forward = gm_dropout_forward_cpu,
     .dropout_backward = gm_dropout_backward_cpu,
     .batchnorm_forward = gm_batchnorm_forward_cpu,
@@ -33,6 +38,8 @@ const struct gm_ops gm_ops_cpu = {
     .shortcut_backward = gm_shortcut_backward_cpu,
     .avgpool_forward = gm_avgpool_forward_cpu,
     .avgpool_backward = gm_avgpool_backward_cpu,
+    .adaptive_avgpool_forward = gm_adaptive_avgpool_forward_cpu,
+    .adaptive_avgpool_backward = gm_adaptive_avgpool_backward_cpu,
     .xent = gm_xent_cpu,
     .sgd_update = gm_sgd_update_cpu,
     .adam_update = gm_adam_update_cpu,

@@ -8,7 +8,9 @@
  *   ReLU, global average pooling, the NCHW -> NHWC input transform and the bias gradients
  *   through cuDNN.  Custom kernels only where none fits: the loss, the optimizer updates,
  *   the wire codecs and the hash (custom.cu, host twins tested in CI), and max pooling with
- *   the CPU's argmax bytes, dropout with the CPU's mask, the ResNet shortcut (layers.cu).
+ *   the CPU's argmax bytes, dropout with the CPU's mask, the ResNet shortcut, and the
+ *   torchvision families' ReLU6, padded max pooling and adaptive average pooling (layers.cu).
+ *   Grouped and depthwise convolutions are cuDNN's (cudnnSetConvolutionGroupCount).
  * - fp32 means fp32: cuBLAS in pedantic math mode and cuDNN convolutions with
  *   CUDNN_FMA_MATH, so no TF32 rounding (the tolerances of tests/unit/test_cuda_ops.c are
  *   fp32 ones).
@@ -75,6 +77,11 @@ static void nchw_to_nhwc(int n, int c, int hw, const float *x, float *y)
 
 /* ---- convolution ---- */
 
+static int conv_groups(const struct gm_conv2d_shape *s)
+{
+    return s->groups > 1 ? s->groups : 1;
+}
+
 static int conv_descs(struct gm_cuda *cu, const struct gm_conv2d_shape *s)
 {
     int err;
@@ -83,11 +90,11 @@ static int conv_descs(struct gm_cuda *cu, const struct gm_conv2d_shape *s)
         (err = tensor(cu, cu->td[1], CUDNN_TENSOR_NHWC, s->n, s->oc, s->oh, s->ow)) < 0 ||
         (err = tensor(cu, cu->td[2], CUDNN_TENSOR_NHWC, 1, s->oc, 1, 1)) < 0)
         return err;
-    /* OHWI weights are cuDNN's NHWC filter layout (K, R, S, C) */
+    /* OHWI weights are cuDNN's NHWC filter layout (K, R, S, C/groups) */
     if ((err = gm_cuda_check_dnn(cu,
                                  cudnnSetFilter4dDescriptor(cu->fd, CUDNN_DATA_FLOAT,
-                                                            CUDNN_TENSOR_NHWC, s->oc, s->c, s->k,
-                                                            s->k),
+                                                            CUDNN_TENSOR_NHWC, s->oc,
+                                                            s->c / conv_groups(s), s->k, s->k),
                                  "cudnnSetFilter4dDescriptor")) < 0)
         return err;
     if ((err = gm_cuda_check_dnn(
@@ -96,6 +103,9 @@ static int conv_descs(struct gm_cuda *cu, const struct gm_conv2d_shape *s)
                                              CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
              "cudnnSetConvolution2dDescriptor")) < 0)
         return err;
+    if ((err = gm_cuda_check_dnn(cu, cudnnSetConvolutionGroupCount(cu->cd, conv_groups(s)),
+                                 "cudnnSetConvolutionGroupCount")) < 0)
+        return err;
     return gm_cuda_check_dnn(cu, cudnnSetConvolutionMathType(cu->cd, CUDNN_FMA_MATH),
                              "cudnnSetConvolutionMathType");
 }
@@ -103,7 +113,8 @@ static int conv_descs(struct gm_cuda *cu, const struct gm_conv2d_shape *s)
 static int same_shape(const struct gm_cuda_conv_algo *a, const struct gm_conv2d_shape *s)
 {
     return a->n == s->n && a->h == s->h && a->w == s->w && a->c == s->c && a->oc == s->oc &&
-           a->k == s->k && a->pad == s->pad && a->stride == s->stride;
+           a->k == s->k && a->pad == s->pad && a->stride == s->stride &&
+           a->groups == conv_groups(s);
 }
 
 /* The cached algorithms for s (descriptors already set), found and timed the first time. */
@@ -152,6 +163,7 @@ static const struct gm_cuda_conv_algo *conv_algo(struct gm_cuda *cu,
         return NULL;
     a->n = s->n, a->h = s->h, a->w = s->w, a->c = s->c, a->oc = s->oc, a->k = s->k;
     a->pad = s->pad, a->stride = s->stride;
+    a->groups = conv_groups(s);
     return a;
 }
 
@@ -268,6 +280,28 @@ static void maxpool_backward(int n, int h, int w, int c, int k, const float *dy,
                              float *dx)
 {
     (void)gm_maxpool_backward_cuda(ctx(), n, h, w, c, k, dy, arg, dx);
+}
+
+static void maxpool2d_forward(const struct gm_pool2d_shape *s, int relu, const float *x, float *y,
+                              uint8_t *arg)
+{
+    recorded(gm_maxpool2d_forward_cuda(ctx(), s, relu, x, y, arg));
+}
+
+static void maxpool2d_backward(const struct gm_pool2d_shape *s, const float *dy, const uint8_t *arg,
+                               float *dx)
+{
+    recorded(gm_maxpool2d_backward_cuda(ctx(), s, dy, arg, dx));
+}
+
+static void relu6_forward(size_t n, const float *x, float *y)
+{
+    recorded(gm_relu6_forward_cuda(ctx(), n, x, y));
+}
+
+static void relu6_backward(size_t n, const float *y, const float *dy, float *dx)
+{
+    recorded(gm_relu6_backward_cuda(ctx(), n, y, dy, dx));
 }
 
 static int relu_descs(struct gm_cuda *cu, size_t n)
@@ -446,6 +480,18 @@ static void avgpool_backward(int n, int hw, int c, const float *dy, float *dx)
                             "cudnnAddTensor (average pool backward)");
 }
 
+static void adaptive_avgpool_forward(int n, int h, int w, int c, int oh, int ow, const float *x,
+                                     float *y)
+{
+    recorded(gm_adapool_forward_cuda(ctx(), n, h, w, c, oh, ow, x, y));
+}
+
+static void adaptive_avgpool_backward(int n, int h, int w, int c, int oh, int ow, const float *dy,
+                                      float *dx)
+{
+    recorded(gm_adapool_backward_cuda(ctx(), n, h, w, c, oh, ow, dy, dx));
+}
+
 /* ---- loss, optimizers, hash, wire codecs: the custom kernels (custom.h) ---- */
 
 static double xent(int n, int k, const float *logits, const int32_t *labels, float *dlogits,
@@ -549,8 +595,12 @@ const struct gm_ops gm_ops_cuda = {
     .linear_backward = linear_backward,
     .maxpool_forward = maxpool_forward,
     .maxpool_backward = maxpool_backward,
+    .maxpool2d_forward = maxpool2d_forward,
+    .maxpool2d_backward = maxpool2d_backward,
     .relu_forward = relu_forward,
     .relu_backward = relu_backward,
+    .relu6_forward = relu6_forward,
+    .relu6_backward = relu6_backward,
     .dropout_forward = dropout_forward,
     .dropout_backward = dropout_backward,
     .batchnorm_forward = batchnorm_forward,
@@ -560,6 +610,8 @@ const struct gm_ops gm_ops_cuda = {
     .shortcut_backward = shortcut_backward,
     .avgpool_forward = avgpool_forward,
     .avgpool_backward = avgpool_backward,
+    .adaptive_avgpool_forward = adaptive_avgpool_forward,
+    .adaptive_avgpool_backward = adaptive_avgpool_backward,
     .xent = xent,
     .sgd_update = sgd_update,
     .adam_update = adam_update,
