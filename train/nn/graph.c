@@ -216,6 +216,7 @@ int gm_graph_conv(struct gm_graph *g, int x, int oc, int k, int stride, int pad,
     n->stride = stride;
     n->pad = pad;
     n->groups = groups;
+    n->tiled = g->tiled || groups > 1;
     n->bias = bias;
     v->c = oc;
     v->h = window_out(v->h, k, stride, pad);

@@ -72,6 +72,7 @@ struct gm_graph_node {
     int out;
     int k, stride, pad, groups; /* conv and pools */
     int relu;                   /* maxpool: fused ReLU before the pool */
+    int tiled;                  /* conv: the bounded-workspace path (g->tiled when built) */
     int bias;                   /* conv: has a bias tensor (after the weight) */
     float p;                    /* dropout probability */
     int w_tensor;               /* index of the first parameter tensor, -1 when none */
@@ -104,6 +105,7 @@ struct gm_graph {
     int nbn;
     int flat_c, flat_h, flat_w; /* the last flatten's map, for the next linear */
     int nconv, nfc;             /* for the default names conv<n>, fc<n> */
+    int tiled;                  /* new convolutions take the tiled path (kernels/conv2d.h) */
     int err;                    /* first failure (negative), 0 */
     char msg[192];              /* its one-line reason */
 };

@@ -112,9 +112,11 @@ struct gm_model {
     float *stats;     /* owned, flat: per batch norm, running_mean[C] then running_var[C] */
     int64_t *tracked; /* owned: num_batches_tracked per batch norm */
     float *zeros;     /* owned: max channels of zeros (a frozen batch norm's backward) */
-    float *input;     /* owned: NCHW staging, max_batch * in size (the CPU only) */
-    float *input_t;   /* owned: NHWC copy when in_c > 1, else NULL */
-    float *dlogits;   /* owned */
+    float *shared_ws; /* owned: the tiled convolutions' scratch workspace */
+    size_t shared_ws_floats;
+    float *input;                 /* owned: NCHW staging, max_batch * in size (the CPU only) */
+    float *input_t;               /* owned: NHWC copy when in_c > 1, else NULL */
+    float *dlogits;               /* owned */
     gm_model_grad_hook grad_hook; /* borrowed; NULL: none */
     void *grad_hook_ctx;
     /* host views (model.h): == params / grads on the CPU; owned pinned copies on a GPU */
@@ -169,8 +171,25 @@ static int conv_shape(const struct gm_model *m, const struct gm_graph_node *n, i
                       struct gm_conv2d_shape *s)
 {
     const struct gm_graph_value *x = in_of(m, n);
+
+    if (n->tiled) /* bounded scratch workspace, shared by the layers */
+        return gm_conv2d_shape_init_groups(s, batch, x->h, x->w, x->c, out_of(m, n)->c, n->k,
+                                           n->pad, n->stride, n->groups);
     return gm_conv2d_shape_init(s, batch, x->h, x->w, x->c, out_of(m, n)->c, n->k, n->pad,
                                 n->stride);
+}
+
+static int pool_shape(const struct gm_model *m, const struct gm_graph_node *n, int batch,
+                      struct gm_pool2d_shape *s)
+{
+    const struct gm_graph_value *x = in_of(m, n);
+    return gm_pool2d_shape_init(s, batch, x->h, x->w, x->c, n->k, n->stride, n->pad);
+}
+
+/* The k x k max-pool path (stride k, no padding), or the general one. */
+static int plain_pool(const struct gm_graph_node *n)
+{
+    return n->stride == n->k && n->pad == 0;
 }
 
 /* ---- building ------------------------------------------------------------ */
@@ -281,20 +300,22 @@ static int alloc_node(struct gm_model *m, int i)
     switch (n->op) {
     case GM_GRAPH_OP_CONV2D: {
         struct gm_conv2d_shape s;
-        if (n->groups != 1) {
-            gm_graph_fail(&m->g, -ENOTSUP, "%s: grouped convolution is not in this build", n->name);
-            return -ENOTSUP;
-        }
+        size_t ws;
         if ((err = conv_shape(m, n, m->max_batch, &s)) < 0)
             return err;
-        return alloc_floats(m, m->ops->conv2d_ws_floats(&s, r->need_dx), &r->ws);
-    }
-    case GM_GRAPH_OP_MAXPOOL:
-        if (n->stride != n->k || n->pad != 0) {
-            gm_graph_fail(&m->g, -ENOTSUP, "a padded or overlapping max-pool is not in this build");
-            return -ENOTSUP;
+        ws = m->ops->conv2d_ws_floats(&s, r->need_dx);
+        if (n->tiled) { /* scratch: one workspace for all, allocated after the nodes */
+            m->shared_ws_floats = ws > m->shared_ws_floats ? ws : m->shared_ws_floats;
+            return 0;
         }
+        return alloc_floats(m, ws, &r->ws);
+    }
+    case GM_GRAPH_OP_MAXPOOL: {
+        struct gm_pool2d_shape s;
+        if (!plain_pool(n) && (err = pool_shape(m, n, m->max_batch, &s)) < 0)
+            return err;
         return gm_device_alloc(m->device, ysz, (void **)&r->arg);
+    }
     case GM_GRAPH_OP_DROPOUT:
         return alloc_floats(m, ysz, &r->mask);
     case GM_GRAPH_OP_BATCHNORM:
@@ -307,8 +328,6 @@ static int alloc_node(struct gm_model *m, int i)
     }
     case GM_GRAPH_OP_RELU6:
     case GM_GRAPH_OP_ADAPTIVE:
-        gm_graph_fail(&m->g, -ENOTSUP, "ReLU6 / adaptive pooling is not in this build");
-        return -ENOTSUP;
     case GM_GRAPH_OP_RELU:
     case GM_GRAPH_OP_FLATTEN:
     case GM_GRAPH_OP_LINEAR:
@@ -343,6 +362,11 @@ static int alloc_buffers(struct gm_model *m)
     for (int i = 0; i < m->g.nnodes; i++)
         if ((err = alloc_node(m, i)) < 0)
             return err;
+    if (m->shared_ws_floats > 0 && (err = alloc_floats(m, m->shared_ws_floats, &m->shared_ws)) < 0)
+        return err;
+    for (int i = 0; i < m->g.nnodes; i++)
+        if (m->g.nodes[i].op == GM_GRAPH_OP_CONV2D && m->g.nodes[i].tiled)
+            m->nrt[i].ws = m->shared_ws;
     /* after the activations: a model too large for the GPU fails there, before any large
      * pinned host memory is taken */
     if ((err = alloc_host_side(m, nb * in)) < 0)
@@ -398,7 +422,8 @@ void gm_model_free(struct gm_model *m)
         struct node_rt *r = &m->nrt[i];
         gm_device_free(m->device, r->dx);
         gm_device_free(m->device, r->dskip);
-        gm_device_free(m->device, r->ws);
+        if (r->ws != m->shared_ws)
+            gm_device_free(m->device, r->ws);
         gm_device_free(m->device, r->save);
         gm_device_free(m->device, r->arg);
         gm_device_free(m->device, r->mask);
@@ -428,6 +453,7 @@ void gm_model_free(struct gm_model *m)
     gm_device_free(m->device, m->grads);
     gm_device_free(m->device, m->stats);
     gm_device_free(m->device, m->zeros);
+    gm_device_free(m->device, m->shared_ws);
     gm_device_free(m->device, m->input);
     gm_device_free(m->device, m->input_t);
     gm_device_free(m->device, m->dlogits);
@@ -609,6 +635,31 @@ void gm_model_init_params(struct gm_model *m, uint64_t seed)
         return; /* kept in the context (gm_model_take_error) */
 }
 
+int gm_model_head(const struct gm_model *m, size_t *first, size_t *n)
+{
+    for (int i = m->g.nnodes - 1; i >= 0; i--) {
+        const struct gm_graph_node *nd = &m->g.nodes[i];
+        if (nd->op == GM_GRAPH_OP_LINEAR) {
+            *first = (size_t)nd->w_tensor;
+            *n = (size_t)nd->ntensors;
+            return 0;
+        }
+    }
+    return -ENOENT;
+}
+
+void gm_model_init_tensors(struct gm_model *m, uint64_t seed, size_t first, size_t n)
+{
+    struct gm_rng r;
+
+    GM_ASSERT(first + n <= m->g.ntensors);
+    gm_rng_init(&r, seed, 0x68656164); /* stream "head" */
+    for (size_t t = first; t < first + n; t++)
+        init_tensor(m, t, &r);
+    if (gm_model_params_to_device(m) < 0)
+        return; /* kept in the context (gm_model_take_error) */
+}
+
 /* ---- passes -------------------------------------------------------------- */
 
 static float *w_of(struct gm_model *m, const struct gm_graph_node *n, float *flat)
@@ -698,10 +749,23 @@ static int forward_node(struct gm_model *m, int i, int n, int train, uint64_t se
         break;
     }
     case GM_GRAPH_OP_MAXPOOL:
-        ops->maxpool_forward(n, xi->h, xi->w, xi->c, nd->k, nd->relu, x, y, m->nrt[i].arg);
+        if (plain_pool(nd)) {
+            ops->maxpool_forward(n, xi->h, xi->w, xi->c, nd->k, nd->relu, x, y, m->nrt[i].arg);
+        } else {
+            struct gm_pool2d_shape s;
+            err = pool_shape(m, nd, n, &s);
+            GM_ASSERT(err == 0);
+            ops->maxpool2d_forward(&s, nd->relu, x, y, m->nrt[i].arg);
+        }
         break;
     case GM_GRAPH_OP_RELU:
         ops->relu_forward(total, x, y);
+        break;
+    case GM_GRAPH_OP_RELU6:
+        ops->relu6_forward(total, x, y);
+        break;
+    case GM_GRAPH_OP_ADAPTIVE:
+        ops->adaptive_avgpool_forward(n, xi->h, xi->w, xi->c, yo->h, yo->w, x, y);
         break;
     case GM_GRAPH_OP_FLATTEN:
         m->vrt[nd->out].y = (float *)x; /* a view: NHWC order is the flattened order */
@@ -738,10 +802,6 @@ static int forward_node(struct gm_model *m, int i, int n, int train, uint64_t se
     }
     case GM_GRAPH_OP_AVGPOOL:
         ops->avgpool_forward(n, xi->h * xi->w, xi->c, x, y);
-        break;
-    case GM_GRAPH_OP_RELU6:
-    case GM_GRAPH_OP_ADAPTIVE:
-        GM_ASSERT(0); /* refused in gm_model_new */
         break;
     }
     return 0;
@@ -823,10 +883,23 @@ static void backward_node(struct gm_model *m, int i, int n)
         break;
     }
     case GM_GRAPH_OP_MAXPOOL:
-        ops->maxpool_backward(n, xi->h, xi->w, xi->c, nd->k, dy, r->arg, dx);
+        if (plain_pool(nd)) {
+            ops->maxpool_backward(n, xi->h, xi->w, xi->c, nd->k, dy, r->arg, dx);
+        } else {
+            struct gm_pool2d_shape s;
+            int err = pool_shape(m, nd, n, &s);
+            GM_ASSERT(err == 0);
+            ops->maxpool2d_backward(&s, dy, r->arg, dx);
+        }
         break;
     case GM_GRAPH_OP_RELU:
         ops->relu_backward(total, m->vrt[nd->out].y, dy, dx);
+        break;
+    case GM_GRAPH_OP_RELU6:
+        ops->relu6_backward(total, m->vrt[nd->out].y, dy, dx);
+        break;
+    case GM_GRAPH_OP_ADAPTIVE:
+        ops->adaptive_avgpool_backward(n, xi->h, xi->w, xi->c, yo->h, yo->w, dy, dx);
         break;
     case GM_GRAPH_OP_FLATTEN:
         dx = (float *)dy; /* passes through */
@@ -862,10 +935,6 @@ static void backward_node(struct gm_model *m, int i, int n)
     }
     case GM_GRAPH_OP_AVGPOOL:
         ops->avgpool_backward(n, xi->h * xi->w, xi->c, dy, dx);
-        break;
-    case GM_GRAPH_OP_RELU6:
-    case GM_GRAPH_OP_ADAPTIVE:
-        GM_ASSERT(0); /* refused in gm_model_new */
         break;
     }
     if (r->need_dx)

@@ -139,6 +139,13 @@ int gm_model_classes(const struct gm_model *m);
  * failure is kept for the next forward's return). */
 void gm_model_init_params(struct gm_model *m, uint64_t seed);
 
+/* The head: the tensors [*first, *first + *n) of the last linear layer (fc, classifier.6,
+ * classifier.1 ...); 0, or -ENOENT for a model without one. */
+int gm_model_head(const struct gm_model *m, size_t *first, size_t *n) GM_MUST_CHECK;
+/* Draws tensors [first, first + n) again with their family's initialisation, from seed
+ * (its own stream: the rest of the model is untouched), then copies them to a GPU. */
+void gm_model_init_tensors(struct gm_model *m, uint64_t seed, size_t first, size_t n);
+
 /* Input staging buffer: max_batch samples of in_c*in_h*in_w floats, NCHW, host memory.
  * The next forward reads it.  On a GPU it alternates between two pinned buffers once a
  * forward has used one, so fill it after each call. */
