@@ -27,6 +27,9 @@
 
 #include "common/assert.h"
 #include "common/log.h"
+#include "train/ckpt/weights.h"
+#include "train/nn/graph.h"
+#include "train/nn/zoo.h"
 
 _Static_assert(sizeof(enum gm_job_model) == sizeof(int), "enums are stored as int");
 _Static_assert(sizeof(enum gm_job_data_kind) == sizeof(int), "enums are stored as int");
@@ -69,7 +72,9 @@ struct keydef {
     const char *what;         /* KT_ENUM: what the value names, for messages */
 };
 
-static const char *const model_names[] = {"mlp", "lenet5", "vgg7", "resnet20", NULL};
+static const char *const model_names[] = {"mlp",      "lenet5",   "vgg7",     "resnet20",
+                                          "resnet18", "resnet34", "resnet50", "mobilenet_v2",
+                                          "vgg11_bn", "vgg16",    "vgg16_bn", NULL};
 static const char *const data_kind_names[] = {"idx", "cifar10", "folder", NULL};
 static const char *const optimizer_names[] = {"sgd", "adam", NULL};
 static const char *const schedule_kind_names[] = {"constant", "step", "cosine", NULL};
@@ -119,6 +124,8 @@ static const struct keydef keys[] = {
 
     K_OTHER("model", "hidden", KT_HIDDEN, hidden),
     K_F64("model", "dropout", dropout, 0, 1, K_FMAX_OPEN),
+    K_STR("model", "init", init, 0),
+    K_STR("model", "freeze", freeze, 0),
 
     K_ENUM("data", "kind", data.kind, data_kind_names, "data kind", K_REQUIRED),
     K_STR("data", "dir", data.dir, K_REQUIRED),
@@ -662,6 +669,92 @@ static int line_of(const struct ctx *c, const char *section, const char *key)
     return c->seen[k - keys];
 }
 
+/* The model's graph for this job (no activations): a freeze prefix must match a module,
+ * and an image_size must be one the model takes.  The graph's input is [data] image_size
+ * when set (3 channels, the folder default), else 224x224: other sizes come from the data
+ * and are checked when the model is built (train/trainer.c). */
+static int check_model(struct ctx *c)
+{
+    const struct gm_job *job = c->job;
+    const int size = job->data.image_size > 0 ? job->data.image_size : 224;
+    struct gm_model_spec ms = {.name = gm_job_model_name(job->model),
+                               .in_c = job->data.channels > 0 ? job->data.channels : 3,
+                               .in_h = size,
+                               .in_w = size,
+                               .classes = 10,
+                               .nhidden = job->n_hidden,
+                               .dropout = (float)job->dropout};
+    struct gm_graph g;
+    int err;
+
+    for (int i = 0; i < job->n_hidden && i < GM_MODEL_MAX_HIDDEN; i++)
+        ms.hidden[i] = job->hidden[i];
+    if (ms.nhidden > GM_MODEL_MAX_HIDDEN)
+        ms.nhidden = GM_MODEL_MAX_HIDDEN;
+    if (gm_graph_init(&g, ms.in_c, ms.in_h, ms.in_w) < 0) {
+        fail(c, 0, "out of memory checking the model");
+        return -1;
+    }
+    err = gm_zoo_build(&g, &ms);
+    if (err < 0) {
+        fail(c, job->data.image_size > 0 ? line_of(c, "data", "image_size") : 0,
+             "[data] image_size = %d: %s", size, g.msg);
+    } else if ((err = gm_graph_freeze(&g, job->freeze)) < 0) {
+        fail(c, line_of(c, "model", "freeze"), "%s", g.msg);
+    }
+    gm_graph_free(&g);
+    return err < 0 ? -1 : 0;
+}
+
+/* The input shape the job's data gives the model, as far as the job says it: channels from
+ * the kind, the size from image_size (folder) or the format (28 idx, 32 CIFAR) plus pad. */
+static void data_shape(const struct gm_job *job, int *c, int *hw)
+{
+    switch (job->data.kind) {
+    case GM_JOB_DATA_KIND_IDX:
+        *c = 1;
+        *hw = 28 + 2 * job->data.pad;
+        break;
+    case GM_JOB_DATA_KIND_CIFAR10:
+        *c = 3;
+        *hw = 32 + 2 * job->data.pad;
+        break;
+    case GM_JOB_DATA_KIND_FOLDER:
+        *c = job->data.channels;
+        *hw = (job->data.image_size > 0 ? job->data.image_size : 224) + 2 * job->data.pad;
+        break;
+    }
+}
+
+/* [model] init against the model's graph for the job's data: names and shapes (a head of
+ * another class count is fine), before anything runs or is written.  A folder without
+ * image_size is checked at 224x224 (sizes only matter for mlp, lenet5 and vgg7's first
+ * linear layer; the trainer checks again with the real data). */
+static int check_init(const struct gm_job *job)
+{
+    struct gm_model_spec ms = {.name = gm_job_model_name(job->model),
+                               .classes = 10,
+                               .nhidden = job->n_hidden < GM_MODEL_MAX_HIDDEN ? job->n_hidden
+                                                                              : GM_MODEL_MAX_HIDDEN,
+                               .dropout = (float)job->dropout};
+    struct gm_graph g;
+    int err;
+
+    data_shape(job, &ms.in_c, &ms.in_h);
+    ms.in_w = ms.in_h;
+    for (int i = 0; i < ms.nhidden; i++)
+        ms.hidden[i] = job->hidden[i];
+    if ((err = gm_graph_init(&g, ms.in_c, ms.in_h, ms.in_w)) < 0)
+        return err;
+    if (gm_zoo_build(&g, &ms) < 0) { /* the trainer reports it with the data's real shape */
+        gm_graph_free(&g);
+        return 0;
+    }
+    err = gm_weights_check(&g, ms.name, job->init);
+    gm_graph_free(&g);
+    return err;
+}
+
 /* Rules that involve more than one key, run after the whole file was read. */
 static void check_whole(struct ctx *c)
 {
@@ -710,6 +803,8 @@ static void check_whole(struct ctx *c)
              job->optim.lr);
         return;
     }
+    if (check_model(c) < 0)
+        return;
     if (line_of(c, "job", "out") == 0)
         snprintf(job->out, sizeof(job->out), "%s.safetensors", job->name);
     if (line_of(c, "job", "checkpoint_dir") == 0)
@@ -931,7 +1026,13 @@ int gm_job_load(const char *path, struct gm_job *job)
     }
     buf[len] = '\0';
     close(fd);
-    return parse_owned(buf, len, path, job);
+    if ((err = parse_owned(buf, len, path, job)) < 0)
+        return err;
+    if (job->init[0] != '\0' && (err = check_init(job)) < 0) {
+        gm_job_free(job);
+        return err;
+    }
+    return 0;
 out:
     free(buf);
     close(fd);

@@ -39,6 +39,7 @@
 #include "train/nn/optim.h"
 #include "train/ckpt/ckpt.h"
 #include "train/ckpt/safetensors.h"
+#include "train/ckpt/weights.h"
 
 struct run {
     const struct gm_job *job;
@@ -46,6 +47,7 @@ struct run {
     struct gm_dataset train, test;
     struct gm_sampler sampler;
     struct gm_model *model;
+    char why[256]; /* the model's reason when gm_model_new refuses the spec */
     struct gm_optim optim;
     struct gm_sched sched;
     int32_t *labels;    /* owned: one batch */
@@ -546,9 +548,10 @@ static int model_on_device(struct run *r, struct gm_model_spec *ms)
         ms->device = GM_DEVICE_CPU;
         err = gm_model_new(ms, r->max_batch, &r->model);
     }
-    if (err == -EINVAL) {
-        gm_err("job: model %s does not fit %dx%dx%d inputs", ms->name, ms->in_c, ms->in_h,
-               ms->in_w);
+    if (err == -EINVAL || err == GM_ERR_CONFIG) {
+        /* the family's reason names the layer, the size or the freeze prefix */
+        gm_err("job: model %s on the data's %dx%dx%d images ([data] image_size, pad): %s", ms->name,
+               ms->in_c, ms->in_h, ms->in_w, ms->why != NULL ? ms->why : "");
         return GM_ERR_CONFIG;
     }
     return err;
@@ -603,6 +606,9 @@ static int setup(struct run *r)
     for (int i = 0; i < ms.nhidden; i++)
         ms.hidden[i] = job->hidden[i];
     ms.dropout = (float)job->dropout;
+    ms.freeze = job->freeze;
+    ms.why = r->why;
+    ms.why_len = sizeof(r->why);
     /* auto takes a GPU only when the model's layers can run there (logged either way) */
     char why[400];
     if (gm_device_choose(&job->device, gm_device_available(GM_DEVICE_CUDA), &r->device, why,
@@ -613,6 +619,10 @@ static int setup(struct run *r)
     gm_model_init_params(r->model, job->seed);
     if ((err = gm_model_take_error(r->model)) < 0)
         return err;
+    /* [model] init: a refusal is one line naming the file and the tensors (exit 78) */
+    if (job->init[0] != '\0' &&
+        (err = gm_weights_load(r->model, ms.name, job->init, job->seed)) < 0)
+        return err;
 
     oc.kind = job->optim.name == GM_JOB_OPTIMIZER_ADAM ? GM_OPTIM_ADAM : GM_OPTIM_SGD;
     oc.momentum = (float)job->optim.momentum;
@@ -622,7 +632,8 @@ static int setup(struct run *r)
     oc.beta2 = (float)job->optim.beta2;
     oc.eps = (float)job->optim.eps;
     oc.device = r->device.device;
-    if ((err = gm_optim_init(&r->optim, &oc, gm_model_num_params(r->model))) < 0) {
+    /* the trainable parameters come first (model.h): frozen ones get no optimizer state */
+    if ((err = gm_optim_init(&r->optim, &oc, gm_model_num_trainable(r->model))) < 0) {
         gm_err("job: invalid optimizer settings (%s)", gm_strerror(err));
         return err == -EINVAL ? GM_ERR_CONFIG : err;
     }
@@ -829,17 +840,19 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
     if ((err = setup(&r)) < 0)
         goto out;
     sum->params = gm_model_num_params(r.model);
+    sum->trainable = gm_model_num_trainable(r.model);
     if (r.device.device == GM_DEVICE_CUDA)
         snprintf(sum->device, sizeof(sum->device), "cuda:%d", r.device.index);
     else
         snprintf(sum->device, sizeof(sum->device), "cpu");
     if (r.st.rank == 0)
-        gm_info("event=start job=%s model=%s params=%zu train=%zu test=%zu input=%dx%dx%d "
-                "classes=%d batch=%d epochs=%d steps_per_epoch=%ld optim=%s lr=%g threads=%d",
-                job->name, sum->model, sum->params, r.train.n, r.test.n, r.train.c, r.train.h,
-                r.train.w, gm_model_classes(r.model), r.st.global_batch, job->epochs,
-                r.steps_per_epoch, gm_job_optimizer_name(job->optim.name), job->optim.lr,
-                job->threads);
+        gm_info("event=start job=%s model=%s params=%zu trainable=%zu frozen=%zu train=%zu "
+                "test=%zu input=%dx%dx%d classes=%d batch=%d epochs=%d steps_per_epoch=%ld "
+                "optim=%s lr=%g threads=%d",
+                job->name, sum->model, sum->params, sum->trainable, sum->params - sum->trainable,
+                r.train.n, r.test.n, r.train.c, r.train.h, r.train.w, gm_model_classes(r.model),
+                r.st.global_batch, job->epochs, r.steps_per_epoch,
+                gm_job_optimizer_name(job->optim.name), job->optim.lr, job->threads);
     struct grad_hook_ctx gh = {.m = r.model, .comm = comm, .factor = 1.0f};
     if (comm != NULL)
         gm_model_set_grad_hook(r.model, grad_hook, &gh);

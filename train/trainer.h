@@ -44,6 +44,7 @@ struct gm_train_summary {
     double wall_s;
     uint64_t bytes_sent;
     size_t params;
+    size_t trainable; /* of params: the rest is frozen ([model] freeze) */
     long peak_rss_kb;
     int interrupted;
     char checkpoint[1024];

@@ -236,7 +236,7 @@ static double max_diff(const float *a, const float *b, size_t n, double *scale)
 #define STEPS 3
 #define MAXB 4
 
-static void run_family(const char *model, int c, int hw, int B)
+static void run_family(const char *model, int c, int hw, int B, const char *freeze)
 {
     const int N = 64, classes = 10;
     struct gm_dataset ds;
@@ -256,6 +256,7 @@ static void run_family(const char *model, int c, int hw, int B)
     GM_ASSERT(B <= MAXB);
     make_data(&ds, N, c, hw);
     ms.why = why;
+    ms.freeze = freeze;
     ms.why_len = sizeof(why);
     GM_CHECK_OK(gm_model_new(&ms, B, &m));
     if (m == NULL) {
@@ -278,7 +279,7 @@ static void run_family(const char *model, int c, int hw, int B)
     gm_optim_config_default(&oc, GM_OPTIM_SGD);
     oc.momentum = 0.9f;
     oc.weight_decay = 5e-3f;
-    GM_CHECK_OK(gm_optim_init(&o, &oc, gm_model_num_params(m)));
+    GM_CHECK_OK(gm_optim_init(&o, &oc, gm_model_num_trainable(m)));
     grad0 = malloc(gm_model_num_params(m) * sizeof(float));
     GM_ASSERT(grad0 != NULL);
     for (int s = 0; s < STEPS; s++) {
@@ -304,8 +305,8 @@ static void run_family(const char *model, int c, int hw, int B)
         GM_CHECK_OK(gm_model_export_buffer(m, b, final_buf[b]));
     }
     snprintf(cmd, sizeof(cmd),
-             "/usr/bin/python3 tests/unit/torchvision_ref.py %s %s %d %d %d %d %d %g", dir, model,
-             c, hw, hw, STEPS, B, (double)lr);
+             "/usr/bin/python3 tests/unit/torchvision_ref.py %s %s %d %d %d %d %d %g '%s'", dir,
+             model, c, hw, hw, STEPS, B, (double)lr, freeze != NULL ? freeze : "");
     GM_CHECK(system(cmd) == 0); /* includes: ours.safetensors loads with strict=True */
     GM_CHECK(get("ref_eval0.f32", ref, (size_t)B * classes * sizeof(float)) == 0);
     d = max_diff(ours, ref, (size_t)B * classes, &sc);
@@ -320,6 +321,7 @@ static void run_family(const char *model, int c, int hw, int B)
     GM_CHECK_NEAR(losses[0], ref_losses[0], 1e-5, 0);
     /* gradients of step 1, and each tensor's update over the 3 steps (final - init) */
     struct tally tg = {0}, tw = {0}, tb = {0};
+    int nfrozen = 0;
     float *init = malloc(gm_model_num_params(m) * sizeof(float));
     GM_ASSERT(init != NULL);
     GM_CHECK_OK(gm_weights_load(m, model, path, 5)); /* back to the start, for the updates */
@@ -331,6 +333,16 @@ static void run_family(const char *model, int c, int hw, int B)
               *w0 = malloc(n * sizeof(float));
         char name[96];
         GM_ASSERT(got != NULL && want != NULL && w0 != NULL);
+        if (t >= gm_model_num_trainable_tensors(m)) { /* frozen: exactly the file's values */
+            gm_test_state.checks++;
+            if (memcmp(final + pi->offset, init + pi->offset, n * sizeof(float)) != 0)
+                GM_TEST_FAIL_("%s %s: frozen, yet it moved", model, pi->name);
+            nfrozen++;
+            free(got);
+            free(want);
+            free(w0);
+            continue;
+        }
         gm_model_export_tensor(m, t, grad0, got);
         snprintf(name, sizeof(name), "grad0_%s.f32", pi->name);
         GM_CHECK(get(name, want, n * sizeof(float)) == 0);
@@ -362,11 +374,12 @@ static void run_family(const char *model, int c, int hw, int B)
         tally(&tb, model, "3-step buffer", name, rel_l2(final_buf[b], want, len));
         free(want);
     }
-    fprintf(stderr,
-            "; within %g of fp64: gradients %d/%d (worst %.3g, torch32 %.3g), updates %d/%d "
-            "(worst %.3g, torch32 %.3g), buffers %d/%d (worst %.3g, torch32 %.3g)\n",
-            TIGHT, tg.tight, tg.n, tg.worst, tg.worst_torch, tw.tight, tw.n, tw.worst,
-            tw.worst_torch, tb.tight, tb.n, tb.worst, tb.worst_torch);
+    fprintf(
+        stderr,
+        "; %d frozen; within %g of fp64: gradients %d/%d (worst %.3g, torch32 %.3g), updates %d/%d "
+        "(worst %.3g, torch32 %.3g), buffers %d/%d (worst %.3g, torch32 %.3g)\n",
+        nfrozen, TIGHT, tg.tight, tg.n, tg.worst, tg.worst_torch, tw.tight, tw.n, tw.worst,
+        tw.worst_torch, tb.tight, tb.n, tb.worst, tb.worst_torch);
     free(init);
 out:
     for (size_t b = 0; final_buf != NULL && b < gm_model_num_buffers(m); b++)
@@ -380,37 +393,46 @@ out:
 
 static void test_resnet18(void)
 {
-    run_family("resnet18", 3, 96, 4);
+    run_family("resnet18", 3, 96, 4, NULL);
 }
 
 static void test_resnet34(void)
 {
-    run_family("resnet34", 3, 96, 4);
+    run_family("resnet34", 3, 96, 4, NULL);
 }
 
 static void test_resnet50(void)
 {
-    run_family("resnet50", 3, 96, 4);
+    run_family("resnet50", 3, 96, 4, NULL);
 }
 
 static void test_mobilenet_v2(void)
 {
-    run_family("mobilenet_v2", 3, 96, 4);
+    run_family("mobilenet_v2", 3, 96, 4, NULL);
+}
+
+/* Freezing: layer2 in the middle (its batch norms in eval mode, gradients flowing through
+ * it to layer1 and the stem), the stem, and torchvision's model with the same modules in
+ * eval mode and requires_grad = False; and resnet18's backbone (fc alone trains). */
+static void test_freeze(void)
+{
+    run_family("resnet18", 3, 64, 4, "layer2 bn1");
+    run_family("resnet18", 3, 64, 4, "backbone");
 }
 
 static void test_vgg11_bn(void)
 {
-    run_family("vgg11_bn", 3, 32, 4);
+    run_family("vgg11_bn", 3, 32, 4, NULL);
 }
 
 static void test_vgg16(void)
 {
-    run_family("vgg16", 3, 32, 2);
+    run_family("vgg16", 3, 32, 2, NULL);
 }
 
 static void test_vgg16_bn(void)
 {
-    run_family("vgg16_bn", 3, 32, 2);
+    run_family("vgg16_bn", 3, 32, 2, NULL);
 }
 
 int main(int argc, char **argv)
@@ -422,7 +444,7 @@ int main(int argc, char **argv)
         {"resnet18", test_resnet18}, {"resnet34", test_resnet34},
         {"resnet50", test_resnet50}, {"mobilenet_v2", test_mobilenet_v2},
         {"vgg11_bn", test_vgg11_bn}, {"vgg16", test_vgg16},
-        {"vgg16_bn", test_vgg16_bn},
+        {"vgg16_bn", test_vgg16_bn}, {"freeze", test_freeze},
     };
     char cmd[128];
 

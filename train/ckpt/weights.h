@@ -31,6 +31,12 @@
 #include "common/err.h"
 #include "train/nn/model.h"
 
+struct gm_graph;
+
+/* The names and shapes alone, against a model's graph (train/nn/graph.h), as the job
+ * loader checks a file before anything runs: 0 or GM_ERR_CONFIG (logged as above). */
+int gm_weights_check(const struct gm_graph *g, const char *model_name,
+                     const char *path) GM_MUST_CHECK;
 /* 0, GM_ERR_CONFIG (logged), -ENOMEM, or a device error. */
 int gm_weights_load(struct gm_model *m, const char *model_name, const char *path,
                     uint64_t seed) GM_MUST_CHECK;

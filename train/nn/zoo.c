@@ -258,9 +258,8 @@ static int build_vgg(struct gm_graph *g, const struct gm_model_spec *s, const in
     g->tiled = 1;
     if (s->in_h < 32 || s->in_w < 32) {
         gm_graph_fail(g, -EINVAL,
-                      "image_size: %s takes images of at least 32x32 (five 2x2 max-pools), "
-                      "not %dx%d",
-                      s->name, s->in_h, s->in_w);
+                      "%s takes images of at least 32x32 (five 2x2 max-pools), not %dx%d", s->name,
+                      s->in_h, s->in_w);
         return g->err;
     }
     for (int i = 0; i < n; i++) {
