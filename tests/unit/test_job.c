@@ -488,7 +488,7 @@ static void test_bad_combinations(void)
 
 /* [model] init and freeze, and image_size against the model's graph. */
 #define FAMILY(model, extra)                                                                       \
-    "[job]\nmodel = " model "\n[model]\n" extra "[data]\nkind = folder\ndir = /d\n"               \
+    "[job]\nmodel = " model "\n[model]\n" extra "[data]\nkind = folder\ndir = /d\n"                \
     "image_size = 64\n[optim]\nname = sgd\nlr = 0.1\nbatch = 1\n"
 
 static void test_model_keys(void)

@@ -423,12 +423,6 @@ int gm_graph_linear(struct gm_graph *g, int x, int out, const char *name)
     return n->out;
 }
 
-const char *gm_graph_module(const struct gm_graph *g, const struct gm_graph_node *n)
-{
-    (void)g;
-    return n->name;
-}
-
 /* 1 when module is the prefix p or lies under it ("layer1" covers "layer1.0.conv1"; so does
  * "layer1."; "layer1" does not cover "layer10"). */
 static int covers(const char *p, size_t plen, const char *module)

@@ -139,9 +139,6 @@ int gm_graph_flatten(struct gm_graph *g, int x);
 int gm_graph_linear(struct gm_graph *g, int x, int out, const char *name);
 int gm_graph_dropout(struct gm_graph *g, int x, float p);
 
-/* The module name of a node's parameters ("fc" of "fc.weight"). */
-const char *gm_graph_module(const struct gm_graph *g, const struct gm_graph_node *n);
-
 /* Marks the nodes whose module matches a prefix of freeze (space-separated: a
  * module name or a dotted prefix of one, "layer1" or "features.0"; or
  * "backbone": every module but the head, the module of the last linear) as
