@@ -149,7 +149,7 @@ static struct gm_view *model_views(const struct gm_model *m, size_t *nt)
 {
     struct gm_view *v;
 
-    *nt = gm_model_num_tensors(m);
+    *nt = gm_model_num_trainable_tensors(m);
     v = calloc(*nt + 1, sizeof(*v));
     if (v == NULL)
         return NULL;
@@ -192,7 +192,7 @@ static int psgd_payload(const struct gm_gradsync_strategy *s, const struct gm_mo
     if (v == NULL)
         return -ENOMEM;
     psgd_config(s, 1, &cfg);
-    err = gm_psgd_new(&cfg, v, nt, gm_model_num_params(m), &p);
+    err = gm_psgd_new(&cfg, v, nt, gm_model_num_trainable(m), &p);
     free(v);
     if (err == 0)
         *floats = gm_psgd_payload_floats(p, 0);
@@ -210,7 +210,7 @@ int gm_gradsync_estimate_groups(const struct gm_gradsync_strategy *s, const stru
                                 int world, const struct gm_coll_link *links, const int *groups,
                                 struct gm_gradsync_cost *out)
 {
-    size_t params = gm_model_num_params(m), floats;
+    size_t params = gm_model_num_trainable(m), floats;
     size_t esize = gm_codec_elem_size(s->codec);
     int err;
 
@@ -291,7 +291,7 @@ static int start_dense(struct gm_coll *c, void *arg, gm_coll_done_cb done, void 
     struct gm_coll_opts o = {
         .algo = g->s.algo, .codec = g->s.codec, .reduce = GM_COLL_MEAN, .step = (uint64_t)g->step};
 
-    return gm_coll_allreduce_start(c, gm_model_grads(g->m), gm_model_num_params(g->m), &o, done,
+    return gm_coll_allreduce_start(c, gm_model_grads(g->m), gm_model_num_trainable(g->m), &o, done,
                                    done_arg);
 }
 
@@ -390,7 +390,7 @@ static int init_psgd(struct gm_gradsync *g, struct gm_model *m, long total_steps
         return -ENOMEM;
     psgd_config(&g->s, g->seed, &cfg);
     cfg.warmup_steps = (uint64_t)(total_steps * 2 / 100);
-    err = gm_psgd_new(&cfg, v, nt, gm_model_num_params(m), &g->psgd);
+    err = gm_psgd_new(&cfg, v, nt, gm_model_num_trainable(m), &g->psgd);
     free(v);
     if (err == 0)
         apply_pending_psgd(g);
@@ -399,7 +399,7 @@ static int init_psgd(struct gm_gradsync *g, struct gm_model *m, long total_steps
                 "payload_floats=%zu params=%zu error_feedback=%d",
                 cfg.rank, gm_psgd_matrices(g->psgd), gm_psgd_dense_floats(g->psgd),
                 (unsigned long long)cfg.warmup_steps,
-                gm_psgd_payload_floats(g->psgd, cfg.warmup_steps), gm_model_num_params(m),
+                gm_psgd_payload_floats(g->psgd, cfg.warmup_steps), gm_model_num_trainable(m),
                 cfg.error_feedback);
     return err;
 }
@@ -427,7 +427,7 @@ int gm_gradsync_reduce(struct gm_gradsync *g, struct gm_model *m, long step, lon
                     "codec=%s start_step=%ld",
                     g->rank, g->world, cfg.h, (double)cfg.outer_lr, (double)cfg.momentum,
                     gm_codec_name(cfg.codec), step);
-            err = gm_diloco_new(&cfg, gm_model_params(m), gm_model_num_params(m), &g->dl);
+            err = gm_diloco_new(&cfg, gm_model_params(m), gm_model_num_trainable(m), &g->dl);
             if (err == 0)
                 apply_pending_diloco(g);
             return err;
@@ -459,7 +459,7 @@ static int start_bucket(struct gm_coll *c, void *arg, gm_coll_done_cb done, void
 
 static int make_buckets(struct gm_gradsync *g, struct gm_model *m)
 {
-    size_t nt = gm_model_num_tensors(m), *end, *off, *len, n;
+    size_t nt = gm_model_num_trainable_tensors(m), *end, *off, *len, n;
 
     end = calloc(nt + 1, sizeof(size_t));
     off = calloc(nt + 1, sizeof(size_t));

@@ -24,6 +24,9 @@
 #include "common/assert.h"
 #include "common/ini.h"
 #include "common/log.h"
+#include "train/ckpt/weights.h"
+#include "train/nn/graph.h"
+#include "train/nn/zoo.h"
 
 _Static_assert(sizeof(enum gm_job_model) == sizeof(int), "enums are stored as int");
 _Static_assert(sizeof(enum gm_job_data_kind) == sizeof(int), "enums are stored as int");
@@ -54,7 +57,9 @@ enum {
     K_FMAX_OPEN = 1u << 2,
 };
 
-static const char *const model_names[] = {"mlp", "lenet5", "vgg7", "resnet20", NULL};
+static const char *const model_names[] = {"mlp",      "lenet5",   "vgg7",     "resnet20",
+                                          "resnet18", "resnet34", "resnet50", "mobilenet_v2",
+                                          "vgg11_bn", "vgg16",    "vgg16_bn", NULL};
 static const char *const data_kind_names[] = {"idx", "cifar10", "folder", NULL};
 static const char *const optimizer_names[] = {"sgd", "adam", NULL};
 static const char *const precision_names[] = {"fp32", "bf16", NULL};
@@ -109,6 +114,8 @@ static const struct gm_ini_key keys[] = {
 
     K_OTHER("model", "hidden", KT_HIDDEN, hidden),
     K_F64("model", "dropout", dropout, 0, 1, K_FMAX_OPEN),
+    K_STR("model", "init", init, 0),
+    K_STR("model", "freeze", freeze, 0),
 
     K_ENUM("data", "kind", data.kind, data_kind_names, "data kind", K_REQUIRED),
     K_STR("data", "dir", data.dir, K_REQUIRED),
@@ -541,6 +548,108 @@ static void twice(struct gm_ini *ini, const struct gm_ini_key *k, int first_line
 
 /* --- whole file --------------------------------------------------------------------------- */
 
+int gm_job_model_spec(const struct gm_job *job, int in_c, int in_h, int in_w, int classes,
+                      struct gm_model_spec *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->name = gm_job_model_name(job->model);
+    out->in_c = in_c;
+    out->in_h = in_h;
+    out->in_w = in_w;
+    out->classes = classes < 2 ? 2 : classes;
+    out->nhidden = job->n_hidden;
+    if (out->nhidden > GM_MODEL_MAX_HIDDEN) {
+        gm_err("job: %d hidden layers, at most %d supported", out->nhidden, GM_MODEL_MAX_HIDDEN);
+        return GM_ERR_CONFIG;
+    }
+    for (int i = 0; i < out->nhidden; i++)
+        out->hidden[i] = job->hidden[i];
+    out->dropout = (float)job->dropout;
+    out->freeze = job->freeze;
+    out->device = GM_DEVICE_CPU;
+    return 0;
+}
+
+void gm_job_input_shape(const struct gm_job *job, int *c, int *h, int *w)
+{
+    switch (job->data.kind) {
+    case GM_JOB_DATA_KIND_CIFAR10:
+        *c = 3, *h = *w = 32;
+        break;
+    case GM_JOB_DATA_KIND_FOLDER:
+        *c = job->data.channels;
+        *h = *w = job->data.image_size > 0 ? job->data.image_size : 32;
+        break;
+    default:
+        *c = 1, *h = *w = 28;
+        break;
+    }
+    if (job->data.pad > 0 && job->data.kind != GM_JOB_DATA_KIND_FOLDER) {
+        *h += 2 * job->data.pad;
+        *w += 2 * job->data.pad;
+    }
+}
+
+/* The model's graph for this job (no activations): a freeze prefix must match a module,
+ * and an image_size must be one the model takes.  The graph's input is [data] image_size
+ * when set (3 channels, the folder default), else 224x224: other sizes come from the data
+ * and are checked when the model is built (train/trainer.c). */
+static int check_model(struct gm_ini *ini)
+{
+    const struct gm_job *job = ini->dest;
+    const int size = job->data.image_size > 0 ? job->data.image_size : 224;
+    struct gm_model_spec ms;
+    struct gm_graph g;
+    int err;
+
+    if (gm_job_model_spec(job, job->data.channels > 0 ? job->data.channels : 3, size, size, 10,
+                          &ms) < 0) {
+        gm_ini_fail(ini, gm_ini_line_of(ini, "model", "hidden"),
+                    "[model] hidden: at most %d layers", GM_MODEL_MAX_HIDDEN);
+        return -1;
+    }
+    if (gm_graph_init(&g, ms.in_c, ms.in_h, ms.in_w) < 0) {
+        gm_ini_fail(ini, 0, "out of memory checking the model");
+        return -1;
+    }
+    err = gm_zoo_build(&g, &ms);
+    if (err < 0) {
+        gm_ini_fail(ini, job->data.image_size > 0 ? gm_ini_line_of(ini, "data", "image_size") : 0,
+                    "[data] image_size = %d: %s", size, g.msg);
+    } else if ((err = gm_graph_freeze(&g, job->freeze)) < 0) {
+        gm_ini_fail(ini, gm_ini_line_of(ini, "model", "freeze"), "%s", g.msg);
+    }
+    gm_graph_free(&g);
+    return err < 0 ? -1 : 0;
+}
+
+/* [model] init against the model's graph for the job's data: names and shapes (a head of
+ * another class count is fine), before anything runs or is written.  The shape is the one
+ * the job's data implies (gm_job_input_shape; a folder without image_size is checked at
+ * 224x224: sizes only matter for mlp, lenet5 and vgg7's first linear layer, and the trainer
+ * checks again with the real data). */
+static int check_init(const struct gm_job *job)
+{
+    struct gm_model_spec ms;
+    struct gm_graph g;
+    int c, h, w, err;
+
+    gm_job_input_shape(job, &c, &h, &w);
+    if (job->data.kind == GM_JOB_DATA_KIND_FOLDER && job->data.image_size <= 0)
+        h = w = 224;
+    if (gm_job_model_spec(job, c, h, w, 10, &ms) < 0)
+        return 0; /* refused by check_model already */
+    if ((err = gm_graph_init(&g, ms.in_c, ms.in_h, ms.in_w)) < 0)
+        return err;
+    if (gm_zoo_build(&g, &ms) < 0) { /* the trainer reports it with the data's real shape */
+        gm_graph_free(&g);
+        return 0;
+    }
+    err = gm_weights_check(&g, ms.name, job->init);
+    gm_graph_free(&g);
+    return err;
+}
+
 /* Rules that involve more than one key, run after the whole file was read. */
 static void check_whole(struct gm_ini *ini)
 {
@@ -592,6 +701,8 @@ static void check_whole(struct gm_ini *ini)
                     job->schedule.min_lr, job->optim.lr);
         return;
     }
+    if (check_model(ini) < 0)
+        return;
     if (gm_ini_line_of(ini, "job", "out") == 0)
         snprintf(job->out, sizeof(job->out), "%s.safetensors", job->name);
     if (gm_ini_line_of(ini, "job", "checkpoint_dir") == 0)
@@ -750,7 +861,13 @@ int gm_job_load(const char *path, struct gm_job *job)
     }
     buf[len] = '\0';
     close(fd);
-    return parse_owned(buf, len, path, job);
+    if ((err = parse_owned(buf, len, path, job)) < 0)
+        return err;
+    if (job->init[0] != '\0' && (err = check_init(job)) < 0) {
+        gm_job_free(job);
+        return err;
+    }
+    return 0;
 out:
     free(buf);
     close(fd);

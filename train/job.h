@@ -3,7 +3,8 @@
  *
  * A job file is INI (README.md "Job file", gradmesh-job(5)), parsed with inih.  Sections and keys:
  *
- *   [job]      name (default "job"), model (mlp | lenet5 | vgg7 | resnet20, required),
+ *   [job]      name (default "job"), model (mlp | lenet5 | vgg7 | resnet20 | resnet18 | resnet34 |
+ *              resnet50 | mobilenet_v2 | vgg11_bn | vgg16 | vgg16_bn, required),
  *              epochs (>= 1, 5),
  *              seed (u64, 1), threads (1..1024, 1), log_every (steps >= 1, 100),
  *              eval_every (epochs >= 1, 1), out (default "<name>.safetensors"),
@@ -11,7 +12,13 @@
  *              else auto; train/nn/device.h)
  *              checkpoint_every (steps >= 0, 0 = no checkpoints), checkpoint_keep (>= 1, 3),
  *              checkpoint_dir (train --local only; default "<name>.checkpoints")
- *   [model]    hidden (comma list of MLP hidden sizes, "256"; mlp only), dropout ([0, 1), 0)
+ *   [model]    hidden (comma list of MLP hidden sizes, "256"; mlp only), dropout ([0, 1), 0),
+ *              init (a safetensors file of PyTorch-named weights to start from,
+ *              train/ckpt/weights.h), freeze (space-separated module prefixes, or
+ *              "backbone": every module but the head; train/nn/graph.h gm_graph_freeze).
+ *              A freeze prefix that matches no module of the model, and an [data]
+ *              image_size the model cannot take, are refused here (the model's graph is
+ *              built for the check: no memory for activations)
  *   [data]     kind (idx | cifar10 | folder, required), dir (required),
  *              test_split ((0, 1), 0.1), image_size (0..4096, 0 = native), channels (1 | 3, 3);
  *              the last three apply to kind = folder only; pad (0..64, 0): a zero border
@@ -71,6 +78,13 @@ enum gm_job_model {
     GM_JOB_MODEL_LENET5,
     GM_JOB_MODEL_VGG7,
     GM_JOB_MODEL_RESNET20,
+    GM_JOB_MODEL_RESNET18, /* torchvision's families (train/nn/zoo.c) */
+    GM_JOB_MODEL_RESNET34,
+    GM_JOB_MODEL_RESNET50,
+    GM_JOB_MODEL_MOBILENET_V2,
+    GM_JOB_MODEL_VGG11_BN,
+    GM_JOB_MODEL_VGG16,
+    GM_JOB_MODEL_VGG16_BN,
 };
 
 enum gm_job_data_kind {
@@ -138,6 +152,8 @@ struct gm_job {
     int hidden[GM_JOB_HIDDEN_MAX]; /* MLP hidden sizes, n_hidden of them */
     int n_hidden;
     double dropout;
+    char init[GM_JOB_PATH_MAX];       /* weights to start from; "" = none */
+    char freeze[GM_JOB_LINE_MAX + 1]; /* module prefixes or "backbone"; "" = none */
 
     struct gm_job_data {
         enum gm_job_data_kind kind;
@@ -187,8 +203,11 @@ struct gm_job {
  * Does not free: call it on a fresh struct. */
 void gm_job_defaults(struct gm_job *job);
 
-/* Reads and parses the job file at path.  On error job is freed and GM_ERR_CONFIG returned
- * (-ENOMEM on allocation failure); either way exactly one line was logged on failure. */
+/* Reads and parses the job file at path, then checks [model] init's file against the
+ * model's names and shapes for the job's data (train/ckpt/weights.h gm_weights_check: so
+ * `train` and `submit` refuse it before anything runs or is written; gm_job_parse touches
+ * no file).  On error job is freed and GM_ERR_CONFIG returned (-ENOMEM on allocation
+ * failure); either way exactly one line was logged on failure. */
 int gm_job_load(const char *path, struct gm_job *job) GM_MUST_CHECK;
 
 /* Parses len bytes of job text (need not be NUL-terminated); origin names it in messages
@@ -217,5 +236,18 @@ const char *gm_job_codec_name(enum gm_job_codec c);
  * GM_JOB_CODECS (*out untouched). */
 GM_MUST_CHECK int gm_job_codec_parse(const char *name, enum gm_job_codec *out);
 const char *gm_job_precision_name(enum gm_job_precision p);
+
+/* The model a job trains, for inputs of in_c x in_h x in_w and `classes` classes (at least
+ * 2), on the CPU (the caller picks another device): the one mapping from [job] model and the
+ * [model] keys to a struct gm_model_spec, used by the trainer (with the dataset's real shape),
+ * codec = auto's timing (agent/jobs/autocodec.c) and doctor (with gm_job_input_shape's).
+ * 0, or GM_ERR_CONFIG (logged) for more hidden layers than a model holds. */
+struct gm_model_spec;
+GM_MUST_CHECK int gm_job_model_spec(const struct gm_job *job, int in_c, int in_h, int in_w,
+                                    int classes, struct gm_model_spec *out);
+/* The input shape a job's data implies before any file is read: idx 1x28x28, cifar10 3x32x32
+ * (each grown by [data] pad on every side), folder channels x image_size^2 (32 for a folder of
+ * native size, which only its files tell). */
+void gm_job_input_shape(const struct gm_job *job, int *c, int *h, int *w);
 
 #endif

@@ -39,6 +39,7 @@
 #include "train/nn/optim.h"
 #include "train/ckpt/ckpt.h"
 #include "train/ckpt/safetensors.h"
+#include "train/ckpt/weights.h"
 
 struct run {
     const struct gm_job *job;
@@ -46,6 +47,7 @@ struct run {
     struct gm_dataset train, test;
     struct gm_sampler sampler;
     struct gm_model *model;
+    char why[256]; /* the model's reason when gm_model_new refuses the spec */
     struct gm_optim optim;
     struct gm_sched sched;
     int32_t *labels;    /* owned: one batch */
@@ -507,47 +509,6 @@ out:
     return err;
 }
 
-int gm_trainer_model_spec(const struct gm_job *job, int in_c, int in_h, int in_w, int classes,
-                          struct gm_model_spec *out)
-{
-    memset(out, 0, sizeof(*out));
-    out->name = gm_job_model_name(job->model);
-    out->in_c = in_c;
-    out->in_h = in_h;
-    out->in_w = in_w;
-    out->classes = classes < 2 ? 2 : classes;
-    out->nhidden = job->n_hidden;
-    if (out->nhidden > GM_MODEL_MAX_HIDDEN) {
-        gm_err("job: %d hidden layers, at most %d supported", out->nhidden, GM_MODEL_MAX_HIDDEN);
-        return GM_ERR_CONFIG;
-    }
-    for (int i = 0; i < out->nhidden; i++)
-        out->hidden[i] = job->hidden[i];
-    out->dropout = (float)job->dropout;
-    out->device = GM_DEVICE_CPU;
-    return 0;
-}
-
-void gm_trainer_input_shape(const struct gm_job *job, int *c, int *h, int *w)
-{
-    switch (job->data.kind) {
-    case GM_JOB_DATA_KIND_CIFAR10:
-        *c = 3, *h = *w = 32;
-        break;
-    case GM_JOB_DATA_KIND_FOLDER:
-        *c = job->data.channels;
-        *h = *w = job->data.image_size > 0 ? job->data.image_size : 32;
-        break;
-    default:
-        *c = 1, *h = *w = 28;
-        break;
-    }
-    if (job->data.pad > 0 && job->data.kind != GM_JOB_DATA_KIND_FOLDER) {
-        *h += 2 * job->data.pad;
-        *w += 2 * job->data.pad;
-    }
-}
-
 /* Builds the model on the chosen device.  A GPU: this (the trainer) thread creates the
  * CUDA context first and owns it.  auto falls back to the CPU, saying why, when the context
  * or the model cannot be made on the GPU (out of memory: the asked and free sizes are in the
@@ -587,9 +548,10 @@ static int model_on_device(struct run *r, struct gm_model_spec *ms)
         ms->device = GM_DEVICE_CPU;
         err = gm_model_new(ms, r->max_batch, &r->model);
     }
-    if (err == -EINVAL) {
-        gm_err("job: model %s does not fit %dx%dx%d inputs", ms->name, ms->in_c, ms->in_h,
-               ms->in_w);
+    if (err == -EINVAL || err == GM_ERR_CONFIG) {
+        /* the family's reason names the layer, the size or the freeze prefix */
+        gm_err("job: model %s on the data's %dx%dx%d images ([data] image_size, pad): %s", ms->name,
+               ms->in_c, ms->in_h, ms->in_w, ms->why != NULL ? ms->why : "");
         return GM_ERR_CONFIG;
     }
     return err;
@@ -629,11 +591,13 @@ static int setup(struct run *r)
                r->train.n, g);
         return GM_ERR_CONFIG;
     }
-    err = gm_trainer_model_spec(
-        job, r->train.c, r->train.h, r->train.w,
-        r->train.classes > r->test.classes ? r->train.classes : r->test.classes, &ms);
+    err = gm_job_model_spec(job, r->train.c, r->train.h, r->train.w,
+                            r->train.classes > r->test.classes ? r->train.classes : r->test.classes,
+                            &ms);
     if (err < 0)
         return err;
+    ms.why = r->why;
+    ms.why_len = sizeof(r->why);
     /* auto takes a GPU only when the model's layers can run there (logged either way) */
     char why[400];
     if (gm_device_choose(&job->device, gm_device_available(GM_DEVICE_CUDA), &r->device, why,
@@ -659,6 +623,10 @@ static int setup(struct run *r)
     gm_model_init_params(r->model, job->seed);
     if ((err = gm_model_take_error(r->model)) < 0)
         return err;
+    /* [model] init: a refusal is one line naming the file and the tensors (exit 78) */
+    if (job->init[0] != '\0' &&
+        (err = gm_weights_load(r->model, ms.name, job->init, job->seed)) < 0)
+        return err;
 
     oc.kind = job->optim.name == GM_JOB_OPTIMIZER_ADAM ? GM_OPTIM_ADAM : GM_OPTIM_SGD;
     oc.momentum = (float)job->optim.momentum;
@@ -668,7 +636,8 @@ static int setup(struct run *r)
     oc.beta2 = (float)job->optim.beta2;
     oc.eps = (float)job->optim.eps;
     oc.device = r->device.device;
-    if ((err = gm_optim_init(&r->optim, &oc, gm_model_num_params(r->model))) < 0) {
+    /* the trainable parameters come first (model.h): frozen ones get no optimizer state */
+    if ((err = gm_optim_init(&r->optim, &oc, gm_model_num_trainable(r->model))) < 0) {
         gm_err("job: invalid optimizer settings (%s)", gm_strerror(err));
         return err == -EINVAL ? GM_ERR_CONFIG : err;
     }
@@ -875,17 +844,19 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
     if ((err = setup(&r)) < 0)
         goto out;
     sum->params = gm_model_num_params(r.model);
+    sum->trainable = gm_model_num_trainable(r.model);
     if (r.device.device == GM_DEVICE_CUDA)
         snprintf(sum->device, sizeof(sum->device), "cuda:%d", r.device.index);
     else
         snprintf(sum->device, sizeof(sum->device), "cpu");
     if (r.st.rank == 0)
-        gm_info("event=start job=%s model=%s params=%zu train=%zu test=%zu input=%dx%dx%d "
-                "classes=%d batch=%d epochs=%d steps_per_epoch=%ld optim=%s lr=%g threads=%d",
-                job->name, sum->model, sum->params, r.train.n, r.test.n, r.train.c, r.train.h,
-                r.train.w, gm_model_classes(r.model), r.st.global_batch, job->epochs,
-                r.steps_per_epoch, gm_job_optimizer_name(job->optim.name), job->optim.lr,
-                job->threads);
+        gm_info("event=start job=%s model=%s params=%zu trainable=%zu frozen=%zu train=%zu "
+                "test=%zu input=%dx%dx%d classes=%d batch=%d epochs=%d steps_per_epoch=%ld "
+                "optim=%s lr=%g threads=%d",
+                job->name, sum->model, sum->params, sum->trainable, sum->params - sum->trainable,
+                r.train.n, r.test.n, r.train.c, r.train.h, r.train.w, gm_model_classes(r.model),
+                r.st.global_batch, job->epochs, r.steps_per_epoch,
+                gm_job_optimizer_name(job->optim.name), job->optim.lr, job->threads);
     struct grad_hook_ctx gh = {.m = r.model, .comm = comm, .factor = 1.0f};
     if (comm != NULL)
         gm_model_set_grad_hook(r.model, grad_hook, &gh);

@@ -44,6 +44,7 @@ struct gm_train_summary {
     double wall_s;
     uint64_t bytes_sent;
     size_t params;
+    size_t trainable; /* of params: the rest is frozen ([model] freeze) */
     long peak_rss_kb;
     int interrupted;
     char checkpoint[1024];
@@ -206,18 +207,5 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
 
 /* Writes the summary as one JSON object (the field names docs/ARCHITECTURE.md lists). */
 int gm_train_summary_write_json(const struct gm_train_summary *sum, const char *path) GM_MUST_CHECK;
-
-/* The model a job trains, for inputs of in_c x in_h x in_w and `classes` classes (at least
- * 2), on the CPU (the caller picks another device): the one mapping from [job] model and the
- * [model] keys to a struct gm_model_spec, used by the trainer (with the dataset's real shape),
- * codec = auto's timing (agent/jobs/autocodec.c) and doctor (with gm_trainer_input_shape's).
- * 0, or GM_ERR_CONFIG (logged) for more hidden layers than a model holds. */
-struct gm_model_spec;
-GM_MUST_CHECK int gm_trainer_model_spec(const struct gm_job *job, int in_c, int in_h, int in_w,
-                                        int classes, struct gm_model_spec *out);
-/* The input shape a job's data implies before any file is read: idx 1x28x28, cifar10 3x32x32
- * (each grown by [data] pad on every side), folder channels x image_size^2 (32 for a folder of
- * native size, which only its files tell). */
-void gm_trainer_input_shape(const struct gm_job *job, int *c, int *h, int *w);
 
 #endif

@@ -25,7 +25,6 @@
 #include "common/err.h"
 #include "train/nn/model.h"
 #include "train/gradsync.h"
-#include "train/trainer.h"
 
 #define SKEW_WARN_MS 30000.0 /* beacons tolerate 300 s; TLS certificates minutes */
 #define MTU_WARN 1280
@@ -265,8 +264,8 @@ static int model_new(const char *name, struct gm_model **m)
     gm_job_defaults(&job);
     if (gm_job_model_parse(name, &job.model) < 0)
         return -EINVAL;
-    gm_trainer_input_shape(&job, &c, &h, &w);
-    if ((err = gm_trainer_model_spec(&job, c, h, w, 10, &spec)) < 0)
+    gm_job_input_shape(&job, &c, &h, &w);
+    if ((err = gm_job_model_spec(&job, c, h, w, 10, &spec)) < 0)
         return err;
     return gm_model_new(&spec, DOCTOR_BATCH, m);
 }

@@ -12,7 +12,6 @@
 
 #include "common/log.h"
 #include "train/nn/model.h"
-#include "train/trainer.h"
 
 #define TIME_REPS 5
 #define TIME_MIN_S 0.3     /* and at least this long: longer than a CFS quota period (100 ms) */
@@ -24,8 +23,8 @@ static int job_model(const struct gm_job *job, int batch, struct gm_model **m, s
     struct gm_model_spec ms;
     int c, h, w, err;
 
-    gm_trainer_input_shape(job, &c, &h, &w);
-    if ((err = gm_trainer_model_spec(job, c, h, w, 10, &ms)) < 0)
+    gm_job_input_shape(job, &c, &h, &w);
+    if ((err = gm_job_model_spec(job, c, h, w, 10, &ms)) < 0)
         return err;
     *per = (size_t)ms.in_c * (size_t)ms.in_h * (size_t)ms.in_w;
     return gm_model_new(&ms, batch, m);

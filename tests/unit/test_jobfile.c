@@ -411,9 +411,11 @@ static void test_bad_values(void)
 static void test_bad_names(void)
 {
     expect_bad("[job]\nmodel = lenet7\n",
-               "error: job.ini:2: unknown model 'lenet7' (known: mlp, lenet5, vgg7, resnet20)");
+               "error: job.ini:2: unknown model 'lenet7' (known: mlp, lenet5, vgg7, resnet20, "
+               "resnet18, resnet34, resnet50, mobilenet_v2, vgg11_bn, vgg16, vgg16_bn)");
     expect_bad("[job]\nmodel = MLP\n",
-               "error: job.ini:2: unknown model 'MLP' (known: mlp, lenet5, vgg7, resnet20)");
+               "error: job.ini:2: unknown model 'MLP' (known: mlp, lenet5, vgg7, resnet20, "
+               "resnet18, resnet34, resnet50, mobilenet_v2, vgg11_bn, vgg16, vgg16_bn)");
     expect_bad("[optim]\nname = rmsprop\n",
                "error: job.ini:2: unknown optimizer 'rmsprop' (known: sgd, adam)");
     expect_bad("[data]\nkind = csv\n",
@@ -489,6 +491,42 @@ static void test_bad_combinations(void)
                "error: job.ini:12: [comm] rank only applies with codec = powersgd or auto");
     expect_bad(MINIMAL "[comm]\ncodec = powersgd\nlocal_steps = 4\n",
                "error: job.ini:12: [comm] local_steps only applies with codec = diloco or auto");
+}
+
+/* [model] init and freeze, and image_size against the model's graph. */
+#define FAMILY(model, extra)                                                                       \
+    "[job]\nmodel = " model "\n[model]\n" extra "[data]\nkind = folder\ndir = /d\n"                \
+    "image_size = 64\n[optim]\nname = sgd\nlr = 0.1\nbatch = 1\n"
+
+static void test_model_keys(void)
+{
+    char log[4096];
+    struct gm_job job;
+    const char *ok = FAMILY("resnet18", "init = /w/resnet18.safetensors\nfreeze = layer1 layer2.0 "
+                                        "conv1\n");
+
+    GM_CHECK_OK(parse_capture(ok, strlen(ok), &job, log, sizeof(log)));
+    GM_CHECK_EQ(job.model, GM_JOB_MODEL_RESNET18);
+    GM_CHECK_STREQ(job.init, "/w/resnet18.safetensors");
+    GM_CHECK_STREQ(job.freeze, "layer1 layer2.0 conv1");
+    gm_job_free(&job);
+    ok = FAMILY("vgg16_bn", "freeze = backbone\n");
+    GM_CHECK_OK(parse_capture(ok, strlen(ok), &job, log, sizeof(log)));
+    GM_CHECK_STREQ(gm_job_model_name(job.model), "vgg16_bn");
+    gm_job_free(&job);
+    expect_bad(FAMILY("resnet18", "freeze = layer1 layer9\n"),
+               "error: job.ini:4: [model] freeze: 'layer9' matches no module (a module name such "
+               "as 'fc', or a dotted prefix of one, or 'backbone')");
+    expect_bad(FAMILY("resnet50", "freeze = fc.weight\n"),
+               "error: job.ini:4: [model] freeze: 'fc.weight' matches no module (a module name "
+               "such as 'fc', or a dotted prefix of one, or 'backbone')");
+    expect_bad(FAMILY("mobilenet_v2", "freeze = features classifier\n"),
+               "error: job.ini:4: [model] freeze = features classifier leaves no parameter to "
+               "train");
+    expect_bad("[job]\nmodel = vgg16\n[data]\nkind = folder\ndir = /d\nimage_size = 28\n"
+               "[optim]\nname = sgd\nlr = 0.1\nbatch = 1\n",
+               "error: job.ini:6: [data] image_size = 28: vgg16 takes images of at least 32x32 "
+               "(five 2x2 max-pools), not 28x28");
 }
 
 static void test_bad_bytes(void)
@@ -649,6 +687,7 @@ int main(void)
     GM_TEST_RUN(test_bad_names);
     GM_TEST_RUN(test_bad_structure);
     GM_TEST_RUN(test_bad_combinations);
+    GM_TEST_RUN(test_model_keys);
     GM_TEST_RUN(test_bad_bytes);
     GM_TEST_RUN(test_load);
     GM_TEST_RUN(test_shipped_jobs);

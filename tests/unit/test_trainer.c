@@ -132,7 +132,7 @@ static void check_same_file(const char *a, const char *b)
 
 /* [optim] precision = bf16 on the CPU: refused as a configuration error (exit 78), the
  * one line naming the key and the way out; nothing trained, no weights written. */
-/* The one job -> model mapping (gm_trainer_model_spec) and the shape a data kind implies. */
+/* The one job -> model mapping (gm_job_model_spec) and the shape a data kind implies. */
 static void test_model_spec(void)
 {
     struct gm_model_spec ms;
@@ -144,25 +144,25 @@ static void test_model_spec(void)
     GM_CHECK_EQ(job.model, GM_JOB_MODEL_LENET5);
     GM_CHECK_ERR(gm_job_model_parse("lenet", &job.model), -EINVAL);
     GM_CHECK_EQ(job.model, GM_JOB_MODEL_LENET5);
-    gm_trainer_input_shape(&job, &c, &h, &w);
+    gm_job_input_shape(&job, &c, &h, &w);
     GM_CHECK(c == 1 && h == 28 && w == 28);
     job.data.pad = 2;
-    gm_trainer_input_shape(&job, &c, &h, &w);
+    gm_job_input_shape(&job, &c, &h, &w);
     GM_CHECK(c == 1 && h == 32 && w == 32);
     job.data.kind = GM_JOB_DATA_KIND_CIFAR10;
-    gm_trainer_input_shape(&job, &c, &h, &w);
+    gm_job_input_shape(&job, &c, &h, &w);
     GM_CHECK(c == 3 && h == 36 && w == 36);
     job.data.kind = GM_JOB_DATA_KIND_FOLDER;
     job.data.image_size = 64;
-    gm_trainer_input_shape(&job, &c, &h, &w);
+    gm_job_input_shape(&job, &c, &h, &w);
     GM_CHECK(c == 3 && h == 64 && w == 64); /* a folder's size is the image size, no pad */
 
-    GM_CHECK_OK(gm_trainer_model_spec(&job, 3, 64, 64, 1, &ms));
+    GM_CHECK_OK(gm_job_model_spec(&job, 3, 64, 64, 1, &ms));
     GM_CHECK_STREQ(ms.name, "lenet5");
     GM_CHECK(ms.in_c == 3 && ms.in_h == 64 && ms.in_w == 64 && ms.classes == 2);
     GM_CHECK(ms.nhidden == 1 && ms.hidden[0] == 256 && ms.device == GM_DEVICE_CPU);
     job.n_hidden = GM_MODEL_MAX_HIDDEN + 1;
-    GM_CHECK_ERR(gm_trainer_model_spec(&job, 3, 64, 64, 10, &ms), GM_ERR_CONFIG);
+    GM_CHECK_ERR(gm_job_model_spec(&job, 3, 64, 64, 10, &ms), GM_ERR_CONFIG);
 }
 
 static void test_bf16_refused_on_cpu(void)

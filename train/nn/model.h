@@ -1,9 +1,11 @@
 /*
- * train/nn/model.h - models as a sequence of layers over flat buffers.
+ * train/nn/model.h - models as a graph of ops over flat buffers.
  *
- * A model owns three things: one flat float buffer of parameters, one of
- * gradients (same length and layout), and per-layer activation buffers sized
- * for max_batch.  Layer weights are views into the flat buffers, so the
+ * A model is a graph of ops over named activation tensors (train/nn/graph.h),
+ * built by its family's builder (train/nn/zoo.c), run forward in order and
+ * backward in reverse.  It owns three things: one flat float buffer of
+ * parameters, one of gradients (same length and layout), and per-op activation
+ * buffers sized for max_batch.  Layer weights are views into the flat buffers, so the
  * optimizer, the collective and the checkpoint each walk a single buffer.
  *
  * Internal layouts are chosen for speed (train/kernels/conv2d.h): activations
@@ -77,13 +79,20 @@ struct gm_model;
 #define GM_MODEL_MAX_HIDDEN 8
 
 struct gm_model_spec {
-    const char *name; /* "mlp" | "lenet5" */
+    const char *name; /* a family: "mlp", "lenet5", "resnet18", ... */
     int in_c, in_h, in_w;
     int classes;
     int hidden[GM_MODEL_MAX_HIDDEN]; /* mlp hidden sizes */
     int nhidden;
     float dropout; /* 0 <= p < 1 */
     enum gm_device device;
+    /* borrowed, NULL or "": nothing frozen; else space-separated module prefixes or
+     * "backbone" (train/nn/graph.h gm_graph_freeze) */
+    const char *freeze;
+    /* borrowed, may be NULL: where gm_model_new writes the one-line reason of a refusal (a
+     * shape the family cannot take, a freeze prefix that matches nothing) */
+    char *why;
+    size_t why_len;
 };
 
 /* One named parameter tensor, as PyTorch would name and shape it. */
@@ -104,6 +113,13 @@ int gm_model_new(const struct gm_model_spec *spec, int max_batch,
 void gm_model_free(struct gm_model *m);
 
 size_t gm_model_num_params(const struct gm_model *m);
+/* Freezing (spec.freeze): the trainable tensors come first, tensors [0, n) with n =
+ * gm_model_num_trainable_tensors, and fill the first gm_model_num_trainable floats of
+ * the flat buffers; the frozen ones follow.  Only that prefix of the gradients is
+ * written for use (the rest is scratch), reduced and stepped.  Nothing frozen: both
+ * equal the totals. */
+size_t gm_model_num_trainable(const struct gm_model *m);
+size_t gm_model_num_trainable_tensors(const struct gm_model *m);
 enum gm_device gm_model_device(const struct gm_model *m);
 /* The host views (see Device above) and the device buffers, nparams floats each. */
 float *gm_model_params(struct gm_model *m);
@@ -122,6 +138,13 @@ int gm_model_classes(const struct gm_model *m);
 /* Draws the parameters on the host and, on a GPU, copies them to the device (a copy
  * failure is kept for the next forward's return). */
 void gm_model_init_params(struct gm_model *m, uint64_t seed);
+
+/* The head: the tensors [*first, *first + *n) of the last linear layer (fc, classifier.6,
+ * classifier.1 ...); 0, or -ENOENT for a model without one. */
+int gm_model_head(const struct gm_model *m, size_t *first, size_t *n) GM_MUST_CHECK;
+/* Draws tensors [first, first + n) again with their family's initialisation, from seed
+ * (its own stream: the rest of the model is untouched), then copies them to a GPU. */
+void gm_model_init_tensors(struct gm_model *m, uint64_t seed, size_t first, size_t n);
 
 /* Input staging buffer: max_batch samples of in_c*in_h*in_w floats, NCHW, host memory.
  * The next forward reads it.  On a GPU it alternates between two pinned buffers once a
