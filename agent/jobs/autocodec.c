@@ -237,7 +237,7 @@ int gm_autoswitch_decide(struct gm_autoswitch *a, const struct gm_gradsync_strat
         ops += a->ops[r];
         if (a->ops[r] == 0)
             continue;
-        t = a->fit[r].alpha_s + (double)gm_model_num_params(a->m) * 4 / a->fit[r].bytes_per_s;
+        t = a->fit[r].alpha_s + (double)gm_model_num_trainable(a->m) * 4 / a->fit[r].bytes_per_s;
         if (t > worst) {
             worst = t;
             slow = a->fit[r];

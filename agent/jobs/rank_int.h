@@ -99,7 +99,7 @@ struct gm_rank {
 
     /* trainer thread only */
     uint64_t bytes_at_step; /* bytes_sent_total at the last step's report */
-    size_t nparams;
+    size_t nparams;         /* trainable: what a step all-reduces (frozen ones never move) */
     struct req *submitted, **submitted_tail; /* overlap: heap reqs, until wait */
     int submit_err;
     uint32_t synced_gen;

@@ -114,7 +114,7 @@ static int hook_resync(void *ctx, struct gm_train_state *st)
     }
     st->rank = rank;
     st->world = world;
-    rk->nparams = np;
+    rk->nparams = gm_model_num_trainable(st->model); /* what a step all-reduces */
     err = gm_gradsync_new(&rk->strat, rank, world, rk->job.seed, &rk->exec, &rk->gs);
     if (err < 0)
         return err;
