@@ -2,6 +2,8 @@
 # Installs the Debian (bookworm) packages gradmesh needs when they are missing,
 # or, when not root, prints the exact apt-get line and fails.
 #   .ci/deps.sh          build + test dependencies (python3-torch is the reference
+#                        (python3-torchvision and python3-pil: of the photo transforms, and
+#                        tests/tools/make_photos.py)
 #                        that tests/unit/test_vs_torch.c and the benchmarks compare with;
 #                        openvpn and iputils-ping for the namespace testbed,
 #                        tests/integration/netns.bash; systemd and man-db for the unit
@@ -15,7 +17,7 @@ pkgs=(gcc make pkg-config clang libclang-rt-14-dev
       libssl-dev libsodium-dev libuv1-dev libjansson-dev libsystemd-dev libmicrohttpd-dev libraft-dev
       openssl iproute2 systemd man-db groff-base prometheus curl
       openvpn iputils-ping
-      python3 python3-numpy python3-torch dataset-fashion-mnist)
+      python3 python3-numpy python3-pil python3-torch python3-torchvision dataset-fashion-mnist)
 if [ "${1:-}" = bench ]; then
     pkgs+=(openmpi-bin libopenmpi-dev)
 fi
