@@ -2,9 +2,9 @@
 # Installs the Debian (bookworm) packages gradmesh needs when they are missing,
 # or, when not root, prints the exact apt-get line and fails.
 #   .ci/deps.sh          build + test dependencies (python3-torch is the reference
-#                        (python3-torchvision and python3-pil: of the photo transforms, and
-#                        tests/tools/make_photos.py)
 #                        that tests/unit/test_vs_torch.c and the benchmarks compare with;
+#                        python3-torchvision and python3-pil the photo transforms' reference
+#                        and tests/tools/make_photos.py's image writer;
 #                        openvpn and iputils-ping for the namespace testbed,
 #                        tests/integration/netns.bash; systemd and man-db for the unit
 #                        and man page checks, prometheus and curl for the metrics test)
