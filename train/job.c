@@ -329,8 +329,8 @@ static void describe(char *dst, size_t n, const struct keydef *k)
         if (isfinite(k->fmin) || isfinite(k->fmax)) {
             size_t l = strlen(dst);
             if (isinf(k->fmax))
-                snprintf(dst + l, n - l, ", each %s %g", (k->flags & K_FMIN_OPEN) ? ">" : ">=",
-                         k->fmin);
+                snprintf(dst + l, n - l, ", each %s %g",
+                         (k->flags & K_FMIN_OPEN) ? ">" : ">=", k->fmin);
             else
                 snprintf(dst + l, n - l, ", each in %c%g, %g%c",
                          (k->flags & K_FMIN_OPEN) ? '(' : '[', k->fmin, k->fmax,
@@ -853,8 +853,9 @@ static bool check_data(struct ctx *c)
         return false;
     }
     if (d->crop_scale.v[0] > d->crop_scale.v[1] || d->crop_ratio.v[0] > d->crop_ratio.v[1]) {
-        fail(c, line_of(c, "data", d->crop_scale.v[0] > d->crop_scale.v[1] ? "crop_scale"
-                                                                            : "crop_ratio"),
+        fail(c,
+             line_of(c, "data",
+                     d->crop_scale.v[0] > d->crop_scale.v[1] ? "crop_scale" : "crop_ratio"),
              "[data] crop_scale and crop_ratio are ranges: the first number is the lower bound");
         return false;
     }

@@ -182,12 +182,12 @@ struct gm_job {
         char val_dir[GM_JOB_PATH_MAX];
         enum gm_job_augment augment;
         struct gm_job_floats crop_scale, crop_ratio; /* defaults (0.08, 1), (3/4, 4/3) */
-        int resize;         /* eval: shorter side before the centre crop; 0: stretch */
+        int resize; /* eval: shorter side before the centre crop; 0: stretch */
         enum gm_job_normalize normalize;
         struct gm_job_floats mean, std; /* explicit normalisation (any kind) */
-        uint64_t cache;     /* bytes of decoded images kept */
-        int loader_threads; /* 0: from the cores */
-        int prefetch;       /* batches decoded ahead */
+        uint64_t cache;                 /* bytes of decoded images kept */
+        int loader_threads;             /* 0: from the cores */
+        int prefetch;                   /* batches decoded ahead */
         bool skip_bad;
     } data;
 

@@ -888,10 +888,9 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
     if (r.st.rank == 0)
         gm_info("event=start job=%s model=%s params=%zu train=%zu test=%zu input=%dx%dx%d "
                 "classes=%d batch=%d epochs=%d steps_per_epoch=%ld optim=%s lr=%g threads=%d",
-                job->name, sum->model, sum->params, r.n_train, r.n_test, r.in_c, r.in_h,
-                r.in_w, gm_model_classes(r.model), r.st.global_batch, job->epochs,
-                r.steps_per_epoch, gm_job_optimizer_name(job->optim.name), job->optim.lr,
-                job->threads);
+                job->name, sum->model, sum->params, r.n_train, r.n_test, r.in_c, r.in_h, r.in_w,
+                gm_model_classes(r.model), r.st.global_batch, job->epochs, r.steps_per_epoch,
+                gm_job_optimizer_name(job->optim.name), job->optim.lr, job->threads);
     struct grad_hook_ctx gh = {.m = r.model, .comm = comm, .factor = 1.0f};
     if (comm != NULL)
         gm_model_set_grad_hook(r.model, grad_hook, &gh);
@@ -927,10 +926,9 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
         }
         /* the next steps' shares decode while this one computes (within the epoch) */
         for (long a = 1; a <= job->data.prefetch && s_in + a < r.steps_per_epoch; a++)
-            gm_loader_prefetch(r.data, GM_SPLIT_TRAIN, e,
-                               gm_sampler_indices(&r.sampler) + (size_t)(s_in + a) * (size_t)G +
-                                   off,
-                               (size_t)n);
+            gm_loader_prefetch(
+                r.data, GM_SPLIT_TRAIN, e,
+                gm_sampler_indices(&r.sampler) + (size_t)(s_in + a) * (size_t)G + off, (size_t)n);
         if ((err = gm_loader_batch(r.data, GM_SPLIT_TRAIN, e,
                                    gm_sampler_indices(&r.sampler) + (size_t)s_in * (size_t)G + off,
                                    (size_t)n, gm_model_input(r.model), r.labels)) < 0)

@@ -7,11 +7,12 @@
  * images must match the first) or 5 (bilinear resize), bits 2-3 test_split 0, 0.25, 0.5 or
  * 0.9; bit 4 the streaming loader (train/data/loader.h: the check on its threads, then every
  * sample of both splits through the transforms) instead of the eager reader, with bit 5
- * augment crop_flip, bit 6 resize 6 (shorter side, then the centre crop), bit 7 skip_bad.  The rest becomes dir/a/0.png (the decoder is chosen by magic bytes, not by the name)
- * beside three valid 4x4 PNG and JPEG images in dir/a and dir/b made at start.  Any bytes
- * must give 0, GM_ERR_DATA or -ENOMEM, never a crash or a sanitizer report; a success must
- * hold 2 classes, the asked channels and size, and 4 samples in all.  Log lines go to
- * /dev/null.  Seeds: tests/fuzz/corpus/folder/ (a PNG, a gray PNG, a JPEG).
+ * augment crop_flip, bit 6 resize 6 (shorter side, then the centre crop), bit 7 skip_bad.  The rest
+ * becomes dir/a/0.png (the decoder is chosen by magic bytes, not by the name) beside three valid
+ * 4x4 PNG and JPEG images in dir/a and dir/b made at start.  Any bytes must give 0, GM_ERR_DATA or
+ * -ENOMEM, never a crash or a sanitizer report; a success must hold 2 classes, the asked channels
+ * and size, and 4 samples in all.  Log lines go to /dev/null.  Seeds: tests/fuzz/corpus/folder/ (a
+ * PNG, a gray PNG, a JPEG).
  */
 #include <errno.h>
 #include <fcntl.h>

@@ -82,8 +82,10 @@ static void test_vs_torchvision(void)
     FILE *cases, *out;
     int flips = 0, ncrop = 0;
 
-    snprintf(cmd, sizeof(cmd), "/usr/bin/python3 tests/tools/make_photos.py %s/photos "
-             "--per-class 9 --classes 3 --seed 11 >/dev/null", dir);
+    snprintf(cmd, sizeof(cmd),
+             "/usr/bin/python3 tests/tools/make_photos.py %s/photos "
+             "--per-class 9 --classes 3 --seed 11 >/dev/null",
+             dir);
     GM_CHECK(system(cmd) == 0);
     snprintf(path, sizeof(path), "%s/photos", dir);
     GM_CHECK_OK(gm_data_folder_list(path, &l));

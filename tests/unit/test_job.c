@@ -491,8 +491,9 @@ static void test_bad_combinations(void)
                "error: job.ini:12: [comm] local_steps only applies with codec = diloco or auto");
 }
 
-#define FOLDER "[job]\nmodel = mlp\n[optim]\nname = sgd\nlr = 0.1\nbatch = 1\n[data]\nkind = folder\n" \
-               "dir = /d\n"
+#define FOLDER                                                                                     \
+    "[job]\nmodel = mlp\n[optim]\nname = sgd\nlr = 0.1\nbatch = 1\n[data]\nkind = folder\n"        \
+    "dir = /d\n"
 /* FOLDER is 9 lines. */
 
 static void test_photo_keys(void)
@@ -548,11 +549,13 @@ static void test_photo_keys(void)
     expect_bad(FOLDER "image_size = 32\nresize = 31\n",
                "error: job.ini:11: [data] resize = 31 is below image_size = 32: the centre crop "
                "must fit");
-    expect_bad(FOLDER "crop_scale = 0.5, 1\n",
-               "error: job.ini:10: [data] crop_scale only applies with augment = crop or crop_flip");
-    expect_bad(FOLDER "image_size = 8\naugment = crop\ncrop_scale = 0.5, 0.25\n",
-               "error: job.ini:12: [data] crop_scale and crop_ratio are ranges: the first number is "
-               "the lower bound");
+    expect_bad(
+        FOLDER "crop_scale = 0.5, 1\n",
+        "error: job.ini:10: [data] crop_scale only applies with augment = crop or crop_flip");
+    expect_bad(
+        FOLDER "image_size = 8\naugment = crop\ncrop_scale = 0.5, 0.25\n",
+        "error: job.ini:12: [data] crop_scale and crop_ratio are ranges: the first number is "
+        "the lower bound");
     expect_bad(FOLDER "image_size = 8\naugment = crop\ncrop_scale = 0, 1\n",
                "error: job.ini:12: [data] crop_scale = 0, 1: must be 2 comma-separated numbers, "
                "each in (0, 1]");
@@ -565,8 +568,9 @@ static void test_photo_keys(void)
     expect_bad(FOLDER "mean = 0.5, 0.5\nstd = 1, 1\n",
                "error: job.ini:10: [data] mean and std go together, with 1 or 3 values each (the "
                "same count)");
-    expect_bad(FOLDER "std = 0\nmean = 0\n",
-               "error: job.ini:10: [data] std = 0: must be 1 to 3 comma-separated numbers, each > 0");
+    expect_bad(
+        FOLDER "std = 0\nmean = 0\n",
+        "error: job.ini:10: [data] std = 0: must be 1 to 3 comma-separated numbers, each > 0");
     expect_bad(FOLDER "mean = 0\nstd = 1\nnormalize = imagenet\n",
                "error: job.ini:12: [data] normalize and mean/std exclude each other: keep one");
     expect_bad(FOLDER "cache = 12X\n",

@@ -346,8 +346,8 @@ static void test_deterministic(void)
         if (threads == 3) { /* other batches and order: one at a time, backwards, epoch 1 first */
             for (size_t i = n; i-- > 0;) {
                 uint32_t k = (uint32_t)i;
-                GM_CHECK_OK(gm_loader_batch(l, GM_SPLIT_TRAIN, 1, &k, 1, x + (n + i) * sample,
-                                            y + n + i));
+                GM_CHECK_OK(
+                    gm_loader_batch(l, GM_SPLIT_TRAIN, 1, &k, 1, x + (n + i) * sample, y + n + i));
                 GM_CHECK_OK(gm_loader_batch(l, GM_SPLIT_TRAIN, 0, &k, 1, x + i * sample, y + i));
             }
         } else {

@@ -25,14 +25,14 @@
 #include "train/data/image.h"
 
 struct gm_transform {
-    int size;           /* output side; 0: native (no crop, no resize) */
-    int resize;         /* eval: shorter side before the centre crop; 0: stretch to size */
-    int crop;           /* train: random resized crop */
-    int flip;           /* train: horizontal flip with probability 0.5 */
-    double scale[2];    /* crop area as a fraction of the image's, torchvision (0.08, 1) */
-    double ratio[2];    /* crop aspect w/h, torchvision (3/4, 4/3) */
+    int size;              /* output side; 0: native (no crop, no resize) */
+    int resize;            /* eval: shorter side before the centre crop; 0: stretch to size */
+    int crop;              /* train: random resized crop */
+    int flip;              /* train: horizontal flip with probability 0.5 */
+    double scale[2];       /* crop area as a fraction of the image's, torchvision (0.08, 1) */
+    double ratio[2];       /* crop aspect w/h, torchvision (3/4, 4/3) */
     float mean[3], std[3]; /* per channel; (0, 1) for none */
-    uint64_t seed;      /* the job's */
+    uint64_t seed;         /* the job's */
 };
 
 /* The crop box and the flip of one sample: train (random, from (seed, epoch, index)) or

@@ -33,13 +33,13 @@ struct gm_data_spec {
     const char *val_dir;   /* both or neither; then test_split is unused */
     int crop, flip;        /* folder, train split: RandomResizedCrop, RandomHorizontalFlip */
     double crop_scale[2], crop_ratio[2]; /* torchvision's (0.08, 1) and (3/4, 4/3) */
-    int resize;            /* folder, eval: shorter side before the centre crop; 0: stretch */
-    int norm_n;            /* 0: no normalisation; 1 or 3: mean/std values (every kind) */
+    int resize; /* folder, eval: shorter side before the centre crop; 0: stretch */
+    int norm_n; /* 0: no normalisation; 1 or 3: mean/std values (every kind) */
     float mean[3], std[3];
-    uint64_t cache;        /* folder: bytes of decoded images kept between epochs */
-    int loader_threads;    /* folder: decoding threads; 0: from the cores */
-    int prefetch;          /* folder: batches decoded ahead (>= 1; 0: 2) */
-    int skip_bad;          /* folder: skip undecodable images (named, counted) instead of failing */
+    uint64_t cache;     /* folder: bytes of decoded images kept between epochs */
+    int loader_threads; /* folder: decoding threads; 0: from the cores */
+    int prefetch;       /* folder: batches decoded ahead (>= 1; 0: 2) */
+    int skip_bad;       /* folder: skip undecodable images (named, counted) instead of failing */
 };
 
 /* Limits that keep a bad header from asking for absurd memory. */

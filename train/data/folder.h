@@ -21,7 +21,7 @@ struct gm_folder_item {
 struct gm_folder_listing {
     char **names; /* owned, NULL-terminated: the class names, sorted */
     int classes;
-    size_t *start; /* owned: classes + 1 offsets into items */
+    size_t *start;                /* owned: classes + 1 offsets into items */
     struct gm_folder_item *items; /* owned: sorted by (class, file name) */
     size_t n, cap;
 };

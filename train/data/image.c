@@ -87,10 +87,13 @@ static void png_on_warning(png_structp png, png_const_charp msg)
 
 static int size_ok(struct decoder *d, const char *kind, uint64_t w, uint64_t h, uint64_t c)
 {
-    if (w == 0 || h == 0 || w > GM_IMAGE_MAX_SIDE || h > GM_IMAGE_MAX_SIDE || w * h * c > GM_IMAGE_MAX_DECODED) {
-        say(d, "%s: %s image of %llux%llu is empty or larger than the limit (%d per side, %zu "
-               "bytes)",
-               d->path, kind, (unsigned long long)w, (unsigned long long)h, GM_IMAGE_MAX_SIDE, GM_IMAGE_MAX_DECODED);
+    if (w == 0 || h == 0 || w > GM_IMAGE_MAX_SIDE || h > GM_IMAGE_MAX_SIDE ||
+        w * h * c > GM_IMAGE_MAX_DECODED) {
+        say(d,
+            "%s: %s image of %llux%llu is empty or larger than the limit (%d per side, %zu "
+            "bytes)",
+            d->path, kind, (unsigned long long)w, (unsigned long long)h, GM_IMAGE_MAX_SIDE,
+            GM_IMAGE_MAX_DECODED);
         return 0;
     }
     return 1;
@@ -200,7 +203,7 @@ static int jpeg_decode(FILE *f, struct decoder *d)
         break;
     default:
         say(d, "%s: cannot decode JPEG: unsupported colour space %d (CMYK?)", d->path,
-               (int)d->jpeg.jpeg_color_space);
+            (int)d->jpeg.jpeg_color_space);
         return GM_ERR_DATA;
     }
     if (!size_ok(d, "JPEG", d->jpeg.image_width, d->jpeg.image_height, 3))
@@ -266,9 +269,9 @@ static int decode_file(const char *path, struct decoder *d, char *msg, size_t ms
         err = jpeg_decode(f, d);
     } else {
         say(d, "%s: not a PNG or JPEG file (%s)", path,
-               ferror(f)            ? "read error"
-               : got < sizeof(head) ? "too short"
-                                    : "unknown signature");
+            ferror(f)            ? "read error"
+            : got < sizeof(head) ? "too short"
+                                 : "unknown signature");
         err = GM_ERR_DATA;
     }
     fclose(f);
@@ -291,8 +294,7 @@ static void convert_channels(const uint8_t *src, int sc, uint8_t *dst, int tc, s
     }
 }
 
-int gm_image_decode(const char *path, int channels, struct gm_image *img, char *msg,
-                    size_t msg_len)
+int gm_image_decode(const char *path, int channels, struct gm_image *img, char *msg, size_t msg_len)
 {
     struct decoder d;
     int err;

@@ -87,7 +87,7 @@ struct gm_loader {
     int channels, pad;
     int out_c, out_h, out_w; /* before pad */
     int skip_bad;
-    size_t sample;      /* floats of one (padded) sample */
+    size_t sample; /* floats of one (padded) sample */
     int max_batch;
     struct slot *slots; /* owned: nslots */
     int nslots;
@@ -421,8 +421,7 @@ static int drop_bad(struct gm_loader *l, int li, size_t first, size_t *count, co
             ls->items[i].path = NULL;
         }
         if (out == ls->start[k]) {
-            gm_err("%s/%s: no image left in the class after skipping bad ones", root,
-                   ls->names[k]);
+            gm_err("%s/%s: no image left in the class after skipping bad ones", root, ls->names[k]);
             return GM_ERR_DATA; /* listing_free skips the NULL paths */
         }
     }
@@ -494,8 +493,8 @@ static int open_stream(struct gm_loader *l, const struct gm_data_spec *spec)
         return GM_ERR_CONFIG;
     }
     if ((spec->crop || spec->resize > 0) && spec->image_size <= 0) {
-        gm_err("data: image_size %d: %s needs an output size (image_size >= 1)",
-               spec->image_size, spec->crop ? "a random resized crop" : "resize");
+        gm_err("data: image_size %d: %s needs an output size (image_size >= 1)", spec->image_size,
+               spec->crop ? "a random resized crop" : "resize");
         return GM_ERR_CONFIG;
     }
     if (spec->resize > 0 && spec->resize < spec->image_size) {
@@ -592,9 +591,9 @@ static int open_stream(struct gm_loader *l, const struct gm_data_spec *spec)
     l->tf.scale[1] = spec->crop_scale[1];
     l->tf.ratio[0] = spec->crop_ratio[0];
     l->tf.ratio[1] = spec->crop_ratio[1];
-    if (spec->crop && !(l->tf.scale[0] > 0 && l->tf.scale[0] <= l->tf.scale[1] &&
-                        l->tf.scale[1] <= 1 && l->tf.ratio[0] > 0 &&
-                        l->tf.ratio[0] <= l->tf.ratio[1])) {
+    if (spec->crop &&
+        !(l->tf.scale[0] > 0 && l->tf.scale[0] <= l->tf.scale[1] && l->tf.scale[1] <= 1 &&
+          l->tf.ratio[0] > 0 && l->tf.ratio[0] <= l->tf.ratio[1])) {
         gm_err("data: crop_scale (%g, %g) or crop_ratio (%g, %g) is not a range of positive "
                "numbers (scale at most 1)",
                l->tf.scale[0], l->tf.scale[1], l->tf.ratio[0], l->tf.ratio[1]);
@@ -606,9 +605,9 @@ static int open_stream(struct gm_loader *l, const struct gm_data_spec *spec)
     l->check_s = (double)(gm_time_mono_ns() - t0) * 1e-9;
     gm_info("event=data_check dir=%s images=%zu train=%zu test=%zu classes=%d skipped=%zu "
             "decoded_mb=%.1f cached_mb=%.1f threads=%d check_s=%.2f",
-            spec->dir, l->nents, l->n[GM_SPLIT_TRAIN], l->n[GM_SPLIT_TEST], l->classes,
-            l->skipped, (double)l->decoded_bytes / 1048576.0, (double)l->cache_bytes / 1048576.0,
-            l->nthreads, l->check_s);
+            spec->dir, l->nents, l->n[GM_SPLIT_TRAIN], l->n[GM_SPLIT_TEST], l->classes, l->skipped,
+            (double)l->decoded_bytes / 1048576.0, (double)l->cache_bytes / 1048576.0, l->nthreads,
+            l->check_s);
     return 0;
 }
 
@@ -633,8 +632,8 @@ static int start_workers(struct gm_loader *l, int prefetch)
 
         w->l = l;
         if (l->pad > 0) {
-            w->pad_tmp = malloc((size_t)l->out_c * (size_t)l->out_h * (size_t)l->out_w *
-                                sizeof(float));
+            w->pad_tmp =
+                malloc((size_t)l->out_c * (size_t)l->out_h * (size_t)l->out_w * sizeof(float));
             if (w->pad_tmp == NULL)
                 goto oom;
         }
@@ -676,8 +675,7 @@ int gm_loader_new(const struct gm_data_spec *spec, int max_batch, struct gm_load
         l->c = l->mem[0].c;
         l->h = l->mem[0].h;
         l->w = l->mem[0].w;
-        l->classes = l->mem[0].classes > l->mem[1].classes ? l->mem[0].classes
-                                                           : l->mem[1].classes;
+        l->classes = l->mem[0].classes > l->mem[1].classes ? l->mem[0].classes : l->mem[1].classes;
         l->n[0] = l->mem[0].n;
         l->n[1] = l->mem[1].n;
         l->sample = gm_dataset_sample_bytes(&l->mem[0]);
@@ -686,9 +684,9 @@ int gm_loader_new(const struct gm_data_spec *spec, int max_batch, struct gm_load
         *out = l;
         return 0;
     }
-    if (spec->dir == NULL || spec->dir[0] == '\0' ||
-        (spec->channels != 1 && spec->channels != 3) || spec->image_size < 0 || spec->pad < 0 ||
-        spec->pad > GM_DATA_MAX_PAD || spec->loader_threads < 0 || spec->prefetch < 0 ||
+    if (spec->dir == NULL || spec->dir[0] == '\0' || (spec->channels != 1 && spec->channels != 3) ||
+        spec->image_size < 0 || spec->pad < 0 || spec->pad > GM_DATA_MAX_PAD ||
+        spec->loader_threads < 0 || spec->prefetch < 0 ||
         (spec->train_dir == NULL && !(spec->test_split >= 0 && spec->test_split < 1))) {
         gm_err("data: invalid folder settings");
         err = GM_ERR_CONFIG;

@@ -48,14 +48,14 @@ enum gm_split {
 struct gm_loader;
 
 struct gm_loader_stats {
-    size_t train, test;       /* samples */
-    size_t skipped;           /* bad images left out (skip_bad) */
-    uint64_t decoded_bytes;   /* all decoded images of the folder (the check's sum) */
-    uint64_t cache_bytes;     /* kept now */
-    uint64_t decodes;         /* images decoded after the check */
-    uint64_t wait_ns;         /* the trainer's wait in gm_loader_batch */
-    double check_s;           /* the check's wall time */
-    int threads;              /* loader threads (0: in memory) */
+    size_t train, test;     /* samples */
+    size_t skipped;         /* bad images left out (skip_bad) */
+    uint64_t decoded_bytes; /* all decoded images of the folder (the check's sum) */
+    uint64_t cache_bytes;   /* kept now */
+    uint64_t decodes;       /* images decoded after the check */
+    uint64_t wait_ns;       /* the trainer's wait in gm_loader_batch */
+    double check_s;         /* the check's wall time */
+    int threads;            /* loader threads (0: in memory) */
 };
 
 /* Loads or opens spec for batches of at most max_batch samples. */
