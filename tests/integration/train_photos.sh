@@ -9,7 +9,8 @@
 #     the same file out (each rank's check says skipped=1) and the run completes;
 #   - bad input, each exit 78 with one error line naming the path or key, nothing written:
 #     mismatched class folders, an empty class, an unsupported image format, a cache larger
-#     than memory, image_size 0 with a crop.
+#     than memory, image_size 0 with a crop.  (--no-tensorboard throughout: the CLI opens its
+#     event file before the trainer starts, so a refused job would leave runs/<job>-<time>/.)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . tests/integration/lib.bash
@@ -31,7 +32,7 @@ photo_job() { # file name extra...
 # --- same pixels for 1, 2, 3 workers ---------------------------------------------------------
 photo_job "$WORK/p.ini" p
 for w in 1 2 3; do
-    GRADMESH_LOG_LEVEL=debug "$GM" train --local "$WORK/p.ini" --no-progress --simulate-workers $w \
+    GRADMESH_LOG_LEVEL=debug "$GM" train --local "$WORK/p.ini" --no-progress --no-tensorboard --simulate-workers $w \
         --summary-json "$WORK/p$w.json" 2>"$WORK/p$w.log" || fail "photos, $w workers: exit $?"
     grep -o 'event=sample split=train epoch=[0-9]* index=[0-9]* hash=[0-9a-f]*' "$WORK/p$w.log" |
         sort >"$WORK/p$w.samples"
@@ -54,7 +55,7 @@ pass "augmented tensors change from epoch to epoch"
 job_ini "$WORK/tv.ini" tv job.epochs=1 job.out="$WORK/tv.safetensors" model.hidden=16 \
     data.kind=folder data.dir="$WORK/coil" data.train_dir=train data.val_dir=val data.image_size=32 \
     data.resize=40 data.augment=flip optim.batch=8
-"$GM" train --local "$WORK/tv.ini" --no-progress 2>"$WORK/tv.log" || fail "train_dir/val_dir: exit $?"
+"$GM" train --local "$WORK/tv.ini" --no-progress --no-tensorboard 2>"$WORK/tv.log" || fail "train_dir/val_dir: exit $?"
 grep -q 'train=36 test=12 input=3x32x32 classes=3' "$WORK/tv.log" || fail "train_dir/val_dir: wrong sizes"
 pass "train_dir and val_dir"
 
@@ -62,7 +63,7 @@ pass "train_dir and val_dir"
 expect_78() { # name what-to-find...: exit 78, one error line with each string, no weights
     local name=$1 rc=0
     shift
-    "$GM" train --local "$WORK/$name.ini" --no-progress 2>"$WORK/$name.log" || rc=$?
+    "$GM" train --local "$WORK/$name.ini" --no-progress --no-tensorboard 2>"$WORK/$name.log" || rc=$?
     [ $rc -eq 78 ] || fail "$name: exit $rc, want 78"
     [ "$(grep -c 'error' "$WORK/$name.log")" -eq 1 ] || fail "$name: want one error line"
     for s in "$@"; do grep 'error' "$WORK/$name.log" | grep -qF -- "$s" || fail "$name: no '$s' in the error"; done
@@ -75,7 +76,7 @@ head -c "$(($(stat -c %s "$bad") / 2))" "$bad" >"$WORK/half" && mv "$WORK/half" 
 photo_job "$WORK/corrupt.ini" corrupt data.dir="$WORK/bad"
 expect_78 corrupt "$bad"
 photo_job "$WORK/skip.ini" skip data.dir="$WORK/bad" data.skip_bad=true
-"$GM" train --local "$WORK/skip.ini" --no-progress --simulate-workers 3 2>"$WORK/skip.log" || fail "skip_bad: exit $?"
+"$GM" train --local "$WORK/skip.ini" --no-progress --no-tensorboard --simulate-workers 3 2>"$WORK/skip.log" || fail "skip_bad: exit $?"
 [ "$(grep -c "event=data_skip path=$bad " "$WORK/skip.log")" -eq 3 ] || fail "skip_bad: not every rank named $bad"
 [ "$(grep -c 'event=data_check .*skipped=1 ' "$WORK/skip.log")" -eq 3 ] || fail "skip_bad: the ranks' checks differ"
 grep -q 'train=87 test=8' "$WORK/skip.log" || fail "skip_bad: the bad photo is still counted"
