@@ -4,7 +4,8 @@
 #   .ci/deps.sh          build + test dependencies (python3-torch is the reference
 #                        that tests/unit/test_vs_torch.c and the benchmarks compare with,
 #                        python3-torchvision the one tests/unit/test_families.c and
-#                        tools/torchvision_weights.py use;
+#                        tools/torchvision_weights.py use, and with python3-pil the photo
+#                        transforms' reference and tests/tools/make_photos.py's image writer;
 #                        openvpn and iputils-ping for the namespace testbed,
 #                        tests/integration/netns.bash; systemd and man-db for the unit
 #                        and man page checks, prometheus and curl for the metrics test)
@@ -17,7 +18,7 @@ pkgs=(gcc make pkg-config clang libclang-rt-14-dev
       libssl-dev libsodium-dev libuv1-dev libjansson-dev libsystemd-dev libmicrohttpd-dev libraft-dev
       openssl iproute2 systemd man-db groff-base prometheus curl
       openvpn iputils-ping
-      python3 python3-numpy python3-torch python3-torchvision dataset-fashion-mnist)
+      python3 python3-numpy python3-pil python3-torch python3-torchvision dataset-fashion-mnist)
 if [ "${1:-}" = bench ]; then
     pkgs+=(openmpi-bin libopenmpi-dev)
 fi

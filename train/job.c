@@ -34,6 +34,8 @@ _Static_assert(sizeof(enum gm_job_optimizer) == sizeof(int), "enums are stored a
 _Static_assert(sizeof(enum gm_job_schedule_kind) == sizeof(int), "enums are stored as int");
 _Static_assert(sizeof(enum gm_job_codec) == sizeof(int), "enums are stored as int");
 _Static_assert(sizeof(enum gm_job_precision) == sizeof(int), "enums are stored as int");
+_Static_assert(sizeof(enum gm_job_augment) == sizeof(int), "enums are stored as int");
+_Static_assert(sizeof(enum gm_job_normalize) == sizeof(int), "enums are stored as int");
 
 #define HIDDEN_SIZE_MAX 1048576
 
@@ -49,6 +51,8 @@ enum ktype {
     KT_HIDDEN,   /* comma list of ints into job->hidden / n_hidden */
     KT_CHANNELS, /* 1 or 3 */
     KT_DEVICE,   /* auto | cpu | cuda | cuda:N | cuda:all (train/nn/device.h) */
+    KT_FLIST,    /* imin..imax comma-separated numbers in [fmin, fmax] (struct gm_job_floats) */
+    KT_BYTES,    /* a byte count: digits with an optional K, M, G or T (powers of 1024) */
 };
 
 enum {
@@ -64,6 +68,8 @@ static const char *const data_kind_names[] = {"idx", "cifar10", "folder", NULL};
 static const char *const optimizer_names[] = {"sgd", "adam", NULL};
 static const char *const precision_names[] = {"fp32", "bf16", NULL};
 static const char *const schedule_kind_names[] = {"constant", "step", "cosine", NULL};
+static const char *const augment_names[] = {"none", "flip", "crop", "crop_flip", NULL};
+static const char *const normalize_names[] = {"none", "imagenet", NULL};
 #define CODEC_NAME_(id, name, kind, wire) name,
 static const char *const codec_names[] = {GM_JOB_CODECS(CODEC_NAME_) NULL};
 #undef CODEC_NAME_
@@ -92,6 +98,10 @@ static const char *const section_names[] = {"job", "model", "data", "optim", "sc
 #define K_ENUM(s, k, f, names, what, fl)                                                           \
     {                                                                                              \
         s, k, KT_ENUM, OFF(f), 0, 0, 0, 0, 0, fl, names, what                                      \
+    }
+#define K_FLIST(s, k, f, nmin, nmax, lo, hi, fl)                                                   \
+    {                                                                                              \
+        s, k, KT_FLIST, OFF(f), 0, nmin, nmax, lo, hi, fl, NULL, NULL                              \
     }
 #define K_OTHER(s, k, t, f)                                                                        \
     {                                                                                              \
@@ -123,6 +133,19 @@ static const struct gm_ini_key keys[] = {
     K_INT("data", "image_size", data.image_size, 0, 4096, 0),
     K_OTHER("data", "channels", KT_CHANNELS, data.channels),
     K_INT("data", "pad", data.pad, 0, 64, 0),
+    K_STR("data", "train_dir", data.train_dir, 0),
+    K_STR("data", "val_dir", data.val_dir, 0),
+    K_ENUM("data", "augment", data.augment, augment_names, "augment", 0),
+    K_FLIST("data", "crop_scale", data.crop_scale, 2, 2, 0, 1, K_FMIN_OPEN),
+    K_FLIST("data", "crop_ratio", data.crop_ratio, 2, 2, 0, INFINITY, K_FMIN_OPEN),
+    K_INT("data", "resize", data.resize, 0, 8192, 0),
+    K_ENUM("data", "normalize", data.normalize, normalize_names, "normalize", 0),
+    K_FLIST("data", "mean", data.mean, 1, 3, -INFINITY, INFINITY, 0),
+    K_FLIST("data", "std", data.std, 1, 3, 0, INFINITY, K_FMIN_OPEN),
+    K_OTHER("data", "cache", KT_BYTES, data.cache),
+    K_INT("data", "loader_threads", data.loader_threads, 0, 64, 0),
+    K_INT("data", "prefetch", data.prefetch, 1, 64, 0),
+    K_OTHER("data", "skip_bad", KT_BOOL, data.skip_bad),
 
     K_ENUM("optim", "name", optim.name, optimizer_names, "optimizer", K_REQUIRED),
     K_F64("optim", "lr", optim.lr, 0, INFINITY, K_REQUIRED | K_FMIN_OPEN),
@@ -163,6 +186,18 @@ static const struct applies applies[] = {
     {"data", "test_split", OFF(data.kind), 1u << GM_JOB_DATA_KIND_FOLDER, "kind = folder"},
     {"data", "image_size", OFF(data.kind), 1u << GM_JOB_DATA_KIND_FOLDER, "kind = folder"},
     {"data", "channels", OFF(data.kind), 1u << GM_JOB_DATA_KIND_FOLDER, "kind = folder"},
+    {"data", "train_dir", OFF(data.kind), 1u << GM_JOB_DATA_KIND_FOLDER, "kind = folder"},
+    {"data", "val_dir", OFF(data.kind), 1u << GM_JOB_DATA_KIND_FOLDER, "kind = folder"},
+    {"data", "augment", OFF(data.kind), 1u << GM_JOB_DATA_KIND_FOLDER, "kind = folder"},
+    {"data", "crop_scale", OFF(data.augment),
+     (1u << GM_JOB_AUGMENT_CROP) | (1u << GM_JOB_AUGMENT_CROP_FLIP), "augment = crop or crop_flip"},
+    {"data", "crop_ratio", OFF(data.augment),
+     (1u << GM_JOB_AUGMENT_CROP) | (1u << GM_JOB_AUGMENT_CROP_FLIP), "augment = crop or crop_flip"},
+    {"data", "resize", OFF(data.kind), 1u << GM_JOB_DATA_KIND_FOLDER, "kind = folder"},
+    {"data", "cache", OFF(data.kind), 1u << GM_JOB_DATA_KIND_FOLDER, "kind = folder"},
+    {"data", "loader_threads", OFF(data.kind), 1u << GM_JOB_DATA_KIND_FOLDER, "kind = folder"},
+    {"data", "prefetch", OFF(data.kind), 1u << GM_JOB_DATA_KIND_FOLDER, "kind = folder"},
+    {"data", "skip_bad", OFF(data.kind), 1u << GM_JOB_DATA_KIND_FOLDER, "kind = folder"},
     {"optim", "momentum", OFF(optim.name), 1u << GM_JOB_OPTIMIZER_SGD, "name = sgd"},
     {"optim", "nesterov", OFF(optim.name), 1u << GM_JOB_OPTIMIZER_SGD, "name = sgd"},
     {"optim", "beta1", OFF(optim.name), 1u << GM_JOB_OPTIMIZER_ADAM, "name = adam"},
@@ -241,6 +276,25 @@ static void describe(char *dst, size_t n, const struct gm_ini_key *k)
         break;
     case KT_DEVICE:
         snprintf(dst, n, "auto, cpu, cuda, cuda:N (N < %d) or cuda:all", GM_DEVICE_CUDA_MAX);
+        break;
+    case KT_FLIST:
+        if (k->imin == k->imax)
+            snprintf(dst, n, "%lld comma-separated numbers", k->imin);
+        else
+            snprintf(dst, n, "%lld to %lld comma-separated numbers", k->imin, k->imax);
+        if (isfinite(k->fmin) || isfinite(k->fmax)) {
+            size_t l = strlen(dst);
+            if (isinf(k->fmax))
+                snprintf(dst + l, n - l, ", each %s %g",
+                         (k->flags & K_FMIN_OPEN) ? ">" : ">=", k->fmin);
+            else
+                snprintf(dst + l, n - l, ", each in %c%g, %g%c",
+                         (k->flags & K_FMIN_OPEN) ? '(' : '[', k->fmin, k->fmax,
+                         (k->flags & K_FMAX_OPEN) ? ')' : ']');
+        }
+        break;
+    case KT_BYTES:
+        snprintf(dst, n, "a byte count (digits, optionally followed by K, M, G or T)");
         break;
     case KT_HIDDEN:
         snprintf(dst, n, "a comma-separated list of 1 to %d integers from 1 to %d",
@@ -386,6 +440,69 @@ static bool parse_hidden(const char *s, int *sizes, int *count)
     return true;
 }
 
+/* "a, b, c": count numbers in [k->fmin, k->fmax] (ends open per flags) into out. */
+static bool parse_flist(const struct gm_ini_key *k, const char *s, struct gm_job_floats *out)
+{
+    struct gm_job_floats f = {0};
+    const char *p = s;
+
+    for (;;) {
+        char item[48];
+        size_t len = 0;
+        double v;
+
+        while (*p == ' ' || *p == '\t')
+            p++;
+        while (*p != '\0' && *p != ',' && *p != ' ' && *p != '\t') {
+            if (len + 1 >= sizeof(item))
+                return false;
+            item[len++] = *p++;
+        }
+        item[len] = '\0';
+        while (*p == ' ' || *p == '\t')
+            p++;
+        if (f.n >= (int)k->imax || !parse_f64(item, &v) || v < k->fmin || v > k->fmax ||
+            ((k->flags & K_FMIN_OPEN) && v == k->fmin) ||
+            ((k->flags & K_FMAX_OPEN) && v == k->fmax))
+            return false;
+        f.v[f.n++] = v;
+        if (*p == '\0')
+            break;
+        if (*p != ',')
+            return false;
+        p++;
+    }
+    if (f.n < (int)k->imin)
+        return false;
+    *out = f;
+    return true;
+}
+
+/* Digits, then nothing or one of K, M, G, T (case-insensitive, powers of 1024), no overflow. */
+static bool parse_bytes(const char *s, uint64_t *out)
+{
+    static const char units[] = "kmgt";
+    char digits[32];
+    size_t len = strlen(s);
+    unsigned shift = 0;
+    uint64_t v;
+
+    if (len == 0 || len >= sizeof(digits))
+        return false;
+    memcpy(digits, s, len + 1);
+    if (!is_digit(digits[len - 1])) {
+        const char *u = strchr(units, digits[len - 1] | 0x20);
+        if (u == NULL)
+            return false;
+        shift = 10u * (unsigned)(u - units + 1);
+        digits[len - 1] = '\0';
+    }
+    if (!parse_u64(digits, &v) || (shift > 0 && v > (UINT64_MAX >> shift)))
+        return false;
+    *out = v << shift;
+    return true;
+}
+
 static bool valid_name(const char *s)
 {
     if (s[0] == '.')
@@ -479,6 +596,20 @@ static void set_value(struct gm_ini *ini, const struct gm_ini_key *k, const char
             int iv = (int)v;
             memcpy(field, &iv, sizeof(iv));
         }
+        break;
+    }
+    case KT_FLIST: {
+        struct gm_job_floats v;
+        ok = parse_flist(k, value, &v);
+        if (ok)
+            memcpy(field, &v, sizeof(v));
+        break;
+    }
+    case KT_BYTES: {
+        uint64_t v;
+        ok = parse_bytes(value, &v);
+        if (ok)
+            memcpy(field, &v, sizeof(v));
         break;
     }
     case KT_HIDDEN: {
@@ -650,6 +781,83 @@ static int check_init(const struct gm_job *job)
     return err;
 }
 
+/* A folder inside [data] dir: relative, no ".." component. */
+static bool inside_dir(const char *p)
+{
+    const char *seg = p;
+
+    if (p[0] == '/')
+        return false;
+    for (;;) {
+        const char *end = strchr(seg, '/');
+        size_t len = end != NULL ? (size_t)(end - seg) : strlen(seg);
+        if (len == 2 && seg[0] == '.' && seg[1] == '.')
+            return false;
+        if (end == NULL)
+            return true;
+        seg = end + 1;
+    }
+}
+
+/* [data]'s rules between keys; false after recording a problem. */
+static bool check_data(struct gm_ini *ini)
+{
+    struct gm_job_data *d = &((struct gm_job *)ini->dest)->data;
+    const int crop = d->augment == GM_JOB_AUGMENT_CROP || d->augment == GM_JOB_AUGMENT_CROP_FLIP;
+    int lt = gm_ini_line_of(ini, "data", "train_dir"), lv = gm_ini_line_of(ini, "data", "val_dir");
+    int line;
+
+    if ((lt != 0) != (lv != 0)) {
+        gm_ini_fail(ini, lt ? lt : lv,
+                    "[data] train_dir and val_dir go together (or use test_split)");
+        return false;
+    }
+    if (lt != 0 && gm_ini_line_of(ini, "data", "test_split") != 0) {
+        gm_ini_fail(ini, gm_ini_line_of(ini, "data", "test_split"),
+                    "[data] test_split does not apply with train_dir and val_dir");
+        return false;
+    }
+    if (lt != 0 && (!inside_dir(d->train_dir) || !inside_dir(d->val_dir))) {
+        gm_ini_fail(
+            ini, !inside_dir(d->train_dir) ? lt : lv,
+            "[data] train_dir and val_dir are folders inside dir (relative, without '..'), so "
+            "that the dataset check covers them");
+        return false;
+    }
+    line = gm_ini_line_of(ini, "data", "image_size");
+    if (d->image_size == 0 && (crop || d->resize > 0)) {
+        gm_ini_fail(ini, line ? line : gm_ini_line_of(ini, "data", crop ? "augment" : "resize"),
+                    "[data] image_size = 0 (native size) cannot go with %s: set image_size >= 1",
+                    crop ? "augment = crop" : "resize");
+        return false;
+    }
+    if (d->resize > 0 && d->resize < d->image_size) {
+        gm_ini_fail(ini, gm_ini_line_of(ini, "data", "resize"),
+                    "[data] resize = %d is below image_size = %d: the centre crop must fit",
+                    d->resize, d->image_size);
+        return false;
+    }
+    if (d->crop_scale.v[0] > d->crop_scale.v[1] || d->crop_ratio.v[0] > d->crop_ratio.v[1]) {
+        gm_ini_fail(
+            ini,
+            gm_ini_line_of(ini, "data",
+                           d->crop_scale.v[0] > d->crop_scale.v[1] ? "crop_scale" : "crop_ratio"),
+            "[data] crop_scale and crop_ratio are ranges: the first number is the lower bound");
+        return false;
+    }
+    if ((d->mean.n != 0) != (d->std.n != 0) || d->mean.n != d->std.n || d->mean.n == 2) {
+        gm_ini_fail(ini, gm_ini_line_of(ini, "data", d->mean.n ? "mean" : "std"),
+                    "[data] mean and std go together, with 1 or 3 values each (the same count)");
+        return false;
+    }
+    if (d->mean.n != 0 && gm_ini_line_of(ini, "data", "normalize") != 0) {
+        gm_ini_fail(ini, gm_ini_line_of(ini, "data", "normalize"),
+                    "[data] normalize and mean/std exclude each other: keep one");
+        return false;
+    }
+    return true;
+}
+
 /* Rules that involve more than one key, run after the whole file was read. */
 static void check_whole(struct gm_ini *ini)
 {
@@ -701,6 +909,8 @@ static void check_whole(struct gm_ini *ini)
                     job->schedule.min_lr, job->optim.lr);
         return;
     }
+    if (!check_data(ini))
+        return;
     if (check_model(ini) < 0)
         return;
     if (gm_ini_line_of(ini, "job", "out") == 0)
@@ -757,6 +967,15 @@ void gm_job_defaults(struct gm_job *job)
     job->data.test_split = 0.1;
     job->data.image_size = 0;
     job->data.channels = 3;
+    job->data.augment = GM_JOB_AUGMENT_NONE;
+    job->data.crop_scale = (struct gm_job_floats){2, {0.08, 1.0, 0}};
+    job->data.crop_ratio = (struct gm_job_floats){2, {3.0 / 4.0, 4.0 / 3.0, 0}};
+    job->data.resize = 0;
+    job->data.normalize = GM_JOB_NORMALIZE_NONE;
+    job->data.cache = (uint64_t)256 << 20;
+    job->data.loader_threads = 0;
+    job->data.prefetch = 2;
+    job->data.skip_bad = false;
     job->optim.name = GM_JOB_OPTIMIZER_SGD; /* placeholder: required */
     job->optim.lr = 0;                      /* placeholder: required */
     job->optim.batch = 0;                   /* placeholder: this or global_batch required */
@@ -896,6 +1115,11 @@ const char *gm_job_model_name(enum gm_job_model m)
 const char *gm_job_data_kind_name(enum gm_job_data_kind k)
 {
     return name_of(data_kind_names, GM_ARRAY_SIZE(data_kind_names), (int)k);
+}
+
+const char *gm_job_augment_name(enum gm_job_augment a)
+{
+    return name_of(augment_names, GM_ARRAY_SIZE(augment_names), (int)a);
 }
 
 const char *gm_job_optimizer_name(enum gm_job_optimizer o)

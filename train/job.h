@@ -22,7 +22,16 @@
  *   [data]     kind (idx | cifar10 | folder, required), dir (required),
  *              test_split ((0, 1), 0.1), image_size (0..4096, 0 = native), channels (1 | 3, 3);
  *              the last three apply to kind = folder only; pad (0..64, 0): a zero border
- *              around every image (Fashion-MNIST 28x28 + pad 2 = 32x32 for vgg7/resnet20)
+ *              around every image (Fashion-MNIST 28x28 + pad 2 = 32x32 for vgg7/resnet20);
+ *              folder only, streamed (train/data/loader.h): train_dir and val_dir (folders
+ *              inside dir, both or neither, instead of test_split), augment (none | flip |
+ *              crop | crop_flip, none), crop_scale (2 numbers in (0, 1], "0.08, 1") and
+ *              crop_ratio (2 numbers > 0, "0.75, 1.3333333"; crop only), resize (0..8192, 0:
+ *              evaluation stretches to image_size; else shorter side then centre crop, >=
+ *              image_size), cache (bytes, K/M/G/T suffixes, 256M), loader_threads (0..64, 0 =
+ *              from the cores), prefetch (1..64 batches, 2), skip_bad (bool, false);
+ *              any kind: normalize (none | imagenet, none) or mean and std (1 or 3 numbers
+ *              each, std > 0); image_size must be >= 1 with crop or resize
  *   [optim]    name (sgd | adam, required), lr (> 0, required), batch (>= 1 per worker) or
  *              global_batch (>= 1, split over the workers; must divide by their number at
  *              submit): exactly one of the two is required,
@@ -91,6 +100,28 @@ enum gm_job_data_kind {
     GM_JOB_DATA_KIND_IDX,
     GM_JOB_DATA_KIND_CIFAR10,
     GM_JOB_DATA_KIND_FOLDER,
+};
+
+/* [data] augment: torchvision's RandomResizedCrop (crop) and RandomHorizontalFlip (flip) on the
+ * training split of a folder (train/data/augment.h). */
+enum gm_job_augment {
+    GM_JOB_AUGMENT_NONE,
+    GM_JOB_AUGMENT_FLIP,
+    GM_JOB_AUGMENT_CROP,
+    GM_JOB_AUGMENT_CROP_FLIP,
+};
+
+/* [data] normalize: none, or ImageNet's mean (0.485, 0.456, 0.406) and std (0.229, 0.224,
+ * 0.225); explicit values go in mean and std. */
+enum gm_job_normalize {
+    GM_JOB_NORMALIZE_NONE,
+    GM_JOB_NORMALIZE_IMAGENET,
+};
+
+/* A short list of numbers from the job file ([data] mean, std, crop_scale, crop_ratio). */
+struct gm_job_floats {
+    int n; /* 0: not set */
+    double v[3];
 };
 
 enum gm_job_optimizer {
@@ -162,6 +193,18 @@ struct gm_job {
         int image_size;    /* folder; 0 = native size */
         int channels;      /* folder; 1 or 3 */
         int pad;           /* zero border in pixels, 0..64 (any kind) */
+        /* folder, streamed (train/data/loader.h) */
+        char train_dir[GM_JOB_PATH_MAX]; /* inside dir; "" unless set, then with val_dir */
+        char val_dir[GM_JOB_PATH_MAX];
+        enum gm_job_augment augment;
+        struct gm_job_floats crop_scale, crop_ratio; /* defaults (0.08, 1), (3/4, 4/3) */
+        int resize; /* eval: shorter side before the centre crop; 0: stretch */
+        enum gm_job_normalize normalize;
+        struct gm_job_floats mean, std; /* explicit normalisation (any kind) */
+        uint64_t cache;                 /* bytes of decoded images kept */
+        int loader_threads;             /* 0: from the cores */
+        int prefetch;                   /* batches decoded ahead */
+        bool skip_bad;
     } data;
 
     struct gm_job_optim {
@@ -228,6 +271,7 @@ const char *gm_job_model_name(enum gm_job_model m);
 /* The model named name ([job] model's values): 0, or -EINVAL (*out untouched). */
 GM_MUST_CHECK int gm_job_model_parse(const char *name, enum gm_job_model *out);
 const char *gm_job_data_kind_name(enum gm_job_data_kind k);
+const char *gm_job_augment_name(enum gm_job_augment a);
 const char *gm_job_optimizer_name(enum gm_job_optimizer o);
 const char *gm_job_schedule_kind_name(enum gm_job_schedule_kind k);
 /* The codec's name ("?" for a value outside the list). */

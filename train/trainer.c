@@ -33,6 +33,7 @@
 #include "common/log.h"
 #include "common/time.h"
 #include "train/data/data.h"
+#include "train/data/loader.h"
 #include "train/gradsync.h"
 #include "train/kernels/cuda.h"
 #include "train/nn/model.h"
@@ -44,7 +45,9 @@
 struct run {
     const struct gm_job *job;
     const struct gm_train_opts *opts;
-    struct gm_dataset train, test;
+    struct gm_loader *data; /* owned: the batches (train/data/loader.h) */
+    size_t n_train, n_test;
+    int in_c, in_h, in_w;
     struct gm_sampler sampler;
     struct gm_model *model;
     char why[256]; /* the model's reason when gm_model_new refuses the spec */
@@ -113,19 +116,25 @@ static void progress_bar(struct run *r, long step_in_epoch, double loss, double 
 
 static int evaluate(struct run *r, double *acc, double *loss)
 {
-    const struct gm_dataset *d = &r->test;
+    const size_t n_test = r->n_test;
     const int bmax = gm_model_max_batch(r->model);
     long correct_total = 0;
     double loss_sum = 0;
     int dev_err;
 
-    for (size_t i = 0; i < d->n; i++)
+    for (size_t i = 0; i < n_test; i++)
         r->eval_idx[i] = (uint32_t)i;
-    for (size_t off = 0; off < d->n; off += (size_t)bmax) {
-        int n = (int)(d->n - off < (size_t)bmax ? d->n - off : (size_t)bmax);
+    for (size_t off = 0; off < n_test; off += (size_t)bmax) {
+        int n = (int)(n_test - off < (size_t)bmax ? n_test - off : (size_t)bmax);
         long correct = 0;
         int err;
-        gm_dataset_batch(d, r->eval_idx + off, (size_t)n, gm_model_input(r->model), r->labels);
+        if (off + (size_t)n < n_test) /* the next batch decodes while this one runs */
+            gm_loader_prefetch(r->data, GM_SPLIT_TEST, 0, r->eval_idx + off + (size_t)n,
+                               n_test - off - (size_t)n < (size_t)bmax ? n_test - off - (size_t)n
+                                                                       : (size_t)bmax);
+        if ((err = gm_loader_batch(r->data, GM_SPLIT_TEST, 0, r->eval_idx + off, (size_t)n,
+                                   gm_model_input(r->model), r->labels)) < 0)
+            return err; /* logged with the file */
         if ((err = gm_model_forward(r->model, n, 0, 0)) < 0)
             return err;
         loss_sum += gm_model_loss(r->model, n, r->labels, &correct) * n;
@@ -133,8 +142,8 @@ static int evaluate(struct run *r, double *acc, double *loss)
     }
     if ((dev_err = gm_model_take_error(r->model)) < 0) /* a device error (logged) */
         return dev_err;
-    *acc = d->n > 0 ? 100.0 * (double)correct_total / (double)d->n : 0;
-    *loss = d->n > 0 ? loss_sum / (double)d->n : 0;
+    *acc = n_test > 0 ? 100.0 * (double)correct_total / (double)n_test : 0;
+    *loss = n_test > 0 ? loss_sum / (double)n_test : 0;
     return 0;
 }
 
@@ -568,6 +577,19 @@ static int setup(struct run *r)
         .channels = job->data.channels,
         .seed = job->seed,
         .pad = job->data.pad,
+        .train_dir = job->data.train_dir[0] ? job->data.train_dir : NULL,
+        .val_dir = job->data.val_dir[0] ? job->data.val_dir : NULL,
+        .crop = job->data.augment == GM_JOB_AUGMENT_CROP ||
+                job->data.augment == GM_JOB_AUGMENT_CROP_FLIP,
+        .flip = job->data.augment == GM_JOB_AUGMENT_FLIP ||
+                job->data.augment == GM_JOB_AUGMENT_CROP_FLIP,
+        .crop_scale = {job->data.crop_scale.v[0], job->data.crop_scale.v[1]},
+        .crop_ratio = {job->data.crop_ratio.v[0], job->data.crop_ratio.v[1]},
+        .resize = job->data.resize,
+        .cache = job->data.cache,
+        .loader_threads = job->data.loader_threads,
+        .prefetch = job->data.prefetch,
+        .skip_bad = job->data.skip_bad,
     };
     struct gm_model_spec ms = {0};
     struct gm_optim_config oc = {0};
@@ -584,16 +606,29 @@ static int setup(struct run *r)
     r->st.rank = comm != NULL ? comm->rank : 0;
     r->st.world = world;
     r->max_batch = (g + min_world - 1) / min_world;
-    if ((err = gm_dataset_load(&ds, &r->train, &r->test)) < 0)
+    if (job->data.normalize == GM_JOB_NORMALIZE_IMAGENET) {
+        static const float mean[3] = {0.485f, 0.456f, 0.406f}, std[3] = {0.229f, 0.224f, 0.225f};
+        ds.norm_n = 3;
+        memcpy(ds.mean, mean, sizeof(mean));
+        memcpy(ds.std, std, sizeof(std));
+    } else if (job->data.mean.n > 0) {
+        ds.norm_n = job->data.mean.n;
+        for (int i = 0; i < ds.norm_n; i++) {
+            ds.mean[i] = (float)job->data.mean.v[i];
+            ds.std[i] = (float)job->data.std.v[i];
+        }
+    }
+    if ((err = gm_loader_new(&ds, r->max_batch, &r->data)) < 0)
         return err; /* logged by the loader, with the file name */
-    if (r->train.n < (size_t)g) {
+    r->n_train = gm_loader_len(r->data, GM_SPLIT_TRAIN);
+    r->n_test = gm_loader_len(r->data, GM_SPLIT_TEST);
+    gm_loader_shape(r->data, &r->in_c, &r->in_h, &r->in_w);
+    if (r->n_train < (size_t)g) {
         gm_err("%s: %zu training samples, fewer than one global batch of %d", job->data.dir,
-               r->train.n, g);
+               r->n_train, g);
         return GM_ERR_CONFIG;
     }
-    err = gm_job_model_spec(job, r->train.c, r->train.h, r->train.w,
-                            r->train.classes > r->test.classes ? r->train.classes : r->test.classes,
-                            &ms);
+    err = gm_job_model_spec(job, r->in_c, r->in_h, r->in_w, gm_loader_classes(r->data), &ms);
     if (err < 0)
         return err;
     ms.why = r->why;
@@ -642,9 +677,9 @@ static int setup(struct run *r)
         return err == -EINVAL ? GM_ERR_CONFIG : err;
     }
     /* the whole permutation: every rank cuts its share of each step's block from it */
-    if ((err = gm_sampler_init(&r->sampler, r->train.n, job->seed, 0, 1)) < 0)
+    if ((err = gm_sampler_init(&r->sampler, r->n_train, job->seed, 0, 1)) < 0)
         return err;
-    r->steps_per_epoch = (long)(r->train.n / (size_t)g);
+    r->steps_per_epoch = (long)(r->n_train / (size_t)g);
     r->st.steps_per_epoch = r->steps_per_epoch;
     r->st.total_steps = r->steps_per_epoch * job->epochs;
     r->st.model = r->model;
@@ -663,7 +698,7 @@ static int setup(struct run *r)
         return GM_ERR_CONFIG;
     }
     r->labels = calloc((size_t)r->max_batch, sizeof(int32_t));
-    r->eval_idx = calloc(r->test.n + 1, sizeof(uint32_t));
+    r->eval_idx = calloc(r->n_test + 1, sizeof(uint32_t));
     if (r->labels == NULL || r->eval_idx == NULL)
         return -ENOMEM;
     openblas_set_num_threads(job->threads);
@@ -681,8 +716,8 @@ static void teardown(struct run *r)
     gm_model_free(r->model);
     gm_optim_free(&r->optim);
     gm_sampler_free(&r->sampler);
-    gm_dataset_free(&r->train);
-    gm_dataset_free(&r->test);
+    gm_loader_free(r->data);
+    r->data = NULL;
     free(r->labels);
     free(r->eval_idx);
     gm_cuda_free(r->cu); /* last: the model and the optimizer held its memory */
@@ -854,7 +889,7 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
                 "test=%zu input=%dx%dx%d classes=%d batch=%d epochs=%d steps_per_epoch=%ld "
                 "optim=%s lr=%g threads=%d",
                 job->name, sum->model, sum->params, sum->trainable, sum->params - sum->trainable,
-                r.train.n, r.test.n, r.train.c, r.train.h, r.train.w, gm_model_classes(r.model),
+                r.n_train, r.n_test, r.in_c, r.in_h, r.in_w, gm_model_classes(r.model),
                 r.st.global_batch, job->epochs, r.steps_per_epoch,
                 gm_job_optimizer_name(job->optim.name), job->optim.lr, job->threads);
     struct grad_hook_ctx gh = {.m = r.model, .comm = comm, .factor = 1.0f};
@@ -890,8 +925,15 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
             err = -EINVAL;
             goto out;
         }
-        gm_dataset_batch(&r.train, gm_sampler_indices(&r.sampler) + (size_t)s_in * (size_t)G + off,
-                         (size_t)n, gm_model_input(r.model), r.labels);
+        /* the next steps' shares decode while this one computes (within the epoch) */
+        for (long a = 1; a <= job->data.prefetch && s_in + a < r.steps_per_epoch; a++)
+            gm_loader_prefetch(
+                r.data, GM_SPLIT_TRAIN, e,
+                gm_sampler_indices(&r.sampler) + (size_t)(s_in + a) * (size_t)G + off, (size_t)n);
+        if ((err = gm_loader_batch(r.data, GM_SPLIT_TRAIN, e,
+                                   gm_sampler_indices(&r.sampler) + (size_t)s_in * (size_t)G + off,
+                                   (size_t)n, gm_model_input(r.model), r.labels)) < 0)
+            goto out; /* logged with the file */
         if ((err = gm_model_forward(r.model, n, 1,
                                     job->seed * 0x9e3779b97f4a7c15ull + (uint64_t)r.st.step)) < 0)
             goto out;
@@ -1049,11 +1091,16 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
     sum->wall_s = gm_time_seconds_since(r.t_start);
     getrusage(RUSAGE_SELF, &ru);
     sum->peak_rss_kb = ru.ru_maxrss;
-    if (r.st.rank == 0)
+    if (r.st.rank == 0) {
+        struct gm_loader_stats ls;
+        gm_loader_stats(r.data, &ls);
         gm_info("event=done job=%s steps=%ld test_accuracy=%.2f test_loss=%.4f samples_per_s=%.0f "
-                "wall_s=%.1f weights=%s peak_rss_mb=%.1f",
+                "wall_s=%.1f weights=%s peak_rss_mb=%.1f data_wait_s=%.2f data_decodes=%llu "
+                "data_cached_mb=%.1f",
                 job->name, r.st.step, acc, tloss, sum->samples_per_s, sum->wall_s, out,
-                (double)sum->peak_rss_kb / 1024.0);
+                (double)sum->peak_rss_kb / 1024.0, (double)ls.wait_ns * 1e-9,
+                (unsigned long long)ls.decodes, (double)ls.cache_bytes / 1048576.0);
+    }
 out:
     teardown(&r);
     return err;

@@ -5,11 +5,14 @@
  *
  * The first byte picks the options: bit 0 channels 1 or 3, bit 1 image_size 0 (native: all
  * images must match the first) or 5 (bilinear resize), bits 2-3 test_split 0, 0.25, 0.5 or
- * 0.9.  The rest becomes dir/a/0.png (the decoder is chosen by magic bytes, not by the name)
- * beside three valid 4x4 PNG and JPEG images in dir/a and dir/b made at start.  Any bytes
- * must give 0, GM_ERR_DATA or -ENOMEM, never a crash or a sanitizer report; a success must
- * hold 2 classes, the asked channels and size, and 4 samples in all.  Log lines go to
- * /dev/null.  Seeds: tests/fuzz/corpus/folder/ (a PNG, a gray PNG, a JPEG).
+ * 0.9; bit 4 the streaming loader (train/data/loader.h: the check on its threads, then every
+ * sample of both splits through the transforms) instead of the eager reader, with bit 5
+ * augment crop_flip, bit 6 resize 6 (shorter side, then the centre crop), bit 7 skip_bad.  The rest
+ * becomes dir/a/0.png (the decoder is chosen by magic bytes, not by the name) beside three valid
+ * 4x4 PNG and JPEG images in dir/a and dir/b made at start.  Any bytes must give 0, GM_ERR_DATA or
+ * -ENOMEM, never a crash or a sanitizer report; a success must hold 2 classes, the asked channels
+ * and size, and 4 samples in all.  Log lines go to /dev/null.  Seeds: tests/fuzz/corpus/folder/ (a
+ * PNG, a gray PNG, a JPEG).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -24,6 +27,7 @@
 
 #include "common/log.h"
 #include "train/data/data.h"
+#include "train/data/loader.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -123,6 +127,47 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     return 0;
 }
 
+/* The streaming loader on the same folder: every sample of both splits, one batch each. */
+static void stream(const uint8_t *data, struct gm_data_spec *spec)
+{
+    struct gm_loader *l;
+    int err;
+
+    spec->image_size = (data[0] & 2) || (data[0] & 0x60) ? 5 : 0;
+    spec->crop = spec->flip = (data[0] & 0x20) != 0;
+    spec->crop_scale[0] = 0.08, spec->crop_scale[1] = 1;
+    spec->crop_ratio[0] = 0.75, spec->crop_ratio[1] = 4.0 / 3.0;
+    spec->resize = (data[0] & 0x40) ? 6 : 0;
+    spec->skip_bad = (data[0] & 0x80) != 0;
+    spec->loader_threads = 2;
+    spec->prefetch = 1;
+    spec->cache = (data[0] & 1) ? 1u << 20 : 0;
+    err = gm_loader_new(spec, 4, &l);
+    if (err == 0) {
+        int c, h, w;
+        uint32_t idx[4] = {0, 1, 2, 3};
+        float x[4 * 3 * 5 * 5];
+        int32_t y[4];
+
+        gm_loader_shape(l, &c, &h, &w);
+        if (c != spec->channels || h != (spec->image_size ? 5 : 4) || h != w ||
+            gm_loader_classes(l) != 2 ||
+            gm_loader_len(l, GM_SPLIT_TRAIN) + gm_loader_len(l, GM_SPLIT_TEST) < 3)
+            abort();
+        for (int s = 0; s < 2; s++) {
+            size_t n = gm_loader_len(l, (enum gm_split)s);
+            if (gm_loader_batch(l, (enum gm_split)s, 1, idx, n, x, y) != 0)
+                abort(); /* the check decoded every file: nothing may fail now */
+            for (size_t k = 0; k < n; k++)
+                if (y[k] < 0 || y[k] > 1)
+                    abort();
+        }
+        gm_loader_free(l);
+    } else if (err != GM_ERR_DATA && err != -ENOMEM) {
+        abort();
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static const double splits[] = {0, 0.25, 0.5, 0.9};
@@ -144,6 +189,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (size > 1 && fwrite(data + 1, 1, size - 1, f) != size - 1)
         abort();
     fclose(f);
+    if (data[0] & 0x10) {
+        stream(data, &spec);
+        return 0;
+    }
     err = gm_dataset_load(&spec, &train, &test);
     if (err == 0) {
         size_t sz = gm_dataset_sample_bytes(&train);

@@ -529,6 +529,102 @@ static void test_model_keys(void)
                "(five 2x2 max-pools), not 28x28");
 }
 
+#define FOLDER                                                                                     \
+    "[job]\nmodel = mlp\n[optim]\nname = sgd\nlr = 0.1\nbatch = 1\n[data]\nkind = folder\n"        \
+    "dir = /d\n"
+/* FOLDER is 9 lines. */
+
+static void test_photo_keys(void)
+{
+    struct gm_job job;
+
+    GM_CHECK_OK(parse_quiet(FOLDER "train_dir = TrainData\nval_dir = Val/Data\nimage_size = 64\n"
+                                   "resize = 72\naugment = crop_flip\ncrop_scale = 0.25, 1\n"
+                                   "crop_ratio = 0.5,2\nmean = 0.5\nstd = 0.25\ncache = 2G\n"
+                                   "loader_threads = 3\nprefetch = 4\nskip_bad = yes\n",
+                            &job));
+    GM_CHECK_STREQ(job.data.train_dir, "TrainData");
+    GM_CHECK_STREQ(job.data.val_dir, "Val/Data");
+    GM_CHECK_EQ(job.data.augment, GM_JOB_AUGMENT_CROP_FLIP);
+    GM_CHECK(job.data.crop_scale.n == 2 && job.data.crop_scale.v[0] == 0.25 &&
+             job.data.crop_scale.v[1] == 1);
+    GM_CHECK(job.data.crop_ratio.v[0] == 0.5 && job.data.crop_ratio.v[1] == 2);
+    GM_CHECK(job.data.mean.n == 1 && job.data.mean.v[0] == 0.5 && job.data.std.v[0] == 0.25);
+    GM_CHECK_EQ(job.data.cache, (uint64_t)2 << 30);
+    GM_CHECK_EQ(job.data.resize, 72);
+    GM_CHECK_EQ(job.data.loader_threads, 3);
+    GM_CHECK_EQ(job.data.prefetch, 4);
+    GM_CHECK(job.data.skip_bad);
+    gm_job_free(&job);
+    /* defaults */
+    GM_CHECK_OK(parse_quiet(FOLDER, &job));
+    GM_CHECK_EQ(job.data.augment, GM_JOB_AUGMENT_NONE);
+    GM_CHECK(job.data.crop_scale.v[0] == 0.08 && job.data.crop_ratio.v[1] == 4.0 / 3.0);
+    GM_CHECK_EQ(job.data.cache, (uint64_t)256 << 20);
+    GM_CHECK_EQ(job.data.normalize, GM_JOB_NORMALIZE_NONE);
+    gm_job_free(&job);
+    GM_CHECK_OK(parse_quiet(FOLDER "normalize = imagenet\ncache = 0\n", &job));
+    GM_CHECK_EQ(job.data.normalize, GM_JOB_NORMALIZE_IMAGENET);
+    GM_CHECK_EQ(job.data.cache, 0);
+    gm_job_free(&job);
+
+    expect_bad(FOLDER "train_dir = t\n",
+               "error: job.ini:10: [data] train_dir and val_dir go together (or use test_split)");
+    expect_bad(FOLDER "train_dir = t\nval_dir = v\ntest_split = 0.2\n",
+               "error: job.ini:12: [data] test_split does not apply with train_dir and val_dir");
+    expect_bad(FOLDER "train_dir = t\nval_dir = a/../../v\n",
+               "error: job.ini:11: [data] train_dir and val_dir are folders inside dir (relative, "
+               "without '..'), so that the dataset check covers them");
+    expect_bad(FOLDER "train_dir = /t\nval_dir = v\n",
+               "error: job.ini:10: [data] train_dir and val_dir are folders inside dir (relative, "
+               "without '..'), so that the dataset check covers them");
+    expect_bad(FOLDER "augment = crop\n",
+               "error: job.ini:10: [data] image_size = 0 (native size) cannot go with augment = "
+               "crop: set image_size >= 1");
+    expect_bad(FOLDER "image_size = 0\nresize = 10\n",
+               "error: job.ini:10: [data] image_size = 0 (native size) cannot go with resize: set "
+               "image_size >= 1");
+    expect_bad(FOLDER "image_size = 32\nresize = 31\n",
+               "error: job.ini:11: [data] resize = 31 is below image_size = 32: the centre crop "
+               "must fit");
+    expect_bad(
+        FOLDER "crop_scale = 0.5, 1\n",
+        "error: job.ini:10: [data] crop_scale only applies with augment = crop or crop_flip");
+    expect_bad(
+        FOLDER "image_size = 8\naugment = crop\ncrop_scale = 0.5, 0.25\n",
+        "error: job.ini:12: [data] crop_scale and crop_ratio are ranges: the first number is "
+        "the lower bound");
+    expect_bad(FOLDER "image_size = 8\naugment = crop\ncrop_scale = 0, 1\n",
+               "error: job.ini:12: [data] crop_scale = 0, 1: must be 2 comma-separated numbers, "
+               "each in (0, 1]");
+    expect_bad(FOLDER "image_size = 8\naugment = crop\ncrop_ratio = 1\n",
+               "error: job.ini:12: [data] crop_ratio = 1: must be 2 comma-separated numbers, each "
+               "> 0");
+    expect_bad(FOLDER "mean = 0.5, 0.5, 0.5\n",
+               "error: job.ini:10: [data] mean and std go together, with 1 or 3 values each (the "
+               "same count)");
+    expect_bad(FOLDER "mean = 0.5, 0.5\nstd = 1, 1\n",
+               "error: job.ini:10: [data] mean and std go together, with 1 or 3 values each (the "
+               "same count)");
+    expect_bad(
+        FOLDER "std = 0\nmean = 0\n",
+        "error: job.ini:10: [data] std = 0: must be 1 to 3 comma-separated numbers, each > 0");
+    expect_bad(FOLDER "mean = 0\nstd = 1\nnormalize = imagenet\n",
+               "error: job.ini:12: [data] normalize and mean/std exclude each other: keep one");
+    expect_bad(FOLDER "cache = 12X\n",
+               "error: job.ini:10: [data] cache = 12X: must be a byte count (digits, optionally "
+               "followed by K, M, G or T)");
+    expect_bad(FOLDER "cache = 99999999999T\n",
+               "error: job.ini:10: [data] cache = 99999999999T: must be a byte count (digits, "
+               "optionally followed by K, M, G or T)");
+    expect_bad(MINIMAL "[data]\naugment = flip\n",
+               "error: job.ini:11: [data] augment only applies with kind = folder");
+    expect_bad(MINIMAL "[data]\nskip_bad = true\n",
+               "error: job.ini:11: [data] skip_bad only applies with kind = folder");
+    expect_bad(FOLDER "augment = mixup\n",
+               "error: job.ini:10: unknown augment 'mixup' (known: none, flip, crop, crop_flip)");
+}
+
 static void test_bad_bytes(void)
 {
     char text[512], log[4096];
@@ -688,6 +784,7 @@ int main(void)
     GM_TEST_RUN(test_bad_structure);
     GM_TEST_RUN(test_bad_combinations);
     GM_TEST_RUN(test_model_keys);
+    GM_TEST_RUN(test_photo_keys);
     GM_TEST_RUN(test_bad_bytes);
     GM_TEST_RUN(test_load);
     GM_TEST_RUN(test_shipped_jobs);

@@ -27,6 +27,19 @@ struct gm_data_spec {
     uint64_t seed;     /* folder only: which samples go to test */
     int pad;           /* every kind: zero border of pad pixels around each image, 0..64
                           (Fashion-MNIST's 28x28 -> 32x32 with pad = 2, for CIFAR models) */
+
+    /* The streaming loader (train/data/loader.h); gm_dataset_load reads none of these. */
+    const char *train_dir; /* folder: train and validation folders inside dir (relative), */
+    const char *val_dir;   /* both or neither; then test_split is unused */
+    int crop, flip;        /* folder, train split: RandomResizedCrop, RandomHorizontalFlip */
+    double crop_scale[2], crop_ratio[2]; /* torchvision's (0.08, 1) and (3/4, 4/3) */
+    int resize; /* folder, eval: shorter side before the centre crop; 0: stretch */
+    int norm_n; /* 0: no normalisation; 1 or 3: mean/std values (every kind) */
+    float mean[3], std[3];
+    uint64_t cache;     /* folder: bytes of decoded images kept between epochs */
+    int loader_threads; /* folder: decoding threads; 0: from the cores */
+    int prefetch;       /* folder: batches decoded ahead (>= 1; 0: 2) */
+    int skip_bad;       /* folder: skip undecodable images (named, counted) instead of failing */
 };
 
 /* Limits that keep a bad header from asking for absurd memory. */
