@@ -154,8 +154,18 @@ int gm_cli_train(int argc, char **argv)
         err = gm_train_summary_write_json(&sum, summary);
     if (tb != NULL) {
         int e = err == 0 ? gm_tb_write_summary(tb, &sum) : 0;
+        char path[4096];
+        snprintf(path, sizeof(path), "%s", gm_tb_path(tb));
         if (gm_tb_close(tb) != 0 || e != 0)
             gm_warn("event=tensorboard-incomplete dir=%s", tb_dir); /* the run still counts */
+        if ((err == GM_ERR_CONFIG || err == GM_ERR_DATA) && sum.steps == 0) {
+            /* refused before a step (a bad job, data or weights file): leave nothing behind,
+             * not even the events file of a run that never started */
+            unlink(path);
+            rmdir(tb_dir); /* fails, harmlessly, when it holds anything else */
+            if (tb_dir == tb_default)
+                rmdir("runs");
+        }
     }
     gm_job_free(&job);
     if (err < 0) {

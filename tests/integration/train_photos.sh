@@ -9,8 +9,8 @@
 #     the same file out (each rank's check says skipped=1) and the run completes;
 #   - bad input, each exit 78 with one error line naming the path or key, nothing written:
 #     mismatched class folders, an empty class, an unsupported image format, a cache larger
-#     than memory, image_size 0 with a crop.  (--no-tensorboard throughout: the CLI opens its
-#     event file before the trainer starts, so a refused job would leave runs/<job>-<time>/.)
+#     than memory, image_size 0 with a crop; each with TensorBoard on, in an empty folder that
+#     must stay empty (a refused run removes the events file it opened).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . tests/integration/lib.bash
@@ -60,14 +60,16 @@ grep -q 'train=36 test=12 input=3x32x32 classes=3' "$WORK/tv.log" || fail "train
 pass "train_dir and val_dir"
 
 # --- a corrupt JPEG ---------------------------------------------------------------------------
-expect_78() { # name what-to-find...: exit 78, one error line with each string, no weights
+expect_78() { # name what-to-find...: exit 78, one error line with each string, nothing written
     local name=$1 rc=0
     shift
-    "$GM" train --local "$WORK/$name.ini" --no-progress --no-tensorboard 2>"$WORK/$name.log" || rc=$?
+    mkdir -p "$WORK/cwd-$name" # TensorBoard on: its runs/ folder would land here
+    (cd "$WORK/cwd-$name" && "$GM" train --local "$WORK/$name.ini" --no-progress) 2>"$WORK/$name.log" || rc=$?
     [ $rc -eq 78 ] || fail "$name: exit $rc, want 78"
     [ "$(grep -c 'error' "$WORK/$name.log")" -eq 1 ] || fail "$name: want one error line"
     for s in "$@"; do grep 'error' "$WORK/$name.log" | grep -qF -- "$s" || fail "$name: no '$s' in the error"; done
     [ ! -e "$WORK/$name.safetensors" ] || fail "$name: weights written"
+    [ -z "$(ls -A "$WORK/cwd-$name")" ] || fail "$name: left $(ls -A "$WORK/cwd-$name") behind"
     pass "$name: exit 78, $(grep error "$WORK/$name.log" | head -c 160)"
 }
 cp -r "$WORK/photos" "$WORK/bad"
