@@ -4,7 +4,8 @@
 # certificate and a revoked member's certificate are each refused (the alert on
 # the client side, a log line on the agent's); a real member certificate is
 # accepted (so the test can fail), and application data crosses both ways
-# between OpenSSL's record layer and the agent's own (crypto/record.h).
+# between OpenSSL's record layer and the agent's own (crypto/record.h), also
+# across key updates that each side starts.
 #
 #   openssl s_client  --TLS-->  alpha (agent) 127.0.0.1:PA
 set -uo pipefail
@@ -76,6 +77,24 @@ pass "application records cross both ways between openssl s_client and the agent
 # the agent is still serving
 "$GM" status --config "$WORK/alpha.conf" >/dev/null || fail "agent died"
 pass "agent still serving"
+
+# key updates both ways with OpenSSL's record layer: the agent restarted to
+# update its write key every 2 records (GM_TLS_REKEY_AFTER=3, the update
+# included); s_client asks for an update (K: update_requested) and sends one
+# (k), then a line the agent must open under s_client's third key, and reads
+# the agent's HELLO and ERROR frames across the agent's own updates
+kill "$PID_alpha"; wait "$PID_alpha" 2>/dev/null
+GM_TLS_REKEY_AFTER=3 start_agent alpha
+n=$(count "event=bad-frame")
+(sleep 1; printf 'K\n'; sleep 0.5; printf 'k\n'; sleep 0.5; printf 'NOT-A-GRADMESH-FRAME\n'; sleep 1) |
+    timeout 10 openssl s_client -connect 127.0.0.1:$PA -CAfile "$WORK/alpha/ca.crt" \
+    -cert "$WORK/beta/node.crt" -key "$WORK/beta/node.key" >"$WORK/s.out" 2>&1
+[ "$(grep -c KEYUPDATE "$WORK/s.out")" -ge 2 ] || fail "s_client sent no KeyUpdate: $(tail -5 "$WORK/s.out")"
+wait_for "agent log: it opened s_client's line after two updates" count_gt "event=bad-frame" "$n"
+grep -a -q '"listen":"127.0.0.1:'$PA'"' "$WORK/s.out" || fail "s_client did not read the HELLO: $(tail -3 "$WORK/s.out")"
+grep -a -q 'malformed frame header' "$WORK/s.out" || fail "s_client did not read the ERROR frame"
+if grep -a -qi "alert\|bad record mac\|error:" "$WORK/s.out"; then fail "key updates: $(tail -3 "$WORK/s.out")"; fi
+pass "key updates both ways between openssl s_client and the agent"
 
 # a revoked member: its serial (as openssl prints it) in the denylist, agent restarted
 openssl x509 -noout -serial -in "$WORK/beta/node.crt" | sed 's/^serial=//' >"$WORK/alpha/denylist"
