@@ -1217,7 +1217,7 @@ size_t gm_tls_out_pending(const struct gm_tls *t)
 
 size_t gm_tls_out_peek(const struct gm_tls *t, const uint8_t **p)
 {
-    *p = t->out + t->out_off;
+    *p = t->out != NULL ? t->out + t->out_off : NULL; /* NULL + 0 is undefined */
     return t->out_len;
 }
 
@@ -1264,6 +1264,8 @@ size_t gm_tls_out_take(struct gm_tls *t, void *buf, size_t cap)
 {
     size_t n = t->out_len < cap ? t->out_len : cap;
 
+    if (n == 0)
+        return 0; /* t->out may still be NULL */
     memcpy(buf, t->out + t->out_off, n);
     t->out_off += n;
     t->out_len -= n;
@@ -1312,6 +1314,39 @@ int gm_tls_seal_raw(struct gm_tls *t, uint8_t type, const uint8_t *content, size
     if (!t->own)
         return -EINVAL;
     return seal_one(t, type, content, len, pad);
+}
+
+int gm_tls_fork_raw(const struct gm_tls *t, struct gm_tls **out)
+{
+    struct gm_tls *f;
+    int err;
+
+    *out = NULL;
+    if (!t->own)
+        return -EINVAL;
+    f = calloc(1, sizeof(*f));
+    if (f == NULL)
+        return -ENOMEM;
+    f->ctx = t->ctx;
+    f->role = t->role;
+    f->done = 1;
+    f->st.last_alert_sent = -1;
+    f->st.last_alert_received = -1;
+    err = gm_rec_init(&f->tx, t->tx.cipher, t->tx.md, t->tx.secret, t->tx.secret_len, 1);
+    if (err == 0) {
+        err = gm_rec_init(&f->rx, t->rx.cipher, t->rx.md, t->rx.secret, t->rx.secret_len, 0);
+        if (err != 0)
+            gm_rec_free(&f->tx);
+    }
+    if (err != 0) {
+        free(f);
+        return err;
+    }
+    f->tx.seq = t->tx.seq;
+    f->rx.seq = t->rx.seq;
+    f->own = 1;
+    *out = f;
+    return 0;
 }
 
 int gm_tls_update_tx_raw(struct gm_tls *t)

@@ -169,5 +169,10 @@ GM_MUST_CHECK int gm_tls_pinned_ca(const struct gm_tls *t, struct gm_cert **out)
 GM_MUST_CHECK int gm_tls_seal_raw(struct gm_tls *t, uint8_t type, const uint8_t *content,
                                   size_t len, size_t pad);
 GM_MUST_CHECK int gm_tls_update_tx_raw(struct gm_tls *t);
+/* Also for tests: a new session object with t's current record keys and
+ * sequence numbers and none of its other state, so a fuzzer can start many
+ * inputs from one handshake.  It has no OpenSSL session: only reads, writes,
+ * gm_tls_shutdown, the stats and the hooks above work on it. */
+GM_MUST_CHECK int gm_tls_fork_raw(const struct gm_tls *t, struct gm_tls **out);
 
 #endif

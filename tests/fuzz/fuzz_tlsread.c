@@ -2,9 +2,13 @@
  * tests/fuzz/fuzz_tlsread.c - the TLS engine's read path after a real
  * handshake (crypto/tls.c: record framing, the record opener, alerts,
  * KeyUpdate, the bounds on empty runs, close_notify), which fuzz_record
- * cannot reach.  A CA and two nodes are made once (random keys); every input
- * gets a fresh handshake between a client c (the fuzzer's side) and a server
- * s (the engine under test), both on the engine's own record layer.
+ * cannot reach.  A CA and two nodes are made once (random keys) and a real
+ * handshake runs once between a client (the fuzzer's side, c) and a server
+ * (the engine under test, s), both on the engine's own record layer; every
+ * input starts from copies of the two sessions as the handshake left them
+ * (gm_tls_fork_raw: the same keys, sequence numbers 0), so an input does the
+ * same in every run of the process.  GM_FUZZ_TLSREAD_HANDSHAKE=1 makes a new
+ * handshake for every input instead (about 50 times slower).
  *
  * Byte 0 is the mode: bit 0 picks how the rest reaches s; bits 1-3 the size
  * of the pieces s is fed (1, 2, 3, 5, 16, 100, 1000 bytes or all at once);
@@ -54,6 +58,8 @@ static struct {
     struct gm_key *cakey, *ka, *kb;
     struct gm_cert *ca, *ca_b, *cert_a, *cert_b;
     struct gm_tls_ctx *cs, *cc; /* server (s), client (c) */
+    struct gm_tls *c0, *s0;     /* the sessions every input starts from */
+    int per_input;              /* GM_FUZZ_TLSREAD_HANDSHAKE: a handshake per input */
     uint8_t buf[4 * (GM_REC_HDR + GM_REC_MAX_BODY)];
     uint8_t last[GM_REC_HDR + GM_REC_MAX_BODY]; /* the last record c sent, for replays */
     size_t last_len;
@@ -99,6 +105,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     cfg.key = st.kb;
     need(gm_tls_ctx_new(&cfg, &st.cc) == 0);
     st.verbose = getenv("GM_FUZZ_TLSREAD_VERBOSE") != NULL;
+    st.per_input = getenv("GM_FUZZ_TLSREAD_HANDSHAKE") != NULL;
     return 0;
 }
 
@@ -237,7 +244,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     piece = pieces[(data[0] >> 1) & 7];
     cap = rooms[data[0] >> 4];
-    handshake(&c, &s);
+    if (st.per_input) {
+        handshake(&c, &s);
+    } else {
+        if (st.c0 == NULL)
+            handshake(&st.c0, &st.s0);
+        need(gm_tls_fork_raw(st.c0, &c) == 0);
+        need(gm_tls_fork_raw(st.s0, &s) == 0);
+    }
     st.wire_len = st.expect_len = st.got_len = st.last_len = 0;
     st.expect_valid = data[0] & 1;
     if (data[0] & 1)
