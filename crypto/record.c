@@ -242,7 +242,8 @@ int gm_rec_open(struct gm_rec_dir *d, const uint8_t *rec, size_t rec_len, uint8_
     }
     return 0;
 wipe:
-    OPENSSL_cleanse(dst, n1);
+    if (n1 > 0)
+        OPENSSL_cleanse(dst, n1);
     if (n1 < inner)
         OPENSSL_cleanse(spill, inner - n1);
     return GM_ERR_PROTO;
