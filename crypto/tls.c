@@ -120,8 +120,8 @@ struct gm_tls {
     uint8_t *rec; /* owned: a record whose plaintext the caller had no room for */
     size_t rec_off, rec_len;
     /* key updates (see the top comment) */
-    int answer_owed; /* the peer asked: our update goes before our next data */
-    int asked;       /* we asked the peer and no update has come since */
+    int answer_owed;                      /* the peer asked: our update goes before our next data */
+    int asked;                            /* we asked the peer and no update has come since */
     unsigned run_empty, run_warn, run_ku; /* since the last record with data */
     uint64_t fb_records; /* OpenSSL's record layer: records written under its key */
     struct gm_tls_stats st;
@@ -532,8 +532,8 @@ int gm_tls_ctx_new(const struct gm_tls_config *cfg, struct gm_tls_ctx **out)
     SSL_CTX_set_alpn_select_cb(c->ssl_ctx, alpn_select, NULL);
     SSL_CTX_set_info_callback(c->ssl_ctx, info_cb);
     c->openssl_records = cfg->openssl_records;
-    c->rekey_after = cfg->rekey_after != 0 && cfg->rekey_after < REKEY_AFTER ? cfg->rekey_after
-                                                                               : REKEY_AFTER;
+    c->rekey_after =
+        cfg->rekey_after != 0 && cfg->rekey_after < REKEY_AFTER ? cfg->rekey_after : REKEY_AFTER;
     {
         const char *env = getenv("GM_TLS_REKEY_AFTER"); /* tests: only ever lower */
         char *end = NULL;
@@ -1037,8 +1037,7 @@ static int on_alert(struct gm_tls *t, const uint8_t *buf, size_t cap, size_t cle
     uint8_t level, desc;
 
     if (clen != 2)
-        return read_fail(t, AD_DECODE_ERROR, GM_ERR_PROTO, "malformed TLS alert (%zu bytes)",
-                         clen);
+        return read_fail(t, AD_DECODE_ERROR, GM_ERR_PROTO, "malformed TLS alert (%zu bytes)", clen);
     level = content_at(t, buf, cap, 0);
     desc = content_at(t, buf, cap, 1);
     if (level != 1 && level != 2)

@@ -274,8 +274,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (st.verbose)
         fprintf(stderr, "err=%d data=%zu/%zu%s key_updates=%llu alert_sent=%d reason=\"%s\"\n", err,
                 st.got_len, st.expect_len, st.expect_valid ? "" : "(unchecked)",
-                (unsigned long long)ss.key_updates_received, ss.last_alert_sent,
-                gm_tls_reason(s));
+                (unsigned long long)ss.key_updates_received, ss.last_alert_sent, gm_tls_reason(s));
     need(ss.rx_seq_max <= (UINT64_C(1) << 24) + 1);
     /* a healthy s (or one whose peer only closed) still talks to c: its
      * answers to KeyUpdate requests kept the keys in step */

@@ -741,7 +741,7 @@ static void test_tls_rekey(void)
     world_node(&a, &b, "lab", "n2");
     own_a = ctx_rekey(&a, 0, LIMIT);
     own_b = ctx_rekey(&b, 0, LIMIT);
-    ossl_a = ctx_rekey(&a, 1, 0);      /* OpenSSL's layer, default limit: updates only when asked */
+    ossl_a = ctx_rekey(&a, 1, 0); /* OpenSSL's layer, default limit: updates only when asked */
     ossl_b = ctx_rekey(&b, 1, 0);
     osslk_a = ctx_rekey(&a, 1, LIMIT); /* OpenSSL's layer, SSL_key_update at the limit */
     for (int mode = 0; mode < 4; mode++) {
@@ -786,11 +786,11 @@ static void test_tls_rekey(void)
                 GM_CHECK(st.key_updates_sent >= (uint64_t)(ROUNDS * 4 / LIMIT));
             GM_CHECK(pst.key_updates_received >= 3);
             if (gm_test_state.failures > 0)
-                fprintf(stderr, "mode %d dir %d: sent %llu max tx %llu; peer got %llu max rx %llu\n",
-                        mode, dir, (unsigned long long)st.key_updates_sent,
-                        (unsigned long long)st.tx_seq_max,
-                        (unsigned long long)pst.key_updates_received,
-                        (unsigned long long)pst.rx_seq_max);
+                fprintf(
+                    stderr, "mode %d dir %d: sent %llu max tx %llu; peer got %llu max rx %llu\n",
+                    mode, dir, (unsigned long long)st.key_updates_sent,
+                    (unsigned long long)st.tx_seq_max, (unsigned long long)pst.key_updates_received,
+                    (unsigned long long)pst.rx_seq_max);
         }
         gm_tls_shutdown(c);
         (void)move(c, s);
@@ -979,8 +979,8 @@ static void test_tls_records_adversarial(void)
             const char *hdr;
             int alert;
         } hdrs[] = {
-            {"\x17\x03\x03\xff\xff", AL_OVERFLOW}, {"\x17\x03\x03\x41\x01", AL_OVERFLOW},
-            {"\x17\x03\x03\x00\x10", AL_DECODE},   {"\x17\x03\x01\x00\x20", AL_DECODE},
+            {"\x17\x03\x03\xff\xff", AL_OVERFLOW},   {"\x17\x03\x03\x41\x01", AL_OVERFLOW},
+            {"\x17\x03\x03\x00\x10", AL_DECODE},     {"\x17\x03\x01\x00\x20", AL_DECODE},
             {"\x16\x03\x03\x00\x20", AL_UNEXPECTED}, {"\x14\x03\x03\x00\x01", AL_UNEXPECTED},
         };
         for (size_t i = 0; i < sizeof(hdrs) / sizeof(hdrs[0]); i++) {
