@@ -18,7 +18,7 @@
 static int expand_label(const EVP_MD *md, const uint8_t *secret, size_t secret_len,
                         const char *label, uint8_t *out, size_t n)
 {
-    uint8_t info[2 + 1 + 6 + 16 + 1];
+    uint8_t info[2 + 1 + 6 + 16 + 1]; /* the longest label is "traffic upd" */
     size_t ll = strlen(label), il = 0;
     EVP_KDF *kdf = NULL;
     EVP_KDF_CTX *kc = NULL;
@@ -53,33 +53,72 @@ static int expand_label(const EVP_MD *md, const uint8_t *secret, size_t secret_l
     return 0;
 }
 
-int gm_rec_init(struct gm_rec_dir *d, const EVP_CIPHER *cipher, const EVP_MD *md,
-                const uint8_t *secret, size_t secret_len, int seal)
+/* Key and IV from d->secret into d's cipher context (a new one when d has
+ * none).  Wipes the key. */
+static int set_keys(struct gm_rec_dir *d)
 {
     uint8_t key[32];
-    int klen = EVP_CIPHER_get_key_length(cipher), err, ok;
+    int klen = EVP_CIPHER_get_key_length(d->cipher), err, ok;
 
-    memset(d, 0, sizeof(*d));
-    if (klen <= 0 || (size_t)klen > sizeof(key) || EVP_CIPHER_get_iv_length(cipher) != 12)
+    if (klen <= 0 || (size_t)klen > sizeof(key) || EVP_CIPHER_get_iv_length(d->cipher) != 12)
         return -EINVAL;
-    err = expand_label(md, secret, secret_len, "key", key, (size_t)klen);
+    err = expand_label(d->md, d->secret, d->secret_len, "key", key, (size_t)klen);
     if (err == 0)
-        err = expand_label(md, secret, secret_len, "iv", d->iv, sizeof(d->iv));
+        err = expand_label(d->md, d->secret, d->secret_len, "iv", d->iv, sizeof(d->iv));
     if (err != 0) {
         OPENSSL_cleanse(key, sizeof(key));
         return err;
     }
-    d->ctx = EVP_CIPHER_CTX_new();
-    ok = d->ctx != NULL && EVP_CipherInit_ex(d->ctx, cipher, NULL, key, d->iv, seal ? 1 : 0) == 1;
+    if (d->ctx == NULL) {
+        d->ctx = EVP_CIPHER_CTX_new();
+        ok = d->ctx != NULL &&
+             EVP_CipherInit_ex(d->ctx, d->cipher, NULL, key, d->iv, d->seal ? 1 : 0) == 1;
+    } else { /* same cipher, new key: the nonce is set per record anyway */
+        ok = EVP_CipherInit_ex(d->ctx, NULL, NULL, key, d->iv, d->seal ? 1 : 0) == 1;
+    }
     OPENSSL_cleanse(key, sizeof(key));
     if (!ok) {
         err = d->ctx == NULL ? -ENOMEM : GM_ERR_PROTO;
         ERR_clear_error();
-        gm_rec_free(d);
         return err;
     }
-    d->seal = seal != 0;
+    d->seq = 0;
     return 0;
+}
+
+int gm_rec_init(struct gm_rec_dir *d, const EVP_CIPHER *cipher, const EVP_MD *md,
+                const uint8_t *secret, size_t secret_len, int seal)
+{
+    int err;
+
+    memset(d, 0, sizeof(*d));
+    if (secret_len == 0 || secret_len > sizeof(d->secret) ||
+        secret_len != (size_t)EVP_MD_get_size(md))
+        return -EINVAL;
+    d->cipher = cipher;
+    d->md = md;
+    d->seal = seal != 0;
+    memcpy(d->secret, secret, secret_len);
+    d->secret_len = secret_len;
+    err = set_keys(d);
+    if (err != 0)
+        gm_rec_free(d);
+    return err;
+}
+
+int gm_rec_update(struct gm_rec_dir *d)
+{
+    uint8_t next[EVP_MAX_MD_SIZE];
+    int err = expand_label(d->md, d->secret, d->secret_len, "traffic upd", next, d->secret_len);
+
+    if (err == 0) {
+        memcpy(d->secret, next, d->secret_len);
+        err = set_keys(d);
+    }
+    OPENSSL_cleanse(next, sizeof(next));
+    if (err != 0)
+        gm_rec_free(d);
+    return err;
 }
 
 void gm_rec_free(struct gm_rec_dir *d)
@@ -143,6 +182,17 @@ long gm_rec_size(const uint8_t *p, size_t avail)
     return (long)(GM_REC_HDR + body);
 }
 
+uint8_t gm_rec_header_alert(const uint8_t *p)
+{
+    size_t body = (size_t)p[3] << 8 | p[4];
+
+    if (p[0] != GM_REC_TYPE_DATA)
+        return 10; /* unexpected_message: plaintext or change_cipher_spec after the handshake */
+    if (body > GM_REC_MAX_BODY)
+        return 22; /* record_overflow */
+    return 50;     /* decode_error: wrong version, or too short for a type and a tag */
+}
+
 /* Byte i of an inner plaintext split over dst[n1] and spill. */
 static uint8_t inner_at(const uint8_t *dst, size_t n1, const uint8_t *spill, size_t i)
 {
@@ -176,17 +226,25 @@ int gm_rec_open(struct gm_rec_dir *d, const uint8_t *rec, size_t rec_len, uint8_
          EVP_DecryptUpdate(d->ctx, spill, &n, rec + GM_REC_HDR + n1, (int)(inner - n1)) != 1) ||
         EVP_DecryptFinal_ex(d->ctx, tag, &n) != 1) { /* AEAD finals write no bytes */
         ERR_clear_error();
-        return GM_ERR_PROTO; /* bad_record_mac */
+        goto wipe; /* bad_record_mac */
     }
     d->seq++;
     /* the type is the last non-zero byte; zeros after it are padding */
     for (i = inner; i > 0 && inner_at(dst, n1, spill, i - 1) == 0; i--)
         ;
     if (i == 0)
-        return GM_ERR_PROTO; /* unexpected_message: no type */
+        goto wipe; /* unexpected_message: no type */
     *type = inner_at(dst, n1, spill, i - 1);
     *len = i - 1;
-    if (*len > GM_REC_MAX_PLAIN)
-        return GM_ERR_PROTO; /* record_overflow */
+    if (*len > GM_REC_MAX_PLAIN) {
+        *type = 0;
+        goto wipe; /* record_overflow */
+    }
     return 0;
+wipe:
+    if (n1 > 0)
+        OPENSSL_cleanse(dst, n1);
+    if (n1 < inner)
+        OPENSSL_cleanse(spill, inner - n1);
+    return GM_ERR_PROTO;
 }

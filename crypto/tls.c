@@ -19,6 +19,24 @@
  * record when it hands over.  If the secrets are missing (a build whose
  * OpenSSL does not log them) the engine keeps OpenSSL's record layer: the
  * wire is the same either way.
+ *
+ * Key updates (RFC 8446 4.6.3): each side moves its write key to the next
+ * generation before it seals more than rekey_after records under one key
+ * (2^24 by default, under the 2^24.5 of RFC 8446 5.5 for AES-GCM; tests lower
+ * it), and answers a peer's update_requested with its own update before its
+ * next data.  A peer that never updates on its own (OpenSSL's record layer
+ * does not) is asked to once this side has opened rekey_after of its records
+ * under one key.  A KeyUpdate must arrive whole in one record (OpenSSL sends
+ * it so): a fragment is refused.  On OpenSSL's record layer (the fallback)
+ * OpenSSL reads and answers updates; the engine calls SSL_key_update at the
+ * same limit.
+ *
+ * Failures after the handshake send a fatal alert that says what was wrong
+ * (bad_record_mac, decode_error, unexpected_message, record_overflow,
+ * illegal_parameter), so the peer logs tampering as tampering; after a fatal
+ * alert or close_notify this side writes nothing more.  Runs of records that
+ * carry no data are bounded as OpenSSL bounds them: 32 empty records, 5
+ * user_canceled warnings, 32 KeyUpdates in a row.
  */
 #include "crypto/tls.h"
 
@@ -38,6 +56,23 @@
 #include "crypto/record.h"
 
 #define DENY_MAX 4096
+/* RFC 8446 5.5: at most 2^24.5 full-size records under one AES-GCM key. */
+#define REKEY_AFTER (UINT64_C(1) << 24)
+/* OpenSSL's bounds on runs of records that carry no data (ssl/record). */
+#define MAX_EMPTY_RECORDS 32
+#define MAX_WARN_ALERTS 5
+#define MAX_KEY_UPDATES 32
+
+/* Alert descriptions (RFC 8446 6). */
+#define AD_CLOSE_NOTIFY 0
+#define AD_UNEXPECTED_MESSAGE 10
+#define AD_BAD_RECORD_MAC 20
+#define AD_RECORD_OVERFLOW 22
+#define AD_ILLEGAL_PARAMETER 47
+#define AD_DECODE_ERROR 50
+#define AD_INTERNAL_ERROR 80
+#define AD_USER_CANCELED 90
+#define HS_KEY_UPDATE 24
 
 struct gm_tls_ctx {
     SSL_CTX *ssl_ctx;     /* owned */
@@ -48,6 +83,7 @@ struct gm_tls_ctx {
     char (*deny)[41]; /* owned, n_deny entries */
     size_t n_deny, cap_deny;
     int openssl_records;
+    uint64_t rekey_after; /* records under one write key, >= 2 */
 };
 
 struct secret {
@@ -77,11 +113,18 @@ struct gm_tls {
     char reason[256];
     /* the record layer after the handshake (own = 1), see the top comment */
     struct secret sec_client, sec_server; /* from the key log, wiped once used */
-    int own, sent_close;
-    int peer_closed; /* 0, or what every read returns from now on */
+    int own;
+    int write_closed; /* close_notify or a fatal alert sent (or received): no more writes */
+    int peer_closed;  /* 0, or what every read returns from now on */
     struct gm_rec_dir tx, rx;
     uint8_t *rec; /* owned: a record whose plaintext the caller had no room for */
     size_t rec_off, rec_len;
+    /* key updates (see the top comment) */
+    int answer_owed;                      /* the peer asked: our update goes before our next data */
+    int asked;                            /* we asked the peer and no update has come since */
+    unsigned run_empty, run_warn, run_ku; /* since the last record with data */
+    uint64_t fb_records; /* OpenSSL's record layer: records written under its key */
+    struct gm_tls_stats st;
 };
 
 static const unsigned char alpn_member[] = "\x0agradmesh/1";
@@ -324,6 +367,23 @@ static void info_cb(const SSL *ssl, int where, int ret)
         set_reason(t, "sent alert: %s", SSL_alert_desc_string_long(ret));
 }
 
+/* Counts KeyUpdates while OpenSSL's record layer is in use (gm_tls_stats). */
+static void msg_cb(int write_p, int version, int content_type, const void *buf, size_t len,
+                   SSL *ssl, void *arg)
+{
+    struct gm_tls *t = SSL_get_app_data(ssl);
+
+    (void)version;
+    (void)arg;
+    if (t == NULL || content_type != SSL3_RT_HANDSHAKE || len < 1 ||
+        ((const uint8_t *)buf)[0] != HS_KEY_UPDATE)
+        return;
+    if (write_p)
+        t->st.key_updates_sent++;
+    else
+        t->st.key_updates_received++;
+}
+
 /*
  * The engine's memory BIO.  Like BIO_s_mem, but input can be borrowed from
  * the caller's read buffer (no copy unless bytes are left over), and output
@@ -472,6 +532,18 @@ int gm_tls_ctx_new(const struct gm_tls_config *cfg, struct gm_tls_ctx **out)
     SSL_CTX_set_alpn_select_cb(c->ssl_ctx, alpn_select, NULL);
     SSL_CTX_set_info_callback(c->ssl_ctx, info_cb);
     c->openssl_records = cfg->openssl_records;
+    c->rekey_after =
+        cfg->rekey_after != 0 && cfg->rekey_after < REKEY_AFTER ? cfg->rekey_after : REKEY_AFTER;
+    {
+        const char *env = getenv("GM_TLS_REKEY_AFTER"); /* tests: only ever lower */
+        char *end = NULL;
+        unsigned long long v = env != NULL ? strtoull(env, &end, 10) : 0;
+        if (env != NULL && end != env && *end == '\0' && v > 0 && v < c->rekey_after)
+            c->rekey_after = v;
+    }
+    if (c->rekey_after < 2)
+        c->rekey_after = 2; /* an update and one record */
+    SSL_CTX_set_msg_callback(c->ssl_ctx, msg_cb);
     if (!c->openssl_records)
         SSL_CTX_set_keylog_callback(c->ssl_ctx, keylog_cb);
     if (cfg->ca != NULL) {
@@ -577,6 +649,8 @@ int gm_tls_new(struct gm_tls_ctx *c, enum gm_tls_role role, struct gm_tls **out)
         return -ENOMEM;
     t->ctx = c;
     t->role = role;
+    t->st.last_alert_sent = -1;
+    t->st.last_alert_received = -1;
     t->ssl = SSL_new(c->ssl_ctx);
     t->bio = BIO_new(c->bio_meth);
     if (t->ssl == NULL || t->bio == NULL) {
@@ -762,26 +836,89 @@ int gm_tls_handshake(struct gm_tls *t)
     return ssl_fail(t, r);
 }
 
-/* Seals len bytes of inner type `type` as records onto the output. */
-static int own_write(struct gm_tls *t, uint8_t type, const uint8_t *buf, size_t len)
+/* Seals one record of inner type `type` onto the output. */
+static int seal_one(struct gm_tls *t, uint8_t type, const uint8_t *buf, size_t k, size_t pad)
+{
+    long r;
+
+    if (t->out_off > 0 && t->out_len == 0)
+        t->out_off = 0;
+    if (grow(&t->out, &t->out_cap, t->out_off + t->out_len + k + pad + GM_REC_OVERHEAD) != 0)
+        return -ENOMEM;
+    r = gm_rec_seal(&t->tx, type, buf, k, pad, t->out + t->out_off + t->out_len);
+    if (r < 0) {
+        set_reason(t, "sealing a TLS record failed");
+        return r == -EINVAL ? -EINVAL : GM_ERR_PROTO;
+    }
+    t->out_len += (size_t)r;
+    if (t->tx.seq > t->st.tx_seq_max)
+        t->st.tx_seq_max = t->tx.seq;
+    return 0;
+}
+
+/* Sends KeyUpdate(request) and moves the write key on (RFC 8446 4.6.3). */
+static int send_key_update(struct gm_tls *t, int request)
+{
+    const uint8_t ku[5] = {HS_KEY_UPDATE, 0, 0, 1, request ? 1 : 0};
+    int err = seal_one(t, GM_REC_TYPE_HANDSHAKE, ku, sizeof(ku), 0);
+
+    if (err == 0 && (err = gm_rec_update(&t->tx)) != 0)
+        set_reason(t, "deriving the next write key failed");
+    if (err != 0) {
+        t->write_closed = 1; /* tx may be gone: nothing more can be sealed */
+        return err;
+    }
+    t->st.key_updates_sent++;
+    t->answer_owed = 0; /* any update of ours answers a request */
+    if (request)
+        t->asked = 1;
+    return 0;
+}
+
+/* Seals len bytes of application data as records onto the output, updating
+ * the write key first where it is due or the peer asked for it. */
+static int own_write(struct gm_tls *t, const uint8_t *buf, size_t len)
 {
     do {
         size_t k = len < GM_REC_MAX_PLAIN ? len : GM_REC_MAX_PLAIN;
-        long r;
-        if (t->out_off > 0 && t->out_len == 0)
-            t->out_off = 0;
-        if (grow(&t->out, &t->out_cap, t->out_off + t->out_len + k + GM_REC_OVERHEAD) != 0)
-            return -ENOMEM;
-        r = gm_rec_seal(&t->tx, type, buf, k, 0, t->out + t->out_off + t->out_len);
-        if (r < 0) {
-            set_reason(t, "sealing a TLS record failed");
-            return GM_ERR_PROTO;
+        int err;
+        if (t->answer_owed || t->tx.seq >= t->ctx->rekey_after - 1) {
+            err = send_key_update(t, 0);
+            if (err != 0)
+                return err;
         }
-        t->out_len += (size_t)r;
+        err = seal_one(t, GM_REC_TYPE_DATA, buf, k, 0);
+        if (err != 0)
+            return err;
         buf += k;
         len -= k;
     } while (len > 0);
     return 0;
+}
+
+/* A fatal alert after the handshake, unless this side has closed its writing. */
+static void send_alert(struct gm_tls *t, uint8_t desc)
+{
+    const uint8_t a[2] = {2, desc}; /* level fatal */
+
+    if (!t->write_closed && seal_one(t, GM_REC_TYPE_ALERT, a, sizeof(a), 0) == 0)
+        t->st.last_alert_sent = desc;
+    t->write_closed = 1;
+}
+
+/* Ends reading with a fatal alert: every read returns err from now on. */
+__attribute__((format(printf, 4, 5))) static int read_fail(struct gm_tls *t, uint8_t desc, int err,
+                                                           const char *fmt, ...)
+{
+    char why[200];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof(why), fmt, ap);
+    va_end(ap);
+    set_reason(t, "%s (sent alert: %s)", why, SSL_alert_desc_string_long(desc));
+    send_alert(t, desc);
+    return t->peer_closed = err;
 }
 
 /* The next whole record as one contiguous span: from the owned leftovers,
@@ -852,12 +989,81 @@ static int alert_err(uint8_t desc)
     }
 }
 
+/* Byte i of a record's content, split over the caller's buffer and t->rec. */
+static uint8_t content_at(const struct gm_tls *t, const uint8_t *buf, size_t cap, size_t i)
+{
+    return i < cap ? buf[i] : t->rec[i - cap];
+}
+
+/* A post-handshake handshake record: one whole KeyUpdate, or refused. */
+static int on_handshake(struct gm_tls *t, const uint8_t *buf, size_t cap, size_t clen)
+{
+    uint8_t m[5];
+    size_t body;
+
+    if (clen == 0)
+        return read_fail(t, AD_UNEXPECTED_MESSAGE, GM_ERR_PROTO, "empty TLS handshake record");
+    for (size_t i = 0; i < clen && i < sizeof(m); i++)
+        m[i] = content_at(t, buf, cap, i);
+    if (m[0] != HS_KEY_UPDATE)
+        return read_fail(t, AD_UNEXPECTED_MESSAGE, GM_ERR_PROTO,
+                         "peer sent post-handshake message type %u (only KeyUpdate is taken)",
+                         m[0]);
+    if (clen < 4)
+        return read_fail(t, AD_DECODE_ERROR, GM_ERR_PROTO,
+                         "KeyUpdate split across records (not taken)");
+    body = (size_t)m[1] << 16 | (size_t)m[2] << 8 | m[3];
+    if (body != 1 || clen != 5)
+        return read_fail(t, AD_DECODE_ERROR, GM_ERR_PROTO,
+                         "malformed KeyUpdate (body %zu bytes, record %zu)", body, clen);
+    if (m[4] > 1)
+        return read_fail(t, AD_ILLEGAL_PARAMETER, GM_ERR_PROTO, "KeyUpdate request_update %u",
+                         m[4]);
+    if (++t->run_ku > MAX_KEY_UPDATES)
+        return read_fail(t, AD_UNEXPECTED_MESSAGE, GM_ERR_PROTO,
+                         "more than %d KeyUpdates without data", MAX_KEY_UPDATES);
+    if (gm_rec_update(&t->rx) != 0)
+        return read_fail(t, AD_INTERNAL_ERROR, GM_ERR_PROTO, "deriving the next read key failed");
+    t->st.key_updates_received++;
+    t->asked = 0;
+    if (m[4] == 1 && !t->write_closed)
+        t->answer_owed = 1; /* before our next data (RFC 8446 4.6.3) */
+    return 0;
+}
+
+/* An alert record: 0 to go on (user_canceled), else what reads return. */
+static int on_alert(struct gm_tls *t, const uint8_t *buf, size_t cap, size_t clen)
+{
+    uint8_t level, desc;
+
+    if (clen != 2)
+        return read_fail(t, AD_DECODE_ERROR, GM_ERR_PROTO, "malformed TLS alert (%zu bytes)", clen);
+    level = content_at(t, buf, cap, 0);
+    desc = content_at(t, buf, cap, 1);
+    if (level != 1 && level != 2)
+        return read_fail(t, AD_ILLEGAL_PARAMETER, GM_ERR_PROTO, "TLS alert of level %u", level);
+    t->st.last_alert_received = desc;
+    if (desc == AD_CLOSE_NOTIFY)
+        return t->peer_closed = GM_ERR_ABORTED; /* we may still write (RFC 8446 6.1) */
+    if (desc == AD_USER_CANCELED && level == 1) {
+        if (++t->run_warn > MAX_WARN_ALERTS)
+            return read_fail(t, AD_UNEXPECTED_MESSAGE, GM_ERR_PROTO,
+                             "more than %d user_canceled alerts", MAX_WARN_ALERTS);
+        return 0; /* a close_notify follows */
+    }
+    /* every other alert is fatal in TLS 1.3 (RFC 8446 6.2): the session is over */
+    set_reason(t, "peer sent alert: %s", SSL_alert_desc_string_long(desc));
+    t->write_closed = 1;
+    return t->peer_closed = alert_err(desc);
+}
+
 static int own_read(struct gm_tls *t, uint8_t *buf, size_t cap, size_t *n)
 {
     for (;;) {
         const uint8_t *p = NULL;
-        uint8_t type, desc;
+        uint8_t type;
         size_t len = 0, clen, k;
+        uint64_t seq;
         int from_in = 0, err;
 
         if (t->rec_len > 0) {
@@ -872,8 +1078,10 @@ static int own_read(struct gm_tls *t, uint8_t *buf, size_t cap, size_t *n)
             return t->peer_closed;
         err = next_record(t, &p, &len, &from_in);
         if (err == GM_ERR_PROTO) {
-            set_reason(t, "malformed TLS record header");
-            t->peer_closed = err;
+            const uint8_t *h = t->in_len > 0 ? t->in + t->in_off : t->bin;
+            return read_fail(t, gm_rec_header_alert(h), err,
+                             "malformed TLS record header %02x %02x%02x length %u", h[0], h[1],
+                             h[2], (unsigned)h[3] << 8 | h[4]);
         }
         if (err != 0)
             return err;
@@ -882,6 +1090,7 @@ static int own_read(struct gm_tls *t, uint8_t *buf, size_t cap, size_t *n)
         if (cap < len - GM_REC_HDR - GM_REC_TAG && t->rec == NULL &&
             (t->rec = malloc(GM_REC_MAX_BODY)) == NULL)
             return -ENOMEM;
+        seq = t->rx.seq;
         err = gm_rec_open(&t->rx, p, len, buf, cap, t->rec, &clen, &type);
         if (from_in) {
             t->in_off += len;
@@ -892,14 +1101,32 @@ static int own_read(struct gm_tls *t, uint8_t *buf, size_t cap, size_t *n)
             t->bin += len;
             t->bin_len -= len;
         }
-        if (err != 0) {
-            set_reason(t, "TLS record failed to authenticate (bad record MAC or no content type)");
-            return t->peer_closed = GM_ERR_PROTO;
-        }
+        if (err != 0 && t->rx.seq == seq)
+            return read_fail(t, AD_BAD_RECORD_MAC, GM_ERR_PROTO,
+                             "TLS record %llu failed to authenticate (bad record MAC)",
+                             (unsigned long long)seq);
+        if (err != 0 && clen > GM_REC_MAX_PLAIN)
+            return read_fail(t, AD_RECORD_OVERFLOW, GM_ERR_PROTO,
+                             "TLS record of %zu bytes of content", clen);
+        if (err != 0)
+            return read_fail(t, AD_UNEXPECTED_MESSAGE, GM_ERR_PROTO,
+                             "TLS record with no content type (all zeros)");
+        if (t->rx.seq > t->st.rx_seq_max)
+            t->st.rx_seq_max = t->rx.seq;
+        if (clen == 0 && type != GM_REC_TYPE_HANDSHAKE && ++t->run_empty > MAX_EMPTY_RECORDS)
+            return read_fail(t, AD_UNEXPECTED_MESSAGE, GM_ERR_PROTO,
+                             "more than %d empty TLS records in a row", MAX_EMPTY_RECORDS);
         switch (type) {
         case GM_REC_TYPE_DATA:
             if (clen == 0)
                 continue;
+            t->run_empty = t->run_warn = t->run_ku = 0;
+            /* a peer that never updates its key on its own (OpenSSL): ask it to */
+            if (!t->asked && !t->write_closed && t->rx.seq >= t->ctx->rekey_after) {
+                err = send_key_update(t, 1);
+                if (err != 0)
+                    return t->peer_closed = err;
+            }
             if (clen > cap) { /* the part past cap waits at the start of t->rec */
                 t->rec_off = 0;
                 t->rec_len = clen - cap;
@@ -908,24 +1135,18 @@ static int own_read(struct gm_tls *t, uint8_t *buf, size_t cap, size_t *n)
             *n = clen;
             return 0;
         case GM_REC_TYPE_ALERT:
-            if (clen != 2) {
-                set_reason(t, "malformed TLS alert");
-                return t->peer_closed = GM_ERR_PROTO;
-            }
-            desc = cap > 1 ? buf[1] : t->rec[1 - cap]; /* level, description */
-            if (desc == SSL_AD_CLOSE_NOTIFY)
-                return t->peer_closed = GM_ERR_ABORTED;
-            if (desc == SSL_AD_USER_CANCELLED)
-                continue; /* a close_notify follows */
-            set_reason(t, "peer sent alert: %s", SSL_alert_desc_string_long(desc));
-            return t->peer_closed = alert_err(desc);
+            err = on_alert(t, buf, cap, clen);
+            if (err != 0)
+                return err;
+            continue;
         case GM_REC_TYPE_HANDSHAKE:
-            set_reason(t, "peer sent a post-handshake message (key update or ticket), which this "
-                          "engine does not take");
-            return t->peer_closed = GM_ERR_PROTO;
+            err = on_handshake(t, buf, cap, clen);
+            if (err != 0)
+                return err;
+            continue;
         default:
-            set_reason(t, "TLS record of unknown content type %u", type);
-            return t->peer_closed = GM_ERR_PROTO;
+            return read_fail(t, AD_UNEXPECTED_MESSAGE, GM_ERR_PROTO,
+                             "TLS record of unknown content type %u", type);
         }
     }
 }
@@ -949,15 +1170,42 @@ int gm_tls_read(struct gm_tls *t, void *buf, size_t cap, size_t *n)
 
 int gm_tls_write(struct gm_tls *t, const void *buf, size_t len)
 {
-    size_t done = 0;
+    const uint8_t *p = buf;
 
     if (len == 0)
         return 0;
+    if (t->write_closed) {
+        set_reason(t, "write after close_notify or a fatal alert");
+        return -EPIPE;
+    }
     if (t->own)
-        return own_write(t, GM_REC_TYPE_DATA, buf, len);
-    ERR_clear_error();
-    if (SSL_write_ex(t->ssl, buf, len, &done) != 1 || done != len)
-        return ssl_fail(t, 0);
+        return own_write(t, p, len);
+    if (SSL_get_shutdown(t->ssl) & SSL_SENT_SHUTDOWN) { /* OpenSSL's layer: close_notify sent */
+        set_reason(t, "write after close_notify");
+        return -EPIPE;
+    }
+    /* OpenSSL's record layer updates no key on its own: at most rekey_after
+     * records (the update included) under one key, as the engine's own */
+    while (len > 0) {
+        uint64_t room = t->ctx->rekey_after - 1 - t->fb_records;
+        size_t k, done = 0;
+        if (room == 0) {
+            ERR_clear_error();
+            if (SSL_key_update(t->ssl, SSL_KEY_UPDATE_NOT_REQUESTED) != 1)
+                return ssl_fail(t, 0);
+            t->fb_records = 0;
+            room = t->ctx->rekey_after - 1;
+        }
+        k = room < len / GM_REC_MAX_PLAIN + 1 ? (size_t)room * GM_REC_MAX_PLAIN : len;
+        if (k > len)
+            k = len;
+        ERR_clear_error();
+        if (SSL_write_ex(t->ssl, p, k, &done) != 1 || done != k)
+            return ssl_fail(t, 0);
+        t->fb_records += (k + GM_REC_MAX_PLAIN - 1) / GM_REC_MAX_PLAIN;
+        p += k;
+        len -= k;
+    }
     return 0;
 }
 
@@ -968,7 +1216,7 @@ size_t gm_tls_out_pending(const struct gm_tls *t)
 
 size_t gm_tls_out_peek(const struct gm_tls *t, const uint8_t **p)
 {
-    *p = t->out + t->out_off;
+    *p = t->out != NULL ? t->out + t->out_off : NULL; /* NULL + 0 is undefined */
     return t->out_len;
 }
 
@@ -1015,6 +1263,8 @@ size_t gm_tls_out_take(struct gm_tls *t, void *buf, size_t cap)
 {
     size_t n = t->out_len < cap ? t->out_len : cap;
 
+    if (n == 0)
+        return 0; /* t->out may still be NULL */
     memcpy(buf, t->out + t->out_off, n);
     t->out_off += n;
     t->out_len -= n;
@@ -1025,14 +1275,16 @@ size_t gm_tls_out_take(struct gm_tls *t, void *buf, size_t cap)
 
 void gm_tls_shutdown(struct gm_tls *t)
 {
-    static const uint8_t close_notify[2] = {1, SSL_AD_CLOSE_NOTIFY}; /* level warning */
+    static const uint8_t close_notify[2] = {1, AD_CLOSE_NOTIFY}; /* level warning */
 
     if (t->own) {
-        if (!t->sent_close)
-            (void)own_write(t, GM_REC_TYPE_ALERT, close_notify, sizeof(close_notify));
-        t->sent_close = 1;
+        if (!t->write_closed &&
+            seal_one(t, GM_REC_TYPE_ALERT, close_notify, sizeof(close_notify), 0) == 0)
+            t->st.last_alert_sent = AD_CLOSE_NOTIFY;
+        t->write_closed = 1;
         return;
     }
+    t->write_closed = t->done;
     ERR_clear_error();
     if (t->done)
         (void)SSL_shutdown(t->ssl);
@@ -1047,6 +1299,60 @@ int gm_tls_handshake_done(const struct gm_tls *t)
 int gm_tls_own_records(const struct gm_tls *t)
 {
     return t->own;
+}
+
+void gm_tls_get_stats(const struct gm_tls *t, struct gm_tls_stats *st)
+{
+    *st = t->st;
+    st->tx_seq = t->own ? t->tx.seq : 0;
+    st->rx_seq = t->own ? t->rx.seq : 0;
+}
+
+int gm_tls_seal_raw(struct gm_tls *t, uint8_t type, const uint8_t *content, size_t len, size_t pad)
+{
+    if (!t->own)
+        return -EINVAL;
+    return seal_one(t, type, content, len, pad);
+}
+
+int gm_tls_fork_raw(const struct gm_tls *t, struct gm_tls **out)
+{
+    struct gm_tls *f;
+    int err;
+
+    *out = NULL;
+    if (!t->own)
+        return -EINVAL;
+    f = calloc(1, sizeof(*f));
+    if (f == NULL)
+        return -ENOMEM;
+    f->ctx = t->ctx;
+    f->role = t->role;
+    f->done = 1;
+    f->st.last_alert_sent = -1;
+    f->st.last_alert_received = -1;
+    err = gm_rec_init(&f->tx, t->tx.cipher, t->tx.md, t->tx.secret, t->tx.secret_len, 1);
+    if (err == 0) {
+        err = gm_rec_init(&f->rx, t->rx.cipher, t->rx.md, t->rx.secret, t->rx.secret_len, 0);
+        if (err != 0)
+            gm_rec_free(&f->tx);
+    }
+    if (err != 0) {
+        free(f);
+        return err;
+    }
+    f->tx.seq = t->tx.seq;
+    f->rx.seq = t->rx.seq;
+    f->own = 1;
+    *out = f;
+    return 0;
+}
+
+int gm_tls_update_tx_raw(struct gm_tls *t)
+{
+    if (!t->own)
+        return -EINVAL;
+    return gm_rec_update(&t->tx);
 }
 
 int gm_tls_is_join(const struct gm_tls *t)

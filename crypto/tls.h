@@ -10,9 +10,12 @@
  * Rules (all enforced here, not by callers):
  *  - TLS 1.3 only; no session tickets; AES-GCM / ChaCha20 suites.
  *  - After the handshake the engine seals and opens the records itself
- *    (crypto/record.h: fewer copies than OpenSSL 3.0's record layer); a peer
- *    that sends a post-handshake handshake message (KeyUpdate, a ticket) is
- *    refused.
+ *    (crypto/record.h: fewer copies than OpenSSL 3.0's record layer).  It
+ *    updates its write key before a key protects more records than RFC 8446
+ *    5.5 allows (KeyUpdate, 4.6.3), takes the peer's KeyUpdate and answers
+ *    update_requested; any other post-handshake message (a ticket) is
+ *    refused.  A bad record ends the session with a fatal alert that says
+ *    why; after close_notify or a fatal alert nothing more is written.
  *  - Member links: mutual authentication against the cluster CA only (an
  *    empty X509_STORE plus that CA; system roots are never loaded); the peer
  *    certificate must carry the URI SAN of this cluster; a denylist of
@@ -58,6 +61,10 @@ struct gm_tls_config {
      * engine's own (crypto/record.h).  The wire is the same; tests use it to
      * check the two against each other, benchmarks to compare them. */
     int openssl_records;
+    /* Records one write key protects before this side updates it: 0 is the
+     * default, 2^24 (RFC 8446 5.5 allows AES-GCM 2^24.5); tests lower it.
+     * GM_TLS_REKEY_AFTER=<n> in the environment lowers it too (never raises). */
+    uint64_t rekey_after;
 };
 
 struct gm_tls_ctx; /* opaque */
@@ -99,7 +106,9 @@ GM_MUST_CHECK int gm_tls_handshake(struct gm_tls *t);
  * GM_ERR_ABORTED when the peer closed cleanly (close_notify), or an error as
  * gm_tls_handshake. */
 GM_MUST_CHECK int gm_tls_read(struct gm_tls *t, void *buf, size_t cap, size_t *n);
-/* Plaintext in: all len bytes become records (16 KiB max each). */
+/* Plaintext in: all len bytes become records (16 KiB max each), a KeyUpdate
+ * before them where one is due.  -EPIPE after this side sent close_notify
+ * (gm_tls_shutdown) or a fatal alert, or received a fatal alert. */
 GM_MUST_CHECK int gm_tls_write(struct gm_tls *t, const void *buf, size_t len);
 size_t gm_tls_out_pending(const struct gm_tls *t);
 /* Pending ciphertext in place (*p valid until the next gm_tls call), and
@@ -121,7 +130,8 @@ GM_MUST_CHECK int gm_tls_out_detach(struct gm_tls *t, struct gm_tls_block *b);
 void gm_tls_out_recycle(struct gm_tls *t, struct gm_tls_block *b);
 /* Copies up to cap bytes of pending ciphertext; returns the count. */
 size_t gm_tls_out_take(struct gm_tls *t, void *buf, size_t cap);
-/* Queues close_notify (take it with gm_tls_out_take). */
+/* Queues close_notify (take it with gm_tls_out_take); nothing after a fatal
+ * alert or an earlier close_notify. */
 void gm_tls_shutdown(struct gm_tls *t);
 
 int gm_tls_handshake_done(const struct gm_tls *t);
@@ -129,6 +139,16 @@ int gm_tls_handshake_done(const struct gm_tls *t);
  * 0 while OpenSSL does (before the handshake ends, or openssl_records). */
 int gm_tls_own_records(const struct gm_tls *t);
 int gm_tls_is_join(const struct gm_tls *t);
+
+/* What the record layer did after the handshake (logs, tests). */
+struct gm_tls_stats {
+    uint64_t key_updates_sent, key_updates_received; /* both record layers */
+    /* the engine's records only: under the current keys, and the most
+     * records one key sealed or opened so far */
+    uint64_t tx_seq, rx_seq, tx_seq_max, rx_seq_max;
+    int last_alert_sent, last_alert_received; /* RFC 8446 6 descriptions, -1 none */
+};
+void gm_tls_get_stats(const struct gm_tls *t, struct gm_tls_stats *st);
 /* Peer identity after the handshake ("" for a joiner's peer or before). */
 const char *gm_tls_peer_node(const struct gm_tls *t);
 const char *gm_tls_peer_serial(const struct gm_tls *t);
@@ -140,5 +160,19 @@ const char *gm_tls_reason(const struct gm_tls *t);
 GM_MUST_CHECK int gm_tls_export(struct gm_tls *t, const char *label, uint8_t *out, size_t len);
 /* Joiner: the pinned CA found in the server's chain (a new reference). */
 GM_MUST_CHECK int gm_tls_pinned_ca(const struct gm_tls *t, struct gm_cert **out);
+
+/* For adversarial tests and fuzzers only (tests/unit/test_crypto.c,
+ * tests/fuzz/fuzz_tlsread.c): seal one record of any inner type with this
+ * side's write key, bypassing every rule (no update, no close check), and
+ * move the write key on without sending a KeyUpdate.  -EINVAL unless the
+ * engine's own record layer is in use. */
+GM_MUST_CHECK int gm_tls_seal_raw(struct gm_tls *t, uint8_t type, const uint8_t *content,
+                                  size_t len, size_t pad);
+GM_MUST_CHECK int gm_tls_update_tx_raw(struct gm_tls *t);
+/* Also for tests: a new session object with t's current record keys and
+ * sequence numbers and none of its other state, so a fuzzer can start many
+ * inputs from one handshake.  It has no OpenSSL session: only reads, writes,
+ * gm_tls_shutdown, the stats and the hooks above work on it. */
+GM_MUST_CHECK int gm_tls_fork_raw(const struct gm_tls *t, struct gm_tls **out);
 
 #endif

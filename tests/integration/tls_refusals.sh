@@ -4,7 +4,8 @@
 # certificate and a revoked member's certificate are each refused (the alert on
 # the client side, a log line on the agent's); a real member certificate is
 # accepted (so the test can fail), and application data crosses both ways
-# between OpenSSL's record layer and the agent's own (crypto/record.h).
+# between OpenSSL's record layer and the agent's own (crypto/record.h), also
+# across key updates that each side starts.
 #
 #   openssl s_client  --TLS-->  alpha (agent) 127.0.0.1:PA
 set -uo pipefail
@@ -76,6 +77,39 @@ pass "application records cross both ways between openssl s_client and the agent
 # the agent is still serving
 "$GM" status --config "$WORK/alpha.conf" >/dev/null || fail "agent died"
 pass "agent still serving"
+
+# key updates both ways with OpenSSL's record layer: the agent restarted to
+# update its write key every 2 records (GM_TLS_REKEY_AFTER=3, the update
+# included) and to ask its peer for one after 3 of the peer's records.
+# s_client asks for an update (K: update_requested) and sends one (k), then 12
+# PING frames, one record each (the agent answers each with a PONG and must
+# ask s_client, which never updates on its own, for updates), then a line the
+# agent opens under s_client's latest key and refuses as a frame; s_client
+# reads the agent's HELLO, PONGs and ERROR across the agent's updates.
+# -msg shows the KeyUpdate messages each way.
+kill "$PID_alpha"; wait "$PID_alpha" 2>/dev/null
+GM_TLS_REKEY_AFTER=3 start_agent alpha
+n=$(count "event=bad-frame")
+ping='\x00\x03\x00\x00\x00\x00\x00\x08\x00\x00\x00\x00\x00\x00\x00\x00PINGPING'
+{
+    sleep 1; printf 'K\n'; sleep 0.3; printf 'k\n'; sleep 0.3
+    for _ in $(seq 12); do printf "$ping"; sleep 0.1; done
+    printf 'NOT-A-GRADMESH-FRAME\n'; sleep 1
+} | timeout 15 openssl s_client -connect 127.0.0.1:$PA -msg -CAfile "$WORK/alpha/ca.crt" \
+    -cert "$WORK/beta/node.crt" -key "$WORK/beta/node.key" >"$WORK/s.out" 2>&1
+wait_for "agent log: it opened s_client's line after the updates" count_gt "event=bad-frame" "$n"
+sent=$(grep -c '^>>> .*KeyUpdate' "$WORK/s.out"); got=$(grep -c '^<<< .*KeyUpdate' "$WORK/s.out")
+# s_client: K, k and at least one answer to the agent's request; the agent: an
+# update every 2 of its records (HELLO, MEMBERS, 12 PONGs, ERROR)
+[ "$sent" -ge 3 ] || fail "s_client sent $sent KeyUpdates: $(grep KeyUpdate "$WORK/s.out")"
+[ "$got" -ge 6 ] || fail "the agent sent $got KeyUpdates: $(grep KeyUpdate "$WORK/s.out")"
+[ "$(grep -a -c 'PINGPING' "$WORK/s.out")" -ge 1 ] || fail "s_client read no PONG"
+grep -a -q '"listen":"127.0.0.1:'$PA'"' "$WORK/s.out" || fail "s_client did not read the HELLO: $(tail -3 "$WORK/s.out")"
+grep -a -q 'malformed frame header' "$WORK/s.out" || fail "s_client did not read the ERROR frame"
+if grep -a -qiE "fatal|bad record mac|:error:" "$WORK/s.out"; then
+    fail "key updates: $(grep -a -iE 'alert|error' "$WORK/s.out" | head -3)"
+fi
+pass "key updates both ways between openssl s_client and the agent ($sent sent by s_client, $got by the agent)"
 
 # a revoked member: its serial (as openssl prints it) in the denylist, agent restarted
 openssl x509 -noout -serial -in "$WORK/beta/node.crt" | sed 's/^serial=//' >"$WORK/alpha/denylist"

@@ -708,6 +708,429 @@ static void test_tls_records_tamper(void)
     world_free(&b);
 }
 
+static struct gm_tls_ctx *ctx_rekey(const struct world *w, int openssl_records,
+                                    uint64_t rekey_after)
+{
+    struct gm_tls_config cfg = {.cluster = "lab",
+                                .ca = w->ca,
+                                .cert = w->cert,
+                                .key = w->key,
+                                .openssl_records = openssl_records,
+                                .rekey_after = rekey_after};
+    struct gm_tls_ctx *c = NULL;
+
+    GM_CHECK_OK(gm_tls_ctx_new(&cfg, &c));
+    return c;
+}
+
+/* Key updates across a lowered limit (8 records per key), both directions, the
+ * engine against itself and against OpenSSL's record layer (which updates only
+ * when its limit is set, and otherwise only when asked): every byte arrives,
+ * the engine never seals more than 8 records under one key, and opens at most
+ * one round's records past 8 from an OpenSSL peer it had to ask. */
+static void test_tls_rekey(void)
+{
+    enum { LIMIT = 8, ROUNDS = 30, CHUNK = 3 * GM_REC_MAX_PLAIN + 999 }; /* 4 records a round */
+    struct world a, b;
+    struct gm_tls_ctx *own_a, *own_b, *ossl_a, *ossl_b, *osslk_a;
+    static uint8_t msg[CHUNK], got[CHUNK];
+    struct gm_tls_stats st, pst;
+    size_t n;
+
+    world_make(&a, "lab", "n1");
+    world_node(&a, &b, "lab", "n2");
+    own_a = ctx_rekey(&a, 0, LIMIT);
+    own_b = ctx_rekey(&b, 0, LIMIT);
+    ossl_a = ctx_rekey(&a, 1, 0); /* OpenSSL's layer, default limit: updates only when asked */
+    ossl_b = ctx_rekey(&b, 1, 0);
+    osslk_a = ctx_rekey(&a, 1, LIMIT); /* OpenSSL's layer, SSL_key_update at the limit */
+    for (int mode = 0; mode < 4; mode++) {
+        /* 0: own <-> own, 1: own client <-> OpenSSL server, 2: the reverse,
+         * 3: own client <-> OpenSSL server that updates on its own */
+        struct gm_tls *c = NULL, *s = NULL;
+        new_session(mode == 2 ? ossl_b : own_b,
+                    mode == 1   ? ossl_a
+                    : mode == 3 ? osslk_a
+                                : own_a,
+                    &c, &s);
+        for (int dir = 0; dir < 2; dir++) {
+            struct gm_tls *w = dir ? s : c, *r = dir ? c : s;
+            int w_own = gm_tls_own_records(w), r_own = gm_tls_own_records(r);
+            for (int round = 0; round < ROUNDS; round++) {
+                for (size_t i = 0; i < sizeof(msg); i++)
+                    msg[i] = (uint8_t)(i * 7 + (size_t)round * 31 + (size_t)dir);
+                GM_CHECK_OK(gm_tls_write(w, msg, sizeof(msg)));
+                (void)move(w, r);
+                memset(got, 0, sizeof(got));
+                GM_CHECK_EQ(read_all(r, got, sizeof(got), round % 2 ? 1000 : sizeof(got)),
+                            sizeof(msg));
+                GM_CHECK(memcmp(msg, got, sizeof(msg)) == 0);
+                GM_CHECK_ERR(gm_tls_read(r, got, sizeof(got), &n), -EAGAIN);
+                /* the reader's update (asked for, or an answer) reaches the writer */
+                (void)move(r, w);
+                GM_CHECK_ERR(gm_tls_read(w, got, sizeof(got), &n), -EAGAIN);
+            }
+            gm_tls_get_stats(w, &st);
+            gm_tls_get_stats(r, &pst);
+            if (w_own) { /* 4 records a round, an update every 7 */
+                GM_CHECK(st.tx_seq_max <= LIMIT);
+                GM_CHECK(st.key_updates_sent >= (uint64_t)(ROUNDS * 4 / (LIMIT - 1)));
+            }
+            if (r_own && (w_own || mode == 3))
+                GM_CHECK(pst.rx_seq_max <= LIMIT);
+            if (r_own && !w_own && mode != 3) { /* asked OpenSSL: a round late at most */
+                GM_CHECK(pst.rx_seq_max <= LIMIT + 4);
+                GM_CHECK(pst.key_updates_received >= (uint64_t)(ROUNDS * 4 / (LIMIT + 4)));
+            }
+            if (!w_own && mode == 3)
+                GM_CHECK(st.key_updates_sent >= (uint64_t)(ROUNDS * 4 / LIMIT));
+            GM_CHECK(pst.key_updates_received >= 3);
+            if (gm_test_state.failures > 0)
+                fprintf(
+                    stderr, "mode %d dir %d: sent %llu max tx %llu; peer got %llu max rx %llu\n",
+                    mode, dir, (unsigned long long)st.key_updates_sent,
+                    (unsigned long long)st.tx_seq_max, (unsigned long long)pst.key_updates_received,
+                    (unsigned long long)pst.rx_seq_max);
+        }
+        gm_tls_shutdown(c);
+        (void)move(c, s);
+        GM_CHECK_ERR(gm_tls_read(s, got, sizeof(got), &n), GM_ERR_ABORTED);
+        GM_CHECK_ERR(gm_tls_write(c, msg, 10), -EPIPE); /* nothing after our close_notify */
+        GM_CHECK_OK(gm_tls_write(s, msg, 10));          /* the other direction stays open */
+        (void)move(s, c);
+        GM_CHECK_OK(gm_tls_read(c, got, sizeof(got), &n));
+        GM_CHECK_EQ(n, 10);
+        gm_tls_free(c);
+        gm_tls_free(s);
+    }
+    /* GM_TLS_REKEY_AFTER lowers the limit of contexts made after it is set */
+    {
+        struct gm_tls_ctx *ea, *eb;
+        struct gm_tls *c = NULL, *s = NULL;
+        GM_CHECK(setenv("GM_TLS_REKEY_AFTER", "3", 1) == 0);
+        ea = ctx_rekey(&a, 0, 0);
+        eb = ctx_rekey(&b, 0, 0);
+        GM_CHECK(unsetenv("GM_TLS_REKEY_AFTER") == 0);
+        new_session(eb, ea, &c, &s);
+        for (int i = 0; i < 10; i++)
+            GM_CHECK_OK(gm_tls_write(c, msg, 100));
+        (void)move(c, s);
+        GM_CHECK_EQ(read_all(s, got, 1000, sizeof(got)), 1000);
+        gm_tls_get_stats(c, &st);
+        gm_tls_get_stats(s, &pst);
+        GM_CHECK_EQ(st.key_updates_sent, 4); /* 2 records, an update, 2, ... */
+        GM_CHECK_EQ(pst.key_updates_received, 4);
+        GM_CHECK(st.tx_seq_max <= 3);
+        gm_tls_free(c);
+        gm_tls_free(s);
+        gm_tls_ctx_free(ea);
+        gm_tls_ctx_free(eb);
+    }
+    gm_tls_ctx_free(own_a);
+    gm_tls_ctx_free(own_b);
+    gm_tls_ctx_free(ossl_a);
+    gm_tls_ctx_free(ossl_b);
+    gm_tls_ctx_free(osslk_a);
+    world_free(&a);
+    world_free(&b);
+}
+
+/* Alert descriptions as on the wire (RFC 8446 6). */
+enum {
+    AL_NONE = -1,
+    AL_UNEXPECTED = 10,
+    AL_BAD_MAC = 20,
+    AL_OVERFLOW = 22,
+    AL_ILLEGAL = 47,
+    AL_DECODE = 50,
+};
+
+/* s reads wire[len] (after what it was already fed): the read fails with err,
+ * again on the next read, s sent the alert `alert` (AL_NONE: none) and writes
+ * nothing more, and c reads that alert. */
+static void expect_refusal(struct gm_tls *c, struct gm_tls *s, const uint8_t *wire, size_t len,
+                           int err, int alert, const char *what)
+{
+    static uint8_t got[GM_REC_MAX_BODY];
+    struct gm_tls_stats st;
+    size_t n;
+    int failed = gm_test_state.failures;
+
+    GM_CHECK_OK(gm_tls_feed(s, wire, len));
+    GM_CHECK_ERR(gm_tls_read(s, got, sizeof(got), &n), err);
+    GM_CHECK_ERR(gm_tls_read(s, got, sizeof(got), &n), err);
+    gm_tls_get_stats(s, &st);
+    GM_CHECK_EQ(st.last_alert_sent, alert);
+    if (alert != AL_NONE) {
+        GM_CHECK(move(s, c) == 1);
+        GM_CHECK_ERR(gm_tls_read(c, got, sizeof(got), &n), GM_ERR_PROTO);
+        gm_tls_get_stats(c, &st);
+        GM_CHECK_EQ(st.last_alert_received, alert);
+        GM_CHECK(strstr(gm_tls_reason(c), "peer sent alert") != NULL);
+    }
+    GM_CHECK_ERR(gm_tls_write(s, "x", 1), -EPIPE);
+    gm_tls_shutdown(s); /* no close_notify after a fatal alert */
+    GM_CHECK_EQ(gm_tls_out_pending(s), 0);
+    if (gm_test_state.failures > failed)
+        fprintf(stderr, "  case: %s (reason: %s)\n", what, gm_tls_reason(s));
+}
+
+/* Seals one record of any inner type with c's real write key (to s). */
+static size_t forge(struct gm_tls *c, uint8_t type, const void *content, size_t len, size_t pad,
+                    uint8_t *wire, size_t cap)
+{
+    GM_CHECK_OK(gm_tls_seal_raw(c, type, content, len, pad));
+    return gm_tls_out_take(c, wire, cap);
+}
+
+/* An attacker who holds the session's real keys (the peer, or anyone in the
+ * middle of a broken one) and a network that drops, repeats, reorders and
+ * changes bytes: every record the engine must refuse is refused with the
+ * alert that fits, the session stays refused, and what a failed record
+ * decrypted in place is wiped from the caller's buffer. */
+static void test_tls_records_adversarial(void)
+{
+    struct world a, b;
+    struct gm_tls_ctx *ca, *cb;
+    struct gm_tls *c = NULL, *s = NULL;
+    static uint8_t msg[2000], got[GM_REC_MAX_BODY], wire[4 * GM_REC_MAX_BODY];
+    struct gm_tls_stats st;
+    size_t n, len, len2;
+
+    world_make(&a, "lab", "n1");
+    world_node(&a, &b, "lab", "n2");
+    ca = ctx_of(&a, "lab", 0);
+    cb = ctx_of(&b, "lab", 0);
+    for (size_t i = 0; i < sizeof(msg); i++)
+        msg[i] = (uint8_t)(i * 3 + 1);
+
+    /* bit flips: header (the length, still a valid header: the record is cut
+     * one byte short), ciphertext, tag */
+    for (int where = 0; where < 3; where++) {
+        size_t at;
+        new_session(cb, ca, &c, &s);
+        GM_CHECK_OK(gm_tls_write(c, msg, 100));
+        len = gm_tls_out_take(c, wire, sizeof(wire));
+        at = where == 0 ? 4 : where == 1 ? GM_REC_HDR + 50 : len - 3;
+        wire[at] ^= where == 0 ? 1 : 0x40;
+        if (where == 1) {
+            /* the ciphertext is decrypted into the caller's buffer before the
+             * tag is checked: that buffer must hold nothing of it after */
+            memset(got, 0xaa, sizeof(got));
+            GM_CHECK_OK(gm_tls_feed(s, wire, len));
+            GM_CHECK_ERR(gm_tls_read(s, got, sizeof(got), &n), GM_ERR_PROTO);
+            for (size_t i = 0; i < 101; i++)
+                GM_CHECK_EQ(got[i], 0);
+            GM_CHECK_EQ(got[101], 0xaa);
+            gm_tls_get_stats(s, &st);
+            GM_CHECK_EQ(st.last_alert_sent, AL_BAD_MAC);
+            GM_CHECK(strstr(gm_tls_reason(s), "authenticate") != NULL);
+            continue;
+        }
+        expect_refusal(c, s, wire, len, GM_ERR_PROTO, AL_BAD_MAC, "bit flip");
+    }
+    /* the same with a short read: the part in the caller's buffer is wiped too */
+    new_session(cb, ca, &c, &s);
+    GM_CHECK_OK(gm_tls_write(c, msg, 1000));
+    len = gm_tls_out_take(c, wire, sizeof(wire));
+    wire[GM_REC_HDR + 900] ^= 1;
+    memset(got, 0xaa, sizeof(got));
+    GM_CHECK_OK(gm_tls_feed(s, wire, len));
+    GM_CHECK_ERR(gm_tls_read(s, got, 300, &n), GM_ERR_PROTO);
+    for (size_t i = 0; i < 300; i++)
+        GM_CHECK_EQ(got[i], 0);
+    GM_CHECK_EQ(got[300], 0xaa);
+
+    /* truncation: a record cut short waits; with its length patched to fit, it fails */
+    new_session(cb, ca, &c, &s);
+    GM_CHECK_OK(gm_tls_write(c, msg, 100));
+    len = gm_tls_out_take(c, wire, sizeof(wire));
+    GM_CHECK_OK(gm_tls_feed(s, wire, len - 1));
+    GM_CHECK_ERR(gm_tls_read(s, got, sizeof(got), &n), -EAGAIN);
+    gm_tls_free(s);
+    s = NULL;
+    new_session(cb, ca, &c, &s);
+    GM_CHECK_OK(gm_tls_write(c, msg, 100));
+    len = gm_tls_out_take(c, wire, sizeof(wire));
+    wire[4]--;
+    expect_refusal(c, s, wire, len - 1, GM_ERR_PROTO, AL_BAD_MAC, "truncated");
+
+    /* replay: the first record again */
+    new_session(cb, ca, &c, &s);
+    GM_CHECK_OK(gm_tls_write(c, msg, 100));
+    len = gm_tls_out_take(c, wire, sizeof(wire));
+    GM_CHECK_OK(gm_tls_feed(s, wire, len));
+    GM_CHECK_OK(gm_tls_read(s, got, sizeof(got), &n));
+    GM_CHECK_EQ(n, 100);
+    expect_refusal(c, s, wire, len, GM_ERR_PROTO, AL_BAD_MAC, "replay");
+
+    /* reordering: the second record first */
+    new_session(cb, ca, &c, &s);
+    GM_CHECK_OK(gm_tls_write(c, msg, 100));
+    len = gm_tls_out_take(c, wire, sizeof(wire));
+    GM_CHECK_OK(gm_tls_write(c, msg, 200));
+    len2 = gm_tls_out_take(c, wire + len, sizeof(wire) - len);
+    expect_refusal(c, s, wire + len, len2, GM_ERR_PROTO, AL_BAD_MAC, "reordered");
+
+    /* headers: huge length, too short for a tag, wrong version, plaintext
+     * handshake and change_cipher_spec records after the handshake */
+    {
+        static const struct {
+            const char *hdr;
+            int alert;
+        } hdrs[] = {
+            {"\x17\x03\x03\xff\xff", AL_OVERFLOW},   {"\x17\x03\x03\x41\x01", AL_OVERFLOW},
+            {"\x17\x03\x03\x00\x10", AL_DECODE},     {"\x17\x03\x01\x00\x20", AL_DECODE},
+            {"\x16\x03\x03\x00\x20", AL_UNEXPECTED}, {"\x14\x03\x03\x00\x01", AL_UNEXPECTED},
+        };
+        for (size_t i = 0; i < sizeof(hdrs) / sizeof(hdrs[0]); i++) {
+            new_session(cb, ca, &c, &s);
+            expect_refusal(c, s, (const uint8_t *)hdrs[i].hdr, 5, GM_ERR_PROTO, hdrs[i].alert,
+                           "header");
+        }
+    }
+
+    /* forged inner types with the real key */
+    {
+        static const struct {
+            uint8_t type;
+            const char *content;
+            size_t len, pad;
+            int err, alert;
+            const char *what;
+        } f[] = {
+            {20, "\x01", 1, 0, GM_ERR_PROTO, AL_UNEXPECTED, "protected change_cipher_spec"},
+            {99, "abc", 3, 0, GM_ERR_PROTO, AL_UNEXPECTED, "unknown type"},
+            {0, "", 0, 12, GM_ERR_PROTO, AL_UNEXPECTED, "zeros only: no type"},
+            {22, "\x04\x00\x00\x00", 4, 0, GM_ERR_PROTO, AL_UNEXPECTED, "session ticket"},
+            {22, "\x0d\x00\x00\x00", 4, 0, GM_ERR_PROTO, AL_UNEXPECTED, "certificate request"},
+            {22, "", 0, 0, GM_ERR_PROTO, AL_UNEXPECTED, "empty handshake record"},
+            {22, "\x18\x00\x00\x02\x00\x00", 6, 0, GM_ERR_PROTO, AL_DECODE, "KeyUpdate length 2"},
+            {22, "\x18\x00\x00\x01\x00\x00", 6, 0, GM_ERR_PROTO, AL_DECODE,
+             "KeyUpdate and a byte more"},
+            {22, "\x18\x00\x00", 3, 0, GM_ERR_PROTO, AL_DECODE, "KeyUpdate fragment"},
+            {22, "\x18\x00\x00\x01\x02", 5, 0, GM_ERR_PROTO, AL_ILLEGAL, "request_update 2"},
+            {21, "\x02", 1, 0, GM_ERR_PROTO, AL_DECODE, "alert of one byte"},
+            {21, "\x02\x14\x00", 3, 0, GM_ERR_PROTO, AL_DECODE, "alert of three bytes"},
+            {21, "", 0, 0, GM_ERR_PROTO, AL_DECODE, "empty alert"},
+            {21, "\x03\x5a", 2, 0, GM_ERR_PROTO, AL_ILLEGAL, "alert level 3"},
+            {21, "\x02\x28", 2, 0, GM_ERR_AUTH, AL_NONE, "peer's handshake_failure"},
+            {21, "\x02\x14", 2, 0, GM_ERR_PROTO, AL_NONE, "peer's bad_record_mac"},
+            {21, "\x02\x5a", 2, 0, GM_ERR_PROTO, AL_NONE, "fatal user_canceled"},
+        };
+        for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++) {
+            new_session(cb, ca, &c, &s);
+            len = forge(c, f[i].type, f[i].content, f[i].len, f[i].pad, wire, sizeof(wire));
+            expect_refusal(c, s, wire, len, f[i].err, f[i].alert, f[i].what);
+        }
+    }
+
+    /* empty records: 32 in a row pass, the 33rd is refused; data resets the run */
+    new_session(cb, ca, &c, &s);
+    for (int i = 0; i < 32; i++) {
+        len = forge(c, 23, "", 0, (size_t)i % 3, wire, sizeof(wire));
+        GM_CHECK_OK(gm_tls_feed(s, wire, len));
+    }
+    GM_CHECK_ERR(gm_tls_read(s, got, sizeof(got), &n), -EAGAIN);
+    GM_CHECK_OK(gm_tls_write(c, msg, 1));
+    for (int i = 0; i < 32; i++)
+        GM_CHECK_OK(gm_tls_seal_raw(c, 23, NULL, 0, 0));
+    (void)move(c, s);
+    GM_CHECK_OK(gm_tls_read(s, got, sizeof(got), &n));
+    GM_CHECK_EQ(n, 1);
+    GM_CHECK_ERR(gm_tls_read(s, got, sizeof(got), &n), -EAGAIN);
+    len = forge(c, 23, "", 0, 0, wire, sizeof(wire));
+    expect_refusal(c, s, wire, len, GM_ERR_PROTO, AL_UNEXPECTED, "33 empty records");
+
+    /* user_canceled warnings: 5 pass, the 6th is refused */
+    new_session(cb, ca, &c, &s);
+    for (int i = 0; i < 5; i++)
+        GM_CHECK_OK(gm_tls_seal_raw(c, 21, (const uint8_t *)"\x01\x5a", 2, 0));
+    (void)move(c, s);
+    GM_CHECK_ERR(gm_tls_read(s, got, sizeof(got), &n), -EAGAIN);
+    len = forge(c, 21, "\x01\x5a", 2, 0, wire, sizeof(wire));
+    expect_refusal(c, s, wire, len, GM_ERR_PROTO, AL_UNEXPECTED, "6 user_canceled");
+
+    /* a real KeyUpdate (update_not_requested): the data after it, under the
+     * next key, opens; a peer that announces an update and keeps its old key
+     * is refused */
+    new_session(cb, ca, &c, &s);
+    GM_CHECK_OK(gm_tls_seal_raw(c, 22, (const uint8_t *)"\x18\x00\x00\x01\x00", 5, 0));
+    GM_CHECK_OK(gm_tls_update_tx_raw(c));
+    GM_CHECK_OK(gm_tls_write(c, msg, 500));
+    (void)move(c, s);
+    GM_CHECK_OK(gm_tls_read(s, got, sizeof(got), &n));
+    GM_CHECK_EQ(n, 500);
+    GM_CHECK(memcmp(got, msg, 500) == 0);
+    gm_tls_get_stats(s, &st);
+    GM_CHECK_EQ(st.key_updates_received, 1);
+    GM_CHECK_EQ(st.key_updates_sent, 0); /* not requested: no answer */
+    GM_CHECK_EQ(st.rx_seq, 1);
+    GM_CHECK_OK(gm_tls_seal_raw(c, 22, (const uint8_t *)"\x18\x00\x00\x01\x00", 5, 0));
+    len = gm_tls_out_take(c, wire, sizeof(wire));
+    GM_CHECK_OK(gm_tls_write(c, msg, 10)); /* still the old key */
+    len += gm_tls_out_take(c, wire + len, sizeof(wire) - len);
+    expect_refusal(c, s, wire, len, GM_ERR_PROTO, AL_BAD_MAC, "KeyUpdate without a new key");
+
+    /* update_requested: s answers with its own update before its next data,
+     * once however many requests came; c reads both */
+    new_session(cb, ca, &c, &s);
+    for (int i = 0; i < 3; i++) {
+        GM_CHECK_OK(gm_tls_seal_raw(c, 22, (const uint8_t *)"\x18\x00\x00\x01\x01", 5, 0));
+        GM_CHECK_OK(gm_tls_update_tx_raw(c));
+    }
+    (void)move(c, s);
+    GM_CHECK_ERR(gm_tls_read(s, got, sizeof(got), &n), -EAGAIN);
+    GM_CHECK_EQ(gm_tls_out_pending(s), 0); /* the answer waits for data */
+    GM_CHECK_OK(gm_tls_write(s, msg, 300));
+    GM_CHECK_OK(gm_tls_write(s, msg, 300));
+    (void)move(s, c);
+    GM_CHECK_EQ(read_all(c, got, 600, sizeof(got)), 600);
+    gm_tls_get_stats(s, &st);
+    GM_CHECK_EQ(st.key_updates_received, 3);
+    GM_CHECK_EQ(st.key_updates_sent, 1);
+    gm_tls_get_stats(c, &st);
+    GM_CHECK_EQ(st.key_updates_received, 1);
+    GM_CHECK_EQ(st.rx_seq, 2);
+
+    /* 32 KeyUpdates in a row pass, the 33rd is refused */
+    new_session(cb, ca, &c, &s);
+    for (int i = 0; i < 32; i++) {
+        GM_CHECK_OK(gm_tls_seal_raw(c, 22, (const uint8_t *)"\x18\x00\x00\x01\x00", 5, 0));
+        GM_CHECK_OK(gm_tls_update_tx_raw(c));
+    }
+    (void)move(c, s);
+    GM_CHECK_ERR(gm_tls_read(s, got, sizeof(got), &n), -EAGAIN);
+    len = forge(c, 22, "\x18\x00\x00\x01\x00", 5, 0, wire, sizeof(wire));
+    expect_refusal(c, s, wire, len, GM_ERR_PROTO, AL_UNEXPECTED, "33 KeyUpdates");
+
+    /* close_notify: data after it is ignored; s may still write (RFC 8446
+     * 6.1), until its own close_notify */
+    new_session(cb, ca, &c, &s);
+    GM_CHECK_OK(gm_tls_seal_raw(c, 21, (const uint8_t *)"\x01\x00", 2, 0));
+    GM_CHECK_OK(gm_tls_seal_raw(c, 23, msg, 10, 0));
+    (void)move(c, s);
+    GM_CHECK_ERR(gm_tls_read(s, got, sizeof(got), &n), GM_ERR_ABORTED);
+    GM_CHECK_ERR(gm_tls_read(s, got, sizeof(got), &n), GM_ERR_ABORTED);
+    GM_CHECK_OK(gm_tls_write(s, msg, 10));
+    gm_tls_shutdown(s);
+    gm_tls_shutdown(s); /* once */
+    GM_CHECK_ERR(gm_tls_write(s, msg, 10), -EPIPE);
+    len = gm_tls_out_take(s, wire, sizeof(wire));
+    GM_CHECK_EQ(len, 2 * GM_REC_OVERHEAD + 10 + 2);
+    GM_CHECK_OK(gm_tls_feed(c, wire, len));
+    GM_CHECK_OK(gm_tls_read(c, got, sizeof(got), &n));
+    GM_CHECK_EQ(n, 10);
+    GM_CHECK_ERR(gm_tls_read(c, got, sizeof(got), &n), GM_ERR_ABORTED);
+
+    gm_tls_free(c);
+    gm_tls_free(s);
+    gm_tls_ctx_free(ca);
+    gm_tls_ctx_free(cb);
+    world_free(&a);
+    world_free(&b);
+}
+
 /* crypto/record.c alone: every suite round-trips; padding, empty content and
  * the inner type survive; what the opener must refuse, it refuses. */
 static void test_records(void)
@@ -827,6 +1250,8 @@ int main(void)
     GM_TEST_RUN(test_tls_refusals);
     GM_TEST_RUN(test_tls_records_interop);
     GM_TEST_RUN(test_tls_records_tamper);
+    GM_TEST_RUN(test_tls_rekey);
+    GM_TEST_RUN(test_tls_records_adversarial);
     GM_TEST_RUN(test_records);
     rc = gm_test_finish("test_crypto");
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
