@@ -20,8 +20,14 @@
  *  - errors: out of memory names the bytes asked for and free (a raw allocation and a
  *    model too large for the GPU), and device = cuda:63 is refused with the reason.
  *
- * Needs a GPU: exits 77 (skip) with the reason where none answers or the build has no CUDA
- * backend (CI).  bench/gpu_check.sh runs it with the other GPU checks.
+ *  - the torchvision families (resnet18/34/50, mobilenet_v2, vgg11_bn, vgg16, vgg16_bn, and
+ *    resnet18 with a frozen backbone) in the same comparison, at small inputs.
+ *
+ * The host-side part runs first in every build: each case builds and takes two finite SGD
+ * steps on the CPU (the reference the GPU half compares with), and a CUDA build with no GPU
+ * refuses device = cuda for it cleanly.  The rest needs a GPU: exits 77 (skip) with the
+ * reason where none answers or the build has no CUDA backend (CI).  bench/gpu_check.sh runs it
+ * with the other GPU checks.
  */
 #include <errno.h>
 #include <math.h>
@@ -95,13 +101,26 @@ struct spec_case {
     int c, hw, nhidden, hidden0, hidden1;
     float dropout;
     double rtol;
+    const char *freeze; /* [model] freeze, NULL: none */
 };
 
+/* The torchvision families at small inputs (the smallest each takes, or 64x64 so that every
+ * stage keeps more than one pixel): grouped and depthwise convolution, ReLU6, strided and
+ * padded max-pool, adaptive average pooling, bottlenecks, and a frozen backbone whose batch
+ * norms use their running statistics. */
 static const struct spec_case cases[] = {
-    {"mlp", 1, 12, 2, 64, 32, 0.25f, 1e-4},
-    {"lenet5", 1, 28, 0, 0, 0, 0.3f, 1e-4},
-    {"vgg7", 3, 32, 0, 0, 0, 0.0f, 1e-3},
-    {"resnet20", 3, 32, 0, 0, 0, 0.0f, 1e-3},
+    {"mlp", 1, 12, 2, 64, 32, 0.25f, 1e-4, NULL},
+    {"lenet5", 1, 28, 0, 0, 0, 0.3f, 1e-4, NULL},
+    {"vgg7", 3, 32, 0, 0, 0, 0.0f, 1e-3, NULL},
+    {"resnet20", 3, 32, 0, 0, 0, 0.0f, 1e-3, NULL},
+    {"resnet18", 3, 64, 0, 0, 0, 0.0f, 2e-3, NULL},
+    {"resnet34", 3, 64, 0, 0, 0, 0.0f, 2e-3, NULL},
+    {"resnet50", 3, 64, 0, 0, 0, 0.0f, 2e-3, NULL},
+    {"mobilenet_v2", 3, 64, 0, 0, 0, 0.0f, 2e-3, NULL},
+    {"vgg11_bn", 3, 32, 0, 0, 0, 0.0f, 2e-3, NULL},
+    {"vgg16", 3, 32, 0, 0, 0, 0.0f, 2e-3, NULL},
+    {"vgg16_bn", 3, 32, 0, 0, 0, 0.0f, 2e-3, NULL},
+    {"resnet18", 3, 64, 0, 0, 0, 0.0f, 2e-3, "conv1 bn1 layer1 layer2"},
 };
 
 static struct gm_model_spec spec_of(const struct spec_case *k, enum gm_device dev)
@@ -113,6 +132,7 @@ static struct gm_model_spec spec_of(const struct spec_case *k, enum gm_device de
                               .classes = 10,
                               .nhidden = k->nhidden,
                               .dropout = k->dropout,
+                              .freeze = k->freeze,
                               .device = dev};
     s.hidden[0] = k->hidden0;
     s.hidden[1] = k->hidden1;
@@ -196,9 +216,9 @@ static void model_case(const struct spec_case *k)
     gm_optim_config_default(&cfg, GM_OPTIM_SGD);
     cfg.momentum = 0.9f;
     cfg.weight_decay = 5e-4f;
-    GM_CHECK_OK(gm_optim_init(&oc, &cfg, gm_model_num_params(c)));
+    GM_CHECK_OK(gm_optim_init(&oc, &cfg, gm_model_num_trainable(c)));
     cfg.device = GM_DEVICE_CUDA;
-    GM_CHECK_OK(gm_optim_init(&og, &cfg, gm_model_num_params(g)));
+    GM_CHECK_OK(gm_optim_init(&og, &cfg, gm_model_num_trainable(g)));
     GM_CHECK_OK(gm_model_params_to_host(g));
     compare_tensors("initial", c, gm_model_params(c), gm_model_params(g), 0);
     for (int step = 0; step < STEPS; step++) {
@@ -374,12 +394,72 @@ static void test_errors(void)
     GM_CHECK_EQ(choice.device, GM_DEVICE_CPU);
 }
 
+/* ---- the host-side part (every build, no GPU): each case builds and trains on the CPU ----
+ * The GPU half of model_case compares against exactly this: a case whose CPU model cannot be
+ * built at the test's size, or whose CPU step is not finite, would make the GPU run say
+ * nothing.  A build with the CUDA backend also refuses device = cuda cleanly where no GPU
+ * answers (an error, no model), for every family. */
+static void test_host_cases(void)
+{
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const struct spec_case *k = &cases[i];
+        struct gm_model_spec sc = spec_of(k, GM_DEVICE_CPU);
+        struct gm_model *c = NULL;
+        struct gm_optim oc;
+        struct gm_optim_config cfg;
+        int32_t labels[BATCH];
+        long f0 = gm_test_state.failures, hits = 0;
+
+        GM_CHECK_OK(gm_model_new(&sc, BATCH, &c));
+        if (c == NULL)
+            continue;
+        gm_model_init_params(c, 11);
+        gm_optim_config_default(&cfg, GM_OPTIM_SGD);
+        cfg.momentum = 0.9f;
+        GM_CHECK_OK(gm_optim_init(&oc, &cfg, gm_model_num_trainable(c)));
+        GM_CHECK(k->freeze == NULL || gm_model_num_trainable(c) < gm_model_num_params(c));
+        for (int step = 0; step < 2; step++) {
+            const size_t n = (size_t)BATCH * k->c * k->hw * k->hw;
+            float *x = gm_model_input(c);
+            for (size_t j = 0; j < n; j++)
+                x[j] = frand();
+            for (int j = 0; j < BATCH; j++)
+                labels[j] = (int32_t)(frand() * 10) % 10;
+            GM_CHECK_OK(gm_model_forward(c, BATCH, 1, (uint64_t)step));
+            double loss = gm_model_loss(c, BATCH, labels, &hits);
+            GM_CHECK(isfinite(loss) && loss > 0);
+            GM_CHECK_OK(gm_model_backward(c, BATCH));
+            double g2 = 0;
+            for (size_t j = 0; j < gm_model_num_trainable(c); j++)
+                g2 += (double)gm_model_grads(c)[j] * gm_model_grads(c)[j];
+            GM_CHECK(isfinite(g2) && g2 > 0);
+            gm_optim_step(&oc, gm_model_params_device(c), gm_model_grads_device(c), 0.01f);
+        }
+        gm_optim_free(&oc);
+        gm_model_free(c);
+        if (gm_cuda_built()) {
+            char why[200];
+            struct gm_model_spec sg = spec_of(k, GM_DEVICE_CUDA);
+            struct gm_model *g = (struct gm_model *)1;
+            if (gm_cuda_device_count(why, sizeof(why)) < 1) {
+                GM_CHECK(gm_model_new(&sg, BATCH, &g) < 0);
+                GM_CHECK(g == NULL);
+            }
+        }
+        fprintf(stderr, "  %s %s%s%s (CPU)\n", gm_test_state.failures == f0 ? "ok  " : "FAIL",
+                k->name, k->freeze != NULL ? ", freeze " : "", k->freeze != NULL ? k->freeze : "");
+    }
+}
+
 int main(void)
 {
     char why[320];
     int err;
 
     gm_log_set_level(GM_LOG_WARN);
+    GM_TEST_RUN(test_host_cases); /* every build; the rest needs a GPU */
+    if (gm_test_state.failures > 0)
+        return gm_test_finish("test_cuda_model");
     if (!gm_cuda_built()) {
         printf("test_cuda_model: SKIP: this build has no CUDA backend (no nvcc, CUDA=0 or a "
                "sanitizer build)\n");
