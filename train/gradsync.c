@@ -28,6 +28,12 @@ struct gm_gradsync {
     struct gm_psgd *psgd; /* owned, lazily (needs total_steps) */
     struct gm_diloco *dl; /* owned, lazily (needs the initial weights) */
     uint32_t dl_h;        /* dl's H (capped) */
+    /* overlapped DiLoCo: the sync and hash check of the boundary at dl_step were handed to
+     * the executor (submit, or run when it has none) and not yet waited for; dl_err: the
+     * first error among them (0) */
+    bool dl_inflight;
+    long dl_step;
+    int dl_err;
     /* the op being started: set by the trainer thread, read by start while run blocks it */
     struct gm_model *m; /* borrowed */
     long step;
@@ -42,8 +48,8 @@ struct gm_gradsync {
     /* checkpoints: a copy of the factors to write, and codec state restored from one, applied
      * when the codec's state is made (owned, each NULL when none; n* their lengths) */
     float *ckpt_factors;
-    float *pend_factors, *pend_error, *pend_anchor, *pend_momentum;
-    size_t npend_factors, npend_error, npend_anchor, npend_momentum;
+    float *pend_factors, *pend_error, *pend_anchor, *pend_momentum, *pend_delta;
+    size_t npend_factors, npend_error, npend_anchor, npend_momentum, npend_delta;
 };
 
 struct bucket {
@@ -94,6 +100,7 @@ int gm_gradsync_strategy_of(enum gm_job_codec codec, const struct gm_job *job,
         out->outer_lr = job->comm.outer_lr;
         out->outer_momentum = job->comm.outer_momentum;
         out->cap_h = job->comm.auto_resolved;
+        out->overlap = out->kind == GM_GRADSYNC_KIND_DILOCO && job->comm.overlap;
     }
     return 0;
 }
@@ -135,8 +142,8 @@ void gm_gradsync_describe(const struct gm_gradsync_strategy *s, char *buf, size_
                  gm_codec_name(s->codec));
         break;
     case GM_GRADSYNC_KIND_DILOCO:
-        snprintf(buf, cap, "%s H=%u (%s)", gm_job_codec_name(s->id), s->local_steps,
-                 gm_codec_name(s->codec));
+        snprintf(buf, cap, "%s H=%u (%s%s)", gm_job_codec_name(s->id), s->local_steps,
+                 gm_codec_name(s->codec), s->overlap ? ", overlapped" : "");
         break;
     default:
         snprintf(buf, cap, "%s", gm_job_codec_name(s->id));
@@ -274,6 +281,7 @@ void gm_gradsync_free(struct gm_gradsync *g)
     free(g->pend_error);
     free(g->pend_anchor);
     free(g->pend_momentum);
+    free(g->pend_delta);
     free(g->buckets);
     free(g->bucket_of);
     free(g->missing);
@@ -308,6 +316,26 @@ static int start_diloco(struct gm_coll *c, void *arg, gm_coll_done_cb done, void
     struct gm_gradsync *g = arg;
 
     return gm_diloco_sync_start(g->dl, c, gm_model_params(g->m), (uint64_t)g->step, done, done_arg);
+}
+
+/* Overlapped DiLoCo's ops, started by the executor after gm_gradsync_after_step handed them
+ * over: they read only the gm_diloco (its delta; the anchor, which the trainer leaves alone
+ * until it waits for them) and dl_step, never the model. */
+static int start_diloco_late(struct gm_coll *c, void *arg, gm_coll_done_cb done, void *done_arg)
+{
+    struct gm_gradsync *g = arg;
+
+    return gm_diloco_overlap_start(g->dl, c, (uint64_t)g->dl_step, done, done_arg);
+}
+
+static int start_hash_anchor(struct gm_coll *c, void *arg, gm_coll_done_cb done, void *done_arg)
+{
+    struct gm_gradsync *g = arg;
+    const float *anchor, *mom;
+    size_t n = gm_diloco_state(g->dl, &anchor, &mom);
+
+    return gm_coll_hashcheck_start(c, anchor, n * sizeof(float), (uint64_t)g->dl_step, done,
+                                   done_arg);
 }
 
 static int start_hashcheck(struct gm_coll *c, void *arg, gm_coll_done_cb done, void *done_arg)
@@ -364,19 +392,38 @@ static void apply_pending_diloco(struct gm_gradsync *g)
     if (g->pend_anchor == NULL || g->pend_momentum == NULL) {
         drop_pending(&g->pend_anchor, &g->npend_anchor);
         drop_pending(&g->pend_momentum, &g->npend_momentum);
+        drop_pending(&g->pend_delta, &g->npend_delta);
+        return;
+    }
+    if (g->pend_delta != NULL && !g->s.overlap) {
+        /* the outer update of the round before the checkpoint is not in its anchor yet: a
+         * blocking run has no place to apply it one round late */
+        gm_warn("event=codec-state-refused rank=%d codec=diloco: the checkpoint was written "
+                "by a run with [comm] overlap = true, mid-way through an overlapped round; "
+                "this run has overlap = false, so the outer state starts fresh (resume with "
+                "overlap = true to continue it exactly)",
+                g->rank);
+        drop_pending(&g->pend_anchor, &g->npend_anchor);
+        drop_pending(&g->pend_momentum, &g->npend_momentum);
+        drop_pending(&g->pend_delta, &g->npend_delta);
         return;
     }
     err = g->npend_anchor == g->npend_momentum
               ? gm_diloco_state_set(g->dl, g->pend_anchor, g->pend_momentum, g->npend_anchor)
               : -EINVAL;
+    if (err == 0 && g->pend_delta != NULL)
+        err = gm_diloco_pending_set(g->dl, g->pend_delta, g->npend_delta);
     if (err != 0)
         gm_warn("event=codec-state-refused rank=%d codec=diloco floats=%zu: the checkpoint's "
                 "outer state does not fit this model; it starts fresh",
                 g->rank, g->npend_anchor);
     else
-        gm_info("event=codec-state-restored rank=%d codec=diloco anchor=yes momentum=yes", g->rank);
+        gm_info("event=codec-state-restored rank=%d codec=diloco anchor=yes momentum=yes "
+                "pending_update=%s",
+                g->rank, g->pend_delta != NULL ? "yes" : "no");
     drop_pending(&g->pend_anchor, &g->npend_anchor);
     drop_pending(&g->pend_momentum, &g->npend_momentum);
+    drop_pending(&g->pend_delta, &g->npend_delta);
 }
 
 static int init_psgd(struct gm_gradsync *g, struct gm_model *m, long total_steps)
@@ -424,9 +471,9 @@ int gm_gradsync_reduce(struct gm_gradsync *g, struct gm_model *m, long step, lon
             cfg.codec = g->s.codec;
             cfg.algo = g->s.algo;
             gm_info("event=diloco rank=%d world=%d local_steps=%u outer_lr=%g outer_momentum=%g "
-                    "codec=%s start_step=%ld",
+                    "codec=%s overlap=%d start_step=%ld",
                     g->rank, g->world, cfg.h, (double)cfg.outer_lr, (double)cfg.momentum,
-                    gm_codec_name(cfg.codec), step);
+                    gm_codec_name(cfg.codec), g->s.overlap, step);
             err = gm_diloco_new(&cfg, gm_model_params(m), gm_model_num_params(m), &g->dl);
             if (err == 0)
                 apply_pending_diloco(g);
@@ -525,9 +572,93 @@ void gm_gradsync_grads_ready(struct gm_gradsync *g, size_t first_tensor, size_t 
         size_t k = g->bucket_of[i];
         if (g->missing[k] == 0 || --g->missing[k] > 0)
             continue;
-        g->ex.submit(g->ex.ctx, start_bucket, &g->buckets[k]);
+        g->ex.submit(g->ex.ctx, start_bucket, &g->buckets[k], true);
         g->submitted++;
     }
+}
+
+/* Overlapped DiLoCo: hands op to the executor without waiting (run, when it cannot submit:
+ * the same updates, in the same places, only not overlapped).  After an error nothing more
+ * is handed over until the wait. */
+static void dl_submit(struct gm_gradsync *g, gm_gradsync_start_fn start, bool counted)
+{
+    int err;
+
+    if (g->dl_err < 0)
+        return;
+    if (g->ex.submit != NULL && g->ex.wait != NULL) {
+        g->ex.submit(g->ex.ctx, start, g, counted);
+        return;
+    }
+    if ((err = g->ex.run(g->ex.ctx, start, g, counted)) < 0)
+        g->dl_err = err;
+}
+
+/* Waits for the ops dl_submit handed over (if any); their first error stays in dl_err. */
+static void dl_settle(struct gm_gradsync *g)
+{
+    int err = 0;
+
+    if (!g->dl_inflight)
+        return;
+    g->dl_inflight = false;
+    if (g->ex.submit != NULL && g->ex.wait != NULL)
+        err = g->ex.wait(g->ex.ctx);
+    if (g->dl_err == 0 && err < 0)
+        g->dl_err = err;
+    if (g->dl_err == 0)
+        g->hash_checks++; /* the anchor's hash check at dl_step passed */
+}
+
+static int dl_wait(struct gm_gradsync *g)
+{
+    int err;
+
+    dl_settle(g);
+    err = g->dl_err;
+    g->dl_err = 0;
+    if (err == GM_ERR_MISMATCH)
+        gm_err("event=replicas_differ step=%ld: parameters are not bitwise identical",
+               g->dl_step);
+    return err;
+}
+
+/* DiLoCo with [comm] overlap (see train/compress/diloco.h, "Overlapped rounds"): at a
+ * boundary, wait for the previous boundary's sync (normally long done: it had H steps of
+ * compute to hide behind), fold it in, and hand this round's delta and a hash check of the
+ * new anchor (= params, on every rank) to the executor; the next round starts at once.  The
+ * run's last step folds the last sync in and ends on the anchor, checked as always. */
+static int after_step_overlap(struct gm_gradsync *g, struct gm_model *m, long step, bool last)
+{
+    float *params = gm_model_params(m);
+    int err;
+
+    if (gm_diloco_due(g->dl, (uint64_t)step)) {
+        if ((err = dl_wait(g)) < 0)
+            return err;
+        if ((err = gm_diloco_overlap_boundary(g->dl, params)) < 0)
+            return err;
+        g->dl_step = step;
+        g->dl_inflight = true;
+        dl_submit(g, start_diloco_late, true);
+        dl_submit(g, start_hash_anchor, false);
+    }
+    if (!last)
+        return 0;
+    if ((err = dl_wait(g)) < 0)
+        return err;
+    return gm_diloco_overlap_flush(g->dl, params); /* mid-round: the local steps are dropped */
+}
+
+int gm_gradsync_flush(struct gm_gradsync *g, struct gm_model *m)
+{
+    int err;
+
+    if (g == NULL || g->s.kind != GM_GRADSYNC_KIND_DILOCO || !g->s.overlap || g->dl == NULL)
+        return 0;
+    if ((err = dl_wait(g)) < 0)
+        return err;
+    return gm_diloco_overlap_flush(g->dl, gm_model_params(m));
 }
 
 int gm_gradsync_after_step(struct gm_gradsync *g, struct gm_model *m, long step, long total_steps)
@@ -535,7 +666,10 @@ int gm_gradsync_after_step(struct gm_gradsync *g, struct gm_model *m, long step,
     bool last = step + 1 == total_steps;
     int err;
 
-    if (g->s.kind == GM_GRADSYNC_KIND_DILOCO) {
+    if (g->s.kind == GM_GRADSYNC_KIND_DILOCO && g->s.overlap) {
+        if ((err = after_step_overlap(g, m, step, last)) < 0 || !last)
+            return err;
+    } else if (g->s.kind == GM_GRADSYNC_KIND_DILOCO) {
         if (gm_diloco_due(g->dl, (uint64_t)step)) {
             if ((err = run(g, start_diloco, m, step, true)) < 0)
                 return err;
@@ -583,10 +717,14 @@ size_t gm_gradsync_ckpt_state(struct gm_gradsync *g, struct gm_st_tensor *t, siz
         }
     }
     if (g->dl != NULL && cap >= k + 2) {
-        const float *anchor, *mom;
-        size_t n = gm_diloco_state(g->dl, &anchor, &mom);
+        const float *anchor, *mom, *late;
+        size_t n;
+        dl_settle(g); /* overlapped: the round's sync completes first (its error: next wait) */
+        n = gm_diloco_state(g->dl, &anchor, &mom);
         k += flat(&t[k], GM_CKPT_CODEC_PREFIX "diloco.anchor", anchor, n);
         k += flat(&t[k], GM_CKPT_CODEC_PREFIX "diloco.momentum", mom, n);
+        if ((late = gm_diloco_pending(g->dl)) != NULL && cap >= k + 1)
+            k += flat(&t[k], GM_GRADSYNC_DILOCO_PENDING, late, n);
     }
     return k;
 }
@@ -655,6 +793,8 @@ int gm_gradsync_ckpt_restore(struct gm_gradsync *g, const struct gm_st_file *f, 
         if (err == 0)
             err = take(f, GM_CKPT_CODEC_PREFIX "diloco.momentum", origin, &g->pend_momentum,
                        &g->npend_momentum);
+        if (err == 0)
+            err = take(f, GM_GRADSYNC_DILOCO_PENDING, origin, &g->pend_delta, &g->npend_delta);
     }
     if (err == 0 && g->psgd != NULL)
         apply_pending_psgd(g);
@@ -895,7 +1035,7 @@ int gm_gradsync_switch_decide(struct gm_gradsync_switch *sw, const struct gm_gra
 
 int gm_gradsync_auto_choose(const struct gm_gradsync_auto_in *in, struct gm_gradsync_auto_out *out)
 {
-    double frac, budget;
+    double frac, budget, sync_s = 0;
     uint32_t max_h;
     int best = -1, cheapest = 0, err;
 
@@ -923,7 +1063,11 @@ int gm_gradsync_auto_choose(const struct gm_gradsync_auto_in *in, struct gm_grad
             if ((err = gm_gradsync_estimate_groups(&c->s, in->m, in->world, in->links, in->groups,
                                                    &cost)) < 0)
                 return err;
-            need = ceil(cost.seconds / budget * (1 - 1e-9));
+            sync_s = cost.seconds;
+            /* overlapped, the sync hides behind the next round's H steps: the smallest H
+             * whose compute covers it (the budget then absorbs jitter); else the smallest
+             * whose per-step share of the sync fits the budget */
+            need = ceil(sync_s / (c->s.overlap ? in->compute_s : budget) * (1 - 1e-9));
             c->s.local_steps = need < GM_GRADSYNC_AUTO_MIN_H ? GM_GRADSYNC_AUTO_MIN_H
                                : need > max_h                ? max_h
                                                              : (uint32_t)need;
@@ -932,6 +1076,12 @@ int gm_gradsync_auto_choose(const struct gm_gradsync_auto_in *in, struct gm_grad
                                                &cost)) < 0)
             return err;
         c->comm_s = cost.seconds;
+        if (c->s.kind == GM_GRADSYNC_KIND_DILOCO && c->s.overlap) {
+            /* a round costs max(sync, H compute), not their sum: what shows per step is the
+             * part of the sync that H steps do not cover */
+            double h = c->s.local_steps;
+            c->comm_s = sync_s > h * in->compute_s ? (sync_s - h * in->compute_s) / h : 0;
+        }
         c->step_s = in->compute_s + cost.seconds;
         c->fits = cost.seconds <= budget * (1 + 1e-9);
         if (c->fits && best < 0)

@@ -195,6 +195,10 @@ static int maybe_switch(struct gm_rank *rk, struct gm_train_state *st)
      * a synchronous codec steps every rank's optimizer on the same gradient, which keeps
      * replicas equal only from equal states.  Every rank takes rank 0's (every rank comes here
      * at the same step: the same collective in the same place). */
+    /* overlapped DiLoCo: the sync of the round just ended is still in flight; every rank
+     * waits for it here and applies it, at this same step */
+    if ((err = gm_gradsync_flush(rk->gs, st->model)) < 0)
+        return err;
     if (rk->strat.kind == GM_GRADSYNC_KIND_DILOCO && sw.to.kind != GM_GRADSYNC_KIND_DILOCO &&
         st->world > 1 && (err = take_rank0_state(rk, st)) < 0)
         return err;

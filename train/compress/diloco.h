@@ -12,6 +12,22 @@
  * this is synchronous SGD up to fp32 rounding of (anchor - params).
  * The inner optimizer's state (Adam moments...) stays local.  One gm_diloco per
  * rank; loop thread (or the simulation's single thread).
+ *
+ * Overlapped rounds (gm_diloco_overlap_*; the outer update one round late, as the delayed
+ * outer gradients of Streaming DiLoCo / "eager" DiLoCo without the eager local term): at the
+ * boundary of round r every rank
+ *   1. folds the mean delta D[r-1] of the round before (all-reduced meanwhile) into the outer
+ *      state: m = mu m + D[r-1];  anchor -= lr (D[r-1] + mu m)   (the same update as above),
+ *   2. keeps its own delta of round r, d[r] = anchor(before 1) - params, to be all-reduced
+ *      while round r+1 computes (gm_diloco_overlap_start, the loop thread), and
+ *   3. sets params = anchor: round r+1 starts from the same weights on every rank.
+ * So at every boundary the replicas are bitwise identical (only all-reduced values entered
+ * the anchor), and D[r] is computed from weights one outer step older than those it is
+ * applied to (a staleness of one round).  The first boundary has no D[-1]: step 1 is
+ * skipped.  gm_diloco_overlap_flush folds the last D in without a new round (the run's end,
+ * leaving DiLoCo).  Between gm_diloco_overlap_start and its callback only the all-reduce
+ * touches the delta; the anchor and momentum are not touched by it at all (so the trainer
+ * thread may read the anchor meanwhile, e.g. to hash it).
  */
 #ifndef GM_TRAIN_COMPRESS_DILOCO_H
 #define GM_TRAIN_COMPRESS_DILOCO_H
@@ -56,7 +72,28 @@ size_t gm_diloco_state(const struct gm_diloco *d, const float **anchor, const fl
 /* Replaces the outer state (a checkpoint's): -EINVAL for another n, -EBUSY during a sync. */
 GM_MUST_CHECK int gm_diloco_state_set(struct gm_diloco *d, const float *anchor,
                                       const float *momentum, size_t n);
-/* Floats all-reduced per sync (n) and syncs completed. */
+/* --- overlapped rounds (see the top) --------------------------------------------------- */
+
+/* At a round boundary (trainer thread; no op in flight): steps 1-3 above.  -EBUSY while the
+ * all-reduce of the last round runs, -EPROTO when it was started but never completed (its
+ * error went to the caller), -EINVAL for params NULL. */
+GM_MUST_CHECK int gm_diloco_overlap_boundary(struct gm_diloco *d, float *params);
+/* Starts the all-reduce (mean) of the delta the last boundary kept; cb(c, status, arg) once
+ * it is reduced (it then waits to be folded in).  -EPROTO when there is none, -EBUSY. */
+GM_MUST_CHECK int gm_diloco_overlap_start(struct gm_diloco *d, struct gm_coll *c, uint64_t step,
+                                          gm_coll_done_cb cb, void *arg);
+/* Folds a reduced delta in (step 1 alone), then params = anchor.  A delta not yet reduced
+ * (never started, or failed) is dropped: -EPROTO, params = anchor all the same.  -EBUSY
+ * while it runs.  With nothing pending: params = anchor, 0. */
+GM_MUST_CHECK int gm_diloco_overlap_flush(struct gm_diloco *d, float *params);
+/* The reduced delta waiting to be folded in at the next boundary (n floats, identical on
+ * every rank), or NULL: what a checkpoint of an overlapped run holds besides the anchor and
+ * the momentum. */
+const float *gm_diloco_pending(const struct gm_diloco *d);
+/* Sets it (a checkpoint's): -EINVAL for another n, -EBUSY while an op runs. */
+GM_MUST_CHECK int gm_diloco_pending_set(struct gm_diloco *d, const float *delta, size_t n);
+
+/* Floats all-reduced per sync (n) and syncs completed (overlapped: deltas folded in). */
 size_t gm_diloco_payload_floats(const struct gm_diloco *d);
 uint64_t gm_diloco_syncs(const struct gm_diloco *d);
 
