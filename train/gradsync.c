@@ -48,8 +48,8 @@ struct gm_gradsync {
     /* checkpoints: a copy of the factors to write, and codec state restored from one, applied
      * when the codec's state is made (owned, each NULL when none; n* their lengths) */
     float *ckpt_factors;
-    float *pend_factors, *pend_error, *pend_anchor, *pend_momentum, *pend_delta;
-    size_t npend_factors, npend_error, npend_anchor, npend_momentum, npend_delta;
+    float *pend_factors, *pend_error, *pend_anchor, *pend_momentum, *pend_delta, *pend_start;
+    size_t npend_factors, npend_error, npend_anchor, npend_momentum, npend_delta, npend_start;
 };
 
 struct bucket {
@@ -282,6 +282,7 @@ void gm_gradsync_free(struct gm_gradsync *g)
     free(g->pend_anchor);
     free(g->pend_momentum);
     free(g->pend_delta);
+    free(g->pend_start);
     free(g->buckets);
     free(g->bucket_of);
     free(g->missing);
@@ -393,9 +394,10 @@ static void apply_pending_diloco(struct gm_gradsync *g)
         drop_pending(&g->pend_anchor, &g->npend_anchor);
         drop_pending(&g->pend_momentum, &g->npend_momentum);
         drop_pending(&g->pend_delta, &g->npend_delta);
+        drop_pending(&g->pend_start, &g->npend_start);
         return;
     }
-    if (g->pend_delta != NULL && !g->s.overlap) {
+    if ((g->pend_delta != NULL || g->pend_start != NULL) && !g->s.overlap) {
         /* the outer update of the round before the checkpoint is not in its anchor yet: a
          * blocking run has no place to apply it one round late */
         gm_warn("event=codec-state-refused rank=%d codec=diloco: the checkpoint was written "
@@ -406,6 +408,7 @@ static void apply_pending_diloco(struct gm_gradsync *g)
         drop_pending(&g->pend_anchor, &g->npend_anchor);
         drop_pending(&g->pend_momentum, &g->npend_momentum);
         drop_pending(&g->pend_delta, &g->npend_delta);
+        drop_pending(&g->pend_start, &g->npend_start);
         return;
     }
     err = g->npend_anchor == g->npend_momentum
@@ -413,6 +416,8 @@ static void apply_pending_diloco(struct gm_gradsync *g)
               : -EINVAL;
     if (err == 0 && g->pend_delta != NULL)
         err = gm_diloco_pending_set(g->dl, g->pend_delta, g->npend_delta);
+    if (err == 0 && g->pend_start != NULL)
+        err = gm_diloco_round_start_set(g->dl, g->pend_start, g->npend_start);
     if (err != 0)
         gm_warn("event=codec-state-refused rank=%d codec=diloco floats=%zu: the checkpoint's "
                 "outer state does not fit this model; it starts fresh",
@@ -424,6 +429,7 @@ static void apply_pending_diloco(struct gm_gradsync *g)
     drop_pending(&g->pend_anchor, &g->npend_anchor);
     drop_pending(&g->pend_momentum, &g->npend_momentum);
     drop_pending(&g->pend_delta, &g->npend_delta);
+    drop_pending(&g->pend_start, &g->npend_start);
 }
 
 static int init_psgd(struct gm_gradsync *g, struct gm_model *m, long total_steps)
@@ -725,6 +731,8 @@ size_t gm_gradsync_ckpt_state(struct gm_gradsync *g, struct gm_st_tensor *t, siz
         k += flat(&t[k], GM_CKPT_CODEC_PREFIX "diloco.momentum", mom, n);
         if ((late = gm_diloco_pending(g->dl)) != NULL && cap >= k + 1)
             k += flat(&t[k], GM_GRADSYNC_DILOCO_PENDING, late, n);
+        if (g->s.overlap && cap >= k + 1)
+            k += flat(&t[k], GM_GRADSYNC_DILOCO_START, gm_diloco_round_start(g->dl), n);
     }
     return k;
 }
@@ -795,6 +803,8 @@ int gm_gradsync_ckpt_restore(struct gm_gradsync *g, const struct gm_st_file *f, 
                        &g->npend_momentum);
         if (err == 0)
             err = take(f, GM_GRADSYNC_DILOCO_PENDING, origin, &g->pend_delta, &g->npend_delta);
+        if (err == 0)
+            err = take(f, GM_GRADSYNC_DILOCO_START, origin, &g->pend_start, &g->npend_start);
     }
     if (err == 0 && g->psgd != NULL)
         apply_pending_psgd(g);

@@ -19,6 +19,7 @@ struct gm_diloco {
     float *anchor;   /* owned, n: parameters at the last sync */
     float *momentum; /* owned, n */
     float *delta;    /* owned, n: what goes to the collective */
+    float *start;    /* owned, n, overlapped rounds: params where this round began (local) */
     bool busy;
     enum pend pend; /* overlapped rounds: what delta holds */
     float *params; /* borrowed while busy */
@@ -55,12 +56,15 @@ int gm_diloco_new(const struct gm_diloco_config *cfg, const float *params, size_
     d->anchor = malloc((n + 1) * sizeof(float));
     d->momentum = calloc(n + 1, sizeof(float));
     d->delta = malloc((n + 1) * sizeof(float));
-    if (d->anchor == NULL || d->momentum == NULL || d->delta == NULL) {
+    d->start = malloc((n + 1) * sizeof(float));
+    if (d->anchor == NULL || d->momentum == NULL || d->delta == NULL || d->start == NULL) {
         gm_diloco_free(d);
         return -ENOMEM;
     }
-    if (n > 0)
+    if (n > 0) {
         memcpy(d->anchor, params, n * sizeof(float));
+        memcpy(d->start, params, n * sizeof(float));
+    }
     *out = d;
     return 0;
 }
@@ -73,6 +77,7 @@ void gm_diloco_free(struct gm_diloco *d)
     free(d->anchor);
     free(d->momentum);
     free(d->delta);
+    free(d->start);
     free(d);
 }
 
@@ -182,20 +187,22 @@ int gm_diloco_overlap_boundary(struct gm_diloco *d, float *params)
         return -EBUSY;
     if (d->pend == PEND_LOCAL)
         return -EPROTO;
-    if (d->pend == PEND_REDUCED) {
-        for (size_t i = 0; i < d->n; i++) {
-            float mine = d->anchor[i] - params[i]; /* this round's, from the old anchor */
-            outer_step(d, i, d->delta[i]);         /* the round before's, one round late */
-            d->delta[i] = mine;
-            params[i] = d->anchor[i];
-        }
-        d->syncs++;
-    } else {
-        for (size_t i = 0; i < d->n; i++) {
-            d->delta[i] = d->anchor[i] - params[i];
-            params[i] = d->anchor[i];
-        }
+    const float lr = d->cfg.outer_lr, mu = d->cfg.momentum;
+
+    for (size_t i = 0; i < d->n; i++) {
+        float mine = d->start[i] - params[i]; /* this round's progress, this rank's own */
+        float m;
+        if (d->pend == PEND_REDUCED)
+            outer_step(d, i, d->delta[i]); /* the round before's mean, one round late */
+        d->delta[i] = mine;
+        /* eager: the next round starts where the outer step would take the anchor if this
+         * rank's delta were the mean (the momentum is not committed) */
+        m = mu * d->momentum[i] + mine;
+        params[i] = d->anchor[i] - lr * (d->cfg.nesterov ? mine + mu * m : m);
+        d->start[i] = params[i];
     }
+    if (d->pend == PEND_REDUCED)
+        d->syncs++;
     d->pend = PEND_LOCAL;
     return 0;
 }
@@ -249,8 +256,10 @@ int gm_diloco_overlap_flush(struct gm_diloco *d, float *params)
         err = -EPROTO; /* never reduced: there is no mean to fold in */
     }
     d->pend = PEND_NONE;
-    if (d->n > 0)
+    if (d->n > 0) {
         memcpy(params, d->anchor, d->n * sizeof(float));
+        memcpy(d->start, d->anchor, d->n * sizeof(float));
+    }
     return err;
 }
 
@@ -268,5 +277,21 @@ int gm_diloco_pending_set(struct gm_diloco *d, const float *delta, size_t n)
     if (n > 0)
         memcpy(d->delta, delta, n * sizeof(float));
     d->pend = PEND_REDUCED;
+    return 0;
+}
+
+const float *gm_diloco_round_start(const struct gm_diloco *d)
+{
+    return d->start;
+}
+
+int gm_diloco_round_start_set(struct gm_diloco *d, const float *start, size_t n)
+{
+    if (n != d->n || (start == NULL && n > 0))
+        return -EINVAL;
+    if (d->busy)
+        return -EBUSY;
+    if (n > 0)
+        memcpy(d->start, start, n * sizeof(float));
     return 0;
 }

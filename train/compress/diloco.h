@@ -13,21 +13,23 @@
  * The inner optimizer's state (Adam moments...) stays local.  One gm_diloco per
  * rank; loop thread (or the simulation's single thread).
  *
- * Overlapped rounds (gm_diloco_overlap_*; the outer update one round late, as the delayed
- * outer gradients of Streaming DiLoCo / "eager" DiLoCo without the eager local term): at the
- * boundary of round r every rank
- *   1. folds the mean delta D[r-1] of the round before (all-reduced meanwhile) into the outer
- *      state: m = mu m + D[r-1];  anchor -= lr (D[r-1] + mu m)   (the same update as above),
- *   2. keeps its own delta of round r, d[r] = anchor(before 1) - params, to be all-reduced
- *      while round r+1 computes (gm_diloco_overlap_start, the loop thread), and
- *   3. sets params = anchor: round r+1 starts from the same weights on every rank.
- * So at every boundary the replicas are bitwise identical (only all-reduced values entered
- * the anchor), and D[r] is computed from weights one outer step older than those it is
- * applied to (a staleness of one round).  The first boundary has no D[-1]: step 1 is
- * skipped.  gm_diloco_overlap_flush folds the last D in without a new round (the run's end,
- * leaving DiLoCo).  Between gm_diloco_overlap_start and its callback only the all-reduce
- * touches the delta; the anchor and momentum are not touched by it at all (so the trainer
- * thread may read the anchor meanwhile, e.g. to hash it).
+ * Overlapped rounds (gm_diloco_overlap_*: the outer update one round late, with eager
+ * starts, after Streaming DiLoCo and "Eager updates for overlapped communication and
+ * computation in DiLoCo", Kale et al. 2025): at the boundary of round r every rank
+ *   1. takes its own delta of round r, d[r] = start - params (start: where round r began),
+ *   2. folds the mean delta D[r-1] of the round before (all-reduced meanwhile) into the outer
+ *      state: m = mu m + D[r-1];  anchor -= lr (D[r-1] + mu m)   (the update above),
+ *   3. starts round r+1 at the outer step its own delta would give, uncommitted:
+ *      m' = mu m + d[r];  params = start = anchor - lr (d[r] + mu m')   (plain: lr m'),
+ *   4. keeps d[r] to be all-reduced while round r+1 computes (gm_diloco_overlap_start, on the
+ *      loop thread), to be folded in at boundary r+1.
+ * The anchor (the outer parameters) takes only all-reduced values, so it is bitwise identical
+ * on every rank at every boundary; the params differ by each rank's own last round, as they
+ * do mid-round in the blocking rounds, until gm_diloco_overlap_flush folds the last D in and
+ * sets params = anchor (the run's end, leaving DiLoCo).  With one rank, d = D and the rounds
+ * are the blocking ones up to the fp16 rounding of the wire.  The first boundary has no D[-1].
+ * Between gm_diloco_overlap_start and its callback only the all-reduce touches the delta; it
+ * never touches the anchor (so the trainer thread may hash the anchor meanwhile).
  */
 #ifndef GM_TRAIN_COMPRESS_DILOCO_H
 #define GM_TRAIN_COMPRESS_DILOCO_H
@@ -92,6 +94,11 @@ GM_MUST_CHECK int gm_diloco_overlap_flush(struct gm_diloco *d, float *params);
 const float *gm_diloco_pending(const struct gm_diloco *d);
 /* Sets it (a checkpoint's): -EINVAL for another n, -EBUSY while an op runs. */
 GM_MUST_CHECK int gm_diloco_pending_set(struct gm_diloco *d, const float *delta, size_t n);
+/* Where this rank's current overlapped round began (n floats; the params at creation until
+ * the first boundary), and setting it (a checkpoint's, with the params it was written with):
+ * -EINVAL for another n, -EBUSY while an op runs.  gm_diloco_state_set leaves it alone. */
+const float *gm_diloco_round_start(const struct gm_diloco *d);
+GM_MUST_CHECK int gm_diloco_round_start_set(struct gm_diloco *d, const float *start, size_t n);
 
 /* Floats all-reduced per sync (n) and syncs completed (overlapped: deltas folded in). */
 size_t gm_diloco_payload_floats(const struct gm_diloco *d);
