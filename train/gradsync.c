@@ -1092,8 +1092,8 @@ int gm_gradsync_auto_choose(const struct gm_gradsync_auto_in *in, struct gm_grad
             double h = c->s.local_steps;
             c->comm_s = sync_s > h * in->compute_s ? (sync_s - h * in->compute_s) / h : 0;
         }
-        c->step_s = in->compute_s + cost.seconds;
-        c->fits = cost.seconds <= budget * (1 + 1e-9);
+        c->step_s = in->compute_s + c->comm_s;
+        c->fits = c->comm_s <= budget * (1 + 1e-9);
         if (c->fits && best < 0)
             best = i;
         if (c->step_s < out->cand[cheapest].step_s)
