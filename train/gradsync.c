@@ -426,6 +426,11 @@ static void apply_pending_diloco(struct gm_gradsync *g)
         gm_info("event=codec-state-restored rank=%d codec=diloco anchor=yes momentum=yes "
                 "pending_update=%s",
                 g->rank, g->pend_delta != NULL ? "yes" : "no");
+    if (err == 0 && g->pend_start != NULL && g->world > 1 && g->rank == 0)
+        gm_warn("event=diloco-resume-inexact world=%d: an overlapped checkpoint holds the "
+                "writer's weights and round only; every rank continues from them, so the "
+                "outer state is exact but the run is not bitwise the uninterrupted one",
+                g->world);
     drop_pending(&g->pend_anchor, &g->npend_anchor);
     drop_pending(&g->pend_momentum, &g->npend_momentum);
     drop_pending(&g->pend_delta, &g->npend_delta);
