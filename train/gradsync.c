@@ -28,6 +28,7 @@ struct gm_gradsync {
     struct gm_psgd *psgd; /* owned, lazily (needs total_steps) */
     struct gm_diloco *dl; /* owned, lazily (needs the initial weights) */
     uint32_t dl_h;        /* dl's H (capped) */
+    uint32_t dl_lag;      /* overlapped: steps from a boundary to its update, 0: blocking */
     /* overlapped DiLoCo: the sync and hash check of the boundary at dl_step were handed to
      * the executor (submit, or run when it has none) and not yet waited for; dl_err: the
      * first error among them (0) */
@@ -477,14 +478,15 @@ int gm_gradsync_reduce(struct gm_gradsync *g, struct gm_model *m, long step, lon
             gm_diloco_config_default(&cfg);
             cfg.h = gm_gradsync_diloco_h(&g->s, total_steps);
             g->dl_h = cfg.h;
+            g->dl_lag = g->s.overlap ? gm_gradsync_diloco_lag(cfg.h) : 0;
             cfg.outer_lr = (float)g->s.outer_lr;
             cfg.momentum = (float)g->s.outer_momentum;
             cfg.codec = g->s.codec;
             cfg.algo = g->s.algo;
             gm_info("event=diloco rank=%d world=%d local_steps=%u outer_lr=%g outer_momentum=%g "
-                    "codec=%s overlap=%d start_step=%ld",
+                    "codec=%s overlap=%d lag=%u start_step=%ld",
                     g->rank, g->world, cfg.h, (double)cfg.outer_lr, (double)cfg.momentum,
-                    gm_codec_name(cfg.codec), g->s.overlap, step);
+                    gm_codec_name(cfg.codec), g->s.overlap, g->dl_lag, step);
             err = gm_diloco_new(&cfg, gm_model_params(m), gm_model_num_params(m), &g->dl);
             if (err == 0)
                 apply_pending_diloco(g);
@@ -635,18 +637,24 @@ static int dl_wait(struct gm_gradsync *g)
 }
 
 /* DiLoCo with [comm] overlap (see train/compress/diloco.h, "Overlapped rounds"): at a
- * boundary, wait for the previous boundary's sync (normally long done: it had H steps of
- * compute to hide behind), fold it in, and hand this round's delta and a hash check of the
- * new anchor (= params, on every rank) to the executor; the next round starts at once.  The
- * run's last step folds the last sync in and ends on the anchor, checked as always. */
+ * boundary, keep the round's delta and hand its sync and a hash check of the anchor (the
+ * outer parameters: identical on every rank) to the executor; dl_lag steps later wait for
+ * them (normally long done: they had dl_lag steps of compute to hide behind) and apply the
+ * update.  The run's last step applies a pending update and ends on the anchor, checked as
+ * always. */
 static int after_step_overlap(struct gm_gradsync *g, struct gm_model *m, long step, bool last)
 {
     float *params = gm_model_params(m);
+    uint64_t pos = ((uint64_t)step + 1) % g->dl_h;
     int err;
 
-    if (gm_diloco_due(g->dl, (uint64_t)step)) {
+    if (pos == g->dl_lag && (g->dl_inflight || gm_diloco_pending(g->dl) != NULL)) {
         if ((err = dl_wait(g)) < 0)
             return err;
+        if ((err = gm_diloco_overlap_apply(g->dl, params)) < 0)
+            return err;
+    }
+    if (pos == 0) {
         if ((err = gm_diloco_overlap_boundary(g->dl, params)) < 0)
             return err;
         g->dl_step = step;
@@ -661,11 +669,16 @@ static int after_step_overlap(struct gm_gradsync *g, struct gm_model *m, long st
     return gm_diloco_overlap_flush(g->dl, params); /* mid-round: the local steps are dropped */
 }
 
+uint32_t gm_gradsync_diloco_lag(uint32_t h)
+{
+    return h >= 2 ? (h + 3) / 4 : 0; /* a quarter of the round, at least 1, at most h - 1 */
+}
+
 int gm_gradsync_flush(struct gm_gradsync *g, struct gm_model *m)
 {
     int err;
 
-    if (g == NULL || g->s.kind != GM_GRADSYNC_KIND_DILOCO || !g->s.overlap || g->dl == NULL)
+    if (g == NULL || g->s.kind != GM_GRADSYNC_KIND_DILOCO || g->dl_lag == 0 || g->dl == NULL)
         return 0;
     if ((err = dl_wait(g)) < 0)
         return err;
@@ -677,7 +690,7 @@ int gm_gradsync_after_step(struct gm_gradsync *g, struct gm_model *m, long step,
     bool last = step + 1 == total_steps;
     int err;
 
-    if (g->s.kind == GM_GRADSYNC_KIND_DILOCO && g->s.overlap) {
+    if (g->s.kind == GM_GRADSYNC_KIND_DILOCO && g->dl_lag > 0) {
         if ((err = after_step_overlap(g, m, step, last)) < 0 || !last)
             return err;
     } else if (g->s.kind == GM_GRADSYNC_KIND_DILOCO) {
@@ -736,7 +749,7 @@ size_t gm_gradsync_ckpt_state(struct gm_gradsync *g, struct gm_st_tensor *t, siz
         k += flat(&t[k], GM_CKPT_CODEC_PREFIX "diloco.momentum", mom, n);
         if ((late = gm_diloco_pending(g->dl)) != NULL && cap >= k + 1)
             k += flat(&t[k], GM_GRADSYNC_DILOCO_PENDING, late, n);
-        if (g->s.overlap && cap >= k + 1)
+        if (late != NULL && gm_diloco_round_start(g->dl) != NULL && cap >= k + 1)
             k += flat(&t[k], GM_GRADSYNC_DILOCO_START, gm_diloco_round_start(g->dl), n);
     }
     return k;
@@ -1079,10 +1092,17 @@ int gm_gradsync_auto_choose(const struct gm_gradsync_auto_in *in, struct gm_grad
                                                    &cost)) < 0)
                 return err;
             sync_s = cost.seconds;
-            /* overlapped, the sync hides behind the next round's H steps: the smallest H
-             * whose compute covers it (the budget then absorbs jitter); else the smallest
-             * whose per-step share of the sync fits the budget */
-            need = ceil(sync_s / (c->s.overlap ? in->compute_s : budget) * (1 - 1e-9));
+            /* the smallest H whose per-step share of the sync fits the budget; overlapped,
+             * the smallest whose lag steps cover the sync (the budget then absorbs jitter) */
+            need = ceil(sync_s / budget * (1 - 1e-9));
+            if (c->s.overlap) {
+                need = max_h;
+                for (uint32_t h = GM_GRADSYNC_AUTO_MIN_H; h < max_h; h++)
+                    if (gm_gradsync_diloco_lag(h) * in->compute_s >= sync_s * (1 - 1e-9)) {
+                        need = h;
+                        break;
+                    }
+            }
             c->s.local_steps = need < GM_GRADSYNC_AUTO_MIN_H ? GM_GRADSYNC_AUTO_MIN_H
                                : need > max_h                ? max_h
                                                              : (uint32_t)need;
@@ -1092,10 +1112,10 @@ int gm_gradsync_auto_choose(const struct gm_gradsync_auto_in *in, struct gm_grad
             return err;
         c->comm_s = cost.seconds;
         if (c->s.kind == GM_GRADSYNC_KIND_DILOCO && c->s.overlap) {
-            /* a round costs max(sync, H compute), not their sum: what shows per step is the
-             * part of the sync that H steps do not cover */
-            double h = c->s.local_steps;
-            c->comm_s = sync_s > h * in->compute_s ? (sync_s - h * in->compute_s) / h : 0;
+            /* the sync runs during the lag steps after its boundary: what shows per step is
+             * the part the lag steps' compute does not cover, over the round */
+            double h = c->s.local_steps, lag = gm_gradsync_diloco_lag(c->s.local_steps);
+            c->comm_s = sync_s > lag * in->compute_s ? (sync_s - lag * in->compute_s) / h : 0;
         }
         c->step_s = in->compute_s + c->comm_s;
         c->fits = c->comm_s <= budget * (1 + 1e-9);

@@ -21,17 +21,16 @@
  *  - each candidate's communication per step is gm_gradsync_estimate over those links (the
  *    ring, as the collectives run it); step time = compute + communication (no overlap
  *    credited: the prediction errs slow), except for DiLoCo with [comm] overlap (the job's,
- *    in->job), whose sync runs during the next round: a round costs max(sync, H compute),
- *    so its communication per step is max(0, sync - H compute) / H.
+ *    in->job), whose sync runs during the first lag = gm_gradsync_diloco_lag(H) steps of the
+ *    next round: a round costs H compute + max(0, sync - lag compute), not H compute + sync.
  *  - the pick is the first, in the order fp32, fp16, powersgd, diloco, whose communication is
  *    at most comm_frac of the compute (default GM_GRADSYNC_AUTO_COMM_FRAC): the order is that
  *    of fidelity to synchronous fp32 SGD (fp16 within 0.2 points of fp32, PowerSGD within 0.7,
  *    DiLoCo changes the optimizer), so "cheapest" is the least lossy codec that keeps the
  *    link off the critical path.  DiLoCo's H is sized to the link: the smallest H >=
  *    GM_GRADSYNC_AUTO_MIN_H whose per-step share of a sync fits; capped at max_h.  Overlapped,
- *    the smallest H >= GM_GRADSYNC_AUTO_MIN_H whose H steps of compute cover one sync (no
- *    predicted wait; the budget is left for jitter): about comm_frac times the blocking H,
- *    and a smaller H is what keeps DiLoCo close to synchronous SGD.
+ *    the smallest H >= GM_GRADSYNC_AUTO_MIN_H whose lag steps of compute cover one sync (no
+ *    predicted wait; the budget is left for jitter): about 4/5 of the blocking H.
  *  - auto's DiLoCo H is sized before the run's length is known; every rank caps it to a
  *    quarter of the run's steps when DiLoCo starts (cap_h, the same total_steps everywhere, so
  *    the same H), so that a short run still syncs at least 4 times: a run that never synced
@@ -78,10 +77,12 @@
  *    hash check (gm_coll_hashcheck_start) then proves the replicas bitwise identical: after
  *    every DiLoCo sync, every 100 steps otherwise, and after the last step; a difference fails
  *    the run with GM_ERR_MISMATCH (logged as event=replicas_differ).
- *    With [comm] overlap DiLoCo's sync and the hash check of the new outer parameters are
- *    handed to exec->submit at each round boundary and waited for at the next one, where
- *    the sync's outer update is applied, one round late (train/compress/diloco.h); the
- *    run's last step waits for the last sync, applies it and checks as above.
+ *    With [comm] overlap (and H >= 2) DiLoCo's sync and the hash check of the outer
+ *    parameters are handed to exec->submit at each round boundary and waited for
+ *    gm_gradsync_diloco_lag(H) steps later, where the outer update is applied with the
+ *    steps taken meanwhile carried over (train/compress/diloco.h, "Overlapped rounds"); the
+ *    run's last step waits for a pending sync, applies it, ends on the outer parameters and
+ *    checks as above.
  *
  * The executor.  gradsync never touches a gm_coll itself: every collective op goes through
  * exec->run(ctx, start, arg, counted), which must call start(c, arg, done, done_arg) on the
@@ -353,6 +354,9 @@ void gm_gradsync_switch_quiet(struct gm_gradsync_switch *sw, long step);
  * hop's seconds per byte. */
 void gm_gradsync_ab_hop(const struct gm_coll_link *fit, int world, struct gm_coll_link *hop);
 
+/* Overlapped DiLoCo: the steps from a boundary to the application of its sync, a quarter
+ * of the round (at least 1, at most h - 1); 0 for h < 2 (then the rounds block). */
+uint32_t gm_gradsync_diloco_lag(uint32_t h);
 /* DiLoCo's H as a rank runs it (cap_h: at most a quarter of total_steps). */
 uint32_t gm_gradsync_diloco_h(const struct gm_gradsync_strategy *s, long total_steps);
 /* The first step >= step at which a rank running g may leave its strategy without losing

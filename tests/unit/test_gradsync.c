@@ -424,9 +424,9 @@ static void test_auto(void)
     GM_CHECK(strstr(o.reason, "nothing keeps") != NULL);
     GM_CHECK_EQ(o.pick.local_steps, (uint32_t)GM_GRADSYNC_AUTO_MAX_H);
 
-    /* overlapped DiLoCo ([comm] overlap): a round costs max(sync, H compute): H is the
-     * smallest whose compute covers one sync, far below the blocking H, and what shows per
-     * step is nothing */
+    /* overlapped DiLoCo ([comm] overlap): the sync runs during the lag (a quarter of H)
+     * steps after its boundary: H is the smallest whose lag steps cover one sync, below the
+     * blocking H, and what shows per step is nothing */
     {
         struct gm_job job;
         struct gm_coll_link links[4];
@@ -442,9 +442,9 @@ static void test_auto(void)
         GM_CHECK_EQ(o2.pick.kind, GM_GRADSYNC_KIND_DILOCO);
         GM_CHECK(o2.pick.overlap && !o.pick.overlap);
         sync = o.cand[3].comm_s * o.pick.local_steps; /* one sync, blocking model */
-        GM_CHECK(o2.pick.local_steps * 0.010 >= sync * (1 - 1e-9));
+        GM_CHECK(gm_gradsync_diloco_lag(o2.pick.local_steps) * 0.010 >= sync * (1 - 1e-9));
         GM_CHECK(o2.pick.local_steps == GM_GRADSYNC_AUTO_MIN_H ||
-                 (o2.pick.local_steps - 1) * 0.010 < sync);
+                 gm_gradsync_diloco_lag(o2.pick.local_steps - 1) * 0.010 < sync);
         GM_CHECK(o2.pick.local_steps < o.pick.local_steps);
         GM_CHECK(o2.cand[3].comm_s == 0);
         GM_CHECK(o2.speedup > o.speedup);
@@ -460,7 +460,8 @@ static void test_auto(void)
             one.local_steps = 1;
             GM_CHECK_OK(gm_gradsync_estimate(&one, m, 2, links, &c1));
             GM_CHECK_NEAR(o2.cand[3].comm_s,
-                          (c1.seconds - GM_GRADSYNC_AUTO_MAX_H * 0.010) / GM_GRADSYNC_AUTO_MAX_H,
+                          (c1.seconds - gm_gradsync_diloco_lag(GM_GRADSYNC_AUTO_MAX_H) * 0.010) /
+                              GM_GRADSYNC_AUTO_MAX_H,
                           1e-12, 1e-9);
         }
     }
@@ -542,6 +543,11 @@ static void test_switch(void)
     /* no DiLoCo round to finish: a switch takes effect at the step announced */
     GM_CHECK_EQ(gm_gradsync_switch_step(NULL, 17), 17);
     GM_CHECK_EQ(gm_gradsync_diloco_h(&diloco, 1000), diloco.local_steps);
+    GM_CHECK_EQ(gm_gradsync_diloco_lag(1), 0u); /* nothing to overlap with */
+    GM_CHECK_EQ(gm_gradsync_diloco_lag(2), 1u);
+    GM_CHECK_EQ(gm_gradsync_diloco_lag(4), 1u);
+    GM_CHECK_EQ(gm_gradsync_diloco_lag(5), 2u);
+    GM_CHECK_EQ(gm_gradsync_diloco_lag(64), 16u);
     diloco.cap_h = true;
     diloco.local_steps = 64;
     GM_CHECK_EQ(gm_gradsync_diloco_h(&diloco, 100), 25u); /* a quarter of the run */

@@ -453,16 +453,16 @@ static void test_powersgd_resume(void)
     codec_resume("codec = powersgd\n", 2, 3);
 }
 
-/* Overlapped DiLoCo, H = 3: the checkpoint of step 8 falls mid-round (boundaries after steps
- * 3, 6, 9), with the sync of the round before reduced but not yet applied.  It holds the
- * anchor, the outer momentum, that pending update and where the round began; one worker
- * resumed from it ends bit for bit where the uninterrupted run does (and not without the
- * codec state).  With two workers a checkpoint holds rank 0's weights and round only, so the
+/* Overlapped DiLoCo, H = 4 (a lag of 1): the checkpoint of step 8 is written right after the
+ * boundary of step 8, its sync reduced but not applied (that is for step 9).  It holds the
+ * anchor, the outer momentum, that pending update and the params it was computed from; one
+ * worker resumed from it ends bit for bit where the uninterrupted run does (and not without
+ * the codec state).  With two workers a checkpoint holds rank 0's weights only, so the
  * resumed run, every rank continuing from rank 0's, is a valid run (it passes every hash
  * check of the outer parameters), not the uninterrupted one: said at resume. */
 static void test_diloco_overlap_resume(void)
 {
-    const char *comm = "codec = diloco\nlocal_steps = 3\noverlap = true\n";
+    const char *comm = "codec = diloco\nlocal_steps = 4\noverlap = true\n";
     char whole[128], res[128], dw[128], dr[128], ck8[1100];
 
     codec_resume(comm, 1, 4);

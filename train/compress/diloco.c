@@ -19,7 +19,7 @@ struct gm_diloco {
     float *anchor;   /* owned, n: parameters at the last sync */
     float *momentum; /* owned, n */
     float *delta;    /* owned, n: what goes to the collective */
-    float *start;    /* owned, n, overlapped rounds: params where this round began (local) */
+    float *start;    /* owned, n, overlapped rounds: params at the last boundary (local) */
     bool busy;
     enum pend pend; /* overlapped rounds: what delta holds */
     float *params; /* borrowed while busy */
@@ -61,10 +61,8 @@ int gm_diloco_new(const struct gm_diloco_config *cfg, const float *params, size_
         gm_diloco_free(d);
         return -ENOMEM;
     }
-    if (n > 0) {
+    if (n > 0)
         memcpy(d->anchor, params, n * sizeof(float));
-        memcpy(d->start, params, n * sizeof(float));
-    }
     *out = d;
     return 0;
 }
@@ -185,25 +183,30 @@ int gm_diloco_overlap_boundary(struct gm_diloco *d, float *params)
         return -EINVAL;
     if (d->busy)
         return -EBUSY;
-    if (d->pend == PEND_LOCAL)
-        return -EPROTO;
-    const float lr = d->cfg.outer_lr, mu = d->cfg.momentum;
-
+    if (d->pend != PEND_NONE)
+        return -EPROTO; /* the round before was never applied */
     for (size_t i = 0; i < d->n; i++) {
-        float mine = d->start[i] - params[i]; /* this round's progress, this rank's own */
-        float m;
-        if (d->pend == PEND_REDUCED)
-            outer_step(d, i, d->delta[i]); /* the round before's mean, one round late */
-        d->delta[i] = mine;
-        /* eager: the next round starts where the outer step would take the anchor if this
-         * rank's delta were the mean (the momentum is not committed) */
-        m = mu * d->momentum[i] + mine;
-        params[i] = d->anchor[i] - lr * (d->cfg.nesterov ? mine + mu * m : m);
+        d->delta[i] = d->anchor[i] - params[i];
         d->start[i] = params[i];
     }
-    if (d->pend == PEND_REDUCED)
-        d->syncs++;
     d->pend = PEND_LOCAL;
+    return 0;
+}
+
+int gm_diloco_overlap_apply(struct gm_diloco *d, float *params)
+{
+    if (params == NULL && d->n > 0)
+        return -EINVAL;
+    if (d->busy)
+        return -EBUSY;
+    if (d->pend != PEND_REDUCED)
+        return -EPROTO;
+    for (size_t i = 0; i < d->n; i++) {
+        outer_step(d, i, d->delta[i]);
+        params[i] = d->anchor[i] + (params[i] - d->start[i]); /* + the steps since */
+    }
+    d->syncs++;
+    d->pend = PEND_NONE;
     return 0;
 }
 
@@ -256,10 +259,8 @@ int gm_diloco_overlap_flush(struct gm_diloco *d, float *params)
         err = -EPROTO; /* never reduced: there is no mean to fold in */
     }
     d->pend = PEND_NONE;
-    if (d->n > 0) {
+    if (d->n > 0)
         memcpy(params, d->anchor, d->n * sizeof(float));
-        memcpy(d->start, d->anchor, d->n * sizeof(float));
-    }
     return err;
 }
 
@@ -282,7 +283,7 @@ int gm_diloco_pending_set(struct gm_diloco *d, const float *delta, size_t n)
 
 const float *gm_diloco_round_start(const struct gm_diloco *d)
 {
-    return d->start;
+    return d->pend != PEND_NONE ? d->start : NULL;
 }
 
 int gm_diloco_round_start_set(struct gm_diloco *d, const float *start, size_t n)
