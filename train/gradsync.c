@@ -35,6 +35,8 @@ struct gm_gradsync {
     bool dl_inflight;
     long dl_step;
     int dl_err;
+    uint64_t dl_wait_ns, dl_wait_max_ns; /* the trainer blocked on DiLoCo's syncs, for the log */
+    uint64_t dl_waits;
     /* the op being started: set by the trainer thread, read by start while run blocks it */
     struct gm_model *m; /* borrowed */
     long step;
@@ -612,11 +614,17 @@ static void dl_settle(struct gm_gradsync *g)
 {
     int err = 0;
 
+    uint64_t t0 = gm_time_mono_ns(), dt;
+
     if (!g->dl_inflight)
         return;
     g->dl_inflight = false;
     if (g->ex.submit != NULL && g->ex.wait != NULL)
         err = g->ex.wait(g->ex.ctx);
+    dt = gm_time_mono_ns() - t0;
+    g->dl_wait_ns += dt;
+    g->dl_wait_max_ns = GM_MAX(g->dl_wait_max_ns, dt);
+    g->dl_waits++;
     if (g->dl_err == 0 && err < 0)
         g->dl_err = err;
     if (g->dl_err == 0)
@@ -634,6 +642,17 @@ static int dl_wait(struct gm_gradsync *g)
         gm_err("event=replicas_differ step=%ld: parameters are not bitwise identical",
                g->dl_step);
     return err;
+}
+
+/* What DiLoCo's syncs cost the trainer: overlapped, the time blocked at the lag step waiting
+ * for a sync still running (0 when the lag steps hid it); blocking, the whole sync. */
+static void log_waits(const struct gm_gradsync *g)
+{
+    gm_info("event=diloco-waits rank=%d overlap=%d syncs=%llu wait_ms=%.1f mean_ms=%.2f "
+            "max_ms=%.1f",
+            g->rank, g->dl_lag > 0, (unsigned long long)g->dl_waits, (double)g->dl_wait_ns * 1e-6,
+            g->dl_waits > 0 ? (double)g->dl_wait_ns * 1e-6 / (double)g->dl_waits : 0.0,
+            (double)g->dl_wait_max_ns * 1e-6);
 }
 
 /* DiLoCo with [comm] overlap (see train/compress/diloco.h, "Overlapped rounds"): at a
@@ -666,6 +685,7 @@ static int after_step_overlap(struct gm_gradsync *g, struct gm_model *m, long st
         return 0;
     if ((err = dl_wait(g)) < 0)
         return err;
+    log_waits(g);
     return gm_diloco_overlap_flush(g->dl, params); /* mid-round: the local steps are dropped */
 }
 
@@ -695,9 +715,17 @@ int gm_gradsync_after_step(struct gm_gradsync *g, struct gm_model *m, long step,
             return err;
     } else if (g->s.kind == GM_GRADSYNC_KIND_DILOCO) {
         if (gm_diloco_due(g->dl, (uint64_t)step)) {
+            uint64_t t0 = gm_time_mono_ns(), dt;
             if ((err = run(g, start_diloco, m, step, true)) < 0)
                 return err;
+            dt = gm_time_mono_ns() - t0;
+            g->dl_wait_ns += dt;
+            g->dl_wait_max_ns = GM_MAX(g->dl_wait_max_ns, dt);
+            g->dl_waits++;
+            if (last)
+                log_waits(g);
         } else if (last) { /* mid-round: end on the outer parameters, like every rank */
+            log_waits(g);
             if ((err = gm_diloco_restore(g->dl, gm_model_params(m))) < 0)
                 return err;
         } else {

@@ -416,6 +416,9 @@ static void *trainer_main(void *arg)
     struct gm_rank *rk = arg;
 
     rk->err = gm_trainer_run(&rk->job, &rk->opts, &rk->sum);
+    /* ops a stop or an error left submitted (overlapped DiLoCo's sync in its lag steps) end
+     * before their requests are freed (a stop has failed the links: they end at once) */
+    (void)gm_rank_bridge_wait(rk);
     pthread_mutex_lock(&rk->mu); /* every op this thread waited for has counted its bytes */
     if (rk->sum.bytes_sent == 0)
         rk->sum.bytes_sent = rk->bytes_sent_total;
