@@ -401,10 +401,10 @@ static void apply_pending_diloco(struct gm_gradsync *g)
         return;
     }
     if ((g->pend_delta != NULL || g->pend_start != NULL) && !g->s.overlap) {
-        /* the outer update of the round before the checkpoint is not in its anchor yet: a
-         * blocking run has no place to apply it one round late */
+        /* the outer update of the last boundary is not in the checkpoint's anchor yet, and
+         * the steps since it are to be carried over: a blocking run has neither */
         gm_warn("event=codec-state-refused rank=%d codec=diloco: the checkpoint was written "
-                "by a run with [comm] overlap = true, mid-way through an overlapped round; "
+                "by a run with [comm] overlap = true, before its last sync was applied; "
                 "this run has overlap = false, so the outer state starts fresh (resume with "
                 "overlap = true to continue it exactly)",
                 g->rank);
@@ -639,8 +639,7 @@ static int dl_wait(struct gm_gradsync *g)
     err = g->dl_err;
     g->dl_err = 0;
     if (err == GM_ERR_MISMATCH)
-        gm_err("event=replicas_differ step=%ld: parameters are not bitwise identical",
-               g->dl_step);
+        gm_err("event=replicas_differ step=%ld: parameters are not bitwise identical", g->dl_step);
     return err;
 }
 

@@ -203,16 +203,16 @@ GM_MUST_CHECK int gm_gradsync_flush(struct gm_gradsync *g, struct gm_model *m);
 /* This rank's codec state for a checkpoint (train/ckpt/ckpt.h): PowerSGD's error feedback
  * (GM_GRADSYNC_PSGD_ERROR) and factors (GM_GRADSYNC_PSGD_FACTORS: every Q then every Phat,
  * gm_psgd_state_get), DiLoCo's anchor and outer momentum ("gradmesh.codec.diloco.anchor",
- * ".momentum") and, overlapped, the reduced delta waiting for the next boundary
- * (GM_GRADSYNC_DILOCO_PENDING; the sync in flight is waited for first) and where this rank's
- * round began (GM_GRADSYNC_DILOCO_START), flat; up to cap tensors into t (data borrowed until the next call into g),
- * *codec the strategy's name.  Returns how many (0 before the state exists, and for dense
- * strategies). */
+ * ".momentum") and, overlapped, between a boundary and its update, the reduced delta
+ * (GM_GRADSYNC_DILOCO_PENDING; the sync in flight is waited for first) and this rank's params
+ * at that boundary (GM_GRADSYNC_DILOCO_START), flat; up to cap tensors into t (data borrowed
+ * until the next call into g), *codec the strategy's name.  Returns how many (0 before the
+ * state exists, and for dense strategies). */
 #define GM_GRADSYNC_PSGD_ERROR "gradmesh.codec.powersgd.error"
 #define GM_GRADSYNC_PSGD_FACTORS "gradmesh.codec.powersgd.factors"
-/* overlapped DiLoCo: the all-reduced delta of the last round, not yet in the anchor */
+/* overlapped DiLoCo: the all-reduced delta of the last boundary, not yet applied */
 #define GM_GRADSYNC_DILOCO_PENDING "gradmesh.codec.diloco.pending"
-/* overlapped DiLoCo: where the writer's current round began (its delta = this - params) */
+/* overlapped DiLoCo: the writer's params at that boundary (the steps since carry over) */
 #define GM_GRADSYNC_DILOCO_START "gradmesh.codec.diloco.start"
 struct gm_st_tensor;
 struct gm_st_file;

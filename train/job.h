@@ -29,9 +29,9 @@
  *              min_lr (>= 0 and < lr, 0; cosine)
  *   [comm]     codec (auto | fp32 | fp16 | powersgd | diloco, auto), rank (1..1024, 2; powersgd),
  *              local_steps (>= 1, 16; diloco), outer_lr (> 0, 0.7; diloco),
- *              outer_momentum ([0, 1), 0.9; diloco), overlap (bool, true; diloco: each outer
- *              sync runs during the next round's steps, its update applied one round late,
- *              train/compress/diloco.h); auto may pick either, so it accepts all five
+ *              outer_momentum ([0, 1), 0.9; diloco), overlap (bool, false; diloco: each outer
+ *              sync runs during the first quarter of the next round, its update applied
+ *              then, train/compress/diloco.h); auto may pick either, so it accepts all five
  *
  * Choices (strict on purpose: a typo must not silently train the wrong thing):
  * - Unknown sections and keys, duplicate keys, keys outside any section, and keys that cannot

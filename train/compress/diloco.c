@@ -22,7 +22,7 @@ struct gm_diloco {
     float *start;    /* owned, n, overlapped rounds: params at the last boundary (local) */
     bool busy;
     enum pend pend; /* overlapped rounds: what delta holds */
-    float *params; /* borrowed while busy */
+    float *params;  /* borrowed while busy */
     gm_coll_done_cb cb;
     void *arg;
     uint64_t syncs;
