@@ -26,7 +26,8 @@
 #   ONLY (an extended regex: run only the rows whose names match; a diagnosis, since the
 #   time to accuracy needs the 1-agent row), CODEC_AUTO (what the "auto" rows submit; auto),
 #   ROUNDS (1: rounds 2.. repeat every row trained to the end, not the timed windows),
-#   HOST_CPU (cores each host may use, 0.5; 0: no cap).
+#   HOST_CPU (cores each host may use, 0.5; 0: no cap), OVERLAP (true or false: [comm] overlap
+#   of the auto/diloco rows; unset: the job's default).
 # The hosts share this machine's cores.  So that each is a machine of its own speed, as in the
 # seeds, every host's agent (and DDP process) runs in a CPU cgroup capped at HOST_CPU cores
 # (NB_HOST_CPU in tests/integration/netns.bash): three hosts at 0.5 use 1.5 of 2 cores (the
@@ -60,7 +61,7 @@ RES=$WORK/results.jsonl
 : >"$RES"
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 echo "seed_table: epochs=$EPOCHS extra=$EXTRA window=${WINDOW}s seed=$SEED delay=${DELAY_MS}ms" \
-    "each way; host_cpu=$HOST_CPU cores; $(uptime | sed 's/.*load/load/')"
+    "each way; host_cpu=$HOST_CPU cores; overlap=${OVERLAP:-default}; $(uptime | sed 's/.*load/load/')"
 
 set_rate() { nb_rate a1 eth1 "${1}mbit"; nb_rate b1 eth0 "${1}mbit"; }
 nb_host a1; nb_host a2; nb_host b1; nb_bridge lan
@@ -101,6 +102,7 @@ kind = constant
 [comm]
 codec = $2
 EOF
+    case $2 in auto | diloco) [ -z "${OVERLAP:-}" ] || echo "overlap = $OVERLAP" >>"$1" ;; esac
 }
 
 ROW=0

@@ -28,6 +28,15 @@ struct gm_gradsync {
     struct gm_psgd *psgd; /* owned, lazily (needs total_steps) */
     struct gm_diloco *dl; /* owned, lazily (needs the initial weights) */
     uint32_t dl_h;        /* dl's H (capped) */
+    uint32_t dl_lag;      /* overlapped: steps from a boundary to its update, 0: blocking */
+    /* overlapped DiLoCo: the sync and hash check of the boundary at dl_step were handed to
+     * the executor (submit, or run when it has none) and not yet waited for; dl_err: the
+     * first error among them (0) */
+    bool dl_inflight;
+    long dl_step;
+    int dl_err;
+    uint64_t dl_wait_ns, dl_wait_max_ns; /* the trainer blocked on DiLoCo's syncs, for the log */
+    uint64_t dl_waits;
     /* the op being started: set by the trainer thread, read by start while run blocks it */
     struct gm_model *m; /* borrowed */
     long step;
@@ -42,8 +51,8 @@ struct gm_gradsync {
     /* checkpoints: a copy of the factors to write, and codec state restored from one, applied
      * when the codec's state is made (owned, each NULL when none; n* their lengths) */
     float *ckpt_factors;
-    float *pend_factors, *pend_error, *pend_anchor, *pend_momentum;
-    size_t npend_factors, npend_error, npend_anchor, npend_momentum;
+    float *pend_factors, *pend_error, *pend_anchor, *pend_momentum, *pend_delta, *pend_start;
+    size_t npend_factors, npend_error, npend_anchor, npend_momentum, npend_delta, npend_start;
 };
 
 struct bucket {
@@ -94,6 +103,7 @@ int gm_gradsync_strategy_of(enum gm_job_codec codec, const struct gm_job *job,
         out->outer_lr = job->comm.outer_lr;
         out->outer_momentum = job->comm.outer_momentum;
         out->cap_h = job->comm.auto_resolved;
+        out->overlap = out->kind == GM_GRADSYNC_KIND_DILOCO && job->comm.overlap;
     }
     return 0;
 }
@@ -135,8 +145,8 @@ void gm_gradsync_describe(const struct gm_gradsync_strategy *s, char *buf, size_
                  gm_codec_name(s->codec));
         break;
     case GM_GRADSYNC_KIND_DILOCO:
-        snprintf(buf, cap, "%s H=%u (%s)", gm_job_codec_name(s->id), s->local_steps,
-                 gm_codec_name(s->codec));
+        snprintf(buf, cap, "%s H=%u (%s%s)", gm_job_codec_name(s->id), s->local_steps,
+                 gm_codec_name(s->codec), s->overlap ? ", overlapped" : "");
         break;
     default:
         snprintf(buf, cap, "%s", gm_job_codec_name(s->id));
@@ -274,6 +284,8 @@ void gm_gradsync_free(struct gm_gradsync *g)
     free(g->pend_error);
     free(g->pend_anchor);
     free(g->pend_momentum);
+    free(g->pend_delta);
+    free(g->pend_start);
     free(g->buckets);
     free(g->bucket_of);
     free(g->missing);
@@ -308,6 +320,26 @@ static int start_diloco(struct gm_coll *c, void *arg, gm_coll_done_cb done, void
     struct gm_gradsync *g = arg;
 
     return gm_diloco_sync_start(g->dl, c, gm_model_params(g->m), (uint64_t)g->step, done, done_arg);
+}
+
+/* Overlapped DiLoCo's ops, started by the executor after gm_gradsync_after_step handed them
+ * over: they read only the gm_diloco (its delta; the anchor, which the trainer leaves alone
+ * until it waits for them) and dl_step, never the model. */
+static int start_diloco_late(struct gm_coll *c, void *arg, gm_coll_done_cb done, void *done_arg)
+{
+    struct gm_gradsync *g = arg;
+
+    return gm_diloco_overlap_start(g->dl, c, (uint64_t)g->dl_step, done, done_arg);
+}
+
+static int start_hash_anchor(struct gm_coll *c, void *arg, gm_coll_done_cb done, void *done_arg)
+{
+    struct gm_gradsync *g = arg;
+    const float *anchor, *mom;
+    size_t n = gm_diloco_state(g->dl, &anchor, &mom);
+
+    return gm_coll_hashcheck_start(c, anchor, n * sizeof(float), (uint64_t)g->dl_step, done,
+                                   done_arg);
 }
 
 static int start_hashcheck(struct gm_coll *c, void *arg, gm_coll_done_cb done, void *done_arg)
@@ -364,19 +396,48 @@ static void apply_pending_diloco(struct gm_gradsync *g)
     if (g->pend_anchor == NULL || g->pend_momentum == NULL) {
         drop_pending(&g->pend_anchor, &g->npend_anchor);
         drop_pending(&g->pend_momentum, &g->npend_momentum);
+        drop_pending(&g->pend_delta, &g->npend_delta);
+        drop_pending(&g->pend_start, &g->npend_start);
+        return;
+    }
+    if ((g->pend_delta != NULL || g->pend_start != NULL) && !g->s.overlap) {
+        /* the outer update of the last boundary is not in the checkpoint's anchor yet, and
+         * the steps since it are to be carried over: a blocking run has neither */
+        gm_warn("event=codec-state-refused rank=%d codec=diloco: the checkpoint was written "
+                "by a run with [comm] overlap = true, before its last sync was applied; "
+                "this run has overlap = false, so the outer state starts fresh (resume with "
+                "overlap = true to continue it exactly)",
+                g->rank);
+        drop_pending(&g->pend_anchor, &g->npend_anchor);
+        drop_pending(&g->pend_momentum, &g->npend_momentum);
+        drop_pending(&g->pend_delta, &g->npend_delta);
+        drop_pending(&g->pend_start, &g->npend_start);
         return;
     }
     err = g->npend_anchor == g->npend_momentum
               ? gm_diloco_state_set(g->dl, g->pend_anchor, g->pend_momentum, g->npend_anchor)
               : -EINVAL;
+    if (err == 0 && g->pend_delta != NULL)
+        err = gm_diloco_pending_set(g->dl, g->pend_delta, g->npend_delta);
+    if (err == 0 && g->pend_start != NULL)
+        err = gm_diloco_round_start_set(g->dl, g->pend_start, g->npend_start);
     if (err != 0)
         gm_warn("event=codec-state-refused rank=%d codec=diloco floats=%zu: the checkpoint's "
                 "outer state does not fit this model; it starts fresh",
                 g->rank, g->npend_anchor);
     else
-        gm_info("event=codec-state-restored rank=%d codec=diloco anchor=yes momentum=yes", g->rank);
+        gm_info("event=codec-state-restored rank=%d codec=diloco anchor=yes momentum=yes "
+                "pending_update=%s",
+                g->rank, g->pend_delta != NULL ? "yes" : "no");
+    if (err == 0 && g->pend_start != NULL && g->world > 1 && g->rank == 0)
+        gm_warn("event=diloco-resume-inexact world=%d: an overlapped checkpoint holds the "
+                "writer's weights and round only; every rank continues from them, so the "
+                "outer state is exact but the run is not bitwise the uninterrupted one",
+                g->world);
     drop_pending(&g->pend_anchor, &g->npend_anchor);
     drop_pending(&g->pend_momentum, &g->npend_momentum);
+    drop_pending(&g->pend_delta, &g->npend_delta);
+    drop_pending(&g->pend_start, &g->npend_start);
 }
 
 static int init_psgd(struct gm_gradsync *g, struct gm_model *m, long total_steps)
@@ -419,14 +480,15 @@ int gm_gradsync_reduce(struct gm_gradsync *g, struct gm_model *m, long step, lon
             gm_diloco_config_default(&cfg);
             cfg.h = gm_gradsync_diloco_h(&g->s, total_steps);
             g->dl_h = cfg.h;
+            g->dl_lag = g->s.overlap ? gm_gradsync_diloco_lag(cfg.h) : 0;
             cfg.outer_lr = (float)g->s.outer_lr;
             cfg.momentum = (float)g->s.outer_momentum;
             cfg.codec = g->s.codec;
             cfg.algo = g->s.algo;
             gm_info("event=diloco rank=%d world=%d local_steps=%u outer_lr=%g outer_momentum=%g "
-                    "codec=%s start_step=%ld",
+                    "codec=%s overlap=%d lag=%u start_step=%ld",
                     g->rank, g->world, cfg.h, (double)cfg.outer_lr, (double)cfg.momentum,
-                    gm_codec_name(cfg.codec), step);
+                    gm_codec_name(cfg.codec), g->s.overlap, g->dl_lag, step);
             err = gm_diloco_new(&cfg, gm_model_params(m), gm_model_num_trainable(m), &g->dl);
             if (err == 0)
                 apply_pending_diloco(g);
@@ -525,9 +587,121 @@ void gm_gradsync_grads_ready(struct gm_gradsync *g, size_t first_tensor, size_t 
         size_t k = g->bucket_of[i];
         if (g->missing[k] == 0 || --g->missing[k] > 0)
             continue;
-        g->ex.submit(g->ex.ctx, start_bucket, &g->buckets[k]);
+        g->ex.submit(g->ex.ctx, start_bucket, &g->buckets[k], true);
         g->submitted++;
     }
+}
+
+/* Overlapped DiLoCo: hands op to the executor without waiting (run, when it cannot submit:
+ * the same updates, in the same places, only not overlapped).  After an error nothing more
+ * is handed over until the wait. */
+static void dl_submit(struct gm_gradsync *g, gm_gradsync_start_fn start, bool counted)
+{
+    int err;
+
+    if (g->dl_err < 0)
+        return;
+    if (g->ex.submit != NULL && g->ex.wait != NULL) {
+        g->ex.submit(g->ex.ctx, start, g, counted);
+        return;
+    }
+    if ((err = g->ex.run(g->ex.ctx, start, g, counted)) < 0)
+        g->dl_err = err;
+}
+
+/* Waits for the ops dl_submit handed over (if any); their first error stays in dl_err. */
+static void dl_settle(struct gm_gradsync *g)
+{
+    int err = 0;
+
+    uint64_t t0 = gm_time_mono_ns(), dt;
+
+    if (!g->dl_inflight)
+        return;
+    g->dl_inflight = false;
+    if (g->ex.submit != NULL && g->ex.wait != NULL)
+        err = g->ex.wait(g->ex.ctx);
+    dt = gm_time_mono_ns() - t0;
+    g->dl_wait_ns += dt;
+    g->dl_wait_max_ns = GM_MAX(g->dl_wait_max_ns, dt);
+    g->dl_waits++;
+    if (g->dl_err == 0 && err < 0)
+        g->dl_err = err;
+    if (g->dl_err == 0)
+        g->hash_checks++; /* the anchor's hash check at dl_step passed */
+}
+
+static int dl_wait(struct gm_gradsync *g)
+{
+    int err;
+
+    dl_settle(g);
+    err = g->dl_err;
+    g->dl_err = 0;
+    if (err == GM_ERR_MISMATCH)
+        gm_err("event=replicas_differ step=%ld: parameters are not bitwise identical", g->dl_step);
+    return err;
+}
+
+/* What DiLoCo's syncs cost the trainer: overlapped, the time blocked at the lag step waiting
+ * for a sync still running (0 when the lag steps hid it); blocking, the whole sync. */
+static void log_waits(const struct gm_gradsync *g)
+{
+    gm_info("event=diloco-waits rank=%d overlap=%d syncs=%llu wait_ms=%.1f mean_ms=%.2f "
+            "max_ms=%.1f",
+            g->rank, g->dl_lag > 0, (unsigned long long)g->dl_waits, (double)g->dl_wait_ns * 1e-6,
+            g->dl_waits > 0 ? (double)g->dl_wait_ns * 1e-6 / (double)g->dl_waits : 0.0,
+            (double)g->dl_wait_max_ns * 1e-6);
+}
+
+/* DiLoCo with [comm] overlap (see train/compress/diloco.h, "Overlapped rounds"): at a
+ * boundary, keep the round's delta and hand its sync and a hash check of the anchor (the
+ * outer parameters: identical on every rank) to the executor; dl_lag steps later wait for
+ * them (normally long done: they had dl_lag steps of compute to hide behind) and apply the
+ * update.  The run's last step applies a pending update and ends on the anchor, checked as
+ * always. */
+static int after_step_overlap(struct gm_gradsync *g, struct gm_model *m, long step, bool last)
+{
+    float *params = gm_model_params(m);
+    uint64_t pos = ((uint64_t)step + 1) % g->dl_h;
+    int err;
+
+    if (pos == g->dl_lag && (g->dl_inflight || gm_diloco_pending(g->dl) != NULL)) {
+        if ((err = dl_wait(g)) < 0)
+            return err;
+        if ((err = gm_diloco_overlap_apply(g->dl, params)) < 0)
+            return err;
+    }
+    if (pos == 0) {
+        if ((err = gm_diloco_overlap_boundary(g->dl, params)) < 0)
+            return err;
+        g->dl_step = step;
+        g->dl_inflight = true;
+        dl_submit(g, start_diloco_late, true);
+        dl_submit(g, start_hash_anchor, false);
+    }
+    if (!last)
+        return 0;
+    if ((err = dl_wait(g)) < 0)
+        return err;
+    log_waits(g);
+    return gm_diloco_overlap_flush(g->dl, params); /* mid-round: the local steps are dropped */
+}
+
+uint32_t gm_gradsync_diloco_lag(uint32_t h)
+{
+    return h >= 2 ? (h + 3) / 4 : 0; /* a quarter of the round, at least 1, at most h - 1 */
+}
+
+int gm_gradsync_flush(struct gm_gradsync *g, struct gm_model *m)
+{
+    int err;
+
+    if (g == NULL || g->s.kind != GM_GRADSYNC_KIND_DILOCO || g->dl_lag == 0 || g->dl == NULL)
+        return 0;
+    if ((err = dl_wait(g)) < 0)
+        return err;
+    return gm_diloco_overlap_flush(g->dl, gm_model_params(m));
 }
 
 int gm_gradsync_after_step(struct gm_gradsync *g, struct gm_model *m, long step, long total_steps)
@@ -535,11 +709,22 @@ int gm_gradsync_after_step(struct gm_gradsync *g, struct gm_model *m, long step,
     bool last = step + 1 == total_steps;
     int err;
 
-    if (g->s.kind == GM_GRADSYNC_KIND_DILOCO) {
+    if (g->s.kind == GM_GRADSYNC_KIND_DILOCO && g->dl_lag > 0) {
+        if ((err = after_step_overlap(g, m, step, last)) < 0 || !last)
+            return err;
+    } else if (g->s.kind == GM_GRADSYNC_KIND_DILOCO) {
         if (gm_diloco_due(g->dl, (uint64_t)step)) {
+            uint64_t t0 = gm_time_mono_ns(), dt;
             if ((err = run(g, start_diloco, m, step, true)) < 0)
                 return err;
+            dt = gm_time_mono_ns() - t0;
+            g->dl_wait_ns += dt;
+            g->dl_wait_max_ns = GM_MAX(g->dl_wait_max_ns, dt);
+            g->dl_waits++;
+            if (last)
+                log_waits(g);
         } else if (last) { /* mid-round: end on the outer parameters, like every rank */
+            log_waits(g);
             if ((err = gm_diloco_restore(g->dl, gm_model_params(m))) < 0)
                 return err;
         } else {
@@ -583,10 +768,16 @@ size_t gm_gradsync_ckpt_state(struct gm_gradsync *g, struct gm_st_tensor *t, siz
         }
     }
     if (g->dl != NULL && cap >= k + 2) {
-        const float *anchor, *mom;
-        size_t n = gm_diloco_state(g->dl, &anchor, &mom);
+        const float *anchor, *mom, *late;
+        size_t n;
+        dl_settle(g); /* overlapped: the round's sync completes first (its error: next wait) */
+        n = gm_diloco_state(g->dl, &anchor, &mom);
         k += flat(&t[k], GM_CKPT_CODEC_PREFIX "diloco.anchor", anchor, n);
         k += flat(&t[k], GM_CKPT_CODEC_PREFIX "diloco.momentum", mom, n);
+        if ((late = gm_diloco_pending(g->dl)) != NULL && cap >= k + 1)
+            k += flat(&t[k], GM_GRADSYNC_DILOCO_PENDING, late, n);
+        if (late != NULL && gm_diloco_round_start(g->dl) != NULL && cap >= k + 1)
+            k += flat(&t[k], GM_GRADSYNC_DILOCO_START, gm_diloco_round_start(g->dl), n);
     }
     return k;
 }
@@ -655,6 +846,10 @@ int gm_gradsync_ckpt_restore(struct gm_gradsync *g, const struct gm_st_file *f, 
         if (err == 0)
             err = take(f, GM_CKPT_CODEC_PREFIX "diloco.momentum", origin, &g->pend_momentum,
                        &g->npend_momentum);
+        if (err == 0)
+            err = take(f, GM_GRADSYNC_DILOCO_PENDING, origin, &g->pend_delta, &g->npend_delta);
+        if (err == 0)
+            err = take(f, GM_GRADSYNC_DILOCO_START, origin, &g->pend_start, &g->npend_start);
     }
     if (err == 0 && g->psgd != NULL)
         apply_pending_psgd(g);
@@ -895,7 +1090,7 @@ int gm_gradsync_switch_decide(struct gm_gradsync_switch *sw, const struct gm_gra
 
 int gm_gradsync_auto_choose(const struct gm_gradsync_auto_in *in, struct gm_gradsync_auto_out *out)
 {
-    double frac, budget;
+    double frac, budget, sync_s = 0;
     uint32_t max_h;
     int best = -1, cheapest = 0, err;
 
@@ -923,7 +1118,18 @@ int gm_gradsync_auto_choose(const struct gm_gradsync_auto_in *in, struct gm_grad
             if ((err = gm_gradsync_estimate_groups(&c->s, in->m, in->world, in->links, in->groups,
                                                    &cost)) < 0)
                 return err;
-            need = ceil(cost.seconds / budget * (1 - 1e-9));
+            sync_s = cost.seconds;
+            /* the smallest H whose per-step share of the sync fits the budget; overlapped,
+             * the smallest whose lag steps cover the sync (the budget then absorbs jitter) */
+            need = ceil(sync_s / budget * (1 - 1e-9));
+            if (c->s.overlap) {
+                need = max_h;
+                for (uint32_t h = GM_GRADSYNC_AUTO_MIN_H; h < max_h; h++)
+                    if (gm_gradsync_diloco_lag(h) * in->compute_s >= sync_s * (1 - 1e-9)) {
+                        need = h;
+                        break;
+                    }
+            }
             c->s.local_steps = need < GM_GRADSYNC_AUTO_MIN_H ? GM_GRADSYNC_AUTO_MIN_H
                                : need > max_h                ? max_h
                                                              : (uint32_t)need;
@@ -932,8 +1138,14 @@ int gm_gradsync_auto_choose(const struct gm_gradsync_auto_in *in, struct gm_grad
                                                &cost)) < 0)
             return err;
         c->comm_s = cost.seconds;
-        c->step_s = in->compute_s + cost.seconds;
-        c->fits = cost.seconds <= budget * (1 + 1e-9);
+        if (c->s.kind == GM_GRADSYNC_KIND_DILOCO && c->s.overlap) {
+            /* the sync runs during the lag steps after its boundary: what shows per step is
+             * the part the lag steps' compute does not cover, over the round */
+            double h = c->s.local_steps, lag = gm_gradsync_diloco_lag(c->s.local_steps);
+            c->comm_s = sync_s > lag * in->compute_s ? (sync_s - lag * in->compute_s) / h : 0;
+        }
+        c->step_s = in->compute_s + c->comm_s;
+        c->fits = c->comm_s <= budget * (1 + 1e-9);
         if (c->fits && best < 0)
             best = i;
         if (c->step_s < out->cand[cheapest].step_s)

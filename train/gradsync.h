@@ -20,13 +20,17 @@
  * one codec) still gives a well-posed fit: the prior pins what the samples cannot tell apart.
  *  - each candidate's communication per step is gm_gradsync_estimate over those links (the
  *    ring, as the collectives run it); step time = compute + communication (no overlap
- *    credited: the prediction errs slow).
+ *    credited: the prediction errs slow), except for DiLoCo with [comm] overlap (the job's,
+ *    in->job), whose sync runs during the first lag = gm_gradsync_diloco_lag(H) steps of the
+ *    next round: a round costs H compute + max(0, sync - lag compute), not H compute + sync.
  *  - the pick is the first, in the order fp32, fp16, powersgd, diloco, whose communication is
  *    at most comm_frac of the compute (default GM_GRADSYNC_AUTO_COMM_FRAC): the order is that
  *    of fidelity to synchronous fp32 SGD (fp16 within 0.2 points of fp32, PowerSGD within 0.7,
  *    DiLoCo changes the optimizer), so "cheapest" is the least lossy codec that keeps the
  *    link off the critical path.  DiLoCo's H is sized to the link: the smallest H >=
- *    GM_GRADSYNC_AUTO_MIN_H whose per-step share of a sync fits; capped at max_h.
+ *    GM_GRADSYNC_AUTO_MIN_H whose per-step share of a sync fits; capped at max_h.  Overlapped,
+ *    the smallest H >= GM_GRADSYNC_AUTO_MIN_H whose lag steps of compute cover one sync (no
+ *    predicted wait; the budget is left for jitter): about 4/5 of the blocking H.
  *  - auto's DiLoCo H is sized before the run's length is known; every rank caps it to a
  *    quarter of the run's steps when DiLoCo starts (cap_h, the same total_steps everywhere, so
  *    the same H), so that a short run still syncs at least 4 times: a run that never synced
@@ -73,6 +77,12 @@
  *    hash check (gm_coll_hashcheck_start) then proves the replicas bitwise identical: after
  *    every DiLoCo sync, every 100 steps otherwise, and after the last step; a difference fails
  *    the run with GM_ERR_MISMATCH (logged as event=replicas_differ).
+ *    With [comm] overlap (and H >= 2) DiLoCo's sync and the hash check of the outer
+ *    parameters are handed to exec->submit at each round boundary and waited for
+ *    gm_gradsync_diloco_lag(H) steps later, where the outer update is applied with the
+ *    steps taken meanwhile carried over (train/compress/diloco.h, "Overlapped rounds"); the
+ *    run's last step waits for a pending sync, applies it, ends on the outer parameters and
+ *    checks as above.
  *
  * The executor.  gradsync never touches a gm_coll itself: every collective op goes through
  * exec->run(ctx, start, arg, counted), which must call start(c, arg, done, done_arg) on the
@@ -118,6 +128,7 @@ struct gm_gradsync_strategy {
     double outer_momentum;  /* diloco */
     enum gm_job_codec id;   /* which of GM_JOB_CODECS (never AUTO); its name: gm_job_codec_name */
     bool cap_h;             /* diloco: H at most a quarter of the run's steps (auto's pick) */
+    bool overlap;           /* diloco: the outer sync runs during the next round ([comm]) */
 };
 
 /* One collective op on c; done(c, status, done_arg) runs later, exactly once, unless this
@@ -130,11 +141,16 @@ struct gm_gradsync_exec {
      * calling (trainer) thread until the op completes; returns its status (or start's error).
      * counted: the op moves gradients/parameters (byte accounting), false for hash checks. */
     int (*run)(void *ctx, gm_gradsync_start_fn start, void *arg, bool counted);
-    /* Optional, for overlap: submit starts an op without waiting (ops complete in submit
-     * order, after every op run or submitted before); wait blocks until every op submitted
-     * since the last wait has completed and returns the first error among them (0 if none).
-     * A submit error is returned by the next wait.  Both NULL: no overlap. */
-    void (*submit)(void *ctx, gm_gradsync_start_fn start, void *arg);
+    /* Optional, for overlap: submit has start called as run does but returns without
+     * waiting (ops complete in submit order, after every op run or submitted before; an
+     * executor may also run it to completion before returning, as the simulation does);
+     * wait blocks until every op submitted since the last wait has completed and returns the
+     * first error among them (0 if none).  A submit error is returned by the next wait.
+     * Between submit and wait the trainer thread must leave alone whatever the op reads or
+     * writes (gradsync's DiLoCo: the delta buffer; the anchor it hashes is read-only until
+     * the wait).  counted as for run.  Both NULL: no overlap (bucketed backward and
+     * [comm] overlap then run blocking). */
+    void (*submit)(void *ctx, gm_gradsync_start_fn start, void *arg, bool counted);
     int (*wait)(void *ctx);
     void *ctx; /* borrowed */
 };
@@ -178,14 +194,26 @@ GM_MUST_CHECK int gm_gradsync_reduce(struct gm_gradsync *g, struct gm_model *m, 
  * replicas differ). */
 GM_MUST_CHECK int gm_gradsync_after_step(struct gm_gradsync *g, struct gm_model *m, long step,
                                          long total_steps);
+/* Overlapped DiLoCo ([comm] overlap): waits for the sync in flight and folds it in; params =
+ * the outer parameters, identical on every rank when every rank calls it at the same round
+ * boundary (before leaving DiLoCo at gm_gradsync_switch_step).  0 otherwise, or the sync's
+ * error.  Trainer thread. */
+GM_MUST_CHECK int gm_gradsync_flush(struct gm_gradsync *g, struct gm_model *m);
+
 /* This rank's codec state for a checkpoint (train/ckpt/ckpt.h): PowerSGD's error feedback
  * (GM_GRADSYNC_PSGD_ERROR) and factors (GM_GRADSYNC_PSGD_FACTORS: every Q then every Phat,
  * gm_psgd_state_get), DiLoCo's anchor and outer momentum ("gradmesh.codec.diloco.anchor",
- * ".momentum"), flat; up to cap tensors into t (data borrowed until the next call into g),
- * *codec the strategy's name.  Returns how many (0 before the state exists, and for dense
- * strategies). */
+ * ".momentum") and, overlapped, between a boundary and its update, the reduced delta
+ * (GM_GRADSYNC_DILOCO_PENDING; the sync in flight is waited for first) and this rank's params
+ * at that boundary (GM_GRADSYNC_DILOCO_START), flat; up to cap tensors into t (data borrowed
+ * until the next call into g), *codec the strategy's name.  Returns how many (0 before the
+ * state exists, and for dense strategies). */
 #define GM_GRADSYNC_PSGD_ERROR "gradmesh.codec.powersgd.error"
 #define GM_GRADSYNC_PSGD_FACTORS "gradmesh.codec.powersgd.factors"
+/* overlapped DiLoCo: the all-reduced delta of the last boundary, not yet applied */
+#define GM_GRADSYNC_DILOCO_PENDING "gradmesh.codec.diloco.pending"
+/* overlapped DiLoCo: the writer's params at that boundary (the steps since carry over) */
+#define GM_GRADSYNC_DILOCO_START "gradmesh.codec.diloco.start"
 struct gm_st_tensor;
 struct gm_st_file;
 size_t gm_gradsync_ckpt_state(struct gm_gradsync *g, struct gm_st_tensor *t, size_t cap,
@@ -326,6 +354,9 @@ void gm_gradsync_switch_quiet(struct gm_gradsync_switch *sw, long step);
  * hop's seconds per byte. */
 void gm_gradsync_ab_hop(const struct gm_coll_link *fit, int world, struct gm_coll_link *hop);
 
+/* Overlapped DiLoCo: the steps from a boundary to the application of its sync, a quarter
+ * of the round (at least 1, at most h - 1); 0 for h < 2 (then the rounds block). */
+uint32_t gm_gradsync_diloco_lag(uint32_t h);
 /* DiLoCo's H as a rank runs it (cap_h: at most a quarter of total_steps). */
 uint32_t gm_gradsync_diloco_h(const struct gm_gradsync_strategy *s, long total_steps);
 /* The first step >= step at which a rank running g may leave its strategy without losing

@@ -170,6 +170,7 @@ static const struct gm_ini_key keys[] = {
     K_INT("comm", "local_steps", comm.local_steps, 1, INT_MAX, 0),
     K_F64("comm", "outer_lr", comm.outer_lr, 0, INFINITY, K_FMIN_OPEN),
     K_F64("comm", "outer_momentum", comm.outer_momentum, 0, 1, K_FMAX_OPEN),
+    K_OTHER("comm", "overlap", KT_BOOL, comm.overlap),
 };
 #define NKEYS GM_ARRAY_SIZE(keys)
 
@@ -214,6 +215,8 @@ static const struct applies applies[] = {
      "codec = diloco or auto"},
     {"comm", "outer_momentum", OFF(comm.codec),
      (1u << GM_JOB_CODEC_AUTO) | (1u << GM_JOB_CODEC_DILOCO), "codec = diloco or auto"},
+    {"comm", "overlap", OFF(comm.codec), (1u << GM_JOB_CODEC_AUTO) | (1u << GM_JOB_CODEC_DILOCO),
+     "codec = diloco or auto"},
 };
 
 /* --- messages ----------------------------------------------------------------------------- */
@@ -997,6 +1000,7 @@ void gm_job_defaults(struct gm_job *job)
     job->comm.local_steps = 16;
     job->comm.outer_lr = 0.7;
     job->comm.outer_momentum = 0.9;
+    job->comm.overlap = GM_JOB_OVERLAP_DEFAULT;
     job->text = NULL;
     job->text_len = 0;
 }

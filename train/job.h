@@ -45,7 +45,9 @@
  *              min_lr (>= 0 and < lr, 0; cosine)
  *   [comm]     codec (auto | fp32 | fp16 | powersgd | diloco, auto), rank (1..1024, 2; powersgd),
  *              local_steps (>= 1, 16; diloco), outer_lr (> 0, 0.7; diloco),
- *              outer_momentum ([0, 1), 0.9; diloco); auto may pick either, so it accepts all four
+ *              outer_momentum ([0, 1), 0.9; diloco), overlap (bool, false; diloco: each outer
+ *              sync runs during the first quarter of the next round, its update applied
+ *              then, train/compress/diloco.h); auto may pick either, so it accepts all five
  *
  * Choices (strict on purpose: a typo must not silently train the wrong thing):
  * - Unknown sections and keys, duplicate keys, keys outside any section, and keys that cannot
@@ -81,6 +83,8 @@
 #define GM_JOB_HIDDEN_MAX 16  /* MLP hidden layers at most */
 #define GM_JOB_TEXT_MAX 65536 /* bytes of job text at most */
 #define GM_JOB_LINE_MAX 197   /* bytes a line at most, not counting "\r\n" */
+/* [comm] overlap's default (see docs/BENCHMARKS.md, "Overlapped DiLoCo", for why) */
+#define GM_JOB_OVERLAP_DEFAULT false
 
 enum gm_job_model {
     GM_JOB_MODEL_MLP,
@@ -233,6 +237,7 @@ struct gm_job {
         int local_steps; /* diloco: H */
         double outer_lr;
         double outer_momentum;
+        bool overlap; /* diloco: outer sync overlapped with the next round */
         /* not from the file: codec = auto resolved by a coordinator (agent/jobs/autocodec.h); its
          * DiLoCo H is then capped to a quarter of the run's steps (train/gradsync.h) */
         bool auto_resolved;

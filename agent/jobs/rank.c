@@ -411,7 +411,7 @@ int gm_rank_bridge_run(void *ctx, gm_gradsync_start_fn start, void *arg, bool co
     return r.status;
 }
 
-static void bridge_submit(void *ctx, gm_gradsync_start_fn start, void *arg)
+static void bridge_submit(void *ctx, gm_gradsync_start_fn start, void *arg, bool counted)
 {
     struct gm_rank *rk = ctx;
     struct req *r;
@@ -426,8 +426,9 @@ static void bridge_submit(void *ctx, gm_gradsync_start_fn start, void *arg)
     }
     r->start = start;
     r->arg = arg;
-    r->fit = !rk->fit_skip; /* gradient buckets: counted */
-    rk->fit_skip = false;
+    r->fit = counted && !rk->fit_skip; /* as gm_rank_bridge_run */
+    if (counted)
+        rk->fit_skip = false;
     if ((err = enqueue(rk, r)) < 0) {
         rk->submit_err = err;
         free(r);

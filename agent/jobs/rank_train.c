@@ -195,6 +195,10 @@ static int maybe_switch(struct gm_rank *rk, struct gm_train_state *st)
      * a synchronous codec steps every rank's optimizer on the same gradient, which keeps
      * replicas equal only from equal states.  Every rank takes rank 0's (every rank comes here
      * at the same step: the same collective in the same place). */
+    /* overlapped DiLoCo: the sync of the round just ended is still in flight; every rank
+     * waits for it here and applies it, at this same step */
+    if ((err = gm_gradsync_flush(rk->gs, st->model)) < 0)
+        return err;
     if (rk->strat.kind == GM_GRADSYNC_KIND_DILOCO && sw.to.kind != GM_GRADSYNC_KIND_DILOCO &&
         st->world > 1 && (err = take_rank0_state(rk, st)) < 0)
         return err;
@@ -412,6 +416,9 @@ static void *trainer_main(void *arg)
     struct gm_rank *rk = arg;
 
     rk->err = gm_trainer_run(&rk->job, &rk->opts, &rk->sum);
+    /* ops a stop or an error left submitted (overlapped DiLoCo's sync in its lag steps) end
+     * before their requests are freed (a stop has failed the links: they end at once) */
+    (void)gm_rank_bridge_wait(rk);
     pthread_mutex_lock(&rk->mu); /* every op this thread waited for has counted its bytes */
     if (rk->sum.bytes_sent == 0)
         rk->sum.bytes_sent = rk->bytes_sent_total;

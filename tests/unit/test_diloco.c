@@ -4,6 +4,9 @@
  * quadratic loss 0.5 |A_i p - b_i|^2; DiLoCo with H = 1, outer lr 1,
  * momentum 0 and an fp32 wire must match it to 1e-6.  With the defaults (fp16,
  * Nesterov 0.7/0.9, H = 4) ranks stay bitwise identical and the loss falls.
+ * Overlapped rounds (the outer update applied lag steps after its boundary, the steps since
+ * carried over): a case worked by hand, a naive reference of the algorithm written out here
+ * (fp32 wire), bitwise identical outer parameters with the defaults, and the contracts.
  */
 #include <errno.h>
 #include <math.h>
@@ -174,9 +177,292 @@ static void test_contracts(void)
     gm_diloco_free(NULL);
 }
 
+/* --- overlapped rounds ------------------------------------------------------------------ */
+
+/* One boundary on every rank: keep the deltas, start the all-reduces and run them to
+ * completion (they could as well finish during the lag steps: nothing reads the result
+ * before the apply). */
+static void boundary_all(struct gm_memnet *net, struct gm_coll **c, struct gm_diloco **d,
+                         float (*p)[NP], int w, uint64_t step)
+{
+    for (int r = 0; r < w; r++)
+        GM_CHECK_OK(gm_diloco_overlap_boundary(d[r], p[r]));
+    memset(calls, 0, sizeof(calls));
+    for (int r = 0; r < w; r++)
+        GM_CHECK_OK(gm_diloco_overlap_start(d[r], c[r], step, done_cb, NULL));
+    gm_memnet_run(net);
+    for (int r = 0; r < w; r++) {
+        GM_CHECK_EQ(calls[r], 1);
+        GM_CHECK_OK(status[r]);
+    }
+}
+
+/* Worked by hand: one parameter, 2 ranks, H = 2, the update applied 1 step after its
+ * boundary; constant gradients 1 and 3 at inner lr 1; outer lr 0.5, momentum 0.5, Nesterov,
+ * fp32.  Steps t = 0..5, boundaries after t = 1, 3, 5, applies after t = 2, 4:
+ *   t=1 boundary: anchor 0, params -2 | -6: deltas 2 | 6, D = 4
+ *   t=2 (params -3 | -9) apply: m = 4; anchor = 0 - 0.5*(4 + 0.5*4) = -3;
+ *       params = -3 + (-3 - -2) = -4 | -3 + (-9 - -6) = -6
+ *   t=3 boundary: params -5 | -9: deltas 2 | 6, D = 4
+ *   t=4 (params -6 | -12) apply: m = 0.5*4 + 4 = 6; anchor = -3 - 0.5*(4 + 0.5*6) = -6.5;
+ *       params = -6.5 + (-6 - -5) = -7.5 | -6.5 + (-12 - -9) = -9.5
+ *   t=5 boundary: params -8.5 | -12.5: deltas 2 | 6, D = 4
+ *   flush: m = 0.5*6 + 4 = 7; anchor = -6.5 - 0.5*(4 + 0.5*7) = -10.25 on both
+ * The blocking rounds put the anchor at -3, -6.5, -10.25 at the three boundaries: the
+ * overlapped anchor takes the same values, one step later.  All binary fractions: exact. */
+static void test_overlap_by_hand(void)
+{
+    const float grads[2] = {1.0f, 3.0f}, want_anchor[2] = {-3.0f, -6.5f};
+    const float want_params[2][2] = {{-4.0f, -6.0f}, {-7.5f, -9.5f}};
+    struct gm_memnet *net = gm_memnet_new(2);
+    struct gm_coll_config cc = {0};
+    struct gm_coll *c[2];
+    struct gm_diloco *d[2];
+    struct gm_diloco_config cfg;
+    float p[2][NP] = {{0}};
+    const float *anchor, *mom;
+    int a = 0;
+
+    gm_diloco_config_default(&cfg);
+    cfg.h = 2;
+    cfg.outer_lr = 0.5f;
+    cfg.momentum = 0.5f;
+    cfg.codec = GM_CODEC_FP32;
+    for (int r = 0; r < 2; r++) {
+        c[r] = gm_coll_new(gm_memnet_transport(net, r), &cc);
+        GM_CHECK_OK(gm_diloco_new(&cfg, p[r], 1, &d[r]));
+    }
+    for (int t = 0; t < 6; t++) {
+        for (int r = 0; r < 2; r++)
+            p[r][0] -= grads[r];
+        if (gm_diloco_due(d[0], (uint64_t)t)) {
+            boundary_all(net, c, d, p, 2, (uint64_t)t);
+            for (int r = 0; r < 2; r++)
+                GM_CHECK(gm_diloco_pending(d[r]) != NULL && gm_diloco_pending(d[r])[0] == 4.0f);
+        } else if (t > 0) {
+            for (int r = 0; r < 2; r++) {
+                GM_CHECK_OK(gm_diloco_overlap_apply(d[r], p[r]));
+                gm_diloco_state(d[r], &anchor, &mom);
+                GM_CHECK(anchor[0] == want_anchor[a]);
+                GM_CHECK(p[r][0] == want_params[a][r]);
+                GM_CHECK(gm_diloco_pending(d[r]) == NULL);
+            }
+            a++;
+        }
+    }
+    GM_CHECK_EQ(a, 2);
+    GM_CHECK_EQ(gm_diloco_syncs(d[0]), 2u);
+    for (int r = 0; r < 2; r++) {
+        GM_CHECK_OK(gm_diloco_overlap_flush(d[r], p[r]));
+        GM_CHECK(p[r][0] == -10.25f);
+        gm_diloco_state(d[r], &anchor, &mom);
+        GM_CHECK(anchor[0] == -10.25f && mom[0] == 7.0f);
+        GM_CHECK(gm_diloco_pending(d[r]) == NULL);
+    }
+    for (int r = 0; r < 2; r++) {
+        gm_diloco_free(d[r]);
+        gm_coll_free(c[r]);
+    }
+    gm_memnet_free(net);
+}
+
+/* W ranks of local SGD on the quadratics, overlapped DiLoCo (boundary every h steps, apply
+ * lag steps later) for `steps` steps, then a flush; rank 0's params into out; *identical:
+ * every rank's anchor (the outer parameters) equal after every apply, and the params after
+ * the flush. */
+static void run_overlap(const struct gm_diloco_config *cfg, int lag, float lr, int steps,
+                        float *out, bool *identical)
+{
+    struct gm_memnet *net = gm_memnet_new(W);
+    struct gm_coll *c[W];
+    struct gm_diloco *d[W];
+    float p[W][NP], g[NP];
+    struct gm_coll_config cc = {0};
+    const float *a0, *ar, *mom;
+
+    *identical = true;
+    for (int r = 0; r < W; r++) {
+        for (int k = 0; k < NP; k++)
+            p[r][k] = 0.1f * (float)(k % 5);
+        c[r] = gm_coll_new(gm_memnet_transport(net, r), &cc);
+        GM_CHECK_OK(gm_diloco_new(cfg, p[r], NP, &d[r]));
+    }
+    for (int t = 0; t < steps; t++) {
+        for (int r = 0; r < W; r++) {
+            grad(r, p[r], g);
+            for (int k = 0; k < NP; k++)
+                p[r][k] -= lr * g[k];
+        }
+        if (t >= (int)cfg->h && (t + 1) % (int)cfg->h == lag) {
+            for (int r = 0; r < W; r++)
+                GM_CHECK_OK(gm_diloco_overlap_apply(d[r], p[r]));
+            gm_diloco_state(d[0], &a0, &mom);
+            for (int r = 1; r < W; r++) {
+                gm_diloco_state(d[r], &ar, &mom);
+                if (memcmp(a0, ar, NP * sizeof(float)) != 0)
+                    *identical = false;
+            }
+        }
+        if (gm_diloco_due(d[0], (uint64_t)t))
+            boundary_all(net, c, d, p, W, (uint64_t)t);
+    }
+    for (int r = 0; r < W; r++)
+        GM_CHECK_OK(gm_diloco_overlap_flush(d[r], p[r]));
+    for (int r = 1; r < W; r++)
+        if (memcmp(p[0], p[r], sizeof(p[0])) != 0)
+            *identical = false;
+    memcpy(out, p[0], sizeof(p[0]));
+    for (int r = 0; r < W; r++) {
+        gm_diloco_free(d[r]);
+        gm_coll_free(c[r]);
+    }
+    gm_memnet_free(net);
+}
+
+/* The algorithm written out naively, in double: one shared outer state (theta, m); at each
+ * boundary the ranks' deltas from theta and their params are noted; lag steps later the mean
+ * delta takes theta one outer step, and each rank goes on from theta plus its steps since the
+ * boundary; at the end a pending update is applied and every rank ends on theta. */
+static void reference_overlap(int h, int lag, double lr, double olr, double mu, int steps,
+                              double *out)
+{
+    double theta[NP], m[NP] = {0}, late[NP] = {0}, at[W][NP], p[W][NP];
+    bool pending = false;
+
+    for (int k = 0; k < NP; k++)
+        theta[k] = 0.1 * (double)(k % 5);
+    for (int r = 0; r < W; r++)
+        memcpy(p[r], theta, sizeof(theta));
+    for (int t = 0; t < steps; t++) {
+        for (int r = 0; r < W; r++)
+            for (int k = 0; k < NP; k++)
+                p[r][k] -= lr * A[r][k] * (A[r][k] * p[r][k] - B[r][k]);
+        if (pending && (t + 1) % h == lag) {
+            for (int k = 0; k < NP; k++) {
+                m[k] = mu * m[k] + late[k];
+                theta[k] -= olr * (late[k] + mu * m[k]);
+                for (int r = 0; r < W; r++)
+                    p[r][k] = theta[k] + (p[r][k] - at[r][k]);
+            }
+            pending = false;
+        }
+        if ((t + 1) % h == 0) {
+            for (int k = 0; k < NP; k++) {
+                late[k] = 0;
+                for (int r = 0; r < W; r++) {
+                    late[k] += (theta[k] - p[r][k]) / W;
+                    at[r][k] = p[r][k];
+                }
+            }
+            pending = true;
+        }
+    }
+    for (int k = 0; k < NP; k++) { /* the flush */
+        if (pending) {
+            m[k] = mu * m[k] + late[k];
+            theta[k] -= olr * (late[k] + mu * m[k]);
+        }
+        out[k] = theta[k];
+    }
+}
+
+static void test_overlap_reference(void)
+{
+    struct gm_diloco_config cfg;
+    float got[NP], init[NP];
+    double ref[NP];
+    bool same;
+
+    gm_diloco_config_default(&cfg);
+    cfg.h = 4;
+    cfg.codec = GM_CODEC_FP32;
+    run_overlap(&cfg, 1, 0.05f, 42, got, &same); /* ends mid-round: the flush drops 2 steps */
+    GM_CHECK(same);
+    reference_overlap(4, 1, 0.05, 0.7, 0.9, 42, ref);
+    for (int k = 0; k < NP; k++)
+        GM_CHECK_NEAR(got[k], ref[k], 1e-5, 1e-5);
+    cfg.h = 8; /* a lag of 3, ending 1 step after a boundary: the flush applies it */
+    run_overlap(&cfg, 3, 0.05f, 41, got, &same);
+    GM_CHECK(same);
+    reference_overlap(8, 3, 0.05, 0.7, 0.9, 41, ref);
+    for (int k = 0; k < NP; k++)
+        GM_CHECK_NEAR(got[k], ref[k], 1e-5, 1e-5);
+
+    /* the defaults (fp16 wire): bitwise identical outer parameters, and it converges */
+    for (int k = 0; k < NP; k++)
+        init[k] = 0.1f * (float)(k % 5);
+    gm_diloco_config_default(&cfg);
+    cfg.h = 4;
+    run_overlap(&cfg, 1, 0.05f, 200, got, &same);
+    GM_CHECK(same);
+    GM_CHECK(loss(got) < 0.5 * loss(init));
+}
+
+static void test_overlap_contracts(void)
+{
+    struct gm_memnet *net = gm_memnet_new(1);
+    struct gm_coll_config cc = {0};
+    struct gm_coll *c = gm_coll_new(gm_memnet_transport(net, 0), &cc);
+    struct gm_diloco_config cfg;
+    struct gm_diloco *d = NULL;
+    float p[2] = {1.0f, 2.0f}, late[2] = {0.5f, 0.25f};
+    const float *anchor, *mom;
+
+    gm_diloco_config_default(&cfg);
+    cfg.codec = GM_CODEC_FP32;
+    cfg.outer_lr = 1.0f;
+    cfg.momentum = 0.0f;
+    GM_CHECK_OK(gm_diloco_new(&cfg, p, 2, &d));
+    GM_CHECK_ERR(gm_diloco_overlap_start(d, c, 0, done_cb, NULL), -EPROTO); /* no delta kept */
+    GM_CHECK_ERR(gm_diloco_overlap_apply(d, p), -EPROTO);                   /* nothing reduced */
+    GM_CHECK(gm_diloco_pending(d) == NULL && gm_diloco_round_start(d) == NULL);
+    p[0] = 0.0f;
+    GM_CHECK_OK(gm_diloco_overlap_boundary(d, p));
+    GM_CHECK(p[0] == 0.0f && p[1] == 2.0f);                  /* the params go on */
+    GM_CHECK_ERR(gm_diloco_overlap_boundary(d, p), -EPROTO); /* the last one not applied */
+    GM_CHECK_ERR(gm_diloco_overlap_apply(d, p), -EPROTO);    /* not reduced yet */
+    GM_CHECK_ERR(gm_diloco_sync_start(d, c, p, 0, done_cb, NULL), -EPROTO); /* mixing modes */
+    memset(calls, 0, sizeof(calls));
+    GM_CHECK_OK(gm_diloco_overlap_start(d, c, 0, done_cb, NULL));
+    GM_CHECK_ERR(gm_diloco_overlap_start(d, c, 0, done_cb, NULL), -EBUSY);
+    GM_CHECK_ERR(gm_diloco_overlap_boundary(d, p), -EBUSY);
+    GM_CHECK_ERR(gm_diloco_overlap_apply(d, p), -EBUSY);
+    GM_CHECK_ERR(gm_diloco_overlap_flush(d, p), -EBUSY);
+    GM_CHECK_ERR(gm_diloco_pending_set(d, late, 2), -EBUSY);
+    gm_memnet_run(net);
+    GM_CHECK_EQ(calls[0], 1);
+    GM_CHECK(gm_diloco_pending(d) != NULL && gm_diloco_pending(d)[0] == 1.0f);
+    GM_CHECK(gm_diloco_round_start(d) != NULL && gm_diloco_round_start(d)[0] == 0.0f);
+    /* a checkpoint's pending update replaces it; another length is refused */
+    GM_CHECK_ERR(gm_diloco_pending_set(d, late, 1), -EINVAL);
+    GM_CHECK_ERR(gm_diloco_round_start_set(d, late, 1), -EINVAL);
+    GM_CHECK_OK(gm_diloco_pending_set(d, late, 2));
+    p[0] = -1.0f; /* a step since the boundary */
+    GM_CHECK_OK(gm_diloco_overlap_apply(d, p));
+    GM_CHECK(p[0] == 1.0f - 0.5f - 1.0f && p[1] == 2.0f - 0.25f); /* anchor - D + the step */
+    GM_CHECK(gm_diloco_pending(d) == NULL && gm_diloco_round_start(d) == NULL);
+    /* a delta kept but never reduced is dropped by the flush, which says so */
+    GM_CHECK_OK(gm_diloco_overlap_boundary(d, p));
+    p[0] = 9.0f;
+    GM_CHECK_ERR(gm_diloco_overlap_flush(d, p), -EPROTO);
+    gm_diloco_state(d, &anchor, &mom);
+    GM_CHECK(p[0] == anchor[0] && anchor[0] == 0.5f);
+    GM_CHECK_OK(gm_diloco_overlap_flush(d, p)); /* nothing pending: just the anchor */
+    /* a state_set clears a pending update */
+    GM_CHECK_OK(gm_diloco_pending_set(d, late, 2));
+    GM_CHECK_OK(gm_diloco_state_set(d, anchor, mom, 2));
+    GM_CHECK(gm_diloco_pending(d) == NULL);
+    gm_diloco_free(d);
+    gm_coll_free(c);
+    gm_memnet_free(net);
+}
+
 int main(void)
 {
     setup();
+    GM_TEST_RUN(test_overlap_by_hand);
+    GM_TEST_RUN(test_overlap_reference);
+    GM_TEST_RUN(test_overlap_contracts);
     GM_TEST_RUN(test_contracts);
     GM_TEST_RUN(test_h1_equals_sync_sgd);
     GM_TEST_RUN(test_defaults_converge);

@@ -7,6 +7,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "common/assert.h"
 #include "common/test.h"
 #include "train/comm/transport_mem.h"
 #include "train/gradsync.h"
@@ -164,6 +165,24 @@ static void test_rank_logic(void)
     }
     GM_CHECK_EQ(e.counted, 2);
     GM_CHECK_EQ(e.uncounted, 3);
+    gm_gradsync_free(g);
+    g = NULL;
+
+    /* the same with overlap, on an executor without submit (run stands in): the same ops,
+     * the syncs' and the outer parameters' hash checks handed over at the boundaries, the last
+     * step's wait, flush and check of the params */
+    e.counted = e.uncounted = 0;
+    job.comm.overlap = true;
+    GM_CHECK_OK(gm_gradsync_strategy_from_job(&job, &s));
+    GM_CHECK(s.overlap);
+    GM_CHECK_OK(gm_gradsync_new(&s, 0, 1, 1, &ex, &g));
+    for (long step = 0; step < 10 && g != NULL; step++) {
+        GM_CHECK_OK(gm_gradsync_reduce(g, m, step, 10));
+        GM_CHECK_OK(gm_gradsync_after_step(g, m, step, 10));
+    }
+    GM_CHECK_EQ(e.counted, 2);
+    GM_CHECK_EQ(e.uncounted, 3);
+    GM_CHECK_EQ(gm_gradsync_hash_checks(g), 3u);
 out:
     gm_gradsync_free(g);
     if (e.net != NULL)
@@ -171,6 +190,105 @@ out:
     gm_coll_free(e.c);
     gm_memnet_free(e.net);
     gm_model_free(m);
+}
+
+/* An executor whose submitted ops start only at the wait (as late as the contract allows). */
+struct exec_late {
+    struct exec1 e;
+    gm_gradsync_start_fn start[8];
+    void *arg[8];
+    bool counted[8];
+    int n, submits, waits;
+};
+
+static void submit_late(void *ctx, gm_gradsync_start_fn start, void *arg, bool counted)
+{
+    struct exec_late *l = ctx;
+
+    GM_ASSERT(l->n < 8);
+    l->start[l->n] = start;
+    l->arg[l->n] = arg;
+    l->counted[l->n] = counted;
+    l->n++;
+    l->submits++;
+}
+
+static int wait_late(void *ctx)
+{
+    struct exec_late *l = ctx;
+    int err = 0, e;
+
+    l->waits++;
+    for (int i = 0; i < l->n; i++)
+        if ((e = run1(&l->e, l->start[i], l->arg[i], l->counted[i])) < 0 && err == 0)
+            err = e;
+    l->n = 0;
+    return err;
+}
+
+static int run_late(void *ctx, gm_gradsync_start_fn start, void *arg, bool counted)
+{
+    struct exec_late *l = ctx;
+
+    GM_CHECK_EQ(l->n, 0); /* gradsync waits before it runs anything else */
+    return run1(&l->e, start, arg, counted);
+}
+
+/* Overlapped DiLoCo: the weights do not depend on when a sync completes: an executor that
+ * completes each op inside submit (run) and one that starts them only at the next wait give
+ * the same bits; the late one was handed 2 ops at each of 3 boundaries. */
+static void test_overlap_timing(void)
+{
+    struct gm_coll_config cc = {0};
+    struct exec1 e = {0};
+    struct exec_late l = {0};
+    struct gm_gradsync_exec now = {.run = run1, .ctx = &e};
+    struct gm_gradsync_exec late = {
+        .run = run_late, .submit = submit_late, .wait = wait_late, .ctx = &l};
+    struct gm_gradsync_strategy s;
+    struct gm_gradsync *g = NULL;
+    struct gm_job job;
+    struct gm_model *m[2] = {small_model(), small_model()};
+    size_t np;
+
+    e.net = gm_memnet_new(1);
+    l.e.net = gm_memnet_new(1);
+    if (e.net == NULL || l.e.net == NULL || m[0] == NULL || m[1] == NULL)
+        goto out;
+    e.c = gm_coll_new(gm_memnet_transport(e.net, 0), &cc);
+    l.e.c = gm_coll_new(gm_memnet_transport(l.e.net, 0), &cc);
+    gm_job_defaults(&job);
+    job.comm.codec = GM_JOB_CODEC_DILOCO;
+    job.comm.local_steps = 3;
+    job.comm.overlap = true;
+    GM_CHECK_OK(gm_gradsync_strategy_from_job(&job, &s));
+    np = gm_model_num_params(m[0]);
+    for (int k = 0; k < 2; k++) {
+        GM_CHECK_OK(gm_gradsync_new(&s, 0, 1, 1, k == 0 ? &now : &late, &g));
+        for (long step = 0; step < 11 && g != NULL; step++) {
+            float *p = gm_model_params(m[k]);
+            GM_CHECK_OK(gm_gradsync_reduce(g, m[k], step, 11));
+            for (size_t i = 0; i < np; i++) /* a local step: deterministic, step-dependent */
+                p[i] -= 1e-3f * (float)((i + (size_t)step) % 7) - 2e-3f;
+            GM_CHECK_OK(gm_gradsync_after_step(g, m[k], step, 11));
+        }
+        gm_gradsync_free(g);
+        g = NULL;
+    }
+    GM_CHECK_EQ(l.submits, 6);
+    GM_CHECK(l.waits >= 3);
+    GM_CHECK(memcmp(gm_model_params(m[0]), gm_model_params(m[1]), np * sizeof(float)) == 0);
+out:
+    for (int k = 0; k < 2; k++)
+        gm_model_free(m[k]);
+    if (e.net != NULL)
+        gm_memnet_run(e.net);
+    if (l.e.net != NULL)
+        gm_memnet_run(l.e.net);
+    gm_coll_free(e.c);
+    gm_coll_free(l.e.c);
+    gm_memnet_free(e.net);
+    gm_memnet_free(l.e.net);
 }
 
 /* The alpha-beta fit: recovers a link from samples at two sizes; with one size only it passes
@@ -306,6 +424,48 @@ static void test_auto(void)
     GM_CHECK(strstr(o.reason, "nothing keeps") != NULL);
     GM_CHECK_EQ(o.pick.local_steps, (uint32_t)GM_GRADSYNC_AUTO_MAX_H);
 
+    /* overlapped DiLoCo ([comm] overlap): the sync runs during the lag (a quarter of H)
+     * steps after its boundary: H is the smallest whose lag steps cover one sync, below the
+     * blocking H, and what shows per step is nothing */
+    {
+        struct gm_job job;
+        struct gm_coll_link links[4];
+        struct gm_gradsync_auto_in in = {
+            .m = m, .world = 2, .links = links, .compute_s = 0.010, .job = &job};
+        double sync;
+        gm_job_defaults(&job);
+        job.comm.overlap = true;
+        for (int i = 0; i < 4; i++)
+            links[i] = (struct gm_coll_link){.alpha_s = 0.025, .bytes_per_s = 20e6 / 8};
+        GM_CHECK_OK(pick_for(m, 0.025, 20, 0.010, &o));
+        GM_CHECK_OK(gm_gradsync_auto_choose(&in, &o2));
+        GM_CHECK_EQ(o2.pick.kind, GM_GRADSYNC_KIND_DILOCO);
+        GM_CHECK(o2.pick.overlap && !o.pick.overlap);
+        sync = o.cand[3].comm_s * o.pick.local_steps; /* one sync, blocking model */
+        GM_CHECK(gm_gradsync_diloco_lag(o2.pick.local_steps) * 0.010 >= sync * (1 - 1e-9));
+        GM_CHECK(o2.pick.local_steps == GM_GRADSYNC_AUTO_MIN_H ||
+                 gm_gradsync_diloco_lag(o2.pick.local_steps - 1) * 0.010 < sync);
+        GM_CHECK(o2.pick.local_steps < o.pick.local_steps);
+        GM_CHECK(o2.cand[3].comm_s == 0);
+        GM_CHECK(o2.speedup > o.speedup);
+        /* a link too slow for H = max: the uncovered part of the sync shows, per step */
+        for (int i = 0; i < 4; i++)
+            links[i] = (struct gm_coll_link){.alpha_s = 0.025, .bytes_per_s = 0.5e6 / 8};
+        GM_CHECK_OK(gm_gradsync_auto_choose(&in, &o2));
+        GM_CHECK_EQ(o2.pick.local_steps, (uint32_t)GM_GRADSYNC_AUTO_MAX_H);
+        GM_CHECK(o2.cand[3].comm_s > 0);
+        {
+            struct gm_gradsync_strategy one = o2.pick;
+            struct gm_gradsync_cost c1;
+            one.local_steps = 1;
+            GM_CHECK_OK(gm_gradsync_estimate(&one, m, 2, links, &c1));
+            GM_CHECK_NEAR(o2.cand[3].comm_s,
+                          (c1.seconds - gm_gradsync_diloco_lag(GM_GRADSYNC_AUTO_MAX_H) * 0.010) /
+                              GM_GRADSYNC_AUTO_MAX_H,
+                          1e-12, 1e-9);
+        }
+    }
+
     GM_CHECK_ERR(pick_for(m, 0.025, 20, 0, &o), -EINVAL);
     GM_CHECK_ERR(pick_for(NULL, 0.025, 20, 0.01, &o), -EINVAL);
     gm_model_free(m);
@@ -383,6 +543,11 @@ static void test_switch(void)
     /* no DiLoCo round to finish: a switch takes effect at the step announced */
     GM_CHECK_EQ(gm_gradsync_switch_step(NULL, 17), 17);
     GM_CHECK_EQ(gm_gradsync_diloco_h(&diloco, 1000), diloco.local_steps);
+    GM_CHECK_EQ(gm_gradsync_diloco_lag(1), 0u); /* nothing to overlap with */
+    GM_CHECK_EQ(gm_gradsync_diloco_lag(2), 1u);
+    GM_CHECK_EQ(gm_gradsync_diloco_lag(4), 1u);
+    GM_CHECK_EQ(gm_gradsync_diloco_lag(5), 2u);
+    GM_CHECK_EQ(gm_gradsync_diloco_lag(64), 16u);
     diloco.cap_h = true;
     diloco.local_steps = 64;
     GM_CHECK_EQ(gm_gradsync_diloco_h(&diloco, 100), 25u); /* a quarter of the run */
@@ -512,5 +677,6 @@ int main(void)
     GM_TEST_RUN(test_from_job);
     GM_TEST_RUN(test_estimate);
     GM_TEST_RUN(test_rank_logic);
+    GM_TEST_RUN(test_overlap_timing);
     return gm_test_finish("test_gradsync");
 }

@@ -156,6 +156,7 @@ static void test_defaults(void)
     GM_CHECK_EQ(job.comm.local_steps, 16);
     GM_CHECK(job.comm.outer_lr == 0.7);
     GM_CHECK(job.comm.outer_momentum == 0.9);
+    GM_CHECK(!job.comm.overlap);
     /* the raw text is kept for checkpoint metadata */
     GM_CHECK_EQ(job.text_len, strlen(MINIMAL));
     GM_CHECK_STREQ(job.text, MINIMAL);
@@ -272,7 +273,8 @@ static void test_every_key_adam(void)
                                "codec = diloco\n"
                                "local_steps = 32\n"
                                "outer_lr = 0.5\n"
-                               "outer_momentum = 0.8\n";
+                               "outer_momentum = 0.8\n"
+                               "overlap = yes\n";
     struct gm_job job;
 
     GM_CHECK_OK(parse_quiet(text, &job));
@@ -291,6 +293,7 @@ static void test_every_key_adam(void)
     GM_CHECK_EQ(job.comm.local_steps, 32);
     GM_CHECK(job.comm.outer_lr == 0.5);
     GM_CHECK(job.comm.outer_momentum == 0.8);
+    GM_CHECK(job.comm.overlap);
     GM_CHECK_STREQ(gm_job_model_name(job.model), "lenet5");
     GM_CHECK_STREQ(gm_job_data_kind_name(job.data.kind), "cifar10");
     GM_CHECK_STREQ(gm_job_optimizer_name(job.optim.name), "adam");
@@ -491,6 +494,8 @@ static void test_bad_combinations(void)
                "error: job.ini:12: [comm] rank only applies with codec = powersgd or auto");
     expect_bad(MINIMAL "[comm]\ncodec = powersgd\nlocal_steps = 4\n",
                "error: job.ini:12: [comm] local_steps only applies with codec = diloco or auto");
+    expect_bad(MINIMAL "[comm]\ncodec = fp32\noverlap = true\n",
+               "error: job.ini:12: [comm] overlap only applies with codec = diloco or auto");
 }
 
 /* [model] init and freeze, and image_size against the model's graph. */

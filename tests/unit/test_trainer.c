@@ -344,9 +344,10 @@ static void test_batchnorm_checkpoint(void)
 
 /* --- codec state across a resume ------------------------------------------------------- */
 
-/* 2 simulated workers, 2 epochs of 8 steps, a checkpoint every 4 steps into ckdir; from
- * resume (NULL: the start); weights into out. */
-static int sim_run(const char *comm, const char *ckdir, const char *resume, const char *out)
+/* `workers` simulated workers, 2 epochs of 8 steps, a checkpoint every 4 steps into ckdir;
+ * from resume (NULL: the start); weights into out. */
+static int sim_run(const char *comm, int workers, const char *ckdir, const char *resume,
+                   const char *out)
 {
     char text[1024];
     struct gm_job job;
@@ -354,7 +355,7 @@ static int sim_run(const char *comm, const char *ckdir, const char *resume, cons
     volatile sig_atomic_t stop = 0;
     struct gm_train_opts o = {
         .progress = 0, .stop = &stop, .out = out, .ckpt_dir = ckdir, .resume = resume};
-    struct gm_sim_opts so = {.workers = 2, .error_feedback = true};
+    struct gm_sim_opts so = {.workers = workers, .error_feedback = true};
     int n = snprintf(text, sizeof(text),
                      "[job]\nname = cs\nmodel = mlp\nepochs = 2\nseed = 5\n"
                      "checkpoint_every = 4\ncheckpoint_keep = 8\n[model]\nhidden = 32\n"
@@ -439,7 +440,7 @@ static void rm_dir(const char *d)
     (void)rmdir(d);
 }
 
-static void codec_resume(const char *comm, size_t want_codec_tensors)
+static void codec_resume(const char *comm, int workers, size_t want_codec_tensors)
 {
     char whole[128], res[128], strip[128], dw[128], dr[128], ds[128], ck8[1100], cks[1100];
 
@@ -449,7 +450,7 @@ static void codec_resume(const char *comm, size_t want_codec_tensors)
     snprintf(dw, sizeof(dw), "%s/ck-whole", dir);
     snprintf(dr, sizeof(dr), "%s/ck-resumed", dir);
     snprintf(ds, sizeof(ds), "%s/ck-stripped", dir);
-    GM_CHECK_OK(sim_run(comm, dw, NULL, whole));
+    GM_CHECK_OK(sim_run(comm, workers, dw, NULL, whole));
     GM_CHECK_OK(gm_ckpt_path(dw, 8, ck8, sizeof(ck8)));
     { /* the checkpoint holds the codec state (both ranks' error feedback for PowerSGD) */
         struct gm_st_file f;
@@ -463,13 +464,13 @@ static void codec_resume(const char *comm, size_t want_codec_tensors)
         GM_CHECK_EQ(info.step, 8);
         gm_safetensors_free(&f);
     }
-    GM_CHECK_OK(sim_run(comm, dr, ck8, res));
+    GM_CHECK_OK(sim_run(comm, workers, dr, ck8, res));
     GM_CHECK(same_weights(whole, res));
 
     GM_CHECK_OK(gm_ckpt_mkdirs(ds));
     GM_CHECK_OK(gm_ckpt_path(ds, 8, cks, sizeof(cks)));
     GM_CHECK_EQ(strip_codec(ck8, cks), want_codec_tensors);
-    GM_CHECK_OK(sim_run(comm, ds, cks, strip));
+    GM_CHECK_OK(sim_run(comm, workers, ds, cks, strip));
     GM_CHECK(!same_weights(whole, strip)); /* the codec state is what made them equal */
     (void)unlink(whole);
     (void)unlink(res);
@@ -482,7 +483,33 @@ static void codec_resume(const char *comm, size_t want_codec_tensors)
 static void test_powersgd_resume(void)
 {
     /* error feedback of rank 0 and rank 1, and the factors */
-    codec_resume("codec = powersgd\n", 3);
+    codec_resume("codec = powersgd\n", 2, 3);
+}
+
+/* Overlapped DiLoCo, H = 4 (a lag of 1): the checkpoint of step 8 is written right after the
+ * boundary of step 8, its sync reduced but not applied (that is for step 9).  It holds the
+ * anchor, the outer momentum, that pending update and the params it was computed from; one
+ * worker resumed from it ends bit for bit where the uninterrupted run does (and not without
+ * the codec state).  With two workers a checkpoint holds rank 0's weights only, so the
+ * resumed run, every rank continuing from rank 0's, is a valid run (it passes every hash
+ * check of the outer parameters), not the uninterrupted one: said at resume. */
+static void test_diloco_overlap_resume(void)
+{
+    const char *comm = "codec = diloco\nlocal_steps = 4\noverlap = true\n";
+    char whole[128], res[128], dw[128], dr[128], ck8[1100];
+
+    codec_resume(comm, 1, 4);
+    snprintf(whole, sizeof(whole), "%s/ov2-whole.safetensors", dir);
+    snprintf(res, sizeof(res), "%s/ov2-resumed.safetensors", dir);
+    snprintf(dw, sizeof(dw), "%s/ck-ov2-whole", dir);
+    snprintf(dr, sizeof(dr), "%s/ck-ov2-resumed", dir);
+    GM_CHECK_OK(sim_run(comm, 2, dw, NULL, whole));
+    GM_CHECK_OK(gm_ckpt_path(dw, 8, ck8, sizeof(ck8)));
+    GM_CHECK_OK(sim_run(comm, 2, dr, ck8, res));
+    (void)unlink(whole);
+    (void)unlink(res);
+    rm_dir(dw);
+    rm_dir(dr);
 }
 
 static void test_regroup_in_after_step(void)
@@ -657,6 +684,7 @@ int main(void)
     GM_TEST_RUN(test_bf16_refused_on_cpu);
     GM_TEST_RUN(test_cuda_trainer);
     GM_TEST_RUN(test_powersgd_resume);
+    GM_TEST_RUN(test_diloco_overlap_resume);
     rc = gm_test_finish("test_trainer");
     static const char *names[] = {
         "train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",

@@ -7,14 +7,22 @@
 
 #include "common/assert.h"
 
+enum pend {
+    PEND_NONE,    /* nothing */
+    PEND_LOCAL,   /* this rank's delta of the last round, not (yet) reduced */
+    PEND_REDUCED, /* the mean delta of the last round, to fold in at the next boundary */
+};
+
 struct gm_diloco {
     struct gm_diloco_config cfg;
     size_t n;
     float *anchor;   /* owned, n: parameters at the last sync */
     float *momentum; /* owned, n */
     float *delta;    /* owned, n: what goes to the collective */
+    float *start;    /* owned, n, overlapped rounds: params at the last boundary (local) */
     bool busy;
-    float *params; /* borrowed while busy */
+    enum pend pend; /* overlapped rounds: what delta holds */
+    float *params;  /* borrowed while busy */
     gm_coll_done_cb cb;
     void *arg;
     uint64_t syncs;
@@ -48,7 +56,8 @@ int gm_diloco_new(const struct gm_diloco_config *cfg, const float *params, size_
     d->anchor = malloc((n + 1) * sizeof(float));
     d->momentum = calloc(n + 1, sizeof(float));
     d->delta = malloc((n + 1) * sizeof(float));
-    if (d->anchor == NULL || d->momentum == NULL || d->delta == NULL) {
+    d->start = malloc((n + 1) * sizeof(float));
+    if (d->anchor == NULL || d->momentum == NULL || d->delta == NULL || d->start == NULL) {
         gm_diloco_free(d);
         return -ENOMEM;
     }
@@ -66,6 +75,7 @@ void gm_diloco_free(struct gm_diloco *d)
     free(d->anchor);
     free(d->momentum);
     free(d->delta);
+    free(d->start);
     free(d);
 }
 
@@ -74,19 +84,25 @@ bool gm_diloco_due(const struct gm_diloco *d, uint64_t step)
     return (step + 1) % d->cfg.h == 0;
 }
 
+/* The outer step on one coordinate: momentum and anchor from the mean delta g.  One
+ * expression for both paths, so the blocking and the overlapped rounds round alike. */
+static inline void outer_step(const struct gm_diloco *d, size_t i, float g)
+{
+    const float lr = d->cfg.outer_lr, mu = d->cfg.momentum;
+    float m = mu * d->momentum[i] + g;
+
+    d->momentum[i] = m;
+    d->anchor[i] -= lr * (d->cfg.nesterov ? g + mu * m : m);
+}
+
 static void on_reduced(struct gm_coll *c, int status, void *arg)
 {
     struct gm_diloco *d = arg;
-    const float lr = d->cfg.outer_lr, mu = d->cfg.momentum;
     gm_coll_done_cb cb = d->cb;
 
     if (status == 0) {
-        for (size_t i = 0; i < d->n; i++) {
-            float g = d->delta[i];
-            float m = mu * d->momentum[i] + g;
-            d->momentum[i] = m;
-            d->anchor[i] -= lr * (d->cfg.nesterov ? g + mu * m : m);
-        }
+        for (size_t i = 0; i < d->n; i++)
+            outer_step(d, i, d->delta[i]);
         memcpy(d->params, d->anchor, d->n * sizeof(float));
         d->syncs++;
     }
@@ -105,6 +121,8 @@ int gm_diloco_sync_start(struct gm_diloco *d, struct gm_coll *c, float *params, 
         return -EINVAL;
     if (d->busy)
         return -EBUSY;
+    if (d->pend != PEND_NONE)
+        return -EPROTO; /* an overlapped round is pending: flush it first */
     for (size_t i = 0; i < d->n; i++)
         d->delta[i] = d->anchor[i] - params[i];
     d->params = params;
@@ -153,5 +171,128 @@ int gm_diloco_state_set(struct gm_diloco *d, const float *anchor, const float *m
         return -EBUSY;
     memcpy(d->anchor, anchor, n * sizeof(float));
     memcpy(d->momentum, momentum, n * sizeof(float));
+    d->pend = PEND_NONE;
+    return 0;
+}
+
+/* --- overlapped rounds ------------------------------------------------------------------- */
+
+int gm_diloco_overlap_boundary(struct gm_diloco *d, float *params)
+{
+    if (params == NULL && d->n > 0)
+        return -EINVAL;
+    if (d->busy)
+        return -EBUSY;
+    if (d->pend != PEND_NONE)
+        return -EPROTO; /* the round before was never applied */
+    for (size_t i = 0; i < d->n; i++) {
+        d->delta[i] = d->anchor[i] - params[i];
+        d->start[i] = params[i];
+    }
+    d->pend = PEND_LOCAL;
+    return 0;
+}
+
+int gm_diloco_overlap_apply(struct gm_diloco *d, float *params)
+{
+    if (params == NULL && d->n > 0)
+        return -EINVAL;
+    if (d->busy)
+        return -EBUSY;
+    if (d->pend != PEND_REDUCED)
+        return -EPROTO;
+    for (size_t i = 0; i < d->n; i++) {
+        outer_step(d, i, d->delta[i]);
+        params[i] = d->anchor[i] + (params[i] - d->start[i]); /* + the steps since */
+    }
+    d->syncs++;
+    d->pend = PEND_NONE;
+    return 0;
+}
+
+static void on_reduced_late(struct gm_coll *c, int status, void *arg)
+{
+    struct gm_diloco *d = arg;
+    gm_coll_done_cb cb = d->cb;
+
+    if (status == 0)
+        d->pend = PEND_REDUCED;
+    d->busy = false;
+    cb(c, status, d->arg);
+}
+
+int gm_diloco_overlap_start(struct gm_diloco *d, struct gm_coll *c, uint64_t step,
+                            gm_coll_done_cb cb, void *arg)
+{
+    struct gm_coll_opts o = {
+        .algo = d->cfg.algo, .codec = d->cfg.codec, .reduce = GM_COLL_MEAN, .step = step};
+    int err;
+
+    if (c == NULL || cb == NULL)
+        return -EINVAL;
+    if (d->busy)
+        return -EBUSY;
+    if (d->pend != PEND_LOCAL)
+        return -EPROTO;
+    d->cb = cb;
+    d->arg = arg;
+    d->busy = true;
+    err = gm_coll_allreduce_start(c, d->delta, d->n, &o, on_reduced_late, d);
+    if (err < 0)
+        d->busy = false;
+    return err;
+}
+
+int gm_diloco_overlap_flush(struct gm_diloco *d, float *params)
+{
+    int err = 0;
+
+    if (params == NULL && d->n > 0)
+        return -EINVAL;
+    if (d->busy)
+        return -EBUSY;
+    if (d->pend == PEND_REDUCED) {
+        for (size_t i = 0; i < d->n; i++)
+            outer_step(d, i, d->delta[i]);
+        d->syncs++;
+    } else if (d->pend == PEND_LOCAL) {
+        err = -EPROTO; /* never reduced: there is no mean to fold in */
+    }
+    d->pend = PEND_NONE;
+    if (d->n > 0)
+        memcpy(params, d->anchor, d->n * sizeof(float));
+    return err;
+}
+
+const float *gm_diloco_pending(const struct gm_diloco *d)
+{
+    return d->pend == PEND_REDUCED ? d->delta : NULL;
+}
+
+int gm_diloco_pending_set(struct gm_diloco *d, const float *delta, size_t n)
+{
+    if (n != d->n || (delta == NULL && n > 0))
+        return -EINVAL;
+    if (d->busy)
+        return -EBUSY;
+    if (n > 0)
+        memcpy(d->delta, delta, n * sizeof(float));
+    d->pend = PEND_REDUCED;
+    return 0;
+}
+
+const float *gm_diloco_round_start(const struct gm_diloco *d)
+{
+    return d->pend != PEND_NONE ? d->start : NULL;
+}
+
+int gm_diloco_round_start_set(struct gm_diloco *d, const float *start, size_t n)
+{
+    if (n != d->n || (start == NULL && n > 0))
+        return -EINVAL;
+    if (d->busy)
+        return -EBUSY;
+    if (n > 0)
+        memcpy(d->start, start, n * sizeof(float));
     return 0;
 }

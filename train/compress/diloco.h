@@ -12,6 +12,24 @@
  * this is synchronous SGD up to fp32 rounding of (anchor - params).
  * The inner optimizer's state (Adam moments...) stays local.  One gm_diloco per
  * rank; loop thread (or the simulation's single thread).
+ *
+ * Overlapped rounds (gm_diloco_overlap_*; after Streaming DiLoCo, Douillard et al. 2025,
+ * with the whole model as one fragment): the sync of round r runs during the first `lag`
+ * steps of round r+1 (1 <= lag < H, chosen by the caller), and the outer update is applied
+ * then, lag steps late:
+ *   at the boundary (gm_diloco_overlap_boundary): d[r] = anchor - params, the delta of the
+ *     blocking rounds; start = params (this rank's); the all-reduce of d[r] is started
+ *     (gm_diloco_overlap_start, on the loop thread) and the local steps go on;
+ *   lag steps later (gm_diloco_overlap_apply, once the mean D[r] is in):
+ *     m = mu m + D[r];  anchor -= lr (D[r] + mu m)       (the blocking update, unchanged)
+ *     params = anchor + (params - start)                 (the lag steps taken meanwhile kept)
+ * so the anchor (the outer parameters) follows exactly the blocking recurrence on the deltas
+ * it is given and is bitwise identical on every rank; only each rank's own lag steps are
+ * carried over onto it rather than taken from it.  The params of the ranks differ between
+ * syncs, as they do mid-round in the blocking rounds; gm_diloco_overlap_flush (the run's end,
+ * leaving DiLoCo) applies a pending update and sets params = anchor on every rank.  Between
+ * gm_diloco_overlap_start and its callback only the all-reduce touches the delta; the anchor
+ * is left alone until the apply (so the trainer thread may hash it meanwhile).
  */
 #ifndef GM_TRAIN_COMPRESS_DILOCO_H
 #define GM_TRAIN_COMPRESS_DILOCO_H
@@ -56,7 +74,35 @@ size_t gm_diloco_state(const struct gm_diloco *d, const float **anchor, const fl
 /* Replaces the outer state (a checkpoint's): -EINVAL for another n, -EBUSY during a sync. */
 GM_MUST_CHECK int gm_diloco_state_set(struct gm_diloco *d, const float *anchor,
                                       const float *momentum, size_t n);
-/* Floats all-reduced per sync (n) and syncs completed. */
+/* --- overlapped rounds (see the top) --------------------------------------------------- */
+
+/* At a round boundary (trainer thread; no op in flight): keeps this round's delta and the
+ * params (see the top); params are not changed.  -EPROTO while the round before was not
+ * applied, -EBUSY while an op runs, -EINVAL for params NULL. */
+GM_MUST_CHECK int gm_diloco_overlap_boundary(struct gm_diloco *d, float *params);
+/* Applies the reduced delta: the outer step, then params = anchor + the steps since the
+ * boundary.  -EPROTO when no reduced delta waits (never started, or failed), -EBUSY. */
+GM_MUST_CHECK int gm_diloco_overlap_apply(struct gm_diloco *d, float *params);
+/* Starts the all-reduce (mean) of the delta the last boundary kept; cb(c, status, arg) once
+ * it is reduced (it then waits to be folded in).  -EPROTO when there is none, -EBUSY. */
+GM_MUST_CHECK int gm_diloco_overlap_start(struct gm_diloco *d, struct gm_coll *c, uint64_t step,
+                                          gm_coll_done_cb cb, void *arg);
+/* Folds a reduced delta in (the outer step alone), then params = anchor.  A delta not yet reduced
+ * (never started, or failed) is dropped: -EPROTO, params = anchor all the same.  -EBUSY
+ * while it runs.  With nothing pending: params = anchor, 0. */
+GM_MUST_CHECK int gm_diloco_overlap_flush(struct gm_diloco *d, float *params);
+/* The reduced delta waiting to be applied (n floats, identical on every rank), or NULL: what
+ * a checkpoint of an overlapped run holds besides the anchor and the momentum. */
+const float *gm_diloco_pending(const struct gm_diloco *d);
+/* Sets it (a checkpoint's): -EINVAL for another n, -EBUSY while an op runs. */
+GM_MUST_CHECK int gm_diloco_pending_set(struct gm_diloco *d, const float *delta, size_t n);
+/* This rank's params at the last boundary while its update is pending (n floats; NULL when
+ * none is), and setting it (a checkpoint's, with the params it was written with): -EINVAL
+ * for another n, -EBUSY while an op runs.  gm_diloco_state_set leaves it alone. */
+const float *gm_diloco_round_start(const struct gm_diloco *d);
+GM_MUST_CHECK int gm_diloco_round_start_set(struct gm_diloco *d, const float *start, size_t n);
+
+/* Floats all-reduced per sync (n) and syncs completed (overlapped: deltas folded in). */
 size_t gm_diloco_payload_floats(const struct gm_diloco *d);
 uint64_t gm_diloco_syncs(const struct gm_diloco *d);
 
