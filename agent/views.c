@@ -20,6 +20,7 @@
 #include "agent/mesh/measure.h"
 #include "agent/jobs/job.h"
 #include "agent/service/metrics.h"
+#include "agent/service/version.h"
 #include "agent/jobs/ckptxfer.h"
 #include "agent/core/state.h"
 #include "common/assert.h"
@@ -85,6 +86,9 @@ static json_t *member_json(struct gm_agent *a, const struct gm_peer *p)
                         p->link && gm_link_skew_ms(p->link, &skew) ? json_real(skew) : json_null());
     json_object_set_new(m, "reach_out", tri(p->link ? p->m.reach_out : -1));
     json_object_set_new(m, "reach_in", tri(rv ? rv->reach : -1));
+    /* what its last HELLO said; null before a link ever came up */
+    json_object_set_new(m, "version", p->version[0] ? json_string(p->version) : json_null());
+    json_object_set_new(m, "proto", p->proto > 0 ? json_integer(p->proto) : json_null());
     return m;
 }
 
@@ -92,15 +96,22 @@ static json_t *status_json(struct gm_agent *a)
 {
     json_t *o = json_object(), *members = json_array();
     size_t i, up = 0;
+    int mixed = 0;
 
     for (i = 0; i < a->npeers; i++) {
         up += a->peers[i].link != NULL;
         json_array_append_new(members, member_json(a, &a->peers[i]));
+        mixed |= a->peers[i].version[0] && strcmp(a->peers[i].version, gm_version_string()) != 0;
     }
     json_object_set_new(o, "cluster", json_string(a->cfg.cluster));
     json_object_set_new(o, "node", json_string(a->cfg.node));
     json_object_set_new(o, "listen", json_string(a->listen_addr));
     json_object_set_new(o, "role", json_string(a->cakey ? "admitter" : "member"));
+    json_object_set_new(o, "version", json_string(gm_version_string()));
+    json_object_set_new(o, "commit", json_string(gm_version_commit()));
+    json_object_set_new(o, "cuda", json_boolean(gm_version_cuda()));
+    json_object_set_new(o, "proto", json_integer(GM_PROTO_VERSION));
+    json_object_set_new(o, "mixed_versions", json_boolean(mixed));
     gm_chief_status(a, o); /* chief, term, quorum, chief_reason, member_role, raft_role */
     json_object_set_new(o, "members", members);
     json_object_set_new(o, "job", gm_jobs_status_json(a->jobs));

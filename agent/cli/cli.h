@@ -23,6 +23,7 @@ int gm_cli_members(int argc, char **argv);
 int gm_cli_revoke(int argc, char **argv);
 int gm_cli_role(int argc, char **argv);
 int gm_cli_checkpoint(int argc, char **argv);
+int gm_cli_version(int argc, char **argv);
 
 /* JSON for people: reals with at most 6 significant digits (83.88, not 83.879999999999995),
  * as `gradmesh jobs --json` prints them. */

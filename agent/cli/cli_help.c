@@ -131,6 +131,10 @@ static const struct verb_help verbs[] = {
      "                         the job's [comm]; bytes_sent and codec in the summary\n"
      "  --no-error-feedback    with powersgd: turn error feedback off (experiments)\n"
      "  SIGINT/SIGTERM stop at the next step and still save the weights (exit 130).\n"},
+    {"version", "[--json]", "this binary's version, commit, build options (CUDA) and peer protocol",
+     "  --json                 as JSON: version, commit, cuda, options, proto\n"
+     "  `gradmesh status` shows each member's version; gradmesh_build_info carries\n"
+     "  these values as labels.\n"},
 };
 
 static const struct verb_help *find(const char *verb)
@@ -148,6 +152,7 @@ void gm_cli_usage(FILE *f)
         fprintf(f, "  %-8s %s\n", verbs[i].verb, verbs[i].summary);
     fprintf(f, "\n'gradmesh COMMAND --help' describes one command; man gradmesh has them all,\n"
                "man gradmesh.conf the config file, man gradmesh-job the job file.\n"
+               "'gradmesh --version' (or 'gradmesh version') says which build this is.\n"
                "Exit codes: 0 success, 1 runtime failure, 2 usage, 78 configuration error.\n");
 }
 

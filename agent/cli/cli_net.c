@@ -757,6 +757,12 @@ int gm_cli_status(int argc, char **argv)
                json_string_value(json_object_get(r, "role")),
                json_string_value(json_object_get(r, "listen")),
                json_is_true(json_object_get(r, "quorum")) ? "yes" : "no");
+        printf("version %s  peer protocol %lld\n", json_string_value(json_object_get(r, "version")),
+               (long long)json_integer_value(json_object_get(r, "proto")));
+        if (json_is_true(json_object_get(r, "mixed_versions")))
+            printf("mixed versions: members run other builds than this node (%s): see VERSION "
+                   "below; upgrade them to one version\n",
+                   json_string_value(json_object_get(r, "version")));
         if (json_is_string(json_object_get(r, "chief")))
             printf("chief %s  term %lld\n", json_string_value(json_object_get(r, "chief")),
                    (long long)json_integer_value(json_object_get(r, "term")));
@@ -775,17 +781,19 @@ int gm_cli_status(int argc, char **argv)
                 printf("job paused: %s\n",
                        json_string_value(json_object_get(job, "paused_reason")));
         }
-        printf("%-24s %-24s %-6s %-5s %s\n", "MEMBER", "ADDRESS", "LINK", "STATE", "RTT_MS");
+        printf("%-24s %-24s %-6s %-5s %-8s %s\n", "MEMBER", "ADDRESS", "LINK", "STATE", "RTT_MS",
+               "VERSION");
         json_array_foreach(json_object_get(r, "members"), i, m)
         {
             json_t *rtt = json_object_get(m, "rtt_ms");
+            const char *ver = json_string_value(json_object_get(m, "version"));
             char rs[32] = "-";
             if (json_is_number(rtt))
                 snprintf(rs, sizeof(rs), "%.3f", json_number_value(rtt));
-            printf("%-24s %-24s %-6s %-5s %s\n", json_string_value(json_object_get(m, "node")),
+            printf("%-24s %-24s %-6s %-5s %-8s %s\n", json_string_value(json_object_get(m, "node")),
                    json_string_value(json_object_get(m, "address")),
                    json_string_value(json_object_get(m, "link")),
-                   json_string_value(json_object_get(m, "state")), rs);
+                   json_string_value(json_object_get(m, "state")), rs, ver != NULL ? ver : "-");
         }
     }
     json_decref(r);

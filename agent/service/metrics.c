@@ -16,6 +16,7 @@
 
 #include <microhttpd.h>
 
+#include "agent/service/version.h"
 #include "common/log.h"
 
 #define CONN_MEMORY (16u << 10)
@@ -116,6 +117,18 @@ static void render_cluster(struct gm_metrics *m, struct text *t)
     put(t, "gradmesh_members %u\n", c->members);
     head(t, "gradmesh_members_up", "gauge", "Members with an up link.");
     put(t, "gradmesh_members_up %u\n", c->members_up);
+}
+
+/* What this binary is: the same four values as `gradmesh version` (version.h). */
+static void render_build_info(struct text *t)
+{
+    char v[160], c[160];
+
+    head(t, "gradmesh_build_info", "gauge",
+         "1, labelled with the build: version, commit, cuda (1 or 0), peer protocol.");
+    put(t, "gradmesh_build_info{version=\"%s\",commit=\"%s\",cuda=\"%d\",proto=\"%d\"} 1\n",
+        esc(v, sizeof(v), gm_version_string()), esc(c, sizeof(c), gm_version_commit()),
+        gm_version_cuda(), GM_PROTO_VERSION);
 }
 
 /* Counters the loop bumps as things happen: there with or without a cluster snapshot. */
@@ -247,6 +260,7 @@ int gm_metrics_render(struct gm_metrics *m, char **out, size_t *len)
     if (t.p == NULL)
         return -ENOMEM;
     t.p[0] = '\0';
+    render_build_info(&t);
     pthread_mutex_lock(&m->mu);
     if (m->have_cluster)
         render_cluster(m, &t);

@@ -19,8 +19,8 @@
  *   tests           gm_metrics_render
  *
  * Series (names, labels and units in gradmesh.conf(5), "METRICS"):
- *   gradmesh_up{cluster,node}, gradmesh_members, gradmesh_members_up,
- *   gradmesh_joins_total{result}, gradmesh_refused_total{what,reason},
+ *   gradmesh_build_info{version,commit,cuda,proto}, gradmesh_up{cluster,node}, gradmesh_members,
+ * gradmesh_members_up, gradmesh_joins_total{result}, gradmesh_refused_total{what,reason},
  *   gradmesh_token_uses_total, gradmesh_checkpoint_age_seconds, gradmesh_term,
  *   gradmesh_link_info{peer,class,codec,address}, gradmesh_link_up{peer,class},
  *   gradmesh_link_{sent,received}_bytes_total{peer,class}, gradmesh_link_rtt_seconds,

@@ -132,7 +132,9 @@ static int join(const char *tok, const char *node, const char *replay, char **ca
 /* --- member-mode test client ------------------------------------------------- */
 
 struct mc {
-    const char *node; /* HELLO name; NULL: send no HELLO */
+    const char *node;      /* HELLO name; NULL: send no HELLO */
+    const char *raw_hello; /* with node: this HELLO text instead of an encoded one */
+    char err_msg[200];     /* the agent's ERROR message */
     int up, got_members, err_code, closed, close_err, pongs, bulk_done, bulk_err, in_send;
     int renewed, sockbuf;
     uint64_t sent_at_pong;
@@ -152,6 +154,8 @@ static int mc_up(struct gm_link *l)
     if (m->node != NULL) {
         struct gm_msg_hello hi = {.listen = "127.0.0.1:1"};
         snprintf(hi.node, sizeof(hi.node), "%s", m->node);
+        if (m->raw_hello != NULL)
+            return gm_link_send(l, GM_MSG_HELLO, 0, m->raw_hello, strlen(m->raw_hello));
         err = gm_proto_hello_encode(&hi, &json, &len);
         if (err == 0)
             err = gm_link_send(l, GM_MSG_HELLO, 0, json, len);
@@ -170,6 +174,8 @@ static int mc_frame(struct gm_link *l, const struct gm_frame_hdr *h, const uint8
     if (h->type == GM_MSG_ERROR &&
         gm_proto_error_decode(p, h->len, &m->err_code, msg, sizeof(msg)) != 0)
         m->err_code = 1;
+    if (h->type == GM_MSG_ERROR)
+        snprintf(m->err_msg, sizeof(m->err_msg), "%s", msg);
     if (h->type == GM_MSG_PING)
         gm_link_pong(l, p, h->len);
     if (h->type == GM_MSG_PONG && m->pongs++ == 0)
@@ -573,6 +579,20 @@ static void test_truncated_and_before_hello(void)
     GM_CHECK(run_until(&loop, &m2.closed));
     GM_CHECK_EQ(m2.err_code, GM_ERR_AUTH);
     GM_CHECK(log_wait("hello names another node", before));
+    mc_finish(&loop, ctx, &m2);
+
+    /* a hello of a build before the peer protocol was versioned (no "proto"): refused by
+     * name, saying what to do */
+    memset(&m2, 0, sizeof(m2));
+    m2.node = "zy";
+    m2.raw_hello = "{\"node\":\"zy\",\"listen\":\"127.0.0.1:1\"}";
+    before = log_count("runs an older gradmesh");
+    mc_connect(&loop, &ctx, &m2, ca, cert, key);
+    GM_CHECK(run_until(&loop, &m2.closed));
+    GM_CHECK_EQ(m2.err_code, GM_ERR_PROTO);
+    GM_CHECK(strstr(m2.err_msg, "node zy runs an older gradmesh (peer protocol 1") != NULL);
+    GM_CHECK(strstr(m2.err_msg, "upgrade it to") != NULL);
+    GM_CHECK(log_wait("runs an older gradmesh", before));
     mc_finish(&loop, ctx, &m2);
     gm_id_cert_free(cert);
     gm_id_key_free(key);

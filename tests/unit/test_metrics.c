@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "agent/service/metrics.h"
+#include "agent/service/version.h"
 #include "common/err.h"
 #include "common/test.h"
 #include "common/time.h"
@@ -220,6 +221,14 @@ static void test_contracts(void)
             gm_metrics_refused(m, "link", reason);
         }
         GM_CHECK_OK(gm_metrics_render(m, &text, &len));
+        { /* what this binary is, with the values `gradmesh version` prints */
+            char want[256];
+            snprintf(
+                want, sizeof(want),
+                "gradmesh_build_info{version=\"%s\",commit=\"%s\",cuda=\"%d\",proto=\"%d\"} 1\n",
+                gm_version_string(), gm_version_commit(), gm_version_cuda(), GM_PROTO_VERSION);
+            GM_CHECK(text != NULL && strstr(text, want) != NULL);
+        }
         for (const char *p = text;
              p != NULL && (p = strstr(p, "\ngradmesh_refused_total{")) != NULL; p++)
             lines++;
