@@ -161,9 +161,10 @@ ifeq ($(GIT_DIR_OK),y)
     GM_VERSION := $(GM_VERSION_BASE)-dev+g$(shell git rev-parse --short HEAD 2>/dev/null)$(if $(shell git status --porcelain --untracked-files=no 2>/dev/null),.dirty)
   endif
 else
+  # "COMMIT [TAG-DESCRIPTION]" (git archive fills it in; an untagged commit has no second word)
   VERSION_FILE := $(if $(wildcard VERSION),$(shell grep -v '\$$Format' VERSION 2>/dev/null))
-  GM_VERSION := $(or $(patsubst v%,%,$(word 1,$(VERSION_FILE))),$(GM_VERSION_BASE)+unknown)
-  GM_COMMIT := $(or $(word 2,$(VERSION_FILE)),unknown)
+  GM_COMMIT := $(or $(word 1,$(VERSION_FILE)),unknown)
+  GM_VERSION := $(or $(patsubst v%,%,$(word 2,$(VERSION_FILE))),$(if $(VERSION_FILE),$(GM_VERSION_BASE)-dev+g$(shell echo $(GM_COMMIT) | cut -c1-7),$(GM_VERSION_BASE)+unknown))
 endif
 VERSION_STAMP := $(BUILD)/.version
 ifneq ($(filter-out $(NO_DEPS_GOALS),$(or $(MAKECMDGOALS),all)),)

@@ -42,9 +42,12 @@ pass "version and --version agree: $ver ($commit), $(sed -n 3p "$WORK/v1")"
 # the tarball fallback: VERSION filled by git archive's export-subst, or nothing at all
 mkdir -p "$WORK/tarball"
 cp Makefile "$WORK/tarball/"
-printf 'v2.3.4 0123456789abcdef0123456789abcdef01234567\n' >"$WORK/tarball/VERSION"
+printf '0123456789abcdef0123456789abcdef01234567 v2.3.4\n' >"$WORK/tarball/VERSION"
 got=$(make -s -C "$WORK/tarball" print-version)
 [ "$got" = "2.3.4 0123456789abcdef0123456789abcdef01234567" ] || fail "tarball VERSION gives '$got'"
+printf '0123456789abcdef0123456789abcdef01234567 \n' >"$WORK/tarball/VERSION" # no tag
+got=$(make -s -C "$WORK/tarball" print-version)
+[[ $got == *-dev+g0123456" 0123456789abcdef0123456789abcdef01234567" ]] || fail "untagged tarball VERSION gives '$got'"
 cp VERSION "$WORK/tarball/VERSION" # unfilled ($Format:...$): as if exported without export-subst
 got=$(make -s -C "$WORK/tarball" print-version)
 [[ $got == *"+unknown unknown" ]] || fail "an unfilled VERSION gives '$got'"
