@@ -25,7 +25,7 @@ struct verb_help {
 static const struct verb_help verbs[] = {
     {"init",
      "--cluster NAME [--config FILE] [--state DIR] [--listen HOST:PORT] [--node ID]\n"
-     "                     [--multicast GROUP:PORT|off]",
+     "                     [--multicast GROUP:PORT|off] [--metrics HOST:PORT|off]",
      "make a new cluster: its CA and this machine as the first node (the admitter)",
      "  --cluster NAME         the cluster's name (1-63 of a-z 0-9 . _ -)\n" CONFIG_LINE
      "                         without --config, the file is /etc/gradmesh/NAME.conf and\n"
@@ -33,10 +33,13 @@ static const struct verb_help verbs[] = {
      "  --state DIR            identity and members (default /var/lib/gradmesh, mode 0700)\n"
      "  --listen HOST:PORT     where members connect (default 0.0.0.0:7450)\n"
      "  --node ID              this node's id (default: random)\n"
-     "  --multicast GROUP:PORT|off  LAN beacons (default 239.192.74.50:7451)\n"},
+     "  --multicast GROUP:PORT|off  LAN beacons (default 239.192.74.50:7451)\n"
+     "  --metrics HOST:PORT|off  the Prometheus endpoint, on loopback (default\n"
+     "                         127.0.0.1:9464; one port per agent on a host)\n"},
     {"join",
      "TOKEN [--peer HOST:PORT] [--config FILE] [--state DIR] [--listen HOST:PORT]\n"
-     "                     [--node ID] [--multicast GROUP:PORT|off] [--wait SECONDS]",
+     "                     [--node ID] [--multicast GROUP:PORT|off] [--wait SECONDS]\n"
+     "                     [--metrics HOST:PORT|off]",
      "join a cluster with an invite token from `gradmesh token create`",
      "  TOKEN                  gmtoken1_...; on a LAN it alone finds the admitter\n"
      "  --peer HOST:PORT       the admitter's address (through a VPN or a WAN)\n" CONFIG_LINE
@@ -45,7 +48,9 @@ static const struct verb_help verbs[] = {
      "  --listen HOST:PORT     where members connect (default 0.0.0.0:7450; not port 0)\n"
      "  --node ID              this node's id (default: random)\n"
      "  --multicast GROUP:PORT|off  LAN beacons (default 239.192.74.50:7451)\n"
-     "  --wait SECONDS         how long to look for the admitter by multicast (1-3600, 15)\n"},
+     "  --wait SECONDS         how long to look for the admitter by multicast (1-3600, 15)\n"
+     "  --metrics HOST:PORT|off  the Prometheus endpoint, on loopback (default\n"
+     "                         127.0.0.1:9464; one port per agent on a host)\n"},
     {"agent", "[--config FILE]", "run the daemon (systemd runs this as gradmesh@CLUSTER)",
      CONFIG_LINE "  Under systemd it reports READY=1, STATUS=, WATCHDOG=1 and STOPPING=1;\n"
                  "  SIGTERM or SIGINT stop it (SIGTERM on the chief first finishes the step\n"

@@ -145,7 +145,8 @@ static int check_listen(const char *listen)
  * /run/gradmesh/CLUSTER.sock, the RuntimeDirectory of gradmesh@.service); a --state DIR keeps
  * everything in DIR (control.sock there). */
 static int prepare_config(struct gm_config *c, const char *cluster, const char *node,
-                          const char *listen, const char *state, const char *multicast)
+                          const char *listen, const char *state, const char *multicast,
+                          const char *metrics)
 {
     char abs[GM_PATH_MAX];
     int err, n;
@@ -171,7 +172,22 @@ static int prepare_config(struct gm_config *c, const char *cluster, const char *
     if (multicast != NULL)
         snprintf(c->multicast, sizeof(c->multicast), "%s",
                  strcmp(multicast, "off") == 0 ? "" : multicast);
+    if (metrics != NULL)
+        snprintf(c->metrics, sizeof(c->metrics), "%s", strcmp(metrics, "off") == 0 ? "" : metrics);
     return 0;
+}
+
+/* --metrics IP:PORT or off: a loopback address (a public one is a deliberate config edit,
+ * with metrics_public = yes). */
+static int check_metrics(const char *cmd, const char *m)
+{
+    if (m == NULL || strcmp(m, "off") == 0 || gm_config_addr_is_loopback(m))
+        return 0;
+    fprintf(stderr,
+            "gradmesh %s: --metrics wants a loopback IP:PORT (default %s) or off; to serve "
+            "metrics to the network, edit [metrics] in the config afterwards\n",
+            cmd, GM_METRICS_DEFAULT);
+    return -EINVAL;
 }
 
 /* --multicast GROUP:PORT or off. */
@@ -202,15 +218,13 @@ static int refuse_existing(const struct gm_config *c)
 
 int gm_cli_init(int argc, char **argv)
 {
-    static const struct option opts[] = {{"cluster", required_argument, NULL, 'c'},
-                                         {"config", required_argument, NULL, 'f'},
-                                         {"state", required_argument, NULL, 's'},
-                                         {"listen", required_argument, NULL, 'l'},
-                                         {"node", required_argument, NULL, 'n'},
-                                         {"multicast", required_argument, NULL, 'm'},
-                                         {NULL, 0, NULL, 0}};
+    static const struct option opts[] = {
+        {"cluster", required_argument, NULL, 'c'}, {"config", required_argument, NULL, 'f'},
+        {"state", required_argument, NULL, 's'},   {"listen", required_argument, NULL, 'l'},
+        {"node", required_argument, NULL, 'n'},    {"multicast", required_argument, NULL, 'm'},
+        {"metrics", required_argument, NULL, 'M'}, {NULL, 0, NULL, 0}};
     const char *cluster = NULL, *config = NULL, *state = NULL, *listen = GM_DEFAULT_LISTEN,
-               *node = NULL, *multicast = NULL;
+               *node = NULL, *multicast = NULL, *metrics = NULL;
     char config_buf[GM_PATH_MAX];
     int link = 0;
     uint8_t bkey[GM_BEACON_KEY_LEN];
@@ -242,13 +256,16 @@ int gm_cli_init(int argc, char **argv)
         case 'm':
             multicast = optarg;
             break;
+        case 'M':
+            metrics = optarg;
+            break;
         default:
             return gm_cli_usage_err("init");
         }
     }
     if (optind != argc || cluster == NULL)
         return gm_cli_usage_err("init");
-    if (check_multicast("init", multicast) != 0)
+    if (check_multicast("init", multicast) != 0 || check_metrics("init", metrics) != 0)
         return GM_EXIT_USAGE;
     if (node == NULL) {
         random_node_id(node_buf);
@@ -265,7 +282,7 @@ int gm_cli_init(int argc, char **argv)
         fprintf(stderr, "gradmesh init: --listen wants IP:PORT\n");
         return GM_EXIT_USAGE;
     }
-    err = prepare_config(&c, cluster, node, listen, state, multicast);
+    err = prepare_config(&c, cluster, node, listen, state, multicast, metrics);
     if (err != 0)
         return gm_cli_fail("init", err, "state directory");
     err = refuse_existing(&c);
@@ -407,13 +424,17 @@ static int find_admitter(const struct gm_token *tok, const char *multicast, int 
 
 int gm_cli_join(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"peer", required_argument, NULL, 'p'},  {"config", required_argument, NULL, 'f'},
-        {"state", required_argument, NULL, 's'}, {"listen", required_argument, NULL, 'l'},
-        {"node", required_argument, NULL, 'n'},  {"multicast", required_argument, NULL, 'm'},
-        {"wait", required_argument, NULL, 'w'},  {NULL, 0, NULL, 0}};
+    static const struct option opts[] = {{"peer", required_argument, NULL, 'p'},
+                                         {"config", required_argument, NULL, 'f'},
+                                         {"state", required_argument, NULL, 's'},
+                                         {"listen", required_argument, NULL, 'l'},
+                                         {"node", required_argument, NULL, 'n'},
+                                         {"multicast", required_argument, NULL, 'm'},
+                                         {"wait", required_argument, NULL, 'w'},
+                                         {"metrics", required_argument, NULL, 'M'},
+                                         {NULL, 0, NULL, 0}};
     const char *peer = NULL, *config = NULL, *state = NULL, *listen = GM_DEFAULT_LISTEN,
-               *node = NULL, *multicast = NULL;
+               *node = NULL, *multicast = NULL, *metrics = NULL;
     char config_buf[GM_PATH_MAX];
     int link = 0;
     char node_buf[GM_ID_NAME_MAX + 1], path[GM_PATH_MAX], peer_addr[GM_ADDR_MAX];
@@ -448,6 +469,9 @@ int gm_cli_join(int argc, char **argv)
         case 'm':
             multicast = optarg;
             break;
+        case 'M':
+            metrics = optarg;
+            break;
         case 'w': {
             char *end = NULL;
             long w = strtol(optarg, &end, 10);
@@ -462,7 +486,7 @@ int gm_cli_join(int argc, char **argv)
     }
     if (optind != argc - 1)
         return gm_cli_usage_err("join");
-    if (check_multicast("join", multicast) != 0)
+    if (check_multicast("join", multicast) != 0 || check_metrics("join", metrics) != 0)
         return GM_EXIT_USAGE;
     if (peer == NULL && multicast != NULL && strcmp(multicast, "off") == 0) {
         fprintf(stderr, "gradmesh join: with --multicast off, give the admitter with --peer "
@@ -502,7 +526,7 @@ int gm_cli_join(int argc, char **argv)
     err = config_for(config, gm_token_cluster(tok), config_buf, &link);
     config = config_buf;
     if (err == 0)
-        err = prepare_config(&c, gm_token_cluster(tok), node, listen, state, multicast);
+        err = prepare_config(&c, gm_token_cluster(tok), node, listen, state, multicast, metrics);
     if (err == 0)
         err = refuse_existing(&c);
     if (err == 0)

@@ -424,8 +424,17 @@ static void *trainer_main(void *arg)
     }
     pthread_mutex_lock(&rk->mu);
     rk->exited = true;
-    if (rk->metrics != NULL)
-        gm_metrics_job_clear(rk->metrics); /* no gauges of a job that is over */
+    if (rk->metrics != NULL && rk->err == 0) { /* its final values stay until the next one */
+        struct gm_metrics_job_final f = {.steps = rk->sum.steps, .wall_s = rk->sum.wall_s};
+        snprintf(f.id, sizeof(f.id), "%s", rk->mjob.id);
+        snprintf(f.name, sizeof(f.name), "%s", rk->mjob.name);
+        /* rank 0 evaluates; the others hold no test figures */
+        f.accuracy_pct = rk->mjob.accuracy_pct >= 0 ? rk->sum.test_accuracy : -1;
+        f.loss = rk->mjob.accuracy_pct >= 0 ? rk->sum.test_loss : -1;
+        gm_metrics_job_finish(rk->metrics, &f);
+    } else if (rk->metrics != NULL) {
+        gm_metrics_job_clear(rk->metrics); /* no gauges of a job that failed */
+    }
     if (rk->err == 0)
         rk->prog.test_accuracy = rk->sum.test_accuracy;
     pthread_mutex_unlock(&rk->mu);

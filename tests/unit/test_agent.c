@@ -851,8 +851,8 @@ static void test_member_renewal(void)
 {
     char tok[GM_TOKEN_STR_MAX], id[17], mcfg[400], mstate[400], listen[64], peer[64];
     char path[500];
-    char *argv[] = {"join", tok,        "--peer", peer,     "--config", mcfg, "--state",
-                    mstate, "--listen", listen,   "--node", "member1",  NULL};
+    char *argv[] = {"join",     tok,    "--peer", peer,      "--config",  mcfg,  "--state", mstate,
+                    "--listen", listen, "--node", "member1", "--metrics", "off", NULL};
     struct sockaddr_in sa = {.sin_family = AF_INET};
     socklen_t salen = sizeof(sa);
     struct gm_key *mk = NULL;
@@ -872,7 +872,7 @@ static void test_member_renewal(void)
     snprintf(mcfg, sizeof(mcfg), "%s/member1.conf", dir);
     snprintf(mstate, sizeof(mstate), "%s/member1", dir);
     GM_CHECK_OK(token_create(3600, 1, tok, id, NULL));
-    GM_CHECK_EQ(gm_cli_join(12, argv), 0);
+    GM_CHECK_EQ(gm_cli_join(14, argv), 0);
 
     snprintf(path, sizeof(path), "%s/node.key", mstate);
     GM_CHECK_OK(gm_id_key_load(path, &mk));
@@ -1045,8 +1045,9 @@ static int setup_revoked(void)
 
 int main(void)
 {
-    char *init_argv[] = {"init", "--cluster", "lab",         "--config", cfg,     "--state",
-                         state,  "--listen",  "127.0.0.1:0", "--node",   "alpha", NULL};
+    char *init_argv[] = {"init",    "--cluster", "lab",      "--config",    cfg,
+                         "--state", state,       "--listen", "127.0.0.1:0", "--node",
+                         "alpha",   "--metrics", "off",      NULL};
     char path[400], cmd[400];
     struct gm_agent *a = NULL;
     pthread_t th;
@@ -1066,7 +1067,7 @@ int main(void)
         return 1;
     gm_log_set_fd(logfd);
     gm_log_set_level(GM_LOG_DEBUG);
-    if (gm_cli_init(11, init_argv) != 0)
+    if (gm_cli_init(13, init_argv) != 0)
         return 1;
     snprintf(path, sizeof(path), "%s/ca.crt", state);
     if (gm_id_cert_load(path, &ca) != 0)
