@@ -82,3 +82,53 @@ int gm_cli_control(const char *cmd, const char *config, json_t *req, json_t **ou
     }
     return 0;
 }
+
+const char *gm_cli_fmt_bytes(double bytes, char *out, size_t cap)
+{
+    static const char *const units[] = {"B", "kB", "MB", "GB", "TB", "PB"};
+    size_t u = 0;
+
+    if (!(bytes >= 0)) { /* negative or NaN: unknown */
+        snprintf(out, cap, "-");
+        return out;
+    }
+    while (bytes >= 1000 && u + 1 < sizeof(units) / sizeof(units[0])) {
+        bytes /= 1000;
+        u++;
+    }
+    if (u == 0)
+        snprintf(out, cap, "%.0f B", bytes);
+    else
+        snprintf(out, cap, "%.*f %s", bytes < 10 ? 2 : bytes < 100 ? 1 : 0, bytes, units[u]);
+    return out;
+}
+
+const char *gm_cli_fmt_duration(double seconds, char *out, size_t cap)
+{
+    long long s, d, h, m;
+
+    if (!(seconds >= 0)) {
+        snprintf(out, cap, "-");
+        return out;
+    }
+    s = (long long)(seconds + 0.5);
+    d = s / 86400;
+    h = s % 86400 / 3600;
+    m = s % 3600 / 60;
+    s %= 60;
+    if (d > 0 && h > 0)
+        snprintf(out, cap, "%lldd%lldh", d, h);
+    else if (d > 0)
+        snprintf(out, cap, "%lldd", d);
+    else if (h > 0 && m > 0)
+        snprintf(out, cap, "%lldh%lldm", h, m);
+    else if (h > 0)
+        snprintf(out, cap, "%lldh", h);
+    else if (m > 0 && s > 0)
+        snprintf(out, cap, "%lldm%llds", m, s);
+    else if (m > 0)
+        snprintf(out, cap, "%lldm", m);
+    else
+        snprintf(out, cap, "%llds", s);
+    return out;
+}

@@ -96,15 +96,21 @@ static const struct verb_help verbs[] = {
     {"submit", "JOB.ini [--follow] [--config FILE]",
      "run a job on the cluster (every member must hold the same dataset)",
      "  JOB.ini                the job file (gradmesh-job(5)); checked here first (exit 78)\n"
-     "  --follow               show progress until the job ends, then its test accuracy and\n"
-     "                         where the weights are\n" CONFIG_LINE
+     "  --follow               show progress (with an ETA) until the job ends, then its test\n"
+     "                         accuracy and where the weights are; Ctrl-C detaches (exit\n"
+     "                         130), the job runs on\n" CONFIG_LINE
      "  The local agent passes the job to the coordinator (the elected chief; with no\n"
      "  chief the job is refused); a member without the same files at [data] dir refuses it.\n"},
-    {"jobs", "[--json] [--config FILE]", "the running job and the last finished ones",
+    {"jobs", "[--json] [--follow [ID]] [--config FILE]",
+     "the running job and the last finished ones",
      "  --json                 as JSON: id, state, step, epoch, world, loss, samples/s, bytes\n"
-     "                         per link, where the weights are\n" CONFIG_LINE},
+     "                         per link, where the weights are (raw numbers)\n"
+     "  --follow [ID]          attach to job ID (default: the running one) from any member\n"
+     "                         and show its progress until it ends; Ctrl-C detaches (exit\n"
+     "                         130), the job runs on\n" CONFIG_LINE},
     {"cancel", "ID [--config FILE]", "stop a job at its next step boundary",
      "  ID                     the job's id (gradmesh jobs)\n" CONFIG_LINE
+     "  Works on any member: a member forwards it to the coordinator, as it does a submit.\n"
      "  The coordinator keeps the weights of the last finished step.\n"},
     {"checkpoint", "list [--json] | export ID PATH [--full]  [--config FILE]",
      "list this agent's checkpoints; export one as a safetensors file",

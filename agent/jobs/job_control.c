@@ -148,10 +148,21 @@ json_t *gm_jobs_ctl_cancel(struct gm_jobs *j, json_t *req)
         snprintf(msg, sizeof(msg), "no job %s here", id != NULL ? id : "(none given)");
         return jobs_ctl_error(-ENOENT, msg);
     }
-    if (!jb->coord) {
-        snprintf(msg, sizeof(msg), "job %s is coordinated by %s: cancel it there", jb->id,
-                 jb->coordinator);
-        return jobs_ctl_error(GM_ERR_CONFIG, msg);
+    if (!jb->coord && jb == j->cur && !jb->stop_sent) {
+        /* forwarded to the coordinator, as a submit typed here is; its JOB_END ends it here */
+        struct gm_jobmsg m = {.gen = jb->gen};
+        int err;
+        snprintf(m.id, sizeof(m.id), "%s", jb->id);
+        snprintf(m.event, sizeof(m.event), "cancel");
+        snprintf(m.message, sizeof(m.message), "cancelled on %s", j->env.node);
+        if ((err = jobs_send_msg(j, jb->coordinator, GM_MSG_JOB_REPORT, &m)) < 0) {
+            snprintf(msg, sizeof(msg), "cannot reach the coordinator %s to cancel job %s: %s",
+                     jb->coordinator, jb->id, gm_strerror(err));
+            return jobs_ctl_error(err, msg);
+        }
+        gm_notice("event=job-cancel-forwarded job=%s coordinator=%s", jb->id, jb->coordinator);
+        return json_pack("{s:s,s:s,s:s}", "id", jb->id, "state", "cancelling", "coordinator",
+                         jb->coordinator);
     }
     if (jb != j->cur || jb->stop_sent) {
         snprintf(msg, sizeof(msg), "job %s is already %s", jb->id, jobs_state_name(jb->state));
