@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <jansson.h>
 #include <sodium.h>
@@ -19,6 +20,7 @@
 #include "agent/service/config.h"
 #include "agent/service/control.h"
 #include "common/err.h"
+#include "common/log.h"
 
 #define CONTROL_TIMEOUT_MS 10000
 
@@ -131,4 +133,11 @@ const char *gm_cli_fmt_duration(double seconds, char *out, size_t cap)
     else
         snprintf(out, cap, "%llds", s);
     return out;
+}
+
+void gm_cli_quiet_log(void)
+{
+    if (isatty(STDERR_FILENO) && getenv("GRADMESH_LOG_LEVEL") == NULL &&
+        getenv("JOURNAL_STREAM") == NULL && gm_log_get_level() > GM_LOG_WARN)
+        gm_log_set_level(GM_LOG_WARN);
 }

@@ -46,6 +46,10 @@ int gm_cli_fail(const char *cmd, int err, const char *what);
 struct json_t;
 int gm_cli_control(const char *cmd, const char *config, struct json_t *req, struct json_t **out);
 
+/* On a terminal (stderr a tty, no journal, no GRADMESH_LOG_LEVEL), log only warnings and
+ * errors: a person reads the command's own lines, not event=... lines before them.  Logs
+ * (stderr redirected) keep every event. */
+void gm_cli_quiet_log(void);
 /* Sizes and durations as people read them, into out (cap >= 16): "84.7 MB", "1.2 GB", "512 B"
  * (SI units: 1 MB = 10^6 bytes); "45s", "12m30s", "1h30m", "24h", "3d4h" (seconds rounded;
  * the two largest units).  Returns out.  `--json` keeps the raw numbers. */

@@ -353,6 +353,59 @@ static int resolve(const char *hostport, struct sockaddr_storage *ss, char out[G
     return gm_proto_addr_format((struct sockaddr *)ss, out);
 }
 
+/* Why --peer HOSTPORT cannot be used (resolve()'s err), in words, with what to do. */
+static int peer_problem(const char *hostport, int err)
+{
+    const char *colon = strrchr(hostport, ':');
+
+    if (colon == NULL || colon == hostport || colon[1] == '\0')
+        fprintf(stderr,
+                "gradmesh join: --peer %s: want HOST:PORT, the admitter's [node] listen "
+                "address (e.g. 10.8.0.1:7450)\n",
+                hostport);
+    else
+        fprintf(stderr,
+                "gradmesh join: --peer %s: cannot resolve '%.*s': check the name, or give the "
+                "admitter's IP address\n",
+                hostport, (int)(colon - hostport), hostport);
+    return gm_err_exit_code(err == -EHOSTUNREACH ? -EHOSTUNREACH : -EINVAL);
+}
+
+/* A refused or failed join (gm_join_run's err and reason), in words, with what to do. */
+static void join_explain(int err, const char *reason, const char *peer, const char *node)
+{
+    switch (err) {
+    case -ECONNREFUSED:
+        fprintf(stderr,
+                "gradmesh join: nothing accepts connections at %s: is the admitter's agent "
+                "running (gradmesh agent), and is %s its [node] listen address?\n",
+                peer, peer);
+        return;
+    case -ETIMEDOUT:
+    case -EHOSTUNREACH:
+    case -ENETUNREACH:
+        fprintf(stderr,
+                "gradmesh join: %s does not answer (%s): check the address, the route and any "
+                "firewall between here and there\n",
+                peer, gm_strerror(err));
+        return;
+    case -EEXIST:
+        fprintf(stderr,
+                "gradmesh join: the cluster already has a node named %s: choose another name "
+                "with --node NAME (or leave --node out for a random one)\n",
+                node);
+        return;
+    case GM_ERR_TOKEN:
+        fprintf(stderr,
+                "gradmesh join: the admitter refused the invite token (%s): make a new one with "
+                "`gradmesh token create` on a voter\n",
+                reason[0] ? reason : "bad, expired, revoked or used");
+        return;
+    default:
+        fprintf(stderr, "gradmesh join: %s: %s\n", gm_strerror(err), reason);
+    }
+}
+
 /* The members file of a new node.  The admitter lists itself first with its
  * listen address, which may be a wildcard: the address we reached it at
  * (admitter_addr) fills in the host. */
@@ -422,6 +475,15 @@ static int find_admitter(const struct gm_token *tok, const char *multicast, int 
     return 0;
 }
 
+/* "admitter: join refused: already used" -> "already used": the reason without its
+ * prefixes, for a sentence that says who refused. */
+static const char *strip_admitter(const char *reason)
+{
+    const char *p = strstr(reason, "join refused: ");
+
+    return p != NULL ? p + strlen("join refused: ") : reason;
+}
+
 int gm_cli_join(int argc, char **argv)
 {
     static const struct option opts[] = {{"peer", required_argument, NULL, 'p'},
@@ -448,6 +510,7 @@ int gm_cli_join(int argc, char **argv)
     int o, err, wait_s = FIND_WAIT_S;
 
     memset(&r, 0, sizeof(r));
+    gm_cli_quiet_log();
     optind = 1;
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (o) {
@@ -521,7 +584,7 @@ int gm_cli_join(int argc, char **argv)
                             peer_addr);
     if (err != 0) {
         gm_token_free(tok);
-        return peer != NULL ? gm_cli_fail("join", err, "--peer") : GM_EXIT_RUNTIME;
+        return peer != NULL ? peer_problem(peer, err) : GM_EXIT_RUNTIME;
     }
     err = config_for(config, gm_token_cluster(tok), config_buf, &link);
     config = config_buf;
@@ -547,9 +610,11 @@ int gm_cli_join(int argc, char **argv)
     err = gm_join_run(&p, &r);
     gm_token_free(tok);
     if (err != 0) {
-        gm_err("event=join-refused token=%s peer=%s err=%d reason=\"%s\"", id, peer_addr, err,
-               r.reason);
-        fprintf(stderr, "gradmesh join: %s: %s\n", gm_strerror(err), r.reason);
+        /* the log line for logs and scripts; a person reads the line after it (on a
+         * terminal only that one: gm_cli_quiet_log) */
+        gm_notice("event=join-refused token=%s peer=%s err=%d reason=\"%s\"", id, peer_addr, err,
+                  r.reason);
+        join_explain(err, strip_admitter(r.reason), peer_addr, node);
         gm_id_key_free(key);
         gm_join_result_free(&r);
         return gm_err_exit_code(err);
