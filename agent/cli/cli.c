@@ -114,8 +114,8 @@ const char *gm_cli_fmt_duration(double seconds, char *out, size_t cap)
         return out;
     }
     s = (long long)(seconds + 0.5);
-    d = s / 86400;
-    h = s % 86400 / 3600;
+    d = s >= 2 * 86400 ? s / 86400 : 0; /* "24h", "36h": days from two on */
+    h = (s - d * 86400) / 3600;
     m = s % 3600 / 60;
     s %= 60;
     if (d > 0 && h > 0)

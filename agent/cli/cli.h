@@ -51,8 +51,9 @@ int gm_cli_control(const char *cmd, const char *config, struct json_t *req, stru
  * (stderr redirected) keep every event. */
 void gm_cli_quiet_log(void);
 /* Sizes and durations as people read them, into out (cap >= 16): "84.7 MB", "1.2 GB", "512 B"
- * (SI units: 1 MB = 10^6 bytes); "45s", "12m30s", "1h30m", "24h", "3d4h" (seconds rounded;
- * the two largest units).  Returns out.  `--json` keeps the raw numbers. */
+ * (SI units: 1 MB = 10^6 bytes); "45s", "12m30s", "1h30m", "24h", "36h", "3d4h" (seconds
+ * rounded; the two largest units; days from 48h on).  Returns out.  `--json` keeps the raw numbers.
+ */
 const char *gm_cli_fmt_bytes(double bytes, char *out, size_t cap);
 const char *gm_cli_fmt_duration(double seconds, char *out, size_t cap);
 

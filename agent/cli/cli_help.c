@@ -60,7 +60,7 @@ static const struct verb_help verbs[] = {
      "  create                 print a new token (secret: hand it over privately)\n"
      "  --ttl DURATION         lifetime: N, Ns, Nm, Nh or Nd, at most 366d (default 24h)\n"
      "  --uses N               how many joins it admits (1-10000, default 1)\n"
-     "  list                   id, uses left, seconds to expiry, state\n"
+     "  list                   id, uses left, time to expiry (24h, 1h30m), state\n"
      "  --json                 list as JSON\n"
      "  revoke ID              refuse the token from now on\n" CONFIG_LINE},
     {"status", "[--json] [--config FILE]", "cluster, node, role and members of the local agent",
@@ -114,7 +114,7 @@ static const struct verb_help verbs[] = {
      "  The coordinator keeps the weights of the last finished step.\n"},
     {"checkpoint", "list [--json] | export ID PATH [--full]  [--config FILE]",
      "list this agent's checkpoints; export one as a safetensors file",
-     "  list                   ID (KEY-STEP), job, model, step, epoch, bytes, state (ok,\n"
+     "  list                   ID (KEY-STEP), job, model, step, epoch, size (MB), state (ok,\n"
      "                         refused, uncommitted) and the nodes that hold it; every file\n"
      "                         is verified against its .sha256\n"
      "  --json                 list as JSON\n"

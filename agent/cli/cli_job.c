@@ -89,7 +89,65 @@ struct watch {
     long step0, last_step;
     double t0;
     char last_state[32];
+    int resumed_said;
+    json_t *ranks; /* owned: the group at the last poll; NULL before the first */
+    json_t *seen;  /* owned: every node that was in a group while watching ({node: true}) */
 };
+
+static int has_node(json_t *arr, const char *node)
+{
+    size_t i;
+    json_t *v;
+
+    json_array_foreach(arr, i, v) if (json_is_string(v) &&
+                                      strcmp(json_string_value(v), node) == 0) return 1;
+    return 0;
+}
+
+/* Events a person reads between progress lines: a resume from a checkpoint, members lost,
+ * back or new (from the job's "ranks" between two polls). */
+static void print_events(json_t *o, int tty, struct watch *w)
+{
+    json_t *ranks = json_object_get(o, "ranks"), *res = json_object_get(o, "resumed_from"), *v;
+    long step = (long)json_integer_value(json_object_get(o, "step"));
+    size_t i, before, now;
+
+    if (!w->resumed_said && json_is_object(res)) {
+        if (tty && w->last_step >= 0)
+            fputc('\n', stderr);
+        printf("resuming from step %lld (checkpoint %s)\n",
+               (long long)json_integer_value(json_object_get(res, "step")),
+               s_of(res, "checkpoint"));
+        w->resumed_said = 1;
+    }
+    if (!json_is_array(ranks) || json_array_size(ranks) == 0)
+        return;
+    if (w->seen == NULL)
+        w->seen = json_object();
+    if (w->ranks != NULL) {
+        before = json_array_size(w->ranks);
+        now = json_array_size(ranks);
+        json_array_foreach(w->ranks, i, v) if (!has_node(ranks, json_string_value(v)))
+        {
+            if (tty && w->last_step >= 0)
+                fputc('\n', stderr);
+            printf("member %s lost at step %ld; world %zu -> %zu\n", json_string_value(v), step,
+                   before, now);
+        }
+        json_array_foreach(ranks, i, v) if (!has_node(w->ranks, json_string_value(v)))
+        {
+            const char *n = json_string_value(v);
+            if (tty && w->last_step >= 0)
+                fputc('\n', stderr);
+            printf("member %s %s at step %ld; world %zu -> %zu\n", n,
+                   json_object_get(w->seen, n) != NULL ? "back" : "joined", step, before, now);
+        }
+    }
+    json_array_foreach(ranks, i, v) json_object_set_new(w->seen, json_string_value(v), json_true());
+    json_decref(w->ranks);
+    w->ranks = json_deep_copy(ranks);
+    fflush(stdout);
+}
 
 static void sleep_ms(int ms)
 {
@@ -114,6 +172,8 @@ static void print_progress(json_t *o, int tty, struct watch *w)
     double t = now_s();
     char eta[40] = "", d[16];
 
+    if (total <= 0) /* the group has not formed yet: nothing to show */
+        return;
     if (w->step0 < 0) {
         w->step0 = step;
         w->t0 = t;
@@ -135,10 +195,10 @@ static void print_progress(json_t *o, int tty, struct watch *w)
 /* Polls the local agent's `jobs` for job id until it ends (follow) or runs (!follow), saying
  * what happens; a Ctrl-C (SIGINT, SIGTERM) detaches, saying the job runs on.  verb: for the
  * messages.  Returns the exit code. */
-static int watch_job(const char *verb, const char *config, const char *id, int follow)
+static int watch_poll(const char *verb, const char *config, const char *id, int follow,
+                      struct watch *w)
 {
     int tty = isatty(STDERR_FILENO);
-    struct watch w = {.step0 = -1, .last_step = -1};
     sigset_t stop;
     json_t *r = NULL;
 
@@ -166,7 +226,7 @@ static int watch_job(const char *verb, const char *config, const char *id, int f
             json_decref(r);
             return GM_EXIT_CONFIG;
         }
-        if (strcmp(state, "running") == 0 && strcmp(w.last_state, "") == 0) {
+        if (strcmp(state, "running") == 0 && strcmp(w->last_state, "") == 0) {
             printf("job %s running on %lld members (coordinator %s)\n", id,
                    (long long)json_integer_value(json_object_get(o, "world")),
                    s_of(o, "coordinator"));
@@ -176,23 +236,24 @@ static int watch_job(const char *verb, const char *config, const char *id, int f
                 return GM_EXIT_OK;
             }
         }
-        if (strcmp(state, "paused") == 0 && strcmp(w.last_state, "paused") != 0) {
+        if (strcmp(state, "paused") == 0 && strcmp(w->last_state, "paused") != 0) {
             if (tty)
                 fputc('\n', stderr);
             printf("job %s paused: %s\n", id, s_of(o, "paused_reason"));
             fflush(stdout);
         }
         if (strcmp(state, "checking") != 0)
-            snprintf(w.last_state, sizeof(w.last_state), "%s", state);
+            snprintf(w->last_state, sizeof(w->last_state), "%s", state);
         if (strcmp(state, "running") == 0 || strcmp(state, "paused") == 0) {
             long step = (long)json_integer_value(json_object_get(o, "step"));
-            if (step != w.last_step)
-                print_progress(o, tty, &w);
-            w.last_step = step;
+            print_events(o, tty, w);
+            if (step != w->last_step)
+                print_progress(o, tty, w);
+            w->last_step = step;
         } else if (strcmp(state, "checking") != 0) {
             json_t *sum = json_object_get(o, "summary");
             char dur[16];
-            if (tty && w.last_step >= 0)
+            if (tty && w->last_step >= 0)
                 fputc('\n', stderr);
             if (strcmp(state, "done") == 0) {
                 printf("job %s done: test accuracy %.2f%%, %lld steps, %.0f samples/s, %s\n"
@@ -211,6 +272,16 @@ static int watch_job(const char *verb, const char *config, const char *id, int f
         }
         json_decref(r);
     }
+}
+
+static int watch_job(const char *verb, const char *config, const char *id, int follow)
+{
+    struct watch w = {.step0 = -1, .last_step = -1};
+    int rc = watch_poll(verb, config, id, follow, &w);
+
+    json_decref(w.ranks);
+    json_decref(w.seen);
+    return rc;
 }
 
 int gm_cli_submit(int argc, char **argv)
@@ -370,9 +441,13 @@ int gm_cli_jobs(int argc, char **argv)
         size_t k;
         json_array_foreach(links, k, lk)
         {
-            printf("    link %-16s sent %12lld B  received %12lld B\n", s_of(lk, "node"),
-                   (long long)json_integer_value(json_object_get(lk, "bytes_sent")),
-                   (long long)json_integer_value(json_object_get(lk, "bytes_received")));
+            char sent[16], recv[16];
+            printf(
+                "    link %-16s sent %10s  received %10s\n", s_of(lk, "node"),
+                gm_cli_fmt_bytes((double)json_integer_value(json_object_get(lk, "bytes_sent")),
+                                 sent, sizeof(sent)),
+                gm_cli_fmt_bytes((double)json_integer_value(json_object_get(lk, "bytes_received")),
+                                 recv, sizeof(recv)));
         }
     }
     json_decref(r);

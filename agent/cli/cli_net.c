@@ -755,10 +755,11 @@ int gm_cli_token(int argc, char **argv)
                                  : exp <= now                                ? "expired"
                                  : left <= 0                                 ? "used"
                                                                              : "valid";
-                printf("%-16s  %3d/%-4d  %8" PRId64 "s  %s\n",
-                       json_string_value(json_object_get(e, "id")), left,
-                       (int)json_integer_value(json_object_get(e, "uses")),
-                       exp > now ? exp - now : 0, st);
+                char in[16];
+                printf("%-16s  %3d/%-4d  %9s  %s\n", json_string_value(json_object_get(e, "id")),
+                       left, (int)json_integer_value(json_object_get(e, "uses")),
+                       gm_cli_fmt_duration(exp > now ? (double)(exp - now) : 0, in, sizeof(in)),
+                       st);
             }
         }
         json_decref(r);

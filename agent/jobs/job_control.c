@@ -79,6 +79,18 @@ static json_t *job_json(struct gm_jobs *j, struct job *jb)
                             ? json_integer(jb->job.comm.local_steps)
                             : json_null());
     json_object_set_new(o, "paused_reason", paused != NULL ? json_string(paused) : json_null());
+    /* the nodes of the current group, rank order: a follower sees members leave and come back */
+    {
+        json_t *ranks = json_array();
+        for (size_t i = 0; jb->ranks != NULL && i < (size_t)jb->world; i++)
+            json_array_append_new(ranks, json_string(jb->ranks[i]));
+        json_object_set_new(o, "ranks", ranks);
+    }
+    json_object_set_new(o, "resumed_from",
+                        jb->rank != NULL && p.resumed_step >= 0
+                            ? json_pack("{s:I,s:s}", "step", (json_int_t)p.resumed_step,
+                                        "checkpoint", p.resumed_from)
+                            : json_null());
     json_object_set_new(o, "error", jb->error[0] ? json_string(jb->error) : json_null());
     json_object_set_new(o, "weights", jb->weights[0] ? json_string(jb->weights) : json_null());
     /* bytes per peer node over the job's life: retired groups plus the current one */

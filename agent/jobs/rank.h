@@ -74,6 +74,9 @@ struct gm_rank_progress {
      * sha256(b"".join(t[k].tobytes() for k in sorted(t))) over the safetensors file rank 0
      * writes.  Every rank of a finished job holds the same one. */
     char params_sha256[65];
+    /* a run that went on from a checkpoint: its step (-1: none, or not known yet) and path */
+    long resumed_step;
+    char resumed_from[256];
 };
 
 /* Checkpoints of a rank (train/ckpt/ckpt.h): rank 0 writes them into dir every
