@@ -99,6 +99,8 @@ static json_t *status_json(struct gm_agent *a)
     int mixed = 0;
 
     for (i = 0; i < a->npeers; i++) {
+        if (gm_chief_is_revoked(a, a->peers[i].node))
+            continue; /* no member any more (`members --json` lists it under revoked) */
         up += a->peers[i].link != NULL;
         json_array_append_new(members, member_json(a, &a->peers[i]));
         mixed |= a->peers[i].version[0] && strcmp(a->peers[i].version, gm_version_string()) != 0;
@@ -156,26 +158,33 @@ static json_t *endpoints_json(struct gm_agent *a)
 }
 
 /* Rows: who measured; columns: to whom.  Ours first, then each member's
- * LINK_STATS; null where nobody measured. */
+ * LINK_STATS; null where nobody measured.  Revoked nodes are left out. */
 static json_t *matrix_json(struct gm_agent *a)
 {
     json_t *nodes = json_array(), *rtt = json_array(), *bw = json_array();
-    size_t i, j, k, n = a->npeers + 1;
+    size_t *idx = calloc(a->npeers + 1, sizeof(*idx)); /* row/column k > 0: a->peers[idx[k]] */
+    size_t i, j, k, n = 1;
 
+    if (idx == NULL)
+        return json_null();
     json_array_append_new(nodes, json_string(a->cfg.node));
-    for (i = 0; i < a->npeers; i++)
+    for (i = 0; i < a->npeers; i++) {
+        if (gm_chief_is_revoked(a, a->peers[i].node))
+            continue;
+        idx[n++] = i;
         json_array_append_new(nodes, json_string(a->peers[i].node));
+    }
     for (i = 0; i < n; i++) {
         json_t *rr = json_array(), *br = json_array();
         for (j = 0; j < n; j++) {
             const char *to = json_string_value(json_array_get(nodes, j));
             double r = -1, b = -1;
-            if (i == 0 && j > 0 && a->peers[j - 1].link != NULL) {
-                const struct gm_peer *p = &a->peers[j - 1];
+            if (i == 0 && j > 0 && a->peers[idx[j]].link != NULL) {
+                const struct gm_peer *p = &a->peers[idx[j]];
                 r = gm_link_rtt_ms(p->link) > 0 ? gm_link_rtt_ms(p->link) : -1;
                 b = p->m.mbps_out;
-            } else if (i > 0 && i != j && a->peers[i - 1].link != NULL) {
-                const struct gm_peer *p = &a->peers[i - 1];
+            } else if (i > 0 && i != j && a->peers[idx[i]].link != NULL) {
+                const struct gm_peer *p = &a->peers[idx[i]];
                 for (k = 0; k < p->m.nremote; k++)
                     if (strcmp(p->m.remote[k].node, to) == 0) {
                         r = p->m.remote[k].rtt_ms;
@@ -188,6 +197,7 @@ static json_t *matrix_json(struct gm_agent *a)
         json_array_append_new(rtt, rr);
         json_array_append_new(bw, br);
     }
+    free(idx);
     return json_pack("{s:o, s:o, s:o}", "nodes", nodes, "rtt_ms", rtt, "throughput_mbps", bw);
 }
 
