@@ -10,8 +10,9 @@
 #   make V=1              show commands
 #   make format-check     clang-format conformance
 #   make install          PREFIX=/usr/local DESTDIR= : binary, systemd unit, sysusers/tmpfiles
-#                         snippets, man pages, bash completion, example config (Debian layout
-#                         with PREFIX=/usr); `make uninstall` removes them
+#                         snippets, man pages, bash completion, example config, README.md and
+#                         the docs it links to (Debian layout with PREFIX=/usr); `make
+#                         uninstall` removes them
 
 CC ?= cc
 SAN ?=
@@ -299,6 +300,9 @@ install: $(BIN)
 	$(INSTALL) -D -m 0644 docs/examples/gradmesh.conf $(DESTDIR)$(DOCDIR)/examples/gradmesh.conf
 	$(INSTALL) -m 0644 docs/jobs/*.ini $(DESTDIR)$(DOCDIR)/examples/
 	$(INSTALL) -m 0644 README.md $(DESTDIR)$(DOCDIR)/README.md
+	# the documents README.md links to (docs/NAME.md), where its links point
+	$(INSTALL) -d -m 0755 $(DESTDIR)$(DOCDIR)/docs
+	$(INSTALL) -m 0644 docs/*.md $(DESTDIR)$(DOCDIR)/docs/
 
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/gradmesh $(DESTDIR)$(UNITDIR)/gradmesh@.service \
