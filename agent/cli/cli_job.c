@@ -99,9 +99,19 @@ static int has_node(json_t *arr, const char *node)
     size_t i;
     json_t *v;
 
-    json_array_foreach(arr, i, v) if (json_is_string(v) &&
-                                      strcmp(json_string_value(v), node) == 0) return 1;
+    json_array_foreach(arr, i, v)
+    {
+        if (json_is_string(v) && strcmp(json_string_value(v), node) == 0)
+            return 1;
+    }
     return 0;
+}
+
+/* One event line; on a terminal the progress bar's line is ended first. */
+static void event_line(int tty, const struct watch *w)
+{
+    if (tty && w->last_step >= 0)
+        fputc('\n', stderr);
 }
 
 /* Events a person reads between progress lines: a resume from a checkpoint, members lost,
@@ -113,8 +123,7 @@ static void print_events(json_t *o, int tty, struct watch *w)
     size_t i, before, now;
 
     if (!w->resumed_said && json_is_object(res)) {
-        if (tty && w->last_step >= 0)
-            fputc('\n', stderr);
+        event_line(tty, w);
         printf("resuming from step %lld (checkpoint %s)\n",
                (long long)json_integer_value(json_object_get(res, "step")),
                s_of(res, "checkpoint"));
@@ -127,23 +136,29 @@ static void print_events(json_t *o, int tty, struct watch *w)
     if (w->ranks != NULL) {
         before = json_array_size(w->ranks);
         now = json_array_size(ranks);
-        json_array_foreach(w->ranks, i, v) if (!has_node(ranks, json_string_value(v)))
-        {
-            if (tty && w->last_step >= 0)
-                fputc('\n', stderr);
-            printf("member %s lost at step %ld; world %zu -> %zu\n", json_string_value(v), step,
-                   before, now);
-        }
-        json_array_foreach(ranks, i, v) if (!has_node(w->ranks, json_string_value(v)))
+        json_array_foreach(w->ranks, i, v)
         {
             const char *n = json_string_value(v);
-            if (tty && w->last_step >= 0)
-                fputc('\n', stderr);
+            if (n == NULL || has_node(ranks, n))
+                continue;
+            event_line(tty, w);
+            printf("member %s lost at step %ld; world %zu -> %zu\n", n, step, before, now);
+        }
+        json_array_foreach(ranks, i, v)
+        {
+            const char *n = json_string_value(v);
+            if (n == NULL || has_node(w->ranks, n))
+                continue;
+            event_line(tty, w);
             printf("member %s %s at step %ld; world %zu -> %zu\n", n,
                    json_object_get(w->seen, n) != NULL ? "back" : "joined", step, before, now);
         }
     }
-    json_array_foreach(ranks, i, v) json_object_set_new(w->seen, json_string_value(v), json_true());
+    json_array_foreach(ranks, i, v)
+    {
+        if (json_is_string(v))
+            json_object_set_new(w->seen, json_string_value(v), json_true());
+    }
     json_decref(w->ranks);
     w->ranks = json_deep_copy(ranks);
     fflush(stdout);
