@@ -107,4 +107,6 @@ grep -Eq "^[0-9a-f]{16} +1/1 +(24h|23h59m)  valid$" "$WORK/tokens.txt" || fail "
 "$GM" checkpoint list --config "$WORK/a1.conf" >"$WORK/ckpts.txt" || fail "checkpoint list"
 grep -Eq " [0-9.]+ (kB|MB) +ok " "$WORK/ckpts.txt" || fail "checkpoint list: $(cat "$WORK/ckpts.txt")"
 pass "tables: $(grep -m1 "link a2" "$WORK/jobs.txt" | sed 's/^ *//'); token expiry $(grep -Eo "(24h|23h59m)" "$WORK/tokens.txt" | head -1); checkpoints in MB"
+# under sanitizers: the commands' own reports (a leak at a detach, say) land in these files
+if grep -l "Sanitizer" "$WORK"/*.out "$WORK"/*.err 2>/dev/null; then fail "sanitizer report from a command"; fi
 stop_agents
