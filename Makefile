@@ -10,8 +10,9 @@
 #   make V=1              show commands
 #   make format-check     clang-format conformance
 #   make install          PREFIX=/usr/local DESTDIR= : binary, systemd unit, sysusers/tmpfiles
-#                         snippets, man pages, bash completion, example config (Debian layout
-#                         with PREFIX=/usr); `make uninstall` removes them
+#                         snippets, man pages, bash completion, example config, README.md and
+#                         the docs it links to (Debian layout with PREFIX=/usr); `make
+#                         uninstall` removes them
 
 CC ?= cc
 SAN ?=
@@ -49,7 +50,10 @@ DEB_libsystemd := libsystemd-dev
 DEB_libmicrohttpd := libmicrohttpd-dev
 DEB_raft := libraft-dev
 NOTHING :=
-NO_DEPS_GOALS := test demo bench deps clean format format-check uninstall
+# `make` alone builds the binary, whatever rule comes first below (the version stamp's).
+.DEFAULT_GOAL := all
+
+NO_DEPS_GOALS := test demo bench deps clean format format-check uninstall print-version
 ifneq ($(filter-out $(NO_DEPS_GOALS),$(or $(MAKECMDGOALS),all)),)
   ifeq ($(shell command -v $(PKG_CONFIG) 2>/dev/null),)
     MISSING_DEBS := pkg-config $(foreach p,$(PKGS),$(DEB_$(p)))
@@ -146,6 +150,40 @@ ifneq ($(filter-out $(NO_DEPS_GOALS),$(or $(MAKECMDGOALS),all)),)
   endif
 endif
 
+# --- version ---------------------------------------------------------------
+# `gradmesh version`, gradmesh_build_info and the HELLO carry these (agent/service/version.h).
+# In a git tree: `git describe --tags --dirty` (a tag v1.2.0 gives "1.2.0"; with no tag
+# "$(GM_VERSION_BASE)-dev+g<commit>"); in a release tarball (`git archive`, no .git): the
+# VERSION file that export-subst filled in; else "$(GM_VERSION_BASE)+unknown".  Only
+# version.o is rebuilt when they change (the stamp file holds the last values).
+GM_VERSION_BASE := 0.1.0
+GIT_DIR_OK := $(shell git rev-parse --git-dir >/dev/null 2>&1 && echo y)
+ifeq ($(GIT_DIR_OK),y)
+  GM_COMMIT := $(shell git rev-parse HEAD 2>/dev/null)
+  GM_VERSION := $(patsubst v%,%,$(shell git describe --tags --dirty --match 'v[0-9]*' 2>/dev/null))
+  ifeq ($(GM_VERSION),)
+    GM_VERSION := $(GM_VERSION_BASE)-dev+g$(shell git rev-parse --short HEAD 2>/dev/null)$(if $(shell git status --porcelain --untracked-files=no 2>/dev/null),.dirty)
+  endif
+else
+  # "COMMIT [TAG-DESCRIPTION]" (git archive fills it in; an untagged commit has no second word)
+  VERSION_FILE := $(if $(wildcard VERSION),$(shell grep -v '\$$Format' VERSION 2>/dev/null))
+  GM_COMMIT := $(or $(word 1,$(VERSION_FILE)),unknown)
+  GM_VERSION := $(or $(patsubst v%,%,$(word 2,$(VERSION_FILE))),$(if $(VERSION_FILE),$(GM_VERSION_BASE)-dev+g$(shell echo $(GM_COMMIT) | cut -c1-7),$(GM_VERSION_BASE)+unknown))
+endif
+VERSION_STAMP := $(BUILD)/.version
+ifneq ($(filter-out $(NO_DEPS_GOALS),$(or $(MAKECMDGOALS),all)),)
+  ifneq ($(GM_VERSION) $(GM_COMMIT),$(shell cat $(VERSION_STAMP) 2>/dev/null))
+    $(shell mkdir -p $(BUILD) && printf '%s\n' '$(GM_VERSION) $(GM_COMMIT)' > $(VERSION_STAMP))
+  endif
+endif
+$(BUILD)/agent/service/version.o: $(VERSION_STAMP)
+# "VERSION COMMIT", as the binary will say them (tests/integration/version.sh)
+print-version:
+	@echo '$(GM_VERSION) $(GM_COMMIT)'
+
+$(BUILD)/agent/service/version.o: CFLAGS_ALL += -DGM_BUILD_VERSION='"$(GM_VERSION)"' \
+	-DGM_BUILD_COMMIT='"$(GM_COMMIT)"'
+
 # --- sources ---------------------------------------------------------------
 MAIN_SRC := agent/cli/main.c
 # train/*/*.c: train's sub-folders (nn, kernels, data, comm, compress, ckpt); agent/*/*.c: the
@@ -164,7 +202,7 @@ FUZZ_SRCS := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BINS := $(FUZZ_SRCS:tests/fuzz/%.c=build-fuzz/%)
 BIN := gradmesh$(if $(SAN),-san)
 
-.PHONY: all tools test unit demo bench fuzz deps clean format format-check cuda-note install uninstall
+.PHONY: print-version all tools test unit demo bench fuzz deps clean format format-check cuda-note install uninstall
 all: $(BIN) cuda-note
 
 cuda-note:
@@ -265,6 +303,9 @@ install: $(BIN)
 	$(INSTALL) -D -m 0644 docs/examples/gradmesh.conf $(DESTDIR)$(DOCDIR)/examples/gradmesh.conf
 	$(INSTALL) -m 0644 docs/jobs/*.ini $(DESTDIR)$(DOCDIR)/examples/
 	$(INSTALL) -m 0644 README.md $(DESTDIR)$(DOCDIR)/README.md
+	# the documents README.md links to (docs/NAME.md), where its links point
+	$(INSTALL) -d -m 0755 $(DESTDIR)$(DOCDIR)/docs
+	$(INSTALL) -m 0644 docs/*.md $(DESTDIR)$(DOCDIR)/docs/
 
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/gradmesh $(DESTDIR)$(UNITDIR)/gradmesh@.service \

@@ -40,6 +40,7 @@
 #include "agent/mesh/members.h"
 #include "agent/service/metrics.h"
 #include "agent/service/notify.h"
+#include "agent/service/version.h"
 #include "agent/net/proto.h"
 #include "agent/core/state.h"
 #include "agent/views.h"
@@ -137,7 +138,14 @@ static int h_error(struct gm_agent *a, struct gm_link *l, const struct gm_frame_
         code = GM_ERR_PROTO;
         snprintf(msg, sizeof(msg), "malformed error frame");
     }
-    snprintf(c->reason, sizeof(c->reason), "peer refused: %s", msg);
+    if (gm_link_state(l) == GM_LSTATE_HELLO && strcmp(msg, "malformed hello") == 0)
+        /* the words of builds before the peer protocol was versioned, about our hello */
+        snprintf(c->reason, sizeof(c->reason),
+                 "peer refused this node's hello: it runs an older gradmesh (before peer "
+                 "protocol %d); upgrade it to this node's version (%s)",
+                 GM_PROTO_VERSION, gm_version_string());
+    else
+        snprintf(c->reason, sizeof(c->reason), "peer refused: %s", msg);
     gm_link_close(l, code);
     return 0;
 }

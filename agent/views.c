@@ -20,6 +20,7 @@
 #include "agent/mesh/measure.h"
 #include "agent/jobs/job.h"
 #include "agent/service/metrics.h"
+#include "agent/service/version.h"
 #include "agent/jobs/ckptxfer.h"
 #include "agent/core/state.h"
 #include "common/assert.h"
@@ -85,6 +86,9 @@ static json_t *member_json(struct gm_agent *a, const struct gm_peer *p)
                         p->link && gm_link_skew_ms(p->link, &skew) ? json_real(skew) : json_null());
     json_object_set_new(m, "reach_out", tri(p->link ? p->m.reach_out : -1));
     json_object_set_new(m, "reach_in", tri(rv ? rv->reach : -1));
+    /* what its last HELLO said; null before a link ever came up */
+    json_object_set_new(m, "version", p->version[0] ? json_string(p->version) : json_null());
+    json_object_set_new(m, "proto", p->proto > 0 ? json_integer(p->proto) : json_null());
     return m;
 }
 
@@ -92,15 +96,24 @@ static json_t *status_json(struct gm_agent *a)
 {
     json_t *o = json_object(), *members = json_array();
     size_t i, up = 0;
+    int mixed = 0;
 
     for (i = 0; i < a->npeers; i++) {
+        if (gm_chief_is_revoked(a, a->peers[i].node))
+            continue; /* no member any more (`members --json` lists it under revoked) */
         up += a->peers[i].link != NULL;
         json_array_append_new(members, member_json(a, &a->peers[i]));
+        mixed |= a->peers[i].version[0] && strcmp(a->peers[i].version, gm_version_string()) != 0;
     }
     json_object_set_new(o, "cluster", json_string(a->cfg.cluster));
     json_object_set_new(o, "node", json_string(a->cfg.node));
     json_object_set_new(o, "listen", json_string(a->listen_addr));
     json_object_set_new(o, "role", json_string(a->cakey ? "admitter" : "member"));
+    json_object_set_new(o, "version", json_string(gm_version_string()));
+    json_object_set_new(o, "commit", json_string(gm_version_commit()));
+    json_object_set_new(o, "cuda", json_boolean(gm_version_cuda()));
+    json_object_set_new(o, "proto", json_integer(GM_PROTO_VERSION));
+    json_object_set_new(o, "mixed_versions", json_boolean(mixed));
     gm_chief_status(a, o); /* chief, term, quorum, chief_reason, member_role, raft_role */
     json_object_set_new(o, "members", members);
     json_object_set_new(o, "job", gm_jobs_status_json(a->jobs));
@@ -145,26 +158,33 @@ static json_t *endpoints_json(struct gm_agent *a)
 }
 
 /* Rows: who measured; columns: to whom.  Ours first, then each member's
- * LINK_STATS; null where nobody measured. */
+ * LINK_STATS; null where nobody measured.  Revoked nodes are left out. */
 static json_t *matrix_json(struct gm_agent *a)
 {
     json_t *nodes = json_array(), *rtt = json_array(), *bw = json_array();
-    size_t i, j, k, n = a->npeers + 1;
+    size_t *idx = calloc(a->npeers + 1, sizeof(*idx)); /* row/column k > 0: a->peers[idx[k]] */
+    size_t i, j, k, n = 1;
 
+    if (idx == NULL)
+        return json_null();
     json_array_append_new(nodes, json_string(a->cfg.node));
-    for (i = 0; i < a->npeers; i++)
+    for (i = 0; i < a->npeers; i++) {
+        if (gm_chief_is_revoked(a, a->peers[i].node))
+            continue;
+        idx[n++] = i;
         json_array_append_new(nodes, json_string(a->peers[i].node));
+    }
     for (i = 0; i < n; i++) {
         json_t *rr = json_array(), *br = json_array();
         for (j = 0; j < n; j++) {
             const char *to = json_string_value(json_array_get(nodes, j));
             double r = -1, b = -1;
-            if (i == 0 && j > 0 && a->peers[j - 1].link != NULL) {
-                const struct gm_peer *p = &a->peers[j - 1];
+            if (i == 0 && j > 0 && a->peers[idx[j]].link != NULL) {
+                const struct gm_peer *p = &a->peers[idx[j]];
                 r = gm_link_rtt_ms(p->link) > 0 ? gm_link_rtt_ms(p->link) : -1;
                 b = p->m.mbps_out;
-            } else if (i > 0 && i != j && a->peers[i - 1].link != NULL) {
-                const struct gm_peer *p = &a->peers[i - 1];
+            } else if (i > 0 && i != j && a->peers[idx[i]].link != NULL) {
+                const struct gm_peer *p = &a->peers[idx[i]];
                 for (k = 0; k < p->m.nremote; k++)
                     if (strcmp(p->m.remote[k].node, to) == 0) {
                         r = p->m.remote[k].rtt_ms;
@@ -177,6 +197,7 @@ static json_t *matrix_json(struct gm_agent *a)
         json_array_append_new(rtt, rr);
         json_array_append_new(bw, br);
     }
+    free(idx);
     return json_pack("{s:o, s:o, s:o}", "nodes", nodes, "rtt_ms", rtt, "throughput_mbps", bw);
 }
 

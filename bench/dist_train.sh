@@ -87,14 +87,14 @@ gm_setup() { # in the main shell (not $(...)): agent_pids must reach gm_stop
     [ -z "${DATA:-}" ] || edit+=(-e "s|^dir .*|dir  = $DATA|")
     sed "${edit[@]}" -e 's/^batch .*/global_batch = 64/' "bench/jobs/$model.ini" >"$tmp/job1.ini"
     sed "${edit[@]}" -e 's/^batch .*/global_batch = 128/' "bench/jobs/$model.ini" >"$tmp/job2.ini"
-    "$bin" init --cluster solo --node a0 --config "$tmp/a0.conf" --state "$tmp/a0" \
+    "$bin" init --metrics off --cluster solo --node a0 --config "$tmp/a0.conf" --state "$tmp/a0" \
         --listen "127.0.0.1:$(gm_port)" --multicast off >/dev/null 2>>"$tmp/setup.log"
     gm_agent a0 0
-    "$bin" init --cluster duo --node d0 --config "$tmp/d0.conf" --state "$tmp/d0" \
+    "$bin" init --metrics off --cluster duo --node d0 --config "$tmp/d0.conf" --state "$tmp/d0" \
         --listen "127.0.0.1:$(gm_port)" --multicast off >/dev/null 2>>"$tmp/setup.log"
     gm_agent d0 0
     tok=$("$bin" token create --config "$tmp/d0.conf")
-    "$bin" join "$tok" --node d1 --peer "$(sed -n 's/^listen *= *//p' "$tmp/d0.conf")" \
+    "$bin" join --metrics off "$tok" --node d1 --peer "$(sed -n '/^\[node\]/,/^\[/s/^listen *= *//p' "$tmp/d0.conf")" \
         --config "$tmp/d1.conf" --state "$tmp/d1" --listen "127.0.0.1:$(gm_port)" \
         --multicast off >/dev/null 2>>"$tmp/setup.log"
     gm_agent d1 1

@@ -38,12 +38,12 @@ agent() {
 }
 
 echo "== three agents on loopback: init, token create, join, join"
-"$bin" init --cluster demo --node alpha --config "$out/alpha.conf" --state "$out/alpha" \
+"$bin" init --metrics off --cluster demo --node alpha --config "$out/alpha.conf" --state "$out/alpha" \
     --listen 127.0.0.1:"$(port)" --multicast off
 agent alpha
 for n in beta gamma; do
     tok=$("$bin" token create --config "$out/alpha.conf")
-    "$bin" join "$tok" --node $n --peer "$(sed -n 's/^listen *= *//p' "$out/alpha.conf")" \
+    "$bin" join --metrics off "$tok" --node $n --peer "$(sed -n '/^\[node\]/,/^\[/s/^listen *= *//p' "$out/alpha.conf")" \
         --config "$out/$n.conf" --state "$out/$n" --listen 127.0.0.1:"$(port)" --multicast off
     agent $n
 done

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <jansson.h>
 #include <sodium.h>
@@ -19,6 +20,7 @@
 #include "agent/service/config.h"
 #include "agent/service/control.h"
 #include "common/err.h"
+#include "common/log.h"
 
 #define CONTROL_TIMEOUT_MS 10000
 
@@ -81,4 +83,61 @@ int gm_cli_control(const char *cmd, const char *config, json_t *req, json_t **ou
         return code < 0 ? (int)code : -EPROTO;
     }
     return 0;
+}
+
+const char *gm_cli_fmt_bytes(double bytes, char *out, size_t cap)
+{
+    static const char *const units[] = {"B", "kB", "MB", "GB", "TB", "PB"};
+    size_t u = 0;
+
+    if (!(bytes >= 0)) { /* negative or NaN: unknown */
+        snprintf(out, cap, "-");
+        return out;
+    }
+    while (bytes >= 1000 && u + 1 < sizeof(units) / sizeof(units[0])) {
+        bytes /= 1000;
+        u++;
+    }
+    if (u == 0)
+        snprintf(out, cap, "%.0f B", bytes);
+    else
+        snprintf(out, cap, "%.*f %s", bytes < 10 ? 2 : bytes < 100 ? 1 : 0, bytes, units[u]);
+    return out;
+}
+
+const char *gm_cli_fmt_duration(double seconds, char *out, size_t cap)
+{
+    long long s, d, h, m;
+
+    if (!(seconds >= 0)) {
+        snprintf(out, cap, "-");
+        return out;
+    }
+    s = (long long)(seconds + 0.5);
+    d = s >= 2 * 86400 ? s / 86400 : 0; /* "24h", "36h": days from two on */
+    h = (s - d * 86400) / 3600;
+    m = s % 3600 / 60;
+    s %= 60;
+    if (d > 0 && h > 0)
+        snprintf(out, cap, "%lldd%lldh", d, h);
+    else if (d > 0)
+        snprintf(out, cap, "%lldd", d);
+    else if (h > 0 && m > 0)
+        snprintf(out, cap, "%lldh%lldm", h, m);
+    else if (h > 0)
+        snprintf(out, cap, "%lldh", h);
+    else if (m > 0 && s > 0)
+        snprintf(out, cap, "%lldm%llds", m, s);
+    else if (m > 0)
+        snprintf(out, cap, "%lldm", m);
+    else
+        snprintf(out, cap, "%llds", s);
+    return out;
+}
+
+void gm_cli_quiet_log(void)
+{
+    if (isatty(STDERR_FILENO) && getenv("GRADMESH_LOG_LEVEL") == NULL &&
+        getenv("JOURNAL_STREAM") == NULL && gm_log_get_level() > GM_LOG_WARN)
+        gm_log_set_level(GM_LOG_WARN);
 }

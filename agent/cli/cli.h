@@ -23,6 +23,7 @@ int gm_cli_members(int argc, char **argv);
 int gm_cli_revoke(int argc, char **argv);
 int gm_cli_role(int argc, char **argv);
 int gm_cli_checkpoint(int argc, char **argv);
+int gm_cli_version(int argc, char **argv);
 
 /* JSON for people: reals with at most 6 significant digits (83.88, not 83.879999999999995),
  * as `gradmesh jobs --json` prints them. */
@@ -44,5 +45,16 @@ int gm_cli_fail(const char *cmd, int err, const char *what);
  * the agent's error or why it is unreachable; returns a negative code then. */
 struct json_t;
 int gm_cli_control(const char *cmd, const char *config, struct json_t *req, struct json_t **out);
+
+/* On a terminal (stderr a tty, no journal, no GRADMESH_LOG_LEVEL), log only warnings and
+ * errors: a person reads the command's own lines, not event=... lines before them.  Logs
+ * (stderr redirected) keep every event. */
+void gm_cli_quiet_log(void);
+/* Sizes and durations as people read them, into out (cap >= 16): "84.7 MB", "1.2 GB", "512 B"
+ * (SI units: 1 MB = 10^6 bytes); "45s", "12m30s", "1h30m", "24h", "36h", "3d4h" (seconds
+ * rounded; the two largest units; days from 48h on).  Returns out.  `--json` keeps the raw numbers.
+ */
+const char *gm_cli_fmt_bytes(double bytes, char *out, size_t cap);
+const char *gm_cli_fmt_duration(double seconds, char *out, size_t cap);
 
 #endif

@@ -167,7 +167,7 @@ static int list(json_t *ans, bool as_json)
         printf("no checkpoints in %s\n", dir);
     } else {
         printf("%-27s %-16s %-7s %9s %6s %10s %-11s %s\n", "ID", "JOB", "MODEL", "STEP", "EPOCH",
-               "BYTES", "STATE", "HOLDERS");
+               "SIZE", "STATE", "HOLDERS");
         for (size_t i = 0; i < n; i++) {
             const struct item *it = &items[i];
             json_t *hs = holders_of(held, it), *h;
@@ -186,9 +186,10 @@ static int list(json_t *ans, bool as_json)
             char epoch[16] = "?";
             if (ok) /* 1-based, of the next step */
                 snprintf(epoch, sizeof(epoch), "%d", it->info.epoch + 1);
-            printf("%-27s %-16s %-7s %9ld %6s %10lld %-11s %s\n", it->id,
+            char size[16];
+            printf("%-27s %-16s %-7s %9ld %6s %10s %-11s %s\n", it->id,
                    ok ? it->info.job_name : "?", ok ? it->info.model : "?", it->e.step, epoch,
-                   (long long)it->e.bytes, it->state, hold);
+                   gm_cli_fmt_bytes((double)it->e.bytes, size, sizeof(size)), it->state, hold);
         }
     }
     json_decref(out);

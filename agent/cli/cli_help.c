@@ -25,7 +25,7 @@ struct verb_help {
 static const struct verb_help verbs[] = {
     {"init",
      "--cluster NAME [--config FILE] [--state DIR] [--listen HOST:PORT] [--node ID]\n"
-     "                     [--multicast GROUP:PORT|off]",
+     "                     [--multicast GROUP:PORT|off] [--metrics HOST:PORT|off]",
      "make a new cluster: its CA and this machine as the first node (the admitter)",
      "  --cluster NAME         the cluster's name (1-63 of a-z 0-9 . _ -)\n" CONFIG_LINE
      "                         without --config, the file is /etc/gradmesh/NAME.conf and\n"
@@ -33,10 +33,13 @@ static const struct verb_help verbs[] = {
      "  --state DIR            identity and members (default /var/lib/gradmesh, mode 0700)\n"
      "  --listen HOST:PORT     where members connect (default 0.0.0.0:7450)\n"
      "  --node ID              this node's id (default: random)\n"
-     "  --multicast GROUP:PORT|off  LAN beacons (default 239.192.74.50:7451)\n"},
+     "  --multicast GROUP:PORT|off  LAN beacons (default 239.192.74.50:7451)\n"
+     "  --metrics HOST:PORT|off  the Prometheus endpoint, on loopback (default\n"
+     "                         127.0.0.1:9464; one port per agent on a host)\n"},
     {"join",
      "TOKEN [--peer HOST:PORT] [--config FILE] [--state DIR] [--listen HOST:PORT]\n"
-     "                     [--node ID] [--multicast GROUP:PORT|off] [--wait SECONDS]",
+     "                     [--node ID] [--multicast GROUP:PORT|off] [--wait SECONDS]\n"
+     "                     [--metrics HOST:PORT|off]",
      "join a cluster with an invite token from `gradmesh token create`",
      "  TOKEN                  gmtoken1_...; on a LAN it alone finds the admitter\n"
      "  --peer HOST:PORT       the admitter's address (through a VPN or a WAN)\n" CONFIG_LINE
@@ -45,7 +48,9 @@ static const struct verb_help verbs[] = {
      "  --listen HOST:PORT     where members connect (default 0.0.0.0:7450; not port 0)\n"
      "  --node ID              this node's id (default: random)\n"
      "  --multicast GROUP:PORT|off  LAN beacons (default 239.192.74.50:7451)\n"
-     "  --wait SECONDS         how long to look for the admitter by multicast (1-3600, 15)\n"},
+     "  --wait SECONDS         how long to look for the admitter by multicast (1-3600, 15)\n"
+     "  --metrics HOST:PORT|off  the Prometheus endpoint, on loopback (default\n"
+     "                         127.0.0.1:9464; one port per agent on a host)\n"},
     {"agent", "[--config FILE]", "run the daemon (systemd runs this as gradmesh@CLUSTER)",
      CONFIG_LINE "  Under systemd it reports READY=1, STATUS=, WATCHDOG=1 and STOPPING=1;\n"
                  "  SIGTERM or SIGINT stop it (SIGTERM on the chief first finishes the step\n"
@@ -55,7 +60,7 @@ static const struct verb_help verbs[] = {
      "  create                 print a new token (secret: hand it over privately)\n"
      "  --ttl DURATION         lifetime: N, Ns, Nm, Nh or Nd, at most 366d (default 24h)\n"
      "  --uses N               how many joins it admits (1-10000, default 1)\n"
-     "  list                   id, uses left, seconds to expiry, state\n"
+     "  list                   id, uses left, time to expiry (24h, 1h30m), state\n"
      "  --json                 list as JSON\n"
      "  revoke ID              refuse the token from now on\n" CONFIG_LINE},
     {"status", "[--json] [--config FILE]", "cluster, node, role and members of the local agent",
@@ -66,7 +71,8 @@ static const struct verb_help verbs[] = {
      "check links both ways: MTU, clock skew, RTT/throughput matrix, codec cost",
      "  --json                 the raw report as JSON\n"
      "  --model NAME           model whose step time per codec is estimated: lenet5, mlp,\n"
-     "                         vgg7 or resnet20 (lenet5)\n" CONFIG_LINE},
+     "                         vgg7, resnet20, resnet18, resnet34, resnet50, mobilenet_v2,\n"
+     "                         vgg11_bn, vgg16 or vgg16_bn (lenet5)\n" CONFIG_LINE},
     {"members", "[--json] [--config FILE]",
      "the chief, the term, and every member's role (voter, witness, spare)",
      "  --json                 as JSON: chief, term, quorum, chief_reason, members [{node,\n"
@@ -91,19 +97,25 @@ static const struct verb_help verbs[] = {
     {"submit", "JOB.ini [--follow] [--config FILE]",
      "run a job on the cluster (every member must hold the same dataset)",
      "  JOB.ini                the job file (gradmesh-job(5)); checked here first (exit 78)\n"
-     "  --follow               show progress until the job ends, then its test accuracy and\n"
-     "                         where the weights are\n" CONFIG_LINE
+     "  --follow               show progress (with an ETA) until the job ends, then its test\n"
+     "                         accuracy and where the weights are; Ctrl-C detaches (exit\n"
+     "                         130), the job runs on\n" CONFIG_LINE
      "  The local agent passes the job to the coordinator (the elected chief; with no\n"
      "  chief the job is refused); a member without the same files at [data] dir refuses it.\n"},
-    {"jobs", "[--json] [--config FILE]", "the running job and the last finished ones",
+    {"jobs", "[--json] [--follow [ID]] [--config FILE]",
+     "the running job and the last finished ones",
      "  --json                 as JSON: id, state, step, epoch, world, loss, samples/s, bytes\n"
-     "                         per link, where the weights are\n" CONFIG_LINE},
+     "                         per link, where the weights are (raw numbers)\n"
+     "  --follow [ID]          attach to job ID (default: the running one) from any member\n"
+     "                         and show its progress until it ends; Ctrl-C detaches (exit\n"
+     "                         130), the job runs on\n" CONFIG_LINE},
     {"cancel", "ID [--config FILE]", "stop a job at its next step boundary",
      "  ID                     the job's id (gradmesh jobs)\n" CONFIG_LINE
+     "  Works on any member: a member forwards it to the coordinator, as it does a submit.\n"
      "  The coordinator keeps the weights of the last finished step.\n"},
     {"checkpoint", "list [--json] | export ID PATH [--full]  [--config FILE]",
      "list this agent's checkpoints; export one as a safetensors file",
-     "  list                   ID (KEY-STEP), job, model, step, epoch, bytes, state (ok,\n"
+     "  list                   ID (KEY-STEP), job, model, step, epoch, size (MB), state (ok,\n"
      "                         refused, uncommitted) and the nodes that hold it; every file\n"
      "                         is verified against its .sha256\n"
      "  --json                 list as JSON\n"
@@ -131,6 +143,10 @@ static const struct verb_help verbs[] = {
      "                         the job's [comm]; bytes_sent and codec in the summary\n"
      "  --no-error-feedback    with powersgd: turn error feedback off (experiments)\n"
      "  SIGINT/SIGTERM stop at the next step and still save the weights (exit 130).\n"},
+    {"version", "[--json]", "this binary's version, commit, build options (CUDA) and peer protocol",
+     "  --json                 as JSON: version, commit, cuda, options, proto\n"
+     "  `gradmesh status` shows each member's version; gradmesh_build_info carries\n"
+     "  these values as labels.\n"},
 };
 
 static const struct verb_help *find(const char *verb)
@@ -148,6 +164,7 @@ void gm_cli_usage(FILE *f)
         fprintf(f, "  %-8s %s\n", verbs[i].verb, verbs[i].summary);
     fprintf(f, "\n'gradmesh COMMAND --help' describes one command; man gradmesh has them all,\n"
                "man gradmesh.conf the config file, man gradmesh-job the job file.\n"
+               "'gradmesh --version' (or 'gradmesh version') says which build this is.\n"
                "Exit codes: 0 success, 1 runtime failure, 2 usage, 78 configuration error.\n");
 }
 

@@ -145,7 +145,8 @@ static int check_listen(const char *listen)
  * /run/gradmesh/CLUSTER.sock, the RuntimeDirectory of gradmesh@.service); a --state DIR keeps
  * everything in DIR (control.sock there). */
 static int prepare_config(struct gm_config *c, const char *cluster, const char *node,
-                          const char *listen, const char *state, const char *multicast)
+                          const char *listen, const char *state, const char *multicast,
+                          const char *metrics)
 {
     char abs[GM_PATH_MAX];
     int err, n;
@@ -171,7 +172,22 @@ static int prepare_config(struct gm_config *c, const char *cluster, const char *
     if (multicast != NULL)
         snprintf(c->multicast, sizeof(c->multicast), "%s",
                  strcmp(multicast, "off") == 0 ? "" : multicast);
+    if (metrics != NULL)
+        snprintf(c->metrics, sizeof(c->metrics), "%s", strcmp(metrics, "off") == 0 ? "" : metrics);
     return 0;
+}
+
+/* --metrics IP:PORT or off: a loopback address (a public one is a deliberate config edit,
+ * with metrics_public = yes). */
+static int check_metrics(const char *cmd, const char *m)
+{
+    if (m == NULL || strcmp(m, "off") == 0 || gm_config_addr_is_loopback(m))
+        return 0;
+    fprintf(stderr,
+            "gradmesh %s: --metrics wants a loopback IP:PORT (default %s) or off; to serve "
+            "metrics to the network, edit [metrics] in the config afterwards\n",
+            cmd, GM_METRICS_DEFAULT);
+    return -EINVAL;
 }
 
 /* --multicast GROUP:PORT or off. */
@@ -202,15 +218,13 @@ static int refuse_existing(const struct gm_config *c)
 
 int gm_cli_init(int argc, char **argv)
 {
-    static const struct option opts[] = {{"cluster", required_argument, NULL, 'c'},
-                                         {"config", required_argument, NULL, 'f'},
-                                         {"state", required_argument, NULL, 's'},
-                                         {"listen", required_argument, NULL, 'l'},
-                                         {"node", required_argument, NULL, 'n'},
-                                         {"multicast", required_argument, NULL, 'm'},
-                                         {NULL, 0, NULL, 0}};
+    static const struct option opts[] = {
+        {"cluster", required_argument, NULL, 'c'}, {"config", required_argument, NULL, 'f'},
+        {"state", required_argument, NULL, 's'},   {"listen", required_argument, NULL, 'l'},
+        {"node", required_argument, NULL, 'n'},    {"multicast", required_argument, NULL, 'm'},
+        {"metrics", required_argument, NULL, 'M'}, {NULL, 0, NULL, 0}};
     const char *cluster = NULL, *config = NULL, *state = NULL, *listen = GM_DEFAULT_LISTEN,
-               *node = NULL, *multicast = NULL;
+               *node = NULL, *multicast = NULL, *metrics = NULL;
     char config_buf[GM_PATH_MAX];
     int link = 0;
     uint8_t bkey[GM_BEACON_KEY_LEN];
@@ -242,13 +256,16 @@ int gm_cli_init(int argc, char **argv)
         case 'm':
             multicast = optarg;
             break;
+        case 'M':
+            metrics = optarg;
+            break;
         default:
             return gm_cli_usage_err("init");
         }
     }
     if (optind != argc || cluster == NULL)
         return gm_cli_usage_err("init");
-    if (check_multicast("init", multicast) != 0)
+    if (check_multicast("init", multicast) != 0 || check_metrics("init", metrics) != 0)
         return GM_EXIT_USAGE;
     if (node == NULL) {
         random_node_id(node_buf);
@@ -265,7 +282,7 @@ int gm_cli_init(int argc, char **argv)
         fprintf(stderr, "gradmesh init: --listen wants IP:PORT\n");
         return GM_EXIT_USAGE;
     }
-    err = prepare_config(&c, cluster, node, listen, state, multicast);
+    err = prepare_config(&c, cluster, node, listen, state, multicast, metrics);
     if (err != 0)
         return gm_cli_fail("init", err, "state directory");
     err = refuse_existing(&c);
@@ -334,6 +351,59 @@ static int resolve(const char *hostport, struct sockaddr_storage *ss, char out[G
     memcpy(ss, res->ai_addr, res->ai_addrlen);
     freeaddrinfo(res);
     return gm_proto_addr_format((struct sockaddr *)ss, out);
+}
+
+/* Why --peer HOSTPORT cannot be used (resolve()'s err), in words, with what to do. */
+static int peer_problem(const char *hostport, int err)
+{
+    const char *colon = strrchr(hostport, ':');
+
+    if (colon == NULL || colon == hostport || colon[1] == '\0')
+        fprintf(stderr,
+                "gradmesh join: --peer %s: want HOST:PORT, the admitter's [node] listen "
+                "address (e.g. 10.8.0.1:7450)\n",
+                hostport);
+    else
+        fprintf(stderr,
+                "gradmesh join: --peer %s: cannot resolve '%.*s': check the name, or give the "
+                "admitter's IP address\n",
+                hostport, (int)(colon - hostport), hostport);
+    return gm_err_exit_code(err == -EHOSTUNREACH ? -EHOSTUNREACH : -EINVAL);
+}
+
+/* A refused or failed join (gm_join_run's err and reason), in words, with what to do. */
+static void join_explain(int err, const char *reason, const char *peer, const char *node)
+{
+    switch (err) {
+    case -ECONNREFUSED:
+        fprintf(stderr,
+                "gradmesh join: nothing accepts connections at %s: is the admitter's agent "
+                "running (gradmesh agent), and is %s its [node] listen address?\n",
+                peer, peer);
+        return;
+    case -ETIMEDOUT:
+    case -EHOSTUNREACH:
+    case -ENETUNREACH:
+        fprintf(stderr,
+                "gradmesh join: %s does not answer (%s): check the address, the route and any "
+                "firewall between here and there\n",
+                peer, gm_strerror(err));
+        return;
+    case -EEXIST:
+        fprintf(stderr,
+                "gradmesh join: the cluster already has a node named %s: choose another name "
+                "with --node NAME (or leave --node out for a random one)\n",
+                node);
+        return;
+    case GM_ERR_TOKEN:
+        fprintf(stderr,
+                "gradmesh join: the admitter refused the invite token (%s): make a new one with "
+                "`gradmesh token create` on a voter\n",
+                reason[0] ? reason : "bad, expired, revoked or used");
+        return;
+    default:
+        fprintf(stderr, "gradmesh join: %s: %s\n", gm_strerror(err), reason);
+    }
 }
 
 /* The members file of a new node.  The admitter lists itself first with its
@@ -405,15 +475,28 @@ static int find_admitter(const struct gm_token *tok, const char *multicast, int 
     return 0;
 }
 
+/* "admitter: join refused: already used" -> "already used": the reason without its
+ * prefixes, for a sentence that says who refused. */
+static const char *strip_admitter(const char *reason)
+{
+    const char *p = strstr(reason, "join refused: ");
+
+    return p != NULL ? p + strlen("join refused: ") : reason;
+}
+
 int gm_cli_join(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"peer", required_argument, NULL, 'p'},  {"config", required_argument, NULL, 'f'},
-        {"state", required_argument, NULL, 's'}, {"listen", required_argument, NULL, 'l'},
-        {"node", required_argument, NULL, 'n'},  {"multicast", required_argument, NULL, 'm'},
-        {"wait", required_argument, NULL, 'w'},  {NULL, 0, NULL, 0}};
+    static const struct option opts[] = {{"peer", required_argument, NULL, 'p'},
+                                         {"config", required_argument, NULL, 'f'},
+                                         {"state", required_argument, NULL, 's'},
+                                         {"listen", required_argument, NULL, 'l'},
+                                         {"node", required_argument, NULL, 'n'},
+                                         {"multicast", required_argument, NULL, 'm'},
+                                         {"wait", required_argument, NULL, 'w'},
+                                         {"metrics", required_argument, NULL, 'M'},
+                                         {NULL, 0, NULL, 0}};
     const char *peer = NULL, *config = NULL, *state = NULL, *listen = GM_DEFAULT_LISTEN,
-               *node = NULL, *multicast = NULL;
+               *node = NULL, *multicast = NULL, *metrics = NULL;
     char config_buf[GM_PATH_MAX];
     int link = 0;
     char node_buf[GM_ID_NAME_MAX + 1], path[GM_PATH_MAX], peer_addr[GM_ADDR_MAX];
@@ -427,6 +510,7 @@ int gm_cli_join(int argc, char **argv)
     int o, err, wait_s = FIND_WAIT_S;
 
     memset(&r, 0, sizeof(r));
+    gm_cli_quiet_log();
     optind = 1;
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (o) {
@@ -448,6 +532,9 @@ int gm_cli_join(int argc, char **argv)
         case 'm':
             multicast = optarg;
             break;
+        case 'M':
+            metrics = optarg;
+            break;
         case 'w': {
             char *end = NULL;
             long w = strtol(optarg, &end, 10);
@@ -462,7 +549,7 @@ int gm_cli_join(int argc, char **argv)
     }
     if (optind != argc - 1)
         return gm_cli_usage_err("join");
-    if (check_multicast("join", multicast) != 0)
+    if (check_multicast("join", multicast) != 0 || check_metrics("join", metrics) != 0)
         return GM_EXIT_USAGE;
     if (peer == NULL && multicast != NULL && strcmp(multicast, "off") == 0) {
         fprintf(stderr, "gradmesh join: with --multicast off, give the admitter with --peer "
@@ -497,12 +584,12 @@ int gm_cli_join(int argc, char **argv)
                             peer_addr);
     if (err != 0) {
         gm_token_free(tok);
-        return peer != NULL ? gm_cli_fail("join", err, "--peer") : GM_EXIT_RUNTIME;
+        return peer != NULL ? peer_problem(peer, err) : GM_EXIT_RUNTIME;
     }
     err = config_for(config, gm_token_cluster(tok), config_buf, &link);
     config = config_buf;
     if (err == 0)
-        err = prepare_config(&c, gm_token_cluster(tok), node, listen, state, multicast);
+        err = prepare_config(&c, gm_token_cluster(tok), node, listen, state, multicast, metrics);
     if (err == 0)
         err = refuse_existing(&c);
     if (err == 0)
@@ -523,9 +610,11 @@ int gm_cli_join(int argc, char **argv)
     err = gm_join_run(&p, &r);
     gm_token_free(tok);
     if (err != 0) {
-        gm_err("event=join-refused token=%s peer=%s err=%d reason=\"%s\"", id, peer_addr, err,
-               r.reason);
-        fprintf(stderr, "gradmesh join: %s: %s\n", gm_strerror(err), r.reason);
+        /* the log line for logs and scripts; a person reads the line after it (on a
+         * terminal only that one: gm_cli_quiet_log) */
+        gm_notice("event=join-refused token=%s peer=%s err=%d reason=\"%s\"", id, peer_addr, err,
+                  r.reason);
+        join_explain(err, strip_admitter(r.reason), peer_addr, node);
         gm_id_key_free(key);
         gm_join_result_free(&r);
         return gm_err_exit_code(err);
@@ -666,10 +755,11 @@ int gm_cli_token(int argc, char **argv)
                                  : exp <= now                                ? "expired"
                                  : left <= 0                                 ? "used"
                                                                              : "valid";
-                printf("%-16s  %3d/%-4d  %8" PRId64 "s  %s\n",
-                       json_string_value(json_object_get(e, "id")), left,
-                       (int)json_integer_value(json_object_get(e, "uses")),
-                       exp > now ? exp - now : 0, st);
+                char in[16];
+                printf("%-16s  %3d/%-4d  %9s  %s\n", json_string_value(json_object_get(e, "id")),
+                       left, (int)json_integer_value(json_object_get(e, "uses")),
+                       gm_cli_fmt_duration(exp > now ? (double)(exp - now) : 0, in, sizeof(in)),
+                       st);
             }
         }
         json_decref(r);
@@ -757,6 +847,12 @@ int gm_cli_status(int argc, char **argv)
                json_string_value(json_object_get(r, "role")),
                json_string_value(json_object_get(r, "listen")),
                json_is_true(json_object_get(r, "quorum")) ? "yes" : "no");
+        printf("version %s  peer protocol %lld\n", json_string_value(json_object_get(r, "version")),
+               (long long)json_integer_value(json_object_get(r, "proto")));
+        if (json_is_true(json_object_get(r, "mixed_versions")))
+            printf("mixed versions: members run other builds than this node (%s): see VERSION "
+                   "below; upgrade them to one version\n",
+                   json_string_value(json_object_get(r, "version")));
         if (json_is_string(json_object_get(r, "chief")))
             printf("chief %s  term %lld\n", json_string_value(json_object_get(r, "chief")),
                    (long long)json_integer_value(json_object_get(r, "term")));
@@ -775,17 +871,19 @@ int gm_cli_status(int argc, char **argv)
                 printf("job paused: %s\n",
                        json_string_value(json_object_get(job, "paused_reason")));
         }
-        printf("%-24s %-24s %-6s %-5s %s\n", "MEMBER", "ADDRESS", "LINK", "STATE", "RTT_MS");
+        printf("%-24s %-24s %-6s %-5s %-8s %s\n", "MEMBER", "ADDRESS", "LINK", "STATE", "RTT_MS",
+               "VERSION");
         json_array_foreach(json_object_get(r, "members"), i, m)
         {
             json_t *rtt = json_object_get(m, "rtt_ms");
+            const char *ver = json_string_value(json_object_get(m, "version"));
             char rs[32] = "-";
             if (json_is_number(rtt))
                 snprintf(rs, sizeof(rs), "%.3f", json_number_value(rtt));
-            printf("%-24s %-24s %-6s %-5s %s\n", json_string_value(json_object_get(m, "node")),
+            printf("%-24s %-24s %-6s %-5s %-8s %s\n", json_string_value(json_object_get(m, "node")),
                    json_string_value(json_object_get(m, "address")),
                    json_string_value(json_object_get(m, "link")),
-                   json_string_value(json_object_get(m, "state")), rs);
+                   json_string_value(json_object_get(m, "state")), rs, ver != NULL ? ver : "-");
         }
     }
     json_decref(r);

@@ -21,6 +21,7 @@
 #include <jansson.h>
 
 #include "agent/cli/cli.h"
+#include "agent/jobs/autocodec.h"
 #include "common/assert.h"
 #include "common/err.h"
 #include "train/nn/model.h"
@@ -270,23 +271,29 @@ static int model_new(const char *name, struct gm_model **m)
     return gm_model_new(&spec, DOCTOR_BATCH, m);
 }
 
-/* codec = auto's view of the current links (train/gradsync.h, gm_gradsync_auto_choose, the same
- * model the coordinator uses): every candidate's bytes and projected communication and step time
- * over n members joined by the slowest link measured anywhere (one-way latency: half the largest
- * RTT), with one step's compute timed here (the model at batch 64 on random inputs, 28x28x1).
- * The pick is marked; a link too slow to help is a warning. */
+/* codec = auto's view of the current links, through the coordinator's own code path
+ * (agent/jobs/autocodec.h gm_autocodec_resolve: the same gap filling, timing and rule), so the
+ * pick shown is the one a job of this model would start with: the links as measured between
+ * each pair (the matrix; a pair nobody measured takes the slowest, as for a job), a job of the
+ * defaults with codec = auto at batch 64 per member, its compute timed here.  Then every
+ * candidate's bytes and projected communication and step time; a link too slow to help is a
+ * warning. */
 static void doctor_codecs(json_t *r, const char *model, int *warnings)
 {
     json_t *mx = json_object_get(r, "matrix");
+    json_t *rtt_m = json_object_get(mx, "rtt_ms"), *bw_m = json_object_get(mx, "throughput_mbps");
     int n = (int)json_array_size(json_object_get(mx, "nodes"));
     struct gm_gradsync_auto_out o;
     struct gm_coll_link *links = NULL;
     struct gm_model *m = NULL;
-    double mbps, rtt, compute;
+    struct gm_job job;
+    char reason[256] = "", pick[48];
+    double mbps, rtt;
 
     printf("gradient codecs (communication per step, %s, %d members)\n", model, n);
     matrix_extremes(mx, &mbps, &rtt);
-    if (model_new(model, &m) != 0) {
+    gm_job_defaults(&job);
+    if (gm_job_model_parse(model, &job.model) < 0 || model_new(model, &m) != 0) {
         check(warnings, 0, "unknown model %s", model);
         return;
     }
@@ -295,23 +302,29 @@ static void doctor_codecs(json_t *r, const char *model, int *warnings)
         goto out;
     }
     links = calloc((size_t)n * (size_t)n, sizeof(*links));
-    compute = gm_gradsync_time_compute(m, 28 * 28, DOCTOR_BATCH, 5, 0.3);
-    if (links == NULL || compute <= 0) {
-        check(warnings, 0, links == NULL ? "out of memory" : "cannot time the model");
+    if (links == NULL) {
+        check(warnings, 0, "out of memory");
         goto out;
     }
-    for (int i = 0; i < n * n; i++)
-        links[i] = (struct gm_coll_link){.alpha_s = rtt / 2e3, .bytes_per_s = mbps * 1e6 / 8};
-    printf("  slowest link %.1f Mbit/s, largest RTT %.3f ms; %zu parameters; compute %.2f ms a "
-           "step (batch %d, timed here)\n",
-           mbps, rtt, gm_model_num_params(m), compute * 1e3, DOCTOR_BATCH);
-    {
-        struct gm_gradsync_auto_in in = {.m = m, .world = n, .links = links, .compute_s = compute};
-        if (gm_gradsync_auto_choose(&in, &o) != 0) {
-            check(warnings, 0, "no projection");
-            goto out;
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < n; j++) {
+            json_t *rt = json_array_get(json_array_get(rtt_m, (size_t)i), (size_t)j);
+            json_t *bw = json_array_get(json_array_get(bw_m, (size_t)i), (size_t)j);
+            if (json_is_number(bw) && json_number_value(bw) > 0)
+                links[i * n + j] = (struct gm_coll_link){
+                    .alpha_s = json_is_number(rt) ? json_number_value(rt) / 2e3 : 0,
+                    .bytes_per_s = json_number_value(bw) * 1e6 / 8};
         }
+    job.comm.codec = GM_JOB_CODEC_AUTO;
+    job.optim.batch = 0;
+    job.optim.global_batch = DOCTOR_BATCH * n;
+    if (gm_autocodec_resolve(&job, n, links, NULL, &o, reason, sizeof(reason)) != 0) {
+        check(warnings, 0, "no projection: %s", reason);
+        goto out;
     }
+    printf("  slowest link %.1f Mbit/s, largest RTT %.3f ms; %zu parameters; compute %.2f ms a "
+           "step (batch %d a member, timed here)\n",
+           mbps, rtt, gm_model_num_params(m), o.compute_s * 1e3, DOCTOR_BATCH);
     printf("  %-22s %12s %14s %14s\n", "codec", "bytes/step", "ms per step", "projected step");
     for (size_t i = 0; i < GM_GRADSYNC_AUTO_NCAND; i++) {
         struct gm_gradsync_cost c;
@@ -326,7 +339,9 @@ static void doctor_codecs(json_t *r, const char *model, int *warnings)
                c.seconds * 1e3, o.cand[i].step_s * 1e3,
                o.cand[i].s.id == o.pick.id ? "  <- auto" : "");
     }
-    printf("  auto: %s; %d members at %.2fx one's speed\n", o.reason, n, o.speedup);
+    gm_gradsync_describe(&o.pick, pick, sizeof(pick));
+    printf("  codec = auto would pick %s: %s; %d members at %.2fx one's speed\n", pick, o.reason, n,
+           o.speedup);
     check(warnings, !o.too_slow, "the links are %s",
           o.too_slow ? "too slow to help: one agent "
                        "alone would train as fast"

@@ -14,6 +14,7 @@
  * exit code 130.  Exit codes otherwise as in gradmesh(1): 0, 1 runtime, 2
  * usage, 78 bad job or data file.
  */
+#include <errno.h>
 #include <getopt.h>
 #include <stdlib.h>
 #include <signal.h>
@@ -120,6 +121,16 @@ int gm_cli_train(int argc, char **argv)
     }
     if ((err = gm_job_load(job_path, &job)) < 0)
         return gm_err_exit_code(err); /* the loader logged file, line and problem */
+    if (opts.resume != NULL && access(opts.resume, F_OK) != 0) {
+        /* said here, in words, rather than as a checkpoint without its .sha256 */
+        fprintf(stderr,
+                "gradmesh train: --resume %s: %s; give a checkpoint file or the directory the "
+                "job's checkpoint_every writes them to (%s)\n",
+                opts.resume, strerror(errno),
+                job.checkpoint_dir[0] ? job.checkpoint_dir : "NAME.checkpoints");
+        gm_job_free(&job);
+        return GM_EXIT_CONFIG;
+    }
 
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = on_signal;

@@ -18,11 +18,12 @@ struct subcommand {
 
 /* Synopses and help text: agent/cli/cli_help.c (one table, checked against the man page). */
 static const struct subcommand commands[] = {
-    {"init", gm_cli_init},     {"join", gm_cli_join},     {"agent", gm_cli_agent},
-    {"token", gm_cli_token},   {"status", gm_cli_status}, {"peers", gm_cli_peers},
-    {"doctor", gm_cli_doctor}, {"submit", gm_cli_submit}, {"jobs", gm_cli_jobs},
-    {"cancel", gm_cli_cancel}, {"train", gm_cli_train},   {"members", gm_cli_members},
-    {"revoke", gm_cli_revoke}, {"role", gm_cli_role},     {"checkpoint", gm_cli_checkpoint},
+    {"init", gm_cli_init},       {"join", gm_cli_join},     {"agent", gm_cli_agent},
+    {"token", gm_cli_token},     {"status", gm_cli_status}, {"peers", gm_cli_peers},
+    {"doctor", gm_cli_doctor},   {"submit", gm_cli_submit}, {"jobs", gm_cli_jobs},
+    {"cancel", gm_cli_cancel},   {"train", gm_cli_train},   {"members", gm_cli_members},
+    {"revoke", gm_cli_revoke},   {"role", gm_cli_role},     {"checkpoint", gm_cli_checkpoint},
+    {"version", gm_cli_version},
 };
 
 /* "--help" or "-h" anywhere after the verb (before a "--"). */
@@ -54,6 +55,8 @@ int main(int argc, char **argv)
         gm_cli_usage(stdout);
         return GM_EXIT_OK;
     }
+    if (strcmp(argv[1], "--version") == 0 && argc == 2) /* the same as `gradmesh version` */
+        return gm_cli_version(argc - 1, argv + 1);
     if (strcmp(argv[1], "help") == 0 && argc == 3) /* gradmesh help VERB */
         return gm_cli_help(stdout, argv[2]) == 0 ? GM_EXIT_OK : GM_EXIT_USAGE;
     for (i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {

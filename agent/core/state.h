@@ -92,6 +92,10 @@ struct gm_peer {
     uint64_t next_dial;
     unsigned backoff_ms;
     struct gm_measure m; /* measure.c's; reset when a new link comes up */
+    /* from its last HELLO (members.c): the peer protocol and the build it runs; 0 and ""
+     * until a link came up */
+    int proto;
+    char version[GM_PROTO_VERSION_MAX];
 };
 
 struct gm_endpoint;

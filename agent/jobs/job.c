@@ -528,7 +528,7 @@ int jobs_start_rank(struct gm_jobs *j, struct job *jb)
     if ((err = gm_rank_start(j->env.loop, &jb->job, out, &ck, &rank_ops, j, &jb->rank)) < 0)
         return err;
     if (j->env.metrics != NULL)
-        gm_rank_set_metrics(jb->rank, j->env.metrics(j->env.agent));
+        gm_rank_set_metrics(jb->rank, j->env.metrics(j->env.agent), jb->id);
     jb->t_start = gm_time_mono_ns();
     return 0;
 }

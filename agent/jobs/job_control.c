@@ -79,6 +79,18 @@ static json_t *job_json(struct gm_jobs *j, struct job *jb)
                             ? json_integer(jb->job.comm.local_steps)
                             : json_null());
     json_object_set_new(o, "paused_reason", paused != NULL ? json_string(paused) : json_null());
+    /* the nodes of the current group, rank order: a follower sees members leave and come back */
+    {
+        json_t *ranks = json_array();
+        for (size_t i = 0; jb->ranks != NULL && i < (size_t)jb->world; i++)
+            json_array_append_new(ranks, json_string(jb->ranks[i]));
+        json_object_set_new(o, "ranks", ranks);
+    }
+    json_object_set_new(o, "resumed_from",
+                        jb->rank != NULL && p.resumed_step >= 0
+                            ? json_pack("{s:I,s:s}", "step", (json_int_t)p.resumed_step,
+                                        "checkpoint", p.resumed_from)
+                            : json_null());
     json_object_set_new(o, "error", jb->error[0] ? json_string(jb->error) : json_null());
     json_object_set_new(o, "weights", jb->weights[0] ? json_string(jb->weights) : json_null());
     /* bytes per peer node over the job's life: retired groups plus the current one */
@@ -148,10 +160,21 @@ json_t *gm_jobs_ctl_cancel(struct gm_jobs *j, json_t *req)
         snprintf(msg, sizeof(msg), "no job %s here", id != NULL ? id : "(none given)");
         return jobs_ctl_error(-ENOENT, msg);
     }
-    if (!jb->coord) {
-        snprintf(msg, sizeof(msg), "job %s is coordinated by %s: cancel it there", jb->id,
-                 jb->coordinator);
-        return jobs_ctl_error(GM_ERR_CONFIG, msg);
+    if (!jb->coord && jb == j->cur && !jb->stop_sent) {
+        /* forwarded to the coordinator, as a submit typed here is; its JOB_END ends it here */
+        struct gm_jobmsg m = {.gen = jb->gen};
+        int err;
+        snprintf(m.id, sizeof(m.id), "%s", jb->id);
+        snprintf(m.event, sizeof(m.event), "cancel");
+        snprintf(m.message, sizeof(m.message), "cancelled on %s", j->env.node);
+        if ((err = jobs_send_msg(j, jb->coordinator, GM_MSG_JOB_REPORT, &m)) < 0) {
+            snprintf(msg, sizeof(msg), "cannot reach the coordinator %s to cancel job %s: %s",
+                     jb->coordinator, jb->id, gm_strerror(err));
+            return jobs_ctl_error(err, msg);
+        }
+        gm_notice("event=job-cancel-forwarded job=%s coordinator=%s", jb->id, jb->coordinator);
+        return json_pack("{s:s,s:s,s:s}", "id", jb->id, "state", "cancelling", "coordinator",
+                         jb->coordinator);
     }
     if (jb != j->cur || jb->stop_sent) {
         snprintf(msg, sizeof(msg), "job %s is already %s", jb->id, jobs_state_name(jb->state));

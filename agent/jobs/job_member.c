@@ -199,6 +199,16 @@ int jobs_on_report(struct gm_jobs *j, const char *node, struct gm_jobmsg *m)
 {
     struct job *jb = j->cur;
 
+    if (jb != NULL && jb->coord && strcmp(jb->id, m->id) == 0 && strcmp(m->event, "cancel") == 0) {
+        /* `gradmesh cancel` typed on a member, forwarded here as a submit is */
+        char why[GM_JOB_MSG_MAX + 64];
+        if (jb->stop_sent)
+            return 0;
+        snprintf(why, sizeof(why), "cancelled by the user on %s", node);
+        gm_notice("event=job-cancel job=%s from=%s", jb->id, node);
+        jobs_end_job(j, jb, J_CANCELLED, why);
+        return 0;
+    }
     if (jb == NULL || !jb->coord || strcmp(jb->id, m->id) != 0 || jb->state != J_RUNNING)
         return 0;
     if (m->have_fit || strncmp(m->event, "switch-", 7) == 0) {

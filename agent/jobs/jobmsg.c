@@ -268,7 +268,7 @@ static int decode(uint16_t type, json_t *o, struct gm_jobmsg *m)
             return err;
         if (strcmp(m->event, "group-failed") != 0 && strcmp(m->event, "exit") != 0 &&
             strcmp(m->event, "fit") != 0 && strcmp(m->event, "switch-ok") != 0 &&
-            strcmp(m->event, "switch-late") != 0)
+            strcmp(m->event, "switch-late") != 0 && strcmp(m->event, "cancel") != 0)
             return GM_ERR_PROTO;
         if ((err = gm_jsonmsg_get_uint(o, "code", 100000, &u)) < 0)
             return err;

@@ -18,13 +18,14 @@
  *                                                        of its LAN island, or every rank the
  *                                                        hub of a star VPN (the group runs
  *                                                        the hierarchical all-reduce)
- *   JOB_REPORT {id, gen, event: "group-failed"|"exit"|"fit"|"switch-ok"|"switch-late",
+ *   JOB_REPORT {id, gen, event: "group-failed"|"exit"|"fit"|"switch-ok"|"switch-late"|"cancel",
  *               code, message, fit?: {alpha_s, bytes_per_s, ops}, seq?, step?}
  *                                                        member -> coordinator; fit: the
  *                                                        rank's alpha-beta fit (with "fit");
  *                                                        seq, step: the answer to JOB_SWITCH
  *                                                        seq (step: the member's last step
- *                                                        boundary)
+ *                                                        boundary); cancel: `gradmesh cancel`
+ *                                                        typed on the member (message: who)
  *   JOB_SWITCH {id, gen, seq, step, comm: {codec, local_steps}}
  *                                                        coordinator -> member: group gen
  *                                                        runs comm from step on

@@ -340,10 +340,11 @@ void gm_rank_switch_answer(struct gm_rank *rk, uint32_t seq, bool ok)
     pthread_mutex_unlock(&rk->mu);
 }
 
-void gm_rank_set_metrics(struct gm_rank *rk, struct gm_metrics *m)
+void gm_rank_set_metrics(struct gm_rank *rk, struct gm_metrics *m, const char *job_id)
 {
     pthread_mutex_lock(&rk->mu);
     rk->metrics = m;
+    snprintf(rk->mjob.id, sizeof(rk->mjob.id), "%s", job_id);
     pthread_mutex_unlock(&rk->mu);
 }
 

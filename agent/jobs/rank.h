@@ -74,6 +74,9 @@ struct gm_rank_progress {
      * sha256(b"".join(t[k].tobytes() for k in sorted(t))) over the safetensors file rank 0
      * writes.  Every rank of a finished job holds the same one. */
     char params_sha256[65];
+    /* a run that went on from a checkpoint: its step (-1: none, or not known yet) and path */
+    long resumed_step;
+    char resumed_from[256];
 };
 
 /* Checkpoints of a rank (train/ckpt/ckpt.h): rank 0 writes them into dir every
@@ -149,9 +152,10 @@ void gm_rank_stop(struct gm_rank *rk);
 void gm_rank_get_progress(struct gm_rank *rk, struct gm_rank_progress *p);
 /* From now on the trainer thread publishes each step (step time split, samples/s, loss,
  * step, epoch; accuracy after evaluations) to m (agent/service/metrics.h, borrowed: it must outlive
- * the trainer thread) under the job name; NULL: stop.  Any thread. */
+ * the trainer thread) under the job's id and name, and at its end the final values
+ * (gm_metrics_job_finish); NULL: stop.  Any thread. */
 struct gm_metrics;
-void gm_rank_set_metrics(struct gm_rank *rk, struct gm_metrics *m);
+void gm_rank_set_metrics(struct gm_rank *rk, struct gm_metrics *m, const char *job_id);
 /* After on_exit: joins the thread, frees everything (asynchronously for the
  * libuv handles and any collective still winding down).  NULL-safe. */
 void gm_rank_free(struct gm_rank *rk);

@@ -124,6 +124,8 @@ static int hook_resync(void *ctx, struct gm_train_state *st)
     rk->prog.generation = rk->synced_gen;
     rk->prog.step = st->step;
     rk->prog.total_steps = st->total_steps;
+    if (rk->prog.resumed_from[0] != '\0' && rk->prog.resumed_step < 0)
+        rk->prog.resumed_step = st->step; /* the first group after the resume starts there */
     pthread_mutex_unlock(&rk->mu);
     gm_notice("event=group generation=%u rank=%d world=%d step=%ld", rk->synced_gen & 0xffff, rank,
               world, st->step);
@@ -359,6 +361,21 @@ static void hook_checkpoint(void *ctx, const char *path, const char *sha256, lon
 }
 
 /* Trainer thread: the observer hooks (train/trainer.h) feed the metrics room. */
+/* Rank 0 resumes from checkpoint origin: remembered for `jobs` ("resuming from step N").
+ * The agent's ranks carry no codec state across a restart (the group resyncs it). */
+static int hook_codec_restore(void *ctx, const struct gm_st_file *f, const char *codec,
+                              const char *origin)
+{
+    struct gm_rank *rk = ctx;
+
+    (void)f;
+    (void)codec;
+    pthread_mutex_lock(&rk->mu);
+    snprintf(rk->prog.resumed_from, sizeof(rk->prog.resumed_from), "%s", origin);
+    pthread_mutex_unlock(&rk->mu);
+    return 0;
+}
+
 static void hook_step(void *ctx, const struct gm_train_step_info *si)
 {
     struct gm_rank *rk = ctx;
@@ -431,8 +448,17 @@ static void *trainer_main(void *arg)
     }
     pthread_mutex_lock(&rk->mu);
     rk->exited = true;
-    if (rk->metrics != NULL)
-        gm_metrics_job_clear(rk->metrics); /* no gauges of a job that is over */
+    if (rk->metrics != NULL && rk->err == 0) { /* its final values stay until the next one */
+        struct gm_metrics_job_final f = {.steps = rk->sum.steps, .wall_s = rk->sum.wall_s};
+        snprintf(f.id, sizeof(f.id), "%s", rk->mjob.id);
+        snprintf(f.name, sizeof(f.name), "%s", rk->mjob.name);
+        /* rank 0 evaluates; the others hold no test figures */
+        f.accuracy_pct = rk->mjob.accuracy_pct >= 0 ? rk->sum.test_accuracy : -1;
+        f.loss = rk->mjob.accuracy_pct >= 0 ? rk->sum.test_loss : -1;
+        gm_metrics_job_finish(rk->metrics, &f);
+    } else if (rk->metrics != NULL) {
+        gm_metrics_job_clear(rk->metrics); /* no gauges of a job that failed */
+    }
     if (rk->err == 0)
         rk->prog.test_accuracy = rk->sum.test_accuracy;
     pthread_mutex_unlock(&rk->mu);
@@ -486,9 +512,11 @@ int gm_rank_start(uv_loop_t *loop, const struct gm_job *job, const char *out,
                                       .progress = hook_progress,
                                       .finish = hook_finish,
                                       .codec_state = hook_codec_state,
+                                      .codec_restore = hook_codec_restore,
                                       .ctx = rk};
     rk->hooks = (struct gm_train_hooks){.on_step = hook_step, .on_eval = hook_eval, .ctx = rk};
     snprintf(rk->mjob.name, sizeof(rk->mjob.name), "%s", job->name);
+    rk->prog.resumed_step = -1;      /* hook_codec_restore and the first step say */
     rk->mjob.accuracy_pct = -1;      /* not evaluated yet */
     rk->mjob.bytes_per_step = -1;    /* until a step with a peer reports them */
     rk->mjob.compression_ratio = -1; /* idem */

@@ -16,6 +16,7 @@
 #include "agent/mesh/endpoints.h"
 #include "agent/mesh/measure.h"
 #include "agent/core/state.h"
+#include "agent/service/version.h"
 #include "common/assert.h"
 #include "common/log.h"
 #include "common/time.h"
@@ -191,6 +192,8 @@ int gm_members_send_hello(struct gm_agent *a, struct gm_lctx *c)
     snprintf(m.listen, sizeof(m.listen), "%s", a->listen_addr);
     snprintf(m.link_class, sizeof(m.link_class), "%s", gm_class_name(c->cls));
     m.mtu = c->mtu;
+    m.proto = GM_PROTO_VERSION;
+    snprintf(m.version, sizeof(m.version), "%s", gm_version_string());
     err = gm_proto_hello_encode(&m, &json, &len);
     return gm_agent_send_json(c->link, GM_MSG_HELLO, json, len, err);
 }
@@ -260,6 +263,14 @@ static int h_hello(struct gm_agent *a, struct gm_link *l, const struct gm_frame_
         return gm_agent_refuse(l, GM_ERR_PROTO, "malformed hello");
     if (strcmp(m.node, c->node) != 0)
         return gm_agent_refuse(l, GM_ERR_AUTH, "hello names another node than the certificate");
+    if (m.proto < GM_PROTO_MIN) {
+        char why[160];
+        snprintf(why, sizeof(why),
+                 "node %s runs an older gradmesh (peer protocol %d, this node needs %d or "
+                 "newer): upgrade it to %s",
+                 m.node, m.proto, GM_PROTO_MIN, gm_version_string());
+        return gm_agent_refuse(l, GM_ERR_PROTO, why);
+    }
     if (c->dialed && gm_proto_addr_parse(gm_link_peer_addr(l), &ss) == 0)
         snprintf(listen, sizeof(listen), "%s", gm_link_peer_addr(l)); /* keep what worked */
     else
@@ -289,6 +300,8 @@ static int h_hello(struct gm_agent *a, struct gm_link *l, const struct gm_frame_
         gm_agent_ignore(gm_members_save(a));
     peer->link = l;
     peer->backoff_ms = 0;
+    peer->proto = m.proto;
+    snprintf(peer->version, sizeof(peer->version), "%s", m.version[0] ? m.version : "unknown");
     gm_measure_link_init(peer, c, m.link_class, m.mtu);
     if (a->cfg.max_tunnel_mbit > 0 && gm_measure_class(peer) == GM_CLASS_TUNNEL) {
         gm_link_set_rate(l, a->cfg.max_tunnel_mbit * 1e6 / 8); /* before the probe measures */

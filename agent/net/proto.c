@@ -249,12 +249,15 @@ static int class_valid(const char *c)
 
 int gm_proto_hello_encode(const struct gm_msg_hello *m, char **out, size_t *len)
 {
-    json_t *j = json_pack("{s:s, s:s}", "node", m->node, "listen", m->listen);
+    json_t *j = json_pack("{s:s, s:s, s:i}", "node", m->node, "listen", m->listen, "proto",
+                          m->proto > 0 ? m->proto : GM_PROTO_VERSION);
 
     if (j != NULL && m->link_class[0] != '\0')
         json_object_set_new(j, "class", json_string(m->link_class));
     if (j != NULL && m->mtu > 0)
         json_object_set_new(j, "mtu", json_integer(m->mtu));
+    if (j != NULL && m->version[0] != '\0')
+        json_object_set_new(j, "version", json_string(m->version));
     return gm_jsonmsg_dump(j, out, len);
 }
 
@@ -274,7 +277,7 @@ static int get_opt_int(json_t *o, const char *key, json_int_t lo, json_int_t hi,
 int gm_proto_hello_decode(const uint8_t *p, size_t len, struct gm_msg_hello *m)
 {
     json_t *j = gm_jsonmsg_load(p, len);
-    json_int_t mtu = 0;
+    json_int_t mtu = 0, proto = 1;
     size_t fields = 2;
     int err = GM_ERR_PROTO;
 
@@ -288,11 +291,20 @@ int gm_proto_hello_decode(const uint8_t *p, size_t len, struct gm_msg_hello *m)
             !class_valid(m->link_class))
             goto out;
     }
-    if (json_object_get(j, "mtu") != NULL)
+    if (json_object_get(j, "version") != NULL) {
         fields++;
+        if (gm_jsonmsg_get_str(j, "version", m->version, sizeof(m->version),
+                               GM_JSONMSG_NONEMPTY | GM_JSONMSG_PRINTABLE) != 0 ||
+            strchr(m->version, ' ') != NULL)
+            goto out;
+    }
+    fields += json_object_get(j, "mtu") != NULL;
+    fields += json_object_get(j, "proto") != NULL;
     if (json_object_size(j) == fields && get_name(j, "node", m->node) == 0 &&
-        get_addr(j, "listen", m->listen) == 0 && get_opt_int(j, "mtu", 1, 65535, &mtu) == 0) {
+        get_addr(j, "listen", m->listen) == 0 && get_opt_int(j, "mtu", 1, 65535, &mtu) == 0 &&
+        get_opt_int(j, "proto", 1, 65535, &proto) == 0) {
         m->mtu = (int)mtu;
+        m->proto = (int)proto;
         err = 0;
     }
 out:

@@ -6,8 +6,11 @@
  * return GM_ERR_PROTO for anything else and never trust a length.  Bulk
  * payloads (GM_MSG_BULK) are raw bytes, chunked with GM_FRAME_F_MORE.
  *
- *   HELLO        {node, listen, class?, mtu?}        both sides, first frame on a member link;
- *                class/mtu: the sender's view of this link (egress interface)
+ *   HELLO        {node, listen, class?, mtu?, proto, version}  both sides, first frame on a
+ *                member link; class/mtu: the sender's view of this link (egress interface);
+ *                proto: the peer protocol version it speaks (GM_PROTO_VERSION); version: its
+ *                build (agent/service/version.h).  A hello without proto is protocol 1 (builds
+ *                before versioning), refused by name: a protocol-1 peer refuses our hello too.
  *   MEMBERS      {members: [{node, address}]}        gossip of the member list
  *   PING / PONG  8-byte sender timestamp (ns); PONG appends the responder's
  *                wall clock (8 bytes, ns since the epoch)  keepalive, RTT, clock skew
@@ -83,6 +86,13 @@ enum gm_msg_type {
 };
 
 #define GM_ADDR_MAX 64
+
+/* The peer protocol: bumped when a message changes in a way an older peer cannot read.
+ * Each side refuses a peer older than GM_PROTO_MIN by name ("runs an older gradmesh");
+ * a newer peer decides for itself whether it can still talk to this one. */
+#define GM_PROTO_VERSION 2
+#define GM_PROTO_MIN 2
+#define GM_PROTO_VERSION_MAX 64 /* a peer's version string, with its NUL */
 #define GM_MEMBERS_MAX 1024
 #define GM_PEM_MAX 8192
 
@@ -99,6 +109,8 @@ struct gm_msg_hello {
     char listen[GM_ADDR_MAX];
     char link_class[GM_CLASS_NAME_MAX]; /* "lan" | "tunnel" | "wan" | "" (unknown) */
     int mtu;                            /* 0: unknown */
+    int proto;                          /* decode: 1 when absent (a build before versioning) */
+    char version[GM_PROTO_VERSION_MAX]; /* "" when absent */
 };
 
 struct gm_msg_rate {

@@ -222,8 +222,12 @@ static void set(struct gm_ini *ini, const struct gm_ini_key *k, const char *v)
             want = "IP:PORT, e.g. 0.0.0.0:7450 or [::]:7450";
         break;
     case K_METRICS:
-        if (v[0] != '\0' && gm_proto_addr_parse(v, &ss) != 0)
-            want = "IP:PORT, e.g. 127.0.0.1:9464, or empty (off)";
+        if (strcmp(v, "off") == 0) {
+            field[0] = '\0';
+            return;
+        }
+        if (gm_proto_addr_parse(v, &ss) != 0)
+            want = "IP:PORT, e.g. " GM_METRICS_DEFAULT ", or off";
         break;
     case K_PATH:
         if (v[0] != '/')
@@ -410,6 +414,7 @@ void gm_config_defaults(struct gm_config *c)
     snprintf(c->multicast, sizeof(c->multicast), "%s", GM_DISC_GROUP_DEFAULT);
     c->measure = 1;
     c->peer_timeout_s = GM_DEFAULT_PEER_TIMEOUT_S;
+    snprintf(c->metrics, sizeof(c->metrics), "%s", GM_METRICS_DEFAULT);
 }
 
 const char *gm_config_path(const char *flag)
@@ -452,14 +457,15 @@ int gm_config_save(const char *path, const struct gm_config *c)
                  "measure = %s\n\n"
                  "[train]\ndevice = %s\nthreads = %d\n\n"
                  "[metrics]\n"
-                 "# listen: Prometheus endpoint, e.g. 127.0.0.1:9464 (empty: off)\n"
+                 "# listen: the Prometheus endpoint (empty: " GM_METRICS_DEFAULT "; off: none;\n"
+                 "# several agents on one host need a port each)\n"
                  "listen = %s\n"
                  "# metrics_public: yes allows a non-loopback listen address\n"
                  "metrics_public = %s\n",
                  c->cluster, c->node, c->listen, c->state_dir, c->control, c->peer_timeout_s,
                  c->max_tunnel_mbit, c->multicast[0] ? c->multicast : "off", c->peers, c->tunnels,
-                 c->interfaces, c->measure ? "yes" : "no", device, c->threads, c->metrics,
-                 c->metrics_public ? "yes" : "no");
+                 c->interfaces, c->measure ? "yes" : "no", device, c->threads,
+                 c->metrics[0] ? c->metrics : "off", c->metrics_public ? "yes" : "no");
     if (n < 0 || n >= (int)sizeof(buf))
         return -ENAMETOOLONG;
     return gm_id_write_file(path, buf, (size_t)n, 0644);

@@ -21,7 +21,8 @@
  *              each new link's throughput)
  *   [train]    device (auto|cpu|cuda|cuda:N|cuda:all: train/nn/device.h), threads (0 = all
  *              cores)
- *   [metrics]  listen (ip:port of the Prometheus endpoint; empty = off), metrics_public
+ *   [metrics]  listen (ip:port of the Prometheus endpoint, default GM_METRICS_DEFAULT; "off"
+ *              = none), metrics_public
  *              (yes|no, default no: listen must be loopback unless yes)
  *
  * Strict, like the job file (a typo must not quietly run something else; systemd does not
@@ -50,6 +51,8 @@
 #define GM_DEFAULT_CONFIG GM_CONFIG_DIR "/gradmesh.conf"
 #define GM_RUNTIME_DIR "/run/gradmesh" /* gradmesh@.service's RuntimeDirectory */
 #define GM_DEFAULT_PEER_TIMEOUT_S 60
+/* the Prometheus endpoint when [metrics] listen is absent or empty; "off" disables it */
+#define GM_METRICS_DEFAULT "127.0.0.1:9464"
 
 struct gm_config {
     char cluster[GM_ID_NAME_MAX + 1];
@@ -64,8 +67,8 @@ struct gm_config {
     int measure;
     struct gm_device_spec device;
     int threads;
-    char metrics[GM_ADDR_MAX];
-    int metrics_public; /* 1: metrics may listen on a non-loopback address */
+    char metrics[GM_ADDR_MAX]; /* "" = off */
+    int metrics_public;        /* 1: metrics may listen on a non-loopback address */
     int peer_timeout_s;
     int max_tunnel_mbit; /* 0: no cap */
 };

@@ -16,6 +16,7 @@
 
 #include <microhttpd.h>
 
+#include "agent/service/version.h"
 #include "common/log.h"
 
 #define CONN_MEMORY (16u << 10)
@@ -40,6 +41,8 @@ struct gm_metrics {
     uint64_t joins_accepted;
     struct gm_metrics_job job;
     int have_job;
+    struct gm_metrics_job_final last; /* the last job that ended */
+    int have_last;
 };
 
 /* --- text ------------------------------------------------------------------------------- */
@@ -116,6 +119,18 @@ static void render_cluster(struct gm_metrics *m, struct text *t)
     put(t, "gradmesh_members %u\n", c->members);
     head(t, "gradmesh_members_up", "gauge", "Members with an up link.");
     put(t, "gradmesh_members_up %u\n", c->members_up);
+}
+
+/* What this binary is: the same four values as `gradmesh version` (version.h). */
+static void render_build_info(struct text *t)
+{
+    char v[160], c[160];
+
+    head(t, "gradmesh_build_info", "gauge",
+         "1, labelled with the build: version, commit, cuda (1 or 0), peer protocol.");
+    put(t, "gradmesh_build_info{version=\"%s\",commit=\"%s\",cuda=\"%d\",proto=\"%d\"} 1\n",
+        esc(v, sizeof(v), gm_version_string()), esc(c, sizeof(c), gm_version_commit()),
+        gm_version_cuda(), GM_PROTO_VERSION);
 }
 
 /* Counters the loop bumps as things happen: there with or without a cluster snapshot. */
@@ -209,31 +224,56 @@ static void render_job(struct gm_metrics *m, struct text *t)
     const struct gm_metrics_job *j = &m->job;
     static const char *const phases[] = {"compute", "collective", "optimizer"};
     const double split[] = {j->compute_s, j->collective_s, j->optimizer_s};
-    char n[160];
+    char id[160], name[160], l[400];
 
-    esc(n, sizeof(n), j->name);
+    /* job_id and job_name: "job" is the label Prometheus gives every target's scrape job */
+    snprintf(l, sizeof(l), "job_id=\"%s\",job_name=\"%s\"", esc(id, sizeof(id), j->id),
+             esc(name, sizeof(name), j->name));
     head(t, "gradmesh_job_step", "gauge", "Steps done by the running job.");
-    put(t, "gradmesh_job_step{job=\"%s\"} %lld\n", n, (long long)j->step);
+    put(t, "gradmesh_job_step{%s} %lld\n", l, (long long)j->step);
     head(t, "gradmesh_job_epoch", "gauge", "Epoch of the running job.");
-    put(t, "gradmesh_job_epoch{job=\"%s\"} %d\n", n, j->epoch);
+    put(t, "gradmesh_job_epoch{%s} %d\n", l, j->epoch);
     head(t, "gradmesh_job_step_seconds", "gauge", "The last step's time, by phase.");
     for (int i = 0; i < 3; i++)
-        put(t, "gradmesh_job_step_seconds{job=\"%s\",phase=\"%s\"} %.6f\n", n, phases[i], split[i]);
+        put(t, "gradmesh_job_step_seconds{%s,phase=\"%s\"} %.6f\n", l, phases[i], split[i]);
     head(t, "gradmesh_job_samples_per_second", "gauge", "Training samples per second.");
-    put(t, "gradmesh_job_samples_per_second{job=\"%s\"} %.3f\n", n, j->samples_per_s);
+    put(t, "gradmesh_job_samples_per_second{%s} %.3f\n", l, j->samples_per_s);
     head(t, "gradmesh_job_loss", "gauge", "Training loss.");
-    put(t, "gradmesh_job_loss{job=\"%s\"} %.6g\n", n, j->loss);
+    put(t, "gradmesh_job_loss{%s} %.6g\n", l, j->loss);
     if (j->accuracy_pct >= 0) {
         head(t, "gradmesh_job_accuracy_percent", "gauge", "Last test accuracy.");
-        put(t, "gradmesh_job_accuracy_percent{job=\"%s\"} %.4f\n", n, j->accuracy_pct);
+        put(t, "gradmesh_job_accuracy_percent{%s} %.4f\n", l, j->accuracy_pct);
     }
     if (j->bytes_per_step >= 0) {
         head(t, "gradmesh_job_bytes_per_step", "gauge", "Bytes sent by this rank per step.");
-        put(t, "gradmesh_job_bytes_per_step{job=\"%s\"} %.0f\n", n, j->bytes_per_step);
+        put(t, "gradmesh_job_bytes_per_step{%s} %.0f\n", l, j->bytes_per_step);
     }
     if (j->compression_ratio >= 0) {
         head(t, "gradmesh_job_compression_ratio", "gauge", "fp32 bytes / bytes on the wire.");
-        put(t, "gradmesh_job_compression_ratio{job=\"%s\"} %.4f\n", n, j->compression_ratio);
+        put(t, "gradmesh_job_compression_ratio{%s} %.4f\n", l, j->compression_ratio);
+    }
+}
+
+/* The last job that ended: there until the next one ends. */
+static void render_last(struct gm_metrics *m, struct text *t)
+{
+    const struct gm_metrics_job_final *f = &m->last;
+    char id[160], name[160], l[400];
+
+    snprintf(l, sizeof(l), "job_id=\"%s\",job_name=\"%s\"", esc(id, sizeof(id), f->id),
+             esc(name, sizeof(name), f->name));
+    head(t, "gradmesh_job_last_steps", "gauge", "Steps the last ended job ran.");
+    put(t, "gradmesh_job_last_steps{%s} %lld\n", l, (long long)f->steps);
+    head(t, "gradmesh_job_last_wall_seconds", "gauge", "Wall time of the last ended job.");
+    put(t, "gradmesh_job_last_wall_seconds{%s} %.3f\n", l, f->wall_s);
+    if (f->accuracy_pct >= 0) {
+        head(t, "gradmesh_job_last_accuracy_percent", "gauge",
+             "Final test accuracy of the last ended job.");
+        put(t, "gradmesh_job_last_accuracy_percent{%s} %.4f\n", l, f->accuracy_pct);
+    }
+    if (f->loss >= 0) {
+        head(t, "gradmesh_job_last_loss", "gauge", "Final test loss of the last ended job.");
+        put(t, "gradmesh_job_last_loss{%s} %.6g\n", l, f->loss);
     }
 }
 
@@ -247,6 +287,7 @@ int gm_metrics_render(struct gm_metrics *m, char **out, size_t *len)
     if (t.p == NULL)
         return -ENOMEM;
     t.p[0] = '\0';
+    render_build_info(&t);
     pthread_mutex_lock(&m->mu);
     if (m->have_cluster)
         render_cluster(m, &t);
@@ -256,6 +297,8 @@ int gm_metrics_render(struct gm_metrics *m, char **out, size_t *len)
     render_links(m, &t);
     if (m->have_job)
         render_job(m, &t);
+    if (m->have_last)
+        render_last(m, &t);
     pthread_mutex_unlock(&m->mu);
     if (t.oom) {
         free(t.p);
@@ -488,6 +531,7 @@ void gm_metrics_job_update(struct gm_metrics *m, const struct gm_metrics_job *j)
         return;
     pthread_mutex_lock(&m->mu);
     m->job = *j;
+    m->job.id[sizeof(m->job.id) - 1] = '\0';
     m->job.name[sizeof(m->job.name) - 1] = '\0';
     m->have_job = 1;
     pthread_mutex_unlock(&m->mu);
@@ -499,5 +543,18 @@ void gm_metrics_job_clear(struct gm_metrics *m)
         return;
     pthread_mutex_lock(&m->mu);
     m->have_job = 0;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void gm_metrics_job_finish(struct gm_metrics *m, const struct gm_metrics_job_final *f)
+{
+    if (m == NULL)
+        return;
+    pthread_mutex_lock(&m->mu);
+    m->have_job = 0;
+    m->last = *f;
+    m->last.id[sizeof(m->last.id) - 1] = '\0';
+    m->last.name[sizeof(m->last.name) - 1] = '\0';
+    m->have_last = 1;
     pthread_mutex_unlock(&m->mu);
 }

@@ -14,21 +14,23 @@
  *   loop thread     gm_metrics_start / gm_metrics_stop (joins the HTTP thread),
  *                   gm_metrics_set_cluster, gm_metrics_set_links (every tick),
  *                   gm_metrics_refused (each refusal), gm_metrics_join_accepted
- *   any thread      gm_metrics_job_update / gm_metrics_job_clear (the job runtime; the
+ *   any thread      gm_metrics_job_update / _clear / _finish (the job runtime; the
  *                   trainer thread may call it directly after each step)
  *   tests           gm_metrics_render
  *
  * Series (names, labels and units in gradmesh.conf(5), "METRICS"):
- *   gradmesh_up{cluster,node}, gradmesh_members, gradmesh_members_up,
- *   gradmesh_joins_total{result}, gradmesh_refused_total{what,reason},
+ *   gradmesh_build_info{version,commit,cuda,proto}, gradmesh_up{cluster,node}, gradmesh_members,
+ * gradmesh_members_up, gradmesh_joins_total{result}, gradmesh_refused_total{what,reason},
  *   gradmesh_token_uses_total, gradmesh_checkpoint_age_seconds, gradmesh_term,
  *   gradmesh_link_info{peer,class,codec,address}, gradmesh_link_up{peer,class},
  *   gradmesh_link_{sent,received}_bytes_total{peer,class}, gradmesh_link_rtt_seconds,
  *   gradmesh_link_throughput_bits_per_second{peer,class,direction},
  *   gradmesh_link_tcp_retransmits_total{peer,class},
- *   gradmesh_job_step{job}, gradmesh_job_epoch, gradmesh_job_step_seconds{job,phase},
- *   gradmesh_job_samples_per_second, gradmesh_job_loss, gradmesh_job_accuracy_percent,
- *   gradmesh_job_bytes_per_step, gradmesh_job_compression_ratio.
+ *   gradmesh_job_step{job_id,job_name}, gradmesh_job_epoch,
+ *   gradmesh_job_step_seconds{job_id,job_name,phase}, gradmesh_job_samples_per_second,
+ *   gradmesh_job_loss, gradmesh_job_accuracy_percent, gradmesh_job_bytes_per_step,
+ *   gradmesh_job_compression_ratio; after a job ends, until the next one ends:
+ *   gradmesh_job_last_{steps,accuracy_percent,loss,wall_seconds}{job_id,job_name}.
  * A value that is not known yet (RTT before the first pong, throughput before a probe,
  * checkpoint age before a checkpoint, term before the election) is left out, not exported
  * as 0.
@@ -71,8 +73,12 @@ struct gm_metrics_link {
     int64_t tcp_retransmits;             /* TCP_INFO tcpi_total_retrans; < 0: unknown */
 };
 
-/* What a job reports after each step (or every few); names as in gradmesh.conf(5). */
+#define GM_METRICS_JOB_ID_MAX 40
+
+/* What a job reports after each step (or every few); names as in gradmesh.conf(5).  Every
+ * job series is labelled job_id and job_name (never "job": Prometheus's own label). */
 struct gm_metrics_job {
+    char id[GM_METRICS_JOB_ID_MAX];
     char name[64];
     int64_t step;
     int epoch;
@@ -105,8 +111,22 @@ void gm_metrics_join_accepted(struct gm_metrics *m);
  * "timeout", "other"). */
 const char *gm_metrics_reason(int err);
 
+/* A finished (or stopped) job's final values, exported as gradmesh_job_last_* until the next
+ * job ends, so that a scrape after the end still sees them. */
+struct gm_metrics_job_final {
+    char id[GM_METRICS_JOB_ID_MAX];
+    char name[64];
+    int64_t steps;
+    double accuracy_pct; /* < 0: not evaluated on this node */
+    double loss;         /* test loss; < 0: not evaluated on this node */
+    double wall_s;
+};
+
 void gm_metrics_job_update(struct gm_metrics *m, const struct gm_metrics_job *j);
+/* The running job's series go away (the job ended or failed) */
 void gm_metrics_job_clear(struct gm_metrics *m);
+/* The running job's series go away, and f replaces the last finished job's values. */
+void gm_metrics_job_finish(struct gm_metrics *m, const struct gm_metrics_job_final *f);
 
 /* The exposition text as served (malloc'd, NUL-terminated; *len without the NUL).
  * -ENOMEM. */

@@ -111,6 +111,21 @@ import json, sys
 d = json.load(sys.stdin)
 assert "gamma" not in [m["node"] for m in d["members"]], d' || fail "gamma still listed"
 pass "gamma revoked (asked on $OTHER, forwarded to $NEW): links closed, new ones refused"
+# doctor and status count only members: gamma is in neither, nor in the link matrix
+for n in alpha beta; do
+    "$GM" doctor --json --config "$WORK/$n.conf" | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+assert "gamma" not in [m["node"] for m in d["members"]], d["members"]
+assert "gamma" not in d["matrix"]["nodes"] and len(d["matrix"]["rtt_ms"]) == 2, d["matrix"]' ||
+        fail "$n: doctor lists the revoked gamma"
+    "$GM" doctor --config "$WORK/$n.conf" >"$WORK/doctor.$n" || fail "doctor on $n"
+    grep -q "gamma" "$WORK/doctor.$n" && fail "$n: doctor shows gamma: $(cat "$WORK/doctor.$n")"
+    grep -q "^gradient codecs (communication per step, lenet5, 2 members)$" "$WORK/doctor.$n" ||
+        fail "$n: doctor counts $(grep "^gradient codecs" "$WORK/doctor.$n")"
+    grep -q "^  codec = auto would pick " "$WORK/doctor.$n" || fail "$n: doctor names no pick: $(cat "$WORK/doctor.$n")"
+done
+pass "doctor leaves the revoked gamma out: $(grep "codec = auto would pick" "$WORK/doctor.alpha" | sed 's/^ *//')"
 
 # --- 6. no majority, no chief, no training ----------------------------------------------------
 # the voters are now alpha and beta; with the one that is not the chief killed, the chief

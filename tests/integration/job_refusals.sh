@@ -71,13 +71,13 @@ ns_agent_start() {
 }
 
 PA=$(free_port); PB=$(free_port); PC=$(free_port)
-"$GM" init --cluster refusals --node alpha --config "$WORK/alpha.conf" --state "$WORK/alpha" \
+"$GM" init --metrics off --cluster refusals --node alpha --config "$WORK/alpha.conf" --state "$WORK/alpha" \
     --listen 127.0.0.1:$PA --multicast off >/dev/null 2>>"$WORK/cli.log" || fail "init"
 start_agent alpha
 for n in beta gamma; do
     p=PB; [ $n = gamma ] && p=PC
     tok=$("$GM" token create --config "$WORK/alpha.conf" 2>>"$WORK/cli.log") || fail "token create"
-    "$GM" join "$tok" --node $n --peer 127.0.0.1:$PA --config "$WORK/$n.conf" --state "$WORK/$n" \
+    "$GM" join --metrics off "$tok" --node $n --peer 127.0.0.1:$PA --config "$WORK/$n.conf" --state "$WORK/$n" \
         --listen 127.0.0.1:${!p} --multicast off >/dev/null 2>>"$WORK/cli.log" || fail "join $n"
 done
 ns_agent_start beta "$WORK/views/onebyte-beta" "$DS/onebyte"
@@ -174,7 +174,7 @@ pass "global_batch = 64 over 3 agents: refused by the coordinator at submit (exi
 # no agent: a node whose agent was never started (no socket), and one killed with -9 (its
 # socket file is left behind, nobody answers).  The job is fine; the agent is missing: exit 1.
 PD=$(free_port)
-"$GM" init --cluster elsewhere --node delta --config "$WORK/delta.conf" --state "$WORK/delta" \
+"$GM" init --metrics off --cluster elsewhere --node delta --config "$WORK/delta.conf" --state "$WORK/delta" \
     --listen 127.0.0.1:$PD --multicast off >/dev/null 2>>"$WORK/cli.log" || fail "init delta"
 job "$WORK/good.ini" "$DS/good"
 CTL=$(sed -n 's/^control *= *//p' "$WORK/delta.conf")

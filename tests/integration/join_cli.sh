@@ -13,7 +13,7 @@ cd "$(dirname "$0")/../.."
 . tests/integration/lib.bash
 
 PA=$(free_port); PB=$(free_port); PC=$(free_port)
-"$GM" init --cluster lab --config "$WORK/alpha.conf" --state "$WORK/alpha" \
+"$GM" init --metrics off --cluster lab --config "$WORK/alpha.conf" --state "$WORK/alpha" \
     --listen 127.0.0.1:$PA --node alpha >/dev/null 2>>"$WORK/cli.log" || fail "init"
 start_agent alpha
 pass "init + agent"
@@ -21,13 +21,13 @@ pass "init + agent"
 T1=$("$GM" token create --config "$WORK/alpha.conf" 2>>"$WORK/cli.log") || fail "token create"
 case "$T1" in gmtoken1_*) ;; *) fail "token has no prefix: ${T1:0:12}";; esac
 ID1=$("$GM" token list --json --config "$WORK/alpha.conf" | python3 -c 'import json,sys; print(json.load(sys.stdin)["tokens"][0]["id"])')
-"$GM" join "$T1" --peer 127.0.0.1:$PA --config "$WORK/beta.conf" --state "$WORK/beta" \
+"$GM" join --metrics off "$T1" --peer 127.0.0.1:$PA --config "$WORK/beta.conf" --state "$WORK/beta" \
     --listen 127.0.0.1:$PB --node beta >/dev/null 2>>"$WORK/cli.log" || fail "join beta"
 log_has alpha "event=join-accepted token=$ID1 node=beta"
 pass "token create + join"
 
 # a second use of the single-use token
-"$GM" join "$T1" --peer 127.0.0.1:$PA --config "$WORK/x.conf" --state "$WORK/x" \
+"$GM" join --metrics off "$T1" --peer 127.0.0.1:$PA --config "$WORK/x.conf" --state "$WORK/x" \
     --listen 127.0.0.1:1 --node x 2>"$WORK/reuse.err" >/dev/null
 rc=$?
 [ $rc -eq 78 ] || fail "reused token: exit $rc, want 78"
@@ -37,13 +37,13 @@ log_has alpha "event=join-refused token=$ID1"
 pass "second use refused (exit 78, both sides)"
 
 # a listen port of 0 cannot be dialed by the members: usage error
-"$GM" join "$T1" --peer 127.0.0.1:$PA --config "$WORK/x.conf" --state "$WORK/x" \
+"$GM" join --metrics off "$T1" --peer 127.0.0.1:$PA --config "$WORK/x.conf" --state "$WORK/x" \
     --listen 127.0.0.1:0 --node x >/dev/null 2>&1
 rc=$?
 [ $rc -eq 2 ] || fail "join --listen :0: exit $rc, want 2"
 
 # malformed token: refused before any connection
-"$GM" join "${T1%?}" --peer 127.0.0.1:$PA --config "$WORK/x.conf" --state "$WORK/x" \
+"$GM" join --metrics off "${T1%?}" --peer 127.0.0.1:$PA --config "$WORK/x.conf" --state "$WORK/x" \
     --listen 127.0.0.1:1 --node x 2>"$WORK/bad.err" >/dev/null
 rc=$?
 [ $rc -eq 78 ] || fail "malformed token: exit $rc"
@@ -55,7 +55,7 @@ T2=$("$GM" token create --uses 2 --config "$WORK/alpha.conf")
 ID2=$("$GM" token list --json --config "$WORK/alpha.conf" | python3 -c 'import json,sys; print(json.load(sys.stdin)["tokens"][-1]["id"])')
 "$GM" token revoke "$ID2" --config "$WORK/alpha.conf" >/dev/null || fail "token revoke"
 "$GM" token list --config "$WORK/alpha.conf" | grep "$ID2" | grep -q revoked || fail "token list shows no revocation"
-"$GM" join "$T2" --peer 127.0.0.1:$PA --config "$WORK/x.conf" --state "$WORK/x" \
+"$GM" join --metrics off "$T2" --peer 127.0.0.1:$PA --config "$WORK/x.conf" --state "$WORK/x" \
     --listen 127.0.0.1:1 --node x 2>"$WORK/rev.err" >/dev/null
 rc=$?
 [ $rc -eq 78 ] && grep -q revoked "$WORK/rev.err" || fail "revoked token: exit $rc $(cat "$WORK/rev.err")"
@@ -67,7 +67,7 @@ T3=$("$GM" token create --ttl 1s --config "$WORK/alpha.conf")
 EXP=$("$GM" token list --json --config "$WORK/alpha.conf" | python3 -c 'import json,sys; print(json.load(sys.stdin)["tokens"][-1]["expires"])')
 past_expiry() { [ "$(date +%s)" -ge "$EXP" ]; }
 wait_for "token expiry" past_expiry
-"$GM" join "$T3" --peer 127.0.0.1:$PA --config "$WORK/x.conf" --state "$WORK/x" \
+"$GM" join --metrics off "$T3" --peer 127.0.0.1:$PA --config "$WORK/x.conf" --state "$WORK/x" \
     --listen 127.0.0.1:1 --node x 2>"$WORK/exp.err" >/dev/null
 rc=$?
 [ $rc -eq 78 ] && grep -q expired "$WORK/exp.err" || fail "expired token: exit $rc $(cat "$WORK/exp.err")"
@@ -76,11 +76,11 @@ pass "expired token refused"
 
 # wrong CA pin: a token for this cluster from another CA (a second init elsewhere)
 PZ=$(free_port)
-"$GM" init --cluster lab --config "$WORK/other.conf" --state "$WORK/other" \
+"$GM" init --metrics off --cluster lab --config "$WORK/other.conf" --state "$WORK/other" \
     --listen 127.0.0.1:$PZ --node other >/dev/null 2>>"$WORK/cli.log" || fail "init other"
 start_agent other
 T4=$("$GM" token create --config "$WORK/other.conf")
-"$GM" join "$T4" --peer 127.0.0.1:$PA --config "$WORK/x.conf" --state "$WORK/x" \
+"$GM" join --metrics off "$T4" --peer 127.0.0.1:$PA --config "$WORK/x.conf" --state "$WORK/x" \
     --listen 127.0.0.1:1 --node x 2>"$WORK/pin.err" >/dev/null
 rc=$?
 [ $rc -eq 1 ] && grep -q "pin" "$WORK/pin.err" || fail "wrong pin: exit $rc $(cat "$WORK/pin.err")"
@@ -89,7 +89,7 @@ pass "wrong CA pin refused before anything secret was sent"
 
 # a multi-use token admits a third machine; the three agents link up
 T5=$("$GM" token create --uses 2 --config "$WORK/alpha.conf")
-"$GM" join "$T5" --peer 127.0.0.1:$PA --config "$WORK/gamma.conf" --state "$WORK/gamma" \
+"$GM" join --metrics off "$T5" --peer 127.0.0.1:$PA --config "$WORK/gamma.conf" --state "$WORK/gamma" \
     --listen 127.0.0.1:$PC --node gamma >/dev/null 2>>"$WORK/cli.log" || fail "join gamma"
 start_agent beta
 start_agent gamma

@@ -29,7 +29,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 . tests/integration/lib.bash
 
-listen_of() { sed -n 's/^listen *= *//p' "$WORK/$1.conf"; }
+listen_of() { sed -n '/^\[node\]/,/^\[/s/^listen *= *//p' "$WORK/$1.conf"; }
 token_known() { "$GM" token list --json --config "$WORK/$1.conf" | grep -q "\"$2\""; }
 
 make_cluster admit alpha beta gamma
@@ -84,7 +84,7 @@ VIA=beta # the join goes through the voter that is not the chief: its token use 
 pass "alpha killed; chief now $CHIEF"
 
 # --- 3. delta joins through the voter that is not the chief -------------------------------------
-"$GM" join "$TOK" --node delta --peer "$(listen_of $VIA)" --config "$WORK/delta.conf" \
+"$GM" join --metrics off "$TOK" --node delta --peer "$(listen_of $VIA)" --config "$WORK/delta.conf" \
     --state "$WORK/delta" --listen 127.0.0.1:"$(free_port)" --multicast off \
     >/dev/null 2>"$WORK/delta.join" || fail "join delta through $VIA: $(cat "$WORK/delta.join")"
 log_has $VIA "event=token-use-committed token=$ID node=delta"
@@ -103,7 +103,7 @@ done
 pass "delta joined through $VIA (the chief is $CHIEF) with alpha's token, links with beta and gamma, listed on both"
 
 # --- 4. the same token again, through the chief ------------------------------------------------
-"$GM" join "$TOK" --node eps --peer "$(listen_of $CHIEF)" --config "$WORK/eps.conf" \
+"$GM" join --metrics off "$TOK" --node eps --peer "$(listen_of $CHIEF)" --config "$WORK/eps.conf" \
     --state "$WORK/eps" --listen 127.0.0.1:"$(free_port)" --multicast off \
     >/dev/null 2>"$WORK/eps.err"
 rc=$?
@@ -120,7 +120,7 @@ import json, sys
 print(max(json.load(sys.stdin)["tokens"], key=lambda t: t["created"])["id"])')
 wait_for "$CHIEF knows token $ID2" token_known $CHIEF "$ID2"
 for n in beta gamma; do
-    "$GM" join "$TOK2" --node "race-$n" --peer "$(listen_of $n)" --config "$WORK/race-$n.conf" \
+    "$GM" join --metrics off "$TOK2" --node "race-$n" --peer "$(listen_of $n)" --config "$WORK/race-$n.conf" \
         --state "$WORK/race-$n" --listen 127.0.0.1:"$(free_port)" --multicast off \
         >/dev/null 2>"$WORK/race-$n.err" &
     eval "RACE_$n=$!"
@@ -147,7 +147,7 @@ raw[-4:] = hashlib.blake2b(body, digest_size=16).digest()[:4]
 print("gmtoken1_" + base64.urlsafe_b64encode(bytes(raw)).decode().rstrip("="))
 PY
 )
-"$GM" join "$FORGED" --node zeta --peer "$(listen_of beta)" --config "$WORK/zeta.conf" \
+"$GM" join --metrics off "$FORGED" --node zeta --peer "$(listen_of beta)" --config "$WORK/zeta.conf" \
     --state "$WORK/zeta" --listen 127.0.0.1:"$(free_port)" --multicast off \
     >/dev/null 2>"$WORK/zeta.err"
 rc=$?

@@ -103,13 +103,13 @@ wait_until() {
 # static peer, so agents of other tests on this host stay out.
 make_cluster() {
     local cluster=$1 first=$2 n tok; shift 2
-    "$GM" init --cluster "$cluster" --node "$first" --config "$WORK/$first.conf" \
+    "$GM" init --metrics off --cluster "$cluster" --node "$first" --config "$WORK/$first.conf" \
         --state "$WORK/$first" --listen 127.0.0.1:"$(free_port)" --multicast off \
         >/dev/null 2>>"$WORK/cli.log" || fail "init $first"
     start_agent "$first"
     for n in "$@"; do
         tok=$("$GM" token create --config "$WORK/$first.conf" 2>>"$WORK/cli.log") || fail "token for $n"
-        "$GM" join "$tok" --node "$n" --peer "$(sed -n 's/^listen *= *//p' "$WORK/$first.conf")" \
+        "$GM" join --metrics off "$tok" --node "$n" --peer "$(sed -n '/^\[node\]/,/^\[/s/^listen *= *//p' "$WORK/$first.conf")" \
             --config "$WORK/$n.conf" --state "$WORK/$n" --listen 127.0.0.1:"$(free_port)" \
             --multicast off >/dev/null 2>>"$WORK/cli.log" || fail "join $n"
     done
@@ -174,13 +174,13 @@ members_is() { [ "$(members_get "$1" "bool($2)")" = True ]; }
 # starts), and waits until each has measured its link to the other.
 ns_tunnel_pair() {
     local a=$1 aip=$2 b=$3 bip=$4 hook=${5:-} token
-    nb_exec "$a" "$GM" init --cluster lab --node "$a" --config "$WORK/$a.conf" --state "$WORK/$a" \
+    nb_exec "$a" "$GM" init --metrics off --cluster lab --node "$a" --config "$WORK/$a.conf" --state "$WORK/$a" \
         --listen "$aip:7450" --multicast off >/dev/null 2>>"$WORK/$a.log" || fail "init $a"
     [ -z "$hook" ] || "$hook" "$a"
     ns_agent "$a"
     wait_for "agent $a" "$GM" status --config "$WORK/$a.conf"
     token=$("$GM" token create --config "$WORK/$a.conf") || fail "token create"
-    nb_exec "$b" "$GM" join "$token" --peer "$aip:7450" --node "$b" --config "$WORK/$b.conf" \
+    nb_exec "$b" "$GM" join --metrics off "$token" --peer "$aip:7450" --node "$b" --config "$WORK/$b.conf" \
         --state "$WORK/$b" --listen "$bip:7450" --multicast off >"$WORK/$b.join" 2>&1 ||
         { cat "$WORK/$b.join"; fail "join $b"; }
     [ -z "$hook" ] || "$hook" "$b"

@@ -15,14 +15,17 @@ cd "$(dirname "$0")/../.."
 command -v prometheus >/dev/null || { echo "no prometheus (apt-get install prometheus)"; exit 77; }
 
 PA=$(free_port); PB=$(free_port); MA=$(free_port); MB=$(free_port); PP=$(free_port)
+# init writes the default endpoint: metrics are on unless said otherwise
+"$GM" init --cluster lab --config "$WORK/default.conf" --state "$WORK/default" \
+    --listen 127.0.0.1:$PA --node d --multicast off >/dev/null 2>>"$WORK/cli.log" || fail "init default"
+grep -qx "listen = 127.0.0.1:9464" "$WORK/default.conf" || fail "init does not write the default metrics endpoint: $(cat "$WORK/default.conf")"
 "$GM" init --cluster lab --config "$WORK/alpha.conf" --state "$WORK/alpha" \
-    --listen 127.0.0.1:$PA --node alpha --multicast off >/dev/null 2>>"$WORK/cli.log" || fail "init"
-sed -i "s/^listen = $/listen = 127.0.0.1:$MA/" "$WORK/alpha.conf"
+    --listen 127.0.0.1:$PA --node alpha --multicast off --metrics 127.0.0.1:$MA >/dev/null 2>>"$WORK/cli.log" || fail "init"
+grep -qx "listen = 127.0.0.1:$MA" "$WORK/alpha.conf" || fail "init --metrics not written"
 start_agent alpha
 T=$("$GM" token create --config "$WORK/alpha.conf" 2>>"$WORK/cli.log") || fail "token create"
 "$GM" join "$T" --peer 127.0.0.1:$PA --config "$WORK/beta.conf" --state "$WORK/beta" \
-    --listen 127.0.0.1:$PB --node beta --multicast off >/dev/null 2>>"$WORK/cli.log" || fail "join"
-sed -i "s/^listen = $/listen = 127.0.0.1:$MB/" "$WORK/beta.conf"
+    --listen 127.0.0.1:$PB --node beta --multicast off --metrics 127.0.0.1:$MB >/dev/null 2>>"$WORK/cli.log" || fail "join"
 start_agent beta
 wait_for "alpha and beta linked" links_up alpha 1
 log_has alpha "event=metrics-listening address=127.0.0.1:$MA"
@@ -76,6 +79,10 @@ series_ok 'gradmesh_link_info' 'v == 1 and l["codec"] == "none" and l["address"]
 series_ok 'gradmesh_members_up' 'v == 1' || fail "members up"
 series_ok 'gradmesh_up' 'l["cluster"] == "lab" and l["node"] in ("alpha", "beta")' || fail "gradmesh_up"
 wait_for "gradmesh_term on both agents" series_ok 'gradmesh_term' 'v >= 1'
+# which build each node runs: the labels `gradmesh version` prints
+read -r ver commit <<<"$("$GM" version --json | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["version"], d["commit"])')"
+series_ok 'gradmesh_build_info' 'v == 1 and l["version"] == "'"$ver"'" and l["commit"] == "'"$commit"'" and l["cuda"] in ("0", "1") and int(l["proto"]) >= 2' ||
+    fail "build info: $(promql gradmesh_build_info)"
 promql 'gradmesh_joins_total{instance="127.0.0.1:'$MA'",result="accepted"}' |
     python3 -c 'import json,sys; r=json.load(sys.stdin)["data"]["result"]; sys.exit(0 if r and float(r[0]["value"][1])==1 else 1)' ||
     fail "alpha's accepted joins"
@@ -144,11 +151,12 @@ while todo and time.time() < end:
             continue
         seen, sps, step = set(), 0.0, 0
         for line in text.splitlines():
-            if line.startswith('gradmesh_job_step_seconds{job="prom-mlp",phase="'):
+            # job_id and job_name (a "job" label would become exported_job in Prometheus)
+            if line.startswith('gradmesh_job_step_seconds{job_id="') and 'job_name="prom-mlp",phase="' in line:
                 seen.add(line.split('phase="')[1].split('"')[0])
-            elif line.startswith('gradmesh_job_samples_per_second{job="prom-mlp"}'):
+            elif line.startswith('gradmesh_job_samples_per_second{job_id="') and 'job_name="prom-mlp"}' in line:
                 sps = float(line.split()[-1])
-            elif line.startswith('gradmesh_job_step{job="prom-mlp"}'):
+            elif line.startswith('gradmesh_job_step{job_id="') and 'job_name="prom-mlp"}' in line:
                 step = int(line.split()[-1])
         if seen == want and sps > 0 and step > 0:
             print("ok: :%s step %d, %.0f samples/s" % (port, step, sps))
@@ -159,6 +167,24 @@ PY
     wait "$SUBMIT" || { cat "$WORK/submit.log"; fail "submit --follow exit $?"; }
     curl -fsS "http://127.0.0.1:$MA/metrics" | grep -q '^gradmesh_job_step{' &&
         fail "job series still exported after the job ended"
+    # the final values stay, and Prometheus scrapes them labelled job_id and job_name, with its
+    # own job label ("gradmesh", the scrape job) untouched
+    jid=$("$GM" jobs --json --config "$WORK/alpha.conf" | python3 -c 'import json,sys; print(json.load(sys.stdin)["jobs"][0]["id"])')
+    acc=$(job_get alpha "$jid" 'j["summary"]["test_accuracy"]') || fail "no accuracy in jobs --json"
+    wait_for "the finished job's accuracy in prometheus" python3 -c '
+import json, sys, urllib.request, urllib.parse
+q = urllib.parse.urlencode({"query": "gradmesh_job_last_accuracy_percent"})
+r = json.load(urllib.request.urlopen("'$api'/query?" + q))["data"]["result"]
+ok = len(r) == 1 and r[0]["metric"]["job"] == "gradmesh" and r[0]["metric"]["job_id"] == sys.argv[1] \
+    and r[0]["metric"]["job_name"] == "prom-mlp" and "exported_job" not in r[0]["metric"] \
+    and abs(float(r[0]["value"][1]) - float(sys.argv[2])) < 0.01
+sys.exit(0 if ok else 1)' "$jid" "$acc"
+    series_ok 'gradmesh_job_last_steps{job_name="prom-mlp"}' 'v == 8 * 468 and l["job_id"] == "'"$jid"'"' ||
+        fail "last steps: $(promql gradmesh_job_last_steps)"
+    series_ok 'gradmesh_job_last_wall_seconds{job_name="prom-mlp"}' 'v > 0' || fail "last wall time"
+    promql '{__name__=~"gradmesh_job_.*",exported_job!=""}' | python3 -c 'import json,sys; sys.exit(1 if json.load(sys.stdin)["data"]["result"] else 0)' ||
+        fail "a job series arrived with exported_job"
+    pass "the finished job's accuracy ($acc%), steps and wall time stay scraped, labelled job_id $jid and job_name"
     # each agent wrote the job's TensorBoard events beside its weights
     for n in alpha beta; do
         ev=$(ls "$WORK/$n"/jobs/*/tensorboard/events.out.tfevents.* 2>/dev/null | head -1)

@@ -11,7 +11,7 @@ cd "$(dirname "$0")/../.."
 . tests/integration/lib.bash
 
 PA=$(free_port); PB=$(free_port)
-"$GM" init --cluster lab --config "$WORK/alpha.conf" --state "$WORK/alpha" \
+"$GM" init --metrics off --cluster lab --config "$WORK/alpha.conf" --state "$WORK/alpha" \
     --listen 127.0.0.1:$PA --node alpha --multicast off >/dev/null 2>>"$WORK/cli.log" || fail "init"
 
 python3 tests/integration/notify_tools.py watch "$GM" "$WORK/alpha.conf" "$WORK/alpha.log" 400000 \
@@ -25,7 +25,7 @@ pass "READY, WATCHDOG cadence, STOPPING, exit within 1 s"
 # --- a prompt stop while a peer is busy --------------------------------------------------
 start_agent alpha
 T=$("$GM" token create --config "$WORK/alpha.conf" 2>>"$WORK/cli.log") || fail "token create"
-"$GM" join "$T" --peer 127.0.0.1:$PA --config "$WORK/beta.conf" --state "$WORK/beta" \
+"$GM" join --metrics off "$T" --peer 127.0.0.1:$PA --config "$WORK/beta.conf" --state "$WORK/beta" \
     --listen 127.0.0.1:$PB --node beta --multicast off >/dev/null 2>>"$WORK/cli.log" || fail "join"
 start_agent beta
 wait_for "beta linked" links_up beta 1
@@ -49,7 +49,7 @@ cfg_case() { # name, sed expression applied to alpha.conf, expected text
 }
 cfg_case misspelled 's/^measure = /mesure = /' "unknown key 'mesure' in [discovery] (did you mean 'measure'?)"
 cfg_case badvalue 's/^threads = .*/threads = many/' "[train] threads = many: must be"
-cfg_case public 's/^listen = $/listen = 0.0.0.0:9464/' "set metrics_public = yes"
+cfg_case public 's/^listen = off$/listen = 0.0.0.0:9464/' "set metrics_public = yes"
 "$GM" agent --config "$WORK/absent.conf" >"$WORK/absent.out" 2>&1; rc=$?
 [ $rc -eq 78 ] || fail "missing config: exit $rc"
 grep -q "gradmesh init --cluster NAME" "$WORK/absent.out" || fail "missing config: $(cat "$WORK/absent.out")"

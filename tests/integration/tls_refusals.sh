@@ -14,11 +14,11 @@ cd "$(dirname "$0")/../.."
 command -v openssl >/dev/null || { echo "no openssl binary"; exit 77; }
 
 PA=$(free_port); PB=$(free_port)
-"$GM" init --cluster lab --config "$WORK/alpha.conf" --state "$WORK/alpha" \
+"$GM" init --metrics off --cluster lab --config "$WORK/alpha.conf" --state "$WORK/alpha" \
     --listen 127.0.0.1:$PA --node alpha >/dev/null 2>>"$WORK/cli.log" || fail "init"
 start_agent alpha
 T=$("$GM" token create --config "$WORK/alpha.conf")
-"$GM" join "$T" --peer 127.0.0.1:$PA --config "$WORK/beta.conf" --state "$WORK/beta" \
+"$GM" join --metrics off "$T" --peer 127.0.0.1:$PA --config "$WORK/beta.conf" --state "$WORK/beta" \
     --listen 127.0.0.1:$PB --node beta >/dev/null 2>>"$WORK/cli.log" || fail "join"
 
 # s_client ARGS...: connects, waits for the server to end the session.

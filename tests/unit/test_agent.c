@@ -132,7 +132,9 @@ static int join(const char *tok, const char *node, const char *replay, char **ca
 /* --- member-mode test client ------------------------------------------------- */
 
 struct mc {
-    const char *node; /* HELLO name; NULL: send no HELLO */
+    const char *node;      /* HELLO name; NULL: send no HELLO */
+    const char *raw_hello; /* with node: this HELLO text instead of an encoded one */
+    char err_msg[200];     /* the agent's ERROR message */
     int up, got_members, err_code, closed, close_err, pongs, bulk_done, bulk_err, in_send;
     int renewed, sockbuf;
     uint64_t sent_at_pong;
@@ -152,6 +154,8 @@ static int mc_up(struct gm_link *l)
     if (m->node != NULL) {
         struct gm_msg_hello hi = {.listen = "127.0.0.1:1"};
         snprintf(hi.node, sizeof(hi.node), "%s", m->node);
+        if (m->raw_hello != NULL)
+            return gm_link_send(l, GM_MSG_HELLO, 0, m->raw_hello, strlen(m->raw_hello));
         err = gm_proto_hello_encode(&hi, &json, &len);
         if (err == 0)
             err = gm_link_send(l, GM_MSG_HELLO, 0, json, len);
@@ -170,6 +174,8 @@ static int mc_frame(struct gm_link *l, const struct gm_frame_hdr *h, const uint8
     if (h->type == GM_MSG_ERROR &&
         gm_proto_error_decode(p, h->len, &m->err_code, msg, sizeof(msg)) != 0)
         m->err_code = 1;
+    if (h->type == GM_MSG_ERROR)
+        snprintf(m->err_msg, sizeof(m->err_msg), "%s", msg);
     if (h->type == GM_MSG_PING)
         gm_link_pong(l, p, h->len);
     if (h->type == GM_MSG_PONG && m->pongs++ == 0)
@@ -574,6 +580,20 @@ static void test_truncated_and_before_hello(void)
     GM_CHECK_EQ(m2.err_code, GM_ERR_AUTH);
     GM_CHECK(log_wait("hello names another node", before));
     mc_finish(&loop, ctx, &m2);
+
+    /* a hello of a build before the peer protocol was versioned (no "proto"): refused by
+     * name, saying what to do */
+    memset(&m2, 0, sizeof(m2));
+    m2.node = "zy";
+    m2.raw_hello = "{\"node\":\"zy\",\"listen\":\"127.0.0.1:1\"}";
+    before = log_count("runs an older gradmesh");
+    mc_connect(&loop, &ctx, &m2, ca, cert, key);
+    GM_CHECK(run_until(&loop, &m2.closed));
+    GM_CHECK_EQ(m2.err_code, GM_ERR_PROTO);
+    GM_CHECK(strstr(m2.err_msg, "node zy runs an older gradmesh (peer protocol 1") != NULL);
+    GM_CHECK(strstr(m2.err_msg, "upgrade it to") != NULL);
+    GM_CHECK(log_wait("runs an older gradmesh", before));
+    mc_finish(&loop, ctx, &m2);
     gm_id_cert_free(cert);
     gm_id_key_free(key);
 }
@@ -831,8 +851,8 @@ static void test_member_renewal(void)
 {
     char tok[GM_TOKEN_STR_MAX], id[17], mcfg[400], mstate[400], listen[64], peer[64];
     char path[500];
-    char *argv[] = {"join", tok,        "--peer", peer,     "--config", mcfg, "--state",
-                    mstate, "--listen", listen,   "--node", "member1",  NULL};
+    char *argv[] = {"join",     tok,    "--peer", peer,      "--config",  mcfg,  "--state", mstate,
+                    "--listen", listen, "--node", "member1", "--metrics", "off", NULL};
     struct sockaddr_in sa = {.sin_family = AF_INET};
     socklen_t salen = sizeof(sa);
     struct gm_key *mk = NULL;
@@ -852,7 +872,7 @@ static void test_member_renewal(void)
     snprintf(mcfg, sizeof(mcfg), "%s/member1.conf", dir);
     snprintf(mstate, sizeof(mstate), "%s/member1", dir);
     GM_CHECK_OK(token_create(3600, 1, tok, id, NULL));
-    GM_CHECK_EQ(gm_cli_join(12, argv), 0);
+    GM_CHECK_EQ(gm_cli_join(14, argv), 0);
 
     snprintf(path, sizeof(path), "%s/node.key", mstate);
     GM_CHECK_OK(gm_id_key_load(path, &mk));
@@ -1025,8 +1045,9 @@ static int setup_revoked(void)
 
 int main(void)
 {
-    char *init_argv[] = {"init", "--cluster", "lab",         "--config", cfg,     "--state",
-                         state,  "--listen",  "127.0.0.1:0", "--node",   "alpha", NULL};
+    char *init_argv[] = {"init",    "--cluster", "lab",      "--config",    cfg,
+                         "--state", state,       "--listen", "127.0.0.1:0", "--node",
+                         "alpha",   "--metrics", "off",      NULL};
     char path[400], cmd[400];
     struct gm_agent *a = NULL;
     pthread_t th;
@@ -1046,7 +1067,7 @@ int main(void)
         return 1;
     gm_log_set_fd(logfd);
     gm_log_set_level(GM_LOG_DEBUG);
-    if (gm_cli_init(11, init_argv) != 0)
+    if (gm_cli_init(13, init_argv) != 0)
         return 1;
     snprintf(path, sizeof(path), "%s/ca.crt", state);
     if (gm_id_cert_load(path, &ca) != 0)

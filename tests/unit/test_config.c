@@ -85,12 +85,15 @@ static void test_good_and_defaults(void)
     GM_CHECK_EQ(c.device.want, GM_DEVICE_WANT_CPU);
     GM_CHECK_EQ(c.measure, 1);
     GM_CHECK_EQ(c.metrics_public, 0);
+    GM_CHECK_STREQ(c.metrics, "127.0.0.1:9464"); /* metrics on by default, on loopback */
+    GM_CHECK_OK(capture(GOOD "[metrics]\nlisten = off\n", NULL, &c, log, sizeof(log)));
     GM_CHECK_STREQ(c.metrics, "");
     /* empty optional values mean the default; comments and blanks are fine */
     GM_CHECK_OK(capture(GOOD "; c\n# c\n\n[discovery]\nmulticast =\npeers = \n[train]\nthreads =\n"
                              "[metrics]\nlisten =\n",
                         NULL, &c, log, sizeof(log)));
     GM_CHECK_STREQ(c.multicast, "239.192.74.50:7451");
+    GM_CHECK_STREQ(c.metrics, "127.0.0.1:9464");
     GM_CHECK_OK(capture(GOOD
                         "[discovery]\nmulticast = off\nmeasure = no\npeers = a:1, 10.0.0.2:7450\n"
                         "[metrics]\nlisten = 127.0.0.2:9464\n",
@@ -128,6 +131,11 @@ static void test_example_and_saved(void)
     GM_CHECK_STREQ(d.multicast, c.multicast);
     GM_CHECK_EQ(d.metrics_public, 1);
     GM_CHECK_EQ(d.measure, c.measure);
+    /* off is written as off, and reads back off */
+    c.metrics[0] = '\0';
+    GM_CHECK_OK(gm_config_save(path, &c));
+    GM_CHECK_OK(capture(NULL, path, &d, log, sizeof(log)));
+    GM_CHECK_STREQ(d.metrics, "");
     GM_CHECK_EQ(d.threads, c.threads);
     GM_CHECK_EQ(d.device.want, GM_DEVICE_WANT_CUDA);
     GM_CHECK_EQ(d.device.index, 2);

@@ -212,7 +212,7 @@ static void test_messages(void)
     struct gm_msg_join_request rq, rq2;
     struct gm_msg_join_accept ac, ac2;
     struct gm_member m[2] = {{"alpha", "127.0.0.1:1"}, {"beta", "[::1]:2"}}, *mm = NULL;
-    struct gm_msg_hello hi = {"alpha", "127.0.0.1:7", "", 0}, hi2;
+    struct gm_msg_hello hi = {"alpha", "127.0.0.1:7", "", 0, 0, ""}, hi2;
     struct gm_msg_rate rt = {7, 1u << 20, 4200}, rt2;
     struct gm_link_stat ls[2] = {{"beta", "tunnel", 12.5, 18.25, 1}, {"gamma", "lan", -1, -1, -1}},
                         *ls2 = NULL;
@@ -234,7 +234,26 @@ static void test_messages(void)
     GM_CHECK_OK(gm_proto_hello_decode((uint8_t *)json, len, &hi2));
     GM_CHECK_STREQ(hi2.link_class, "tunnel");
     GM_CHECK_EQ(hi2.mtu, 1400);
+    GM_CHECK_EQ(hi2.proto, GM_PROTO_VERSION); /* the encoder's default */
+    GM_CHECK_STREQ(hi2.version, "");
     free(json);
+    snprintf(hi.version, sizeof(hi.version), "1.2.3-dev+gabc");
+    hi.proto = 7;
+    GM_CHECK_OK(gm_proto_hello_encode(&hi, &json, &len));
+    GM_CHECK_OK(gm_proto_hello_decode((uint8_t *)json, len, &hi2));
+    GM_CHECK_STREQ(hi2.version, "1.2.3-dev+gabc");
+    GM_CHECK_EQ(hi2.proto, 7);
+    free(json);
+    /* a build before versioning: no proto, no version -> protocol 1 */
+    GM_CHECK_OK(HELLO_BAD("{\"node\":\"a\",\"listen\":\"1.2.3.4:5\"}"));
+    GM_CHECK_EQ(hi2.proto, 1);
+    GM_CHECK_ERR(HELLO_BAD("{\"node\":\"a\",\"listen\":\"1.2.3.4:5\",\"proto\":0}"), GM_ERR_PROTO);
+    GM_CHECK_ERR(HELLO_BAD("{\"node\":\"a\",\"listen\":\"1.2.3.4:5\",\"proto\":\"2\"}"),
+                 GM_ERR_PROTO);
+    GM_CHECK_ERR(HELLO_BAD("{\"node\":\"a\",\"listen\":\"1.2.3.4:5\",\"version\":\"a b\"}"),
+                 GM_ERR_PROTO);
+    GM_CHECK_ERR(HELLO_BAD("{\"node\":\"a\",\"listen\":\"1.2.3.4:5\",\"version\":\"\"}"),
+                 GM_ERR_PROTO);
     GM_CHECK_ERR(HELLO_BAD("{\"node\":\"A\",\"listen\":\"1.2.3.4:5\"}"), GM_ERR_PROTO);
     GM_CHECK_ERR(HELLO_BAD("{\"node\":\"a\",\"node\":\"b\"}"), GM_ERR_PROTO);
     GM_CHECK_ERR(HELLO_BAD("{\"node\":\"a\",\"listen\":\"1.2.3.4:5\",\"class\":\"moon\"}"),

@@ -616,9 +616,9 @@ static int make_dataset(void)
 
 int main(void)
 {
-    char *init_argv[] = {"init",    "--cluster",   "lab",      "--config",    T.cfg,
-                         "--state", T.state,       "--listen", "127.0.0.1:0", "--node",
-                         "alpha",   "--multicast", "off",      NULL};
+    char *init_argv[] = {"init",  "--cluster", "lab",         "--config", T.cfg,   "--state",
+                         T.state, "--listen",  "127.0.0.1:0", "--node",   "alpha", "--multicast",
+                         "off",   "--metrics", "off",         NULL};
     char path[400], cmd[400];
     struct gm_agent *a = NULL;
     pthread_t th;
@@ -638,7 +638,7 @@ int main(void)
         return 1;
     gm_log_set_fd(logfd);
     gm_log_set_level(GM_LOG_DEBUG);
-    if (gm_cli_init(13, init_argv) != 0)
+    if (gm_cli_init(15, init_argv) != 0)
         return 1;
     snprintf(path, sizeof(path), "%s/ca.crt", T.state);
     if (gm_id_cert_load(path, &T.ca) != 0)

@@ -365,6 +365,7 @@ static int hello(struct gm_agent *a, struct gm_lctx *c, const char *node, const 
     snprintf(m.node, sizeof(m.node), "%s", node);
     snprintf(m.listen, sizeof(m.listen), "%s", listen);
     snprintf(m.link_class, sizeof(m.link_class), "lan");
+    snprintf(m.version, sizeof(m.version), "9.8.7-%s", node);
     GM_CHECK_OK(gm_proto_hello_encode(&m, &json, &len));
     h.len = (uint32_t)len;
     err = f->fn(a, c->link, &h, (const uint8_t *)json);
@@ -388,6 +389,8 @@ static void test_hello_announces_link_up(void)
     GM_CHECK_OK(hello(&a, c1, "charlie", "127.0.0.1:7003"));
     p = gm_agent_peer_find(&a, "charlie");
     GM_CHECK(p != NULL && p->link == c1->link && strcmp(p->address, "127.0.0.1:7003") == 0);
+    /* the build it runs, from its hello (status shows it) */
+    GM_CHECK(p != NULL && strcmp(p->version, "9.8.7-charlie") == 0 && p->proto == GM_PROTO_VERSION);
     GM_CHECK_EQ(gm_link_state(c1->link), GM_LSTATE_UP);
     GM_CHECK_EQ(a.stats.links_up, 1);
     /* every room with the hook, once, with this member and this link, after it is up */

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "agent/service/metrics.h"
+#include "agent/service/version.h"
 #include "common/err.h"
 #include "common/test.h"
 #include "common/time.h"
@@ -92,7 +93,8 @@ static void test_serve(void)
     struct gm_metrics_cluster c = {
         .members = 2, .members_up = 1, .token_uses = 3, .checkpoint_age_s = -1, .term = -1};
     struct gm_metrics_link links[2];
-    struct gm_metrics_job j = {.name = "fm\"nist",
+    struct gm_metrics_job j = {.id = "j-1234",
+                               .name = "fm\"nist",
                                .step = 42,
                                .epoch = 1,
                                .compute_s = 0.01,
@@ -142,15 +144,56 @@ static void test_serve(void)
              NULL);
     GM_CHECK(strstr(buf, "gradmesh_link_up{peer=\"n3\",class=\"tunnel\"} 0\n") != NULL);
     GM_CHECK(strstr(buf, "gradmesh_checkpoint_age_seconds") == NULL);
-    GM_CHECK(strstr(buf, "gradmesh_job_step{job=\"fm\\\"nist\"} 42\n") != NULL); /* escaped */
+    /* job_id and job_name, never "job" (Prometheus's own label); the name escaped */
+    GM_CHECK(strstr(buf, "gradmesh_job_step{job_id=\"j-1234\",job_name=\"fm\\\"nist\"} 42\n") !=
+             NULL);
+    GM_CHECK(strstr(buf, "{job=") == NULL && strstr(buf, ",job=") == NULL);
     GM_CHECK(strstr(buf, "phase=\"collective\"} 0.002000\n") != NULL);
     GM_CHECK(strstr(buf, "gradmesh_job_accuracy_percent") == NULL);
-    GM_CHECK(strstr(buf, "gradmesh_job_compression_ratio{job=\"fm\\\"nist\"} 2.0000\n") != NULL);
+    GM_CHECK(strstr(buf,
+                    "gradmesh_job_compression_ratio{job_id=\"j-1234\",job_name=\"fm\\\"nist\"} "
+                    "2.0000\n") != NULL);
+    GM_CHECK(strstr(buf, "gradmesh_job_last_") == NULL); /* no job has ended yet */
 
     gm_metrics_job_clear(m);
     http(gm_metrics_address(m), "GET /metrics HTTP/1.0\r\n\r\n", buf, sizeof(buf));
     GM_CHECK(strstr(buf, "gradmesh_job_step") == NULL);
     GM_CHECK(strstr(buf, "gradmesh_up{") != NULL);
+
+    /* a job that ends: its running series go, its final values stay until the next one ends */
+    gm_metrics_job_update(m, &j);
+    {
+        struct gm_metrics_job_final f = {.id = "j-1234",
+                                         .name = "fm",
+                                         .steps = 3744,
+                                         .accuracy_pct = 84.91,
+                                         .loss = 0.4321,
+                                         .wall_s = 61.5};
+        gm_metrics_job_finish(m, &f);
+    }
+    http(gm_metrics_address(m), "GET /metrics HTTP/1.0\r\n\r\n", buf, sizeof(buf));
+    GM_CHECK(strstr(buf, "gradmesh_job_step{") == NULL);
+    GM_CHECK(strstr(buf, "gradmesh_job_last_steps{job_id=\"j-1234\",job_name=\"fm\"} 3744\n") !=
+             NULL);
+    GM_CHECK(strstr(buf, "gradmesh_job_last_accuracy_percent{job_id=\"j-1234\",job_name=\"fm\"} "
+                         "84.9100\n") != NULL);
+    GM_CHECK(strstr(buf, "gradmesh_job_last_loss{job_id=\"j-1234\",job_name=\"fm\"} 0.4321\n") !=
+             NULL);
+    GM_CHECK(strstr(buf, "gradmesh_job_last_wall_seconds{job_id=\"j-1234\",job_name=\"fm\"} "
+                         "61.500\n") != NULL);
+    gm_metrics_job_update(m, &j); /* the next job runs: the last one's values stay */
+    http(gm_metrics_address(m), "GET /metrics HTTP/1.0\r\n\r\n", buf, sizeof(buf));
+    GM_CHECK(strstr(buf, "gradmesh_job_last_steps{job_id=\"j-1234\"") != NULL);
+    GM_CHECK(strstr(buf, "gradmesh_job_step{") != NULL);
+    {
+        struct gm_metrics_job_final f = {
+            .id = "j-5678", .name = "b", .steps = 7, .accuracy_pct = -1, .loss = -1, .wall_s = 1};
+        gm_metrics_job_finish(m, &f); /* ... until it ends: replaced, no accuracy on this rank */
+    }
+    http(gm_metrics_address(m), "GET /metrics HTTP/1.0\r\n\r\n", buf, sizeof(buf));
+    GM_CHECK(strstr(buf, "j-1234") == NULL);
+    GM_CHECK(strstr(buf, "gradmesh_job_last_steps{job_id=\"j-5678\",job_name=\"b\"} 7\n") != NULL);
+    GM_CHECK(strstr(buf, "gradmesh_job_last_accuracy_percent") == NULL);
 
     http(gm_metrics_address(m), "GET / HTTP/1.0\r\n\r\n", buf, sizeof(buf));
     GM_CHECK(strncmp(buf, "HTTP/1.0 404", 12) == 0 || strncmp(buf, "HTTP/1.1 404", 12) == 0);
@@ -220,6 +263,14 @@ static void test_contracts(void)
             gm_metrics_refused(m, "link", reason);
         }
         GM_CHECK_OK(gm_metrics_render(m, &text, &len));
+        { /* what this binary is, with the values `gradmesh version` prints */
+            char want[256];
+            snprintf(
+                want, sizeof(want),
+                "gradmesh_build_info{version=\"%s\",commit=\"%s\",cuda=\"%d\",proto=\"%d\"} 1\n",
+                gm_version_string(), gm_version_commit(), gm_version_cuda(), GM_PROTO_VERSION);
+            GM_CHECK(text != NULL && strstr(text, want) != NULL);
+        }
         for (const char *p = text;
              p != NULL && (p = strstr(p, "\ngradmesh_refused_total{")) != NULL; p++)
             lines++;

@@ -6,6 +6,7 @@
  */
 #include "train/kernels/cuda.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -103,7 +104,27 @@ int gm_cuda_device_count(char *why, size_t whylen)
 
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
-        snprintf(why, whylen, "no usable CUDA driver or device (%s)", cudaGetErrorString(e));
+        /* in people's words: the runtime says "driver version is insufficient" when there is
+         * no driver at all (libcuda.so.1 absent), which reads like a version problem */
+        if (e == cudaErrorInsufficientDriver) {
+            void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+            int drv = 0, rt = 0;
+            if (h == NULL) {
+                snprintf(why, whylen, "no NVIDIA driver (libcuda.so.1 not found)");
+            } else {
+                dlclose(h);
+                (void)cudaDriverGetVersion(&drv);
+                (void)cudaRuntimeGetVersion(&rt);
+                snprintf(why, whylen,
+                         "the NVIDIA driver supports CUDA %d.%d, this build needs %d.%d: "
+                         "update the driver",
+                         drv / 1000, drv % 1000 / 10, rt / 1000, rt % 1000 / 10);
+            }
+        } else if (e == cudaErrorNoDevice) {
+            snprintf(why, whylen, "no NVIDIA GPU (the driver reports none)");
+        } else {
+            snprintf(why, whylen, "no usable CUDA driver or device (%s)", cudaGetErrorString(e));
+        }
         return -ENOTSUP;
     }
     if (n < 1) {
