@@ -155,10 +155,11 @@ job_refused_as nodir
 pass "gamma without the dataset directory: refused, naming gamma and the directory (exit 78)"
 
 n0=$(submitted)
-job "$WORK/model.ini" "$DS/good" job.model=resnet50
+job "$WORK/model.ini" "$DS/good" job.model=alexnet
 lineno() { grep -n "^$1 = " "$2" | cut -d: -f1; }
 refused model "$WORK/model.ini" 78 "error: $WORK/model.ini:$(lineno model "$WORK/model.ini"): \
-unknown model 'resnet50' (known: mlp, lenet5, vgg7, resnet20)"
+unknown model 'alexnet' (known: mlp, lenet5, vgg7, resnet20, resnet18, resnet34, resnet50, \
+mobilenet_v2, vgg11_bn, vgg16, vgg16_bn)"
 job "$WORK/codec.ini" "$DS/good" comm.codec=zstd
 refused codec "$WORK/codec.ini" 78 "error: $WORK/codec.ini:$(lineno codec "$WORK/codec.ini"): \
 unknown codec 'zstd' (known: auto, fp32, fp16, powersgd, diloco)"
