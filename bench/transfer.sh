@@ -19,7 +19,8 @@
 #
 # Environment: GM_TRANSFER_DIR (work folder, default a fresh mktemp -d, removed at the end
 # unless GM_TRANSFER_KEEP=1), PRE_PER_CLASS (2000), PRE_EPOCHS (3), FT_PER_CLASS (400),
-# FT_EPOCHS (8), SEEDS ("1 2 3").  Needs /usr/bin/python3 with numpy and PIL (Debian) and the
+# FT_TEST_SPLIT (0.5), FT_EPOCHS (8), SEEDS ("1 2 3"), PRETRAINED (a pretrained file from an
+# earlier run to start from instead of pretraining again).  Needs /usr/bin/python3 with numpy and PIL (Debian) and the
 # dataset at /usr/share/datasets/fashion-mnist.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,6 +30,8 @@ PRE_PER_CLASS=${PRE_PER_CLASS:-2000}
 PRE_EPOCHS=${PRE_EPOCHS:-3}
 FT_PER_CLASS=${FT_PER_CLASS:-400}
 FT_EPOCHS=${FT_EPOCHS:-8}
+FT_TEST_SPLIT=${FT_TEST_SPLIT:-0.5}
+PRETRAINED=${PRETRAINED:-}
 SEEDS=${SEEDS:-1 2 3}
 if [ ! -f "$FMNIST/train-images-idx3-ubyte.gz" ]; then
     echo "transfer.sh: no Fashion-MNIST at $FMNIST (Debian's dataset-fashion-mnist)" >&2
@@ -76,7 +79,7 @@ kind       = folder
 dir        = $3
 image_size = 32
 channels   = 3
-test_split = $( [ "$1" = pre ] && echo 0.1 || echo 0.5 )
+test_split = $( [ "$1" = pre ] && echo 0.1 || echo "$FT_TEST_SPLIT" )
 
 [model]
 ${6:+init = $6}
@@ -104,11 +107,17 @@ run() { # name: trains $W/$1.ini, keeps its log, prints "steps accuracy" per eva
 }
 
 t0=$(date +%s)
-job pre 1 "$W/pre" "$PRE_EPOCHS" "$W/pre.safetensors" > "$W/pre.ini"
-run pre
-echo "pretrain (classes 0-4, $((PRE_PER_CLASS * 5)) images, 10% held out, $PRE_EPOCHS epochs):" \
-    "test accuracy $(tail -1 "$W/pre.curve" | cut -d' ' -f2)% after $(tail -1 "$W/pre.curve" | cut -d' ' -f1) steps" \
-    "($(($(date +%s) - t0)) s)"
+if [ -n "$PRETRAINED" ]; then
+    cp "$PRETRAINED" "$W/pre.safetensors"
+    echo "pretrained: $PRETRAINED (from an earlier run)"
+else
+    job pre 1 "$W/pre" "$PRE_EPOCHS" "$W/pre.safetensors" > "$W/pre.ini"
+    run pre
+    echo "pretrain (classes 0-4, $((PRE_PER_CLASS * 5)) images, 10% held out, $PRE_EPOCHS epochs):" \
+        "test accuracy $(tail -1 "$W/pre.curve" | cut -d' ' -f2)% after $(tail -1 "$W/pre.curve" | cut -d' ' -f1) steps" \
+        "($(($(date +%s) - t0)) s)"
+fi
+echo "classes 5-9: $FT_PER_CLASS images a class, test_split $FT_TEST_SPLIT, $FT_EPOCHS epochs, batch 32, sgd lr 0.01 momentum 0.9"
 
 for s in $SEEDS; do
     # the pretrained backbone with a fresh head, drawn from this seed
