@@ -387,9 +387,14 @@ static void test_conv_groups(void)
     GM_CHECK(gm_ops_cpu.conv2d_ws_floats(&s, 1) <= 2 * (GM_CONV2D_TILE_FLOATS + 16 * 576));
     GM_CHECK_OK(gm_conv2d_shape_init_groups(&s, 32, 224, 224, 3, 64, 7, 3, 2, 1));
     GM_CHECK(gm_ops_cpu.conv2d_ws_floats(&s, 0) <= GM_CONV2D_TILE_FLOATS + 16 * 147);
-    /* at least GM_CONV2D_TILE_MIN_ROWS pixels a tile: ResNet's last 3x3 layers */
-    GM_CHECK_OK(gm_conv2d_shape_init_groups(&s, 32, 7, 7, 512, 512, 3, 1, 1, 1));
+    /* at least GM_CONV2D_TILE_MIN_ROWS pixels a tile, and twice the output channels (the
+     * weights are packed again for every tile): ResNet's last 3x3 layers */
+    GM_CHECK_OK(gm_conv2d_shape_init_groups(&s, 32, 7, 7, 512, 64, 3, 1, 1, 1));
     GM_CHECK_EQ(gm_ops_cpu.conv2d_ws_floats(&s, 1), 2 * (size_t)GM_CONV2D_TILE_MIN_ROWS * 4608);
+    GM_CHECK_OK(gm_conv2d_shape_init_groups(&s, 32, 7, 7, 512, 512, 3, 1, 1, 1));
+    GM_CHECK_EQ(gm_ops_cpu.conv2d_ws_floats(&s, 1), 2 * (size_t)1024 * 4608);
+    GM_CHECK_OK(gm_conv2d_shape_init_groups(&s, 1, 7, 7, 512, 512, 3, 1, 1, 1));
+    GM_CHECK_EQ(gm_ops_cpu.conv2d_ws_floats(&s, 1), 2 * (size_t)49 * 4608); /* the whole layer */
     GM_CHECK_OK(gm_conv2d_shape_init(&s, 1, 8, 8, 6, 4, 3, 1, 1));
     GM_CHECK(s.groups == 1 && s.tiled == 0);
 }

@@ -22,7 +22,9 @@
  *    original path, bit for bit: col of the whole batch lives in the layer's
  *    workspace from forward to backward.
  *  - tiled (tiled == 1, gm_conv2d_shape_init_groups): the workspace is
- *    bounded (at most a few MiB, whatever the batch and image size) and is
+ *    bounded (a tile of GM_CONV2D_TILE_FLOATS, or of at least MIN_ROWS and
+ *    2 * OC/G pixels when rows are long: never more than a tile as large as
+ *    the layer's weights, whatever the batch and image size) and is
  *    scratch only: backward recomputes im2col tile by tile from x, so layers
  *    may share one workspace.  1x1 stride-1 unpadded convolutions use x as col
  *    (no copy, no workspace); depthwise ones (groups == C == OC) a direct
@@ -91,7 +93,7 @@ void gm_conv2d_direct_backward_cpu(const struct gm_conv2d_shape *s, const float 
  * serves smaller ones.
  */
 #define GM_CONV2D_TILE_FLOATS (1u << 18) /* a tiled shape's col tile: 1 MiB */
-#define GM_CONV2D_TILE_MIN_ROWS 128      /* output pixels a tile holds at least */
+#define GM_CONV2D_TILE_MIN_ROWS 128      /* output pixels a tile holds at least (and 2 OC/G) */
 size_t gm_conv2d_layer_ws_floats_cpu(const struct gm_conv2d_shape *s, int need_dx);
 void gm_conv2d_layer_forward_cpu(const struct gm_conv2d_shape *s, int need_dx, const float *x,
                                  const float *w, const float *b, float *ws, float *y);

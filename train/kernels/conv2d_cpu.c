@@ -357,7 +357,10 @@ static size_t round16(size_t floats)
 }
 
 /* output pixels per tile: col (rows, K*K*C/G) within GM_CONV2D_TILE_FLOATS,
- * but never fewer than GM_CONV2D_TILE_MIN_ROWS (GEMM efficiency) */
+ * but never fewer than GM_CONV2D_TILE_MIN_ROWS (GEMM efficiency), nor than
+ * twice the group's output channels: every GEMM packs the whole weight matrix
+ * (OC/G x K*K*C/G) again, so a tile as tall as the weights are wide keeps
+ * that repacking below the col's own */
 static size_t tile_rows(const struct gm_conv2d_shape *s)
 {
     const size_t kdim = (size_t)s->k * s->k * (size_t)(s->c / groups_of(s));
@@ -366,6 +369,8 @@ static size_t tile_rows(const struct gm_conv2d_shape *s)
 
     if (rows < GM_CONV2D_TILE_MIN_ROWS)
         rows = GM_CONV2D_TILE_MIN_ROWS;
+    if (rows < 2 * (size_t)(s->oc / groups_of(s)))
+        rows = 2 * (size_t)(s->oc / groups_of(s));
     return rows < total ? rows : total;
 }
 

@@ -3,7 +3,9 @@
  * family's builder in train/nn/zoo.c), flat buffers, forward and backward
  * passes, PyTorch-layout export.  See model.h for the contract.
  *
- * Buffers, all owned by the model and sized for max_batch:
+ * Buffers, all owned by the model and sized for max_batch (y, gacc, dx and
+ * dskip are places in one arena that several share when their lifetimes do
+ * not meet: see "the activation arena" below):
  *   per value  y     activations (a flatten's value aliases its input's; the
  *                    input value is the NHWC copy of the staging buffer)
  *              gacc  the sum of the gradients of a value read by several
@@ -82,20 +84,21 @@
 struct node_rt {
     int backward; /* runs in backward: a trainable parameter at or below it */
     int need_dx;  /* its input needs a gradient */
-    float *dx;    /* owned: gradient w.r.t. the input */
-    float *dskip; /* owned: option-A residual: gradient w.r.t. the skip input */
-    float *ws;    /* owned: conv workspace */
+    float *dx;    /* in the arena: gradient w.r.t. the input */
+    float *dskip; /* in the arena: option-A residual: gradient w.r.t. the skip input */
+    size_t dx_floats, dskip_floats; /* their sizes (0: none) */
+    float *ws;                      /* owned: conv workspace */
     float *save;  /* owned: batchnorm: mean then invstd of the last training batch (2C) */
     uint8_t *arg; /* owned: maxpool */
     float *mask;  /* owned: dropout */
 };
 
 struct value_rt {
-    float *y; /* owned (owns_y), or borrowed: the input, a flatten's view */
-    int owns_y;
+    float *y; /* in the arena, or borrowed: the input, a flatten's view */
     int needs_grad;
     const float *g; /* borrowed, during backward: its gradient so far */
-    float *gacc;    /* owned: where several readers' gradients are summed */
+    float *gacc;    /* in the arena: where several readers' gradients are summed */
+    size_t gacc_floats;
 };
 
 struct gm_model {
@@ -112,6 +115,8 @@ struct gm_model {
     float *stats;     /* owned, flat: per batch norm, running_mean[C] then running_var[C] */
     int64_t *tracked; /* owned: num_batches_tracked per batch norm */
     float *zeros;     /* owned: max channels of zeros (a frozen batch norm's backward) */
+    float *arena;     /* owned: the activations and gradients (alloc_arena) */
+    size_t arena_floats;
     float *shared_ws; /* owned: the tiled convolutions' scratch workspace */
     size_t shared_ws_floats;
     float *input;                 /* owned: NCHW staging, max_batch * in size (the CPU only) */
@@ -277,6 +282,207 @@ static void plan_backward(struct gm_model *m)
     }
 }
 
+/* ---- the activation arena ------------------------------------------------
+ * Activations and gradients live in one arena, placed by their lifetimes on a
+ * clock of 2N ticks (N nodes): node i's forward is tick i, its backward tick
+ * 2N-1-i.  A value's activation lives from its producer's forward to its last
+ * reader's forward, or to the last backward that reads it (a convolution's,
+ * linear layer's or training batch norm's input, a ReLU's own output); the
+ * logits live for ever.  A gradient buffer lives from the backward that writes
+ * it to the backward of the producer of the value it is handed to, through the
+ * pass-throughs (a flatten, a residual add) that hand it further down.  Two
+ * buffers share bytes only when their lifetimes do not meet, ends included, so
+ * no kernel ever sees its input and output in the same place. */
+
+struct slot {
+    size_t floats, off;
+    int start, end; /* ticks, inclusive */
+    float **dst;
+};
+
+static int bwd_tick(const struct gm_model *m, int i)
+{
+    return 2 * m->g.nnodes - 1 - i;
+}
+
+/* The last tick the gradient handed to value v is read. */
+static int grad_end(const struct gm_model *m, int v)
+{
+    const int p = m->g.values[v].producer;
+    const struct gm_graph_node *nd;
+    int e;
+
+    if (p < 0)
+        return 0; /* the input takes no gradient */
+    nd = &m->g.nodes[p];
+    e = bwd_tick(m, p);
+    if (nd->op == GM_GRAPH_OP_FLATTEN && m->vrt[nd->in].needs_grad) {
+        const int e2 = grad_end(m, nd->in);
+        e = e2 > e ? e2 : e;
+    } else if (nd->op == GM_GRAPH_OP_ADD) {
+        if (m->vrt[nd->in].needs_grad) {
+            const int e2 = grad_end(m, nd->in);
+            e = e2 > e ? e2 : e;
+        }
+        if (m->nrt[p].dskip_floats == 0 && m->vrt[nd->in2].needs_grad) {
+            const int e2 = grad_end(m, nd->in2);
+            e = e2 > e ? e2 : e;
+        }
+    }
+    return e;
+}
+
+/* The value whose buffer v's activation is (a flatten is a view of its input). */
+static int root_of(const struct gm_model *m, int v)
+{
+    while (v > 0 && m->g.values[v].producer >= 0 &&
+           m->g.nodes[m->g.values[v].producer].op == GM_GRAPH_OP_FLATTEN)
+        v = m->g.nodes[m->g.values[v].producer].in;
+    return v;
+}
+
+static void extend(int *end, int tick)
+{
+    if (tick > *end)
+        *end = tick;
+}
+
+/* The activations' lifetimes: act_end[root] (ticks), -1 for values without a buffer. */
+static void activation_ends(const struct gm_model *m, int *act_end)
+{
+    const int nn = m->g.nnodes;
+
+    for (int v = 0; v < m->g.nvalues; v++)
+        act_end[v] = -1;
+    for (int i = 0; i < nn; i++) {
+        const struct gm_graph_node *nd = &m->g.nodes[i];
+        if (nd->op != GM_GRAPH_OP_FLATTEN)
+            act_end[nd->out] = i;
+    }
+    for (int i = 0; i < nn; i++) {
+        const struct gm_graph_node *nd = &m->g.nodes[i];
+        const int bwd = m->nrt[i].backward;
+        const int x = root_of(m, nd->in);
+        extend(&act_end[x], i);
+        if (nd->in2 >= 0)
+            extend(&act_end[root_of(m, nd->in2)], i);
+        if (!bwd)
+            continue;
+        if (nd->op == GM_GRAPH_OP_CONV2D || nd->op == GM_GRAPH_OP_LINEAR ||
+            (nd->op == GM_GRAPH_OP_BATCHNORM && !nd->frozen))
+            extend(&act_end[x], bwd_tick(m, i));
+        if (nd->op == GM_GRAPH_OP_RELU || nd->op == GM_GRAPH_OP_RELU6)
+            extend(&act_end[nd->out], bwd_tick(m, i));
+    }
+    extend(&act_end[root_of(m, m->g.nodes[nn - 1].out)], 2 * nn); /* the logits */
+    act_end[0] = -1;                                              /* the input: its own */
+}
+
+static int cmp_slot_size(const void *a, const void *b)
+{
+    const struct slot *x = *(const struct slot *const *)a, *y = *(const struct slot *const *)b;
+    if (x->floats != y->floats)
+        return x->floats > y->floats ? -1 : 1;
+    return x->start - y->start;
+}
+
+static int cmp_slot_off(const void *a, const void *b)
+{
+    const struct slot *x = *(const struct slot *const *)a, *y = *(const struct slot *const *)b;
+    return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* Places the slots, largest first, each at the lowest offset clear of the placed slots
+ * whose lifetimes meet its own; returns the arena's size in floats. */
+static size_t place_slots(struct slot *sl, size_t n, struct slot **order, struct slot **meet)
+{
+    size_t total = 0, placed = 0;
+
+    for (size_t i = 0; i < n; i++)
+        order[i] = &sl[i];
+    qsort(order, n, sizeof(*order), cmp_slot_size);
+    for (size_t i = 0; i < n; i++) {
+        struct slot *s = order[i];
+        size_t nm = 0, off = 0;
+        for (size_t j = 0; j < placed; j++)
+            if (order[j]->start <= s->end && s->start <= order[j]->end)
+                meet[nm++] = order[j];
+        qsort(meet, nm, sizeof(*meet), cmp_slot_off);
+        for (size_t j = 0; j < nm; j++) {
+            if (meet[j]->off >= off + s->floats)
+                break;
+            if (meet[j]->off + meet[j]->floats > off)
+                off = meet[j]->off + meet[j]->floats;
+        }
+        s->off = off;
+        placed++;
+        if (off + s->floats > total)
+            total = off + s->floats;
+    }
+    return total;
+}
+
+static size_t round16f(size_t floats)
+{
+    return (floats + 15) & ~(size_t)15; /* 64-byte aligned offsets */
+}
+
+static int alloc_arena(struct gm_model *m)
+{
+    const size_t nb = (size_t)m->max_batch;
+    const int nn = m->g.nnodes, nv = m->g.nvalues;
+    /* at most: an activation and a gradient sum per value, a dx and a dskip per node */
+    struct slot *sl = calloc(2 * ((size_t)nv + (size_t)nn) + 1, sizeof(*sl));
+    struct slot **order = calloc(2 * ((size_t)nv + (size_t)nn) + 1, sizeof(*order));
+    struct slot **meet = calloc(2 * ((size_t)nv + (size_t)nn) + 1, sizeof(*meet));
+    int *act_end = calloc((size_t)nv, sizeof(*act_end));
+    size_t n = 0, total;
+    int err = -ENOMEM;
+
+    if (sl == NULL || order == NULL || meet == NULL || act_end == NULL)
+        goto out;
+    activation_ends(m, act_end);
+    for (int i = 0; i < nn; i++) {
+        const struct gm_graph_node *nd = &m->g.nodes[i];
+        const struct node_rt *r = &m->nrt[i];
+        const int v = nd->out;
+        if (act_end[v] >= 0)
+            sl[n++] = (struct slot){round16f(nb * value_size(&m->g.values[v])), 0, i, act_end[v],
+                                    &m->vrt[v].y};
+        if (r->dx_floats > 0)
+            sl[n++] = (struct slot){round16f(r->dx_floats), 0, bwd_tick(m, i), grad_end(m, nd->in),
+                                    &m->nrt[i].dx};
+        if (r->dskip_floats > 0)
+            sl[n++] = (struct slot){round16f(r->dskip_floats), 0, bwd_tick(m, i),
+                                    grad_end(m, nd->in2), &m->nrt[i].dskip};
+    }
+    for (int v = 1; v < nv; v++) {
+        int first = -1; /* the reader whose gradient comes first: the last in forward */
+        if (m->vrt[v].gacc_floats == 0)
+            continue;
+        for (int i = 0; i < nn; i++)
+            if (m->g.nodes[i].in == v || m->g.nodes[i].in2 == v)
+                first = i;
+        GM_ASSERT(first >= 0);
+        sl[n++] = (struct slot){round16f(m->vrt[v].gacc_floats), 0, bwd_tick(m, first),
+                                grad_end(m, v), &m->vrt[v].gacc};
+    }
+    total = place_slots(sl, n, order, meet);
+    m->arena_floats = total;
+    if (total > 0 && (err = alloc_floats(m, total, &m->arena)) < 0)
+        goto out;
+    for (size_t i = 0; i < n; i++)
+        *sl[i].dst = m->arena + sl[i].off;
+    err = 0;
+out:
+    free(sl);
+    free(order);
+    free(meet);
+    free(act_end);
+    return err;
+}
+
+/* Sizes a node's buffers (the arena's are placed afterwards) and allocates its own. */
 static int alloc_node(struct gm_model *m, int i)
 {
     const size_t nb = (size_t)m->max_batch;
@@ -286,17 +492,10 @@ static int alloc_node(struct gm_model *m, int i)
     const size_t ysz = nb * value_size(out_of(m, n));
     int err;
 
-    if (n->op != GM_GRAPH_OP_FLATTEN) {
-        if ((err = alloc_floats(m, ysz, &out->y)) < 0)
-            return err;
-        out->owns_y = 1;
-    }
-    if (r->need_dx && n->op != GM_GRAPH_OP_FLATTEN && n->op != GM_GRAPH_OP_ADD &&
-        (err = alloc_floats(m, nb * value_size(in_of(m, n)), &r->dx)) < 0)
-        return err;
-    if (out->needs_grad && m->g.values[n->out].readers > 1 &&
-        (err = alloc_floats(m, ysz, &out->gacc)) < 0)
-        return err;
+    if (r->need_dx && n->op != GM_GRAPH_OP_FLATTEN && n->op != GM_GRAPH_OP_ADD)
+        r->dx_floats = nb * value_size(in_of(m, n));
+    if (out->needs_grad && m->g.values[n->out].readers > 1)
+        out->gacc_floats = ysz;
     switch (n->op) {
     case GM_GRAPH_OP_CONV2D: {
         struct gm_conv2d_shape s;
@@ -323,7 +522,7 @@ static int alloc_node(struct gm_model *m, int i)
     case GM_GRAPH_OP_ADD: {
         const struct gm_graph_value *s = &m->g.values[n->in2];
         if ((n->stride > 1 || s->c != out_of(m, n)->c) && m->vrt[n->in2].needs_grad)
-            return alloc_floats(m, nb * value_size(s), &r->dskip);
+            r->dskip_floats = nb * value_size(s);
         return 0;
     }
     case GM_GRAPH_OP_RELU6:
@@ -362,6 +561,8 @@ static int alloc_buffers(struct gm_model *m)
     for (int i = 0; i < m->g.nnodes; i++)
         if ((err = alloc_node(m, i)) < 0)
             return err;
+    if ((err = alloc_arena(m)) < 0)
+        return err;
     if (m->shared_ws_floats > 0 && (err = alloc_floats(m, m->shared_ws_floats, &m->shared_ws)) < 0)
         return err;
     for (int i = 0; i < m->g.nnodes; i++)
@@ -420,18 +621,11 @@ void gm_model_free(struct gm_model *m)
         return;
     for (int i = 0; m->nrt != NULL && i < m->g.nnodes; i++) {
         struct node_rt *r = &m->nrt[i];
-        gm_device_free(m->device, r->dx);
-        gm_device_free(m->device, r->dskip);
         if (r->ws != m->shared_ws)
             gm_device_free(m->device, r->ws);
         gm_device_free(m->device, r->save);
         gm_device_free(m->device, r->arg);
         gm_device_free(m->device, r->mask);
-    }
-    for (int i = 0; m->vrt != NULL && i < m->g.nvalues; i++) {
-        if (m->vrt[i].owns_y)
-            gm_device_free(m->device, m->vrt[i].y);
-        gm_device_free(m->device, m->vrt[i].gacc);
     }
     free(m->nrt);
     free(m->vrt);
@@ -454,6 +648,7 @@ void gm_model_free(struct gm_model *m)
     gm_device_free(m->device, m->stats);
     gm_device_free(m->device, m->zeros);
     gm_device_free(m->device, m->shared_ws);
+    gm_device_free(m->device, m->arena);
     gm_device_free(m->device, m->input);
     gm_device_free(m->device, m->input_t);
     gm_device_free(m->device, m->dlogits);
