@@ -83,7 +83,7 @@ python3 -c "import sys; sys.exit(0 if $acc >= 90 else 1)" || { cat "$WORK/auto.l
 if nvidia-smi -L >/dev/null 2>&1; then
     want=libcublasLt.so
 else
-    want='CUDA driver'
+    want='NVIDIA driver' # "no NVIDIA driver (libcuda.so.1 not found)" or an old driver's version
 fi
 grep -q "$want" <<<"$line" || fail "the fallback does not name the $want: $line"
 pass "device = auto trained on the CPU ($acc%) and logged: $line"
