@@ -31,6 +31,11 @@ expect=(
     usr/share/man/man5/gradmesh-job.5
     usr/share/bash-completion/completions/gradmesh
     usr/share/doc/gradmesh/README.md
+    usr/share/doc/gradmesh/docs/ARCHITECTURE.md
+    usr/share/doc/gradmesh/docs/BENCHMARKS.md
+    usr/share/doc/gradmesh/docs/MODELS.md
+    usr/share/doc/gradmesh/docs/NETWORK.md
+    usr/share/doc/gradmesh/docs/OPERATIONS.md
     usr/share/doc/gradmesh/examples/gradmesh.conf
     usr/share/doc/gradmesh/examples/fmnist-lenet5.ini
     usr/share/doc/gradmesh/examples/fmnist-mlp.ini
