@@ -179,6 +179,12 @@ ok = len(r) == 1 and r[0]["metric"]["job"] == "gradmesh" and r[0]["metric"]["job
     and r[0]["metric"]["job_name"] == "prom-mlp" and "exported_job" not in r[0]["metric"] \
     and abs(float(r[0]["value"][1]) - float(sys.argv[2])) < 0.01
 sys.exit(0 if ok else 1)' "$jid" "$acc"
+    # both agents' series: each is scraped on its own schedule, so poll for the second
+    for i in $(seq 200); do
+        series_ok 'gradmesh_job_last_steps{job_name="prom-mlp"}' 'v == 8 * 468 and l["job_id"] == "'"$jid"'"' &&
+            break
+        sleep 0.05
+    done
     series_ok 'gradmesh_job_last_steps{job_name="prom-mlp"}' 'v == 8 * 468 and l["job_id"] == "'"$jid"'"' ||
         fail "last steps: $(promql gradmesh_job_last_steps)"
     series_ok 'gradmesh_job_last_wall_seconds{job_name="prom-mlp"}' 'v > 0' || fail "last wall time"
