@@ -259,7 +259,9 @@ static void set(struct gm_ini *ini, const struct gm_ini_key *k, const char *v)
     case K_STR:
         break;
     }
-    if (want == NULL && strlen(v) >= k->size)
+    /* gm_config_save writes "key = value": a value that line cannot hold (the reader's
+     * LINE_MAX_BYTES) would load once and never again, so it is refused here too */
+    if (want == NULL && (strlen(v) >= k->size || strlen(k->key) + 3 + strlen(v) > LINE_MAX_BYTES))
         want = "shorter";
     if (want != NULL) {
         gm_ini_fail(ini, ini->line, "[%s] %s = %s: must be %s", k->section, k->key, shown(sv, v),
