@@ -21,9 +21,12 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include <openssl/evp.h>
+
 #include "common/assert.h"
 #include "common/ini.h"
 #include "common/log.h"
+#include "train/ckpt/ckpt.h"
 #include "train/ckpt/weights.h"
 #include "train/nn/graph.h"
 #include "train/nn/zoo.h"
@@ -59,6 +62,9 @@ enum {
     K_REQUIRED = 1u << 0,
     K_FMIN_OPEN = 1u << 1,
     K_FMAX_OPEN = 1u << 2,
+    /* may change between a run and its continuation: left out of the job's identity
+     * (gm_job identity), so a run extended by it goes on from its checkpoints */
+    K_EXTENDS = 1u << 3,
 };
 
 static const char *const model_names[] = {"mlp",      "lenet5",   "vgg7",     "resnet20",
@@ -111,7 +117,7 @@ static const char *const section_names[] = {"job", "model", "data", "optim", "sc
 static const struct gm_ini_key keys[] = {
     K_OTHER("job", "name", KT_NAME, name),
     K_ENUM("job", "model", model, model_names, "model", K_REQUIRED),
-    K_INT("job", "epochs", epochs, 1, INT_MAX, 0),
+    K_INT("job", "epochs", epochs, 1, INT_MAX, K_EXTENDS),
     K_OTHER("job", "seed", KT_U64, seed),
     K_INT("job", "threads", threads, 1, 1024, 0),
     K_INT("job", "log_every", log_every, 1, INT_MAX, 0),
@@ -861,6 +867,37 @@ static bool check_data(struct gm_ini *ini)
     return true;
 }
 
+/* job->identity: SHA-256 of the text less the lines of the K_EXTENDS keys (ini->seen: the
+ * line that set each key; lines end at '\n', as common/ini.c counts them).  Digest failure
+ * (out of memory) leaves "", which no checkpoint records (gm_ckpt_sha256_hex does the same). */
+static void set_identity(struct gm_ini *ini)
+{
+    struct gm_job *job = ini->dest;
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int mdlen = 0;
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    size_t pos = 0;
+    int line = 1, ok = ctx != NULL && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) == 1;
+
+    job->identity[0] = '\0';
+    while (ok && pos < job->text_len) {
+        const char *nl = memchr(job->text + pos, '\n', job->text_len - pos);
+        size_t end = nl != NULL ? (size_t)(nl - job->text) + 1 : job->text_len;
+        bool skip = false;
+
+        for (size_t i = 0; i < NKEYS; i++)
+            skip = skip || ((keys[i].flags & K_EXTENDS) && ini->seen[i] == line);
+        if (!skip)
+            ok = EVP_DigestUpdate(ctx, job->text + pos, end - pos) == 1;
+        pos = end;
+        line++;
+    }
+    if (ok && EVP_DigestFinal_ex(ctx, md, &mdlen) == 1 && mdlen == 32)
+        for (unsigned i = 0; i < 32; i++)
+            snprintf(job->identity + 2 * i, 3, "%02x", md[i]);
+    EVP_MD_CTX_free(ctx);
+}
+
 /* Rules that involve more than one key, run after the whole file was read. */
 static void check_whole(struct gm_ini *ini)
 {
@@ -920,6 +957,7 @@ static void check_whole(struct gm_ini *ini)
         snprintf(job->out, sizeof(job->out), "%s.safetensors", job->name);
     if (gm_ini_line_of(ini, "job", "checkpoint_dir") == 0)
         snprintf(job->checkpoint_dir, sizeof(job->checkpoint_dir), "%s.checkpoints", job->name);
+    set_identity(ini);
 }
 
 static const struct gm_ini_spec spec = {
@@ -1003,6 +1041,7 @@ void gm_job_defaults(struct gm_job *job)
     job->comm.overlap = GM_JOB_OVERLAP_DEFAULT;
     job->text = NULL;
     job->text_len = 0;
+    gm_ckpt_sha256_hex("", 0, job->identity); /* no text: the identity of an empty one */
 }
 
 /* Takes ownership of text (malloc'd, len bytes plus a NUL). */
@@ -1096,6 +1135,97 @@ out:
     close(fd);
     gm_job_free(job);
     return err;
+}
+
+/* gm_job_diff's reading of a text: every key's value as inih hands it (trimmed, inline
+ * comment dropped), NULL where unset; the checks of set_value are not run. */
+struct raw_values {
+    char *v[NKEYS];
+    bool nomem;
+};
+
+static void raw_set(struct gm_ini *ini, const struct gm_ini_key *k, const char *value)
+{
+    struct raw_values *rv = ini->dest;
+    size_t i = (size_t)(k - keys);
+
+    rv->v[i] = strdup(value);
+    rv->nomem = rv->nomem || rv->v[i] == NULL;
+}
+
+static const struct gm_ini_spec raw_spec = {
+    .keys = keys,
+    .nkeys = NKEYS,
+    .sections = section_names,
+    .nsections = GM_ARRAY_SIZE(section_names),
+    .line_max = GM_JOB_LINE_MAX,
+    .flags = GM_INI_UTF8 | GM_INI_ALL_BLANKS,
+    .set = raw_set,
+    .whole = NULL,
+    .outside = outside,
+    .unknown_section = unknown_section,
+    .unknown_key = unknown_key,
+    .twice = twice,
+};
+
+static void raw_free(struct raw_values *rv)
+{
+    for (size_t i = 0; i < NKEYS; i++)
+        free(rv->v[i]);
+    memset(rv, 0, sizeof(*rv));
+}
+
+static int raw_read(const char *text, size_t len, const char *origin, struct raw_values *rv)
+{
+    int err;
+
+    memset(rv, 0, sizeof(*rv));
+    if (len > GM_JOB_TEXT_MAX) {
+        gm_err("%s: larger than %d bytes", origin, GM_JOB_TEXT_MAX);
+        return GM_ERR_CONFIG;
+    }
+    err = gm_ini_parse(&raw_spec, text, len, origin, rv);
+    if (err == 0 && rv->nomem)
+        err = -ENOMEM;
+    if (err != 0)
+        raw_free(rv);
+    return err;
+}
+
+int gm_job_diff(const char *was, size_t was_len, const char *now, size_t now_len, char *out,
+                size_t n)
+{
+    struct raw_values a, b;
+    size_t used = 0;
+    int err, count = 0;
+
+    if (n > 0)
+        out[0] = '\0';
+    if ((err = raw_read(was, was_len, "the earlier job text", &a)) != 0)
+        return err;
+    if ((err = raw_read(now, now_len, "the job text", &b)) != 0) {
+        raw_free(&a);
+        return err;
+    }
+    for (size_t i = 0; i < NKEYS; i++) {
+        char pa[64], pb[64];
+        int w;
+
+        if ((keys[i].flags & K_EXTENDS) ||
+            (a.v[i] == NULL && b.v[i] == NULL) ||
+            (a.v[i] != NULL && b.v[i] != NULL && strcmp(a.v[i], b.v[i]) == 0))
+            continue;
+        w = snprintf(out + used, n > used ? n - used : 0, "%s[%s] %s (%s -> %s)",
+                     count > 0 ? ", " : "", keys[i].section, keys[i].key,
+                     a.v[i] != NULL ? gm_ini_printable(pa, sizeof(pa), a.v[i]) : "unset",
+                     b.v[i] != NULL ? gm_ini_printable(pb, sizeof(pb), b.v[i]) : "unset");
+        if (w > 0)
+            used = used + (size_t)w < n ? used + (size_t)w : (n > 0 ? n - 1 : 0);
+        count++;
+    }
+    raw_free(&a);
+    raw_free(&b);
+    return count;
 }
 
 void gm_job_free(struct gm_job *job)

@@ -245,6 +245,12 @@ struct gm_job {
 
     char *text;      /* owned: the job text as read, NUL-terminated (checkpoint metadata) */
     size_t text_len; /* bytes, without the NUL */
+    /* The job's identity, set by the parser: SHA-256 (lower-case hex) of the text less the
+     * lines of the keys a run may change and still go on from its checkpoints ([job] epochs:
+     * extending a finished or stopped run).  Checkpoints name their job by it ("job_hash",
+     * train/ckpt/ckpt.h), and the agent files them under its first 16 digits
+     * (gm_jobs_ckpt_key).  Without text (gm_job_defaults): that of an empty text. */
+    char identity[65];
 };
 
 /* Fills every field with its default (required fields get placeholders); text = NULL.
@@ -267,6 +273,16 @@ int gm_job_parse(const char *text, size_t len, const char *origin,
  * GM_ERR_CONFIG (one line logged) when global_batch does not divide by world, or when it
  * gives a worker no sample. */
 int gm_job_global_batch(const struct gm_job *job, int world, int *out) GM_MUST_CHECK;
+
+/* The keys whose values differ between two job texts, was (an earlier run's, a checkpoint's
+ * "job") and now, for a person: "[optim] lr (0.001 -> 0.002), [job] seed (unset -> 7)", in the
+ * key table's order, into out (n bytes, truncated).  Values are compared as the parser reads
+ * them (trimmed, inline comment dropped; "1e-3" and "0.001" differ, as they do to the
+ * identity); the keys the identity leaves out ([job] epochs) are not named.  Returns how many
+ * differ (0: the texts differ in comments, blank lines or the order of lines only), or
+ * GM_ERR_CONFIG when a text does not parse (one line logged), -ENOMEM. */
+int gm_job_diff(const char *was, size_t was_len, const char *now, size_t now_len, char *out,
+                size_t n) GM_MUST_CHECK;
 
 /* Frees job->text; NULL-safe, idempotent; leaves the struct zeroed. */
 void gm_job_free(struct gm_job *job);

@@ -62,7 +62,7 @@ struct run {
     int max_batch;                  /* per-rank batch buffers */
     long steps_per_epoch;
     uint64_t t_start, last_bar;
-    char job_hash[65];          /* SHA-256 of the job text: checkpoints name their job by it */
+    char job_hash[65];          /* the job's identity (gm_job): checkpoints name their job by it */
     long last_checkpoint;       /* step of the last checkpoint written, -1 */
     struct ckpt_write *writing; /* owned: the checkpoint the writer thread has, or NULL */
 };
@@ -377,6 +377,50 @@ static void checkpoint(struct run *r)
                 r->st.step, gm_strerror(err));
 }
 
+/* After a refused resume from want (a file, or a directory: its newest committed checkpoint):
+ * when that checkpoint is intact and of another job, says which keys of the job it was
+ * written by ("job" in its metadata) differ from this job's, so the refusal names them. */
+static void explain_foreign(const struct run *r, const char *want)
+{
+    struct gm_ckpt_entry *v = NULL;
+    struct gm_st_file f;
+    struct gm_ckpt_info info;
+    char path[GM_JOB_PATH_MAX + 64], diff[768];
+    const char *text;
+    struct stat st;
+    size_t n = 0;
+    int k;
+
+    snprintf(path, sizeof(path), "%s", want);
+    if (stat(want, &st) == 0 && S_ISDIR(st.st_mode)) {
+        if (gm_ckpt_dir_list(want, &v, &n) < 0)
+            return;
+        while (n > 0 && v[n - 1].sha256[0] == '\0')
+            n--;
+        if (n > 0)
+            snprintf(path, sizeof(path), "%s", v[n - 1].path);
+        free(v);
+        if (n == 0)
+            return;
+    }
+    if (gm_ckpt_load(path, NULL, NULL, &f, &info, NULL) != 0) /* logs why it refuses */
+        return;
+    text = gm_safetensors_meta(&f, "job");
+    if (text != NULL && strcmp(info.job_hash, r->job_hash) != 0) {
+        k = gm_job_diff(text, strlen(text), r->job->text != NULL ? r->job->text : "",
+                        r->job->text != NULL ? r->job->text_len : 0, diff, sizeof(diff));
+        if (k > 0)
+            gm_err("%s: a checkpoint of job '%s' with other settings: %s; only [job] epochs may "
+                   "change for a run to go on from its checkpoints",
+                   path, info.job_name, diff);
+        else if (k == 0)
+            gm_err("%s: a checkpoint of job '%s' whose job file differs in comments, blank lines "
+                   "or the order of lines only: use the file it was written with",
+                   path, info.job_name);
+    }
+    gm_safetensors_free(&f);
+}
+
 /* Loads the checkpoint to resume from (opts->resume: a file, or a directory's newest valid
  * one); a refused file falls back to the newest valid one before it in its directory. */
 static int load_resume(struct run *r, struct gm_st_file *f, struct gm_ckpt_info *info, char *path,
@@ -409,6 +453,7 @@ static int load_resume(struct run *r, struct gm_st_file *f, struct gm_ckpt_info 
                     want, r->job->name);
             return 1;
         }
+        explain_foreign(r, want);
         gm_err("%s: no usable checkpoint of job %s to resume from", want, r->job->name);
         return GM_ERR_CONFIG;
     }
@@ -428,6 +473,7 @@ static int load_resume(struct run *r, struct gm_st_file *f, struct gm_ckpt_info 
         gm_warn("event=checkpoint-fallback refused=%s using=%s", want, path);
         return 0;
     }
+    explain_foreign(r, want);
     gm_err("%s: cannot resume: the checkpoint is refused and no earlier one of job %s is usable",
            want, r->job->name);
     return GM_ERR_CONFIG;
@@ -442,18 +488,26 @@ static int resume(struct run *r)
     char path[GM_JOB_PATH_MAX + 64];
     float *tmp = NULL;
     const struct gm_st_entry *e;
+    long spe;
     int err;
 
     if ((err = load_resume(r, &f, &info, path, sizeof(path))) != 0)
         return err < 0 ? err : 0; /* 1: nothing to resume from, start afresh */
     err = GM_ERR_CONFIG;
-    if (info.global_batch != r->st.global_batch || info.total_steps != r->st.total_steps ||
-        info.params != gm_model_num_params(m) || info.seed != r->job->seed) {
-        gm_err("%s: cannot resume: checkpoint of global batch %d, %ld steps, %zu parameters, "
-               "seed %llu; this run has %d, %ld, %zu, %llu",
-               path, info.global_batch, info.total_steps, info.params,
-               (unsigned long long)info.seed, r->st.global_batch, r->st.total_steps,
-               gm_model_num_params(m), (unsigned long long)r->job->seed);
+    /* total_steps may differ: [job] epochs is no part of the job's identity (extending a
+     * run); the rest must match */
+    if (info.global_batch != r->st.global_batch || info.params != gm_model_num_params(m) ||
+        info.seed != r->job->seed) {
+        gm_err("%s: cannot resume: checkpoint of global batch %d, %zu parameters, seed %llu; "
+               "this run has %d, %zu, %llu",
+               path, info.global_batch, info.params, (unsigned long long)info.seed,
+               r->st.global_batch, gm_model_num_params(m), (unsigned long long)r->job->seed);
+        goto out;
+    }
+    if (info.step > r->st.total_steps) {
+        gm_err("%s: cannot resume: the checkpoint is at step %ld, past this run's last step %ld "
+               "([job] epochs = %d): give at least the epochs it was written with",
+               path, info.step, r->st.total_steps, r->job->epochs);
         goto out;
     }
     tmp = malloc(gm_model_num_params(m) * sizeof(float) + 1);
@@ -512,6 +566,14 @@ static int resume(struct run *r)
         gm_info("event=resume path=%s step=%ld epoch=%d data_offset=%ld optim_step=%ld term=%llu",
                 path, info.step, info.epoch + 1, info.data_offset, info.optim_step,
                 (unsigned long long)info.term);
+    spe = r->steps_per_epoch > 0 ? r->steps_per_epoch : 1;
+    if (r->st.rank == 0 && info.total_steps != r->st.total_steps)
+        gm_notice("event=resume-extend path=%s step=%ld from_steps=%ld steps=%ld from_epochs=%ld "
+                  "epochs=%d: %s from %ld to %d epochs",
+                  path, info.step, info.total_steps, r->st.total_steps,
+                  info.total_steps / spe, r->job->epochs,
+                  info.total_steps < r->st.total_steps ? "extending" : "shortening",
+                  info.total_steps / spe, r->job->epochs);
 out:
     free(tmp);
     gm_safetensors_free(&f);
@@ -702,8 +764,7 @@ static int setup(struct run *r)
     if (r->labels == NULL || r->eval_idx == NULL)
         return -ENOMEM;
     openblas_set_num_threads(job->threads);
-    gm_ckpt_sha256_hex(job->text != NULL ? job->text : "", job->text != NULL ? job->text_len : 0,
-                       r->job_hash);
+    memcpy(r->job_hash, job->identity, sizeof(r->job_hash));
     r->last_checkpoint = -1;
     if (r->opts->resume != NULL && (err = resume(r)) < 0)
         return err;

@@ -127,6 +127,14 @@ static void print_events(json_t *o, int tty, struct watch *w)
         printf("resuming from step %lld (checkpoint %s)\n",
                (long long)json_integer_value(json_object_get(res, "step")),
                s_of(res, "checkpoint"));
+        if (json_is_integer(json_object_get(res, "from_epochs")))
+            printf("%s from %lld to %lld epochs\n",
+                   json_integer_value(json_object_get(res, "from_epochs")) <
+                           json_integer_value(json_object_get(res, "epochs"))
+                       ? "extending"
+                       : "shortening",
+                   (long long)json_integer_value(json_object_get(res, "from_epochs")),
+                   (long long)json_integer_value(json_object_get(res, "epochs")));
         w->resumed_said = 1;
     }
     if (!json_is_array(ranks) || json_array_size(ranks) == 0)

@@ -336,11 +336,7 @@ static const struct gm_rank_ops rank_ops = {
 
 void gm_jobs_ckpt_key(const struct gm_job *job, char key[GM_JOBS_CKPT_KEY_LEN + 1])
 {
-    char hex[65];
-
-    gm_ckpt_sha256_hex(job->text != NULL ? job->text : "", job->text != NULL ? job->text_len : 0,
-                       hex);
-    memcpy(key, hex, GM_JOBS_CKPT_KEY_LEN);
+    memcpy(key, job->identity, GM_JOBS_CKPT_KEY_LEN);
     key[GM_JOBS_CKPT_KEY_LEN] = '\0';
 }
 

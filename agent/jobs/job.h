@@ -124,9 +124,10 @@ struct gm_jobs_env {
 
 #define GM_JOBS_CKPT_KEY_LEN 16
 struct gm_job;
-/* The name of a job's checkpoint directory: the first 16 hex digits of the SHA-256 of its
- * text (the job hash of train/ckpt/ckpt.h), so the same job file submitted again finds its
- * checkpoints. */
+/* The name of a job's checkpoint directory: the first 16 hex digits of the job's identity
+ * (struct gm_job: the SHA-256 of its text less the [job] epochs line; the job hash of
+ * train/ckpt/ckpt.h), so the same job file submitted again, or with other epochs (extending a
+ * finished or stopped run), finds its checkpoints. */
 void gm_jobs_ckpt_key(const struct gm_job *job, char key[GM_JOBS_CKPT_KEY_LEN + 1]);
 
 GM_MUST_CHECK int gm_jobs_new(const struct gm_jobs_env *env, struct gm_jobs **out);

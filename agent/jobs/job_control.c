@@ -91,6 +91,15 @@ static json_t *job_json(struct gm_jobs *j, struct job *jb)
                             ? json_pack("{s:I,s:s}", "step", (json_int_t)p.resumed_step,
                                         "checkpoint", p.resumed_from)
                             : json_null());
+    /* a run extended (or shortened) by [job] epochs: the epochs of the run it goes on from */
+    if (jb->rank != NULL && p.resumed_step >= 0 && p.resumed_total_steps > 0 &&
+        p.total_steps > 0 && p.resumed_total_steps != p.total_steps && jb->job.epochs > 0) {
+        long spe = p.total_steps / jb->job.epochs;
+        json_t *res = json_object_get(o, "resumed_from");
+        json_object_set_new(res, "from_epochs",
+                            json_integer(spe > 0 ? (json_int_t)(p.resumed_total_steps / spe) : 0));
+        json_object_set_new(res, "epochs", json_integer(jb->job.epochs));
+    }
     json_object_set_new(o, "error", jb->error[0] ? json_string(jb->error) : json_null());
     json_object_set_new(o, "weights", jb->weights[0] ? json_string(jb->weights) : json_null());
     /* bytes per peer node over the job's life: retired groups plus the current one */

@@ -77,6 +77,7 @@ struct gm_rank_progress {
     /* a run that went on from a checkpoint: its step (-1: none, or not known yet) and path */
     long resumed_step;
     char resumed_from[256];
+    long resumed_total_steps; /* the run the checkpoint was written by: its steps (0: unknown) */
 };
 
 /* Checkpoints of a rank (train/ckpt/ckpt.h): rank 0 writes them into dir every

@@ -22,6 +22,7 @@
 #include "agent/jobs/rank_int.h"
 #include "common/byteorder.h"
 #include "common/log.h"
+#include "train/ckpt/ckpt.h"
 #include "train/comm/collective.h"
 #include "train/gradsync.h"
 #include "train/nn/model.h"
@@ -361,17 +362,21 @@ static void hook_checkpoint(void *ctx, const char *path, const char *sha256, lon
 }
 
 /* Trainer thread: the observer hooks (train/trainer.h) feed the metrics room. */
-/* Rank 0 resumes from checkpoint origin: remembered for `jobs` ("resuming from step N").
+/* Rank 0 resumes from checkpoint origin: remembered for `jobs` ("resuming from step N", and
+ * "extending from A to B epochs" when the checkpoint's run had other total steps).
  * The agent's ranks carry no codec state across a restart (the group resyncs it). */
 static int hook_codec_restore(void *ctx, const struct gm_st_file *f, const char *codec,
                               const char *origin)
 {
     struct gm_rank *rk = ctx;
+    struct gm_ckpt_info info;
+    /* the trainer parsed the same metadata before: a failure here only loses the "from" */
+    long total = gm_ckpt_info_parse(f, origin, &info) == 0 ? info.total_steps : 0;
 
-    (void)f;
     (void)codec;
     pthread_mutex_lock(&rk->mu);
     snprintf(rk->prog.resumed_from, sizeof(rk->prog.resumed_from), "%s", origin);
+    rk->prog.resumed_total_steps = total;
     pthread_mutex_unlock(&rk->mu);
     return 0;
 }

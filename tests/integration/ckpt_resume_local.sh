@@ -13,11 +13,18 @@
 #  4. refusals: the newest checkpoint of a copy of A's directory corrupted (one byte) -> a
 #     --resume of that directory falls back to the one before, logs why, ends identical to
 #     A; a truncated file given by name falls back the same way; a checkpoint of another job
-#     (another seed) is refused as foreign: exit 78, one error line naming the file; a
+#     (another seed) is refused as foreign: exit 78, error lines naming the file and the key
+#     that differs ("[job] seed (5 -> 6)"); a
 #     checkpoint directory that cannot be written warns at every checkpoint and the run
 #     still ends with the same weights;
 #  5. the last checkpoint loads with Python's safetensors (safetensors.numpy) and a NumPy
-#     forward pass gives the accuracy the run reported (within 0.05 points).
+#     forward pass gives the accuracy the run reported (within 0.05 points);
+#  6. extending a finished run: a job that differs only in [job] epochs (1 -> 2; a constant
+#     learning rate, so the longer run's steps do not depend on its length) resumes from the
+#     finished run's last checkpoint (step 234), says "extending from 1 to 2 epochs", reaches
+#     step 468 and ends byte-identical to a 2-epoch run from scratch; the same job with
+#     another [optim] lr is refused (exit 78) with a message naming "[optim] lr (0.002 ->
+#     0.003)"; a job of fewer epochs than the checkpoint's step is refused (exit 78).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . tests/integration/lib.bash # GM: an absolute path (the runs below work in directories of their own)
@@ -117,6 +124,7 @@ rc=$?
 set -e
 [ $rc -eq 78 ] || { cat "$WORK/o.log"; fail "foreign checkpoint: exit $rc, want 78"; }
 grep -q "reason=\"foreign: job 'ck'" "$WORK/o.log" || { cat "$WORK/o.log"; fail "no foreign reason"; }
+grep -q "^error: .*with other settings: \[job\] seed (5 -> 6);" "$WORK/o.log" || { cat "$WORK/o.log"; fail "the refusal does not name [job] seed"; }
 [ -e "$WORK/o.safetensors" ] && fail "a refused resume trained anyway"
 pass "foreign checkpoint refused: $(grep '^error: ' "$WORK/o.log" | tail -1)"
 
@@ -136,4 +144,47 @@ pyacc=$(python3 -c "import json,sys;print(json.loads(sys.argv[1])['accuracy'])" 
 python3 -c "import sys; sys.exit(0 if abs($pyacc - $acc) <= 0.05 else 1)" \
     || fail "NumPy accuracy $pyacc vs reported $acc"
 pass "the last checkpoint in NumPy: $pyacc% (reported $acc%)"
+
+# --- 6. extending a finished run ------------------------------------------------------------------
+ext() { # FILE EPOCHS [SECTION.KEY=VALUE...]: the extension test's job (constant schedule)
+    local f=$1 e=$2; shift 2
+    job_ini "$f" ex job.epochs="$e" job.seed=5 job.log_every=1000 job.checkpoint_every=100 \
+        model.hidden=64 model.dropout=0.1 optim.lr=0.002 optim.batch=256 "$@"
+}
+ext "$WORK/ex1.ini" 1
+ext "$WORK/ex2.ini" 2
+ext "$WORK/exlr.ini" 2 optim.lr=0.003
+spe=$((60000 / 256))
+runx() { # DIR JOB OUT LOG [args...]
+    local d=$1 j=$2 o=$3 l=$4; shift 4
+    mkdir -p "$d"
+    (cd "$d" && "$GM" train --local "$j" --no-progress --no-tensorboard --out "$o" "$@") 2>"$l"
+}
+runx "$WORK/x" "$WORK/ex1.ini" "$WORK/x1.safetensors" "$WORK/x1.log" || { tail "$WORK/x1.log"; fail "1-epoch run"; }
+runx "$WORK/x" "$WORK/ex2.ini" "$WORK/x2.safetensors" "$WORK/x2.log" --resume ex.checkpoints \
+    || { tail "$WORK/x2.log"; fail "extended run"; }
+grep -q "event=resume path=ex.checkpoints/$(printf 'step-%010d' $spe).safetensors step=$spe " "$WORK/x2.log" \
+    || { cat "$WORK/x2.log"; fail "the extended run did not resume from step $spe"; }
+grep -q "event=resume-extend .*: extending from 1 to 2 epochs" "$WORK/x2.log" || fail "no 'extending from 1 to 2 epochs'"
+grep -q "event=done job=ex steps=$((2 * spe)) " "$WORK/x2.log" || fail "the extended run did not reach step $((2 * spe))"
+runx "$WORK/xf" "$WORK/ex2.ini" "$WORK/xf.safetensors" "$WORK/xf.log" || { tail "$WORK/xf.log"; fail "2-epoch run"; }
+cmp "$WORK/x2.safetensors" "$WORK/xf.safetensors" || fail "extended run differs from a 2-epoch run from scratch"
+pass "1 epoch extended to 2: resumed at step $spe, ended at $((2 * spe)), byte-identical to a 2-epoch run"
+
+set +e
+runx "$WORK/x" "$WORK/exlr.ini" "$WORK/xlr.safetensors" "$WORK/xlr.log" --resume ex.checkpoints
+rc=$?
+set -e
+[ $rc -eq 78 ] || { cat "$WORK/xlr.log"; fail "another lr: exit $rc, want 78"; }
+grep -q "^error: .*a checkpoint of job 'ex' with other settings: \[optim\] lr (0.002 -> 0.003); only \[job\] epochs may change" \
+    "$WORK/xlr.log" || { cat "$WORK/xlr.log"; fail "the refusal does not name [optim] lr"; }
+[ -e "$WORK/xlr.safetensors" ] && fail "a refused resume trained anyway"
+pass "another lr refused: $(grep 'other settings' "$WORK/xlr.log")"
+set +e
+runx "$WORK/x" "$WORK/ex1.ini" "$WORK/xs.safetensors" "$WORK/xs.log" --resume ex.checkpoints
+rc=$?
+set -e
+[ $rc -eq 78 ] && grep -q "past this run's last step $spe" "$WORK/xs.log" \
+    || { cat "$WORK/xs.log"; fail "fewer epochs than the checkpoint's step: exit $rc"; }
+pass "fewer epochs than the checkpoint's step refused: $(grep -o "at step.*" "$WORK/xs.log")"
 echo "PASS"

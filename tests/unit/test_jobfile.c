@@ -11,6 +11,7 @@
 #include "common/err.h"
 #include "common/log.h"
 #include "common/test.h"
+#include "train/ckpt/ckpt.h"
 #include "train/job.h"
 
 GM_TEST_DEFINE_STATE;
@@ -759,6 +760,71 @@ static void test_load(void)
     free(big);
 }
 
+/* The identity leaves out the [job] epochs line and nothing else; gm_job_diff names the keys
+ * whose values differ, never epochs. */
+static void test_identity_and_diff(void)
+{
+    static const char a[] = "[job]\nmodel = mlp\nepochs = 5\nseed = 3\n[data]\nkind = idx\n"
+                            "dir = /d\n[optim]\nname = sgd\nlr = 0.1\nbatch = 64\n";
+    static const char b[] = "[job]\nmodel = mlp\n  epochs: 8\nseed = 3\n[data]\nkind = idx\n"
+                            "dir = /d\n[optim]\nname = sgd\nlr = 0.1\nbatch = 64\n";
+    static const char none[] = "[job]\nmodel = mlp\nseed = 3\n[data]\nkind = idx\n"
+                               "dir = /d\n[optim]\nname = sgd\nlr = 0.1\nbatch = 64\n";
+    static const char lr[] = "[job]\nmodel = mlp\nepochs = 8\nseed = 3\n[data]\nkind = idx\n"
+                             "dir = /d\n[optim]\nname = sgd\nlr = 0.2 ; faster\nbatch = 64\n"
+                             "momentum = 0.9\n";
+    static const char comment[] = "[job]\nmodel = mlp\nepochs = 5\nseed = 3 ; same\n[data]\n"
+                                  "kind = idx\ndir = /d\n[optim]\nname = sgd\nlr = 0.1\n"
+                                  "batch = 64\n";
+    /* "epochs" as a value elsewhere is not the key: only the line that set [job] epochs goes */
+    static const char other[] = "[job]\nmodel = mlp\nepochs = 5\nseed = 3\n[data]\nkind = idx\n"
+                                "dir = /epochs = 5\n[optim]\nname = sgd\nlr = 0.1\nbatch = 64\n";
+    struct gm_job ja, jb, jn, jl, jc, jo;
+    char out[512], hex[65];
+
+    GM_CHECK_OK(parse_quiet(a, &ja));
+    GM_CHECK_OK(parse_quiet(b, &jb));
+    GM_CHECK_OK(parse_quiet(none, &jn));
+    GM_CHECK_OK(parse_quiet(lr, &jl));
+    GM_CHECK_OK(parse_quiet(comment, &jc));
+    GM_CHECK_OK(parse_quiet(other, &jo));
+    GM_CHECK_EQ(jb.epochs, 8);
+    GM_CHECK_EQ(strlen(ja.identity), (size_t)64);
+    /* the identity is the SHA-256 of the text less the epochs line: here, of `none` */
+    GM_CHECK_STREQ(ja.identity, jn.identity);
+    GM_CHECK_STREQ(jb.identity, jn.identity);
+    gm_ckpt_sha256_hex(none, strlen(none), hex);
+    GM_CHECK_STREQ(jn.identity, hex);
+    GM_CHECK(strcmp(ja.identity, jl.identity) != 0);
+    GM_CHECK(strcmp(ja.identity, jc.identity) != 0);
+    GM_CHECK(strcmp(ja.identity, jo.identity) != 0);
+
+    GM_CHECK_EQ(gm_job_diff(a, strlen(a), b, strlen(b), out, sizeof(out)), 0);
+    GM_CHECK_STREQ(out, "");
+    GM_CHECK_EQ(gm_job_diff(a, strlen(a), comment, strlen(comment), out, sizeof(out)), 0);
+    GM_CHECK_EQ(gm_job_diff(a, strlen(a), lr, strlen(lr), out, sizeof(out)), 2);
+    GM_CHECK_STREQ(out, "[optim] lr (0.1 -> 0.2), [optim] momentum (unset -> 0.9)");
+    GM_CHECK_EQ(gm_job_diff(lr, strlen(lr), a, strlen(a), out, 20), 2); /* truncated, ended */
+    GM_CHECK_EQ(strlen(out), (size_t)19);
+    GM_CHECK_EQ(gm_job_diff(a, strlen(a), other, strlen(other), out, sizeof(out)), 1);
+    GM_CHECK_STREQ(out, "[data] dir (/d -> /epochs = 5)");
+    {
+        int null = open("/dev/null", O_WRONLY | O_CLOEXEC); /* the refusal's line: not checked */
+        GM_CHECK(null >= 0);
+        gm_log_set_fd(null);
+        GM_CHECK_ERR(gm_job_diff("[job]\nfoo = 1\n", 14, a, strlen(a), out, sizeof(out)),
+                     GM_ERR_CONFIG);
+        gm_log_set_fd(2);
+        close(null);
+    }
+    gm_job_free(&ja);
+    gm_job_free(&jb);
+    gm_job_free(&jn);
+    gm_job_free(&jl);
+    gm_job_free(&jc);
+    gm_job_free(&jo);
+}
+
 static void cleanup_tmpdir(void)
 {
     static const char *const names[] = {"job.ini", "big.ini"};
@@ -793,6 +859,7 @@ int main(void)
     GM_TEST_RUN(test_bad_bytes);
     GM_TEST_RUN(test_load);
     GM_TEST_RUN(test_shipped_jobs);
+    GM_TEST_RUN(test_identity_and_diff);
     cleanup_tmpdir();
     return gm_test_finish("test_jobfile");
 }

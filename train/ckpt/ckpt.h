@@ -12,7 +12,8 @@
  *     DiLoCo's anchor and outer momentum), flat, when the run has any;
  *   - __metadata__ (every value a string): "format" "pt", "producer" "gradmesh",
  *     "gradmesh.ckpt" (GM_CKPT_FORMAT, the version of this layout), "job" (the job text),
- *     "job_hash" (SHA-256 of the job text, hex), "job_name", "model", "params", "step" (steps
+ *     "job_hash" (the job's identity: SHA-256 of the job text less its [job] epochs
+ *     line, hex; struct gm_job), "job_name", "model", "params", "step" (steps
  *     taken), "total_steps", "epoch" (0-based epoch of the next step), "data_offset" (the
  *     next sample's position in that epoch's permutation: (step mod steps_per_epoch) *
  *     global_batch), "global_batch", "seed", "optim", "optim_step", "term" (the chief's term,
