@@ -40,6 +40,7 @@
 #include "agent/mesh/members.h"
 #include "agent/service/metrics.h"
 #include "agent/service/notify.h"
+#include "agent/service/statelock.h"
 #include "agent/service/version.h"
 #include "agent/net/proto.h"
 #include "agent/core/state.h"
@@ -481,6 +482,11 @@ int gm_agent_open(const char *config_path, struct gm_agent **out)
         return err;
     }
     err = gm_config_load(config_path, &a->cfg);
+    /* one agent per state directory: before anything in it is read or written */
+    if (err == 0) {
+        err = gm_statelock_take(a->cfg.state_dir, a->cfg.listen, &a->state_lock_fd);
+        a->state_locked = err == 0;
+    }
     if (err == 0)
         err = load_identity(a);
     if (err == 0) {
@@ -550,6 +556,9 @@ int gm_agent_start(struct gm_agent *a)
                uv_strerror(err));
         return err;
     }
+    if (a->state_locked && gm_statelock_update(a->state_lock_fd, a->listen_addr) != 0)
+        gm_warn("event=state-lock-record state=%s: the lock file keeps the configured address",
+                a->cfg.state_dir);
     err = uv_timer_init(&a->loop, &a->timer);
     if (err != 0)
         return err;
@@ -678,6 +687,8 @@ void gm_agent_free(struct gm_agent *a)
     gm_endpoints_free(a);
     gm_measure_free(a);
     sodium_memzero(a->bkey, sizeof(a->bkey));
+    if (a->state_locked) /* last: nothing of this agent touches the state directory any more */
+        gm_statelock_release(&a->state_lock_fd);
     free(a);
 }
 

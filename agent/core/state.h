@@ -150,6 +150,9 @@ struct gm_agent {
     struct gm_lctx *links;
     int started, stopping, handles_open;
     char listen_addr[GM_ADDR_MAX];
+    /* agent/service/statelock.h: the state directory's lock, held for the process's life */
+    int state_lock_fd;
+    bool state_locked; /* state_lock_fd is ours (a struct made without gm_agent_open: no) */
     struct gm_agent_stats stats;
     /* members.c */
     struct gm_peer *peers;

@@ -21,6 +21,7 @@
 #include "agent/jobs/job.h"
 #include "agent/core/state.h"
 #include "common/log.h"
+#include "train/job.h"
 
 static void barrier_cb(struct raft_barrier *req, int status)
 {
@@ -74,11 +75,23 @@ static long newest_committed(const struct gm_chief_fsm *f, const char *key)
     return step;
 }
 
+/* The checkpoint key of a replicated job (gm_jobs_ckpt_key of its parsed text), or "". */
+static void key_of(const struct gm_chief_job *jb, char key[GM_JOBS_CKPT_KEY_LEN + 1])
+{
+    struct gm_job job;
+
+    key[0] = '\0';
+    if (jb->spec != NULL && gm_job_parse(jb->spec, jb->spec_len, jb->job, &job) == 0) {
+        gm_jobs_ckpt_key(&job, key);
+        gm_job_free(&job);
+    }
+}
+
 static void try_resume(struct gm_agent *a, struct gm_jobresume *rs, uint64_t now)
 {
     const struct gm_chief_fsm *f = gm_chief_state(a);
     const struct gm_chief_job *jb = f != NULL ? open_job(f) : NULL;
-    char missing[256], key[17];
+    char missing[256], key[GM_JOBS_CKPT_KEY_LEN + 1];
     unsigned nmiss;
     int err;
 
@@ -102,8 +115,7 @@ static void try_resume(struct gm_agent *a, struct gm_jobresume *rs, uint64_t now
         return;
     }
     rs->phase = GM_JOBRESUME_PHASE_DONE;
-    memcpy(key, jb->spec_sha256, 16);
-    key[16] = '\0';
+    key_of(jb, key);
     err = gm_jobs_resume(a->jobs, jb->job, jb->spec, jb->spec_len, (int)jb->global_batch);
     if (err == 0)
         gm_notice("event=job-auto-resume job=%s state=%s step=%" PRId64 " newest_committed=%ld "
