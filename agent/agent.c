@@ -108,7 +108,7 @@ static int on_up(struct gm_link *l)
     if (strcmp(c->node, a->cfg.node) == 0)
         return gm_agent_refuse(l, GM_ERR_AUTH, "peer uses this node's own name");
     if (!gm_rooms_may_link(a, c->node)) /* the chief room: revoked */
-        return gm_agent_refuse(l, GM_ERR_AUTH, "this node is revoked");
+        return gm_agent_refuse(l, GM_ERR_AUTH, GM_PROTO_REVOKED_MSG);
     gm_link_set_state(l, GM_LSTATE_HELLO);
     gm_measure_link_view(a, c);
     return gm_members_send_hello(a, c);
@@ -134,7 +134,6 @@ static int h_error(struct gm_agent *a, struct gm_link *l, const struct gm_frame_
     char msg[200];
     int code = 0;
 
-    (void)a;
     if (gm_proto_error_decode(p, h->len, &code, msg, sizeof(msg)) != 0) {
         code = GM_ERR_PROTO;
         snprintf(msg, sizeof(msg), "malformed error frame");
@@ -147,6 +146,12 @@ static int h_error(struct gm_agent *a, struct gm_link *l, const struct gm_frame_
                  GM_PROTO_VERSION, gm_version_string());
     else
         snprintf(c->reason, sizeof(c->reason), "peer refused: %s", msg);
+    if (code == GM_ERR_AUTH && strcmp(msg, GM_PROTO_REVOKED_MSG) == 0 && !a->revoked) {
+        a->revoked = true; /* `gradmesh leave` waits for this (status "revoked") */
+        gm_warn("event=this-node-revoked peer=%s reason=\"a member refuses this node as "
+                "revoked\"",
+                c->node);
+    }
     gm_link_close(l, code);
     return 0;
 }

@@ -114,6 +114,7 @@ static json_t *status_json(struct gm_agent *a)
     json_object_set_new(o, "cuda", json_boolean(gm_version_cuda()));
     json_object_set_new(o, "proto", json_integer(GM_PROTO_VERSION));
     json_object_set_new(o, "mixed_versions", json_boolean(mixed));
+    json_object_set_new(o, "revoked", json_boolean(a->revoked));
     gm_chief_status(a, o); /* chief, term, quorum, chief_reason, member_role, raft_role */
     json_object_set_new(o, "members", members);
     json_object_set_new(o, "job", gm_jobs_status_json(a->jobs));

@@ -24,6 +24,7 @@ int gm_cli_revoke(int argc, char **argv);
 int gm_cli_role(int argc, char **argv);
 int gm_cli_checkpoint(int argc, char **argv);
 int gm_cli_version(int argc, char **argv);
+int gm_cli_leave(int argc, char **argv);
 
 /* JSON for people: reals with at most 6 significant digits (83.88, not 83.879999999999995),
  * as `gradmesh jobs --json` prints them. */
@@ -56,5 +57,27 @@ void gm_cli_quiet_log(void);
  */
 const char *gm_cli_fmt_bytes(double bytes, char *out, size_t cap);
 const char *gm_cli_fmt_duration(double seconds, char *out, size_t cap);
+
+/* agent/cli/cli_state.c: the state directory and config of init, join and leave. */
+/* Whether CMD may write config and an identity into state_dir: never while an agent runs on
+ * it (its lock is held); without force, not over an existing config file or node identity.
+ * GM_EXIT_OK, or GM_EXIT_CONFIG after one line on stderr naming the file and --force. */
+int gm_cli_state_check(const char *cmd, const char *config, const char *state_dir, int force);
+/* Removes a node's identity and cluster state from state_dir (node.key, node.crt, ca.*,
+ * tokens, beacon.key, members, admitter, denylist, raft/); checkpoints/ and jobs/ stay. */
+int gm_cli_state_wipe(const char *state_dir);
+/* Folders a command made, so a failure removes them again (newest first). */
+#define GM_CLI_MADE_MAX 16
+struct gm_cli_made {
+    int n;
+    char dir[GM_CLI_MADE_MAX][1024];
+};
+/* mkdir -p of path's parents (0755) and, with last, of path itself (0700); each folder made
+ * is recorded in made (may be NULL).  0 or -errno. */
+int gm_cli_mkdirs(const char *path, int last, struct gm_cli_made *made);
+/* Undoes a failed init or join: unlinks files[0..nfiles) in state_dir (NULL: none), then
+ * removes the folders made records, newest first (rmdir: only when empty). */
+void gm_cli_undo(struct gm_cli_made *made, const char *state_dir, const char *const *files,
+                 size_t nfiles);
 
 #endif

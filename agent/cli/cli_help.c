@@ -25,7 +25,7 @@ struct verb_help {
 static const struct verb_help verbs[] = {
     {"init",
      "--cluster NAME [--config FILE] [--state DIR] [--listen HOST:PORT] [--node ID]\n"
-     "                     [--multicast GROUP:PORT|off] [--metrics HOST:PORT|off]",
+     "                     [--multicast GROUP:PORT|off] [--metrics HOST:PORT|off] [--force]",
      "make a new cluster: its CA and this machine as the first node (the admitter)",
      "  --cluster NAME         the cluster's name (1-63 of a-z 0-9 . _ -)\n" CONFIG_LINE
      "                         without --config, the file is /etc/gradmesh/NAME.conf and\n"
@@ -35,11 +35,13 @@ static const struct verb_help verbs[] = {
      "  --node ID              this node's id (default: random)\n"
      "  --multicast GROUP:PORT|off  LAN beacons (default 239.192.74.50:7451)\n"
      "  --metrics HOST:PORT|off  the Prometheus endpoint, on loopback (default\n"
-     "                         127.0.0.1:9464; one port per agent on a host)\n"},
+     "                         127.0.0.1:9464; one port per agent on a host)\n"
+     "  --force                replace an existing config file and node identity (its\n"
+     "                         checkpoints are kept); never those of a running agent\n"},
     {"join",
      "TOKEN [--peer HOST:PORT] [--config FILE] [--state DIR] [--listen HOST:PORT]\n"
      "                     [--node ID] [--multicast GROUP:PORT|off] [--wait SECONDS]\n"
-     "                     [--metrics HOST:PORT|off]",
+     "                     [--metrics HOST:PORT|off] [--force]",
      "join a cluster with an invite token from `gradmesh token create`",
      "  TOKEN                  gmtoken1_...; on a LAN it alone finds the admitter\n"
      "  --peer HOST:PORT       the admitter's address (through a VPN or a WAN)\n" CONFIG_LINE
@@ -50,7 +52,18 @@ static const struct verb_help verbs[] = {
      "  --multicast GROUP:PORT|off  LAN beacons (default 239.192.74.50:7451)\n"
      "  --wait SECONDS         how long to look for the admitter by multicast (1-3600, 15)\n"
      "  --metrics HOST:PORT|off  the Prometheus endpoint, on loopback (default\n"
-     "                         127.0.0.1:9464; one port per agent on a host)\n"},
+     "                         127.0.0.1:9464; one port per agent on a host)\n"
+     "  --force                replace an existing config file and node identity (its\n"
+     "                         checkpoints are kept); never those of a running agent.\n"
+     "                         A join that fails removes what it created.\n"},
+    {"leave", "[--wait SECONDS] [--config FILE]",
+     "leave the cluster: the chief revokes this node, then its identity is removed",
+     "  --wait SECONDS         how long to wait for the chief to revoke this node (1-3600,\n"
+     "                         10)\n" CONFIG_LINE
+     "  This node's agent must run (it tells the chief); it is stopped, then the node's\n"
+     "  identity, cluster state and config file are removed.  Checkpoints and job\n"
+     "  outputs stay in the state directory (the path is printed).  Refused on the chief:\n"
+     "  stop its agent (it hands leadership to another voter), start it again, then leave.\n"},
     {"agent", "[--config FILE]", "run the daemon (systemd runs this as gradmesh@CLUSTER)",
      CONFIG_LINE "  Under systemd it reports READY=1, STATUS=, WATCHDOG=1 and STOPPING=1;\n"
                  "  SIGTERM or SIGINT stop it (SIGTERM on the chief first finishes the step\n"

@@ -32,35 +32,14 @@
 
 #define FIND_WAIT_S 15 /* join without --peer: how long to look for an admitter */
 
-/* Makes every folder above the last component of path (0755). */
-static int mkdir_parents(const char *path)
+/* mkdir -p with mode 0700 for the last component (folders made recorded in made); the result
+ * made absolute. */
+static int make_state_dir(const char *dir, char *abs, size_t cap, struct gm_cli_made *made)
 {
-    char tmp[GM_PATH_MAX];
-    size_t i, n = strlen(path);
-
-    if (n == 0 || n >= sizeof(tmp))
-        return -EINVAL;
-    memcpy(tmp, path, n + 1);
-    for (i = 1; i < n; i++) {
-        if (tmp[i] != '/')
-            continue;
-        tmp[i] = '\0';
-        if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
-            return -errno;
-        tmp[i] = '/';
-    }
-    return 0;
-}
-
-/* mkdir -p with mode 0700 for the last component; the result made absolute. */
-static int make_state_dir(const char *dir, char *abs, size_t cap)
-{
-    int err = mkdir_parents(dir);
+    int err = gm_cli_mkdirs(dir, 1, made);
 
     if (err != 0)
         return err;
-    if (mkdir(dir, 0700) != 0 && errno != EEXIST)
-        return -errno;
     if (chmod(dir, 0700) != 0)
         return -errno;
     if (realpath(dir, abs) == NULL || strlen(abs) >= cap)
@@ -69,10 +48,15 @@ static int make_state_dir(const char *dir, char *abs, size_t cap)
 }
 
 /* The config file's folder (e.g. /etc/gradmesh), made when missing. */
-static int make_config_dir(const char *config)
+static int make_config_dir(const char *config, struct gm_cli_made *made)
 {
-    return mkdir_parents(config);
+    return gm_cli_mkdirs(config, 0, made);
 }
+
+/* The files init and join write into a state directory (a failure removes them again). */
+static const char *const written[] = {"ca.key",     "ca.crt",  "node.key", "node.crt", "tokens",
+                                      "beacon.key", "members", "admitter"};
+#define NWRITTEN (sizeof(written) / sizeof(written[0]))
 
 /*
  * Where init and join write the config.  --config or $GRADMESH_CONFIG when given; otherwise
@@ -146,7 +130,7 @@ static int check_listen(const char *listen)
  * everything in DIR (control.sock there). */
 static int prepare_config(struct gm_config *c, const char *cluster, const char *node,
                           const char *listen, const char *state, const char *multicast,
-                          const char *metrics)
+                          const char *metrics, struct gm_cli_made *made)
 {
     char abs[GM_PATH_MAX];
     int err, n;
@@ -155,7 +139,7 @@ static int prepare_config(struct gm_config *c, const char *cluster, const char *
     gm_config_defaults(c);
     if (system_layout)
         state = GM_DEFAULT_STATE;
-    err = make_state_dir(state, abs, sizeof(abs));
+    err = make_state_dir(state, abs, sizeof(abs), made);
     if (err != 0)
         return err;
     snprintf(c->cluster, sizeof(c->cluster), "%s", cluster);
@@ -202,31 +186,19 @@ static int check_multicast(const char *cmd, const char *m)
     return -EINVAL;
 }
 
-static int refuse_existing(const struct gm_config *c)
-{
-    char path[GM_PATH_MAX];
-    struct stat st;
-
-    if (state_file(c, "node.key", path) != 0)
-        return -ENAMETOOLONG;
-    if (stat(path, &st) == 0) {
-        fprintf(stderr, "gradmesh: %s already holds a node identity\n", c->state_dir);
-        return -EEXIST;
-    }
-    return 0;
-}
-
 int gm_cli_init(int argc, char **argv)
 {
     static const struct option opts[] = {
         {"cluster", required_argument, NULL, 'c'}, {"config", required_argument, NULL, 'f'},
         {"state", required_argument, NULL, 's'},   {"listen", required_argument, NULL, 'l'},
         {"node", required_argument, NULL, 'n'},    {"multicast", required_argument, NULL, 'm'},
-        {"metrics", required_argument, NULL, 'M'}, {NULL, 0, NULL, 0}};
+        {"metrics", required_argument, NULL, 'M'}, {"force", no_argument, NULL, 'F'},
+        {NULL, 0, NULL, 0}};
     const char *cluster = NULL, *config = NULL, *state = NULL, *listen = GM_DEFAULT_LISTEN,
                *node = NULL, *multicast = NULL, *metrics = NULL;
     char config_buf[GM_PATH_MAX];
-    int link = 0;
+    int link = 0, force = 0;
+    struct gm_cli_made made = {0};
     uint8_t bkey[GM_BEACON_KEY_LEN];
     char node_buf[GM_ID_NAME_MAX + 1], path[GM_PATH_MAX];
     struct gm_key *cakey = NULL, *key = NULL;
@@ -259,6 +231,9 @@ int gm_cli_init(int argc, char **argv)
         case 'M':
             metrics = optarg;
             break;
+        case 'F':
+            force = 1;
+            break;
         default:
             return gm_cli_usage_err("init");
         }
@@ -282,13 +257,18 @@ int gm_cli_init(int argc, char **argv)
         fprintf(stderr, "gradmesh init: --listen wants IP:PORT\n");
         return GM_EXIT_USAGE;
     }
-    err = prepare_config(&c, cluster, node, listen, state, multicast, metrics);
-    if (err != 0)
+    o = gm_cli_state_check("init", config, state != NULL ? state : GM_DEFAULT_STATE, force);
+    if (o != GM_EXIT_OK)
+        return o;
+    err = prepare_config(&c, cluster, node, listen, state, multicast, metrics, &made);
+    if (err != 0) {
+        gm_cli_undo(&made, NULL, NULL, 0);
         return gm_cli_fail("init", err, "state directory");
-    err = refuse_existing(&c);
-    if (err != 0)
-        return GM_EXIT_CONFIG;
-    err = gm_id_key_generate(&cakey);
+    }
+    /* --force: the identity and cluster state of the node before go (checkpoints stay) */
+    err = force ? gm_cli_state_wipe(c.state_dir) : 0;
+    if (err == 0)
+        err = gm_id_key_generate(&cakey);
     if (err == 0)
         err = gm_id_ca_create(cluster, cakey, GM_ID_CA_DAYS, &ca);
     if (err == 0)
@@ -312,15 +292,17 @@ int gm_cli_init(int argc, char **argv)
         err = gm_beacon_key_save(path, bkey);
     sodium_memzero(bkey, sizeof(bkey));
     if (err == 0)
-        err = make_config_dir(config);
+        err = make_config_dir(config, &made);
     if (err == 0)
         err = gm_config_save(config, &c);
     gm_id_key_free(cakey);
     gm_id_key_free(key);
     gm_id_cert_free(ca);
     gm_id_cert_free(cert);
-    if (err != 0)
+    if (err != 0) {
+        gm_cli_undo(&made, c.state_dir, written, NWRITTEN);
         return gm_cli_fail("init", err, "could not create the cluster");
+    }
     if (link)
         link_default_config(cluster);
     gm_notice("event=cluster-created cluster=%s node=%s state=%s config=%s", cluster, node,
@@ -494,11 +476,13 @@ int gm_cli_join(int argc, char **argv)
                                          {"multicast", required_argument, NULL, 'm'},
                                          {"wait", required_argument, NULL, 'w'},
                                          {"metrics", required_argument, NULL, 'M'},
+                                         {"force", no_argument, NULL, 'F'},
                                          {NULL, 0, NULL, 0}};
     const char *peer = NULL, *config = NULL, *state = NULL, *listen = GM_DEFAULT_LISTEN,
                *node = NULL, *multicast = NULL, *metrics = NULL;
     char config_buf[GM_PATH_MAX];
-    int link = 0;
+    int link = 0, force = 0;
+    struct gm_cli_made made = {0};
     char node_buf[GM_ID_NAME_MAX + 1], path[GM_PATH_MAX], peer_addr[GM_ADDR_MAX];
     struct sockaddr_storage ss;
     struct gm_token *tok = NULL;
@@ -534,6 +518,9 @@ int gm_cli_join(int argc, char **argv)
             break;
         case 'M':
             metrics = optarg;
+            break;
+        case 'F':
+            force = 1;
             break;
         case 'w': {
             char *end = NULL;
@@ -588,14 +575,21 @@ int gm_cli_join(int argc, char **argv)
     }
     err = config_for(config, gm_token_cluster(tok), config_buf, &link);
     config = config_buf;
+    if (err == 0) {
+        o = gm_cli_state_check("join", config, state != NULL ? state : GM_DEFAULT_STATE, force);
+        if (o != GM_EXIT_OK) {
+            gm_token_free(tok);
+            return o;
+        }
+    }
     if (err == 0)
-        err = prepare_config(&c, gm_token_cluster(tok), node, listen, state, multicast, metrics);
-    if (err == 0)
-        err = refuse_existing(&c);
+        err = prepare_config(&c, gm_token_cluster(tok), node, listen, state, multicast, metrics,
+                             &made);
     if (err == 0)
         err = gm_id_key_generate(&key);
     if (err != 0) {
         gm_token_free(tok);
+        gm_cli_undo(&made, NULL, NULL, 0);
         return gm_cli_fail("join", err, "state directory");
     }
     if (peer != NULL) /* through a VPN or WAN: the agent keeps dialing it (static endpoint) */
@@ -617,10 +611,12 @@ int gm_cli_join(int argc, char **argv)
         join_explain(err, strip_admitter(r.reason), peer_addr, node);
         gm_id_key_free(key);
         gm_join_result_free(&r);
+        gm_cli_undo(&made, NULL, NULL, 0); /* nothing was written: only folders made */
         return gm_err_exit_code(err);
     }
-    err = state_file(&c, "node.key", path);
-    if (err == 0)
+    /* --force: the identity and cluster state of the node before go (checkpoints stay) */
+    err = force ? gm_cli_state_wipe(c.state_dir) : 0;
+    if (err == 0 && (err = state_file(&c, "node.key", path)) == 0)
         err = gm_id_key_save(key, path);
     if (err == 0 && (err = state_file(&c, "node.crt", path)) == 0)
         err = gm_id_cert_save(r.cert, path);
@@ -637,13 +633,15 @@ int gm_cli_join(int argc, char **argv)
         err = gm_id_write_file(path, line, strlen(line), 0644);
     }
     if (err == 0)
-        err = make_config_dir(config);
+        err = make_config_dir(config, &made);
     if (err == 0)
         err = gm_config_save(config, &c);
     gm_id_key_free(key);
     gm_join_result_free(&r);
-    if (err != 0)
+    if (err != 0) {
+        gm_cli_undo(&made, c.state_dir, written, NWRITTEN);
         return gm_cli_fail("join", err, "could not save the new identity");
+    }
     if (link)
         link_default_config(c.cluster);
     gm_notice("event=joined cluster=%s node=%s token=%s", c.cluster, node, id);

@@ -23,7 +23,7 @@ static const struct subcommand commands[] = {
     {"doctor", gm_cli_doctor},   {"submit", gm_cli_submit}, {"jobs", gm_cli_jobs},
     {"cancel", gm_cli_cancel},   {"train", gm_cli_train},   {"members", gm_cli_members},
     {"revoke", gm_cli_revoke},   {"role", gm_cli_role},     {"checkpoint", gm_cli_checkpoint},
-    {"version", gm_cli_version},
+    {"version", gm_cli_version}, {"leave", gm_cli_leave},
 };
 
 /* "--help" or "-h" anywhere after the verb (before a "--"). */

@@ -268,12 +268,14 @@ static void after_apply(void *arg, const struct gm_chief_cmd *c, int code)
     if (c->op == GM_CHIEF_OP_REVOKE) {
         gm_notice("event=node-revoked node=%s term=%llu", c->node, (unsigned long long)c->term);
         if (strcmp(c->node, a->cfg.node) == 0)
+            a->revoked = true;
+        if (strcmp(c->node, a->cfg.node) == 0)
             gm_warn("event=this-node-revoked reason=\"the cluster revoked this node; its "
                     "members refuse it\"");
         for (struct gm_lctx *k = a->links; k != NULL; k = k->next)
             if (strcmp(k->node, c->node) == 0 && !gm_link_is_closing(k->link)) {
                 snprintf(k->reason, sizeof(k->reason), "revoked");
-                gm_link_fail(k->link, GM_ERR_AUTH, "this node is revoked");
+                gm_link_fail(k->link, GM_ERR_AUTH, GM_PROTO_REVOKED_MSG);
             }
         gm_chiefnet_link_down(ch->net, c->node);
     } else if (c->op == GM_CHIEF_OP_MEMBER) {

@@ -153,6 +153,8 @@ struct gm_agent {
     /* agent/service/statelock.h: the state directory's lock, held for the process's life */
     int state_lock_fd;
     bool state_locked; /* state_lock_fd is ours (a struct made without gm_agent_open: no) */
+    /* the cluster revoked this node (its raft entry, or a member's refusal saying so) */
+    bool revoked;
     struct gm_agent_stats stats;
     /* members.c */
     struct gm_peer *peers;

@@ -91,6 +91,9 @@ enum gm_msg_type {
  * Each side refuses a peer older than GM_PROTO_MIN by name ("runs an older gradmesh");
  * a newer peer decides for itself whether it can still talk to this one. */
 #define GM_PROTO_VERSION 2
+/* The refusal a member sends a revoked node (an error frame, GM_ERR_AUTH): the node learns
+ * from it that it is revoked even when the raft entry cannot reach it any more. */
+#define GM_PROTO_REVOKED_MSG "this node is revoked"
 #define GM_PROTO_MIN 2
 #define GM_PROTO_VERSION_MAX 64 /* a peer's version string, with its NUL */
 #define GM_MEMBERS_MAX 1024

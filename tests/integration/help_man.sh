@@ -10,7 +10,7 @@ cd "$(dirname "$0")/../.."
 export GRADMESH_CONFIG=$WORK/absent.conf   # nothing here may touch /etc/gradmesh
 MAN=docs/man/gradmesh.1
 verbs=$(sed -n 's/^\.SS \([a-z]*\)$/\1/p' "$MAN")
-[ "$(echo $verbs)" = "init join agent token status peers doctor members revoke role submit jobs cancel checkpoint train version" ] ||
+[ "$(echo $verbs)" = "init join leave agent token status peers doctor members revoke role submit jobs cancel checkpoint train version" ] ||
     fail "man page verbs: $(echo $verbs)"
 
 # options of a man page section: \-\-name tokens between ".SS VERB" and the next .SS/.SH

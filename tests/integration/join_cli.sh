@@ -3,7 +3,11 @@
 # join, agents linking, and the token refusals (reused, malformed, revoked,
 # expired, wrong CA pin), each seen on both sides: the joiner's exit code and
 # message, and the admitter's log line.  Then file modes and a log grep for
-# secrets.
+# secrets.  Then no silent overwrite: init and join refuse an existing config or
+# identity without --force and a running agent's with it; a failed join removes the
+# folders it made (never one that existed); join --force replaces an identity and keeps
+# its checkpoints; `leave` is refused on the chief, and on a member has the chief revoke
+# it, stops its agent, removes its identity and config and keeps its checkpoints.
 #
 #   alpha (init, admitter) 127.0.0.1:PA  <--TLS-->  beta (join) 127.0.0.1:PB
 #         ^                                              ^
@@ -34,6 +38,8 @@ rc=$?
 grep -q "already used" "$WORK/reuse.err" || fail "reused token: joiner message: $(cat "$WORK/reuse.err")"
 log_has alpha "event=join-refused token=$ID1"
 [ ! -e "$WORK/x/node.crt" ] || fail "reused token produced a certificate"
+# a failed join removes what it created: the state directory it made, no config
+[ ! -e "$WORK/x" ] && [ ! -e "$WORK/x.conf" ] || fail "a refused join left $(ls -d "$WORK"/x* 2>/dev/null)"
 pass "second use refused (exit 78, both sides)"
 
 # a listen port of 0 cannot be dialed by the members: usage error
@@ -130,4 +136,83 @@ done
 if grep -rq "PRIVATE KEY" "$WORK"/*.log; then fail "key material in a log"; fi
 grep -q "token=$ID1" "$WORK/alpha.log" || fail "logs do not name the token id (the grep could not fail)"
 pass "key and token files 0600; no secret in the logs"
+
+# --- no silent overwrite ------------------------------------------------------------------------
+sum0=$(sha256sum "$WORK/alpha.conf" "$WORK/beta/node.key")
+"$GM" init --metrics off --cluster lab2 --config "$WORK/alpha.conf" --state "$WORK/fresh" \
+    --listen 127.0.0.1:1 --node z >/dev/null 2>"$WORK/ow1.err"
+rc=$?
+[ $rc -eq 78 ] && [ "$(cat "$WORK/ow1.err")" = "gradmesh init: $WORK/alpha.conf exists: give --force to replace it, or another --config FILE" ] ||
+    fail "init over a config: exit $rc $(cat "$WORK/ow1.err")"
+[ ! -e "$WORK/fresh" ] || fail "a refused init made its state directory"
+"$GM" init --metrics off --cluster zz --config "$WORK/z.conf" --state "$WORK/z" \
+    --listen 127.0.0.1:1 --node zeta >/dev/null 2>>"$WORK/cli.log" || fail "init zz"
+"$GM" init --metrics off --cluster lab2 --config "$WORK/new.conf" --state "$WORK/z" \
+    --listen 127.0.0.1:1 --node z >/dev/null 2>"$WORK/ow2.err"
+rc=$?
+[ $rc -eq 78 ] && [ "$(cat "$WORK/ow2.err")" = "gradmesh init: $WORK/z/node.key exists: $WORK/z holds a node identity; give --force to replace it (its checkpoints are kept), or another --state DIR" ] ||
+    fail "init over an identity: exit $rc $(cat "$WORK/ow2.err")"
+"$GM" init --force --metrics off --cluster lab2 --config "$WORK/new.conf" --state "$WORK/beta" \
+    --listen 127.0.0.1:1 --node z >/dev/null 2>"$WORK/ow3.err"
+rc=$?
+[ $rc -eq 78 ] && grep -qF "gradmesh init: an agent (pid $PID_beta, listening on 127.0.0.1:$PB) runs on $WORK/beta: stop it first" "$WORK/ow3.err" ||
+    fail "init --force over a running agent: exit $rc $(cat "$WORK/ow3.err")"
+T6=$("$GM" token create --config "$WORK/alpha.conf")
+"$GM" join --metrics off "$T6" --peer 127.0.0.1:$PA --config "$WORK/beta.conf" --state "$WORK/j6" \
+    --listen 127.0.0.1:1 --node j6 >/dev/null 2>"$WORK/ow4.err"
+rc=$?
+[ $rc -eq 78 ] && grep -qF "gradmesh join: $WORK/beta.conf exists: give --force" "$WORK/ow4.err" ||
+    fail "join over a config: exit $rc $(cat "$WORK/ow4.err")"
+[ ! -e "$WORK/j6" ] && [ ! -e "$WORK/new.conf" ] || fail "a refused command left files"
+[ "$(sha256sum "$WORK/alpha.conf" "$WORK/beta/node.key")" = "$sum0" ] || fail "a refused command changed a file"
+pass "init and join refuse an existing config or identity without --force (and a running agent's with it)"
+
+# a failed join (unreachable peer) into folders it makes removes them all; into a folder that
+# was there before, keeps it
+"$GM" join --metrics off "$T6" --peer 127.0.0.1:"$(free_port)" --config "$WORK/deep/j.conf" \
+    --state "$WORK/deep/er/state" --listen 127.0.0.1:1 --node j7 >/dev/null 2>"$WORK/unr.err"
+rc=$?
+[ $rc -eq 1 ] && [ ! -e "$WORK/deep" ] || fail "unreachable peer: exit $rc, left: $(find "$WORK/deep" 2>/dev/null | xargs)"
+mkdir "$WORK/keepme"
+"$GM" join --metrics off "$T1" --peer 127.0.0.1:$PA --config "$WORK/k.conf" --state "$WORK/keepme" \
+    --listen 127.0.0.1:1 --node k >/dev/null 2>/dev/null
+rc=$?
+[ $rc -eq 78 ] && [ -d "$WORK/keepme" ] && [ -z "$(ls -A "$WORK/keepme")" ] && [ ! -e "$WORK/k.conf" ] ||
+    fail "a refused join into an existing folder: exit $rc, $(ls -la "$WORK/keepme" 2>&1)"
+pass "a failed join removes the folders it made, never one that was there before"
+
+# join --force over an identity that no agent runs: the new cluster's identity replaces it;
+# its checkpoints stay
+mkdir -p "$WORK/z/raft" "$WORK/z/checkpoints/0123456789abcdef" && echo x >"$WORK/z/checkpoints/0123456789abcdef/f"
+T7=$("$GM" token create --config "$WORK/other.conf")
+"$GM" join --force --metrics off "$T7" --peer 127.0.0.1:$PZ --config "$WORK/z.conf" --state "$WORK/z" \
+    --listen 127.0.0.1:"$(free_port)" --node zeta >/dev/null 2>"$WORK/force.err" || fail "join --force: $(cat "$WORK/force.err")"
+grep -qx "name = lab" "$WORK/z.conf" && [ ! -e "$WORK/z/ca.key" ] && [ ! -e "$WORK/z/raft" ] &&
+    [ -e "$WORK/z/checkpoints/0123456789abcdef/f" ] || fail "join --force: $(ls "$WORK/z") $(grep name "$WORK/z.conf")"
+pass "join --force replaced the identity of cluster zz (CA key and raft log gone), checkpoints kept"
+
+# --- leave --------------------------------------------------------------------------------------
+"$GM" leave --config "$WORK/alpha.conf" >/dev/null 2>"$WORK/leave-chief.err"
+rc=$?
+[ $rc -eq 1 ] && grep -q "alpha is the chief: it cannot revoke itself" "$WORK/leave-chief.err" ||
+    fail "leave on the chief: exit $rc $(cat "$WORK/leave-chief.err")"
+[ -e "$WORK/alpha/node.key" ] || fail "a refused leave removed the identity"
+mkdir -p "$WORK/gamma/checkpoints/0123456789abcdef"
+"$GM" leave --config "$WORK/gamma.conf" >"$WORK/leave.out" 2>"$WORK/leave.err" || fail "leave: $(cat "$WORK/leave.err")"
+grep -qx "node gamma left cluster lab: revoked by the chief, its agent stopped, its identity and $WORK/gamma.conf removed" "$WORK/leave.out" &&
+    grep -qx "checkpoints kept in $WORK/gamma/checkpoints (and job outputs in $WORK/gamma/jobs)" "$WORK/leave.out" ||
+    fail "leave said: $(cat "$WORK/leave.out")"
+wait "$PID_gamma"; rc=$?
+[ $rc -eq 0 ] || fail "gamma's agent exited $rc"
+for f in node.key node.crt ca.crt members raft; do [ ! -e "$WORK/gamma/$f" ] || fail "leave left gamma/$f"; done
+[ ! -e "$WORK/gamma.conf" ] && [ -d "$WORK/gamma/checkpoints/0123456789abcdef" ] || fail "after leave: $(ls "$WORK/gamma")"
+"$GM" members --json --config "$WORK/alpha.conf" | python3 -c '
+import json, sys
+m = json.load(sys.stdin)
+assert "gamma" in [r["node"] for r in m["revoked"]], m["revoked"]
+assert "gamma" not in [x["node"] for x in m["members"]], m["members"]' || fail "alpha does not list gamma as revoked"
+# the machine can join again (under another name: gamma is revoked), without --force
+"$GM" join --metrics off "$T5" --peer 127.0.0.1:$PA --config "$WORK/gamma.conf" --state "$WORK/gamma" \
+    --listen 127.0.0.1:$PC --node gamma2 >/dev/null 2>"$WORK/rejoin.err" || fail "join after leave: $(cat "$WORK/rejoin.err")"
+pass "leave: refused on the chief; gamma revoked by the chief, its agent stopped, identity and config removed, checkpoints kept, joins again as gamma2"
 stop_agents
