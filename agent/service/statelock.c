@@ -65,10 +65,19 @@ int gm_statelock_take(const char *state_dir, const char *listen, int *out)
         return err;
     }
     fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0 && errno == EACCES) /* another user's file (an agent run as root once): a lock */
+        fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW); /* still, without the record */
     if (fd < 0) {
         err = -errno;
-        gm_err("%s: cannot open the state directory's lock: %s", path, strerror(-err));
-        return err;
+        gm_err("%s: cannot open the state directory's lock: %s (is [node] state_dir right, and "
+               "this user's?)",
+               path, strerror(-err));
+        /* like an identity that cannot be read: the config names a state directory this
+         * agent cannot use, which a restart does not fix (exit 78) */
+        return err == -ENOENT || err == -ENOTDIR || err == -EACCES || err == -EPERM ||
+                       err == -EROFS
+                   ? GM_ERR_CONFIG
+                   : err;
     }
     /* a CLI's gm_statelock_holder holds a shared lock for an instant: try for half a second */
     for (int i = 0; (err = flock(fd, LOCK_EX | LOCK_NB)) != 0 && errno == EWOULDBLOCK && i < 50; i++)
@@ -88,11 +97,10 @@ int gm_statelock_take(const char *state_dir, const char *listen, int *out)
         close(fd);
         return err;
     }
-    if ((err = gm_statelock_update(fd, listen)) != 0) {
-        gm_err("%s: cannot write the holder's record: %s", path, strerror(-err));
-        close(fd);
-        return err;
-    }
+    if ((err = gm_statelock_update(fd, listen)) != 0) /* locked all the same */
+        gm_warn("%s: cannot write the holder's record (%s): a second agent is refused without "
+                "this one's PID",
+                path, strerror(-err));
     *out = fd;
     return 0;
 }

@@ -24,9 +24,11 @@
 #define GM_STATELOCK_FILE "agent.lock"
 
 /* Takes the lock of state_dir and records this process (listen: the configured address) in
- * it; *fd gets the descriptor to keep (-1 on failure).  0; GM_ERR_CONFIG when another process
- * holds it (one line logged: its PID and listen address, and what to do); -errno when the
- * file cannot be opened or locked (logged, naming the file). */
+ * it (a record that cannot be written is a warning: the lock holds all the same); *fd gets the
+ * descriptor to keep (-1 on failure).  0; GM_ERR_CONFIG when another process holds it (one
+ * line logged: its PID and listen address, and what to do) or when the file cannot be opened
+ * for want of the directory or of permission (logged, naming the file); other -errno
+ * (logged). */
 int gm_statelock_take(const char *state_dir, const char *listen, int *fd) GM_MUST_CHECK;
 
 /* Rewrites the record (listen: the bound address).  0 or -errno (not logged). */
