@@ -90,6 +90,7 @@ struct watch {
     double t0;
     char last_state[32];
     int resumed_said;
+    int noted; /* the job's note (why it did not resume) was printed */
     json_t *ranks; /* owned: the group at the last poll; NULL before the first */
     json_t *seen;  /* owned: every node that was in a group while watching ({node: true}) */
 };
@@ -122,6 +123,11 @@ static void print_events(json_t *o, int tty, struct watch *w)
     long step = (long)json_integer_value(json_object_get(o, "step"));
     size_t i, before, now;
 
+    if (!w->noted && json_is_string(json_object_get(o, "note"))) {
+        event_line(tty, w);
+        printf("%s\n", json_string_value(json_object_get(o, "note")));
+        w->noted = 1;
+    }
     if (!w->resumed_said && json_is_object(res)) {
         event_line(tty, w);
         printf("resuming from step %lld (checkpoint %s)\n",

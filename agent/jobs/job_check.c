@@ -169,10 +169,42 @@ void jobs_offer(struct gm_jobs *j, struct job *jb, const char *node)
     free(m.ranks);
 }
 
-/* The coordinator takes a job: from its own control socket (id NULL: a new one), forwarded
- * by a member (JOB_SUBMIT, with the member's id), or resumed after a restart (its id, and
- * fixed_gb > 0: the global batch fixed when it was first taken).  Returns 0 and fills id, or
- * an error with one line for the user in msg. */
+/* A new job without committed checkpoints of its own, named like an earlier one this node
+ * coordinated (its history, newest first) whose checkpoints the cluster committed: it starts
+ * at step 0, and says which keys differ from that job's (only [job] epochs may change for a
+ * job to go on from another's checkpoints: train/job.h).  Best effort: a job coordinated
+ * elsewhere, or before a restart, is not in this node's history. */
+static void note_prior(struct gm_jobs *j, struct job *jb)
+{
+    char key[GM_JOBS_CKPT_KEY_LEN + 1], k2[GM_JOBS_CKPT_KEY_LEN + 1], diff[256];
+    struct gm_ckpt_ref ref;
+    const struct job *p;
+    int k;
+
+    if (j->env.committed == NULL)
+        return;
+    gm_jobs_ckpt_key(&jb->job, key);
+    if (j->env.committed(j->env.agent, key, &ref, 1) != 0)
+        return;
+    for (p = j->history; p != NULL; p = p->next) {
+        if (!p->coord || p->job.text == NULL || strcmp(p->job.name, jb->job.name) != 0)
+            continue;
+        gm_jobs_ckpt_key(&p->job, k2);
+        if (strcmp(k2, key) != 0 && j->env.committed(j->env.agent, k2, &ref, 1) > 0)
+            break;
+    }
+    if (p == NULL ||
+        (k = gm_job_diff(p->job.text, p->job.text_len, jb->job.text, jb->job.text_len, diff,
+                         sizeof(diff))) < 0)
+        return;
+    snprintf(jb->note, sizeof(jb->note),
+             "starting at step 0: the checkpoints of the earlier job %s (%.63s) are of other "
+             "settings: %s; only [job] epochs may change for a job to go on from them",
+             p->id, jb->job.name, k > 0 ? diff : "its job file differs in comments or layout");
+    gm_notice("event=job-not-resumed job=%s name=%s earlier=%s differs=\"%s\"", jb->id,
+              jb->job.name, p->id, k > 0 ? diff : "comments or layout");
+}
+
 static int coord_take(struct gm_jobs *j, const char *text, size_t len, const char *origin,
                       const char *given_id, int fixed_gb, char id[GM_JOB_ID_LEN + 1], char *msg,
                       size_t cap)
@@ -235,6 +267,8 @@ static int coord_take(struct gm_jobs *j, const char *text, size_t len, const cha
     jobs_record(j, jb, J_CHECKING);
     if (j->env.record_spec != NULL)
         j->env.record_spec(j->env.agent, jb->id, text, len, g);
+    if (given_id == NULL)
+        note_prior(j, jb);
     jb->test_accuracy = NAN;
     jb->t_submit = gm_time_mono_ns();
     jb->parts = calloc(n + 1, sizeof(*jb->parts));

@@ -101,6 +101,7 @@ static json_t *job_json(struct gm_jobs *j, struct job *jb)
         json_object_set_new(res, "epochs", json_integer(jb->job.epochs));
     }
     json_object_set_new(o, "error", jb->error[0] ? json_string(jb->error) : json_null());
+    json_object_set_new(o, "note", jb->note[0] ? json_string(jb->note) : json_null());
     json_object_set_new(o, "weights", jb->weights[0] ? json_string(jb->weights) : json_null());
     /* bytes per peer node over the job's life: retired groups plus the current one */
     struct gm_xport *x = jb->rank != NULL ? gm_rank_xport(jb->rank) : NULL;

@@ -101,6 +101,8 @@ struct job {
     bool remote_summary;       /* a member: the coordinator's figures came with JOB_END */
     bool codec_auto;           /* [comm] codec = auto, resolved by the coordinator into job.comm */
     char codec_reason[340];    /* coordinator: why auto picked what it did */
+    /* coordinator: why a job named like an earlier one did not go on from its checkpoints */
+    char note[512];
     struct gm_autoswitch *asw; /* owned, coordinator of an auto job: switching mid-run */
     uint64_t switch_ns;        /* coordinator: when the pending switch was announced */
     uint64_t fit_sent_ns;      /* member: its last fit report */

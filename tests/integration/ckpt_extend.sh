@@ -14,7 +14,9 @@
 #     ends with bitwise the parameters of the extended run (a constant learning rate, so a
 #     step does not depend on the run's length);
 #  4. the 2-epoch job with another lr is another job (another key): it does not go on from
-#     the first job's checkpoints.
+#     the earlier run's checkpoints, and its follower reads why, naming the key that differs:
+#     "starting at step 0: the checkpoints of the earlier job ID (ext) are of other settings:
+#     [optim] lr (0.002 -> 0.003); only [job] epochs may change ...".
 # Every wait polls a condition.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
@@ -79,9 +81,12 @@ pass "2 epochs from scratch: final parameters bitwise those of the extended run"
 # --- 4. another lr is another job ----------------------------------------------------------------
 ID4=$(submit "$WORK/elr.ini" "$WORK/s4.out")
 grep -q "^resuming from" "$WORK/s4.out" && fail "a job with another lr resumed: $(head -5 "$WORK/s4.out")"
+grep -qx "starting at step 0: the checkpoints of the earlier job $ID3 (ext) are of other settings: \[optim\] lr (0.002 -> 0.003); only \[job\] epochs may change for a job to go on from them" "$WORK/s4.out" ||
+    fail "the follower was not told why: $(head -5 "$WORK/s4.out")"
+grep -q "event=job-not-resumed job=$ID4 name=ext earlier=$ID3 differs=\"\[optim\] lr (0.002 -> 0.003)\"" "$WORK/a1.log" || fail "no event=job-not-resumed"
 job_is a1 "$ID4" 'j["state"] == "done" and j["summary"]["steps"] == '$((2 * SPE)) || fail "lr run: $(job_get a1 "$ID4" j)"
 [ "$(final_hash a1 "$ID4")" != "$H2" ] || fail "another lr ended with the same parameters"
-pass "another lr: a job of its own key, trained from step 0"
+pass "another lr: a job of its own key, trained from step 0; $(grep "^starting at step 0" "$WORK/s4.out")"
 check_one_chief_per_term
 stop_agents
 echo "PASS"
