@@ -1211,8 +1211,7 @@ int gm_job_diff(const char *was, size_t was_len, const char *now, size_t now_len
         char pa[64], pb[64];
         int w;
 
-        if ((keys[i].flags & K_EXTENDS) ||
-            (a.v[i] == NULL && b.v[i] == NULL) ||
+        if ((keys[i].flags & K_EXTENDS) || (a.v[i] == NULL && b.v[i] == NULL) ||
             (a.v[i] != NULL && b.v[i] != NULL && strcmp(a.v[i], b.v[i]) == 0))
             continue;
         w = snprintf(out + used, n > used ? n - used : 0, "%s[%s] %s (%s -> %s)",

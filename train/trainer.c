@@ -570,9 +570,8 @@ static int resume(struct run *r)
     if (r->st.rank == 0 && info.total_steps != r->st.total_steps)
         gm_notice("event=resume-extend path=%s step=%ld from_steps=%ld steps=%ld from_epochs=%ld "
                   "epochs=%d: %s from %ld to %d epochs",
-                  path, info.step, info.total_steps, r->st.total_steps,
-                  info.total_steps / spe, r->job->epochs,
-                  info.total_steps < r->st.total_steps ? "extending" : "shortening",
+                  path, info.step, info.total_steps, r->st.total_steps, info.total_steps / spe,
+                  r->job->epochs, info.total_steps < r->st.total_steps ? "extending" : "shortening",
                   info.total_steps / spe, r->job->epochs);
 out:
     free(tmp);

@@ -90,7 +90,7 @@ struct watch {
     double t0;
     char last_state[32];
     int resumed_said;
-    int noted; /* the job's note (why it did not resume) was printed */
+    int noted;     /* the job's note (why it did not resume) was printed */
     json_t *ranks; /* owned: the group at the last poll; NULL before the first */
     json_t *seen;  /* owned: every node that was in a group while watching ({node: true}) */
 };

@@ -54,8 +54,8 @@ static int make_config_dir(const char *config, struct gm_cli_made *made)
 }
 
 /* The files init and join write into a state directory (a failure removes them again). */
-static const char *const written[] = {"ca.key",     "ca.crt",  "node.key", "node.crt", "tokens",
-                                      "beacon.key", "members", "admitter"};
+static const char *const written[] = {"ca.key", "ca.crt",     "node.key", "node.crt",
+                                      "tokens", "beacon.key", "members",  "admitter"};
 #define NWRITTEN (sizeof(written) / sizeof(written[0]))
 
 /*
@@ -188,12 +188,15 @@ static int check_multicast(const char *cmd, const char *m)
 
 int gm_cli_init(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"cluster", required_argument, NULL, 'c'}, {"config", required_argument, NULL, 'f'},
-        {"state", required_argument, NULL, 's'},   {"listen", required_argument, NULL, 'l'},
-        {"node", required_argument, NULL, 'n'},    {"multicast", required_argument, NULL, 'm'},
-        {"metrics", required_argument, NULL, 'M'}, {"force", no_argument, NULL, 'F'},
-        {NULL, 0, NULL, 0}};
+    static const struct option opts[] = {{"cluster", required_argument, NULL, 'c'},
+                                         {"config", required_argument, NULL, 'f'},
+                                         {"state", required_argument, NULL, 's'},
+                                         {"listen", required_argument, NULL, 'l'},
+                                         {"node", required_argument, NULL, 'n'},
+                                         {"multicast", required_argument, NULL, 'm'},
+                                         {"metrics", required_argument, NULL, 'M'},
+                                         {"force", no_argument, NULL, 'F'},
+                                         {NULL, 0, NULL, 0}};
     const char *cluster = NULL, *config = NULL, *state = NULL, *listen = GM_DEFAULT_LISTEN,
                *node = NULL, *multicast = NULL, *metrics = NULL;
     char config_buf[GM_PATH_MAX];
@@ -468,16 +471,12 @@ static const char *strip_admitter(const char *reason)
 
 int gm_cli_join(int argc, char **argv)
 {
-    static const struct option opts[] = {{"peer", required_argument, NULL, 'p'},
-                                         {"config", required_argument, NULL, 'f'},
-                                         {"state", required_argument, NULL, 's'},
-                                         {"listen", required_argument, NULL, 'l'},
-                                         {"node", required_argument, NULL, 'n'},
-                                         {"multicast", required_argument, NULL, 'm'},
-                                         {"wait", required_argument, NULL, 'w'},
-                                         {"metrics", required_argument, NULL, 'M'},
-                                         {"force", no_argument, NULL, 'F'},
-                                         {NULL, 0, NULL, 0}};
+    static const struct option opts[] = {
+        {"peer", required_argument, NULL, 'p'},  {"config", required_argument, NULL, 'f'},
+        {"state", required_argument, NULL, 's'}, {"listen", required_argument, NULL, 'l'},
+        {"node", required_argument, NULL, 'n'},  {"multicast", required_argument, NULL, 'm'},
+        {"wait", required_argument, NULL, 'w'},  {"metrics", required_argument, NULL, 'M'},
+        {"force", no_argument, NULL, 'F'},       {NULL, 0, NULL, 0}};
     const char *peer = NULL, *config = NULL, *state = NULL, *listen = GM_DEFAULT_LISTEN,
                *node = NULL, *multicast = NULL, *metrics = NULL;
     char config_buf[GM_PATH_MAX];

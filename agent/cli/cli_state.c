@@ -33,8 +33,8 @@
 
 /* A node's identity and its cluster's state in its state directory (raft/ besides). */
 static const char *const identity_files[] = {
-    "node.key", "node.crt", "ca.crt", "ca.key", "tokens", "beacon.key", "members", "admitter",
-    "denylist",
+    "node.key",   "node.crt", "ca.crt",   "ca.key",   "tokens",
+    "beacon.key", "members",  "admitter", "denylist",
 };
 
 static bool exists(const char *path)
@@ -206,7 +206,8 @@ static int await_revoked(const char *config, long long req, int wait_s)
         revoked = state != NULL && strcmp(state, "done") == 0;
         json_decref(r);
         r = NULL;
-        if (!revoked && gm_cli_control("leave", config, json_pack("{s:s}", "cmd", "status"), &r) == 0)
+        if (!revoked &&
+            gm_cli_control("leave", config, json_pack("{s:s}", "cmd", "status"), &r) == 0)
             revoked = json_is_true(json_object_get(r, "revoked"));
         json_decref(r);
         if (revoked)
@@ -251,8 +252,8 @@ int gm_cli_leave(int argc, char **argv)
     if ((err = gm_config_load(path, &c)) != 0)
         return gm_err_exit_code(err); /* the one line naming the file is out */
     /* the chief revokes this node as `gradmesh revoke NODE` does; it must hear of it */
-    err = gm_cli_control("leave", config,
-                         json_pack("{s:s, s:s}", "cmd", "revoke", "node", c.node), &r);
+    err = gm_cli_control("leave", config, json_pack("{s:s, s:s}", "cmd", "revoke", "node", c.node),
+                         &r);
     if (err != 0) {
         fprintf(stderr,
                 "gradmesh leave: this node's agent must run to tell the chief (start it), or "

@@ -193,9 +193,8 @@ static void note_prior(struct gm_jobs *j, struct job *jb)
         if (strcmp(k2, key) != 0 && j->env.committed(j->env.agent, k2, &ref, 1) > 0)
             break;
     }
-    if (p == NULL ||
-        (k = gm_job_diff(p->job.text, p->job.text_len, jb->job.text, jb->job.text_len, diff,
-                         sizeof(diff))) < 0)
+    if (p == NULL || (k = gm_job_diff(p->job.text, p->job.text_len, jb->job.text, jb->job.text_len,
+                                      diff, sizeof(diff))) < 0)
         return;
     snprintf(jb->note, sizeof(jb->note),
              "starting at step 0: the checkpoints of the earlier job %s (%.63s) are of other "

@@ -92,8 +92,8 @@ static json_t *job_json(struct gm_jobs *j, struct job *jb)
                                         "checkpoint", p.resumed_from)
                             : json_null());
     /* a run extended (or shortened) by [job] epochs: the epochs of the run it goes on from */
-    if (jb->rank != NULL && p.resumed_step >= 0 && p.resumed_total_steps > 0 &&
-        p.total_steps > 0 && p.resumed_total_steps != p.total_steps && jb->job.epochs > 0) {
+    if (jb->rank != NULL && p.resumed_step >= 0 && p.resumed_total_steps > 0 && p.total_steps > 0 &&
+        p.resumed_total_steps != p.total_steps && jb->job.epochs > 0) {
         long spe = p.total_steps / jb->job.epochs;
         json_t *res = json_object_get(o, "resumed_from");
         json_object_set_new(res, "from_epochs",

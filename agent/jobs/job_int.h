@@ -98,9 +98,9 @@ struct job {
     uint64_t bytes_sent;
     struct linkacc *acc; /* owned: training-channel bytes per peer node, of retired groups */
     size_t nacc;
-    bool remote_summary;       /* a member: the coordinator's figures came with JOB_END */
-    bool codec_auto;           /* [comm] codec = auto, resolved by the coordinator into job.comm */
-    char codec_reason[340];    /* coordinator: why auto picked what it did */
+    bool remote_summary;    /* a member: the coordinator's figures came with JOB_END */
+    bool codec_auto;        /* [comm] codec = auto, resolved by the coordinator into job.comm */
+    char codec_reason[340]; /* coordinator: why auto picked what it did */
     /* coordinator: why a job named like an earlier one did not go on from its checkpoints */
     char note[512];
     struct gm_autoswitch *asw; /* owned, coordinator of an auto job: switching mid-run */

@@ -74,13 +74,13 @@ int gm_statelock_take(const char *state_dir, const char *listen, int *out)
                path, strerror(-err));
         /* like an identity that cannot be read: the config names a state directory this
          * agent cannot use, which a restart does not fix (exit 78) */
-        return err == -ENOENT || err == -ENOTDIR || err == -EACCES || err == -EPERM ||
-                       err == -EROFS
+        return err == -ENOENT || err == -ENOTDIR || err == -EACCES || err == -EPERM || err == -EROFS
                    ? GM_ERR_CONFIG
                    : err;
     }
     /* a CLI's gm_statelock_holder holds a shared lock for an instant: try for half a second */
-    for (int i = 0; (err = flock(fd, LOCK_EX | LOCK_NB)) != 0 && errno == EWOULDBLOCK && i < 50; i++)
+    for (int i = 0; (err = flock(fd, LOCK_EX | LOCK_NB)) != 0 && errno == EWOULDBLOCK && i < 50;
+         i++)
         usleep(10000);
     if (err != 0) {
         err = -errno;

@@ -53,8 +53,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         int d = gm_job_diff((const char *)data, size, base, sizeof(base) - 1, out, sizeof(out));
         if ((d < 0 && d != GM_ERR_CONFIG && d != -ENOMEM) || memchr(out, '\0', sizeof(out)) == NULL)
             abort();
-        if (err == 0 && gm_job_diff((const char *)data, size, (const char *)data, size, out,
-                                    sizeof(out)) != 0) /* a text parsed: no key differs from itself */
+        if (err == 0 &&
+            gm_job_diff((const char *)data, size, (const char *)data, size, out, sizeof(out)) !=
+                0) /* a text parsed: no key differs from itself */
             abort();
     }
     return 0;
