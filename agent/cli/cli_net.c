@@ -563,6 +563,17 @@ int gm_cli_join(int argc, char **argv)
         gm_token_free(tok);
         return GM_EXIT_USAGE;
     }
+    /* what is there already, before anything goes out on the network */
+    if (config_for(config, gm_token_cluster(tok), config_buf, &link) != 0) {
+        gm_token_free(tok);
+        return gm_cli_usage_err("join");
+    }
+    config = config_buf;
+    o = gm_cli_state_check("join", config, state != NULL ? state : GM_DEFAULT_STATE, force);
+    if (o != GM_EXIT_OK) {
+        gm_token_free(tok);
+        return o;
+    }
     if (peer != NULL)
         err = resolve(peer, &ss, peer_addr);
     else
@@ -572,18 +583,7 @@ int gm_cli_join(int argc, char **argv)
         gm_token_free(tok);
         return peer != NULL ? peer_problem(peer, err) : GM_EXIT_RUNTIME;
     }
-    err = config_for(config, gm_token_cluster(tok), config_buf, &link);
-    config = config_buf;
-    if (err == 0) {
-        o = gm_cli_state_check("join", config, state != NULL ? state : GM_DEFAULT_STATE, force);
-        if (o != GM_EXIT_OK) {
-            gm_token_free(tok);
-            return o;
-        }
-    }
-    if (err == 0)
-        err = prepare_config(&c, gm_token_cluster(tok), node, listen, state, multicast, metrics,
-                             &made);
+    err = prepare_config(&c, gm_token_cluster(tok), node, listen, state, multicast, metrics, &made);
     if (err == 0)
         err = gm_id_key_generate(&key);
     if (err != 0) {

@@ -284,5 +284,7 @@ int gm_cli_leave(int argc, char **argv)
            c.node, c.cluster, path);
     if (exists(ckdir))
         printf("checkpoints kept in %s (and job outputs in %s/jobs)\n", ckdir, c.state_dir);
+    if (strncmp(path, GM_CONFIG_DIR "/", strlen(GM_CONFIG_DIR) + 1) == 0) /* the unit's config */
+        printf("next: systemctl disable gradmesh@%s   (its config is gone)\n", c.cluster);
     return GM_EXIT_OK;
 }
