@@ -431,6 +431,7 @@ static int load_resume(struct run *r, struct gm_st_file *f, struct gm_ckpt_info 
     char dir[GM_JOB_PATH_MAX];
     const char *slash;
     long step;
+    int err;
 
     if (stat(want, &st) == 0 && S_ISDIR(st.st_mode) && r->opts->committed_only) {
         if (gm_ckpt_dir_newest_committed(want, r->opts->committed, r->opts->ncommitted, r->job_hash,
@@ -462,7 +463,7 @@ static int load_resume(struct run *r, struct gm_st_file *f, struct gm_ckpt_info 
         return 1;
     }
     snprintf(path, cap, "%s", want);
-    if (gm_ckpt_load(want, r->job_hash, model, f, info, NULL) == 0)
+    if ((err = gm_ckpt_load(want, r->job_hash, model, f, info, NULL)) == 0)
         return 0;
     slash = strrchr(want, '/');
     snprintf(dir, sizeof(dir), "%.*s", slash != NULL ? (int)(slash - want) : 1,
@@ -473,7 +474,8 @@ static int load_resume(struct run *r, struct gm_st_file *f, struct gm_ckpt_info 
         gm_warn("event=checkpoint-fallback refused=%s using=%s", want, path);
         return 0;
     }
-    explain_foreign(r, want);
+    if (err == GM_ERR_MISMATCH) /* another job's (or model's): which keys differ */
+        explain_foreign(r, want);
     gm_err("%s: cannot resume: the checkpoint is refused and no earlier one of job %s is usable",
            want, r->job->name);
     return GM_ERR_CONFIG;

@@ -204,6 +204,10 @@ static void note_prior(struct gm_jobs *j, struct job *jb)
               jb->job.name, p->id, k > 0 ? diff : "comments or layout");
 }
 
+/* The coordinator takes a job: from its own control socket (id NULL: a new one), forwarded
+ * by a member (JOB_SUBMIT, with the member's id), or resumed after a restart (its id, and
+ * fixed_gb > 0: the global batch fixed when it was first taken).  Returns 0 and fills id, or
+ * an error with one line for the user in msg. */
 static int coord_take(struct gm_jobs *j, const char *text, size_t len, const char *origin,
                       const char *given_id, int fixed_gb, char id[GM_JOB_ID_LEN + 1], char *msg,
                       size_t cap)
