@@ -13,6 +13,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -229,7 +230,7 @@ int gm_cli_leave(int argc, char **argv)
     const char *config = NULL, *path;
     struct gm_config c;
     json_t *r = NULL;
-    char ckdir[GM_PATH_MAX + 32];
+    char ckdir[GM_PATH_MAX + 32], real[PATH_MAX];
     int o, err, wait_s = 10;
 
     optind = 1;
@@ -274,6 +275,10 @@ int gm_cli_leave(int argc, char **argv)
         return GM_EXIT_RUNTIME;
     }
     err = gm_cli_state_wipe(c.state_dir);
+    /* the config, and the file it links to (/etc/gradmesh/gradmesh.conf -> CLUSTER.conf) */
+    if (err == 0 && realpath(path, real) != NULL && strcmp(real, path) != 0 && unlink(real) != 0 &&
+        errno != ENOENT)
+        err = -errno;
     if (err == 0 && unlink(path) != 0 && errno != ENOENT)
         err = -errno;
     if (err != 0)
