@@ -20,7 +20,7 @@
 #  3. `checkpoint export KEY-624 FILE` on beta (a replica): loads with safetensors.numpy and a
 #     NumPy forward pass gives the test accuracy the job reported (within 0.05 points); an ID
 #     that does not exist exits 1;
-#  4. the checkpoints removed everywhere, the same job again; once it passed step 250, all
+#  4. the checkpoints removed everywhere, the same job again; once two agents hold its checkpoint 200, all
 #     three agents are killed (-9), each one's newest checkpoint is corrupted (one byte), all
 #     three restart and nobody submits anything: the chief the restarted cluster elects finds
 #     the job (its text, SHA-256-checked, and global batch) in the replicated state, waits for
@@ -127,9 +127,21 @@ pass "exported from beta: NumPy forward pass $PYACC% (reported $ACC%)"
 
 # --- 4. all agents killed mid-job, restarted, the job resumed ---------------------------------
 for n in alpha beta gamma; do rm -rf "$WORK/$n/checkpoints/$KEY"; done
+declare -A L0 # each log's length before this run: its lines after that are this run's
+for n in alpha beta gamma; do L0[$n]=$(wc -l <"$WORK/$n.log"); done
+# Two agents have received the writer's checkpoint 200 of this run, so every agent holds two
+# (100 and 200).  Read from the logs, not `gradmesh jobs`: under load one CLI poll takes half
+# a second, and the job runs from step 300 to its end in about one.
+replicas_at() {
+    local c=0 n
+    for n in alpha beta gamma; do
+        tail -n +$((L0[$n] + 1)) "$WORK/$n.log" | grep -q "event=checkpoint-received peer=[^ ]* key=$KEY step=$1 " && c=$((c + 1))
+    done
+    [ $c -ge 2 ]
+}
 "$GM" submit "$WORK/job.ini" --config "$WORK/alpha.conf" >"$WORK/run.submit" 2>&1 || fail "submit"
 ID=$(sed -n 's/^job \([0-9a-f]*\) submitted.*/\1/p' "$WORK/run.submit")
-wait_until "$JOB_TIMEOUT" "step 250" job_is alpha "$ID" 'j["step"] >= 250'
+wait_until "$JOB_TIMEOUT" "checkpoint 200 replicated" replicas_at 200
 for n in alpha beta gamma; do kill9_agent $n; done
 # Whichever agent the restarted cluster elects chief coordinates the job and resumes from its
 # own copy, so every agent's newest committed checkpoint is corrupted (a kill during a write or
@@ -142,7 +154,7 @@ for n in alpha beta gamma; do
     size=$(stat -c %s "$WORK/$n/checkpoints/$KEY/${NEWEST[$n]}")
     printf '\x55' | dd of="$WORK/$n/checkpoints/$KEY/${NEWEST[$n]}" bs=1 seek=$((size - 7)) conv=notrunc status=none
 done
-pass "all three agents killed (-9) after step 250; each one's newest checkpoint corrupted (alpha's ${NEWEST[alpha]})"
+pass "all three agents killed (-9) after checkpoint 200; each one's newest checkpoint corrupted (alpha's ${NEWEST[alpha]})"
 for n in alpha beta gamma; do start_agent $n; done
 for n in alpha beta gamma; do wait_for "$n's links" links_up $n 2; done
 # nobody submits: the elected chief resumes the job it finds in the replicated state
