@@ -244,7 +244,7 @@ static void test_missing_and_unreadable(void)
         if (setgid(65534) != 0 || setuid(65534) != 0)
             _exit(3);
         gm_log_set_fd(fds[1]);
-        _exit(gm_config_load(path, &cc) == GM_ERR_CONFIG ? 0 : 4);
+        _exit(gm_config_load(path, &cc) == -EACCES ? 0 : 4);
     }
     close(fds[1]);
     drain(fds[0], log, sizeof(log));
