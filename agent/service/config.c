@@ -541,7 +541,8 @@ int gm_config_check_state(const struct gm_config *c)
         struct stat st;
         int want;
 
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0 ||
+            strstr(e->d_name, ".tmp.") != NULL) /* a crashed writer's temp file: not read */
             continue;
         if (gm_config_state_path(c, e->d_name, path, sizeof(path)) != 0 ||
             fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0)
