@@ -70,7 +70,8 @@ static int mkdir_parents(const char *path)
 struct state_owner {
     uid_t uid;
     gid_t gid;
-    int switched; /* effective ids are uid/gid until owner_restore() */
+    int switched;     /* effective ids are uid/gid until owner_restore() */
+    gid_t egid;       /* root's, put back by owner_restore() */
     gid_t groups[64]; /* root's supplementary groups, put back by owner_restore() */
     int n_groups;
 };
@@ -94,6 +95,8 @@ static int owner_of(const char *dir, uid_t *uid, gid_t *gid)
         if (errno != ENOENT)
             return -errno;
         slash = strrchr(tmp, '/');
+        if (strcmp(tmp, ".") == 0)
+            return -ENOENT; /* the working folder itself is gone */
         if (slash == NULL) {
             snprintf(tmp, sizeof(tmp), ".");
             continue;
@@ -113,6 +116,7 @@ static int owner_become(struct state_owner *o, const char *dir)
     err = owner_of(dir, &o->uid, &o->gid);
     if (err != 0 || o->uid == 0)
         return err;
+    o->egid = getegid();
     o->n_groups = getgroups((int)(sizeof(o->groups) / sizeof(o->groups[0])), o->groups);
     if (o->n_groups < 0)
         return -errno;
@@ -130,8 +134,7 @@ static int owner_restore(struct state_owner *o)
     if (!o->switched)
         return 0;
     o->switched = 0;
-    if (seteuid(0) != 0 || setegid(0) != 0 ||
-        setgroups((size_t)o->n_groups, o->groups) != 0)
+    if (seteuid(0) != 0 || setegid(o->egid) != 0 || setgroups((size_t)o->n_groups, o->groups) != 0)
         return -errno;
     return 0;
 }
@@ -281,8 +284,7 @@ static int prepare_config(struct gm_config *c, const char *cluster, const char *
     snprintf(c->listen, sizeof(c->listen), "%s", listen);
     snprintf(c->state_dir, sizeof(c->state_dir), "%s", abs);
     if (system_layout)
-        n = snprintf(c->control, sizeof(c->control), "%s/%s/control.sock", GM_RUNTIME_DIR,
-                     cluster);
+        n = snprintf(c->control, sizeof(c->control), "%s/%s/control.sock", GM_RUNTIME_DIR, cluster);
     else
         n = snprintf(c->control, sizeof(c->control), "%s/control.sock", abs);
     if (n < 0 || n >= (int)sizeof(c->control))
