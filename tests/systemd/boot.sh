@@ -146,6 +146,8 @@ boot() {
 boot a "$NS_A" || fail "machine a did not boot"
 boot b "$NS_B" || fail "machine b did not boot"
 for m in a b; do
+    # PID 1's bus first (until it exists systemctl cannot even ask), then the boot's end
+    for i in $(seq 600); do in_m "$m" test -S /run/systemd/private && break; sleep 0.1; done
     st=$(in_m "$m" timeout 90 systemctl is-system-running --wait 2>&1)
     case "$st" in running|degraded) ;; *) fail "machine $m: systemd says '$st'" ;; esac
     [ "$st" = degraded ] && in_m "$m" systemctl --failed --no-legend --plain | sed "s/^/  $m failed unit: /"
