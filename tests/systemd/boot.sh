@@ -222,7 +222,7 @@ pass "gradmesh@lab2 beside gradmesh@lab: own state and runtime directories; its 
 
 # --- a root-owned key: exit 77, named, retried; a chown fixes it ----------------------------
 in_m b chown root:root /var/lib/gradmesh/lab/node.key
-in_m b systemctl restart gradmesh@lab
+in_m b systemctl restart gradmesh@lab >"$WORK/restart.out" 2>&1 # fails (exit 77): wanted
 for i in $(seq 100); do
     in_m b "journalctl -u gradmesh@lab -o cat --no-pager | grep -q 'cannot read /var/lib/gradmesh/lab/node.key'" && break
     sleep 0.2
