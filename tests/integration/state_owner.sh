@@ -91,3 +91,8 @@ as_nobody "$GM" init --metrics off --cluster lab2 --config "$WORK/var/lab2.conf"
 grep -q "cannot write the state directory $WORK/rootvar/lab2: Permission denied; it (or the folder above it) belongs to root (uid 0) and this command runs as uid $NOBODY" "$WORK/init2.err" ||
     fail "message: $(cat "$WORK/init2.err")"
 pass "init as nobody in root's folder: the folder and its owner named"
+
+# under sanitizers (GM_BIN=./gradmesh-san): no report from the agent or the CLI
+if grep -l "Sanitizer\|runtime error:" "$WORK"/*.log "$WORK"/*.err 2>/dev/null; then
+    fail "sanitizer report"
+fi

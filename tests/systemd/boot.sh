@@ -92,8 +92,13 @@ pass "Debian 12 root $SDROOT"
 
 # What a fresh clone has: the tracked files and new ones not ignored (no build outputs).
 mkdir -p "$WORK/src"
-git -C "$SRC" ls-files -z --cached --others --exclude-standard |
-    (cd "$SRC" && xargs -0 cp --parents -a -t "$WORK/src" 2>/dev/null)
+if git -C "$SRC" rev-parse --git-dir >/dev/null 2>&1; then
+    git -C "$SRC" ls-files -z --cached --others --exclude-standard |
+        (cd "$SRC" && xargs -0 cp --parents -a -t "$WORK/src" 2>/dev/null)
+else # a release tarball: everything but what a build makes
+    tar -C "$SRC" --exclude='./build*' --exclude=./gradmesh --exclude=./gradmesh-san -cf - . |
+        tar -C "$WORK/src" -xf -
+fi
 [ -f "$WORK/src/Makefile" ] && [ ! -e "$WORK/src/build" ] || fail "copy of the tree"
 # the job the README's `gradmesh submit job.ini` sends: small (one epoch of an MLP)
 cat >"$WORK/src/job.ini" <<EOF
