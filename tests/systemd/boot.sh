@@ -30,6 +30,7 @@ skip() { echo "skip: $*"; exit 77; }
 command -v systemd-nspawn >/dev/null || skip "no systemd-nspawn (apt-get install systemd-container)"
 command -v ip >/dev/null || skip "no ip (apt-get install iproute2)"
 command -v nsenter >/dev/null || skip "no nsenter (util-linux)"
+command -v pgrep >/dev/null || skip "no pgrep (procps)"
 DATA=/usr/share/datasets/fashion-mnist
 [ -e "$DATA/train-images-idx3-ubyte.gz" ] || [ -e "$DATA/train-images-idx3-ubyte" ] ||
     skip "no Fashion-MNIST at $DATA"
