@@ -2,6 +2,7 @@
 #
 #   make                  build (release flags, -O3 -march=native)
 #   make test             install missing Debian packages, build, run every test
+#   make test-systemd     the README's install under systemd-nspawn machines (root)
 #   make demo             three agents on loopback train LeNet-5 together (tests/demo.sh)
 #   make bench            benchmarks against PyTorch (prints ratios)
 #   make fuzz             build the libFuzzer targets (clang) into build-fuzz/
@@ -53,7 +54,7 @@ NOTHING :=
 # `make` alone builds the binary, whatever rule comes first below (the version stamp's).
 .DEFAULT_GOAL := all
 
-NO_DEPS_GOALS := test demo bench deps clean format format-check uninstall print-version
+NO_DEPS_GOALS := test test-systemd demo bench deps clean format format-check uninstall print-version
 ifneq ($(filter-out $(NO_DEPS_GOALS),$(or $(MAKECMDGOALS),all)),)
   ifeq ($(shell command -v $(PKG_CONFIG) 2>/dev/null),)
     MISSING_DEBS := pkg-config $(foreach p,$(PKGS),$(DEB_$(p)))
@@ -202,7 +203,7 @@ FUZZ_SRCS := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BINS := $(FUZZ_SRCS:tests/fuzz/%.c=build-fuzz/%)
 BIN := gradmesh$(if $(SAN),-san)
 
-.PHONY: print-version all tools test unit demo bench fuzz deps clean format format-check cuda-note install uninstall
+.PHONY: print-version all tools test test-systemd unit demo bench fuzz deps clean format format-check cuda-note install uninstall
 all: $(BIN) cuda-note
 
 cuda-note:
@@ -249,6 +250,14 @@ test: deps
 	$(Q)$(MAKE) --no-print-directory unit
 	$(Q)GM_BIN=./$(BIN) GM_BUILD=$(BUILD) GM_SAN="$(SAN)" FUZZ_SECONDS=$(FUZZ_SECONDS) \
 		bash tests/run.sh $(TEST_BINS)
+
+# The README's install under a real systemd: two machines booted with systemd-nspawn run its
+# block as written, then a 2-agent job (tests/systemd/boot.sh; root; the first run builds a
+# Debian root with debootstrap, later ones reuse it).  Not in `make test`: it needs root,
+# the network once and ~500 MB; .ci/run runs it after `make test`.
+test-systemd:
+	$(Q)bash .ci/deps.sh systemd
+	$(Q)bash tests/systemd/boot.sh
 
 demo: deps
 	$(Q)$(MAKE) --no-print-directory $(BIN)

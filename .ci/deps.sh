@@ -11,6 +11,8 @@
 #                        and man page checks, prometheus and curl for the metrics test)
 #   .ci/deps.sh bench    the same, plus what only the benchmarks' peers need
 #                        (OpenMPI for bench/allreduce.sh)
+#   .ci/deps.sh systemd  the same, plus what `make test-systemd` boots machines with
+#                        (debootstrap, systemd-container's systemd-nspawn)
 set -euo pipefail
 
 pkgs=(gcc make pkg-config clang libclang-rt-14-dev
@@ -21,6 +23,9 @@ pkgs=(gcc make pkg-config clang libclang-rt-14-dev
       python3 python3-numpy python3-pil python3-torch python3-torchvision dataset-fashion-mnist)
 if [ "${1:-}" = bench ]; then
     pkgs+=(openmpi-bin libopenmpi-dev)
+fi
+if [ "${1:-}" = systemd ]; then
+    pkgs+=(debootstrap systemd-container)
 fi
 
 missing=()

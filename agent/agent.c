@@ -417,7 +417,7 @@ static int load_identity(struct gm_agent *a)
     if (err != 0) {
         gm_err("event=identity-load state=%s err=%d msg=\"%s\"", a->cfg.state_dir, err,
                gm_strerror(err));
-        return GM_ERR_CONFIG;
+        return err == -EACCES ? err : GM_ERR_CONFIG; /* a permission: gm_config_check_state */
     }
     if (!gm_id_cert_matches_key(a->cert, a->key)) {
         gm_err("event=identity-load reason=\"node.crt does not match node.key\"");
@@ -487,6 +487,10 @@ int gm_agent_open(const char *config_path, struct gm_agent **out)
         return err;
     }
     err = gm_config_load(config_path, &a->cfg);
+    /* this user can use the state directory (only looked at: a file it cannot use is named
+     * with its owner before the lock, itself a file there, meets the same problem) */
+    if (err == 0)
+        err = gm_config_check_state(&a->cfg);
     /* one agent per state directory: before anything in it is read or written */
     if (err == 0) {
         err = gm_statelock_take(a->cfg.state_dir, a->cfg.listen, &a->state_lock_fd);

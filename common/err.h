@@ -19,6 +19,10 @@
 #define GM_EXIT_USAGE 2
 #define GM_EXIT_CONFIG 78
 #define GM_EXIT_SKIP 77 /* tests only: automake's "skipped" */
+/* sysexits' EX_NOPERM (the same number as the tests' skip, which only test scripts use): a
+ * file the agent needs belongs to another user.  Not a configuration error: gradmesh@.service
+ * restarts it (Restart=on-failure), so a chown fixes it without touching the unit. */
+#define GM_EXIT_NOPERM 77
 
 enum gm_err {
     GM_ERR_BASE = -4000,

@@ -8,7 +8,11 @@
  */
 #include "agent/cli/cli.h"
 
+#include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,12 +40,101 @@ int gm_cli_fail(const char *cmd, int err, const char *what)
     return gm_err_exit_code(err);
 }
 
+/* The config an agent process was started with (`gradmesh agent [--config X]`, else
+ * $GRADMESH_CONFIG, else the default), made absolute against its working folder, into out.
+ * 0, or -ENOENT when pid is not a gradmesh agent (or its command line cannot be read). */
+static int agent_config_of(const char *pid, char out[PATH_MAX])
+{
+    char path[300], buf[4096], cwd[PATH_MAX], rel[PATH_MAX];
+    const char *argv[64], *config = NULL, *base;
+    size_t len = 0, i, n = 0;
+    ssize_t r;
+    int fd;
+
+    snprintf(path, sizeof(path), "/proc/%s/cmdline", pid);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -ENOENT;
+    while (len < sizeof(buf) - 1 && (r = read(fd, buf + len, sizeof(buf) - 1 - len)) > 0)
+        len += (size_t)r;
+    close(fd);
+    buf[len] = '\0';
+    for (i = 0; i < len && n < sizeof(argv) / sizeof(argv[0]); i += strlen(buf + i) + 1)
+        argv[n++] = buf + i;
+    if (n < 2 || strcmp(argv[1], "agent") != 0)
+        return -ENOENT;
+    base = strrchr(argv[0], '/');
+    base = base != NULL ? base + 1 : argv[0];
+    if (strncmp(base, "gradmesh", 8) != 0)
+        return -ENOENT;
+    for (i = 2; i < n; i++) {
+        if (strcmp(argv[i], "--config") == 0 && i + 1 < n)
+            config = argv[++i];
+        else if (strncmp(argv[i], "--config=", 9) == 0)
+            config = argv[i] + 9;
+    }
+    if (config == NULL) {
+        /* its environment (readable for our own processes and root's): $GRADMESH_CONFIG */
+        snprintf(path, sizeof(path), "/proc/%s/environ", pid);
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        len = 0;
+        if (fd >= 0) {
+            while (len < sizeof(buf) - 1 && (r = read(fd, buf + len, sizeof(buf) - 1 - len)) > 0)
+                len += (size_t)r;
+            close(fd);
+        }
+        buf[len] = '\0';
+        for (i = 0; i < len; i += strlen(buf + i) + 1)
+            if (strncmp(buf + i, "GRADMESH_CONFIG=", 16) == 0 && buf[i + 16] != '\0')
+                config = buf + i + 16;
+        if (config == NULL)
+            config = GM_DEFAULT_CONFIG;
+    }
+    if (config[0] != '/') {
+        snprintf(path, sizeof(path), "/proc/%s/cwd", pid);
+        r = readlink(path, cwd, sizeof(cwd) - 1);
+        if (r <= 0)
+            return -ENOENT;
+        cwd[r] = '\0';
+        if (snprintf(rel, sizeof(rel), "%s/%s", cwd, config) >= (int)sizeof(rel))
+            return -ENOENT;
+        config = rel;
+    }
+    if (realpath(config, out) == NULL)
+        snprintf(out, PATH_MAX, "%s", config);
+    return 0;
+}
+
+/* The pid of a running `gradmesh agent` of config (the same file, through links), or 0. */
+static long agent_running(const char *config)
+{
+    char want[PATH_MAX], got[PATH_MAX];
+    struct dirent *e;
+    long pid = 0, self = (long)getpid();
+    DIR *d;
+
+    if (realpath(config, want) == NULL)
+        return 0;
+    d = opendir("/proc");
+    if (d == NULL)
+        return 0;
+    while (pid == 0 && (e = readdir(d)) != NULL) {
+        if (!isdigit((unsigned char)e->d_name[0]) || atol(e->d_name) == self)
+            continue;
+        if (agent_config_of(e->d_name, got) == 0 && strcmp(got, want) == 0)
+            pid = atol(e->d_name);
+    }
+    closedir(d);
+    return pid;
+}
+
 /* Sends one request to the local agent; *out is the parsed answer. */
 int gm_cli_control(const char *cmd, const char *config, json_t *req, json_t **out)
 {
     struct gm_config c;
     json_error_t e;
     char *text = NULL, *resp = NULL;
+    long pid;
     int err;
 
     *out = NULL;
@@ -56,6 +149,19 @@ int gm_cli_control(const char *cmd, const char *config, json_t *req, json_t **ou
         return -ENOMEM;
     err = gm_control_call(c.control, text, CONTROL_TIMEOUT_MS, &resp);
     free(text);
+    if ((err == -ENOENT || err == -ECONNREFUSED) &&
+        (pid = agent_running(gm_config_path(config))) > 0) {
+        /* an agent that lost its socket: deleted under it (an rm, a cleanup of /run), or
+         * another agent's start that took the path over */
+        fprintf(stderr,
+                "gradmesh %s: the agent of %s is running (pid %ld) but does not answer at its "
+                "control socket %s (%s): the socket was removed under it; restart the agent "
+                "(systemctl restart gradmesh@%s, or stop pid %ld and run gradmesh agent "
+                "--config %s)\n",
+                cmd, gm_config_path(config), pid, c.control, gm_strerror(err), c.cluster, pid,
+                gm_config_path(config));
+        return -ENOTCONN;
+    }
     if (err == -ENOENT || err == -ECONNREFUSED) { /* no socket, or a dead agent's */
         fprintf(stderr,
                 "gradmesh %s: no agent is running for %s (nothing answers at %s: %s); "

@@ -30,7 +30,7 @@ static const struct verb_help verbs[] = {
      "  --cluster NAME         the cluster's name (1-63 of a-z 0-9 . _ -)\n" CONFIG_LINE
      "                         without --config, the file is /etc/gradmesh/NAME.conf and\n"
      "                         /etc/gradmesh/gradmesh.conf links to it if absent\n"
-     "  --state DIR            identity and members (default /var/lib/gradmesh, mode 0700)\n"
+     "  --state DIR            identity and members (default /var/lib/gradmesh/NAME, 0700)\n"
      "  --listen HOST:PORT     where members connect (default 0.0.0.0:7450)\n"
      "  --node ID              this node's id (default: random)\n"
      "  --multicast GROUP:PORT|off  LAN beacons (default 239.192.74.50:7451)\n"
@@ -46,7 +46,7 @@ static const struct verb_help verbs[] = {
      "  TOKEN                  gmtoken1_...; on a LAN it alone finds the admitter\n"
      "  --peer HOST:PORT       the admitter's address (through a VPN or a WAN)\n" CONFIG_LINE
      "                         without --config, as for init: /etc/gradmesh/CLUSTER.conf\n"
-     "  --state DIR            identity and members (default /var/lib/gradmesh)\n"
+     "  --state DIR            identity and members (default /var/lib/gradmesh/CLUSTER)\n"
      "  --listen HOST:PORT     where members connect (default 0.0.0.0:7450; not port 0)\n"
      "  --node ID              this node's id (default: random)\n"
      "  --multicast GROUP:PORT|off  LAN beacons (default 239.192.74.50:7451)\n"

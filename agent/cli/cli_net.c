@@ -7,8 +7,10 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <grp.h>
 #include <inttypes.h>
 #include <netdb.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +33,115 @@
 #include "discovery/discovery.h"
 
 #define FIND_WAIT_S 15 /* join without --peer: how long to look for an admitter */
+
+/*
+ * Who writes the state directory.  Everything init and join put there (the directory itself
+ * when they make it, keys, certificates, members) belongs to the directory's owner: the user
+ * the agent runs as, which must read and write it.  Run as root over a directory someone else
+ * owns (the README's install: systemd-tmpfiles makes /var/lib/gradmesh for user gradmesh, then
+ * `sudo gradmesh init`), the command takes that user's identity (effective uid, gid and groups)
+ * while it writes there and root's back for the config in /etc/gradmesh.  Writing as the owner,
+ * rather than writing as root and chown'ing, means root never opens, renames or chowns a path
+ * inside a directory another user controls (no symlink or hard-link games to lose), and each
+ * file is the owner's from its first byte.  The owner is the state directory's, or, when init
+ * makes it, that of the nearest folder above it (/var/lib/gradmesh for
+ * /var/lib/gradmesh/CLUSTER).  A root-owned folder, or a command not run as root: no change.
+ */
+struct state_owner {
+    uid_t uid;
+    gid_t gid;
+    int switched;     /* effective ids are uid/gid until owner_restore() */
+    gid_t egid;       /* root's, put back by owner_restore() */
+    gid_t groups[64]; /* root's supplementary groups, put back by owner_restore() */
+    int n_groups;
+};
+
+/* The owner of dir, or of the nearest existing folder above it. */
+static int owner_of(const char *dir, uid_t *uid, gid_t *gid)
+{
+    char tmp[GM_PATH_MAX];
+    struct stat st;
+    char *slash;
+
+    if (strlen(dir) >= sizeof(tmp))
+        return -ENAMETOOLONG;
+    snprintf(tmp, sizeof(tmp), "%s", dir);
+    for (;;) {
+        if (stat(tmp[0] != '\0' ? tmp : "/", &st) == 0) {
+            *uid = st.st_uid;
+            *gid = st.st_gid;
+            return 0;
+        }
+        if (errno != ENOENT)
+            return -errno;
+        slash = strrchr(tmp, '/');
+        if (strcmp(tmp, ".") == 0)
+            return -ENOENT; /* the working folder itself is gone */
+        if (slash == NULL) {
+            snprintf(tmp, sizeof(tmp), ".");
+            continue;
+        }
+        *slash = '\0';
+    }
+}
+
+/* Root's effective identity -> the state directory owner's (see struct state_owner). */
+static int owner_become(struct state_owner *o, const char *dir)
+{
+    int err;
+
+    memset(o, 0, sizeof(*o));
+    if (geteuid() != 0)
+        return 0;
+    err = owner_of(dir, &o->uid, &o->gid);
+    if (err != 0 || o->uid == 0)
+        return err;
+    o->egid = getegid();
+    o->n_groups = getgroups((int)(sizeof(o->groups) / sizeof(o->groups[0])), o->groups);
+    if (o->n_groups < 0)
+        return -errno;
+    if (setgroups(1, &o->gid) != 0 || setegid(o->gid) != 0)
+        return -errno;
+    if (seteuid(o->uid) != 0)
+        return -errno;
+    o->switched = 1;
+    return 0;
+}
+
+/* Back to root, for what is root's (the config in /etc/gradmesh).  0 or -errno. */
+static int owner_restore(struct state_owner *o)
+{
+    if (!o->switched)
+        return 0;
+    o->switched = 0;
+    if (seteuid(0) != 0 || setegid(o->egid) != 0 || setgroups((size_t)o->n_groups, o->groups) != 0)
+        return -errno;
+    return 0;
+}
+
+/* The state directory could not be made or written: which folder, whose it is, what to do
+ * (returns the exit code). */
+static int state_dir_problem(const char *cmd, const char *dir, int err)
+{
+    char where[GM_PATH_MAX];
+    struct passwd *pw;
+    uid_t uid = 0;
+    gid_t gid = 0;
+
+    if (err != -EACCES && err != -EPERM && err != -EROFS)
+        return gm_cli_fail(cmd, err, "state directory");
+    snprintf(where, sizeof(where), "%s", dir);
+    if (owner_of(dir, &uid, &gid) != 0)
+        uid = (uid_t)-1;
+    pw = uid != (uid_t)-1 ? getpwuid(uid) : NULL;
+    fprintf(stderr,
+            "gradmesh %s: cannot write the state directory %s: %s; it (or the folder above it) "
+            "belongs to %s (uid %d) and this command runs as uid %u: run it as root (it then "
+            "writes for that user) or as %s, or name another folder with --state DIR\n",
+            cmd, where, gm_strerror(err), pw != NULL ? pw->pw_name : "?", (int)uid,
+            (unsigned)geteuid(), pw != NULL ? pw->pw_name : "its owner");
+    return GM_EXIT_RUNTIME;
+}
 
 /* mkdir -p with mode 0700 for the last component (folders made recorded in made); the result
  * made absolute. */
@@ -124,22 +235,47 @@ static int check_listen(const char *listen)
     return gm_proto_addr_parse(listen, &ss);
 }
 
-/* Writes a fresh config skeleton in *c. */
-/* state == NULL: the system layout (/var/lib/gradmesh, control socket
- * /run/gradmesh/CLUSTER.sock, the RuntimeDirectory of gradmesh@.service); a --state DIR keeps
- * everything in DIR (control.sock there). */
+/* The state directory init or join uses: --state DIR, else GM_STATE_ROOT/CLUSTER (written in
+ * buf, GM_PATH_MAX bytes; a name too long to fit leaves "" there, which prepare_config refuses). */
+static const char *default_state(const char *state, const char *cluster, char *buf)
+{
+    int n;
+
+    if (state != NULL)
+        return state;
+    n = snprintf(buf, GM_PATH_MAX, "%s/%s", GM_STATE_ROOT, cluster);
+    if (n < 0 || n >= GM_PATH_MAX)
+        buf[0] = '\0';
+    return buf;
+}
+
+/* Writes a fresh config skeleton in *c, and makes the state directory as its owner (*own:
+ * the command goes on as that user until owner_restore()). */
+/* state == NULL: the system layout, one of each per cluster so that two clusters on one host
+ * never share a file (/var/lib/gradmesh/CLUSTER, control socket /run/gradmesh/CLUSTER/
+ * control.sock: the StateDirectory and RuntimeDirectory of gradmesh@CLUSTER.service); a
+ * --state DIR keeps everything in DIR (control.sock there). */
 static int prepare_config(struct gm_config *c, const char *cluster, const char *node,
                           const char *listen, const char *state, const char *multicast,
-                          const char *metrics, struct gm_cli_made *made)
+                          const char *metrics, struct gm_cli_made *made,
+                          struct state_owner *own, char *state_buf)
 {
     char abs[GM_PATH_MAX];
     int err, n;
     const int system_layout = state == NULL;
 
     gm_config_defaults(c);
-    if (system_layout)
-        state = GM_DEFAULT_STATE;
-    err = make_state_dir(state, abs, sizeof(abs), made);
+    if (system_layout) {
+        n = snprintf(state_buf, GM_PATH_MAX, "%s/%s", GM_STATE_ROOT, cluster);
+        if (n < 0 || n >= GM_PATH_MAX)
+            return -ENAMETOOLONG;
+        state = state_buf;
+    } else {
+        snprintf(state_buf, GM_PATH_MAX, "%s", state);
+    }
+    err = owner_become(own, state);
+    if (err == 0)
+        err = make_state_dir(state, abs, sizeof(abs), made);
     if (err != 0)
         return err;
     snprintf(c->cluster, sizeof(c->cluster), "%s", cluster);
@@ -147,7 +283,7 @@ static int prepare_config(struct gm_config *c, const char *cluster, const char *
     snprintf(c->listen, sizeof(c->listen), "%s", listen);
     snprintf(c->state_dir, sizeof(c->state_dir), "%s", abs);
     if (system_layout)
-        n = snprintf(c->control, sizeof(c->control), "%s/%s.sock", GM_RUNTIME_DIR, cluster);
+        n = snprintf(c->control, sizeof(c->control), "%s/%s/control.sock", GM_RUNTIME_DIR, cluster);
     else
         n = snprintf(c->control, sizeof(c->control), "%s/control.sock", abs);
     if (n < 0 || n >= (int)sizeof(c->control))
@@ -208,6 +344,8 @@ int gm_cli_init(int argc, char **argv)
     struct gm_cert *ca = NULL, *cert = NULL;
     uint8_t pub[GM_ID_PUB_LEN];
     struct gm_config c;
+    struct state_owner own;
+    char state_buf[GM_PATH_MAX];
     int o, err;
 
     optind = 1;
@@ -260,13 +398,14 @@ int gm_cli_init(int argc, char **argv)
         fprintf(stderr, "gradmesh init: --listen wants IP:PORT\n");
         return GM_EXIT_USAGE;
     }
-    o = gm_cli_state_check("init", config, state != NULL ? state : GM_DEFAULT_STATE, force);
+    o = gm_cli_state_check("init", config, default_state(state, cluster, state_buf), force);
     if (o != GM_EXIT_OK)
         return o;
-    err = prepare_config(&c, cluster, node, listen, state, multicast, metrics, &made);
+    err = prepare_config(&c, cluster, node, listen, state, multicast, metrics, &made, &own,
+                         state_buf);
     if (err != 0) {
         gm_cli_undo(&made, NULL, NULL, 0);
-        return gm_cli_fail("init", err, "state directory");
+        return state_dir_problem("init", state_buf, err);
     }
     /* --force: the identity and cluster state of the node before go (checkpoints stay) */
     err = force ? gm_cli_state_wipe(c.state_dir) : 0;
@@ -294,6 +433,8 @@ int gm_cli_init(int argc, char **argv)
     if (err == 0 && (err = state_file(&c, "beacon.key", path)) == 0)
         err = gm_beacon_key_save(path, bkey);
     sodium_memzero(bkey, sizeof(bkey));
+    if (err == 0)
+        err = owner_restore(&own); /* the config is root's, in /etc/gradmesh */
     if (err == 0)
         err = make_config_dir(config, &made);
     if (err == 0)
@@ -489,6 +630,8 @@ int gm_cli_join(int argc, char **argv)
     struct gm_join_params p = {0};
     struct gm_join_result r;
     struct gm_config c;
+    struct state_owner own = {0};
+    char state_buf[GM_PATH_MAX] = "";
     char id[2 * GM_TOKEN_ID_LEN + 1];
     int o, err, wait_s = FIND_WAIT_S;
 
@@ -569,7 +712,8 @@ int gm_cli_join(int argc, char **argv)
         return gm_cli_usage_err("join");
     }
     config = config_buf;
-    o = gm_cli_state_check("join", config, state != NULL ? state : GM_DEFAULT_STATE, force);
+    o = gm_cli_state_check("join", config, default_state(state, gm_token_cluster(tok), state_buf),
+                           force);
     if (o != GM_EXIT_OK) {
         gm_token_free(tok);
         return o;
@@ -583,13 +727,14 @@ int gm_cli_join(int argc, char **argv)
         gm_token_free(tok);
         return peer != NULL ? peer_problem(peer, err) : GM_EXIT_RUNTIME;
     }
-    err = prepare_config(&c, gm_token_cluster(tok), node, listen, state, multicast, metrics, &made);
+    err = prepare_config(&c, gm_token_cluster(tok), node, listen, state, multicast, metrics, &made,
+                         &own, state_buf);
     if (err == 0)
         err = gm_id_key_generate(&key);
     if (err != 0) {
         gm_token_free(tok);
         gm_cli_undo(&made, NULL, NULL, 0);
-        return gm_cli_fail("join", err, "state directory");
+        return state_dir_problem("join", state_buf, err);
     }
     if (peer != NULL) /* through a VPN or WAN: the agent keeps dialing it (static endpoint) */
         snprintf(c.peers, sizeof(c.peers), "%s", peer);
@@ -631,6 +776,8 @@ int gm_cli_join(int argc, char **argv)
         snprintf(line, sizeof(line), "%s\n", r.members[0].node);
         err = gm_id_write_file(path, line, strlen(line), 0644);
     }
+    if (err == 0)
+        err = owner_restore(&own); /* the config is root's, in /etc/gradmesh */
     if (err == 0)
         err = make_config_dir(config, &made);
     if (err == 0)
@@ -795,6 +942,8 @@ int gm_cli_agent(int argc, char **argv)
     err = gm_agent_open(gm_config_path(config), &a);
     if (err == GM_ERR_CONFIG)
         return GM_EXIT_CONFIG; /* the one line naming file, line and problem is out */
+    if (err == -EACCES)
+        return GM_EXIT_NOPERM; /* the line naming the file and its owner is out */
     if (err != 0)
         return gm_cli_fail("agent", err, "cannot start");
     err = gm_agent_start(a);

@@ -10,8 +10,10 @@
  */
 #include "agent/service/config.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -382,8 +384,9 @@ int gm_config_load(const char *path, struct gm_config *c)
     gm_config_defaults(c);
     fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        unreadable(path, errno);
-        return GM_ERR_CONFIG;
+        err = errno;
+        unreadable(path, err);
+        return err == EACCES ? -EACCES : GM_ERR_CONFIG; /* a permission, not the config's text */
     }
     buf = malloc(CONFIG_MAX + 1);
     if (buf == NULL) {
@@ -478,4 +481,82 @@ int gm_config_state_path(const struct gm_config *c, const char *name, char *out,
     int n = snprintf(out, cap, "%s/%s", c->state_dir, name);
 
     return (n < 0 || (size_t)n >= cap) ? -ENAMETOOLONG : 0;
+}
+
+/* "gradmesh:gradmesh (uid 998)"-style names of a uid and gid. */
+static void id_names(uid_t uid, gid_t gid, char *out, size_t cap)
+{
+    struct passwd *pw = getpwuid(uid);
+    struct group *gr = getgrgid(gid);
+    char u[64], g[64];
+
+    if (pw != NULL)
+        snprintf(u, sizeof(u), "%s", pw->pw_name);
+    else
+        snprintf(u, sizeof(u), "%u", (unsigned)uid);
+    if (gr != NULL)
+        snprintf(g, sizeof(g), "%s", gr->gr_name);
+    else
+        snprintf(g, sizeof(g), "%u", (unsigned)gid);
+    snprintf(out, cap, "%s:%s", u, g);
+}
+
+/* path (a file or folder of the state directory) is not ours to use: one line that names it,
+ * its owner and mode, the user the agent runs as, and the chown that fixes it. */
+static int not_ours(const struct gm_config *c, const char *path, int errnum)
+{
+    char have[160], want[160];
+    struct stat st;
+
+    id_names(geteuid(), getegid(), want, sizeof(want));
+    if (stat(path, &st) != 0) {
+        gm_err("the agent (running as %s) cannot use %s: %s; give the state directory to that "
+               "user: chown -R %s %s",
+               want, path, strerror(errnum), want, c->state_dir);
+        return -EACCES;
+    }
+    id_names(st.st_uid, st.st_gid, have, sizeof(have));
+    gm_err("the agent (running as %s) cannot %s %s: %s; it belongs to %s (mode %03o) and must be "
+           "%s's: chown -R %s %s",
+           want, S_ISDIR(st.st_mode) ? "write in" : "read", path, strerror(errnum), have,
+           (unsigned)(st.st_mode & 0777), want, want, c->state_dir);
+    return -EACCES;
+}
+
+int gm_config_check_state(const struct gm_config *c)
+{
+    char path[GM_PATH_MAX];
+    struct dirent *e;
+    DIR *d;
+    int err = 0;
+
+    if (access(c->state_dir, F_OK) != 0 && errno == ENOENT)
+        return 0; /* the identity's loader says what is missing */
+    if (faccessat(AT_FDCWD, c->state_dir, R_OK | W_OK | X_OK, AT_EACCESS) != 0)
+        return errno == EACCES || errno == EPERM ? not_ours(c, c->state_dir, errno) : -errno;
+    d = opendir(c->state_dir);
+    if (d == NULL)
+        return -errno;
+    while (err == 0 && (e = readdir(d)) != NULL) {
+        struct stat st;
+        int want;
+
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0 ||
+            strstr(e->d_name, ".tmp.") != NULL) /* a crashed writer's temp file: not read */
+            continue;
+        if (gm_config_state_path(c, e->d_name, path, sizeof(path)) != 0 ||
+            fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+            continue;
+        if (S_ISDIR(st.st_mode))
+            want = R_OK | W_OK | X_OK;
+        else if (S_ISREG(st.st_mode))
+            want = R_OK;
+        else
+            continue; /* a socket, a link: not the agent's files */
+        if (faccessat(dirfd(d), e->d_name, want, AT_EACCESS) != 0 &&
+            (errno == EACCES || errno == EPERM))
+            err = not_ours(c, path, errno);
+    }
+    closedir(d);
+    return err;
 }

@@ -46,10 +46,13 @@
 
 #define GM_PATH_MAX 1024
 #define GM_DEFAULT_LISTEN "0.0.0.0:7450"
-#define GM_DEFAULT_STATE "/var/lib/gradmesh"
+/* init and join without --state: GM_STATE_ROOT/CLUSTER (gradmesh@CLUSTER's StateDirectory) */
+#define GM_STATE_ROOT "/var/lib/gradmesh"
 #define GM_CONFIG_DIR "/etc/gradmesh"
 #define GM_DEFAULT_CONFIG GM_CONFIG_DIR "/gradmesh.conf"
-#define GM_RUNTIME_DIR "/run/gradmesh" /* gradmesh@.service's RuntimeDirectory */
+/* init and join without --state: the control socket is GM_RUNTIME_DIR/CLUSTER/control.sock
+ * (gradmesh@CLUSTER's RuntimeDirectory, its own: one instance stopping removes no other's) */
+#define GM_RUNTIME_DIR "/run/gradmesh"
 #define GM_DEFAULT_PEER_TIMEOUT_S 60
 /* the Prometheus endpoint when [metrics] listen is absent or empty; "off" disables it */
 #define GM_METRICS_DEFAULT "127.0.0.1:9464"
@@ -89,5 +92,11 @@ GM_MUST_CHECK int gm_config_save(const char *path, const struct gm_config *c);
 /* dir/name into out; -ENAMETOOLONG. */
 GM_MUST_CHECK int gm_config_state_path(const struct gm_config *c, const char *name, char *out,
                                        size_t cap);
+/* The state directory and what is directly in it can be used by this process (the folders
+ * read and written, the files read): 0, or -EACCES after one line that names the first that
+ * cannot, its owner and mode, and the chown that fixes it (a permission problem, not a
+ * configuration error: the agent exits GM_EXIT_NOPERM and systemd retries).  A missing
+ * directory is 0 (the identity's loader reports it). */
+GM_MUST_CHECK int gm_config_check_state(const struct gm_config *c);
 
 #endif

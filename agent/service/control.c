@@ -159,20 +159,30 @@ static void listener_close_cb(uv_handle_t *h)
     srv_unref(h->data);
 }
 
-/* The socket's folder (/run/gradmesh outside systemd, where no RuntimeDirectory made it):
- * made 0750 when missing; a failure shows up as the bind's error. */
+/* The socket's folder (/run/gradmesh/CLUSTER outside systemd, where no RuntimeDirectory made
+ * it): made 0750 when missing, the folders above it 0755; a failure shows up as the bind's
+ * error. */
 static void make_parent(const char *path)
 {
     char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
     const char *slash = strrchr(path, '/');
-    size_t n = slash != NULL ? (size_t)(slash - path) : 0;
+    size_t i, n = slash != NULL ? (size_t)(slash - path) : 0;
 
     if (n == 0 || n >= sizeof(dir))
         return;
     memcpy(dir, path, n);
     dir[n] = '\0';
-    if (mkdir(dir, 0750) != 0 && errno != EEXIST)
-        gm_warn("event=control-mkdir dir=%s err=%d", dir, -errno);
+    for (i = 1; i <= n; i++) {
+        if (dir[i] != '/' && dir[i] != '\0')
+            continue;
+        dir[i] = '\0';
+        if (mkdir(dir, i == n ? 0750 : 0755) != 0 && errno != EEXIST) {
+            gm_warn("event=control-mkdir dir=%s err=%d", dir, -errno);
+            return;
+        }
+        if (i < n)
+            dir[i] = '/';
+    }
 }
 
 int gm_control_start(uv_loop_t *loop, const char *path, gm_control_fn fn, void *arg,
