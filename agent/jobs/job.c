@@ -230,11 +230,15 @@ static void rank_exit(struct gm_rank *rk, int err, const struct gm_train_summary
 {
     struct gm_jobs *j = arg;
     struct job *jb = j->cur;
+    char reason[GM_JOB_MSG_MAX], why[GM_JOB_MSG_MAX];
 
     if (jb == NULL || jb->rank != rk) { /* cannot happen: a rank belongs to the current job */
         gm_rank_free(rk);
         return;
     }
+    /* the trainer's own line ("DIR: N training samples, fewer than one global batch of G"),
+     * never the name of err 0 */
+    snprintf(reason, sizeof(reason), "%s", gm_rank_error(rk));
     gm_rank_get_progress(rk, &jb->last);
     if (jb->last.params_sha256[0])
         gm_notice("event=job-final-hash job=%s rank=%d world=%d generation=%u step=%ld "
@@ -260,23 +264,32 @@ static void rank_exit(struct gm_rank *rk, int err, const struct gm_train_summary
         gm_notice("event=job-left job=%s step=%ld", jb->id, (long)jb->last.step);
         return;
     }
+    snprintf(why, sizeof(why), "rank on %.64s stopped: %.400s", j->env.node, reason);
     if (jb->coord) {
-        if (err == 0)
+        if (jb->state != J_RUNNING) { /* ended already (jobs_end_job stopped the rank): said */
+            if (err != 0)
+                gm_notice("event=job-rank-exit job=%s state=%s steps=%ld reason=\"%s\"", jb->id,
+                          jobs_state_name(jb->state), sum->steps, reason);
+            jobs_to_history(j, jb);
+        } else if (err == 0) {
             jobs_end_job(j, jb, jb->stop_sent ? J_CANCELLED : J_DONE,
                          jb->stop_sent ? "cancelled" : "finished");
-        else
-            jobs_end_job(j, jb, jb->stop_sent ? J_CANCELLED : J_FAILED, gm_strerror(err));
+        } else if (jb->stop_sent) {
+            jobs_end_job(j, jb, J_CANCELLED, "cancelled");
+        } else {
+            jobs_end_job(j, jb, J_FAILED, why);
+        }
         return;
     }
     if (err != 0 && !jb->stop_sent) {
-        struct gm_jobmsg m = {.gen = gm_rank_generation(rk), .code = err};
+        struct gm_jobmsg m = {.gen = jb->gen, .code = err};
         snprintf(m.id, sizeof(m.id), "%s", jb->id);
         snprintf(m.event, sizeof(m.event), "exit");
-        snprintf(m.message, sizeof(m.message), "%s", gm_strerror(err));
+        snprintf(m.message, sizeof(m.message), "%s", reason);
         (void)jobs_send_msg(j, jb->coordinator, GM_MSG_JOB_REPORT, &m);
     }
     if (err != 0 && jb->error[0] == 0)
-        snprintf(jb->error, sizeof(jb->error), "%s", gm_strerror(err));
+        snprintf(jb->error, sizeof(jb->error), "%s", why);
     if (jb->state == J_RUNNING && err == 0) {
         /* every step is done here; the coordinator's JOB_END brings its evaluation */
         gm_notice("event=job-rank-finished job=%s steps=%ld", jb->id, sum->steps);
@@ -285,8 +298,9 @@ static void rank_exit(struct gm_rank *rk, int err, const struct gm_train_summary
     if (jb->state == J_RUNNING)
         jb->state = J_FAILED;
     jb->t_end = gm_time_mono_ns();
-    gm_notice("event=job-rank-exit job=%s state=%s steps=%ld err=\"%s\"", jb->id,
-              jobs_state_name(jb->state), sum->steps, gm_strerror(err));
+    gm_notice("event=job-rank-exit job=%s state=%s steps=%ld reason=\"%s\"", jb->id,
+              jobs_state_name(jb->state), sum->steps,
+              jb->error[0] ? jb->error : jobs_state_name(jb->state));
     jobs_to_history(j, jb);
 }
 
@@ -623,9 +637,11 @@ void jobs_end_job(struct gm_jobs *j, struct job *jb, enum jstate st, const char 
     struct gm_jobmsg m = {0};
 
     jb->state = st;
-    jobs_record(j, jb, st);
     if (st != J_DONE && jb->error[0] == 0)
         snprintf(jb->error, sizeof(jb->error), "%s", msg);
+    if (st != J_DONE) /* one reason everywhere: the one recorded here */
+        msg = jb->error;
+    jobs_record(j, jb, st);
     jb->t_end = gm_time_mono_ns();
     snprintf(m.id, sizeof(m.id), "%s", jb->id);
     snprintf(m.state, sizeof(m.state), "%s",

@@ -255,6 +255,13 @@ struct gm_xport *gm_rank_xport(struct gm_rank *rk)
     return rk->x;
 }
 
+const char *gm_rank_error(const struct gm_rank *rk)
+{
+    if (rk->err == 0)
+        return "";
+    return rk->err_line[0] ? rk->err_line : gm_strerror(rk->err);
+}
+
 uint32_t gm_rank_generation(const struct gm_rank *rk)
 {
     return rk->coll_gen;

@@ -145,6 +145,10 @@ void gm_rank_switch_answer(struct gm_rank *rk, uint32_t seq, bool ok);
 /* The current group's transport (borrowed), NULL before the first group. */
 struct gm_xport *gm_rank_xport(struct gm_rank *rk);
 uint32_t gm_rank_generation(const struct gm_rank *rk);
+/* Why the trainer ended with an error: the line it logged last (the one `train --local` prints,
+ * e.g. "DIR: 60000 training samples, fewer than one global batch of 30000000"), else the
+ * error's name; "" when it ended without one.  From on_exit until gm_rank_free. */
+const char *gm_rank_error(const struct gm_rank *rk);
 /* The group is gone (a member left): its operations fail with GM_ERR_REGROUP. */
 void gm_rank_group_broken(struct gm_rank *rk);
 /* Ends the run at the next step boundary; why is logged by the caller. */

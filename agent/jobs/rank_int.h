@@ -118,6 +118,7 @@ struct gm_rank {
     char ckpt_dir[GM_JOB_PATH_MAX];
     struct gm_ckpt_ref committed[GM_RANK_COMMITTED_MAX];
     int err;
+    char err_line[512]; /* the trainer's last error line when err != 0 (read after the join) */
     struct gm_train_summary sum;
 };
 

@@ -20,6 +20,7 @@
 
 #include "agent/service/metrics.h"
 #include "agent/jobs/rank_int.h"
+#include "common/log.h"
 #include "common/byteorder.h"
 #include "common/log.h"
 #include "train/comm/collective.h"
@@ -432,7 +433,10 @@ static void *trainer_main(void *arg)
 {
     struct gm_rank *rk = arg;
 
+    gm_log_clear_last_error();
     rk->err = gm_trainer_run(&rk->job, &rk->opts, &rk->sum);
+    if (rk->err != 0) /* its reason, as `train --local` would print it */
+        snprintf(rk->err_line, sizeof(rk->err_line), "%s", gm_log_last_error());
     /* ops a stop or an error left submitted (overlapped DiLoCo's sync in its lag steps) end
      * before their requests are freed (a stop has failed the links: they end at once) */
     (void)gm_rank_bridge_wait(rk);
