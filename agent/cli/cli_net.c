@@ -870,6 +870,9 @@ int gm_cli_status(int argc, char **argv)
             if (json_is_string(json_object_get(job, "paused_reason")))
                 printf("job paused: %s\n",
                        json_string_value(json_object_get(job, "paused_reason")));
+            else if (json_is_string(json_object_get(job, "error")))
+                printf("job %s: %s\n", json_string_value(json_object_get(job, "state")),
+                       json_string_value(json_object_get(job, "error")));
         }
         printf("%-24s %-24s %-6s %-5s %-8s %s\n", "MEMBER", "ADDRESS", "LINK", "STATE", "RTT_MS",
                "VERSION");

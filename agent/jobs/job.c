@@ -223,7 +223,8 @@ void jobs_account_group(struct job *jb)
 void jobs_record(struct gm_jobs *j, const struct job *jb, enum jstate st)
 {
     if (j->env.record != NULL && jb->coord)
-        j->env.record(j->env.agent, jb->id, jobs_state_name(st), jb->steps);
+        j->env.record(j->env.agent, jb->id, jobs_state_name(st), jb->steps, jb->job.name,
+                      st != J_DONE && st != J_RUNNING && st != J_CHECKING ? jb->error : NULL);
 }
 
 static void rank_exit(struct gm_rank *rk, int err, const struct gm_train_summary *sum, void *arg)
@@ -644,10 +645,7 @@ void jobs_end_job(struct gm_jobs *j, struct job *jb, enum jstate st, const char 
     jobs_record(j, jb, st);
     jb->t_end = gm_time_mono_ns();
     snprintf(m.id, sizeof(m.id), "%s", jb->id);
-    snprintf(m.state, sizeof(m.state), "%s",
-             st == J_DONE        ? "done"
-             : st == J_CANCELLED ? "cancelled"
-                                 : "failed");
+    snprintf(m.state, sizeof(m.state), "%s", jobs_state_name(st));
     snprintf(m.message, sizeof(m.message), "%s", msg);
     if (st == J_DONE) {
         m.have_summary = true;
@@ -735,7 +733,27 @@ void gm_jobs_leave(struct gm_jobs *j)
 
 bool gm_jobs_idle(const struct gm_jobs *j)
 {
-    return j == NULL || j->cur == NULL || j->cur->rank == NULL;
+    return j == NULL || (j->prechecks == 0 && (j->cur == NULL || j->cur->rank == NULL));
+}
+
+/* What this node's checkpoint directory of job can take: the free space of its file system
+ * and the room its earlier checkpoints of the job (up to checkpoint_keep) give back; false
+ * when the free space cannot be read. */
+bool jobs_ckpt_room(struct gm_jobs *j, const struct gm_job *job, uint64_t *room)
+{
+    char key[GM_JOBS_CKPT_KEY_LEN + 1], dir[1100];
+    struct gm_ckpt_entry *e = NULL;
+    size_t n = 0;
+
+    gm_jobs_ckpt_key(job, key);
+    snprintf(dir, sizeof(dir), "%s/checkpoints/%s", j->env.state_dir, key);
+    if (gm_ckpt_free_bytes(dir, room) < 0)
+        return false;
+    if (gm_ckpt_dir_list(dir, &e, &n) == 0)
+        for (size_t i = 0; i < n && i < (size_t)job->checkpoint_keep; i++)
+            *room += e[i].bytes > 0 ? (uint64_t)e[i].bytes : 0;
+    free(e);
+    return true;
 }
 
 static void timer_closed(uv_handle_t *h)

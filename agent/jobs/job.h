@@ -63,6 +63,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include <jansson.h>
 #include <uv.h>
@@ -75,6 +76,17 @@
 struct gm_jobs;
 struct gm_link;
 struct gm_ckpt_ref;
+
+/* A job as the replicated state holds it (agent/cluster/chieffsm.h). */
+#define GM_JOBS_RECORDED_MAX 64
+struct gm_jobs_record {
+    char id[GM_ID_NAME_MAX + 1];
+    char name[64];
+    char state[16];
+    char error[512];
+    long step;
+    uint64_t term;
+};
 
 /* What the job room needs from the agent. */
 struct gm_jobs_env {
@@ -92,8 +104,14 @@ struct gm_jobs_env {
      * chief): 0, or -ENOENT with why there is none in why.  NULL: no consensus (tests):
      * the lowest node id up coordinates and frames carry term 0. */
     int (*chief)(void *agent, char out[GM_ID_NAME_MAX + 1], uint64_t *term, char *why, size_t cap);
-    /* Records a coordinated job's state in the replicated state (optional). */
-    void (*record)(void *agent, const char *id, const char *state, long step);
+    /* Records a coordinated job's state in the replicated state (optional), with its name
+     * and, once it ended other than done, the reason (NULL: none). */
+    void (*record)(void *agent, const char *id, const char *state, long step, const char *name,
+                   const char *error);
+    /* Optional: the jobs the replicated state holds, oldest first, at most cap into out;
+     * how many, or -1 without one.  `gradmesh jobs` shows their state and reason on every
+     * node alike (the job history is replicated state). */
+    long (*recorded)(void *agent, struct gm_jobs_record *out, size_t cap);
     /* Optional: records a job the coordinator took, its text and the global batch fixed for
      * it, in the replicated state, so a restarted cluster resumes it (agent/jobs/jobresume.h). */
     void (*record_spec)(void *agent, const char *id, const char *text, size_t len,
