@@ -874,6 +874,14 @@ int gm_cli_status(int argc, char **argv)
                 printf("job %s: %s\n", json_string_value(json_object_get(job, "state")),
                        json_string_value(json_object_get(job, "error")));
         }
+        json_t *disk = json_object_get(r, "disk");
+        if (json_is_true(json_object_get(disk, "full")))
+            printf("disk full: %s: %s (a checkpoint replica from %s, step %lld, was not stored: "
+                   "this node holds no copy of it)\n",
+                   json_string_value(json_object_get(disk, "path")),
+                   json_string_value(json_object_get(disk, "error")),
+                   json_string_value(json_object_get(disk, "peer")),
+                   (long long)json_integer_value(json_object_get(disk, "step")));
         printf("%-24s %-24s %-6s %-5s %-8s %s\n", "MEMBER", "ADDRESS", "LINK", "STATE", "RTT_MS",
                "VERSION");
         json_array_foreach(json_object_get(r, "members"), i, m)
