@@ -677,11 +677,8 @@ int gm_trainer_check(const struct gm_job *job, int world, struct gm_train_check 
     int g, in_c, in_h, in_w, err;
 
     memset(out, 0, sizeof(*out));
-    if ((err = gm_job_global_batch(job, world, &g)) < 0) {
-        gm_err("job: [optim] global_batch = %d does not divide by %d workers",
-               job->optim.global_batch, world);
-        return err;
-    }
+    if ((err = gm_job_global_batch(job, world, &g)) < 0)
+        return err; /* logged, with the job and the world */
     data_spec(job, &ds);
     if ((err = gm_loader_new(&ds, 1, &data)) < 0)
         return err; /* logged by the loader, with the file name */
