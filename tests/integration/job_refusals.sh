@@ -212,7 +212,7 @@ pass "garbage IDX files on every member, batch = 10000000: refused at submit wit
 PD=$(free_port)
 "$GM" init --metrics off --cluster elsewhere --node delta --config "$WORK/delta.conf" --state "$WORK/delta" \
     --listen 127.0.0.1:$PD --multicast off >/dev/null 2>>"$WORK/cli.log" || fail "init delta"
-job "$WORK/good.ini" "$DS/good"
+job "$WORK/good.ini" "$DS/good" job.epochs=50 # long: it is cancelled, never finishes first
 CTL=$(sed -n 's/^control *= *//p' "$WORK/delta.conf")
 [ -n "$CTL" ] || CTL="$WORK/delta/control.sock"
 refused noagent "$WORK/good.ini" 1 "gradmesh submit: no agent is running for $WORK/delta.conf \
