@@ -1028,6 +1028,9 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
         const int e = (int)(r.st.step / r.steps_per_epoch);
         int off, n, rc;
 
+        /* an error line of an earlier step (a checkpoint that could not be written) that did
+         * not stop the run is no reason for a later failure (gm_log_last_error) */
+        gm_log_clear_last_error();
         if (e != r.epoch) {
             gm_sampler_set_epoch(&r.sampler, e);
             r.epoch = e;
