@@ -83,7 +83,8 @@ for j in json.load(sys.stdin)["jobs"]:
     assert "success" not in (j["error"] or "") and (j["error"] or "") != "numeric error", j' ||
         fail "$n lists a job cancelled, or with a reason that is no reason"
 done
-grep -Eh 'err="success"|reason="success"|msg="success"' "$WORK"/*.log && fail "a log says a failure was a success"
+grep -Eh 'event=job[-a-z]* .*(err|reason|msg)="success"' "$WORK"/*.log &&
+    fail "a job event says a failure was a success"
 grep -h "event=job-end job=$ID " "$WORK/alpha.log" | grep -v "state=failed" &&
     fail "alpha ended the job other than failed (or twice)"
 [ "$(grep -c "event=job-end job=$ID " "$WORK/alpha.log")" = 1 ] || fail "alpha ended job $ID more than once"
