@@ -28,7 +28,13 @@
  *             path, size and mtime, on libuv's threadpool) and answers
  *             JOB_CHECK; any difference (a missing dir, a missing, extra or
  *             changed file) refuses the job with one line naming the member and
- *             the file
+ *             the file.  Meanwhile the coordinator runs the trainer's own check
+ *             (gm_trainer_check, on the threadpool: the dataset's headers and
+ *             sizes against the job, the model on its images; what passes on
+ *             its copy passes on every member's, the same bytes) and refuses
+ *             with the line `train --local` prints; and a job whose checkpoints
+ *             (checkpoint_keep and the next) do not fit the room a member's
+ *             JOB_CHECK says its checkpoint directory has is refused, naming it
  *   running   generation 1: ranks = [coordinator, the others by node id];
  *             JOB_GROUP to each; every rank takes rank 0's initial state
  *   re-form   a member's link goes down, or it reports JOB_REPORT
@@ -37,7 +43,11 @@
  *             boundary (agent/jobs/rank.h), data re-sharded at once
  *   done      rank 0 finished (weights under state_dir/jobs/ID/), JOB_END to
  *             all; also cancelled (gm_jobs cancel) or failed (an error on any
- *             rank, or the coordinator lost and no chief took the job over)
+ *             rank, or the coordinator lost and no chief took the job over).
+ *             A job ends once: a failed rank's own error line (gm_rank_error)
+ *             is the reason JOB_END carries to every member and the chief
+ *             records (with the job's name) in the replicated state, where
+ *             every node's `jobs` and `status` read how a job ended
  * A member keeps a record of the job it runs, so `gradmesh jobs` works there.
  *
  * No majority, no training (agent/jobs/job_partition.c): only the chief forms

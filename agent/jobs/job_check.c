@@ -1,7 +1,9 @@
 /*
  * agent/jobs/job_check.c - the job room (agent/jobs/job.h), the coordinator's check: taking a job
- * (submit, a member's JOB_SUBMIT, a resume), hashing its own dataset, offering the job, comparing
- * each JOB_CHECK, starting. Private state and shared helpers: agent/jobs/job_int.h.  Loop thread
+ * (submit, a member's JOB_SUBMIT, a resume), hashing its own dataset, the trainer's own check of
+ * the job (on the threadpool: what `train --local` checks before its first step, and room for the
+ * checkpoints), offering the job, comparing each JOB_CHECK (the files, and the room each member's
+ * checkpoint directory has), starting. Private state and shared helpers: agent/jobs/job_int.h.  Loop thread
  * only.
  */
 #include "agent/jobs/job_int.h"

@@ -7,7 +7,8 @@
  *   job.c            the spine: registry, history, helpers, rank callbacks, islands, groups,
  *                    the end of a job, teardown
  *   job_codec.c      codec = auto: the choice at submit and switching mid-run
- *   job_check.c      the coordinator: take a job, hash, offer, compare checks, start
+ *   job_check.c      the coordinator: take a job, hash, the trainer's check, offer, compare
+ *                    checks (files, checkpoint room), start
  *   job_partition.c  no majority, no training: step down, paused, takeover
  *   job_member.c     the member: offers, groups, reports, the end, forwarding a submit
  *   job_control.c    the control commands and the JSON views
