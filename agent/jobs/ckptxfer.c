@@ -608,7 +608,8 @@ static int on_data(struct gm_ckptx *x, const char *node, const struct gm_frame_h
     return 0;
 }
 
-/* A member's answer: a refusal is remembered (the last per node), a copy stored clears it. */
+/* A member's answer: a refusal is remembered (the last per node), a copy of one of ours it
+ * stored clears its refusal of that job's. */
 static void refusal_set(struct gm_ckptx *x, const char *node, const struct gm_ckptx_ack *a)
 {
     size_t i;
@@ -641,8 +642,8 @@ static int on_ack(struct gm_ckptx *x, const char *node, const struct gm_frame_hd
 
     if (gm_ckptx_ack_decode(p, fh->len, &a) != 0)
         return GM_ERR_PROTO;
-    refusal_set(x, node, &a);
     if (!a.ok) {
+        refusal_set(x, node, &a);
         gm_warn("event=checkpoint-not-replicated peer=%s key=%s step=%ld reason=\"%s\": it holds "
                 "no copy of it",
                 node, a.key, a.step, a.error);
@@ -653,6 +654,7 @@ static int on_ack(struct gm_ckptx *x, const char *node, const struct gm_frame_hd
         gm_debug("event=checkpoint-ack-unknown peer=%s key=%s step=%ld", node, a.key, a.step);
         return 0;
     }
+    refusal_set(x, node, &a); /* it holds one of the job's again */
     held_add(x, a.key, a.step, a.sha256, h->term, node);
     gm_info("event=checkpoint-replicated peer=%s key=%s step=%ld sha256=%s holders=%zu", node,
             a.key, a.step, a.sha256, h->nholders);

@@ -102,8 +102,10 @@ assert d["peer"] == "alpha" and d["path"].startswith(sys.argv[1]), d' "$MNT" ||
     fail "beta's status --json does not say its disk is full"
 "$GM" status --config "$WORK/beta.conf" | grep -q "^disk full: $MNT/.*: No space left on device" ||
     fail "beta's status does not say its disk is full: $("$GM" status --config "$WORK/beta.conf")"
+# the metrics are published on the agent's tick: polled
+metric_full() { curl -s "http://127.0.0.1:$MB/metrics" | grep -qx "gradmesh_disk_full 1"; }
+wait_for "beta's gradmesh_disk_full 1" metric_full
 metrics=$(curl -s "http://127.0.0.1:$MB/metrics") || fail "beta's metrics do not answer"
-grep -qx "gradmesh_disk_full 1" <<<"$metrics" || fail "no gradmesh_disk_full 1: $(grep disk <<<"$metrics")"
 n=$(sed -n 's/^gradmesh_disk_full_total //p' <<<"$metrics")
 [ "${n:-0}" -ge 1 ] || fail "gradmesh_disk_full_total is ${n:-absent}"
 pass "beta says its disk is full: event, status --json, status, metrics"
