@@ -636,8 +636,7 @@ static int enough_samples(const struct gm_job *job, size_t n_train, int g)
     return GM_ERR_CONFIG;
 }
 
-int gm_trainer_ckpt_space(const char *dir, uint64_t each, int keep, uint64_t *need,
-                          uint64_t *avail)
+int gm_trainer_ckpt_space(const char *dir, uint64_t each, int keep, uint64_t *need, uint64_t *avail)
 {
     int err;
 
@@ -645,7 +644,7 @@ int gm_trainer_ckpt_space(const char *dir, uint64_t each, int keep, uint64_t *ne
     uint64_t held = 0;
     size_t n = 0;
 
-    *need = each * (uint64_t)(keep + 1); /* the newest keep, and the next one being written */
+    *need = each * (uint64_t)(keep + 1);    /* the newest keep, and the next one being written */
     if (gm_ckpt_dir_list(dir, &e, &n) == 0) /* a job's earlier ones give their room back */
         for (size_t i = 0; i < n && i < (size_t)keep; i++)
             held += e[i].bytes > 0 ? (uint64_t)e[i].bytes : 0;

@@ -106,10 +106,9 @@ static json_t *not_held_of(json_t *refused, const struct item *it)
     {
         const char *k = json_string_value(json_object_get(r, "key"));
         if (k != NULL && strcmp(k, it->key) == 0)
-            json_array_append_new(out, json_pack("{s:O,s:O,s:O}", "node",
-                                                 json_object_get(r, "node"), "step",
-                                                 json_object_get(r, "step"), "error",
-                                                 json_object_get(r, "error")));
+            json_array_append_new(
+                out, json_pack("{s:O,s:O,s:O}", "node", json_object_get(r, "node"), "step",
+                               json_object_get(r, "step"), "error", json_object_get(r, "error")));
     }
     return out;
 }

@@ -611,8 +611,8 @@ json_t *gm_chief_fsm_json(const struct gm_chief_fsm *f)
             err |= json_object_set_new(e, "error", json_string(jb->error));
         if (e != NULL && jb->spec != NULL)
             err |= json_object_set_new(e, "spec", json_stringn(jb->spec, jb->spec_len)) |
-                  json_object_set_new(e, "spec_sha256", json_string(jb->spec_sha256)) |
-                  json_object_set_new(e, "global_batch", json_integer(jb->global_batch));
+                   json_object_set_new(e, "spec_sha256", json_string(jb->spec_sha256)) |
+                   json_object_set_new(e, "global_batch", json_integer(jb->global_batch));
         err |= json_array_append_new(jobs, e);
     }
     for (size_t i = 0; !err && i < f->nckpts; i++) {
@@ -756,7 +756,7 @@ static int r_job_spec(json_t *e, struct gm_chief_job *jb)
 
 static int r_job(json_t *e, void *out)
 {
-    static const char *const keys[] = {"job",  "state",       "step",         "term", "spec",
+    static const char *const keys[] = {"job",         "state",        "step", "term", "spec",
                                        "spec_sha256", "global_batch", "name", "error"};
     struct gm_chief_job *jb = out;
     int err = gm_jsonmsg_keys_only(e, keys, 9);

@@ -71,7 +71,7 @@
 #define GM_CHIEF_CKPTS_MAX 64
 #define GM_CHIEF_JOB_NAME_MAX 63   /* bytes of a job's name that "job" holds */
 #define GM_CHIEF_JOB_ERROR_MAX 480 /* bytes of a job's reason that "job" holds */
-#define GM_CHIEF_SPEC_MAX 16384 /* bytes of a job's text that job-spec holds */
+#define GM_CHIEF_SPEC_MAX 16384    /* bytes of a job's text that job-spec holds */
 /* bytes of one encoded command: a job-spec's text JSON-escaped (at most 6 bytes a byte)
  * plus the rest */
 #define GM_CHIEF_CMD_MAX (8192 + 6 * GM_CHIEF_SPEC_MAX)

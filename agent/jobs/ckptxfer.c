@@ -729,10 +729,10 @@ json_t *gm_ckptx_ctl_list(struct gm_ckptx *x)
         return NULL;
     arr = json_array();
     for (size_t i = 0; arr != NULL && i < x->nrefusals; i++)
-        json_array_append_new(arr, json_pack("{s:s,s:s,s:I,s:s}", "node", x->refusals[i].node,
-                                             "key", x->refusals[i].key, "step",
-                                             (json_int_t)x->refusals[i].step, "error",
-                                             x->refusals[i].error));
+        json_array_append_new(arr,
+                              json_pack("{s:s,s:s,s:I,s:s}", "node", x->refusals[i].node, "key",
+                                        x->refusals[i].key, "step", (json_int_t)x->refusals[i].step,
+                                        "error", x->refusals[i].error));
     json_object_set_new(o, "not_held", arr != NULL ? arr : json_array());
     json_object_set_new(o, "disk", gm_ckptx_disk_json(x));
     return o;

@@ -92,12 +92,12 @@ struct gm_ckpt_held {
 
 /* This node's disk, as the checkpoints it received found it. */
 struct gm_ckptx_disk {
-    bool full;          /* the last replica failed for want of space (no success since) */
-    uint64_t enospc;    /* replicas not stored for want of space, since the start */
-    char path[1100];    /* where (the last such failure) */
+    bool full;       /* the last replica failed for want of space (no success since) */
+    uint64_t enospc; /* replicas not stored for want of space, since the start */
+    char path[1100]; /* where (the last such failure) */
     char peer[GM_ID_NAME_MAX + 1];
     long step;
-    uint64_t t_ns;      /* monotonic, when */
+    uint64_t t_ns; /* monotonic, when */
 };
 
 /* A member that answered a checkpoint of ours with a refusal: it holds no copy of it. */

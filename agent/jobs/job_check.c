@@ -3,8 +3,8 @@
  * (submit, a member's JOB_SUBMIT, a resume), hashing its own dataset, the trainer's own check of
  * the job (on the threadpool: what `train --local` checks before its first step, and room for the
  * checkpoints), offering the job, comparing each JOB_CHECK (the files, and the room each member's
- * checkpoint directory has), starting. Private state and shared helpers: agent/jobs/job_int.h.  Loop thread
- * only.
+ * checkpoint directory has), starting. Private state and shared helpers: agent/jobs/job_int.h. Loop
+ * thread only.
  */
 #include "agent/jobs/job_int.h"
 

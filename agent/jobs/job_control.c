@@ -132,8 +132,8 @@ static json_t *job_json(struct gm_jobs *j, struct job *jb)
 
 static bool final_state(const char *st)
 {
-    return strcmp(st, "done") == 0 || strcmp(st, "cancelled") == 0 ||
-           strcmp(st, "failed") == 0 || strcmp(st, "refused") == 0;
+    return strcmp(st, "done") == 0 || strcmp(st, "cancelled") == 0 || strcmp(st, "failed") == 0 ||
+           strcmp(st, "refused") == 0;
 }
 
 /* The replicated record of a job that ended is the truth about how it ended, on every node:
@@ -153,13 +153,12 @@ static void apply_record(json_t *o, const struct gm_jobs_record *r)
  * replicated state: what every node knows of it. */
 static json_t *record_json(const struct gm_jobs_record *r)
 {
-    json_t *o = json_pack("{s:s,s:s,s:s,s:n,s:I,s:i,s:i,s:n,s:n,s:n,s:o,s:n,s:I}", "id", r->id,
-                          "name", r->name, "state", r->state, "coordinator", "step",
-                          (json_int_t)r->step, "epoch", 0, "world", 0, "loss", "samples_per_s",
-                          "paused_reason", "error",
-                          r->error[0] && strcmp(r->state, "done") != 0 ? json_string(r->error)
-                                                                       : json_null(),
-                          "weights", "recorded_term", (json_int_t)r->term);
+    json_t *o = json_pack(
+        "{s:s,s:s,s:s,s:n,s:I,s:i,s:i,s:n,s:n,s:n,s:o,s:n,s:I}", "id", r->id, "name", r->name,
+        "state", r->state, "coordinator", "step", (json_int_t)r->step, "epoch", 0, "world", 0,
+        "loss", "samples_per_s", "paused_reason", "error",
+        r->error[0] && strcmp(r->state, "done") != 0 ? json_string(r->error) : json_null(),
+        "weights", "recorded_term", (json_int_t)r->term);
 
     if (o != NULL)
         json_object_set_new(o, "summary", json_null());
@@ -167,8 +166,8 @@ static json_t *record_json(const struct gm_jobs_record *r)
 }
 
 /* jb's view, with its replicated record applied (marked seen), appended to a. */
-static void list_add(struct gm_jobs *j, json_t *a, struct job *jb,
-                     const struct gm_jobs_record *rec, long nrec, bool *seen)
+static void list_add(struct gm_jobs *j, json_t *a, struct job *jb, const struct gm_jobs_record *rec,
+                     long nrec, bool *seen)
 {
     json_t *o = job_json(j, jb);
 
@@ -187,8 +186,7 @@ json_t *gm_jobs_ctl_list(struct gm_jobs *j)
     long nrec = -1;
     bool *seen = NULL;
 
-    if (j->env.recorded != NULL &&
-        (rec = calloc(GM_JOBS_RECORDED_MAX, sizeof(*rec))) != NULL &&
+    if (j->env.recorded != NULL && (rec = calloc(GM_JOBS_RECORDED_MAX, sizeof(*rec))) != NULL &&
         (seen = calloc(GM_JOBS_RECORDED_MAX, sizeof(*seen))) != NULL)
         nrec = j->env.recorded(j->env.agent, rec, GM_JOBS_RECORDED_MAX);
     if (j->cur != NULL)

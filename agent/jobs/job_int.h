@@ -80,8 +80,8 @@ struct job {
     struct gm_jobfile *files; /* owned: this node's dataset */
     size_t nfiles;
     bool own_hashed;
-    bool prechecked;     /* the trainer's own checks passed here (gm_trainer_check) */
-    uint64_t ckpt_bytes; /* about one checkpoint's size, from that check */
+    bool prechecked;         /* the trainer's own checks passed here (gm_trainer_check) */
+    uint64_t ckpt_bytes;     /* about one checkpoint's size, from that check */
     uint32_t gen;            /* current group */
     char (*ranks)[NODE_LEN]; /* owned: the current group's rank order */
     int *islands;            /* owned: the current group's LAN islands (world entries), or NULL */

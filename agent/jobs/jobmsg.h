@@ -79,10 +79,10 @@ struct gm_jobmsg {
     size_t nfiles;
     bool have_room;     /* CHECK: ckpt_room was said */
     uint64_t ckpt_room; /* CHECK: bytes */
-    char event[16]; /* REPORT */
-    uint32_t seq;   /* SWITCH, REPORT switch-*: the switch's number in the job */
-    long step;      /* SWITCH: the step it takes effect at; REPORT switch-*: where the rank is */
-    bool have_fit;  /* REPORT fit */
+    char event[16];     /* REPORT */
+    uint32_t seq;       /* SWITCH, REPORT switch-*: the switch's number in the job */
+    long step;     /* SWITCH: the step it takes effect at; REPORT switch-*: where the rank is */
+    bool have_fit; /* REPORT fit */
     double fit_alpha_s, fit_bytes_per_s; /* >= 0, > 0 */
     uint64_t fit_ops;
     char state[16]; /* END */

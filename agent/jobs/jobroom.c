@@ -54,8 +54,8 @@ static int chief_of(void *agent, char out[GM_ID_NAME_MAX + 1], uint64_t *term, c
     return gm_chief_coordinator(agent, out, term, why, cap);
 }
 
-static void record_job(void *agent, const char *id, const char *state, long step,
-                       const char *name, const char *error)
+static void record_job(void *agent, const char *id, const char *state, long step, const char *name,
+                       const char *error)
 {
     gm_chief_record_job(agent, id, state, step, name, error);
 }

@@ -60,8 +60,8 @@ struct gm_metrics_cluster {
     char node[GM_ID_NAME_MAX + 1];
     unsigned members, members_up;
     uint64_t token_uses;
-    double checkpoint_age_s; /* < 0: no checkpoint yet */
-    int64_t term;            /* < 0: no election yet */
+    double checkpoint_age_s;  /* < 0: no checkpoint yet */
+    int64_t term;             /* < 0: no election yet */
     bool disk_full;           /* the last checkpoint replica failed for want of space */
     uint64_t disk_full_total; /* replicas not stored for want of space */
 };

@@ -978,8 +978,9 @@ static void test_jobmsg_check_room(void)
         "{\"id\":\"0123456789abcdef\",\"files\":[],\"ckpt_room\":1.5}",
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
-        GM_CHECK_ERR(gm_jobmsg_decode(GM_MSG_JOB_CHECK, (const uint8_t *)bad[i], strlen(bad[i]), &d),
-                     GM_ERR_PROTO);
+        GM_CHECK_ERR(
+            gm_jobmsg_decode(GM_MSG_JOB_CHECK, (const uint8_t *)bad[i], strlen(bad[i]), &d),
+            GM_ERR_PROTO);
 }
 
 static void test_jobmsg_group_comm_islands(void)

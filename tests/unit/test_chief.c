@@ -766,9 +766,9 @@ static void test_job_reason(void)
     GM_CHECK_STREQ(f.jobs[0].name, "lenet"); /* kept: the later command left it out */
     GM_CHECK_STREQ(f.jobs[0].error, "rank on beta stopped: the loss is not finite");
     j = gm_chief_fsm_json(&f);
-    GM_CHECK_STREQ(json_string_value(json_object_get(
-                       json_array_get(json_object_get(j, "jobs"), 0), "error")),
-                   "rank on beta stopped: the loss is not finite");
+    GM_CHECK_STREQ(
+        json_string_value(json_object_get(json_array_get(json_object_get(j, "jobs"), 0), "error")),
+        "rank on beta stopped: the loss is not finite");
     json_decref(j);
     GM_CHECK_OK(gm_chief_fsm_snapshot(&f, &snap, &len));
     gm_chief_fsm_init(&g);

@@ -282,8 +282,8 @@ static void test_write_fails(void)
     hl = header(buf, 700, body, sizeof(body), false, sizeof(body));
     memcpy(buf + hl, body, 1000);
     GM_CHECK_OK(frame(x, "delta", 7, true, buf, hl + 1000));
-    GM_CHECK_OK(frame(x, "delta", 7, true, body + 1000, 1000)); /* fails past 1500 bytes */
-    GM_CHECK_EQ(count_files(&temps), n0);                      /* its temp file removed */
+    GM_CHECK_OK(frame(x, "delta", 7, true, body + 1000, 1000));  /* fails past 1500 bytes */
+    GM_CHECK_EQ(count_files(&temps), n0);                        /* its temp file removed */
     GM_CHECK_OK(frame(x, "delta", 7, false, body + 2000, 1000)); /* swallowed */
     GM_CHECK_EQ(count_files(&temps), n0);
     GM_CHECK_EQ(setrlimit(RLIMIT_FSIZE, &old), 0);

@@ -73,7 +73,8 @@ static void test_last_error(void)
     gm_log_set_level(GM_LOG_ERR - 1); /* nothing printed */
     gm_err("%s: %d training samples, fewer than one global batch of %d", "/d", 60000, 30000000);
     gm_warn("event=not-an-error");
-    GM_CHECK_STREQ(gm_log_last_error(), "/d: 60000 training samples, fewer than one global batch of 30000000");
+    GM_CHECK_STREQ(gm_log_last_error(),
+                   "/d: 60000 training samples, fewer than one global batch of 30000000");
     GM_CHECK(pthread_create(&th, NULL, other_thread, NULL) == 0);
     GM_CHECK(pthread_join(th, &ret) == 0);
     GM_CHECK(ret != NULL);
