@@ -254,6 +254,8 @@ static void *ckpt_writer(void *arg)
         gm_warn("event=checkpoint-failed step=%ld err=\"%s\": training goes on; the previous "
                 "checkpoint stays the newest",
                 w->info.step, gm_strerror(err));
+        if (w->opts->on_checkpoint_failed != NULL)
+            w->opts->on_checkpoint_failed(w->opts->ckpt_ctx, w->path, w->info.step, err);
         return NULL;
     }
     gm_info("event=checkpoint step=%ld path=%s sha256=%s write_ms=%.1f copy_ms=%.1f", w->info.step,
@@ -371,10 +373,13 @@ static void checkpoint(struct run *r)
 {
     int err = write_checkpoint(r);
 
-    if (err < 0)
+    if (err < 0) {
         gm_warn("event=checkpoint-failed step=%ld err=\"%s\": training goes on; the previous "
                 "checkpoint stays the newest",
                 r->st.step, gm_strerror(err));
+        if (r->opts->on_checkpoint_failed != NULL)
+            r->opts->on_checkpoint_failed(r->opts->ckpt_ctx, ckpt_dir(r), r->st.step, err);
+    }
 }
 
 /* Loads the checkpoint to resume from (opts->resume: a file, or a directory's newest valid

@@ -182,6 +182,9 @@ struct gm_train_opts {
     /* Optional: called on rank 0's thread after each checkpoint is written and committed
      * (its path, SHA-256 hex and step); the agent streams it to the other members. */
     void (*on_checkpoint)(void *ctx, const char *path, const char *sha256, long step);
+    /* Optional: called on rank 0's threads when the checkpoint of step (path) could not be
+     * written (err: ENOSPC for a full disk); training goes on (logged). */
+    void (*on_checkpoint_failed)(void *ctx, const char *path, long step, int err);
     void *ckpt_ctx;
     /* Resume from this checkpoint file, or from the newest valid one of this directory.  A
      * refused file (corrupt, truncated, foreign: logged) falls back to the newest valid one

@@ -297,6 +297,7 @@ void gm_ckptx_send(struct gm_ckptx *x, const char *key, const char *path, const 
     int err;
 
     held_add(x, key, step, sha256, term, x->env.node);
+    x->disk.full = false; /* this node's own one fit */
     if (n == 0)
         return;
     err = gm_file_read(path, GM_CKPTX_FILE_MAX, &file, &flen);
@@ -395,6 +396,17 @@ static bool no_space(int err)
 
 /* A replica of peer's checkpoint could not be stored here (err, at path): said once, and as a
  * full disk when it is one. */
+/* A full disk: remembered for status and the metrics. */
+static void note_full(struct gm_ckptx *x, const char *peer, long step, const char *path)
+{
+    x->disk.full = true;
+    x->disk.enospc++;
+    snprintf(x->disk.path, sizeof(x->disk.path), "%s", path);
+    snprintf(x->disk.peer, sizeof(x->disk.peer), "%s", peer);
+    x->disk.step = step;
+    x->disk.t_ns = gm_time_mono_ns();
+}
+
 static void rx_note_failure(struct gm_ckptx *x, const char *peer, long step, const char *path,
                             int err)
 {
@@ -403,15 +415,21 @@ static void rx_note_failure(struct gm_ckptx *x, const char *peer, long step, con
                path, gm_strerror(err));
         return;
     }
-    x->disk.full = true;
-    x->disk.enospc++;
-    snprintf(x->disk.path, sizeof(x->disk.path), "%s", path);
-    snprintf(x->disk.peer, sizeof(x->disk.peer), "%s", peer);
-    x->disk.step = step;
-    x->disk.t_ns = gm_time_mono_ns();
+    note_full(x, peer, step, path);
     gm_err("event=disk-full path=%s what=checkpoint-replica peer=%s step=%ld err=\"%s\": this "
            "node holds no copy of that checkpoint and stays in the job; free space in %s",
            path, peer, step, gm_strerror(err), x->env.state_dir);
+}
+
+void gm_ckptx_write_failed(struct gm_ckptx *x, const char *path, long step, int err)
+{
+    if (!no_space(err))
+        return; /* the writer logged it (event=checkpoint-failed) */
+    note_full(x, x->env.node, step, path);
+    gm_err("event=disk-full path=%s what=checkpoint step=%ld err=\"%s\": this node's checkpoint "
+           "was not written; the one before stays the newest and training goes on; free space "
+           "in %s",
+           path, step, gm_strerror(err), x->env.state_dir);
 }
 
 /* A transfer that cannot be stored: the temp file goes, the sender hears why, and the rest of

@@ -92,8 +92,8 @@ struct gm_ckpt_held {
 
 /* This node's disk, as the checkpoints it received found it. */
 struct gm_ckptx_disk {
-    bool full;       /* the last replica failed for want of space (no success since) */
-    uint64_t enospc; /* replicas not stored for want of space, since the start */
+    bool full;       /* the last checkpoint failed for want of space (none stored since) */
+    uint64_t enospc; /* checkpoints (own or replicas) not stored for want of space */
     char path[1100]; /* where (the last such failure) */
     char peer[GM_ID_NAME_MAX + 1];
     long step;
@@ -153,7 +153,11 @@ void gm_ckptx_set_on_held(struct gm_ckptx *x, void (*fn)(void *arg, const struct
  * received from another), or -1 when none was (gradmesh_checkpoint_age_seconds). */
 double gm_ckptx_newest_age_s(const struct gm_ckptx *x);
 
-/* This node's disk as the checkpoints it received found it. */
+/* This node's own checkpoint of step (path) could not be written (err): a full disk is noted
+ * and said as for a replica (event=disk-full what=checkpoint); other errors are the writer's
+ * (logged there). */
+void gm_ckptx_write_failed(struct gm_ckptx *x, const char *path, long step, int err);
+/* This node's disk as the checkpoints it wrote or received found it. */
 void gm_ckptx_disk(const struct gm_ckptx *x, struct gm_ckptx_disk *out);
 /* The same for `status --json` ("disk"): {full, enospc_total, and after a failure: error,
  * path, peer, step, age_s}. */

@@ -343,10 +343,22 @@ static void rank_checkpoint(struct gm_rank *rk, const char *path, const char *sh
                         (const char(*)[GM_ID_NAME_MAX + 1])(jb->ranks + 1), jb->world - 1);
 }
 
+/* Rank 0 could not write a checkpoint (a full disk): the agent says so. */
+static void rank_checkpoint_failed(struct gm_rank *rk, const char *path, long step, int err,
+                                   void *arg)
+{
+    struct gm_jobs *j = arg;
+
+    (void)rk;
+    if (j->env.ckpt_failed != NULL)
+        j->env.ckpt_failed(j->env.agent, path, step, err);
+}
+
 static const struct gm_rank_ops rank_ops = {
     .on_exit = rank_exit,
     .on_group_failed = rank_group_failed,
     .on_checkpoint = rank_checkpoint,
+    .on_checkpoint_failed = rank_checkpoint_failed,
 };
 
 void gm_jobs_ckpt_key(const struct gm_job *job, char key[GM_JOBS_CKPT_KEY_LEN + 1])

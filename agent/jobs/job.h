@@ -147,6 +147,9 @@ struct gm_jobs_env {
      * are the group's other ranks, to replicate it to. */
     void (*ckpt_written)(void *agent, const char *key, const char *path, const char *sha256,
                          long step, int keep, const char (*nodes)[GM_ID_NAME_MAX + 1], size_t n);
+    /* Optional: rank 0 here could not write the checkpoint of step (path; err, ENOSPC for a
+     * full disk); the job goes on. */
+    void (*ckpt_failed)(void *agent, const char *path, long step, int err);
     void *agent;
 };
 

@@ -32,6 +32,14 @@ static void ckpt_written(void *agent, const char *key, const char *path, const c
     gm_ckptx_send(a->ckptx, key, path, sha256, step, keep, 0, nodes, n);
 }
 
+/* Rank 0 here could not write a checkpoint: the checkpoint room says so (a full disk). */
+static void ckpt_failed(void *agent, const char *path, long step, int err)
+{
+    struct gm_agent *a = agent;
+
+    gm_ckptx_write_failed(a->ckptx, path, step, err);
+}
+
 static size_t members_up(void *agent, char (*nodes)[GM_ID_NAME_MAX + 1], size_t cap)
 {
     struct gm_agent *a = agent;
@@ -155,6 +163,7 @@ int gm_jobroom_open(struct gm_agent *a)
                               .link_is_lan = link_is_lan,
                               .metrics = metrics_of,
                               .ckpt_written = ckpt_written,
+                              .ckpt_failed = ckpt_failed,
                               .agent = a};
 
     a->resume = gm_jobresume_new();

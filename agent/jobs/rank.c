@@ -198,8 +198,10 @@ static void async_cb(uv_async_t *a)
         start_req(rk, r);
         r = next;
     }
-    if (ck.pending && !rk->freeing && rk->ops->on_checkpoint != NULL)
+    if (ck.pending && !rk->freeing && ck.err == 0 && rk->ops->on_checkpoint != NULL)
         rk->ops->on_checkpoint(rk, ck.path, ck.sha256, ck.step, rk->arg);
+    if (ck.pending && !rk->freeing && ck.err != 0 && rk->ops->on_checkpoint_failed != NULL)
+        rk->ops->on_checkpoint_failed(rk, ck.path, ck.step, ck.err, rk->arg);
     reap(rk);
     if (rk->freeing) {
         if (rk->graveyard == NULL && !uv_is_closing((uv_handle_t *)a))

@@ -104,6 +104,9 @@ struct gm_rank_ops {
     /* Optional: rank 0 wrote and committed a checkpoint (path, SHA-256 hex, step). */
     void (*on_checkpoint)(struct gm_rank *rk, const char *path, const char *sha256, long step,
                           void *arg);
+    /* Optional: rank 0 could not write the checkpoint of step (path) (err; training goes on). */
+    void (*on_checkpoint_failed)(struct gm_rank *rk, const char *path, long step, int err,
+                                 void *arg);
 };
 
 /* job is copied (its text too); out: where rank 0 writes the weights; ck may be NULL. */

@@ -83,6 +83,7 @@ struct gm_rank {
     bool next_strat_set;
     struct ckpt_note { /* the newest checkpoint written, until the loop takes it */
         bool pending;
+        int err; /* not written: why (the path it was for) */
         long step;
         char sha256[65];
         char path[GM_JOB_PATH_MAX + 64];

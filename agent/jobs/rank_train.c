@@ -354,8 +354,25 @@ static void hook_checkpoint(void *ctx, const char *path, const char *sha256, lon
 
     pthread_mutex_lock(&rk->mu);
     rk->ckpt.pending = true;
+    rk->ckpt.err = 0;
     rk->ckpt.step = step;
     snprintf(rk->ckpt.sha256, sizeof(rk->ckpt.sha256), "%s", sha256);
+    snprintf(rk->ckpt.path, sizeof(rk->ckpt.path), "%s", path);
+    pthread_mutex_unlock(&rk->mu);
+    uv_async_send(&rk->async);
+}
+
+/* Rank 0's threads: a checkpoint could not be written (err); the loop hears of it as of a
+ * written one (the newest note wins). */
+static void hook_checkpoint_failed(void *ctx, const char *path, long step, int err)
+{
+    struct gm_rank *rk = ctx;
+
+    pthread_mutex_lock(&rk->mu);
+    rk->ckpt.pending = true;
+    rk->ckpt.err = err;
+    rk->ckpt.step = step;
+    rk->ckpt.sha256[0] = '\0';
     snprintf(rk->ckpt.path, sizeof(rk->ckpt.path), "%s", path);
     pthread_mutex_unlock(&rk->mu);
     uv_async_send(&rk->async);
@@ -537,6 +554,7 @@ int gm_rank_start(uv_loop_t *loop, const struct gm_job *job, const char *out,
         rk->opts.ckpt_dir = rk->ckpt_dir;
         rk->opts.term = ck->term;
         rk->opts.on_checkpoint = hook_checkpoint;
+        rk->opts.on_checkpoint_failed = hook_checkpoint_failed;
         rk->opts.ckpt_ctx = rk;
         if (ck->resume) {
             rk->opts.resume = rk->ckpt_dir;

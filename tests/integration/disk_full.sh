@@ -20,7 +20,10 @@
 #         keeps its first group: one event=job-group on alpha);
 #       - alpha knows beta holds none: `checkpoint list` (and --json's not_held) names beta
 #         with "No space left on device", and beta is no holder of the newest;
-#       - the job completes on both, with the same final parameters.
+#       - the job completes on both, with the same final parameters;
+#  3. alpha's own checkpoint directory on a 16 MiB tmpfs, filled once alpha wrote a checkpoint
+#     of a second job: alpha says so (event=disk-full what=checkpoint, status), and the job
+#     goes on to its end.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 . tests/integration/lib.bash
@@ -30,6 +33,7 @@ need_fashion_mnist
     { echo "skip: needs root (a tmpfs mount) and mountpoint(1)"; exit 77; }
 JOB_TIMEOUT=${JOB_TIMEOUT:-600}
 MNT=$WORK/beta/checkpoints
+MNTA=$WORK/alpha/checkpoints
 
 # The agents go first (they hold files in the tmpfs), then the mount, then lib.bash's cleanup.
 df_cleanup() {
@@ -38,6 +42,7 @@ df_cleanup() {
     for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
     PIDS=()
     mountpoint -q "$MNT" 2>/dev/null && umount "$MNT"
+    mountpoint -q "$MNTA" 2>/dev/null && umount "$MNTA"
     cleanup
 }
 trap df_cleanup EXIT
@@ -140,4 +145,33 @@ ha=$(final_hash alpha "$ID"); hb=$(final_hash beta "$ID")
 [ -n "$ha" ] && [ "$ha" = "$hb" ] || fail "final parameters: alpha ${ha:-none}, beta ${hb:-none}"
 n=$(grep -c "event=disk-full" "$WORK/beta.log")
 pass "the job completed on both ranks (same final parameters); beta stayed in its group through $n refused replicas"
+
+# --- 3. the coordinator's own disk fills -------------------------------------------------------
+rm -f "$MNT/filler"
+mkdir -p "$MNTA"
+mount -t tmpfs -o size=16m gm-disk-full-a "$MNTA" || fail "mount a tmpfs on alpha's checkpoints"
+job_ini "$WORK/job2.ini" full2 job.seed=2 job.checkpoint_every=20 job.checkpoint_keep=2 \
+    model.hidden=64 optim.lr=0.002 optim.global_batch=192 comm.codec=fp32
+timeout "$JOB_TIMEOUT" "$GM" submit "$WORK/job2.ini" --follow --config "$WORK/alpha.conf" \
+    >"$WORK/job2.out" 2>"$WORK/job2.err" &
+SUBMIT=$!
+KEY2=$(job_key "$WORK/job2.ini")
+wrote() { grep -q "event=checkpoint step=[0-9]* path=$MNTA/$KEY2/" "$WORK/alpha.log"; }
+for i in $(seq 1200); do wrote && break; sleep 0.1; done
+wrote || fail "alpha wrote no checkpoint on its tmpfs"
+dd if=/dev/zero of="$MNTA/filler" bs=64k 2>/dev/null
+for i in $(seq 1200); do grep -q "event=disk-full .*what=checkpoint " "$WORK/alpha.log" && break; sleep 0.1; done
+grep -q "event=disk-full path=$MNTA/$KEY2/.* what=checkpoint step=[0-9]* err=\"No space left on device\"" "$WORK/alpha.log" ||
+    fail "alpha did not say its disk is full: $(grep 'checkpoint-failed\|disk-full' "$WORK/alpha.log" | tail -n 2)"
+"$GM" status --json --config "$WORK/alpha.conf" | python3 -c '
+import json, sys
+d = json.load(sys.stdin)["disk"]
+assert d["full"] is True and d["peer"] == "alpha" and d["error"] == "No space left on device", d' ||
+    fail "alpha's status --json does not say its disk is full"
+"$GM" status --config "$WORK/alpha.conf" | grep -q "^disk full: $MNTA/.*: No space left on device (this node's checkpoint of step" ||
+    fail "alpha's status does not say its disk is full"
+wait $SUBMIT
+rc=$?
+[ $rc = 0 ] || fail "the job on a full coordinator disk did not complete: exit $rc: $(cat "$WORK/job2.err")"
+pass "the coordinator's disk full: said (event, status), the job went on to its end"
 stop_agents
