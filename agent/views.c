@@ -118,6 +118,7 @@ static json_t *status_json(struct gm_agent *a)
     gm_chief_status(a, o); /* chief, term, quorum, chief_reason, member_role, raft_role */
     json_object_set_new(o, "members", members);
     json_object_set_new(o, "job", gm_jobs_status_json(a->jobs));
+    json_object_set_new(o, "disk", gm_ckptx_disk_json(a->ckptx));
     return o;
 }
 
@@ -264,6 +265,12 @@ void gm_views_publish_metrics(struct gm_agent *a)
     c.members_up = (unsigned)gm_agent_members_up(a);
     c.token_uses = a->stats.joins_accepted; /* every admitted join spent one token use */
     c.checkpoint_age_s = gm_ckptx_newest_age_s(a->ckptx);
+    {
+        struct gm_ckptx_disk d;
+        gm_ckptx_disk(a->ckptx, &d);
+        c.disk_full = d.full;
+        c.disk_full_total = d.enospc;
+    }
     {
         char chief[GM_CHIEF_NAME_MAX + 1];
         uint64_t term = 0;

@@ -17,6 +17,18 @@
 static enum gm_log_level log_level = GM_LOG_INFO;
 static int log_journal;
 static int log_fd = 2;
+/* Per thread (no thread shares it): the last error line, for gm_log_last_error. */
+static _Thread_local char last_error[512];
+
+const char *gm_log_last_error(void)
+{
+    return last_error;
+}
+
+void gm_log_clear_last_error(void)
+{
+    last_error[0] = '\0';
+}
 
 void gm_log_init(void)
 {
@@ -59,6 +71,13 @@ void gm_log(enum gm_log_level level, const char *fmt, ...)
     int r;
     va_list ap;
 
+    if (level == GM_LOG_ERR) {
+        va_start(ap, fmt);
+        r = vsnprintf(last_error, sizeof(last_error), fmt, ap);
+        va_end(ap);
+        if (r < 0)
+            last_error[0] = '\0';
+    }
     if (level > log_level)
         return;
     if (log_journal) {

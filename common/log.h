@@ -7,7 +7,8 @@
  * with a short level tag for warnings and errors.  The level and sink are the
  * only file-scope mutable state in the program and are set once from main()
  * (gm_log_init) before any thread starts; gm_log() itself is thread-safe (one
- * write(2) per line).
+ * write(2) per line).  Each thread also keeps its own last error line (thread-local, so no
+ * thread sees another's; gm_log_last_error).
  */
 #ifndef GM_COMMON_LOG_H
 #define GM_COMMON_LOG_H
@@ -26,6 +27,14 @@ void gm_log_set_level(enum gm_log_level level);
 enum gm_log_level gm_log_get_level(void);
 /* Redirects log lines to fd (default 2). For tests. */
 void gm_log_set_fd(int fd);
+
+/* The calling thread's last error line (level err, without prefix or newline, "" if none
+ * since the thread started or since gm_log_clear_last_error).  Logged errors are also the
+ * reasons told to users: the agent's trainer thread ends a job with the line its trainer
+ * logged, which `train --local` would have printed.  Lines are logged even when the level
+ * hides them. */
+const char *gm_log_last_error(void);
+void gm_log_clear_last_error(void);
 
 __attribute__((format(printf, 2, 3))) void gm_log(enum gm_log_level level, const char *fmt, ...);
 

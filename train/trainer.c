@@ -254,6 +254,8 @@ static void *ckpt_writer(void *arg)
         gm_warn("event=checkpoint-failed step=%ld err=\"%s\": training goes on; the previous "
                 "checkpoint stays the newest",
                 w->info.step, gm_strerror(err));
+        if (w->opts->on_checkpoint_failed != NULL)
+            w->opts->on_checkpoint_failed(w->opts->ckpt_ctx, w->path, w->info.step, err);
         return NULL;
     }
     gm_info("event=checkpoint step=%ld path=%s sha256=%s write_ms=%.1f copy_ms=%.1f", w->info.step,
@@ -371,10 +373,13 @@ static void checkpoint(struct run *r)
 {
     int err = write_checkpoint(r);
 
-    if (err < 0)
+    if (err < 0) {
         gm_warn("event=checkpoint-failed step=%ld err=\"%s\": training goes on; the previous "
                 "checkpoint stays the newest",
                 r->st.step, gm_strerror(err));
+        if (r->opts->on_checkpoint_failed != NULL)
+            r->opts->on_checkpoint_failed(r->opts->ckpt_ctx, ckpt_dir(r), r->st.step, err);
+    }
 }
 
 /* After a refused resume from want (a file, or a directory: its newest committed checkpoint):
@@ -629,10 +634,10 @@ static int model_on_device(struct run *r, struct gm_model_spec *ms)
     return err;
 }
 
-static int setup(struct run *r)
+/* The loader's spec of the job's [data] (the run and gm_trainer_check open it alike). */
+static void data_spec(const struct gm_job *job, struct gm_data_spec *ds)
 {
-    const struct gm_job *job = r->job;
-    struct gm_data_spec ds = {
+    *ds = (struct gm_data_spec){
         .kind = gm_job_data_kind_name(job->data.kind),
         .dir = job->data.dir,
         .test_split = job->data.test_split,
@@ -654,6 +659,136 @@ static int setup(struct run *r)
         .prefetch = job->data.prefetch,
         .skip_bad = job->data.skip_bad,
     };
+    if (job->data.normalize == GM_JOB_NORMALIZE_IMAGENET) {
+        static const float mean[3] = {0.485f, 0.456f, 0.406f}, std[3] = {0.229f, 0.224f, 0.225f};
+        ds->norm_n = 3;
+        memcpy(ds->mean, mean, sizeof(mean));
+        memcpy(ds->std, std, sizeof(std));
+    } else if (job->data.mean.n > 0) {
+        ds->norm_n = job->data.mean.n;
+        for (int i = 0; i < ds->norm_n; i++) {
+            ds->mean[i] = (float)job->data.mean.v[i];
+            ds->std[i] = (float)job->data.std.v[i];
+        }
+    }
+}
+
+/* The floats of the optimizer state for n trainable parameters (train/nn/optim.h layout). */
+static size_t optim_floats(const struct gm_job *job, size_t n)
+{
+    if (job->optim.name == GM_JOB_OPTIMIZER_ADAM)
+        return 2 * n;
+    return job->optim.momentum > 0 ? n : 0;
+}
+
+/* About the bytes of one checkpoint of m (gm_ckpt_write): weights, buffers and optimizer
+ * state as float32, a header entry for each tensor and the job's text; a little over the
+ * file (a codec's state, PowerSGD's or DiLoCo's, is not known before the run and left out). */
+static uint64_t ckpt_bytes(const struct gm_model *m, const struct gm_job *job)
+{
+    uint64_t floats = gm_model_num_params(m) + optim_floats(job, gm_model_num_trainable(m));
+    uint64_t nt = gm_model_num_tensors(m) + gm_model_num_buffers(m) + 1;
+
+    for (size_t i = 0; i < gm_model_num_buffers(m); i++)
+        floats += gm_model_buffer_len(m, i);
+    return 4 * floats + 192 * nt + 2 * (uint64_t)job->text_len + 4096;
+}
+
+/* Samples for at least one global batch g, else the line `train --local` prints. */
+static int enough_samples(const struct gm_job *job, size_t n_train, int g)
+{
+    if (n_train >= (size_t)g)
+        return 0;
+    gm_err("%s: %zu training samples, fewer than one global batch of %d", job->data.dir, n_train,
+           g);
+    return GM_ERR_CONFIG;
+}
+
+int gm_trainer_ckpt_space(const char *dir, uint64_t each, int keep, uint64_t *need, uint64_t *avail)
+{
+    int err;
+
+    struct gm_ckpt_entry *e = NULL;
+    uint64_t held = 0;
+    size_t n = 0;
+
+    *need = each * (uint64_t)(keep + 1);    /* the newest keep, and the next one being written */
+    if (gm_ckpt_dir_list(dir, &e, &n) == 0) /* a job's earlier ones give their room back */
+        for (size_t i = 0; i < n && i < (size_t)keep; i++)
+            held += e[i].bytes > 0 ? (uint64_t)e[i].bytes : 0;
+    free(e);
+    *need = *need > held ? *need - held : 0;
+    if ((err = gm_ckpt_free_bytes(dir, avail)) < 0) {
+        gm_warn("event=checkpoint-space dir=%s err=\"%s\": free space unknown, not checked", dir,
+                gm_strerror(err));
+        *avail = UINT64_MAX;
+        return 0;
+    }
+    if (*avail >= *need)
+        return 0;
+    gm_err("%s: no room for the job's checkpoints: %d kept and the one being written need "
+           "about %.1f MB (%.1f MB each), %.1f MB free there; free some space, lower "
+           "[job] checkpoint_keep or set checkpoint_every = 0",
+           dir, keep, (double)*need / 1e6, (double)each / 1e6, (double)*avail / 1e6);
+    return -ENOSPC;
+}
+
+int gm_trainer_check(const struct gm_job *job, int world, struct gm_train_check *out)
+{
+    struct gm_data_spec ds;
+    struct gm_model_spec ms = {0};
+    struct gm_loader *data = NULL;
+    struct gm_model *model = NULL;
+    struct gm_sched sc = {0};
+    char why[512] = "";
+    int g, in_c, in_h, in_w, err;
+
+    memset(out, 0, sizeof(*out));
+    if ((err = gm_job_global_batch(job, world, &g)) < 0)
+        return err; /* logged, with the job and the world */
+    data_spec(job, &ds);
+    if ((err = gm_loader_new(&ds, 1, &data)) < 0)
+        return err; /* logged by the loader, with the file name */
+    out->n_train = gm_loader_len(data, GM_SPLIT_TRAIN);
+    out->global_batch = g;
+    gm_loader_shape(data, &in_c, &in_h, &in_w);
+    if ((err = enough_samples(job, out->n_train, g)) < 0)
+        goto out;
+    if ((err = gm_job_model_spec(job, in_c, in_h, in_w, gm_loader_classes(data), &ms)) < 0)
+        goto out;
+    ms.why = why;
+    ms.why_len = sizeof(why);
+    ms.device = GM_DEVICE_CPU; /* the shapes and sizes; the device is each rank's own */
+    if ((err = gm_model_new(&ms, 1, &model)) < 0) {
+        gm_err("job: model %s on the data's %dx%dx%d images ([data] image_size, pad): %s", ms.name,
+               ms.in_c, ms.in_h, ms.in_w, why);
+        err = err == -EINVAL ? GM_ERR_CONFIG : err;
+        goto out;
+    }
+    out->ckpt_bytes = ckpt_bytes(model, job);
+    sc.kind = job->schedule.kind == GM_JOB_SCHEDULE_KIND_STEP     ? GM_SCHED_STEP
+              : job->schedule.kind == GM_JOB_SCHEDULE_KIND_COSINE ? GM_SCHED_COSINE
+                                                                  : GM_SCHED_CONSTANT;
+    sc.base_lr = (float)job->optim.lr;
+    sc.warmup_steps = job->schedule.warmup_steps;
+    sc.step_size = job->schedule.step_size;
+    sc.gamma = (float)job->schedule.gamma;
+    sc.min_lr = (float)job->schedule.min_lr;
+    sc.total_steps = (long)(out->n_train / (size_t)g) * job->epochs;
+    if (gm_sched_check(&sc) < 0) {
+        gm_err("job: invalid [schedule] for %ld total steps", sc.total_steps);
+        err = GM_ERR_CONFIG;
+    }
+out:
+    gm_model_free(model);
+    gm_loader_free(data);
+    return err;
+}
+
+static int setup(struct run *r)
+{
+    const struct gm_job *job = r->job;
+    struct gm_data_spec ds;
     struct gm_model_spec ms = {0};
     struct gm_optim_config oc = {0};
     int err;
@@ -669,28 +804,14 @@ static int setup(struct run *r)
     r->st.rank = comm != NULL ? comm->rank : 0;
     r->st.world = world;
     r->max_batch = (g + min_world - 1) / min_world;
-    if (job->data.normalize == GM_JOB_NORMALIZE_IMAGENET) {
-        static const float mean[3] = {0.485f, 0.456f, 0.406f}, std[3] = {0.229f, 0.224f, 0.225f};
-        ds.norm_n = 3;
-        memcpy(ds.mean, mean, sizeof(mean));
-        memcpy(ds.std, std, sizeof(std));
-    } else if (job->data.mean.n > 0) {
-        ds.norm_n = job->data.mean.n;
-        for (int i = 0; i < ds.norm_n; i++) {
-            ds.mean[i] = (float)job->data.mean.v[i];
-            ds.std[i] = (float)job->data.std.v[i];
-        }
-    }
+    data_spec(job, &ds);
     if ((err = gm_loader_new(&ds, r->max_batch, &r->data)) < 0)
         return err; /* logged by the loader, with the file name */
     r->n_train = gm_loader_len(r->data, GM_SPLIT_TRAIN);
     r->n_test = gm_loader_len(r->data, GM_SPLIT_TEST);
     gm_loader_shape(r->data, &r->in_c, &r->in_h, &r->in_w);
-    if (r->n_train < (size_t)g) {
-        gm_err("%s: %zu training samples, fewer than one global batch of %d", job->data.dir,
-               r->n_train, g);
-        return GM_ERR_CONFIG;
-    }
+    if ((err = enough_samples(job, r->n_train, g)) < 0)
+        return err;
     err = gm_job_model_spec(job, r->in_c, r->in_h, r->in_w, gm_loader_classes(r->data), &ms);
     if (err < 0)
         return err;
@@ -759,6 +880,12 @@ static int setup(struct run *r)
     if (gm_sched_check(&r->sched) < 0) {
         gm_err("job: invalid [schedule] for %ld total steps", r->sched.total_steps);
         return GM_ERR_CONFIG;
+    }
+    if (comm == NULL && job->checkpoint_every > 0) { /* train --local: room for them first */
+        uint64_t need, avail;
+        if (gm_trainer_ckpt_space(ckpt_dir(r), ckpt_bytes(r->model, job), job->checkpoint_keep,
+                                  &need, &avail) < 0)
+            return GM_ERR_CONFIG; /* logged: the directory, what they need, what is free */
     }
     r->labels = calloc((size_t)r->max_batch, sizeof(int32_t));
     r->eval_idx = calloc(r->n_test + 1, sizeof(uint32_t));
@@ -967,6 +1094,9 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
         const int e = (int)(r.st.step / r.steps_per_epoch);
         int off, n, rc;
 
+        /* an error line of an earlier step (a checkpoint that could not be written) that did
+         * not stop the run is no reason for a later failure (gm_log_last_error) */
+        gm_log_clear_last_error();
         if (e != r.epoch) {
             gm_sampler_set_epoch(&r.sampler, e);
             r.epoch = e;

@@ -182,6 +182,9 @@ struct gm_train_opts {
     /* Optional: called on rank 0's thread after each checkpoint is written and committed
      * (its path, SHA-256 hex and step); the agent streams it to the other members. */
     void (*on_checkpoint)(void *ctx, const char *path, const char *sha256, long step);
+    /* Optional: called on rank 0's threads when the checkpoint of step (path) could not be
+     * written (err: ENOSPC for a full disk); training goes on (logged). */
+    void (*on_checkpoint_failed)(void *ctx, const char *path, long step, int err);
     void *ckpt_ctx;
     /* Resume from this checkpoint file, or from the newest valid one of this directory.  A
      * refused file (corrupt, truncated, foreign: logged) falls back to the newest valid one
@@ -204,6 +207,29 @@ struct gm_train_opts {
  * file and the problem; GM_ERR_NUMERIC when the loss turns NaN/Inf). */
 int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
                    struct gm_train_summary *sum) GM_MUST_CHECK;
+
+/* What gm_trainer_check found out about a job. */
+struct gm_train_check {
+    size_t n_train;      /* training samples */
+    int global_batch;    /* over the world it was asked for */
+    uint64_t ckpt_bytes; /* about the size of one checkpoint (a little over) */
+};
+
+/* Checks, without training, what gm_trainer_run checks before its first step: the global
+ * batch over world workers, the dataset opened as the run opens it (its headers and sizes:
+ * a garbage IDX file is refused here), at least one global batch of training samples, the
+ * model built on the data's images (on the CPU, one sample: the shapes, not the device), the
+ * schedule.  A refusal is logged as the one line `train --local` prints for it (the calling
+ * thread's gm_log_last_error) and returned (GM_ERR_CONFIG, GM_ERR_DATA, ...).  Any thread
+ * (the agent's coordinator runs it on libuv's threadpool at submit). */
+int gm_trainer_check(const struct gm_job *job, int world, struct gm_train_check *out) GM_MUST_CHECK;
+
+/* Whether dir's file system has room for a job's checkpoints: the newest keep and the one
+ * being written (before the oldest is pruned), each bytes, less what checkpoints already in dir
+ * hold.  0, or -ENOSPC with one line logged naming dir, what they need and what is free.
+ * *need, *avail: the figures (avail UINT64_MAX when statvfs fails: not checked, warned). */
+int gm_trainer_ckpt_space(const char *dir, uint64_t each, int keep, uint64_t *need,
+                          uint64_t *avail) GM_MUST_CHECK;
 
 /* Writes the summary as one JSON object (the field names docs/ARCHITECTURE.md lists). */
 int gm_train_summary_write_json(const struct gm_train_summary *sum, const char *path) GM_MUST_CHECK;

@@ -95,6 +95,24 @@ static int scan(const char *dir, struct item **items, size_t *n)
     return 0;
 }
 
+/* The members whose last answer to a checkpoint of it's job was a refusal (a full disk): a new
+ * array of {node, step, error}. */
+static json_t *not_held_of(json_t *refused, const struct item *it)
+{
+    json_t *out = json_array(), *r;
+    size_t i;
+
+    json_array_foreach(refused, i, r)
+    {
+        const char *k = json_string_value(json_object_get(r, "key"));
+        if (k != NULL && strcmp(k, it->key) == 0)
+            json_array_append_new(
+                out, json_pack("{s:O,s:O,s:O}", "node", json_object_get(r, "node"), "step",
+                               json_object_get(r, "step"), "error", json_object_get(r, "error")));
+    }
+    return out;
+}
+
 /* The holders the agent knows of for it (a JSON array, borrowed), or NULL. */
 static json_t *holders_of(json_t *held, const struct item *it)
 {
@@ -158,6 +176,7 @@ static int list(json_t *ans, bool as_json)
             json_object_set_new(o, "term", json_integer((json_int_t)it->info.term));
         }
         json_object_set(o, "holders", hs != NULL ? hs : json_null());
+        json_object_set_new(o, "not_held", not_held_of(json_object_get(ans, "not_held"), it));
         json_array_append_new(out, o);
     }
     if (as_json) {
@@ -190,6 +209,16 @@ static int list(json_t *ans, bool as_json)
             printf("%-27s %-16s %-7s %9ld %6s %10s %-11s %s\n", it->id,
                    ok ? it->info.job_name : "?", ok ? it->info.model : "?", it->e.step, epoch,
                    gm_cli_fmt_bytes((double)it->e.bytes, size, sizeof(size)), it->state, hold);
+        }
+        json_t *r;
+        size_t k;
+        json_array_foreach(json_object_get(ans, "not_held"), k, r)
+        {
+            printf("member %s holds no copy: its last answer (job %s, step %lld) was: %s\n",
+                   json_string_value(json_object_get(r, "node")),
+                   json_string_value(json_object_get(r, "key")),
+                   (long long)json_integer_value(json_object_get(r, "step")),
+                   json_string_value(json_object_get(r, "error")));
         }
     }
     json_decref(out);

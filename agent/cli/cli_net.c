@@ -1016,7 +1016,26 @@ int gm_cli_status(int argc, char **argv)
             if (json_is_string(json_object_get(job, "paused_reason")))
                 printf("job paused: %s\n",
                        json_string_value(json_object_get(job, "paused_reason")));
+            else if (json_is_string(json_object_get(job, "error")))
+                printf("job %s: %s\n", json_string_value(json_object_get(job, "state")),
+                       json_string_value(json_object_get(job, "error")));
         }
+        json_t *disk = json_object_get(r, "disk");
+        const char *dpeer = json_string_value(json_object_get(disk, "peer"));
+        const char *me = json_string_value(json_object_get(r, "node"));
+        if (json_is_true(json_object_get(disk, "full")) && dpeer != NULL && me != NULL &&
+            strcmp(dpeer, me) == 0)
+            printf("disk full: %s: %s (this node's checkpoint of step %lld was not written; "
+                   "the one before stays the newest)\n",
+                   json_string_value(json_object_get(disk, "path")),
+                   json_string_value(json_object_get(disk, "error")),
+                   (long long)json_integer_value(json_object_get(disk, "step")));
+        else if (json_is_true(json_object_get(disk, "full")))
+            printf("disk full: %s: %s (a checkpoint replica from %s, step %lld, was not stored: "
+                   "this node holds no copy of it)\n",
+                   json_string_value(json_object_get(disk, "path")),
+                   json_string_value(json_object_get(disk, "error")), dpeer != NULL ? dpeer : "?",
+                   (long long)json_integer_value(json_object_get(disk, "step")));
         printf("%-24s %-24s %-6s %-5s %-8s %s\n", "MEMBER", "ADDRESS", "LINK", "STATE", "RTT_MS",
                "VERSION");
         json_array_foreach(json_object_get(r, "members"), i, m)

@@ -94,8 +94,11 @@ int gm_chief_coordinator(struct gm_agent *a, char out[GM_CHIEF_NAME_MAX + 1], ui
  * checkpoints: GM_CHIEF_OP_JOB, GM_CHIEF_OP_CHECKPOINT). */
 GM_MUST_CHECK int gm_chief_propose(struct gm_agent *a, struct gm_chief_cmd *c, const char *what);
 /* On the chief: proposes job id's state and step to the replicated state (a job command,
- * fenced by the chief's term); elsewhere nothing (the coordinator is the chief). */
-void gm_chief_record_job(struct gm_agent *a, const char *id, const char *state, long step);
+ * fenced by the chief's term), with its name and the reason it ended (NULL or "": not said;
+ * cut to what the command holds at a UTF-8 boundary); elsewhere nothing (the coordinator is
+ * the chief). */
+void gm_chief_record_job(struct gm_agent *a, const char *id, const char *state, long step,
+                         const char *name, const char *error);
 /* On the chief: proposes the text of job id (len bytes) and the global batch fixed for it
  * (a job-spec command), so a restarted cluster resumes it; a text over GM_CHIEF_SPEC_MAX is
  * not recorded (logged). */

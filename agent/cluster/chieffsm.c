@@ -172,6 +172,10 @@ int gm_chief_cmd_encode(const struct gm_chief_cmd *c, char **out, size_t *len)
         err |= json_object_set_new(o, "job", json_string(c->job));
         err |= json_object_set_new(o, "state", json_string(c->state));
         err |= json_object_set_new(o, "step", json_integer(c->step));
+        if (c->name[0])
+            err |= json_object_set_new(o, "name", json_string(c->name));
+        if (c->error[0])
+            err |= json_object_set_new(o, "error", json_string(c->error));
         break;
     case GM_CHIEF_OP_CHECKPOINT:
         err |= json_object_set_new(o, "job", json_string(c->job));
@@ -198,7 +202,7 @@ static int decode_fields(json_t *o, struct gm_chief_cmd *c)
     static const char *const k_member[] = {"v", "op", "term", "node", "role"};
     static const char *const k_revoke[] = {"v", "op", "term", "node", "at"};
     static const char *const k_token[] = {"v", "op", "term", "token", "limit"};
-    static const char *const k_job[] = {"v", "op", "term", "job", "state", "step"};
+    static const char *const k_job[] = {"v", "op", "term", "job", "state", "step", "name", "error"};
     static const char *const k_ckpt[] = {"v", "op", "term", "job", "step", "sha256", "holders"};
     static const char *const k_spec[] = {"v",      "op",   "term",        "job",
                                          "sha256", "spec", "global_batch"};
@@ -230,9 +234,13 @@ static int decode_fields(json_t *o, struct gm_chief_cmd *c)
             err = GM_ERR_PROTO;
         return err == 0 && gm_jsonmsg_is_hex(c->token, GM_CHIEF_TOKEN_HEX) ? 0 : GM_ERR_PROTO;
     case GM_CHIEF_OP_JOB:
-        err = gm_jsonmsg_keys_only(o, k_job, 6);
+        err = gm_jsonmsg_keys_only(o, k_job, 8);
         if (err == 0)
             err = get_name(o, "job", c->job);
+        if (err == 0)
+            err = gm_jsonmsg_get_str(o, "name", c->name, sizeof(c->name), GM_JSONMSG_OPTIONAL);
+        if (err == 0)
+            err = gm_jsonmsg_get_str(o, "error", c->error, sizeof(c->error), GM_JSONMSG_OPTIONAL);
         if (err == 0)
             err = gm_jsonmsg_get_str(o, "state", c->state, sizeof(c->state), 0);
         if (err == 0 && !state_ok(c->state))
@@ -472,6 +480,10 @@ static int apply_job(struct gm_chief_fsm *f, const struct gm_chief_cmd *c)
     if (err != 0)
         return err;
     snprintf(jb->state, sizeof(jb->state), "%s", c->state);
+    if (c->name[0])
+        memcpy(jb->name, c->name, sizeof(jb->name));
+    if (c->error[0])
+        memcpy(jb->error, c->error, sizeof(jb->error));
     jb->step = c->step;
     jb->term = c->term;
     if (gm_chief_job_state_final(jb->state)) { /* nothing left to resume */
@@ -593,10 +605,14 @@ json_t *gm_chief_fsm_json(const struct gm_chief_fsm *f)
         const struct gm_chief_job *jb = &f->jobs[i];
         json_t *e = json_pack("{s:s, s:s, s:I, s:I}", "job", jb->job, "state", jb->state, "step",
                               (json_int_t)jb->step, "term", (json_int_t)jb->term);
+        if (e != NULL && jb->name[0])
+            err |= json_object_set_new(e, "name", json_string(jb->name));
+        if (e != NULL && jb->error[0])
+            err |= json_object_set_new(e, "error", json_string(jb->error));
         if (e != NULL && jb->spec != NULL)
-            err = json_object_set_new(e, "spec", json_stringn(jb->spec, jb->spec_len)) |
-                  json_object_set_new(e, "spec_sha256", json_string(jb->spec_sha256)) |
-                  json_object_set_new(e, "global_batch", json_integer(jb->global_batch));
+            err |= json_object_set_new(e, "spec", json_stringn(jb->spec, jb->spec_len)) |
+                   json_object_set_new(e, "spec_sha256", json_string(jb->spec_sha256)) |
+                   json_object_set_new(e, "global_batch", json_integer(jb->global_batch));
         err |= json_array_append_new(jobs, e);
     }
     for (size_t i = 0; !err && i < f->nckpts; i++) {
@@ -740,13 +756,17 @@ static int r_job_spec(json_t *e, struct gm_chief_job *jb)
 
 static int r_job(json_t *e, void *out)
 {
-    static const char *const keys[] = {"job",  "state",       "step",        "term",
-                                       "spec", "spec_sha256", "global_batch"};
+    static const char *const keys[] = {"job",         "state",        "step", "term", "spec",
+                                       "spec_sha256", "global_batch", "name", "error"};
     struct gm_chief_job *jb = out;
-    int err = gm_jsonmsg_keys_only(e, keys, 7);
+    int err = gm_jsonmsg_keys_only(e, keys, 9);
 
     if (err == 0)
         err = get_name(e, "job", jb->job);
+    if (err == 0)
+        err = gm_jsonmsg_get_str(e, "name", jb->name, sizeof(jb->name), GM_JSONMSG_OPTIONAL);
+    if (err == 0)
+        err = gm_jsonmsg_get_str(e, "error", jb->error, sizeof(jb->error), GM_JSONMSG_OPTIONAL);
     if (err == 0)
         err = gm_jsonmsg_get_str(e, "state", jb->state, sizeof(jb->state), 0);
     if (err == 0 && !state_ok(jb->state))

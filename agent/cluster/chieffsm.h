@@ -18,7 +18,11 @@
  *   {"v":1, "op":"token-use",  "term":T, "token":HEX16, "limit"?:N}
  *      (limit: the token's uses; a use past it is refused with GM_ERR_TOKEN, so that
  *      two voters admitting with one token at once cannot both win: agent/cluster/admit.h)
- *   {"v":1, "op":"job",        "term":T, "job":ID, "state":S, "step":K}
+ *   {"v":1, "op":"job",        "term":T, "job":ID, "state":S, "step":K, "name"?:NAME,
+ *                              "error"?:WHY}
+ *      (name: the job file's [job] name; error: why a job that ended other than done ended,
+ *      the one reason every node's `gradmesh jobs` shows; both optional, kept when a later
+ *      command of the job leaves them out)
  *   {"v":1, "op":"checkpoint", "term":T, "job":ID, "step":K, "sha256":HEX64,
  *                              "holders":[N, ...]}
  *   {"v":1, "op":"job-spec",   "term":T, "job":ID, "spec":TEXT, "sha256":HEX64,
@@ -65,7 +69,9 @@
 #define GM_CHIEF_TOKENS_MAX 4096
 #define GM_CHIEF_JOBS_MAX 64
 #define GM_CHIEF_CKPTS_MAX 64
-#define GM_CHIEF_SPEC_MAX 16384 /* bytes of a job's text that job-spec holds */
+#define GM_CHIEF_JOB_NAME_MAX 63   /* bytes of a job's name that "job" holds */
+#define GM_CHIEF_JOB_ERROR_MAX 480 /* bytes of a job's reason that "job" holds */
+#define GM_CHIEF_SPEC_MAX 16384    /* bytes of a job's text that job-spec holds */
 /* bytes of one encoded command: a job-spec's text JSON-escaped (at most 6 bytes a byte)
  * plus the rest */
 #define GM_CHIEF_CMD_MAX (8192 + 6 * GM_CHIEF_SPEC_MAX)
@@ -98,6 +104,8 @@ struct gm_chief_cmd {
     int64_t limit;                               /* token-use: 0 (none) or the token's uses */
     gm_chief_name job;                           /* job, checkpoint */
     char state[GM_CHIEF_STATE_MAX + 1];          /* job */
+    char name[GM_CHIEF_JOB_NAME_MAX + 1];        /* job: "" when not said */
+    char error[GM_CHIEF_JOB_ERROR_MAX + 1];      /* job: "" when not said */
     int64_t step;                                /* job, checkpoint */
     char sha256[65];                             /* checkpoint, job-spec: hex */
     gm_chief_name holders[GM_CHIEF_HOLDERS_MAX]; /* checkpoint */
@@ -126,6 +134,8 @@ struct gm_chief_token_use {
 struct gm_chief_job {
     gm_chief_name job;
     char state[GM_CHIEF_STATE_MAX + 1];
+    char name[GM_CHIEF_JOB_NAME_MAX + 1];   /* "" when none was said */
+    char error[GM_CHIEF_JOB_ERROR_MAX + 1]; /* why it ended, when not done */
     int64_t step;
     uint64_t term;
     char *spec; /* owned: the job text (spec_len bytes + NUL), NULL when none is held */

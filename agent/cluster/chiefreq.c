@@ -216,7 +216,24 @@ int gm_chief_propose(struct gm_agent *a, struct gm_chief_cmd *c, const char *wha
     return gm_chief_apply(ch, c, "", 0, 0, what, NULL);
 }
 
-void gm_chief_record_job(struct gm_agent *a, const char *id, const char *state, long step)
+/* Copies s into out (cap bytes), cut at a UTF-8 character boundary (JSON strings must be
+ * valid UTF-8). */
+static void copy_utf8(char *out, size_t cap, const char *s)
+{
+    size_t n = s != NULL ? strlen(s) : 0;
+
+    if (n >= cap) {
+        n = cap - 1;
+        while (n > 0 && ((unsigned char)s[n] & 0xc0) == 0x80)
+            n--; /* s[n] would be a continuation byte: cut before its lead byte */
+    }
+    if (n > 0)
+        memcpy(out, s, n);
+    out[n] = '\0';
+}
+
+void gm_chief_record_job(struct gm_agent *a, const char *id, const char *state, long step,
+                         const char *name, const char *error)
 {
     struct gm_chief_cmd c = {.op = GM_CHIEF_OP_JOB, .step = step < 0 ? 0 : step};
     char what[96];
@@ -226,6 +243,8 @@ void gm_chief_record_job(struct gm_agent *a, const char *id, const char *state, 
         return;
     snprintf(c.job, sizeof(c.job), "%s", id);
     snprintf(c.state, sizeof(c.state), "%s", state);
+    copy_utf8(c.name, sizeof(c.name), name);
+    copy_utf8(c.error, sizeof(c.error), error);
     snprintf(what, sizeof(what), "job %s %s", id, state);
     err = gm_chief_propose(a, &c, what);
     if (err != 0)

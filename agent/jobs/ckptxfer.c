@@ -56,6 +56,9 @@ struct gm_ckptx {
     uint64_t held_order[GM_CKPTX_HELD_MAX], order_seq;
     void (*on_held)(void *arg, const struct gm_ckpt_held *h);
     void *held_arg;
+    struct gm_ckptx_disk disk;
+    struct gm_ckptx_refusal refusals[GM_CKPTX_REFUSALS_MAX]; /* one per node at most */
+    size_t nrefusals;
 };
 
 /* --- payloads ----------------------------------------------------------------------------- */
@@ -294,6 +297,7 @@ void gm_ckptx_send(struct gm_ckptx *x, const char *key, const char *path, const 
     int err;
 
     held_add(x, key, step, sha256, term, x->env.node);
+    x->disk.full = false; /* this node's own one fit */
     if (n == 0)
         return;
     err = gm_file_read(path, GM_CKPTX_FILE_MAX, &file, &flen);
@@ -384,6 +388,64 @@ static void send_ack(struct gm_ckptx *x, const char *node, const struct gm_ckptx
     free(json);
 }
 
+/* Whether err is a file system out of room (space, or the user's quota). */
+static bool no_space(int err)
+{
+    return err == -ENOSPC || err == -EDQUOT;
+}
+
+/* A replica of peer's checkpoint could not be stored here (err, at path): said once, and as a
+ * full disk when it is one. */
+/* A full disk: remembered for status and the metrics. */
+static void note_full(struct gm_ckptx *x, const char *peer, long step, const char *path)
+{
+    x->disk.full = true;
+    x->disk.enospc++;
+    snprintf(x->disk.path, sizeof(x->disk.path), "%s", path);
+    snprintf(x->disk.peer, sizeof(x->disk.peer), "%s", peer);
+    x->disk.step = step;
+    x->disk.t_ns = gm_time_mono_ns();
+}
+
+static void rx_note_failure(struct gm_ckptx *x, const char *peer, long step, const char *path,
+                            int err)
+{
+    if (!no_space(err)) {
+        gm_err("event=checkpoint-receive-failed peer=%s step=%ld path=%s err=\"%s\"", peer, step,
+               path, gm_strerror(err));
+        return;
+    }
+    note_full(x, peer, step, path);
+    gm_err("event=disk-full path=%s what=checkpoint-replica peer=%s step=%ld err=\"%s\": this "
+           "node holds no copy of that checkpoint and stays in the job; free space in %s",
+           path, peer, step, gm_strerror(err), x->env.state_dir);
+}
+
+void gm_ckptx_write_failed(struct gm_ckptx *x, const char *path, long step, int err)
+{
+    if (!no_space(err))
+        return; /* the writer logged it (event=checkpoint-failed) */
+    note_full(x, x->env.node, step, path);
+    gm_err("event=disk-full path=%s what=checkpoint step=%ld err=\"%s\": this node's checkpoint "
+           "was not written; the one before stays the newest and training goes on; free space "
+           "in %s",
+           path, step, gm_strerror(err), x->env.state_dir);
+}
+
+/* A transfer that cannot be stored: the temp file goes, the sender hears why, and the rest of
+ * its chunks are swallowed (the link is fine). */
+static void rx_fail(struct gm_ckptx *x, struct rx *r, int err)
+{
+    rx_note_failure(x, r->node, r->h.step, r->tmp[0] ? r->tmp : r->final, err);
+    send_ack(x, r->node, &r->h, gm_strerror(err));
+    if (r->fd >= 0) {
+        close(r->fd);
+        unlink(r->tmp);
+        r->fd = -1;
+    }
+    r->skip = true;
+}
+
 /* A header arrived: make the temp file. */
 static int rx_begin(struct gm_ckptx *x, const char *node, uint64_t req,
                     const struct gm_ckptx_hdr *h, struct rx **out)
@@ -402,8 +464,7 @@ static int rx_begin(struct gm_ckptx *x, const char *node, uint64_t req,
     snprintf(dir, sizeof(dir), "%s/checkpoints/%s", x->env.state_dir, h->key);
     if ((err = gm_ckpt_mkdirs(dir)) != 0 ||
         (err = gm_ckpt_path(dir, h->step, r->final, sizeof(r->final))) != 0) {
-        gm_err("event=checkpoint-receive-failed peer=%s dir=%s err=\"%s\"", node, dir,
-               gm_strerror(err));
+        rx_note_failure(x, node, h->step, dir, err);
         free(r);
         return err;
     }
@@ -418,8 +479,7 @@ static int rx_begin(struct gm_ckptx *x, const char *node, uint64_t req,
     r->fd = open(r->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
     if (r->fd < 0) {
         err = -errno;
-        gm_err("event=checkpoint-receive-failed peer=%s path=%s err=\"%s\"", node, r->tmp,
-               gm_strerror(err));
+        rx_note_failure(x, node, h->step, r->tmp, err);
         EVP_MD_CTX_free(r->md);
         free(r);
         return err;
@@ -487,12 +547,16 @@ static void rx_finish(struct gm_ckptx *x, struct rx *r)
         if (err == 0)
             err = gm_file_write_atomic(shapath, line, strlen(line), 0644);
     }
-    if (why == NULL && err != 0)
+    if (why == NULL && err != 0) {
         why = gm_strerror(err);
-    if (why != NULL) {
+        rx_note_failure(x, r->node, r->h.step, r->final, err);
+        (void)unlink(r->final); /* no .sha256 beside it: not committed; it only takes room */
+    } else if (why != NULL) {
         gm_err("event=checkpoint-receive-failed peer=%s step=%ld path=%s reason=\"%s\"", r->node,
                r->h.step, r->final, why);
-    } else {
+    }
+    if (why == NULL) {
+        x->disk.full = false; /* this one fit */
         char dir[1200];
         gm_info("event=checkpoint-received peer=%s key=%s step=%ld bytes=%llu sha256=%s path=%s",
                 r->node, r->h.key, r->h.step, (unsigned long long)r->got, r->h.sha256, r->final);
@@ -511,6 +575,7 @@ static int on_data(struct gm_ckptx *x, const char *node, const struct gm_frame_h
 {
     struct rx *r = rx_find(x, node);
     size_t used = 0;
+    uint64_t got0;
     int err;
 
     if (r != NULL && r->req != fh->req) {
@@ -547,17 +612,44 @@ static int on_data(struct gm_ckptx *x, const char *node, const struct gm_frame_h
             rx_drop(x, r);
         return 0;
     }
+    got0 = r->got;
     err = rx_write(r, p + used, fh->len - used);
     if (err != 0) {
-        gm_err("event=checkpoint-receive-failed peer=%s path=%s err=\"%s\"", node, r->tmp,
-               gm_strerror(err));
-        send_ack(x, node, &r->h, gm_strerror(err));
-        rx_drop(x, r);
+        rx_fail(x, r, err);
+        r->got = got0 + (fh->len - used);
+        if (!(fh->flags & GM_FRAME_F_MORE))
+            rx_drop(x, r);
         return 0;
     }
     if (!(fh->flags & GM_FRAME_F_MORE))
         rx_finish(x, r);
     return 0;
+}
+
+/* A member's answer: a refusal is remembered (the last per node), a copy of one of ours it
+ * stored clears its refusal of that job's. */
+static void refusal_set(struct gm_ckptx *x, const char *node, const struct gm_ckptx_ack *a)
+{
+    size_t i;
+
+    for (i = 0; i < x->nrefusals; i++)
+        if (strcmp(x->refusals[i].node, node) == 0)
+            break;
+    if (a->ok) {
+        if (i < x->nrefusals && strcmp(x->refusals[i].key, a->key) == 0)
+            x->refusals[i] = x->refusals[--x->nrefusals];
+        return;
+    }
+    if (i == x->nrefusals) {
+        if (x->nrefusals == GM_CKPTX_REFUSALS_MAX)
+            i = 0; /* the first one's place: a bounded list */
+        else
+            x->nrefusals++;
+    }
+    snprintf(x->refusals[i].node, sizeof(x->refusals[i].node), "%s", node);
+    snprintf(x->refusals[i].key, sizeof(x->refusals[i].key), "%s", a->key);
+    x->refusals[i].step = a->step;
+    snprintf(x->refusals[i].error, sizeof(x->refusals[i].error), "%s", a->error);
 }
 
 static int on_ack(struct gm_ckptx *x, const char *node, const struct gm_frame_hdr *fh,
@@ -569,8 +661,10 @@ static int on_ack(struct gm_ckptx *x, const char *node, const struct gm_frame_hd
     if (gm_ckptx_ack_decode(p, fh->len, &a) != 0)
         return GM_ERR_PROTO;
     if (!a.ok) {
-        gm_warn("event=checkpoint-not-replicated peer=%s key=%s step=%ld reason=\"%s\"", node,
-                a.key, a.step, a.error);
+        refusal_set(x, node, &a);
+        gm_warn("event=checkpoint-not-replicated peer=%s key=%s step=%ld reason=\"%s\": it holds "
+                "no copy of it",
+                node, a.key, a.step, a.error);
         return 0;
     }
     h = held_find(x, a.key, a.step, a.sha256);
@@ -578,6 +672,7 @@ static int on_ack(struct gm_ckptx *x, const char *node, const struct gm_frame_hd
         gm_debug("event=checkpoint-ack-unknown peer=%s key=%s step=%ld", node, a.key, a.step);
         return 0;
     }
+    refusal_set(x, node, &a); /* it holds one of the job's again */
     held_add(x, a.key, a.step, a.sha256, h->term, node);
     gm_info("event=checkpoint-replicated peer=%s key=%s step=%ld sha256=%s holders=%zu", node,
             a.key, a.step, a.sha256, h->nholders);
@@ -648,7 +743,34 @@ json_t *gm_ckptx_ctl_list(struct gm_ckptx *x)
     }
     snprintf(dir, sizeof(dir), "%s/checkpoints", x->env.state_dir);
     o = json_pack("{s:s,s:s,s:o}", "node", x->env.node, "dir", dir, "held", arr);
+    if (o == NULL)
+        return NULL;
+    arr = json_array();
+    for (size_t i = 0; arr != NULL && i < x->nrefusals; i++)
+        json_array_append_new(arr,
+                              json_pack("{s:s,s:s,s:I,s:s}", "node", x->refusals[i].node, "key",
+                                        x->refusals[i].key, "step", (json_int_t)x->refusals[i].step,
+                                        "error", x->refusals[i].error));
+    json_object_set_new(o, "not_held", arr != NULL ? arr : json_array());
+    json_object_set_new(o, "disk", gm_ckptx_disk_json(x));
     return o;
+}
+
+void gm_ckptx_disk(const struct gm_ckptx *x, struct gm_ckptx_disk *out)
+{
+    *out = x->disk;
+}
+
+json_t *gm_ckptx_disk_json(const struct gm_ckptx *x)
+{
+    const struct gm_ckptx_disk *d = &x->disk;
+
+    if (d->enospc == 0)
+        return json_pack("{s:b,s:I}", "full", 0, "enospc_total", (json_int_t)0);
+    return json_pack("{s:b,s:I,s:s,s:s,s:s,s:I,s:f}", "full", d->full, "enospc_total",
+                     (json_int_t)d->enospc, "error", strerror(ENOSPC), "path", d->path, "peer",
+                     d->peer, "step", (json_int_t)d->step, "age_s",
+                     (double)(gm_time_mono_ns() - d->t_ns) * 1e-9);
 }
 
 /* --- the room ------------------------------------------------------------------------------ */

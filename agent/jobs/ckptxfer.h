@@ -19,7 +19,11 @@
  * CKPT_ACK control frame (JSON {key, step, sha256, ok, error?}) goes back.  A transfer that
  * breaks (link down, a bad chunk, a wrong hash) leaves no file under a final name.  A frame
  * out of order (a header that does not decode, a chunk of another request id in the middle of
- * one, more bytes than announced) closes the link with GM_ERR_PROTO.
+ * one, more bytes than announced) closes the link with GM_ERR_PROTO.  A transfer this node
+ * cannot store (a full disk: ENOSPC, EDQUOT; any write error) is answered at once with an ACK
+ * that says why, its temp file removed, and the rest of its chunks swallowed: the link and the
+ * job go on, and the sender knows this node holds no copy (gm_ckptx_ctl_list's not_held).  A
+ * full disk is said as such: event=disk-full, gm_ckptx_disk (status, the metrics).
  *
  * Holders.  The sender records, per checkpoint (key, step, sha256, term), the nodes that hold
  * it: itself at once, each member whose ACK says ok; a receiver records the sender and itself
@@ -86,6 +90,25 @@ struct gm_ckpt_held {
     uint64_t t_ns; /* monotonic time it was first recorded here */
 };
 
+/* This node's disk, as the checkpoints it received found it. */
+struct gm_ckptx_disk {
+    bool full;       /* the last checkpoint failed for want of space (none stored since) */
+    uint64_t enospc; /* checkpoints (own or replicas) not stored for want of space */
+    char path[1100]; /* where (the last such failure) */
+    char peer[GM_ID_NAME_MAX + 1];
+    long step;
+    uint64_t t_ns; /* monotonic, when */
+};
+
+/* A member that answered a checkpoint of ours with a refusal: it holds no copy of it. */
+struct gm_ckptx_refusal {
+    char node[GM_ID_NAME_MAX + 1];
+    char key[GM_CKPTX_KEY_LEN + 1];
+    long step;
+    char error[160];
+};
+#define GM_CKPTX_REFUSALS_MAX 16
+
 struct gm_ckptx_env {
     const char *node;      /* this node (borrowed) */
     const char *state_dir; /* borrowed */
@@ -130,7 +153,19 @@ void gm_ckptx_set_on_held(struct gm_ckptx *x, void (*fn)(void *arg, const struct
  * received from another), or -1 when none was (gradmesh_checkpoint_age_seconds). */
 double gm_ckptx_newest_age_s(const struct gm_ckptx *x);
 
-/* The control command "checkpoints": {dir, held: [{key, step, sha256, term, holders}]}. */
+/* This node's own checkpoint of step (path) could not be written (err): a full disk is noted
+ * and said as for a replica (event=disk-full what=checkpoint); other errors are the writer's
+ * (logged there). */
+void gm_ckptx_write_failed(struct gm_ckptx *x, const char *path, long step, int err);
+/* This node's disk as the checkpoints it wrote or received found it. */
+void gm_ckptx_disk(const struct gm_ckptx *x, struct gm_ckptx_disk *out);
+/* The same for `status --json` ("disk"): {full, enospc_total, and after a failure: error,
+ * path, peer, step, age_s}. */
+json_t *gm_ckptx_disk_json(const struct gm_ckptx *x);
+
+/* The control command "checkpoints": {dir, held: [{key, step, sha256, term, holders}],
+ * not_held: [{node, key, step, error}] (the last refusal of each member that answered one of
+ * ours with one, and has not stored one of that key since), disk: see gm_ckptx_disk}. */
 json_t *gm_ckptx_ctl_list(struct gm_ckptx *x);
 
 extern const struct gm_room gm_ckpt_room;

@@ -223,18 +223,23 @@ void jobs_account_group(struct job *jb)
 void jobs_record(struct gm_jobs *j, const struct job *jb, enum jstate st)
 {
     if (j->env.record != NULL && jb->coord)
-        j->env.record(j->env.agent, jb->id, jobs_state_name(st), jb->steps);
+        j->env.record(j->env.agent, jb->id, jobs_state_name(st), jb->steps, jb->job.name,
+                      st != J_DONE && st != J_RUNNING && st != J_CHECKING ? jb->error : NULL);
 }
 
 static void rank_exit(struct gm_rank *rk, int err, const struct gm_train_summary *sum, void *arg)
 {
     struct gm_jobs *j = arg;
     struct job *jb = j->cur;
+    char reason[GM_JOB_MSG_MAX], why[GM_JOB_MSG_MAX];
 
     if (jb == NULL || jb->rank != rk) { /* cannot happen: a rank belongs to the current job */
         gm_rank_free(rk);
         return;
     }
+    /* the trainer's own line ("DIR: N training samples, fewer than one global batch of G"),
+     * never the name of err 0 */
+    snprintf(reason, sizeof(reason), "%s", gm_rank_error(rk));
     gm_rank_get_progress(rk, &jb->last);
     if (jb->last.params_sha256[0])
         gm_notice("event=job-final-hash job=%s rank=%d world=%d generation=%u step=%ld "
@@ -260,23 +265,32 @@ static void rank_exit(struct gm_rank *rk, int err, const struct gm_train_summary
         gm_notice("event=job-left job=%s step=%ld", jb->id, (long)jb->last.step);
         return;
     }
+    snprintf(why, sizeof(why), "rank on %.64s stopped: %.400s", j->env.node, reason);
     if (jb->coord) {
-        if (err == 0)
+        if (jb->state != J_RUNNING) { /* ended already (jobs_end_job stopped the rank): said */
+            if (err != 0)
+                gm_notice("event=job-rank-exit job=%s state=%s steps=%ld reason=\"%s\"", jb->id,
+                          jobs_state_name(jb->state), sum->steps, reason);
+            jobs_to_history(j, jb);
+        } else if (err == 0) {
             jobs_end_job(j, jb, jb->stop_sent ? J_CANCELLED : J_DONE,
                          jb->stop_sent ? "cancelled" : "finished");
-        else
-            jobs_end_job(j, jb, jb->stop_sent ? J_CANCELLED : J_FAILED, gm_strerror(err));
+        } else if (jb->stop_sent) {
+            jobs_end_job(j, jb, J_CANCELLED, "cancelled");
+        } else {
+            jobs_end_job(j, jb, J_FAILED, why);
+        }
         return;
     }
     if (err != 0 && !jb->stop_sent) {
-        struct gm_jobmsg m = {.gen = gm_rank_generation(rk), .code = err};
+        struct gm_jobmsg m = {.gen = jb->gen, .code = err};
         snprintf(m.id, sizeof(m.id), "%s", jb->id);
         snprintf(m.event, sizeof(m.event), "exit");
-        snprintf(m.message, sizeof(m.message), "%s", gm_strerror(err));
+        snprintf(m.message, sizeof(m.message), "%s", reason);
         (void)jobs_send_msg(j, jb->coordinator, GM_MSG_JOB_REPORT, &m);
     }
     if (err != 0 && jb->error[0] == 0)
-        snprintf(jb->error, sizeof(jb->error), "%s", gm_strerror(err));
+        snprintf(jb->error, sizeof(jb->error), "%s", why);
     if (jb->state == J_RUNNING && err == 0) {
         /* every step is done here; the coordinator's JOB_END brings its evaluation */
         gm_notice("event=job-rank-finished job=%s steps=%ld", jb->id, sum->steps);
@@ -285,8 +299,9 @@ static void rank_exit(struct gm_rank *rk, int err, const struct gm_train_summary
     if (jb->state == J_RUNNING)
         jb->state = J_FAILED;
     jb->t_end = gm_time_mono_ns();
-    gm_notice("event=job-rank-exit job=%s state=%s steps=%ld err=\"%s\"", jb->id,
-              jobs_state_name(jb->state), sum->steps, gm_strerror(err));
+    gm_notice("event=job-rank-exit job=%s state=%s steps=%ld reason=\"%s\"", jb->id,
+              jobs_state_name(jb->state), sum->steps,
+              jb->error[0] ? jb->error : jobs_state_name(jb->state));
     jobs_to_history(j, jb);
 }
 
@@ -328,10 +343,22 @@ static void rank_checkpoint(struct gm_rank *rk, const char *path, const char *sh
                         (const char(*)[GM_ID_NAME_MAX + 1])(jb->ranks + 1), jb->world - 1);
 }
 
+/* Rank 0 could not write a checkpoint (a full disk): the agent says so. */
+static void rank_checkpoint_failed(struct gm_rank *rk, const char *path, long step, int err,
+                                   void *arg)
+{
+    struct gm_jobs *j = arg;
+
+    (void)rk;
+    if (j->env.ckpt_failed != NULL)
+        j->env.ckpt_failed(j->env.agent, path, step, err);
+}
+
 static const struct gm_rank_ops rank_ops = {
     .on_exit = rank_exit,
     .on_group_failed = rank_group_failed,
     .on_checkpoint = rank_checkpoint,
+    .on_checkpoint_failed = rank_checkpoint_failed,
 };
 
 void gm_jobs_ckpt_key(const struct gm_job *job, char key[GM_JOBS_CKPT_KEY_LEN + 1])
@@ -619,15 +646,14 @@ void jobs_end_job(struct gm_jobs *j, struct job *jb, enum jstate st, const char 
     struct gm_jobmsg m = {0};
 
     jb->state = st;
-    jobs_record(j, jb, st);
     if (st != J_DONE && jb->error[0] == 0)
         snprintf(jb->error, sizeof(jb->error), "%s", msg);
+    if (st != J_DONE) /* one reason everywhere: the one recorded here */
+        msg = jb->error;
+    jobs_record(j, jb, st);
     jb->t_end = gm_time_mono_ns();
     snprintf(m.id, sizeof(m.id), "%s", jb->id);
-    snprintf(m.state, sizeof(m.state), "%s",
-             st == J_DONE        ? "done"
-             : st == J_CANCELLED ? "cancelled"
-                                 : "failed");
+    snprintf(m.state, sizeof(m.state), "%s", jobs_state_name(st));
     snprintf(m.message, sizeof(m.message), "%s", msg);
     if (st == J_DONE) {
         m.have_summary = true;
@@ -715,7 +741,27 @@ void gm_jobs_leave(struct gm_jobs *j)
 
 bool gm_jobs_idle(const struct gm_jobs *j)
 {
-    return j == NULL || j->cur == NULL || j->cur->rank == NULL;
+    return j == NULL || (j->prechecks == 0 && (j->cur == NULL || j->cur->rank == NULL));
+}
+
+/* What this node's checkpoint directory of job can take: the free space of its file system
+ * and the room its earlier checkpoints of the job (up to checkpoint_keep) give back; false
+ * when the free space cannot be read. */
+bool jobs_ckpt_room(struct gm_jobs *j, const struct gm_job *job, uint64_t *room)
+{
+    char key[GM_JOBS_CKPT_KEY_LEN + 1], dir[1100];
+    struct gm_ckpt_entry *e = NULL;
+    size_t n = 0;
+
+    gm_jobs_ckpt_key(job, key);
+    snprintf(dir, sizeof(dir), "%s/checkpoints/%s", j->env.state_dir, key);
+    if (gm_ckpt_free_bytes(dir, room) < 0)
+        return false;
+    if (gm_ckpt_dir_list(dir, &e, &n) == 0)
+        for (size_t i = 0; i < n && i < (size_t)job->checkpoint_keep; i++)
+            *room += e[i].bytes > 0 ? (uint64_t)e[i].bytes : 0;
+    free(e);
+    return true;
 }
 
 static void timer_closed(uv_handle_t *h)

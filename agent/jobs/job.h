@@ -28,7 +28,13 @@
  *             path, size and mtime, on libuv's threadpool) and answers
  *             JOB_CHECK; any difference (a missing dir, a missing, extra or
  *             changed file) refuses the job with one line naming the member and
- *             the file
+ *             the file.  Meanwhile the coordinator runs the trainer's own check
+ *             (gm_trainer_check, on the threadpool: the dataset's headers and
+ *             sizes against the job, the model on its images; what passes on
+ *             its copy passes on every member's, the same bytes) and refuses
+ *             with the line `train --local` prints; and a job whose checkpoints
+ *             (checkpoint_keep and the next) do not fit the room a member's
+ *             JOB_CHECK says its checkpoint directory has is refused, naming it
  *   running   generation 1: ranks = [coordinator, the others by node id];
  *             JOB_GROUP to each; every rank takes rank 0's initial state
  *   re-form   a member's link goes down, or it reports JOB_REPORT
@@ -37,7 +43,11 @@
  *             boundary (agent/jobs/rank.h), data re-sharded at once
  *   done      rank 0 finished (weights under state_dir/jobs/ID/), JOB_END to
  *             all; also cancelled (gm_jobs cancel) or failed (an error on any
- *             rank, or the coordinator lost and no chief took the job over)
+ *             rank, or the coordinator lost and no chief took the job over).
+ *             A job ends once: a failed rank's own error line (gm_rank_error)
+ *             is the reason JOB_END carries to every member and the chief
+ *             records (with the job's name) in the replicated state, where
+ *             every node's `jobs` and `status` read how a job ended
  * A member keeps a record of the job it runs, so `gradmesh jobs` works there.
  *
  * No majority, no training (agent/jobs/job_partition.c): only the chief forms
@@ -63,6 +73,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include <jansson.h>
 #include <uv.h>
@@ -75,6 +86,17 @@
 struct gm_jobs;
 struct gm_link;
 struct gm_ckpt_ref;
+
+/* A job as the replicated state holds it (agent/cluster/chieffsm.h). */
+#define GM_JOBS_RECORDED_MAX 64
+struct gm_jobs_record {
+    char id[GM_ID_NAME_MAX + 1];
+    char name[64];
+    char state[16];
+    char error[512];
+    long step;
+    uint64_t term;
+};
 
 /* What the job room needs from the agent. */
 struct gm_jobs_env {
@@ -92,8 +114,14 @@ struct gm_jobs_env {
      * chief): 0, or -ENOENT with why there is none in why.  NULL: no consensus (tests):
      * the lowest node id up coordinates and frames carry term 0. */
     int (*chief)(void *agent, char out[GM_ID_NAME_MAX + 1], uint64_t *term, char *why, size_t cap);
-    /* Records a coordinated job's state in the replicated state (optional). */
-    void (*record)(void *agent, const char *id, const char *state, long step);
+    /* Records a coordinated job's state in the replicated state (optional), with its name
+     * and, once it ended other than done, the reason (NULL: none). */
+    void (*record)(void *agent, const char *id, const char *state, long step, const char *name,
+                   const char *error);
+    /* Optional: the jobs the replicated state holds, oldest first, at most cap into out;
+     * how many, or -1 without one.  `gradmesh jobs` shows their state and reason on every
+     * node alike (the job history is replicated state). */
+    long (*recorded)(void *agent, struct gm_jobs_record *out, size_t cap);
     /* Optional: records a job the coordinator took, its text and the global batch fixed for
      * it, in the replicated state, so a restarted cluster resumes it (agent/jobs/jobresume.h). */
     void (*record_spec)(void *agent, const char *id, const char *text, size_t len,
@@ -119,6 +147,9 @@ struct gm_jobs_env {
      * are the group's other ranks, to replicate it to. */
     void (*ckpt_written)(void *agent, const char *key, const char *path, const char *sha256,
                          long step, int keep, const char (*nodes)[GM_ID_NAME_MAX + 1], size_t n);
+    /* Optional: rank 0 here could not write the checkpoint of step (path; err, ENOSPC for a
+     * full disk); the job goes on. */
+    void (*ckpt_failed)(void *agent, const char *path, long step, int err);
     void *agent;
 };
 

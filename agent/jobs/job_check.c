@@ -1,22 +1,50 @@
 /*
  * agent/jobs/job_check.c - the job room (agent/jobs/job.h), the coordinator's check: taking a job
- * (submit, a member's JOB_SUBMIT, a resume), hashing its own dataset, offering the job, comparing
- * each JOB_CHECK, starting. Private state and shared helpers: agent/jobs/job_int.h.  Loop thread
- * only.
+ * (submit, a member's JOB_SUBMIT, a resume), hashing its own dataset, the trainer's own check of
+ * the job (on the threadpool: what `train --local` checks before its first step, and room for the
+ * checkpoints), offering the job, comparing each JOB_CHECK (the files, and the room each member's
+ * checkpoint directory has), starting. Private state and shared helpers: agent/jobs/job_int.h. Loop
+ * thread only.
  */
 #include "agent/jobs/job_int.h"
 
 static void evaluate(struct gm_jobs *j, struct job *jb);
 
+/* Whether every member's checkpoint directory can take the job's checkpoints (the newest
+ * checkpoint_keep and the one being received); refuses the job, naming the first that cannot. */
+static bool rooms_fit(struct gm_jobs *j, struct job *jb)
+{
+    uint64_t need = jb->ckpt_bytes * (uint64_t)(jb->job.checkpoint_keep + 1);
+
+    if (jb->job.checkpoint_every <= 0)
+        return true;
+    for (size_t i = 0; i < jb->nparts; i++) {
+        const struct part *p = &jb->parts[i];
+        if (!p->have_room || p->ckpt_room >= need)
+            continue;
+        jobs_refuse(j, jb,
+                    "member %s: no room for the job's checkpoints: %d kept and the one being "
+                    "received need about %.1f MB (%.1f MB each), its checkpoint directory has "
+                    "%.1f MB; free some space there, lower [job] checkpoint_keep or set "
+                    "checkpoint_every = 0",
+                    p->node, jb->job.checkpoint_keep, (double)need / 1e6,
+                    (double)jb->ckpt_bytes / 1e6, (double)p->ckpt_room / 1e6);
+        return false;
+    }
+    return true;
+}
+
 static void maybe_start(struct gm_jobs *j, struct job *jb)
 {
     int err = -ENOMEM; /* when the calloc fails */
 
-    if (jb->state != J_CHECKING || !jb->own_hashed)
+    if (jb->state != J_CHECKING || !jb->own_hashed || !jb->prechecked)
         return;
     for (size_t i = 0; i < jb->nparts; i++)
         if (!jb->parts[i].checked)
             return;
+    if (!rooms_fit(j, jb))
+        return;
     jb->state = J_RUNNING;
     jobs_record(j, jb, J_RUNNING);
     jb->ranks = calloc(jb->nparts + 1, NODE_LEN);
@@ -142,6 +170,8 @@ int jobs_on_check(struct gm_jobs *j, const char *node, struct gm_jobmsg *m)
     p->nfiles = m->nfiles;
     m->files = NULL;
     snprintf(p->error, sizeof(p->error), "%s", m->message);
+    p->have_room = m->have_room;
+    p->ckpt_room = m->ckpt_room;
     p->answered = true;
     evaluate(j, jb);
     return 0;
@@ -202,6 +232,111 @@ static void note_prior(struct gm_jobs *j, struct job *jb)
              p->id, jb->job.name, k > 0 ? diff : "its job file differs in comments or layout");
     gm_notice("event=job-not-resumed job=%s name=%s earlier=%s differs=\"%s\"", jb->id,
               jb->job.name, p->id, k > 0 ? diff : "comments or layout");
+}
+
+/* The trainer's own checks of a job the coordinator took (gm_trainer_check), on libuv's
+ * threadpool: the dataset's headers and sizes against the job, the global batch against the
+ * dataset, the model on its images, and room for the checkpoints here.  The members hold the
+ * same bytes (the hash check), so what passes here passes on every rank; a refusal is the line
+ * `train --local` prints. */
+struct precheck {
+    uv_work_t req;
+    struct gm_jobs *j;
+    char id[GM_JOB_ID_LEN + 1];
+    char *text; /* owned copy of the job text */
+    size_t len;
+    char origin[256];
+    int global_batch, world;
+    char ckdir[1100];
+    int err;
+    bool space; /* the refusal is about this node's checkpoint directory */
+    char line[GM_JOB_MSG_MAX];
+    struct gm_train_check chk;
+};
+
+static void precheck_work(uv_work_t *req)
+{
+    struct precheck *pc = req->data;
+    struct gm_job job;
+    uint64_t need, avail;
+
+    gm_log_clear_last_error();
+    pc->err = gm_job_parse(pc->text, pc->len, pc->origin, &job);
+    if (pc->err < 0)
+        goto out;
+    job.optim.global_batch = pc->global_batch; /* fixed at submit */
+    job.optim.batch = 0;
+    pc->err = gm_trainer_check(&job, pc->world, &pc->chk);
+    if (pc->err == 0 && job.checkpoint_every > 0) {
+        pc->err = gm_trainer_ckpt_space(pc->ckdir, pc->chk.ckpt_bytes, job.checkpoint_keep, &need,
+                                        &avail);
+        pc->space = pc->err < 0;
+    }
+    gm_job_free(&job);
+out:
+    if (pc->err < 0)
+        snprintf(pc->line, sizeof(pc->line), "%s",
+                 gm_log_last_error()[0] ? gm_log_last_error() : gm_strerror(pc->err));
+}
+
+static void precheck_done(uv_work_t *req, int status)
+{
+    struct precheck *pc = req->data;
+    struct gm_jobs *j = pc->j;
+    struct job *jb = jobs_find(j, pc->id);
+
+    j->prechecks--;
+    if (jb != NULL && jb == j->cur && jb->coord && jb->state == J_CHECKING) {
+        if (status < 0 && pc->err == 0) {
+            pc->err = status;
+            snprintf(pc->line, sizeof(pc->line), "%s", uv_strerror(status));
+        }
+        if (pc->err < 0 && pc->space)
+            jobs_refuse(j, jb, "member %s (the coordinator): %s", j->env.node, pc->line);
+        else if (pc->err < 0)
+            jobs_refuse(j, jb, "%s", pc->line);
+        else {
+            jb->prechecked = true;
+            jb->ckpt_bytes = pc->chk.ckpt_bytes;
+            gm_info("event=job-prechecked job=%s train_samples=%zu global_batch=%d "
+                    "checkpoint_bytes=%llu",
+                    jb->id, pc->chk.n_train, pc->chk.global_batch,
+                    (unsigned long long)pc->chk.ckpt_bytes);
+            maybe_start(j, jb);
+        }
+    }
+    free(pc->text);
+    free(pc);
+}
+
+static int precheck_start(struct gm_jobs *j, struct job *jb, int world)
+{
+    struct precheck *pc = calloc(1, sizeof(*pc));
+    char key[GM_JOBS_CKPT_KEY_LEN + 1];
+    int err;
+
+    if (pc == NULL || (pc->text = malloc(jb->job.text_len + 1)) == NULL) {
+        free(pc);
+        return -ENOMEM;
+    }
+    memcpy(pc->text, jb->job.text, jb->job.text_len);
+    pc->text[jb->job.text_len] = '\0';
+    pc->len = jb->job.text_len;
+    snprintf(pc->origin, sizeof(pc->origin), "%s", jb->origin);
+    snprintf(pc->id, sizeof(pc->id), "%s", jb->id);
+    pc->global_batch = jb->job.optim.global_batch;
+    pc->world = world;
+    gm_jobs_ckpt_key(&jb->job, key);
+    snprintf(pc->ckdir, sizeof(pc->ckdir), "%s/checkpoints/%s", j->env.state_dir, key);
+    pc->j = j;
+    pc->req.data = pc;
+    if ((err = uv_queue_work(j->env.loop, &pc->req, precheck_work, precheck_done)) < 0) {
+        free(pc->text);
+        free(pc);
+        return err;
+    }
+    j->prechecks++;
+    return 0;
 }
 
 /* The coordinator takes a job: from its own control socket (id NULL: a new one), forwarded
@@ -297,6 +432,10 @@ static int coord_take(struct gm_jobs *j, const char *text, size_t len, const cha
         free(hr);
         jobs_refuse(j, jb, "cannot hash %s: %s", jb->job.data.dir, gm_strerror(err));
         return 0; /* refused: jobs says why */
+    }
+    if ((err = precheck_start(j, jb, (int)n + 1)) < 0) {
+        jobs_refuse(j, jb, "cannot check the job: %s", gm_strerror(err));
+        return 0;
     }
     for (size_t i = 0; i < jb->nparts; i++)
         jobs_offer(j, jb, jb->parts[i].node);

@@ -140,24 +140,98 @@ static json_t *job_json(struct gm_jobs *j, struct job *jb)
     return o;
 }
 
+static bool final_state(const char *st)
+{
+    return strcmp(st, "done") == 0 || strcmp(st, "cancelled") == 0 || strcmp(st, "failed") == 0 ||
+           strcmp(st, "refused") == 0;
+}
+
+/* The replicated record of a job that ended is the truth about how it ended, on every node:
+ * o (this node's view of the job) takes its state and reason. */
+static void apply_record(json_t *o, const struct gm_jobs_record *r)
+{
+    if (!final_state(r->state))
+        return;
+    json_object_set_new(o, "state", json_string(r->state));
+    json_object_set_new(o, "paused_reason", json_null());
+    if (strcmp(r->state, "done") != 0)
+        json_object_set_new(o, "error", r->error[0] ? json_string(r->error) : json_null());
+    json_object_set_new(o, "recorded_term", json_integer((json_int_t)r->term));
+}
+
+/* A job this node has no record of (it was not a member, or it restarted since), from the
+ * replicated state: what every node knows of it. */
+static json_t *record_json(const struct gm_jobs_record *r)
+{
+    json_t *o = json_pack(
+        "{s:s,s:s,s:s,s:n,s:I,s:i,s:i,s:n,s:n,s:n,s:o,s:n,s:I}", "id", r->id, "name", r->name,
+        "state", r->state, "coordinator", "step", (json_int_t)r->step, "epoch", 0, "world", 0,
+        "loss", "samples_per_s", "paused_reason", "error",
+        r->error[0] && strcmp(r->state, "done") != 0 ? json_string(r->error) : json_null(),
+        "weights", "recorded_term", (json_int_t)r->term);
+
+    if (o != NULL)
+        json_object_set_new(o, "summary", json_null());
+    return o;
+}
+
+/* jb's view, with its replicated record applied (marked seen), appended to a. */
+static void list_add(struct gm_jobs *j, json_t *a, struct job *jb, const struct gm_jobs_record *rec,
+                     long nrec, bool *seen)
+{
+    json_t *o = job_json(j, jb);
+
+    for (long i = 0; o != NULL && i < nrec; i++)
+        if (strcmp(rec[i].id, jb->id) == 0) {
+            seen[i] = true;
+            apply_record(o, &rec[i]);
+        }
+    json_array_append_new(a, o);
+}
+
 json_t *gm_jobs_ctl_list(struct gm_jobs *j)
 {
     json_t *a = json_array();
+    struct gm_jobs_record *rec = NULL;
+    long nrec = -1;
+    bool *seen = NULL;
 
+    if (j->env.recorded != NULL && (rec = calloc(GM_JOBS_RECORDED_MAX, sizeof(*rec))) != NULL &&
+        (seen = calloc(GM_JOBS_RECORDED_MAX, sizeof(*seen))) != NULL)
+        nrec = j->env.recorded(j->env.agent, rec, GM_JOBS_RECORDED_MAX);
     if (j->cur != NULL)
-        json_array_append_new(a, job_json(j, j->cur));
+        list_add(j, a, j->cur, rec, nrec, seen);
     for (struct job *jb = j->history; jb != NULL; jb = jb->next)
-        json_array_append_new(a, job_json(j, jb));
+        list_add(j, a, jb, rec, nrec, seen);
+    for (long i = nrec - 1; i >= 0; i--) /* newest first, as the history */
+        if (!seen[i] && final_state(rec[i].state))
+            json_array_append_new(a, record_json(&rec[i]));
+    free(rec);
+    free(seen);
     return json_pack("{s:o}", "jobs", a);
 }
 
 json_t *gm_jobs_status_json(struct gm_jobs *j)
 {
-    if (j->cur != NULL)
-        return job_json(j, j->cur);
-    if (j->history != NULL)
-        return job_json(j, j->history);
-    return json_null();
+    struct job *jb = j->cur != NULL ? j->cur : j->history;
+    struct gm_jobs_record *rec = NULL;
+    json_t *o = NULL;
+    long nrec = -1;
+
+    if (j->env.recorded != NULL && (rec = calloc(GM_JOBS_RECORDED_MAX, sizeof(*rec))) != NULL)
+        nrec = j->env.recorded(j->env.agent, rec, GM_JOBS_RECORDED_MAX);
+    if (jb != NULL) {
+        o = job_json(j, jb);
+        for (long i = 0; o != NULL && i < nrec; i++)
+            if (strcmp(rec[i].id, jb->id) == 0)
+                apply_record(o, &rec[i]);
+    } else { /* none here: the newest the cluster recorded as ended */
+        for (long i = nrec - 1; i >= 0 && o == NULL; i--)
+            if (final_state(rec[i].state))
+                o = record_json(&rec[i]);
+    }
+    free(rec);
+    return o != NULL ? o : json_null();
 }
 
 json_t *gm_jobs_ctl_cancel(struct gm_jobs *j, json_t *req)

@@ -7,7 +7,8 @@
  *   job.c            the spine: registry, history, helpers, rank callbacks, islands, groups,
  *                    the end of a job, teardown
  *   job_codec.c      codec = auto: the choice at submit and switching mid-run
- *   job_check.c      the coordinator: take a job, hash, offer, compare checks, start
+ *   job_check.c      the coordinator: take a job, hash, the trainer's check, offer, compare
+ *                    checks (files, checkpoint room), start
  *   job_partition.c  no majority, no training: step down, paused, takeover
  *   job_member.c     the member: offers, groups, reports, the end, forwarding a submit
  *   job_control.c    the control commands and the JSON views
@@ -59,6 +60,8 @@ struct part {
     struct gm_jobfile *files; /* owned: its answer */
     size_t nfiles;
     char error[GM_JOB_MSG_MAX];
+    bool have_room;     /* its answer said how much its checkpoint directory can take */
+    uint64_t ckpt_room; /* bytes */
 };
 
 struct job {
@@ -77,6 +80,8 @@ struct job {
     struct gm_jobfile *files; /* owned: this node's dataset */
     size_t nfiles;
     bool own_hashed;
+    bool prechecked;         /* the trainer's own checks passed here (gm_trainer_check) */
+    uint64_t ckpt_bytes;     /* about one checkpoint's size, from that check */
     uint32_t gen;            /* current group */
     char (*ranks)[NODE_LEN]; /* owned: the current group's rank order */
     int *islands;            /* owned: the current group's LAN islands (world entries), or NULL */
@@ -139,6 +144,8 @@ struct pending_offer {
     struct gm_jobfile *files; /* owned */
     size_t nfiles;
     char error[GM_JOB_MSG_MAX];
+    bool have_room;     /* ckpt_room is known */
+    uint64_t ckpt_room; /* what this node's checkpoint directory of the job can take */
     uint64_t deadline;
     uint64_t term; /* the offer's: answered once this node's term has caught up with it */
 };
@@ -154,6 +161,7 @@ struct gm_jobs {
     uv_timer_t timer; /* check timeouts */
     bool stopping;
     bool leaving;        /* gm_jobs_leave: the job goes on without this node */
+    unsigned prechecks;  /* gm_trainer_check runs on the threadpool (gm_jobs_idle waits) */
     uint64_t frame_term; /* the term of the JOB_* frame being handled */
 };
 
@@ -183,6 +191,7 @@ void jobs_refuse(struct gm_jobs *j, struct job *jb, const char *fmt, ...)
 void jobs_offer_clear(struct pending_offer *po);
 json_t *jobs_ctl_error(int code, const char *msg);
 bool jobs_is_chief(struct gm_jobs *j, const char *node);
+bool jobs_ckpt_room(struct gm_jobs *j, const struct gm_job *job, uint64_t *room);
 
 /* job_codec.c */
 void jobs_resolve_auto(struct gm_jobs *j, struct job *jb, char (*up)[NODE_LEN], size_t n);

@@ -35,6 +35,8 @@ void jobs_try_answer(struct gm_jobs *j)
         m.files = po->files;
         m.nfiles = po->nfiles;
     }
+    m.have_room = po->have_room;
+    m.ckpt_room = po->ckpt_room;
     (void)jobs_send_msg(j, po->coord, GM_MSG_JOB_CHECK, &m);
     jobs_offer_clear(po);
 }
@@ -95,6 +97,7 @@ int jobs_on_offer(struct gm_jobs *j, const char *node, struct gm_jobmsg *m)
     m->ranks = NULL;
     j->po.deadline = gm_time_mono_ns() + (uint64_t)MESH_TIMEOUT_MS * 1000000ull;
     j->po.term = j->frame_term;
+    j->po.have_room = jobs_ckpt_room(j, &job, &j->po.ckpt_room);
     hr->j = j;
     snprintf(hr->id, sizeof(hr->id), "%s", m->id);
     snprintf(hr->reply_to, sizeof(hr->reply_to), "%s", node);

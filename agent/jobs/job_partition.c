@@ -102,7 +102,7 @@ static void takeover(struct gm_jobs *j, struct job *jb)
         }
     }
     if (j->env.record != NULL)
-        j->env.record(j->env.agent, jb->id, "running", (long)jb->last.step);
+        j->env.record(j->env.agent, jb->id, "running", (long)jb->last.step, jb->job.name, NULL);
     jobs_reform(j, jb, "the coordinator was lost: the new chief took the job over");
 }
 

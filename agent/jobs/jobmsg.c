@@ -245,6 +245,11 @@ static int decode(uint16_t type, json_t *o, struct gm_jobmsg *m)
     case GM_MSG_JOB_CHECK:
         if ((err = get_str(o, "error", m->message, sizeof(m->message), false)) < 0)
             return err;
+        if (json_object_get(o, "ckpt_room") != NULL) {
+            if ((err = gm_jsonmsg_get_uint(o, "ckpt_room", INT64_MAX, &m->ckpt_room)) < 0)
+                return err;
+            m->have_room = true;
+        }
         return get_files(o, m);
     case GM_MSG_JOB_GROUP:
         if ((err = get_text(o, m)) < 0 || (err = gm_jsonmsg_get_uint(o, "gen", UINT32_MAX, &u)) < 0)
@@ -363,6 +368,8 @@ int gm_jobmsg_encode(uint16_t type, const struct gm_jobmsg *m, char **out, size_
         json_object_set_new(o, "files", a);
         if (m->message[0])
             json_object_set_new(o, "error", json_string(m->message));
+        if (m->have_room)
+            json_object_set_new(o, "ckpt_room", json_integer((json_int_t)m->ckpt_room));
         break;
     case GM_MSG_JOB_REPORT:
         json_object_set_new(o, "gen", json_integer(m->gen));

@@ -7,7 +7,11 @@
  *   JOB_OFFER  {id, text, origin, ranks?: [node]}        coordinator -> member; ranks: the
  *                                                        nodes it will train with (it answers
  *                                                        once it has a link to each)
- *   JOB_CHECK  {id, error?, files: [{name, size, sha256}]}  member -> coordinator
+ *   JOB_CHECK  {id, error?, files: [{name, size, sha256}], ckpt_room?}
+ *                                                        member -> coordinator; ckpt_room:
+ *                                                        the bytes the member's checkpoint
+ *                                                        directory of the job can take (free
+ *                                                        space plus its earlier checkpoints)
  *   JOB_GROUP  {id, text, origin, gen, ranks: [node], global_batch,
  *               comm?: {codec: a name of GM_JOB_CODECS but "auto" (train/job.h), local_steps},
  *               islands?: [int]}
@@ -73,10 +77,12 @@ struct gm_jobmsg {
                                * and islands[islands[i]] == islands[i]; NULL: none */
     struct gm_jobfile *files; /* owned (CHECK) */
     size_t nfiles;
-    char event[16]; /* REPORT */
-    uint32_t seq;   /* SWITCH, REPORT switch-*: the switch's number in the job */
-    long step;      /* SWITCH: the step it takes effect at; REPORT switch-*: where the rank is */
-    bool have_fit;  /* REPORT fit */
+    bool have_room;     /* CHECK: ckpt_room was said */
+    uint64_t ckpt_room; /* CHECK: bytes */
+    char event[16];     /* REPORT */
+    uint32_t seq;       /* SWITCH, REPORT switch-*: the switch's number in the job */
+    long step;     /* SWITCH: the step it takes effect at; REPORT switch-*: where the rank is */
+    bool have_fit; /* REPORT fit */
     double fit_alpha_s, fit_bytes_per_s; /* >= 0, > 0 */
     uint64_t fit_ops;
     char state[16]; /* END */

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "agent/cluster/chief.h"
+#include "agent/cluster/chieffsm.h"
 #include "agent/jobs/ckptxfer.h"
 #include "agent/jobs/job.h"
 #include "agent/jobs/jobresume.h"
@@ -29,6 +30,14 @@ static void ckpt_written(void *agent, const char *key, const char *path, const c
     struct gm_agent *a = agent;
 
     gm_ckptx_send(a->ckptx, key, path, sha256, step, keep, 0, nodes, n);
+}
+
+/* Rank 0 here could not write a checkpoint: the checkpoint room says so (a full disk). */
+static void ckpt_failed(void *agent, const char *path, long step, int err)
+{
+    struct gm_agent *a = agent;
+
+    gm_ckptx_write_failed(a->ckptx, path, step, err);
 }
 
 static size_t members_up(void *agent, char (*nodes)[GM_ID_NAME_MAX + 1], size_t cap)
@@ -53,9 +62,30 @@ static int chief_of(void *agent, char out[GM_ID_NAME_MAX + 1], uint64_t *term, c
     return gm_chief_coordinator(agent, out, term, why, cap);
 }
 
-static void record_job(void *agent, const char *id, const char *state, long step)
+static void record_job(void *agent, const char *id, const char *state, long step, const char *name,
+                       const char *error)
 {
-    gm_chief_record_job(agent, id, state, step);
+    gm_chief_record_job(agent, id, state, step, name, error);
+}
+
+static long recorded(void *agent, struct gm_jobs_record *out, size_t cap)
+{
+    const struct gm_chief_fsm *f = gm_chief_state(agent);
+    size_t n = 0;
+
+    if (f == NULL)
+        return -1;
+    for (size_t i = 0; i < f->njobs && n < cap; i++, n++) {
+        const struct gm_chief_job *jb = &f->jobs[i];
+        memset(&out[n], 0, sizeof(out[n]));
+        snprintf(out[n].id, sizeof(out[n].id), "%s", jb->job);
+        snprintf(out[n].name, sizeof(out[n].name), "%s", jb->name);
+        snprintf(out[n].state, sizeof(out[n].state), "%s", jb->state);
+        snprintf(out[n].error, sizeof(out[n].error), "%s", jb->error);
+        out[n].step = (long)jb->step;
+        out[n].term = jb->term;
+    }
+    return (long)n;
 }
 
 static void record_spec(void *agent, const char *id, const char *text, size_t len, int global_batch)
@@ -126,12 +156,14 @@ int gm_jobroom_open(struct gm_agent *a)
                               .members_up = members_up,
                               .chief = chief_of,
                               .record = record_job,
+                              .recorded = recorded,
                               .record_spec = record_spec,
                               .committed = committed,
                               .link_measured = link_measured,
                               .link_is_lan = link_is_lan,
                               .metrics = metrics_of,
                               .ckpt_written = ckpt_written,
+                              .ckpt_failed = ckpt_failed,
                               .agent = a};
 
     a->resume = gm_jobresume_new();

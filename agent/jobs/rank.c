@@ -198,8 +198,10 @@ static void async_cb(uv_async_t *a)
         start_req(rk, r);
         r = next;
     }
-    if (ck.pending && !rk->freeing && rk->ops->on_checkpoint != NULL)
+    if (ck.pending && !rk->freeing && ck.err == 0 && rk->ops->on_checkpoint != NULL)
         rk->ops->on_checkpoint(rk, ck.path, ck.sha256, ck.step, rk->arg);
+    if (ck.pending && !rk->freeing && ck.err != 0 && rk->ops->on_checkpoint_failed != NULL)
+        rk->ops->on_checkpoint_failed(rk, ck.path, ck.step, ck.err, rk->arg);
     reap(rk);
     if (rk->freeing) {
         if (rk->graveyard == NULL && !uv_is_closing((uv_handle_t *)a))
@@ -253,6 +255,13 @@ int gm_rank_set_group(struct gm_rank *rk, uint32_t gen, int rank, int world, str
 struct gm_xport *gm_rank_xport(struct gm_rank *rk)
 {
     return rk->x;
+}
+
+const char *gm_rank_error(const struct gm_rank *rk)
+{
+    if (rk->err == 0)
+        return "";
+    return rk->err_line[0] ? rk->err_line : gm_strerror(rk->err);
 }
 
 uint32_t gm_rank_generation(const struct gm_rank *rk)

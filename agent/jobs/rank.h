@@ -105,6 +105,9 @@ struct gm_rank_ops {
     /* Optional: rank 0 wrote and committed a checkpoint (path, SHA-256 hex, step). */
     void (*on_checkpoint)(struct gm_rank *rk, const char *path, const char *sha256, long step,
                           void *arg);
+    /* Optional: rank 0 could not write the checkpoint of step (path) (err; training goes on). */
+    void (*on_checkpoint_failed)(struct gm_rank *rk, const char *path, long step, int err,
+                                 void *arg);
 };
 
 /* job is copied (its text too); out: where rank 0 writes the weights; ck may be NULL. */
@@ -146,6 +149,10 @@ void gm_rank_switch_answer(struct gm_rank *rk, uint32_t seq, bool ok);
 /* The current group's transport (borrowed), NULL before the first group. */
 struct gm_xport *gm_rank_xport(struct gm_rank *rk);
 uint32_t gm_rank_generation(const struct gm_rank *rk);
+/* Why the trainer ended with an error: the line it logged last (the one `train --local` prints,
+ * e.g. "DIR: 60000 training samples, fewer than one global batch of 30000000"), else the
+ * error's name; "" when it ended without one.  From on_exit until gm_rank_free. */
+const char *gm_rank_error(const struct gm_rank *rk);
 /* The group is gone (a member left): its operations fail with GM_ERR_REGROUP. */
 void gm_rank_group_broken(struct gm_rank *rk);
 /* Ends the run at the next step boundary; why is logged by the caller. */

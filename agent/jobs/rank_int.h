@@ -83,6 +83,7 @@ struct gm_rank {
     bool next_strat_set;
     struct ckpt_note { /* the newest checkpoint written, until the loop takes it */
         bool pending;
+        int err; /* not written: why (the path it was for) */
         long step;
         char sha256[65];
         char path[GM_JOB_PATH_MAX + 64];
@@ -118,6 +119,7 @@ struct gm_rank {
     char ckpt_dir[GM_JOB_PATH_MAX];
     struct gm_ckpt_ref committed[GM_RANK_COMMITTED_MAX];
     int err;
+    char err_line[512]; /* the trainer's last error line when err != 0 (read after the join) */
     struct gm_train_summary sum;
 };
 

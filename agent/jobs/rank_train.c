@@ -20,6 +20,7 @@
 
 #include "agent/service/metrics.h"
 #include "agent/jobs/rank_int.h"
+#include "common/log.h"
 #include "common/byteorder.h"
 #include "common/log.h"
 #include "train/ckpt/ckpt.h"
@@ -354,8 +355,25 @@ static void hook_checkpoint(void *ctx, const char *path, const char *sha256, lon
 
     pthread_mutex_lock(&rk->mu);
     rk->ckpt.pending = true;
+    rk->ckpt.err = 0;
     rk->ckpt.step = step;
     snprintf(rk->ckpt.sha256, sizeof(rk->ckpt.sha256), "%s", sha256);
+    snprintf(rk->ckpt.path, sizeof(rk->ckpt.path), "%s", path);
+    pthread_mutex_unlock(&rk->mu);
+    uv_async_send(&rk->async);
+}
+
+/* Rank 0's threads: a checkpoint could not be written (err); the loop hears of it as of a
+ * written one (the newest note wins). */
+static void hook_checkpoint_failed(void *ctx, const char *path, long step, int err)
+{
+    struct gm_rank *rk = ctx;
+
+    pthread_mutex_lock(&rk->mu);
+    rk->ckpt.pending = true;
+    rk->ckpt.err = err;
+    rk->ckpt.step = step;
+    rk->ckpt.sha256[0] = '\0';
     snprintf(rk->ckpt.path, sizeof(rk->ckpt.path), "%s", path);
     pthread_mutex_unlock(&rk->mu);
     uv_async_send(&rk->async);
@@ -437,7 +455,10 @@ static void *trainer_main(void *arg)
 {
     struct gm_rank *rk = arg;
 
+    gm_log_clear_last_error();
     rk->err = gm_trainer_run(&rk->job, &rk->opts, &rk->sum);
+    if (rk->err != 0) /* its reason, as `train --local` would print it */
+        snprintf(rk->err_line, sizeof(rk->err_line), "%s", gm_log_last_error());
     /* ops a stop or an error left submitted (overlapped DiLoCo's sync in its lag steps) end
      * before their requests are freed (a stop has failed the links: they end at once) */
     (void)gm_rank_bridge_wait(rk);
@@ -538,6 +559,7 @@ int gm_rank_start(uv_loop_t *loop, const struct gm_job *job, const char *out,
         rk->opts.ckpt_dir = rk->ckpt_dir;
         rk->opts.term = ck->term;
         rk->opts.on_checkpoint = hook_checkpoint;
+        rk->opts.on_checkpoint_failed = hook_checkpoint_failed;
         rk->opts.ckpt_ctx = rk;
         if (ck->resume) {
             rk->opts.resume = rk->ckpt_dir;

@@ -162,6 +162,12 @@ static void render_cluster_tail(struct gm_metrics *m, struct text *t)
         head(t, "gradmesh_checkpoint_age_seconds", "gauge", "Age of the newest checkpoint.");
         put(t, "gradmesh_checkpoint_age_seconds %.3f\n", c->checkpoint_age_s);
     }
+    head(t, "gradmesh_disk_full", "gauge",
+         "1 while the last checkpoint written or received failed for want of space.");
+    put(t, "gradmesh_disk_full %d\n", c->disk_full ? 1 : 0);
+    head(t, "gradmesh_disk_full_total", "counter",
+         "Checkpoints (own or replicas) not stored for want of space.");
+    put(t, "gradmesh_disk_full_total %llu\n", (unsigned long long)c->disk_full_total);
     if (c->term >= 0) {
         head(t, "gradmesh_term", "gauge", "Election term.");
         put(t, "gradmesh_term %lld\n", (long long)c->term);

@@ -22,6 +22,8 @@
  *   gradmesh_build_info{version,commit,cuda,proto}, gradmesh_up{cluster,node}, gradmesh_members,
  * gradmesh_members_up, gradmesh_joins_total{result}, gradmesh_refused_total{what,reason},
  *   gradmesh_token_uses_total, gradmesh_checkpoint_age_seconds, gradmesh_term,
+ *   gradmesh_disk_full (1 while the last checkpoint failed for want of space),
+ *   gradmesh_disk_full_total (checkpoints, own or replicas, not stored for want of space),
  *   gradmesh_link_info{peer,class,codec,address}, gradmesh_link_up{peer,class},
  *   gradmesh_link_{sent,received}_bytes_total{peer,class}, gradmesh_link_rtt_seconds,
  *   gradmesh_link_throughput_bits_per_second{peer,class,direction},
@@ -38,6 +40,7 @@
 #ifndef GM_AGENT_SERVICE_METRICS_H
 #define GM_AGENT_SERVICE_METRICS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -57,8 +60,10 @@ struct gm_metrics_cluster {
     char node[GM_ID_NAME_MAX + 1];
     unsigned members, members_up;
     uint64_t token_uses;
-    double checkpoint_age_s; /* < 0: no checkpoint yet */
-    int64_t term;            /* < 0: no election yet */
+    double checkpoint_age_s;  /* < 0: no checkpoint yet */
+    int64_t term;             /* < 0: no election yet */
+    bool disk_full;           /* the last checkpoint failed for want of space */
+    uint64_t disk_full_total; /* checkpoints (own, replicas) not stored for want of space */
 };
 
 struct gm_metrics_link {

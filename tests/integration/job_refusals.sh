@@ -26,10 +26,13 @@
 #   a member without the dataset directory  78  names gamma and the directory
 #   an unknown model, an unknown codec      78  file:line, before any agent sees it
 #   global_batch = 64 over 3 agents         78  the coordinator's one line
+#   garbage IDX files, the same everywhere  78  train --local's line, before any member starts
+#   batch = 10000000                         78  train --local's line (x3 workers), likewise
 #   no agent running                        1   not a bad job: the agent is missing (a
 #                                               runtime failure); the line says how to start it
 # Then a good job runs on all three (steps advance on every rank), is
-# cancelled, the links are still up, and every agent stops cleanly.
+# cancelled, the links are still up, every job above has the same state and reason in every
+# agent's `jobs` (the history is replicated state), and every agent stops cleanly.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 . tests/integration/lib.bash
@@ -172,12 +175,44 @@ refused batch "$WORK/batch.ini" 78 \
 [ "$(submitted)" = "$n0" ] || fail "a batch that does not divide started a dataset check"
 pass "global_batch = 64 over 3 agents: refused by the coordinator at submit (exit 78)"
 
+# The trainer's own checks (issue 23): what `train --local` refuses, submit refuses before any
+# member starts, with the line train --local prints.  The same garbage IDX files on every
+# member (they hash alike), and a batch larger than the dataset.
+local_line() { # JOBFILE: the one error line `train --local` prints for it
+    "$GM" train --local "$1" --no-tensorboard --no-progress --out "$WORK/local.safetensors" \
+        2>&1 >/dev/null | sed -n 's/^error: //p'
+}
+groups() { grep -c "event=job-group " "$WORK/alpha.log"; }
+mkdir "$DS/garbage"
+python3 - "$DS/garbage" <<'EOF2' || fail "garbage files"
+import os, random, sys
+r = random.Random(23)
+for f in ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
+          "t10k-labels-idx1-ubyte"):
+    open(os.path.join(sys.argv[1], f), "wb").write(bytes(r.randrange(256) for _ in range(4096)))
+EOF2
+g0=$(groups)
+job "$WORK/garbage.ini" "$DS/garbage"
+want=$(local_line "$WORK/garbage.ini")
+[[ $want == "$DS/garbage/"*": not an IDX file (magic 0x"*")" ]] || fail "train --local on garbage: '$want'"
+refused garbage "$WORK/garbage.ini" 78 "gradmesh submit: job refused: $want"
+job_refused_as garbage
+job "$WORK/huge.ini" "$DS/good" optim.global_batch= optim.batch=10000000
+want=$(local_line "$WORK/huge.ini")
+[ "$want" = "$DS/good: 60000 training samples, fewer than one global batch of 10000000" ] ||
+    fail "train --local with batch = 10000000: '$want'"
+# the same line; over the 3 workers the global batch is 3 x 10000000
+refused huge "$WORK/huge.ini" 78 "gradmesh submit: job refused: ${want/10000000/30000000}"
+job_refused_as huge
+[ "$(groups)" = "$g0" ] || fail "a member started a job that train --local refuses"
+pass "garbage IDX files on every member, batch = 10000000: refused at submit with train --local's line (exit 78)"
+
 # no agent: a node whose agent was never started (no socket), and one killed with -9 (its
 # socket file is left behind, nobody answers).  The job is fine; the agent is missing: exit 1.
 PD=$(free_port)
 "$GM" init --metrics off --cluster elsewhere --node delta --config "$WORK/delta.conf" --state "$WORK/delta" \
     --listen 127.0.0.1:$PD --multicast off >/dev/null 2>>"$WORK/cli.log" || fail "init delta"
-job "$WORK/good.ini" "$DS/good"
+job "$WORK/good.ini" "$DS/good" job.epochs=50 # long: it is cancelled, never finishes first
 CTL=$(sed -n 's/^control *= *//p' "$WORK/delta.conf")
 [ -n "$CTL" ] || CTL="$WORK/delta/control.sock"
 refused noagent "$WORK/good.ini" 1 "gradmesh submit: no agent is running for $WORK/delta.conf \
@@ -232,4 +267,26 @@ sys.exit(0 if j and j[0]["state"] == "cancelled" and j[0]["term"] == d["term"] >
 }
 for n in alpha beta gamma; do wait_for "$n: job $ID cancelled in the replicated state" recorded $n; done
 pass "job $ID's end is in the replicated state on all three agents"
+# The job history is the same on every node (issue 23): each job above, refused or cancelled,
+# with the same state and reason in every agent's `jobs --json`, though beta and gamma ran
+# only the last one (they were offered the others, or not even that).
+IDS=$(sed -n 's/^job \([0-9a-f]*\) submitted.*/\1/p' "$WORK"/*.out | sort -u)
+[ "$(wc -w <<<"$IDS")" -ge 7 ] || fail "fewer job ids than submits reached the coordinator: $IDS"
+history_of() {
+    # shellcheck disable=SC2086
+    "$GM" jobs --json --config "$WORK/$1.conf" | python3 -c '
+import json, sys
+ids = set(sys.argv[1:])
+h = sorted((j["id"], j["state"], j["error"]) for j in json.load(sys.stdin)["jobs"] if j["id"] in ids)
+assert len(h) == len(ids), ("missing", ids - {i for i, _, _ in h})
+assert all(s in ("refused", "cancelled") and e for _, s, e in h), h
+print(json.dumps(h))' $IDS
+}
+history_of alpha >"$WORK/history.alpha" || fail "alpha's history: $(cat "$WORK/history.alpha")"
+for n in beta gamma; do
+    history_of $n >"$WORK/history.$n" || fail "$n's history lacks jobs: $(history_of $n 2>&1 | tail -n 1)"
+    cmp -s "$WORK/history.alpha" "$WORK/history.$n" ||
+        fail "$n's history differs from alpha's: $(diff "$WORK/history.alpha" "$WORK/history.$n")"
+done
+pass "the job history (state and reason of all $(wc -w <<<"$IDS") jobs) is the same on all three agents"
 stop_agents

@@ -950,6 +950,39 @@ static void test_jobmsg_group_global_batch(void)
 }
 
 /* JOB_GROUP's optional comm (auto's pick) and islands round-trip; bad ones are refused. */
+/* JOB_CHECK's ckpt_room (issue 23): said or not, both ways; a negative or non-integer one is
+ * refused. */
+static void test_jobmsg_check_room(void)
+{
+    struct gm_jobmsg m = {.id = "0123456789abcdef", .have_room = true, .ckpt_room = 1234567890123};
+    struct gm_jobmsg d;
+    char *txt = NULL;
+    size_t len = 0;
+
+    GM_CHECK_OK(gm_jobmsg_encode(GM_MSG_JOB_CHECK, &m, &txt, &len));
+    GM_CHECK_OK(gm_jobmsg_decode(GM_MSG_JOB_CHECK, (const uint8_t *)txt, len, &d));
+    GM_CHECK(d.have_room);
+    GM_CHECK_EQ(d.ckpt_room, 1234567890123ull);
+    gm_jobmsg_free(&d);
+    free(txt);
+    m.have_room = false;
+    GM_CHECK_OK(gm_jobmsg_encode(GM_MSG_JOB_CHECK, &m, &txt, &len));
+    GM_CHECK(strstr(txt, "ckpt_room") == NULL);
+    GM_CHECK_OK(gm_jobmsg_decode(GM_MSG_JOB_CHECK, (const uint8_t *)txt, len, &d));
+    GM_CHECK(!d.have_room);
+    gm_jobmsg_free(&d);
+    free(txt);
+    static const char *const bad[] = {
+        "{\"id\":\"0123456789abcdef\",\"files\":[],\"ckpt_room\":-1}",
+        "{\"id\":\"0123456789abcdef\",\"files\":[],\"ckpt_room\":\"lots\"}",
+        "{\"id\":\"0123456789abcdef\",\"files\":[],\"ckpt_room\":1.5}",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        GM_CHECK_ERR(
+            gm_jobmsg_decode(GM_MSG_JOB_CHECK, (const uint8_t *)bad[i], strlen(bad[i]), &d),
+            GM_ERR_PROTO);
+}
+
 static void test_jobmsg_group_comm_islands(void)
 {
     char ranks[3][GM_ID_NAME_MAX + 1] = {"a1", "a2", "b1"};
@@ -1111,6 +1144,7 @@ int main(void)
     GM_TEST_RUN(test_member_renewal);
     GM_TEST_RUN(test_still_serving);
     GM_TEST_RUN(test_jobmsg_group_global_batch);
+    GM_TEST_RUN(test_jobmsg_check_room);
     GM_TEST_RUN(test_jobmsg_group_comm_islands);
 
     kill(getpid(), SIGTERM); /* the agents' signal watchers stop them */

@@ -109,6 +109,11 @@ static void test_commands(void)
     snprintf(c.job, sizeof(c.job), "00112233aabbccdd");
     snprintf(c.state, sizeof(c.state), "running");
     roundtrip(&c);
+    /* with its name and the reason it ended (UTF-8 and quotes travel as they are) */
+    snprintf(c.state, sizeof(c.state), "failed");
+    snprintf(c.name, sizeof(c.name), "fmnist");
+    snprintf(c.error, sizeof(c.error), "rank on b\xc3\xa9ta stopped: \"DIR\": 60000 samples");
+    roundtrip(&c);
     c = cmd_ckpt(6, "00112233aabbccdd", 200, 'e');
     roundtrip(&c);
 
@@ -737,11 +742,60 @@ static void test_snapshots(void)
     cluster_close(&k);
 }
 
+/* A job's name and reason (issue 23): kept by later commands that leave them out, in the
+ * state's JSON and across a snapshot; a reason over the limit is refused. */
+static void test_job_reason(void)
+{
+    struct gm_chief_cmd c = {.op = GM_CHIEF_OP_JOB, .term = 2, .step = 0};
+    struct gm_chief_fsm f, g;
+    char *snap, *o = NULL, big[GM_CHIEF_JOB_ERROR_MAX + 2];
+    size_t len;
+    json_t *j;
+
+    gm_chief_fsm_init(&f);
+    snprintf(c.job, sizeof(c.job), "00112233aabbccdd");
+    snprintf(c.state, sizeof(c.state), "running");
+    snprintf(c.name, sizeof(c.name), "lenet");
+    GM_CHECK_OK(gm_chief_fsm_apply(&f, &c));
+    c.name[0] = '\0';
+    snprintf(c.state, sizeof(c.state), "failed");
+    snprintf(c.error, sizeof(c.error), "rank on beta stopped: the loss is not finite");
+    c.step = 7;
+    GM_CHECK_OK(gm_chief_fsm_apply(&f, &c));
+    GM_CHECK_EQ(f.njobs, 1);
+    GM_CHECK_STREQ(f.jobs[0].name, "lenet"); /* kept: the later command left it out */
+    GM_CHECK_STREQ(f.jobs[0].error, "rank on beta stopped: the loss is not finite");
+    j = gm_chief_fsm_json(&f);
+    GM_CHECK_STREQ(
+        json_string_value(json_object_get(json_array_get(json_object_get(j, "jobs"), 0), "error")),
+        "rank on beta stopped: the loss is not finite");
+    json_decref(j);
+    GM_CHECK_OK(gm_chief_fsm_snapshot(&f, &snap, &len));
+    gm_chief_fsm_init(&g);
+    GM_CHECK_OK(gm_chief_fsm_restore(&g, (const uint8_t *)snap, len));
+    GM_CHECK_EQ(g.njobs, 1);
+    GM_CHECK_STREQ(g.jobs[0].name, "lenet");
+    GM_CHECK_STREQ(g.jobs[0].error, f.jobs[0].error);
+    GM_CHECK_STREQ(g.jobs[0].state, "failed");
+    free(snap);
+    gm_chief_fsm_free(&g);
+    gm_chief_fsm_free(&f);
+    memset(big, 'x', sizeof(big) - 1);
+    big[sizeof(big) - 1] = '\0';
+    GM_CHECK(asprintf(&o,
+                      "{\"v\":1,\"op\":\"job\",\"term\":1,\"job\":\"j1\",\"state\":\"failed\","
+                      "\"step\":0,\"error\":\"%s\"}",
+                      big) > 0);
+    GM_CHECK_ERR(gm_chief_cmd_decode((const uint8_t *)o, strlen(o), &c), GM_ERR_PROTO);
+    free(o);
+}
+
 int main(void)
 {
     GM_TEST_RUN(test_commands);
     GM_TEST_RUN(test_machine);
     GM_TEST_RUN(test_job_spec);
+    GM_TEST_RUN(test_job_reason);
     GM_TEST_RUN(test_requests);
     GM_TEST_RUN(test_election);
     GM_TEST_RUN(test_term_fencing);

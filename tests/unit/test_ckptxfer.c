@@ -8,7 +8,9 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -254,6 +256,60 @@ static void ack(struct gm_ckptx *x, const char *node, long step, const char *sha
     free(json);
 }
 
+/* A replica whose writes fail mid-transfer (issue 23; RLIMIT_FSIZE makes them fail with EFBIG
+ * here, as ENOSPC does on a full disk, which tests/integration/disk_full.sh runs): the rest of
+ * the transfer is swallowed, never a protocol error, no file is left, and the next transfer of
+ * that peer is received as usual.  Not a full disk: disk.full stays false. */
+static void test_write_fails(void)
+{
+    struct gm_ckptx_env env = {.node = "alpha", .state_dir = tmpdir, .link_to = no_link};
+    struct gm_ckptx *x = NULL;
+    uint8_t body[3000], buf[4 + GM_CKPTX_HDR_MAX + sizeof(body)];
+    struct rlimit old, lim;
+    struct gm_ckptx_disk d;
+    size_t hl;
+    int temps, n0;
+
+    for (size_t i = 0; i < sizeof(body); i++)
+        body[i] = (uint8_t)(i * 11 + 3);
+    GM_CHECK_OK(gm_ckptx_new(&env, &x));
+    n0 = count_files(&temps);
+    GM_CHECK_EQ(getrlimit(RLIMIT_FSIZE, &old), 0);
+    signal(SIGXFSZ, SIG_IGN); /* write(2) fails with EFBIG instead */
+    lim = old;
+    lim.rlim_cur = 1500;
+    GM_CHECK_EQ(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    hl = header(buf, 700, body, sizeof(body), false, sizeof(body));
+    memcpy(buf + hl, body, 1000);
+    GM_CHECK_OK(frame(x, "delta", 7, true, buf, hl + 1000));
+    GM_CHECK_OK(frame(x, "delta", 7, true, body + 1000, 1000));  /* fails past 1500 bytes */
+    GM_CHECK_EQ(count_files(&temps), n0);                        /* its temp file removed */
+    GM_CHECK_OK(frame(x, "delta", 7, false, body + 2000, 1000)); /* swallowed */
+    GM_CHECK_EQ(count_files(&temps), n0);
+    GM_CHECK_EQ(setrlimit(RLIMIT_FSIZE, &old), 0);
+    signal(SIGXFSZ, SIG_DFL);
+    gm_ckptx_disk(x, &d);
+    GM_CHECK(!d.full && d.enospc == 0);
+    /* the peer's next transfer is received */
+    hl = header(buf, 800, body, sizeof(body), false, sizeof(body));
+    memcpy(buf + hl, body, sizeof(body));
+    GM_CHECK_OK(frame(x, "delta", 8, false, buf, hl + sizeof(body)));
+    GM_CHECK_EQ(count_files(&temps), n0 + 2); /* the file and its .sha256 */
+    GM_CHECK_EQ(temps, 0);
+    gm_ckptx_free(x);
+    {
+        char dir[512], path[1100];
+        snprintf(dir, sizeof(dir), "%s/checkpoints/" KEY, tmpdir);
+        GM_CHECK_OK(gm_ckpt_path(dir, 800, path, sizeof(path) - 8));
+        GM_CHECK_EQ(unlink(path), 0);
+        strcat(path, GM_CKPT_SHA_SUFFIX);
+        GM_CHECK_EQ(unlink(path), 0);
+        GM_CHECK_EQ(rmdir(dir), 0);
+        snprintf(dir, sizeof(dir), "%s/checkpoints", tmpdir);
+        GM_CHECK_EQ(rmdir(dir), 0);
+    }
+}
+
 static void test_holders(void)
 {
     struct gm_ckptx_env env = {.node = "alpha", .state_dir = tmpdir, .link_to = no_link};
@@ -286,6 +342,21 @@ static void test_holders(void)
              strcmp(held[0].holders[0], "alpha") == 0);
     GM_CHECK(held[1].step == 100 && held[1].nholders == 3 && held[1].term == 3 &&
              strcmp(held[1].holders[1], "beta") == 0 && strcmp(held[1].holders[2], "gamma") == 0);
+    /* beta's refusal is listed (issue 23: the coordinator knows it holds none), until beta
+     * stores one of the job's */
+    {
+        json_t *l = gm_ckptx_ctl_list(x), *nh = json_object_get(l, "not_held");
+        GM_CHECK_EQ(json_array_size(nh), 1);
+        GM_CHECK_STREQ(json_string_value(json_object_get(json_array_get(nh, 0), "node")), "beta");
+        GM_CHECK_EQ(json_integer_value(json_object_get(json_array_get(nh, 0), "step")), 200);
+        GM_CHECK_STREQ(json_string_value(json_object_get(json_array_get(nh, 0), "error")),
+                       "disk full");
+        json_decref(l);
+        ack(x, "beta", 200, sha2, true);
+        l = gm_ckptx_ctl_list(x);
+        GM_CHECK_EQ(json_array_size(json_object_get(l, "not_held")), 0);
+        json_decref(l);
+    }
     gm_ckptx_free(x);
 }
 
@@ -302,6 +373,7 @@ int main(void)
     }
     GM_TEST_RUN(test_codecs);
     GM_TEST_RUN(test_transfers);
+    GM_TEST_RUN(test_write_fails);
     GM_TEST_RUN(test_holders);
     rc = gm_test_finish("test_ckptxfer");
     if (rmdir(tmpdir) != 0) {

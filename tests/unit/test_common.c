@@ -1,5 +1,6 @@
 /* tests/unit/test_common.c - error names, exit-code mapping, log line format. */
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -52,6 +53,38 @@ static void test_log_lines(void)
     GM_CHECK_STREQ(buf, "<4>event=x a=1\nerror: event=y\n");
 }
 
+/* Each thread's last error line (the reason a job is told with), also when the level hides it;
+ * another thread's errors never show. */
+static void *other_thread(void *arg)
+{
+    (void)arg;
+    gm_err("event=elsewhere");
+    return (void *)(gm_log_last_error()[0] ? (void *)1 : NULL);
+}
+
+static void test_last_error(void)
+{
+    pthread_t th;
+    void *ret = NULL;
+    enum gm_log_level lvl = gm_log_get_level();
+
+    gm_log_clear_last_error();
+    GM_CHECK_STREQ(gm_log_last_error(), "");
+    gm_log_set_level(GM_LOG_ERR - 1); /* nothing printed */
+    gm_err("%s: %d training samples, fewer than one global batch of %d", "/d", 60000, 30000000);
+    gm_warn("event=not-an-error");
+    GM_CHECK_STREQ(gm_log_last_error(),
+                   "/d: 60000 training samples, fewer than one global batch of 30000000");
+    GM_CHECK(pthread_create(&th, NULL, other_thread, NULL) == 0);
+    GM_CHECK(pthread_join(th, &ret) == 0);
+    GM_CHECK(ret != NULL);
+    GM_CHECK_STREQ(gm_log_last_error(),
+                   "/d: 60000 training samples, fewer than one global batch of 30000000");
+    gm_log_clear_last_error();
+    GM_CHECK_STREQ(gm_log_last_error(), "");
+    gm_log_set_level(lvl);
+}
+
 /* Known byte patterns both ways, at an odd (unaligned) offset. */
 static void test_byteorder(void)
 {
@@ -77,6 +110,7 @@ int main(void)
 {
     GM_TEST_RUN(test_strerror);
     GM_TEST_RUN(test_log_lines);
+    GM_TEST_RUN(test_last_error);
     GM_TEST_RUN(test_byteorder);
     return gm_test_finish("test_common");
 }

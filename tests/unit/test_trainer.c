@@ -33,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/byteorder.h"
@@ -663,6 +664,59 @@ static void test_cuda_trainer(void)
     unlink(c);
 }
 
+/* gm_trainer_check (issue 23): what the run checks before its first step, without training;
+ * its checkpoint estimate against a checkpoint the run then writes; and the room check. */
+static void test_trainer_check(void)
+{
+    struct gm_job job;
+    struct gm_train_check chk;
+    struct gm_train_opts opts = {0};
+    struct gm_train_summary sum;
+    char ck[128], out[128], path[1100], want[256];
+    uint64_t need, avail;
+    struct stat st;
+
+    GM_CHECK_OK(load_job(&job));
+    GM_CHECK_OK(gm_trainer_check(&job, 1, &chk));
+    GM_CHECK_EQ(chk.n_train, (size_t)NTRAIN);
+    GM_CHECK_EQ(chk.global_batch, NTRAIN / STEPS);
+    GM_CHECK(chk.ckpt_bytes > 0);
+    /* the estimate: at least the file, and not far over it */
+    job.checkpoint_every = STEPS;
+    job.checkpoint_keep = 1;
+    snprintf(ck, sizeof(ck), "%s/ck", dir);
+    snprintf(out, sizeof(out), "%s/e.safetensors", dir);
+    opts.ckpt_dir = ck;
+    opts.out = out;
+    GM_CHECK_OK(gm_trainer_run(&job, &opts, &sum));
+    GM_CHECK_OK(gm_ckpt_path(ck, STEPS, path, sizeof(path)));
+    GM_CHECK_EQ(stat(path, &st), 0);
+    GM_CHECK((uint64_t)st.st_size <= chk.ckpt_bytes);
+    GM_CHECK(chk.ckpt_bytes <= (uint64_t)st.st_size + (uint64_t)st.st_size / 10 + 16384);
+    (void)unlink(path);
+    strncat(path, ".sha256", sizeof(path) - strlen(path) - 1);
+    (void)unlink(path);
+    (void)rmdir(ck);
+    (void)unlink(out);
+    /* room: a petabyte a checkpoint does not fit, one byte does */
+    gm_log_clear_last_error();
+    GM_CHECK_ERR(gm_trainer_ckpt_space(dir, 1ull << 50, 3, &need, &avail), -ENOSPC);
+    GM_CHECK_EQ(need, 4ull << 50);
+    GM_CHECK(strstr(gm_log_last_error(), ": no room for the job's checkpoints: 3 kept") != NULL);
+    GM_CHECK_OK(gm_trainer_ckpt_space(dir, 1, 1, &need, &avail));
+    /* more than the dataset holds: the line train --local prints, as the last error */
+    job.optim.global_batch = 2 * NTRAIN;
+    gm_log_clear_last_error();
+    GM_CHECK_ERR(gm_trainer_check(&job, 1, &chk), GM_ERR_CONFIG);
+    snprintf(want, sizeof(want), "%s: %d training samples, fewer than one global batch of %d", dir,
+             NTRAIN, 2 * NTRAIN);
+    GM_CHECK_STREQ(gm_log_last_error(), want);
+    /* world 3 does not divide 8 */
+    job.optim.global_batch = NTRAIN / STEPS;
+    GM_CHECK(gm_trainer_check(&job, 3, &chk) < 0);
+    gm_job_free(&job);
+}
+
 int main(void)
 {
     char path[128];
@@ -685,6 +739,7 @@ int main(void)
     GM_TEST_RUN(test_cuda_trainer);
     GM_TEST_RUN(test_powersgd_resume);
     GM_TEST_RUN(test_diloco_overlap_resume);
+    GM_TEST_RUN(test_trainer_check);
     rc = gm_test_finish("test_trainer");
     static const char *names[] = {
         "train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",

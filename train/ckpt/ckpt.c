@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "common/file.h"
@@ -583,6 +584,37 @@ int gm_ckpt_dir_prune(const char *dir, int keep)
     free(v);
     remove_stale_temps(dir);
     return err;
+}
+
+int gm_ckpt_free_bytes(const char *dir, uint64_t *out)
+{
+    char p[1024];
+    struct statvfs sv;
+    size_t n = strlen(dir);
+
+    *out = 0;
+    if (n == 0 || n >= sizeof(p))
+        return -ENAMETOOLONG;
+    memcpy(p, dir, n + 1);
+    for (;;) {
+        char *slash;
+        if (statvfs(p, &sv) == 0) {
+            *out = (uint64_t)sv.f_bavail * (uint64_t)sv.f_frsize;
+            return 0;
+        }
+        if (errno != ENOENT)
+            return -errno;
+        slash = strrchr(p, '/');
+        if (slash == NULL) /* a relative name: the working directory holds it */
+            return statvfs(".", &sv) == 0
+                       ? (*out = (uint64_t)sv.f_bavail * (uint64_t)sv.f_frsize, 0)
+                       : -errno;
+        if (slash == p) {
+            p[1] = '\0';
+        } else {
+            *slash = '\0';
+        }
+    }
 }
 
 int gm_ckpt_mkdirs(const char *dir)

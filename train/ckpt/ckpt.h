@@ -85,6 +85,10 @@ struct gm_ckpt_entry {
     int64_t mtime; /* seconds since the epoch */
 };
 
+/* The bytes an unprivileged writer may still use in dir's file system (statvfs f_bavail), dir
+ * or, when it does not exist yet, the nearest directory above it that does.  0 or -errno. */
+int gm_ckpt_free_bytes(const char *dir, uint64_t *out) GM_MUST_CHECK;
+
 /* SHA-256 (lower-case hex) of len bytes. */
 void gm_ckpt_sha256_hex(const void *buf, size_t len, char hex[65]);
 
