@@ -458,11 +458,16 @@ int gm_cli_jobs(int argc, char **argv)
     json_array_foreach(json_object_get(r, "jobs"), i, o)
     {
         const char *st = s_of(o, "state");
-        printf("%-16s %-16s %-9s %7lld %5lld %5lld %8.4f %10.0f  %s\n", s_of(o, "id"),
+        char loss[16] = "-", rate[16] = "-"; /* a job this node knows only from the history */
+
+        if (json_is_number(json_object_get(o, "loss")))
+            snprintf(loss, sizeof(loss), "%.4f", d_of(o, "loss"));
+        if (json_is_number(json_object_get(o, "samples_per_s")))
+            snprintf(rate, sizeof(rate), "%.0f", d_of(o, "samples_per_s"));
+        printf("%-16s %-16s %-9s %7lld %5lld %5lld %8s %10s  %s\n", s_of(o, "id"),
                s_of(o, "name"), st, (long long)json_integer_value(json_object_get(o, "step")),
                (long long)json_integer_value(json_object_get(o, "epoch")),
-               (long long)json_integer_value(json_object_get(o, "world")), d_of(o, "loss"),
-               d_of(o, "samples_per_s"),
+               (long long)json_integer_value(json_object_get(o, "world")), loss, rate,
                json_is_string(json_object_get(o, "paused_reason")) ? s_of(o, "paused_reason")
                : json_is_string(json_object_get(o, "error"))       ? s_of(o, "error")
                                                                    : s_of(o, "weights"));
