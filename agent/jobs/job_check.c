@@ -27,33 +27,54 @@ static void maybe_start(struct gm_jobs *j, struct job *jb)
     jobs_reform(j, jb, "start");
 }
 
-/* Compares a member's files with ours; "" when equal. */
-static void compare(const struct job *jb, const char *node, const struct gm_jobfile *f, size_t n,
-                    char *why, size_t cap)
+/* Compares a member's entries (files, or groups g of them) with ours; "" when equal. */
+static void compare(const struct job *jb, const char *node, enum gm_jobfile_group g,
+                    const struct gm_jobfile *f, size_t n, char *why, size_t cap)
 {
-    size_t a = 0, b = 0;
+    const struct gm_jobfile *own = jb->files;
+    struct gm_jobfile *grouped = NULL;
+    size_t nown = jb->nfiles, a = 0, b = 0;
+    int err;
 
     why[0] = 0;
-    while (a < jb->nfiles || b < n) {
-        int c = a == jb->nfiles ? 1 : b == n ? -1 : strcmp(jb->files[a].name, f[b].name);
+    if (g != GM_JOBFILE_GROUP_FILE) { /* ours summed the same way: the entries compare */
+        if ((err = gm_datahash_group(jb->files, jb->nfiles, g, &grouped, &nown)) < 0) {
+            snprintf(why, cap, "cannot sum the dataset's hashes: %s", gm_strerror(err));
+            return;
+        }
+        own = grouped;
+    }
+    while (a < nown || b < n) {
+        int c = a == nown ? 1 : b == n ? -1 : strcmp(own[a].name, f[b].name);
         if (c < 0) {
             snprintf(why, cap, "member %s is missing %.160s/%.160s", node, jb->job.data.dir,
-                     jb->files[a].name);
-            return;
+                     own[a].name);
+            break;
         }
         if (c > 0) {
             snprintf(why, cap, "member %s has %.160s/%.160s, which %s does not", node,
                      jb->job.data.dir, f[b].name, jb->coordinator);
-            return;
+            break;
         }
-        if (strcmp(jb->files[a].sha256, f[b].sha256) != 0 || jb->files[a].size != f[b].size) {
-            snprintf(why, cap, "member %s: %.160s/%.160s differs (sha256 %.12s..., here %.12s...)",
-                     node, jb->job.data.dir, f[b].name, f[b].sha256, jb->files[a].sha256);
-            return;
+        if (strcmp(own[a].sha256, f[b].sha256) != 0 || own[a].size != f[b].size ||
+            own[a].count != f[b].count) {
+            if (g == GM_JOBFILE_GROUP_FILE)
+                snprintf(why, cap,
+                         "member %s: %.160s/%.160s differs (sha256 %.12s..., here %.12s...)", node,
+                         jb->job.data.dir, f[b].name, f[b].sha256, own[a].sha256);
+            else /* a folder's summary: its file count and bytes, the names are not sent */
+                snprintf(why, cap,
+                         "member %s: %.160s/%.160s differs (%llu files, %llu bytes there; %llu "
+                         "files, %llu bytes here)",
+                         node, jb->job.data.dir, f[b].name, (unsigned long long)f[b].count,
+                         (unsigned long long)f[b].size, (unsigned long long)own[a].count,
+                         (unsigned long long)own[a].size);
+            break;
         }
         a++;
         b++;
     }
+    free(grouped);
 }
 
 /* The coordinator's own dataset, hashed: checking a submitted job, or a job taken over while
@@ -106,7 +127,7 @@ static void evaluate(struct gm_jobs *j, struct job *jb)
         if (p->error[0])
             snprintf(why, sizeof(why), "member %s: %.400s", p->node, p->error);
         else
-            compare(jb, p->node, p->files, p->nfiles, why, sizeof(why));
+            compare(jb, p->node, p->group, p->files, p->nfiles, why, sizeof(why));
         free(p->files);
         p->files = NULL;
         p->nfiles = 0;
@@ -140,6 +161,7 @@ int jobs_on_check(struct gm_jobs *j, const char *node, struct gm_jobmsg *m)
     free(p->files);
     p->files = m->files;
     p->nfiles = m->nfiles;
+    p->group = m->group;
     m->files = NULL;
     snprintf(p->error, sizeof(p->error), "%s", m->message);
     p->answered = true;

@@ -58,6 +58,7 @@ struct part {
     bool answered;            /* its JOB_CHECK came, not compared yet */
     struct gm_jobfile *files; /* owned: its answer */
     size_t nfiles;
+    enum gm_jobfile_group group; /* what its answer's entries stand for */
     char error[GM_JOB_MSG_MAX];
 };
 
@@ -134,8 +135,9 @@ struct pending_offer {
     char coord[NODE_LEN];
     char (*ranks)[NODE_LEN]; /* owned */
     size_t nranks;
-    struct gm_jobfile *files; /* owned */
+    struct gm_jobfile *files; /* owned: the answer's entries (gm_datahash_group) */
     size_t nfiles;
+    enum gm_jobfile_group group;
     char error[GM_JOB_MSG_MAX];
     uint64_t deadline;
     uint64_t term; /* the offer's: answered once this node's term has caught up with it */
