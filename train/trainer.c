@@ -51,6 +51,7 @@ struct run {
     struct gm_sampler sampler;
     struct gm_model *model;
     char why[256]; /* the model's reason when gm_model_new refuses the spec */
+    char data_why[400]; /* the loader's, when its check refuses an image */
     struct gm_optim optim;
     struct gm_sched sched;
     int32_t *labels;    /* owned: one batch */
@@ -590,6 +591,8 @@ static int setup(struct run *r)
         .loader_threads = job->data.loader_threads,
         .prefetch = job->data.prefetch,
         .skip_bad = job->data.skip_bad,
+        .why = r->data_why,
+        .why_len = sizeof(r->data_why),
     };
     struct gm_model_spec ms = {0};
     struct gm_optim_config oc = {0};
@@ -876,8 +879,10 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
     snprintf(sum->model, sizeof(sum->model), "%s", gm_job_model_name(job->model));
     /* one replica: nothing on a wire (train/sim.c overwrites it for its ranks) */
     snprintf(sum->codec, sizeof(sum->codec), "%s", gm_gradsync_summary_codec(NULL, 1));
-    if ((err = setup(&r)) < 0)
+    if ((err = setup(&r)) < 0) {
+        snprintf(sum->error, sizeof(sum->error), "%s", r.data_why);
         goto out;
+    }
     sum->params = gm_model_num_params(r.model);
     sum->trainable = gm_model_num_trainable(r.model);
     if (r.device.device == GM_DEVICE_CUDA)

@@ -48,6 +48,8 @@ struct gm_train_summary {
     long peak_rss_kb;
     int interrupted;
     char checkpoint[1024];
+    char error[400]; /* a failed run: the line that says more than its error code (the data
+                      * check's bad image), or "" */
 };
 
 struct gm_model;

@@ -265,18 +265,19 @@ static void rank_exit(struct gm_rank *rk, int err, const struct gm_train_summary
             jobs_end_job(j, jb, jb->stop_sent ? J_CANCELLED : J_DONE,
                          jb->stop_sent ? "cancelled" : "finished");
         else
-            jobs_end_job(j, jb, jb->stop_sent ? J_CANCELLED : J_FAILED, gm_strerror(err));
+            jobs_end_job(j, jb, jb->stop_sent ? J_CANCELLED : J_FAILED,
+                         sum->error[0] ? sum->error : gm_strerror(err));
         return;
     }
     if (err != 0 && !jb->stop_sent) {
         struct gm_jobmsg m = {.gen = gm_rank_generation(rk), .code = err};
         snprintf(m.id, sizeof(m.id), "%s", jb->id);
         snprintf(m.event, sizeof(m.event), "exit");
-        snprintf(m.message, sizeof(m.message), "%s", gm_strerror(err));
+        snprintf(m.message, sizeof(m.message), "%s", sum->error[0] ? sum->error : gm_strerror(err));
         (void)jobs_send_msg(j, jb->coordinator, GM_MSG_JOB_REPORT, &m);
     }
     if (err != 0 && jb->error[0] == 0)
-        snprintf(jb->error, sizeof(jb->error), "%s", gm_strerror(err));
+        snprintf(jb->error, sizeof(jb->error), "%s", sum->error[0] ? sum->error : gm_strerror(err));
     if (jb->state == J_RUNNING && err == 0) {
         /* every step is done here; the coordinator's JOB_END brings its evaluation */
         gm_notice("event=job-rank-finished job=%s steps=%ld", jb->id, sum->steps);

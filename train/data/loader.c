@@ -87,6 +87,8 @@ struct gm_loader {
     int channels, pad;
     int out_c, out_h, out_w; /* before pad */
     int skip_bad;
+    char *why; /* borrowed from the spec, during gm_loader_new only (NULL afterwards) */
+    size_t why_len;
     size_t sample; /* floats of one (padded) sample */
     int max_batch;
     struct slot *slots; /* owned: nslots */
@@ -411,6 +413,8 @@ static int drop_bad(struct gm_loader *l, int li, size_t first, size_t *count, co
             }
             if (!l->skip_bad) {
                 gm_err("%s (set [data] skip_bad = true to leave bad images out)", e->bad);
+                if (l->why != NULL)
+                    snprintf(l->why, l->why_len, "%s", e->bad);
                 return GM_ERR_DATA;
             }
             gm_warn("event=data_skip path=%s reason=\"%s\"", e->path, e->bad);
@@ -486,6 +490,8 @@ static int open_stream(struct gm_loader *l, const struct gm_data_spec *spec)
 
     l->channels = spec->channels;
     l->skip_bad = spec->skip_bad;
+    l->why = spec->why_len > 0 ? spec->why : NULL;
+    l->why_len = spec->why_len;
     l->cache_budget = spec->cache;
     if (spec->cache > phys_memory()) {
         gm_err("data: cache = %llu bytes is more than this machine's memory (%llu bytes)",
@@ -711,6 +717,7 @@ int gm_loader_new(const struct gm_data_spec *spec, int max_batch, struct gm_load
     }
     if ((err = start_workers(l, spec->prefetch > 0 ? spec->prefetch : 2)) < 0)
         goto fail;
+    l->why = NULL; /* the spec's buffer is the caller's again */
     *out = l;
     return 0;
 fail:
