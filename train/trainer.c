@@ -49,6 +49,7 @@ struct run {
     size_t n_train, n_test;
     int in_c, in_h, in_w;
     struct gm_sampler sampler;
+    struct gm_sampler sampler_next; /* the next epoch's, for the prefetch across its start */
     struct gm_model *model;
     char why[256]; /* the model's reason when gm_model_new refuses the spec */
     char data_why[400]; /* the loader's, when its check refuses an image */
@@ -60,6 +61,7 @@ struct run {
     struct gm_device_choice device; /* where the model lives */
     struct gm_cuda *cu;             /* owned: this thread's CUDA context, on a GPU */
     int epoch;                      /* of the sampler's permutation */
+    int epoch_next;                 /* of sampler_next's, -1: none yet */
     int max_batch;                  /* per-rank batch buffers */
     long steps_per_epoch;
     uint64_t t_start, last_bar;
@@ -680,8 +682,10 @@ static int setup(struct run *r)
         return err == -EINVAL ? GM_ERR_CONFIG : err;
     }
     /* the whole permutation: every rank cuts its share of each step's block from it */
-    if ((err = gm_sampler_init(&r->sampler, r->n_train, job->seed, 0, 1)) < 0)
+    if ((err = gm_sampler_init(&r->sampler, r->n_train, job->seed, 0, 1)) < 0 ||
+        (err = gm_sampler_init(&r->sampler_next, r->n_train, job->seed, 0, 1)) < 0)
         return err;
+    r->epoch_next = -1;
     r->steps_per_epoch = (long)(r->n_train / (size_t)g);
     r->st.steps_per_epoch = r->steps_per_epoch;
     r->st.total_steps = r->steps_per_epoch * job->epochs;
@@ -719,6 +723,7 @@ static void teardown(struct run *r)
     gm_model_free(r->model);
     gm_optim_free(&r->optim);
     gm_sampler_free(&r->sampler);
+    gm_sampler_free(&r->sampler_next);
     gm_loader_free(r->data);
     r->data = NULL;
     free(r->labels);
@@ -910,7 +915,13 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
         const int e = (int)(r.st.step / r.steps_per_epoch);
         int off, n, rc;
 
-        if (e != r.epoch) {
+        if (e != r.epoch && r.epoch_next == e) { /* computed for the prefetch: swap */
+            struct gm_sampler t = r.sampler;
+            r.sampler = r.sampler_next;
+            r.sampler_next = t;
+            r.epoch_next = r.epoch;
+            r.epoch = e;
+        } else if (e != r.epoch) {
             gm_sampler_set_epoch(&r.sampler, e);
             r.epoch = e;
         }
@@ -930,11 +941,25 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
             err = -EINVAL;
             goto out;
         }
-        /* the next steps' shares decode while this one computes (within the epoch) */
-        for (long a = 1; a <= job->data.prefetch && s_in + a < r.steps_per_epoch; a++)
-            gm_loader_prefetch(
-                r.data, GM_SPLIT_TRAIN, e,
-                gm_sampler_indices(&r.sampler) + (size_t)(s_in + a) * (size_t)G + off, (size_t)n);
+        /* the next steps' shares decode while this one computes, across the end of the epoch
+         * too: the next epoch's order follows from (seed, epoch + 1) alone */
+        for (long a = 1; a <= job->data.prefetch && step + a < r.st.total_steps; a++) {
+            const long t = step + a;
+            const int te = (int)(t / r.steps_per_epoch);
+            const struct gm_sampler *sp = &r.sampler;
+            if (te > e + 1)
+                break; /* epochs shorter than the prefetch: one ahead is enough */
+            if (te != e && r.epoch_next != te) {
+                gm_sampler_set_epoch(&r.sampler_next, te);
+                r.epoch_next = te;
+            }
+            if (te != e)
+                sp = &r.sampler_next;
+            gm_loader_prefetch(r.data, GM_SPLIT_TRAIN, te,
+                               gm_sampler_indices(sp) +
+                                   (size_t)(t % r.steps_per_epoch) * (size_t)G + off,
+                               (size_t)n);
+        }
         if ((err = gm_loader_batch(r.data, GM_SPLIT_TRAIN, e,
                                    gm_sampler_indices(&r.sampler) + (size_t)s_in * (size_t)G + off,
                                    (size_t)n, gm_model_input(r.model), r.labels)) < 0)
@@ -1101,10 +1126,11 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
         gm_loader_stats(r.data, &ls);
         gm_info("event=done job=%s steps=%ld test_accuracy=%.2f test_loss=%.4f samples_per_s=%.0f "
                 "wall_s=%.1f weights=%s peak_rss_mb=%.1f data_wait_s=%.2f data_decodes=%llu "
-                "data_cached_mb=%.1f",
+                "data_cached_mb=%.1f data_prefetched=%llu/%llu",
                 job->name, r.st.step, acc, tloss, sum->samples_per_s, sum->wall_s, out,
                 (double)sum->peak_rss_kb / 1024.0, (double)ls.wait_ns * 1e-9,
-                (unsigned long long)ls.decodes, (double)ls.cache_bytes / 1048576.0);
+                (unsigned long long)ls.decodes, (double)ls.cache_bytes / 1048576.0,
+                (unsigned long long)ls.train_ahead, (unsigned long long)ls.train_batches);
     }
 out:
     teardown(&r);
