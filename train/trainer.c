@@ -826,8 +826,8 @@ static void epoch_begin(struct epoch_stats *es, int epoch)
 
 /* The observer hooks (trainer.h): a step just taken (t_*: its phase boundaries), an
  * evaluation just made. */
-static void step_hook(const struct run *r, int epoch, double loss, uint64_t t_step, uint64_t t_coll,
-                      uint64_t t_opt)
+static void step_hook(const struct run *r, int epoch, double loss, uint64_t t_step, uint64_t t_data,
+                      uint64_t t_coll, uint64_t t_opt)
 {
     const struct gm_train_hooks *h = r->opts->hooks;
     const uint64_t t_end = gm_time_mono_ns();
@@ -840,10 +840,12 @@ static void step_hook(const struct run *r, int epoch, double loss, uint64_t t_st
         .loss = loss,
         .lr = gm_sched_lr(&r->sched, r->st.step - 1),
         .compute_s = (double)(t_coll - t_step) * 1e-9,
+        .data_s = (double)(t_data - t_step) * 1e-9,
         .collective_s = (double)(t_opt - t_coll) * 1e-9,
         .optimizer_s = (double)(t_end - t_opt) * 1e-9,
         .samples_per_s =
             t_end > t_step ? r->st.global_batch / ((double)(t_end - t_step) * 1e-9) : 0,
+        .epoch_end = r->steps_per_epoch > 0 && r->st.step % r->steps_per_epoch == 0,
     };
     h->on_step(h->ctx, &si);
 }
@@ -932,7 +934,7 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
             break;
         }
         const uint64_t t_step = gm_time_mono_ns();
-        uint64_t t_coll, t_opt;
+        uint64_t t_coll, t_opt, t_data;
         gm_train_share(G, r.st.world, r.st.rank, &off, &n);
         if (n > r.max_batch || n < 1) {
             gm_err("event=share rank=%d world=%d global_batch=%d: a share of %d samples does not "
@@ -964,6 +966,7 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
                                    gm_sampler_indices(&r.sampler) + (size_t)s_in * (size_t)G + off,
                                    (size_t)n, gm_model_input(r.model), r.labels)) < 0)
             goto out; /* logged with the file */
+        t_data = gm_time_mono_ns();
         if ((err = gm_model_forward(r.model, n, 1,
                                     job->seed * 0x9e3779b97f4a7c15ull + (uint64_t)r.st.step)) < 0)
             goto out;
@@ -1022,7 +1025,7 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
             continue; /* the group's state is at another step: take the step it says */
         r.st.loss = loss;
         steps_done++;
-        step_hook(&r, e, loss, t_step, t_coll, t_opt);
+        step_hook(&r, e, loss, t_step, t_data, t_coll, t_opt);
         es.steps++;
         es.window_steps++;
         es.loss_sum += loss;

@@ -392,6 +392,20 @@ static void hook_step(void *ctx, const struct gm_train_step_info *si)
                 rk->fit.sx / rk->fit.w, l.alpha_s * 1e3, l.bytes_per_s * 8e-6);
         rk->fit_epoch = si->epoch;
     }
+    /* where this rank's step time went, once an epoch (data: the loader's part of compute;
+     * collective: the all-reduce or sync, waiting for the slowest rank included) */
+    rk->split.steps++;
+    rk->split.compute_s += si->compute_s - si->data_s;
+    rk->split.data_s += si->data_s;
+    rk->split.collective_s += si->collective_s;
+    rk->split.optimizer_s += si->optimizer_s;
+    if (si->epoch_end) {
+        gm_info("event=step-split epoch=%d steps=%ld compute_s=%.2f data_s=%.2f collective_s=%.2f "
+                "optimizer_s=%.2f",
+                si->epoch, rk->split.steps, rk->split.compute_s, rk->split.data_s,
+                rk->split.collective_s, rk->split.optimizer_s);
+        memset(&rk->split, 0, sizeof(rk->split));
+    }
     rk->mjob.step = si->step;
     rk->mjob.epoch = si->epoch;
     rk->mjob.compute_s = si->compute_s;
