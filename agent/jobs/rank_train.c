@@ -43,6 +43,13 @@ static int start_bcast(struct gm_coll *c, void *arg, gm_coll_done_cb done, void 
     return gm_coll_broadcast_start(c, b->buf, b->n, 0, b->gen, done, done_arg);
 }
 
+static int start_hashcheck(struct gm_coll *c, void *arg, gm_coll_done_cb done, void *done_arg)
+{
+    struct bcast *b = arg;
+
+    return gm_coll_hashcheck_start(c, b->buf, b->n * sizeof(float), b->gen, done, done_arg);
+}
+
 /* Integers ride in the float broadcast as 16-bit pieces: every one is exact. */
 #define HDR_FLOATS 8
 
@@ -66,7 +73,9 @@ static int hook_resync(void *ctx, struct gm_train_state *st)
 {
     struct gm_rank *rk = ctx;
     const size_t np = gm_model_num_params(st->model), no = gm_optim_state_len(st->optim);
+    const size_t nt = gm_model_num_trainable(st->model); /* params [0, nt) train, the rest frozen */
     struct bcast b = {.n = np + no + HDR_FLOATS};
+    size_t ns = np; /* the params rank 0 sends: all, or the trainable ones */
     int rank, world, err;
 
     pthread_mutex_lock(&rk->mu);
@@ -96,21 +105,35 @@ static int hook_resync(void *ctx, struct gm_train_state *st)
         return -ENOMEM;
     b.buf = rk->state_buf;
     b.gen = rk->synced_gen;
+    /* Frozen parameters never move: when every rank already holds the same ones (the same
+     * init file; a 64-bit hash compared by all, all agree on the answer) they stay out of the
+     * broadcast, which is then the trainable part and the optimizer state alone; a fine-tuned
+     * backbone costs the link nothing at a group's start. */
+    if (world > 1 && nt < np) {
+        struct bcast h = {.buf = gm_model_params(st->model) + nt, .n = np - nt, .gen = b.gen};
+        err = gm_rank_bridge_run(rk, start_hashcheck, &h, false);
+        if (err < 0 && err != GM_ERR_MISMATCH)
+            return err;
+        ns = err == 0 ? nt : np;
+        gm_info("event=resync-frozen generation=%u frozen=%zu same=%d", b.gen & 0xffff, np - nt,
+                err == 0);
+    }
+    b.n = ns + no + HDR_FLOATS;
     if (rank == 0) {
-        memcpy(b.buf, gm_model_params(st->model), np * sizeof(float));
+        memcpy(b.buf, gm_model_params(st->model), ns * sizeof(float));
         if (no > 0)
-            memcpy(b.buf + np, gm_optim_state(st->optim), no * sizeof(float));
-        put_u64(b.buf + np + no, (uint64_t)st->step);
-        put_u64(b.buf + np + no + 4, (uint64_t)st->optim->step);
+            memcpy(b.buf + ns, gm_optim_state(st->optim), no * sizeof(float));
+        put_u64(b.buf + ns + no, (uint64_t)st->step);
+        put_u64(b.buf + ns + no + 4, (uint64_t)st->optim->step);
     }
     if (world > 1 && (err = gm_rank_bridge_run(rk, start_bcast, &b, false)) < 0)
         return err;
     if (rank != 0) {
-        memcpy(gm_model_params(st->model), b.buf, np * sizeof(float));
+        memcpy(gm_model_params(st->model), b.buf, ns * sizeof(float));
         if (no > 0)
-            memcpy(gm_optim_state(st->optim), b.buf + np, no * sizeof(float));
-        st->step = (long)get_u64(b.buf + np + no);
-        st->optim->step = (long)get_u64(b.buf + np + no + 4);
+            memcpy(gm_optim_state(st->optim), b.buf + ns, no * sizeof(float));
+        st->step = (long)get_u64(b.buf + ns + no);
+        st->optim->step = (long)get_u64(b.buf + ns + no + 4);
     }
     st->rank = rank;
     st->world = world;
