@@ -736,6 +736,7 @@ static void timer_closed(uv_handle_t *h)
     stash_drop(j, NULL, 0);
     jobs_offer_clear(&j->po);
     gm_datahash_free(j->dh);
+    jobs_auto_orphan(j);
     free(j);
 }
 

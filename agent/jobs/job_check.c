@@ -8,11 +8,11 @@
 
 static void evaluate(struct gm_jobs *j, struct job *jb);
 
-static void maybe_start(struct gm_jobs *j, struct job *jb)
+void jobs_maybe_start(struct gm_jobs *j, struct job *jb)
 {
     int err = -ENOMEM; /* when the calloc fails */
 
-    if (jb->state != J_CHECKING || !jb->own_hashed)
+    if (jb->state != J_CHECKING || !jb->own_hashed || jb->codec_pending)
         return;
     for (size_t i = 0; i < jb->nparts; i++)
         if (!jb->parts[i].checked)
@@ -143,7 +143,7 @@ static void evaluate(struct gm_jobs *j, struct job *jb)
         if (jb->state == J_RUNNING)
             jobs_reform(j, jb, "a member came (back)");
     }
-    maybe_start(j, jb);
+    jobs_maybe_start(j, jb);
 }
 
 int jobs_on_check(struct gm_jobs *j, const char *node, struct gm_jobmsg *m)

@@ -2,9 +2,100 @@
  * agent/jobs/job_codec.c - the job room (agent/jobs/job.h), codec = auto: the coordinator's choice
  * of a gradient sync at submit (agent/jobs/autocodec.h) and its switches mid-run: fit reports, the
  * switch tick, JOB_SWITCH. Private state and shared helpers: agent/jobs/job_int.h.  Loop thread
- * only.
+ * only, but for auto's timing of the model at submit, which runs on libuv's threadpool (an
+ * autoreq: its own copy of the job's settings and links) so that the loop, and with it the
+ * chief's heartbeats, never waits seconds for a large model's steps; the job starts when it is
+ * back (codec_pending).
  */
 #include "agent/jobs/job_int.h"
+
+struct autoreq {
+    uv_work_t work;
+    struct gm_jobs *j; /* borrowed; NULL once the jobs room is gone (jobs_auto_orphan) */
+    char id[GM_JOB_ID_LEN + 1];
+    struct gm_job job; /* a copy of the settings, text NULL: owns nothing */
+    int world, err;
+    struct gm_coll_link *links; /* owned */
+    int *isl;                   /* owned, may be NULL */
+    struct gm_gradsync_auto_out o;
+    char reason[340];
+};
+
+static void autoreq_free(struct autoreq *r)
+{
+    free(r->links);
+    free(r->isl);
+    free(r);
+}
+
+/* The choice made (or not), logged, and what comes with it (loop thread). */
+static void auto_chosen(struct job *jb, int world, int err, const struct gm_gradsync_auto_out *o)
+{
+    if (err < 0)
+        snprintf(jb->codec_reason, sizeof(jb->codec_reason), "fp32: auto failed (%s)",
+                 gm_strerror(err));
+    {
+        char sp[32] = "-"; /* not predicted: the model did not run */
+        if (o->speedup > 0)
+            snprintf(sp, sizeof(sp), "%.2f", o->speedup);
+        gm_notice("event=codec-auto job=%s codec=%s local_steps=%d world=%d speedup=%s "
+                  "reason=\"%s\"",
+                  jb->id, gm_job_codec_name(jb->job.comm.codec),
+                  jb->job.comm.codec == GM_JOB_CODEC_DILOCO ? jb->job.comm.local_steps : 0,
+                  world, sp, jb->codec_reason);
+    }
+    if (err == 0 && o->compute_s > 0 && jb->job.comm.auto_resolved &&
+        gm_autoswitch_new(&jb->job, o->compute_s, &jb->asw) < 0)
+        gm_warn("event=codec-auto-switch-off job=%s: no switching mid-run (out of memory)", jb->id);
+    if (err == 0 && o->too_slow)
+        gm_warn("event=codec-auto-too-slow world=%d speedup=%.2f: the links are too slow for "
+                "%d agents to train faster than one (predicted %.2fx of one agent's speed)",
+                world, o->speedup, world, o->speedup);
+}
+
+static void auto_work(uv_work_t *w)
+{
+    struct autoreq *r = w->data;
+
+    r->err = gm_autocodec_resolve(&r->job, r->world, r->links, r->isl, &r->o, r->reason,
+                                  sizeof(r->reason));
+}
+
+static void auto_done(uv_work_t *w, int status)
+{
+    struct autoreq *r = w->data;
+    struct gm_jobs *j = r->j;
+    struct job *jb;
+
+    if (j == NULL) { /* the jobs room is gone */
+        autoreq_free(r);
+        return;
+    }
+    if (j->auto_req == r)
+        j->auto_req = NULL;
+    jb = jobs_find(j, r->id);
+    if (jb == NULL || !jb->coord || !jb->codec_pending) {
+        autoreq_free(r);
+        return;
+    }
+    jb->codec_pending = false;
+    if (status < 0 && r->err == 0)
+        r->err = status; /* cancelled: fp32, said */
+    jb->job.comm = r->job.comm; /* the choice (fp32 at least: never auto past here) */
+    if (r->err < 0)
+        jb->job.comm.codec = GM_JOB_CODEC_FP32;
+    snprintf(jb->codec_reason, sizeof(jb->codec_reason), "%s", r->reason);
+    auto_chosen(jb, r->world, r->err, &r->o);
+    autoreq_free(r);
+    jobs_maybe_start(j, jb);
+}
+
+void jobs_auto_orphan(struct gm_jobs *j)
+{
+    if (j->auto_req != NULL)
+        j->auto_req->j = NULL;
+    j->auto_req = NULL;
+}
 
 /* Coordinator, at submit: auto's choice for this node and the n members up
  * (agent/jobs/autocodec.h), into jb->job.comm; JOB_GROUP carries it to every rank. */
@@ -13,6 +104,7 @@ void jobs_resolve_auto(struct gm_jobs *j, struct job *jb, char (*up)[NODE_LEN], 
     int world = (int)n + 1, err;
     struct gm_coll_link *links = calloc((size_t)world * (size_t)world, sizeof(*links));
     struct gm_gradsync_auto_out o;
+    struct autoreq *r = NULL;
 
     jb->codec_auto = true;
     for (int a = 0; links != NULL && a < world; a++)
@@ -45,6 +137,29 @@ void jobs_resolve_auto(struct gm_jobs *j, struct job *jb, char (*up)[NODE_LEN], 
             snprintf(jb->codec_reason, sizeof(jb->codec_reason),
                      "fp32: every link of the group is on a LAN (one island: full precision)");
             err = 0;
+        } else if (links != NULL && (r = calloc(1, sizeof(*r))) != NULL) {
+            /* the model's steps are timed on the threadpool: the job waits for them */
+            r->work.data = r;
+            r->j = j;
+            snprintf(r->id, sizeof(r->id), "%s", jb->id);
+            r->job = jb->job;
+            r->job.text = NULL;
+            r->job.text_len = 0;
+            r->world = world;
+            r->links = links;
+            r->isl = isl;
+            if (uv_queue_work(j->env.loop, &r->work, auto_work, auto_done) == 0) {
+                jobs_auto_orphan(j); /* an older job's timing: its job is gone */
+                j->auto_req = r;
+                jb->codec_pending = true;
+                free(nodes);
+                return;
+            }
+            r->links = NULL; /* not queued: resolved here, as before */
+            r->isl = NULL;
+            autoreq_free(r);
+            err = gm_autocodec_resolve(&jb->job, world, links, isl, &o, jb->codec_reason,
+                                       sizeof(jb->codec_reason));
         } else {
             err = gm_autocodec_resolve(&jb->job, world, links, isl, &o, jb->codec_reason,
                                        sizeof(jb->codec_reason));
@@ -54,25 +169,8 @@ void jobs_resolve_auto(struct gm_jobs *j, struct job *jb, char (*up)[NODE_LEN], 
     }
     free(links);
     if (err < 0)
-        snprintf(jb->codec_reason, sizeof(jb->codec_reason), "fp32: auto failed (%s)",
-                 gm_strerror(err));
-    {
-        char sp[32] = "-"; /* not predicted: the model did not run */
-        if (o.speedup > 0)
-            snprintf(sp, sizeof(sp), "%.2f", o.speedup);
-        gm_notice("event=codec-auto job=%s codec=%s local_steps=%d world=%d speedup=%s "
-                  "reason=\"%s\"",
-                  jb->id, gm_job_codec_name(jb->job.comm.codec),
-                  jb->job.comm.codec == GM_JOB_CODEC_DILOCO ? jb->job.comm.local_steps : 0, world,
-                  sp, jb->codec_reason);
-    }
-    if (err == 0 && o.compute_s > 0 && jb->job.comm.auto_resolved &&
-        gm_autoswitch_new(&jb->job, o.compute_s, &jb->asw) < 0)
-        gm_warn("event=codec-auto-switch-off job=%s: no switching mid-run (out of memory)", jb->id);
-    if (err == 0 && o.too_slow)
-        gm_warn("event=codec-auto-too-slow world=%d speedup=%.2f: the links are too slow for "
-                "%d agents to train faster than one (predicted %.2fx of one agent's speed)",
-                world, o.speedup, world, o.speedup);
+        jb->job.comm.codec = GM_JOB_CODEC_FP32;
+    auto_chosen(jb, world, err, &o);
 }
 
 /* Member: the coordinator's choice for codec = auto, from JOB_GROUP. */

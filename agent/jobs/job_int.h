@@ -103,6 +103,8 @@ struct job {
     bool codec_auto;           /* [comm] codec = auto, resolved by the coordinator into job.comm */
     char codec_reason[340];    /* coordinator: why auto picked what it did */
     struct gm_autoswitch *asw; /* owned, coordinator of an auto job: switching mid-run */
+    bool codec_pending;        /* coordinator: auto's timing runs on the threadpool (job_codec.c);
+                                * the job starts once it is back */
     uint64_t switch_ns;        /* coordinator: when the pending switch was announced */
     uint64_t fit_sent_ns;      /* member: its last fit report */
     uint64_t fit_sent_ops;
@@ -155,6 +157,7 @@ struct gm_jobs {
     bool stopping;
     bool leaving;        /* gm_jobs_leave: the job goes on without this node */
     uint64_t frame_term; /* the term of the JOB_* frame being handled */
+    struct autoreq *auto_req; /* auto's timing in flight (job_codec.c), or NULL */
 };
 
 const char *jobs_state_name(enum jstate st);
@@ -186,6 +189,8 @@ bool jobs_is_chief(struct gm_jobs *j, const char *node);
 
 /* job_codec.c */
 void jobs_resolve_auto(struct gm_jobs *j, struct job *jb, char (*up)[NODE_LEN], size_t n);
+/* gm_jobs_free: the timing in flight, if any, finds no jobs room when it is back. */
+void jobs_auto_orphan(struct gm_jobs *j);
 void jobs_apply_comm(struct job *jb, const struct gm_jobmsg *m);
 void jobs_fit_report_tick(struct gm_jobs *j, struct job *jb);
 void jobs_switch_tick(struct gm_jobs *j, struct job *jb);
@@ -195,6 +200,9 @@ void jobs_on_switch_report(struct gm_jobs *j, struct job *jb, const char *node,
 
 /* job_check.c */
 void jobs_own_hashed(void *arg, struct gm_jobfile *files, size_t n, const char *error);
+/* Starts a checked job once nothing it waits for is left (auto's codec back, every member's
+ * dataset equal to ours). */
+void jobs_maybe_start(struct gm_jobs *j, struct job *jb);
 int jobs_on_check(struct gm_jobs *j, const char *node, struct gm_jobmsg *m);
 void jobs_offer(struct gm_jobs *j, struct job *jb, const char *node);
 int jobs_coord_submit(struct gm_jobs *j, const char *text, size_t len, const char *origin,
