@@ -285,7 +285,7 @@ wanted() { [ -z "${ONLY:-}" ] || [[ $1 =~ $ONLY ]]; }
 
 # full ROWNAME CODEC EPOCHS HOST...: trains to the end; one JSON row
 full() {
-    local name=$1 codec=$2 ep=$3 id e; shift 3
+    local name=$1 codec=$2 ep=$3 id e h r0; shift 3
     wanted "$name" || return 0
     [ "$codec" = auto ] && codec=${CODEC_AUTO:-auto}
     cluster "$@"
@@ -305,7 +305,12 @@ full() {
     fi
     job_state "$id" "done" || fail "job $id ($name) ended $(job_field "$id" state): $(job_field "$id" error)"
     tun_ctr >"$WORK/r$ROW.c1"
-    e=$($PY epochs "$WORK/r$ROW-$1.log") || fail "epochs of $name"
+    # rank 0 logs the epochs: the coordinator, which is the chief (the first host unless an
+    # election under load moved it)
+    r0=$1
+    for h in "$@"; do grep -q 'event=epoch ' "$WORK/r$ROW-$h.log" && { r0=$h; break; }; done
+    [ "$r0" = "$1" ] || echo "  $name: rank 0 was $r0 (the chief moved)"
+    e=$($PY epochs "$WORK/r$ROW-$r0.log") || fail "epochs of $name"
     python3 - "$name" "$(codec_of "$id")" "$($PY counters "$WORK/r$ROW.c0" "$WORK/r$ROW.c1")" \
         "$e" "$(job_field "$id" codec_reason)" "$ROUND" >>"$RES" <<'EOF' || fail "row $name"
 import json, sys
