@@ -165,6 +165,15 @@ void jobs_to_history(struct gm_jobs *j, struct job *jb)
     }
 }
 
+void jobs_autoreq_free(struct autoreq *r)
+{
+    if (r == NULL)
+        return;
+    free(r->links);
+    free(r->isl);
+    free(r);
+}
+
 struct job *jobs_find(struct gm_jobs *j, const char *id)
 {
     if (j->cur != NULL && strcmp(j->cur->id, id) == 0)
@@ -736,7 +745,8 @@ static void timer_closed(uv_handle_t *h)
     stash_drop(j, NULL, 0);
     jobs_offer_clear(&j->po);
     gm_datahash_free(j->dh);
-    jobs_auto_orphan(j);
+    if (j->auto_req != NULL) /* its answer comes to nobody (job_check.c frees it) */
+        j->auto_req->j = NULL;
     free(j);
 }
 

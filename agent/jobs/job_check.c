@@ -8,6 +8,53 @@
 
 static void evaluate(struct gm_jobs *j, struct job *jb);
 
+/* codec = auto: the model timed on the threadpool (job_codec.c prepared the request) */
+static void auto_work(uv_work_t *w)
+{
+    struct autoreq *r = w->data;
+
+    r->err = gm_autocodec_resolve(&r->job, r->world, r->links, r->isl, &r->o, r->reason,
+                                  sizeof(r->reason));
+}
+
+static void auto_done(uv_work_t *w, int status)
+{
+    struct autoreq *r = w->data;
+    struct gm_jobs *j = r->j;
+    struct job *jb = j != NULL ? jobs_find(j, r->id) : NULL;
+
+    if (j != NULL && j->auto_req == r)
+        j->auto_req = NULL;
+    if (jb != NULL && jb->coord && jb->codec_pending) {
+        jb->codec_pending = false;
+        jobs_auto_apply(jb, r, status);
+        jobs_autoreq_free(r);
+        jobs_maybe_start(j, jb);
+        return;
+    }
+    jobs_autoreq_free(r); /* the room or the job is gone */
+}
+
+/* Resolves codec = auto for a job being taken: at once, or the timing queued (the offers and
+ * the check go on; the job starts when it is back). */
+static void resolve_auto(struct gm_jobs *j, struct job *jb, char (*up)[NODE_LEN], size_t n)
+{
+    struct autoreq *r = jobs_resolve_auto(j, jb, up, n);
+
+    if (r == NULL)
+        return;
+    if (uv_queue_work(j->env.loop, &r->work, auto_work, auto_done) < 0) {
+        auto_work(&r->work); /* here, as before */
+        jobs_auto_apply(jb, r, 0);
+        jobs_autoreq_free(r);
+        return;
+    }
+    if (j->auto_req != NULL) /* an older job's timing: that job is gone */
+        j->auto_req->j = NULL;
+    j->auto_req = r;
+    jb->codec_pending = true;
+}
+
 void jobs_maybe_start(struct gm_jobs *j, struct job *jb)
 {
     int err = -ENOMEM; /* when the calloc fails */
@@ -252,7 +299,7 @@ static int coord_take(struct gm_jobs *j, const char *text, size_t len, const cha
     jb->coord = true;
     snprintf(jb->coordinator, sizeof(jb->coordinator), "%s", j->env.node);
     if (jb->job.comm.codec == GM_JOB_CODEC_AUTO)
-        jobs_resolve_auto(j, jb, up, n);
+        resolve_auto(j, jb, up, n);
     jb->state = J_CHECKING;
     jobs_record(j, jb, J_CHECKING);
     if (j->env.record_spec != NULL)

@@ -2,31 +2,11 @@
  * agent/jobs/job_codec.c - the job room (agent/jobs/job.h), codec = auto: the coordinator's choice
  * of a gradient sync at submit (agent/jobs/autocodec.h) and its switches mid-run: fit reports, the
  * switch tick, JOB_SWITCH. Private state and shared helpers: agent/jobs/job_int.h.  Loop thread
- * only, but for auto's timing of the model at submit, which runs on libuv's threadpool (an
- * autoreq: its own copy of the job's settings and links) so that the loop, and with it the
- * chief's heartbeats, never waits seconds for a large model's steps; the job starts when it is
- * back (codec_pending).
+ * only; auto's timing of the model at submit is prepared here (an autoreq: its own copy of the
+ * job's settings and links) and run on libuv's threadpool by job_check.c, so that the loop, and
+ * with it the chief's heartbeats, never waits seconds for a large model's steps.
  */
 #include "agent/jobs/job_int.h"
-
-struct autoreq {
-    uv_work_t work;
-    struct gm_jobs *j; /* borrowed; NULL once the jobs room is gone (jobs_auto_orphan) */
-    char id[GM_JOB_ID_LEN + 1];
-    struct gm_job job; /* a copy of the settings, text NULL: owns nothing */
-    int world, err;
-    struct gm_coll_link *links; /* owned */
-    int *isl;                   /* owned, may be NULL */
-    struct gm_gradsync_auto_out o;
-    char reason[340];
-};
-
-static void autoreq_free(struct autoreq *r)
-{
-    free(r->links);
-    free(r->isl);
-    free(r);
-}
 
 /* The choice made (or not), logged, and what comes with it (loop thread). */
 static void auto_chosen(struct job *jb, int world, int err, const struct gm_gradsync_auto_out *o)
@@ -53,53 +33,25 @@ static void auto_chosen(struct job *jb, int world, int err, const struct gm_grad
                 world, o->speedup, world, o->speedup);
 }
 
-static void auto_work(uv_work_t *w)
+/* The timing's answer into the job (loop thread): status < 0, the work was cancelled. */
+void jobs_auto_apply(struct job *jb, struct autoreq *r, int status)
 {
-    struct autoreq *r = w->data;
-
-    r->err = gm_autocodec_resolve(&r->job, r->world, r->links, r->isl, &r->o, r->reason,
-                                  sizeof(r->reason));
-}
-
-static void auto_done(uv_work_t *w, int status)
-{
-    struct autoreq *r = w->data;
-    struct gm_jobs *j = r->j;
-    struct job *jb;
-
-    if (j == NULL) { /* the jobs room is gone */
-        autoreq_free(r);
-        return;
-    }
-    if (j->auto_req == r)
-        j->auto_req = NULL;
-    jb = jobs_find(j, r->id);
-    if (jb == NULL || !jb->coord || !jb->codec_pending) {
-        autoreq_free(r);
-        return;
-    }
-    jb->codec_pending = false;
     if (status < 0 && r->err == 0)
-        r->err = status; /* cancelled: fp32, said */
+        r->err = status; /* fp32, said */
     jb->job.comm = r->job.comm; /* the choice (fp32 at least: never auto past here) */
     if (r->err < 0)
         jb->job.comm.codec = GM_JOB_CODEC_FP32;
     snprintf(jb->codec_reason, sizeof(jb->codec_reason), "%s", r->reason);
     auto_chosen(jb, r->world, r->err, &r->o);
-    autoreq_free(r);
-    jobs_maybe_start(j, jb);
-}
-
-void jobs_auto_orphan(struct gm_jobs *j)
-{
-    if (j->auto_req != NULL)
-        j->auto_req->j = NULL;
-    j->auto_req = NULL;
 }
 
 /* Coordinator, at submit: auto's choice for this node and the n members up
- * (agent/jobs/autocodec.h), into jb->job.comm; JOB_GROUP carries it to every rank. */
-void jobs_resolve_auto(struct gm_jobs *j, struct job *jb, char (*up)[NODE_LEN], size_t n)
+ * (agent/jobs/autocodec.h), into jb->job.comm; JOB_GROUP carries it to every rank.  Returns
+ * NULL when it is made (no timing needed, or no memory to time it elsewhere), else the request
+ * that times the model: the caller runs it on the threadpool and hands its answer to
+ * jobs_auto_apply. */
+struct autoreq *jobs_resolve_auto(struct gm_jobs *j, struct job *jb, char (*up)[NODE_LEN],
+                                  size_t n)
 {
     int world = (int)n + 1, err;
     struct gm_coll_link *links = calloc((size_t)world * (size_t)world, sizeof(*links));
@@ -138,7 +90,7 @@ void jobs_resolve_auto(struct gm_jobs *j, struct job *jb, char (*up)[NODE_LEN], 
                      "fp32: every link of the group is on a LAN (one island: full precision)");
             err = 0;
         } else if (links != NULL && (r = calloc(1, sizeof(*r))) != NULL) {
-            /* the model's steps are timed on the threadpool: the job waits for them */
+            /* the model's steps are timed elsewhere: the request owns links and isl */
             r->work.data = r;
             r->j = j;
             snprintf(r->id, sizeof(r->id), "%s", jb->id);
@@ -148,18 +100,8 @@ void jobs_resolve_auto(struct gm_jobs *j, struct job *jb, char (*up)[NODE_LEN], 
             r->world = world;
             r->links = links;
             r->isl = isl;
-            if (uv_queue_work(j->env.loop, &r->work, auto_work, auto_done) == 0) {
-                jobs_auto_orphan(j); /* an older job's timing: its job is gone */
-                j->auto_req = r;
-                jb->codec_pending = true;
-                free(nodes);
-                return;
-            }
-            r->links = NULL; /* not queued: resolved here, as before */
-            r->isl = NULL;
-            autoreq_free(r);
-            err = gm_autocodec_resolve(&jb->job, world, links, isl, &o, jb->codec_reason,
-                                       sizeof(jb->codec_reason));
+            free(nodes);
+            return r;
         } else {
             err = gm_autocodec_resolve(&jb->job, world, links, isl, &o, jb->codec_reason,
                                        sizeof(jb->codec_reason));
@@ -171,6 +113,7 @@ void jobs_resolve_auto(struct gm_jobs *j, struct job *jb, char (*up)[NODE_LEN], 
     if (err < 0)
         jb->job.comm.codec = GM_JOB_CODEC_FP32;
     auto_chosen(jb, world, err, &o);
+    return NULL;
 }
 
 /* Member: the coordinator's choice for codec = auto, from JOB_GROUP. */

@@ -160,6 +160,21 @@ struct gm_jobs {
     struct autoreq *auto_req; /* auto's timing in flight (job_codec.c), or NULL */
 };
 
+/* codec = auto's timing of the model, on libuv's threadpool (made by job_codec.c, run by
+ * job_check.c); j goes NULL when the jobs room is freed first (job.c), so the answer finds
+ * nothing to apply to. */
+struct autoreq {
+    uv_work_t work;
+    struct gm_jobs *j; /* borrowed, or NULL */
+    char id[GM_JOB_ID_LEN + 1];
+    struct gm_job job; /* a copy of the settings, text NULL: owns nothing */
+    int world, err;
+    struct gm_coll_link *links; /* owned */
+    int *isl;                   /* owned, may be NULL */
+    struct gm_gradsync_auto_out o;
+    char reason[340];
+};
+
 const char *jobs_state_name(enum jstate st);
 
 /* job.c */
@@ -170,6 +185,7 @@ int jobs_send_msg(struct gm_jobs *j, const char *node, uint16_t type, const stru
 void jobs_new_id(char out[GM_JOB_ID_LEN + 1]);
 void jobs_to_history(struct gm_jobs *j, struct job *jb);
 struct job *jobs_find(struct gm_jobs *j, const char *id);
+void jobs_autoreq_free(struct autoreq *r); /* NULL-safe */
 int jobs_rank_of(const struct job *jb, const char *node);
 struct linkacc *jobs_acc_of(struct job *jb, const char *node, bool add);
 void jobs_account_group(struct job *jb);
@@ -188,9 +204,9 @@ json_t *jobs_ctl_error(int code, const char *msg);
 bool jobs_is_chief(struct gm_jobs *j, const char *node);
 
 /* job_codec.c */
-void jobs_resolve_auto(struct gm_jobs *j, struct job *jb, char (*up)[NODE_LEN], size_t n);
-/* gm_jobs_free: the timing in flight, if any, finds no jobs room when it is back. */
-void jobs_auto_orphan(struct gm_jobs *j);
+struct autoreq *jobs_resolve_auto(struct gm_jobs *j, struct job *jb, char (*up)[NODE_LEN],
+                                  size_t n);
+void jobs_auto_apply(struct job *jb, struct autoreq *r, int status);
 void jobs_apply_comm(struct job *jb, const struct gm_jobmsg *m);
 void jobs_fit_report_tick(struct gm_jobs *j, struct job *jb);
 void jobs_switch_tick(struct gm_jobs *j, struct job *jb);
