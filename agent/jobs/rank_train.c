@@ -145,6 +145,7 @@ static int hook_resync(void *ctx, struct gm_train_state *st)
     rk->prog.rank = rank;
     rk->prog.world = world;
     rk->prog.generation = rk->synced_gen;
+    rk->bytes_at_step = rk->bytes_sent_total; /* a step's bytes are its own: not the resync's */
     rk->prog.step = st->step;
     rk->prog.total_steps = st->total_steps;
     if (rk->prog.resumed_from[0] != '\0' && rk->prog.resumed_step < 0)
