@@ -7,6 +7,9 @@
                                   the bytes that crossed it (tx + rx) between them
   table RESULTS.jsonl             one table of the rows bench/seed_table.sh wrote, with time to
                                   the single-agent accuracy computed here (see below)
+  fresh_head SRC DST SEED         copies safetensors SRC to DST with fc.weight and fc.bias drawn
+                                  afresh, U(+-1/sqrt(fan_in)) as torch.nn.Linear does, from SEED:
+                                  a pretrained backbone for a new task of as many classes
 
 Time to accuracy: the target is the 1-agent row's final test accuracy minus 0.5 points (the
 issue's "within 0.5 points"); a row's time is the sum of its epochs' training seconds
@@ -21,7 +24,9 @@ same round (the machine's load drifts; a round's runs are back to back).
 Standard library only.
 """
 import json
+import random
 import re
+import struct
 import sys
 
 
@@ -125,6 +130,24 @@ def table(path):
         print('* extrapolated from a timed window of steps (the row is not trained to the end)')
 
 
+def fresh_head(src, dst, seed):
+    raw = open(src, 'rb').read()
+    hl = struct.unpack('<Q', raw[:8])[0]
+    head = json.loads(raw[8:8 + hl])
+    data = bytearray(raw[8 + hl:])
+    fan_in = head['fc.weight']['shape'][1]
+    bound = 1.0 / fan_in ** 0.5
+    rng = random.Random(seed)
+    for name in ('fc.weight', 'fc.bias'):
+        e = head[name]
+        if e['dtype'] != 'F32':
+            sys.exit(f'fresh_head: {name} is {e["dtype"]}, not F32')
+        a, b = e['data_offsets']
+        n = (b - a) // 4
+        data[a:b] = struct.pack(f'<{n}f', *(rng.uniform(-bound, bound) for _ in range(n)))
+    open(dst, 'wb').write(raw[:8 + hl] + bytes(data))
+
+
 def main():
     cmd = sys.argv[1] if len(sys.argv) > 1 else ''
     if cmd == 'epochs' and len(sys.argv) == 3:
@@ -133,6 +156,8 @@ def main():
         print(counters(sys.argv[2], sys.argv[3]))
     elif cmd == 'table' and len(sys.argv) == 3:
         table(sys.argv[2])
+    elif cmd == 'fresh_head' and len(sys.argv) == 5:
+        fresh_head(sys.argv[2], sys.argv[3], int(sys.argv[4]))
     else:
         sys.exit(__doc__)
 

@@ -33,6 +33,19 @@
 # (NB_HOST_CPU in tests/integration/netns.bash): three hosts at 0.5 use 1.5 of 2 cores (the
 # rest is left to OpenVPN, the delay relay and this script), and the 3-agent row has half again
 # the compute of the 2-agent rows, as three PCs would.
+#
+# WORKLOAD=finetune: the seeds' own workload (issue 21) on the same testbed instead: torchvision's
+# resnet18 fine-tuned from a pretrained file on a generated photo folder (tests/tools/
+# make_photos.py: FT_PER_CLASS photos (160) of 64-128 px a class, JPEG and PNG), RandomResizedCrop
+# FT_SIZE (64) + flip + ImageNet normalisation, Adam 1e-3, batch 32 per agent, 20% held out.
+# The pretrained file is made here (or PRETRAINED names one), as bench/transfer.sh does: resnet18
+# trained PRE_EPOCHS (3) on the folder's classes 0-4 on this machine (no namespace, no cap), then
+# its fc drawn afresh (seed_table.py fresh_head); the table fine-tunes on classes 5-9.
+# Rows: 1 agent; 2 agents on the LAN, auto; 2 over the 20 Mbit/s tunnel, auto; the same with
+# [model] freeze = backbone; 3 agents (2 LAN + 1 tunnel), auto; PyTorch DDP with torchvision's
+# resnet18 over the tunnel (DDP_STEPS (4) timed steps: each moves the whole model's gradient).
+# Each rank logs where its step time went once an epoch (event=step-split); the script prints
+# every rank's last one under the table.
 # Root, network namespaces, openvpn, the dataset and /usr/bin/python3 with torch; exit 77
 # where one is missing.
 set -o pipefail
@@ -47,6 +60,20 @@ nb_require openvpn python3
 DATA=/usr/share/datasets/fashion-mnist
 [ -r "$DATA/train-images-idx3-ubyte.gz" ] || { echo "SKIP: no Fashion-MNIST at $DATA"; exit 77; }
 /usr/bin/python3 -c 'import torch' 2>/dev/null || { echo "SKIP: no torch in /usr/bin/python3"; exit 77; }
+WORKLOAD=${WORKLOAD:-lenet}
+case $WORKLOAD in lenet | finetune) ;; *) echo "seed_table: WORKLOAD is lenet or finetune"; exit 2 ;; esac
+if [ "$WORKLOAD" = finetune ]; then
+    /usr/bin/python3 -c 'import torchvision, PIL, numpy' 2>/dev/null ||
+        { echo "SKIP: no torchvision, PIL or numpy in /usr/bin/python3"; exit 77; }
+    if [ $QUICK = 1 ]; then EPOCHS=${EPOCHS:-1} FT_PER_CLASS=${FT_PER_CLASS:-40} PRE_EPOCHS=${PRE_EPOCHS:-1}; fi
+    FT_PER_CLASS=${FT_PER_CLASS:-160}
+    PRE_EPOCHS=${PRE_EPOCHS:-3}
+    FT_SIZE=${FT_SIZE:-64}
+    DDP_STEPS=${DDP_STEPS:-4}
+    BATCH=32
+else
+    BATCH=64
+fi
 if [ $QUICK = 1 ]; then EPOCHS=${EPOCHS:-2} WINDOW=${WINDOW:-20}; fi
 EPOCHS=${EPOCHS:-4}
 EXTRA=${EXTRA:-1}
@@ -60,8 +87,51 @@ PY="python3 $PWD/bench/seed_table.py"
 RES=$WORK/results.jsonl
 : >"$RES"
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
-echo "seed_table: epochs=$EPOCHS extra=$EXTRA window=${WINDOW}s seed=$SEED delay=${DELAY_MS}ms" \
+echo "seed_table: workload=$WORKLOAD epochs=$EPOCHS extra=$EXTRA window=${WINDOW}s seed=$SEED delay=${DELAY_MS}ms" \
     "each way; host_cpu=$HOST_CPU cores; overlap=${OVERLAP:-default}; $(uptime | sed 's/.*load/load/')"
+
+# finetune: the photo folder (classes 0-4 to pretrain on, 5-9 to fine-tune on) and the
+# pretrained file with a fresh head.  TRAIN_N: an epoch's training samples (the timed windows)
+TRAIN_N=60000
+if [ "$WORKLOAD" = finetune ]; then
+    /usr/bin/python3 tests/tools/make_photos.py "$WORK/photos" --per-class "$FT_PER_CLASS" \
+        --min 64 --max 128 --seed "$SEED" >/dev/null || fail "make_photos"
+    mkdir -p "$WORK/pre" "$WORK/ft"
+    for c in t-shirt trouser pullover dress coat; do mv "$WORK/photos/$c" "$WORK/pre/" || fail "mv $c"; done
+    for c in sandal shirt sneaker bag ankle_boot; do mv "$WORK/photos/$c" "$WORK/ft/" || fail "mv $c"; done
+    TRAIN_N=$((5 * FT_PER_CLASS * 4 / 5)) # test_split 0.2, near enough for a window's s/epoch
+    if [ -n "${PRETRAINED:-}" ]; then
+        cp "$PRETRAINED" "$WORK/pre.safetensors" || fail "PRETRAINED=$PRETRAINED"
+        echo "pretrained: $PRETRAINED"
+    else
+        cat >"$WORK/pre.ini" <<PRE
+[job]
+name    = seed-pretrain
+model   = resnet18
+epochs  = $PRE_EPOCHS
+seed    = $SEED
+threads = 1
+out     = $WORK/pre.safetensors
+[data]
+kind       = folder
+dir        = $WORK/pre
+image_size = $FT_SIZE
+augment    = crop_flip
+normalize  = imagenet
+test_split = 0.2
+[optim]
+name  = adam
+lr    = 0.001
+batch = 32
+PRE
+        t0=$(date +%s)
+        (cd "$WORK" && "$GM" train --local "$WORK/pre.ini" --no-progress --no-tensorboard) \
+            >"$WORK/pre.log" 2>&1 || { tail -n 5 "$WORK/pre.log"; fail "pretraining"; }
+        echo "pretrained resnet18 on classes 0-4 ($((5 * FT_PER_CLASS)) photos, $PRE_EPOCHS epochs," \
+            "$(($(date +%s) - t0)) s): $(grep -o 'test_accuracy=[0-9.]*' "$WORK/pre.log" | tail -n 1)"
+    fi
+    $PY fresh_head "$WORK/pre.safetensors" "$WORK/init.safetensors" "$SEED" || fail "fresh_head"
+fi
 
 set_rate() { nb_rate a1 eth1 "${1}mbit"; nb_rate b1 eth0 "${1}mbit"; }
 nb_host a1; nb_host a2; nb_host b1; nb_bridge lan
@@ -81,8 +151,39 @@ echo "tunnel: RTT b1 -> a1 ${rtt} ms (mean of 10 pings), tbf 20 Mbit/s"
 
 addr_of() { case $1 in a1) echo 10.74.1.1 ;; a2) echo 10.74.1.2 ;; b1) echo 10.8.74.2 ;; esac; }
 
-# job_ini FILE CODEC EPOCHS
+# job_ini FILE CODEC EPOCHS [FREEZE]
 job_ini() {
+    if [ "$WORKLOAD" = finetune ]; then
+        cat >"$1" <<FT
+[job]
+name    = seed-finetune
+model   = resnet18
+epochs  = $3
+seed    = $SEED
+threads = 1
+[data]
+kind           = folder
+dir            = $WORK/ft
+image_size     = $FT_SIZE
+augment        = crop_flip
+normalize      = imagenet
+test_split     = 0.2
+loader_threads = 1
+[model]
+init = $WORK/init.safetensors
+${4:+freeze = $4}
+[optim]
+name  = adam
+lr    = 0.001
+batch = 32
+[schedule]
+kind = constant
+[comm]
+codec = $2
+FT
+        case $2 in auto | diloco) [ -z "${OVERLAP:-}" ] || echo "overlap = $OVERLAP" >>"$1" ;; esac
+        return
+    fi
     cat >"$1" <<EOF
 [job]
 name    = seed-table
@@ -133,6 +234,19 @@ cluster() {
     for h in "$@"; do
         nb_wait "$h to link and measure $((n - 1)) members" 90 measured "$h" $((n - 1))
     done
+    nb_wait "every host to name the same chief" 120 one_chief
+}
+# one_chief: every host of the row names the same chief (an election under heavy load can
+# leave a member a term ahead of the coordinator, which then drops its offer as stale)
+one_chief() {
+    local h c first=
+    for h in "${HOSTS[@]}"; do
+        c=$("$GM" members --json --config "$WORK/r$ROW-$h.conf" |
+            python3 -c 'import json,sys; print(json.load(sys.stdin).get("chief") or "")') || return 1
+        [ -n "$c" ] || return 1
+        [ -n "$first" ] || first=$c
+        [ "$c" = "$first" ] || return 1
+    done
 }
 measured() {
     "$GM" status --json --config "$WORK/r$ROW-$1.conf" | python3 -c 'import json,sys
@@ -153,10 +267,11 @@ j = next(j for j in json.load(sys.stdin)["jobs"] if j["id"] == sys.argv[1])
 v = j[sys.argv[2]]
 print("" if v is None else v)' "$1" "$2"
 }
-submit() { # INI -> job id
+submit() { # INI -> job id (also of a job refused at the check: the caller reads its state;
+    # fail here would only leave the $(...) it runs in)
     "$GM" submit "$1" --config "$WORK/r$ROW-${HOSTS[0]}.conf" >"$WORK/r$ROW.submit" 2>&1 ||
-        { cat "$WORK/r$ROW.submit"; fail "submit"; }
-    sed -n 's/^job \([^ ]*\) submitted.*/\1/p' "$WORK/r$ROW.submit"
+        cat "$WORK/r$ROW.submit" >&2
+    sed -n 's/^job \([0-9a-f]*\) submitted.*/\1/p' "$WORK/r$ROW.submit"
 }
 job_state() { [ "$(job_field "$1" state)" = "$2" ]; }
 job_ended() { case $(job_field "$1" state) in done | failed | cancelled | refused) return 0 ;; esac; return 1; }
@@ -170,18 +285,32 @@ wanted() { [ -z "${ONLY:-}" ] || [[ $1 =~ $ONLY ]]; }
 
 # full ROWNAME CODEC EPOCHS HOST...: trains to the end; one JSON row
 full() {
-    local name=$1 codec=$2 ep=$3 id e; shift 3
+    local name=$1 codec=$2 ep=$3 id e h r0; shift 3
     wanted "$name" || return 0
     [ "$codec" = auto ] && codec=${CODEC_AUTO:-auto}
     cluster "$@"
-    job_ini "$WORK/r$ROW.ini" "$codec" "$ep"
+    job_ini "$WORK/r$ROW.ini" "$codec" "$ep" "${FREEZE:-}"
     tun_ctr >"$WORK/r$ROW.c0"
     id=$(submit "$WORK/r$ROW.ini")
     [ -n "$id" ] || fail "no job id"
     nb_wait "job $id ($name) to end" 1800 job_ended "$id"
+    if job_state "$id" refused && [[ $(job_field "$id" error) == *"did not answer the dataset check"* ]]; then
+        # a chief election raced the offer (see one_chief): said, and submitted once more
+        echo "  $name: refused ($(job_field "$id" error)); submitting again"
+        nb_wait "every host to name the same chief" 120 one_chief
+        tun_ctr >"$WORK/r$ROW.c0"
+        id=$(submit "$WORK/r$ROW.ini")
+        [ -n "$id" ] || fail "no job id"
+        nb_wait "job $id ($name) to end" 1800 job_ended "$id"
+    fi
     job_state "$id" "done" || fail "job $id ($name) ended $(job_field "$id" state): $(job_field "$id" error)"
     tun_ctr >"$WORK/r$ROW.c1"
-    e=$($PY epochs "$WORK/r$ROW-$1.log") || fail "epochs of $name"
+    # rank 0 logs the epochs: the coordinator, which is the chief (the first host unless an
+    # election under load moved it)
+    r0=$1
+    for h in "$@"; do grep -q 'event=epoch ' "$WORK/r$ROW-$h.log" && { r0=$h; break; }; done
+    [ "$r0" = "$1" ] || echo "  $name: rank 0 was $r0 (the chief moved)"
+    e=$($PY epochs "$WORK/r$ROW-$r0.log") || fail "epochs of $name"
     python3 - "$name" "$(codec_of "$id")" "$($PY counters "$WORK/r$ROW.c0" "$WORK/r$ROW.c1")" \
         "$e" "$(job_field "$id" codec_reason)" "$ROUND" >>"$RES" <<'EOF' || fail "row $name"
 import json, sys
@@ -211,7 +340,7 @@ window() {
     s1=$(job_field "$id" step); t1=$(date +%s.%N); tun_ctr >"$WORK/r$ROW.c1"
     "$GM" cancel "$id" --config "$WORK/r$ROW-$1.conf" >/dev/null 2>&1
     python3 - "$name" "$(codec_of "$id")" "$($PY counters "$WORK/r$ROW.c0" "$WORK/r$ROW.c1")" \
-        "$s0" "$s1" "$t0" "$t1" $((60000 / (64 * $#))) >>"$RES" <<'EOF' || fail "row $name"
+        "$s0" "$s1" "$t0" "$t1" $((TRAIN_N / (BATCH * $#))) >>"$RES" <<'EOF' || fail "row $name"
 import json, sys
 name, codec = sys.argv[1], sys.argv[2]
 tb, s0, s1, t0, t1, spe = int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6]), float(sys.argv[7]), int(sys.argv[8])
@@ -226,32 +355,60 @@ step_at_least() { [ "$(job_field "$1" step)" -ge "$2" ] 2>/dev/null; }
 
 # ddp ROWNAME: PyTorch DDP (gloo) over the tunnel, rank 0 on a1, rank 1 on b1
 ddp() {
-    local name=$1 steps=$((WINDOW / 2)) p0 p1
+    local name=$1 steps=$((WINDOW / 2)) warm=3 p0 p1
+    local -a what=()
     wanted "$name" || return 0
+    if [ "$WORKLOAD" = finetune ]; then
+        steps=$DDP_STEPS warm=1
+        what=(--folder "$WORK/ft" --model resnet18 --size "$FT_SIZE" --batch 32)
+    fi
     tun_ctr >"$WORK/ddp.c0"
     nb_spawn a1 ddp0.log env GLOO_SOCKET_IFNAME="$TUN" /usr/bin/python3 bench/torch_ddp.py \
-        --world 2 --rank 0 --init tcp://10.8.74.1:29500 --warmup 3 --steps "$steps" --seed "$SEED"
+        --world 2 --rank 0 --init tcp://10.8.74.1:29500 --warmup $warm --steps "$steps" --seed "$SEED" "${what[@]}"
     p0=$NB_LAST_PID
     nb_spawn b1 ddp1.log env GLOO_SOCKET_IFNAME="$TUN" /usr/bin/python3 bench/torch_ddp.py \
-        --world 2 --rank 1 --init tcp://10.8.74.1:29500 --warmup 3 --steps "$steps" --seed "$SEED"
+        --world 2 --rank 1 --init tcp://10.8.74.1:29500 --warmup $warm --steps "$steps" --seed "$SEED" "${what[@]}"
     p1=$NB_LAST_PID
     wait "$p0" || fail "DDP rank 0"
     wait "$p1" || fail "DDP rank 1"
     tun_ctr >"$WORK/ddp.c1"
-    python3 - "$name" "$($PY counters "$WORK/ddp.c0" "$WORK/ddp.c1")" "$((steps + 3))" \
-        "$WORK/ddp0.log" >>"$RES" <<'EOF' || fail "row $name"
+    python3 - "$name" "$($PY counters "$WORK/ddp.c0" "$WORK/ddp.c1")" "$((steps + warm))" \
+        "$WORK/ddp0.log" "$TRAIN_N" "$BATCH" >>"$RES" <<'EOF' || fail "row $name"
 import json, sys
 name, tb, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 r = json.loads([l for l in open(sys.argv[4]) if l.startswith('{')][-1])
-spe = 60000 // (64 * 2)
+n, batch = int(sys.argv[5]), int(sys.argv[6])
+spe = n // (batch * 2)
 print(json.dumps({'row': name, 'codec': 'fp32 (DDP)', 'partial': True,
-                  's_epoch': 60000 / r['samples_per_s'], 'tunnel_bytes_epoch': tb / steps * spe}))
+                  's_epoch': n / r['samples_per_s'], 'tunnel_bytes_epoch': tb / steps * spe}))
 EOF
     echo "  $name: $(tail -n 1 "$RES")"
 }
 
 E2=$((EPOCHS + EXTRA))
 ROUND=1
+if [ "$WORKLOAD" = finetune ]; then
+    for ROUND in $(seq 1 "${ROUNDS:-1}"); do
+        [ "$ROUND" = 1 ] || echo "round $ROUND; $(uptime | sed 's/.*load/load/')"
+        set_rate 20
+        full "1 agent" fp32 "$EPOCHS" a1
+        full "2 agents, LAN" auto "$E2" a1 a2
+        full "2 agents, tunnel 20 Mbit/s, auto" auto "$E2" a1 b1
+        FREEZE=backbone full "2 agents, tunnel 20 Mbit/s, auto, freeze = backbone" auto "$E2" a1 b1
+        full "3 agents (2 LAN + 1 tunnel 20 Mbit/s), auto" auto "$E2" a1 a2 b1
+        if [ "$ROUND" = 1 ]; then ddp "PyTorch DDP resnet18, tunnel 20 Mbit/s"; fi
+    done
+    echo
+    echo "seed_table: done; $(uptime | sed 's/.*load/load/')"
+    $PY table "$RES"
+    echo "where the step time went, each rank's last epoch (event=step-split, seconds summed):"
+    for f in "$WORK"/r*-*.log; do
+        l=$(grep 'event=step-split' "$f" | tail -n 1)
+        [ -z "$l" ] || echo "  $(basename "$f" .log): ${l#*event=step-split }"
+    done
+    [ -n "${RESULTS:-}" ] && cp "$RES" "$RESULTS"
+    exit 0
+fi
 full "1 agent" fp32 "$EPOCHS" a1
 full "2 agents, LAN" auto "$E2" a1 a2
 for r in $RATES; do

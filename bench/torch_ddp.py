@@ -48,10 +48,16 @@ def main():
     ap.add_argument("--rdv", help="rendezvous file (world >= 2); must not exist yet")
     ap.add_argument("--init", help="init method instead of --rdv (tcp://ADDR:PORT: rank 0 "
                     "listens there; bench/seed_table.sh, across network namespaces)")
+    ap.add_argument("--folder", help="a photo folder (<class>/<image>) instead of Fashion-MNIST: "
+                    "torchvision's ImageFolder, RandomResizedCrop(--size) + flip + ImageNet "
+                    "normalisation, decoded per batch (WORKLOAD=finetune of bench/seed_table.sh)")
+    ap.add_argument("--size", type=int, default=64)
     a = ap.parse_args()
 
     torch.set_num_threads(1)
     torch.manual_seed(a.seed)
+    if a.folder:
+        return folder_main(a)
     xtr = torch.from_numpy(read_idx(os.path.join(a.data, "train-images-idx3-ubyte")).copy())
     ytr = torch.from_numpy(read_idx(os.path.join(a.data, "train-labels-idx1-ubyte")).astype("int64"))
     xtr = xtr.unsqueeze(1)
@@ -109,6 +115,62 @@ def main():
     # done here, so leave at once.
     sys.stdout.flush()
     os._exit(0)
+
+
+def folder_main(a):
+    """--folder: torchvision's model (--model, e.g. resnet18) on a photo folder, Adam, batch
+    --batch per rank, each rank its shard of a seeded permutation; the same JSON line."""
+    import torchvision
+    import torchvision.transforms as T
+
+    tf = T.Compose([T.RandomResizedCrop(a.size), T.RandomHorizontalFlip(), T.ToTensor(),
+                    T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])])
+    ds = torchvision.datasets.ImageFolder(a.folder, transform=tf)
+    model = getattr(torchvision.models, a.model)(num_classes=len(ds.classes))
+    if a.world > 1:
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+        dist.init_process_group("gloo", init_method=a.init or "file://" + a.rdv,
+                                rank=a.rank, world_size=a.world)
+        model = nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.Adam(model.parameters(), lr=a.lr)
+    lossf = nn.CrossEntropyLoss()
+    gen = torch.Generator().manual_seed(a.seed)
+    order = []
+
+    def step():
+        nonlocal order
+        if len(order) < a.batch:
+            order = torch.randperm(len(ds), generator=gen)[a.rank::a.world].tolist()
+        idx, order = order[:a.batch], order[a.batch:]
+        items = [ds[i] for i in idx]
+        x = torch.stack([t for t, _ in items])
+        y = torch.tensor([c for _, c in items])
+        opt.zero_grad(set_to_none=True)
+        loss = lossf(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    for _ in range(a.warmup):
+        step()
+    if a.world > 1:
+        dist.barrier()
+    t0 = time.perf_counter()
+    for _ in range(a.steps):
+        loss = step()
+    t = time.perf_counter() - t0
+    if a.world > 1:
+        tt = torch.tensor([t], dtype=torch.float64)
+        dist.all_reduce(tt, op=dist.ReduceOp.MAX)
+        t = tt.item()
+    if a.rank == 0:
+        print(json.dumps({"peer": "pytorch " + torch.__version__ + (" ddp gloo" if a.world > 1 else ""),
+                          "model": a.model, "world": a.world, "batch_per_rank": a.batch,
+                          "steps": a.steps, "train_s": t,
+                          "samples_per_s": a.world * a.batch * a.steps / t,
+                          "final_loss": float(loss.item())}), flush=True)
+    sys.stdout.flush()
+    os._exit(0)  # see main: no gloo teardown
 
 
 if __name__ == "__main__":

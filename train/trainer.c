@@ -49,8 +49,10 @@ struct run {
     size_t n_train, n_test;
     int in_c, in_h, in_w;
     struct gm_sampler sampler;
+    struct gm_sampler sampler_next; /* the next epoch's, for the prefetch across its start */
     struct gm_model *model;
     char why[256]; /* the model's reason when gm_model_new refuses the spec */
+    char data_why[400]; /* the loader's, when its check refuses an image */
     struct gm_optim optim;
     struct gm_sched sched;
     int32_t *labels;    /* owned: one batch */
@@ -59,6 +61,7 @@ struct run {
     struct gm_device_choice device; /* where the model lives */
     struct gm_cuda *cu;             /* owned: this thread's CUDA context, on a GPU */
     int epoch;                      /* of the sampler's permutation */
+    int epoch_next;                 /* of sampler_next's, -1: none yet */
     int max_batch;                  /* per-rank batch buffers */
     long steps_per_epoch;
     uint64_t t_start, last_bar;
@@ -635,7 +638,7 @@ static int model_on_device(struct run *r, struct gm_model_spec *ms)
 }
 
 /* The loader's spec of the job's [data] (the run and gm_trainer_check open it alike). */
-static void data_spec(const struct gm_job *job, struct gm_data_spec *ds)
+static void data_spec(const struct gm_job *job, struct gm_data_spec *ds, char *why, size_t why_len)
 {
     *ds = (struct gm_data_spec){
         .kind = gm_job_data_kind_name(job->data.kind),
@@ -658,6 +661,8 @@ static void data_spec(const struct gm_job *job, struct gm_data_spec *ds)
         .loader_threads = job->data.loader_threads,
         .prefetch = job->data.prefetch,
         .skip_bad = job->data.skip_bad,
+        .why = why,
+        .why_len = why_len,
     };
     if (job->data.normalize == GM_JOB_NORMALIZE_IMAGENET) {
         static const float mean[3] = {0.485f, 0.456f, 0.406f}, std[3] = {0.229f, 0.224f, 0.225f};
@@ -746,7 +751,7 @@ int gm_trainer_check(const struct gm_job *job, int world, struct gm_train_check 
     memset(out, 0, sizeof(*out));
     if ((err = gm_job_global_batch(job, world, &g)) < 0)
         return err; /* logged, with the job and the world */
-    data_spec(job, &ds);
+    data_spec(job, &ds, NULL, 0); /* a refused image: the loader's logged line says it */
     if ((err = gm_loader_new(&ds, 1, &data)) < 0)
         return err; /* logged by the loader, with the file name */
     out->n_train = gm_loader_len(data, GM_SPLIT_TRAIN);
@@ -804,7 +809,7 @@ static int setup(struct run *r)
     r->st.rank = comm != NULL ? comm->rank : 0;
     r->st.world = world;
     r->max_batch = (g + min_world - 1) / min_world;
-    data_spec(job, &ds);
+    data_spec(job, &ds, r->data_why, sizeof(r->data_why));
     if ((err = gm_loader_new(&ds, r->max_batch, &r->data)) < 0)
         return err; /* logged by the loader, with the file name */
     r->n_train = gm_loader_len(r->data, GM_SPLIT_TRAIN);
@@ -861,8 +866,10 @@ static int setup(struct run *r)
         return err == -EINVAL ? GM_ERR_CONFIG : err;
     }
     /* the whole permutation: every rank cuts its share of each step's block from it */
-    if ((err = gm_sampler_init(&r->sampler, r->n_train, job->seed, 0, 1)) < 0)
+    if ((err = gm_sampler_init(&r->sampler, r->n_train, job->seed, 0, 1)) < 0 ||
+        (err = gm_sampler_init(&r->sampler_next, r->n_train, job->seed, 0, 1)) < 0)
         return err;
+    r->epoch_next = -1;
     r->steps_per_epoch = (long)(r->n_train / (size_t)g);
     r->st.steps_per_epoch = r->steps_per_epoch;
     r->st.total_steps = r->steps_per_epoch * job->epochs;
@@ -905,6 +912,7 @@ static void teardown(struct run *r)
     gm_model_free(r->model);
     gm_optim_free(&r->optim);
     gm_sampler_free(&r->sampler);
+    gm_sampler_free(&r->sampler_next);
     gm_loader_free(r->data);
     r->data = NULL;
     free(r->labels);
@@ -1007,8 +1015,8 @@ static void epoch_begin(struct epoch_stats *es, int epoch)
 
 /* The observer hooks (trainer.h): a step just taken (t_*: its phase boundaries), an
  * evaluation just made. */
-static void step_hook(const struct run *r, int epoch, double loss, uint64_t t_step, uint64_t t_coll,
-                      uint64_t t_opt)
+static void step_hook(const struct run *r, int epoch, double loss, uint64_t t_step, uint64_t t_data,
+                      uint64_t t_coll, uint64_t t_opt)
 {
     const struct gm_train_hooks *h = r->opts->hooks;
     const uint64_t t_end = gm_time_mono_ns();
@@ -1021,10 +1029,12 @@ static void step_hook(const struct run *r, int epoch, double loss, uint64_t t_st
         .loss = loss,
         .lr = gm_sched_lr(&r->sched, r->st.step - 1),
         .compute_s = (double)(t_coll - t_step) * 1e-9,
+        .data_s = (double)(t_data - t_step) * 1e-9,
         .collective_s = (double)(t_opt - t_coll) * 1e-9,
         .optimizer_s = (double)(t_end - t_opt) * 1e-9,
         .samples_per_s =
             t_end > t_step ? r->st.global_batch / ((double)(t_end - t_step) * 1e-9) : 0,
+        .epoch_end = r->steps_per_epoch > 0 && r->st.step % r->steps_per_epoch == 0,
     };
     h->on_step(h->ctx, &si);
 }
@@ -1065,8 +1075,10 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
     snprintf(sum->model, sizeof(sum->model), "%s", gm_job_model_name(job->model));
     /* one replica: nothing on a wire (train/sim.c overwrites it for its ranks) */
     snprintf(sum->codec, sizeof(sum->codec), "%s", gm_gradsync_summary_codec(NULL, 1));
-    if ((err = setup(&r)) < 0)
+    if ((err = setup(&r)) < 0) {
+        snprintf(sum->error, sizeof(sum->error), "%s", r.data_why);
         goto out;
+    }
     sum->params = gm_model_num_params(r.model);
     sum->trainable = gm_model_num_trainable(r.model);
     if (r.device.device == GM_DEVICE_CUDA)
@@ -1097,7 +1109,13 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
         /* an error line of an earlier step (a checkpoint that could not be written) that did
          * not stop the run is no reason for a later failure (gm_log_last_error) */
         gm_log_clear_last_error();
-        if (e != r.epoch) {
+        if (e != r.epoch && r.epoch_next == e) { /* computed for the prefetch: swap */
+            struct gm_sampler t = r.sampler;
+            r.sampler = r.sampler_next;
+            r.sampler_next = t;
+            r.epoch_next = r.epoch;
+            r.epoch = e;
+        } else if (e != r.epoch) {
             gm_sampler_set_epoch(&r.sampler, e);
             r.epoch = e;
         }
@@ -1108,7 +1126,7 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
             break;
         }
         const uint64_t t_step = gm_time_mono_ns();
-        uint64_t t_coll, t_opt;
+        uint64_t t_coll, t_opt, t_data;
         gm_train_share(G, r.st.world, r.st.rank, &off, &n);
         if (n > r.max_batch || n < 1) {
             gm_err("event=share rank=%d world=%d global_batch=%d: a share of %d samples does not "
@@ -1117,15 +1135,30 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
             err = -EINVAL;
             goto out;
         }
-        /* the next steps' shares decode while this one computes (within the epoch) */
-        for (long a = 1; a <= job->data.prefetch && s_in + a < r.steps_per_epoch; a++)
-            gm_loader_prefetch(
-                r.data, GM_SPLIT_TRAIN, e,
-                gm_sampler_indices(&r.sampler) + (size_t)(s_in + a) * (size_t)G + off, (size_t)n);
+        /* the next steps' shares decode while this one computes, across the end of the epoch
+         * too: the next epoch's order follows from (seed, epoch + 1) alone */
+        for (long a = 1; a <= job->data.prefetch && step + a < r.st.total_steps; a++) {
+            const long t = step + a;
+            const int te = (int)(t / r.steps_per_epoch);
+            const struct gm_sampler *sp = &r.sampler;
+            if (te > e + 1)
+                break; /* epochs shorter than the prefetch: one ahead is enough */
+            if (te != e && r.epoch_next != te) {
+                gm_sampler_set_epoch(&r.sampler_next, te);
+                r.epoch_next = te;
+            }
+            if (te != e)
+                sp = &r.sampler_next;
+            gm_loader_prefetch(r.data, GM_SPLIT_TRAIN, te,
+                               gm_sampler_indices(sp) +
+                                   (size_t)(t % r.steps_per_epoch) * (size_t)G + off,
+                               (size_t)n);
+        }
         if ((err = gm_loader_batch(r.data, GM_SPLIT_TRAIN, e,
                                    gm_sampler_indices(&r.sampler) + (size_t)s_in * (size_t)G + off,
                                    (size_t)n, gm_model_input(r.model), r.labels)) < 0)
             goto out; /* logged with the file */
+        t_data = gm_time_mono_ns();
         if ((err = gm_model_forward(r.model, n, 1,
                                     job->seed * 0x9e3779b97f4a7c15ull + (uint64_t)r.st.step)) < 0)
             goto out;
@@ -1184,7 +1217,7 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
             continue; /* the group's state is at another step: take the step it says */
         r.st.loss = loss;
         steps_done++;
-        step_hook(&r, e, loss, t_step, t_coll, t_opt);
+        step_hook(&r, e, loss, t_step, t_data, t_coll, t_opt);
         es.steps++;
         es.window_steps++;
         es.loss_sum += loss;
@@ -1288,10 +1321,11 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
         gm_loader_stats(r.data, &ls);
         gm_info("event=done job=%s steps=%ld test_accuracy=%.2f test_loss=%.4f samples_per_s=%.0f "
                 "wall_s=%.1f weights=%s peak_rss_mb=%.1f data_wait_s=%.2f data_decodes=%llu "
-                "data_cached_mb=%.1f",
+                "data_cached_mb=%.1f data_prefetched=%llu/%llu",
                 job->name, r.st.step, acc, tloss, sum->samples_per_s, sum->wall_s, out,
                 (double)sum->peak_rss_kb / 1024.0, (double)ls.wait_ns * 1e-9,
-                (unsigned long long)ls.decodes, (double)ls.cache_bytes / 1048576.0);
+                (unsigned long long)ls.decodes, (double)ls.cache_bytes / 1048576.0,
+                (unsigned long long)ls.train_ahead, (unsigned long long)ls.train_batches);
     }
 out:
     teardown(&r);

@@ -48,6 +48,8 @@ struct gm_train_summary {
     long peak_rss_kb;
     int interrupted;
     char checkpoint[1024];
+    char error[400]; /* a failed run: the line that says more than its error code (the data
+                      * check's bad image), or "" */
 };
 
 struct gm_model;
@@ -146,9 +148,11 @@ struct gm_train_step_info {
     double loss;          /* this step's batch loss */
     double lr;            /* the learning rate this step used */
     double compute_s;     /* data, forward, loss, backward */
+    double data_s;        /* of compute_s: waiting for the loader's batch */
     double collective_s;  /* reduce_grads: waiting for the collective (0 alone) */
     double optimizer_s;   /* optimizer step and after_step */
     double samples_per_s; /* this step's batch / its wall time */
+    int epoch_end;        /* 1: the epoch's last step */
 };
 
 struct gm_train_eval_info {

@@ -141,9 +141,9 @@ static int walk(struct work *w, const char *rel)
         if (w->n == w->cap) {
             size_t cap = w->cap ? w->cap * 2 : 16;
             struct gm_jobfile *nf;
-            if (cap > GM_JOB_FILES_MAX) {
-                snprintf(w->error, sizeof(w->error), "%.300s: more than %d files", w->dir,
-                         GM_JOB_FILES_MAX);
+            if (cap > GM_DATAHASH_FILES_MAX) {
+                snprintf(w->error, sizeof(w->error), "%.300s: more than %u files", w->dir,
+                         GM_DATAHASH_FILES_MAX);
                 err = -E2BIG;
                 break;
             }
@@ -159,6 +159,7 @@ static int walk(struct work *w, const char *rel)
         memset(f, 0, sizeof(*f));
         snprintf(f->name, sizeof(f->name), "%.255s", r2);
         f->size = (uint64_t)st.st_size;
+        f->count = 1;
         if ((err = cached(w->d, full, &st, f->sha256)) < 0) {
             snprintf(w->error, sizeof(w->error), "%.400s: %s", full, strerror(-err));
             break;
@@ -255,4 +256,124 @@ int gm_datahash_start(struct gm_datahash *d, const char *dir, int recursive, gm_
     }
     d->inflight++;
     return 0;
+}
+
+/* A group's key for file name: "dir/" or the top-level file's name; "#xx" for a bucket. */
+static int group_key(const char *name, enum gm_jobfile_group g, char key[256])
+{
+    static const char hex[] = "0123456789abcdef";
+    const char *slash;
+
+    if (g == GM_JOBFILE_GROUP_BUCKET) {
+        unsigned char md[32];
+        unsigned int len = 0;
+        if (EVP_Digest(name, strlen(name), md, &len, EVP_sha256(), NULL) != 1)
+            return -ENOMEM;
+        key[0] = '#';
+        key[1] = hex[md[0] >> 4];
+        key[2] = hex[md[0] & 15];
+        key[3] = 0;
+        return 0;
+    }
+    slash = g == GM_JOBFILE_GROUP_DIR ? strchr(name, '/') : NULL;
+    snprintf(key, 256, "%.*s", slash ? (int)(slash - name + 1) : 255, name);
+    return 0;
+}
+
+enum gm_jobfile_group gm_datahash_pick(const struct gm_jobfile *files, size_t n)
+{
+    size_t tops = 0;
+    char prev[256] = "", key[256];
+
+    if (n <= GM_JOB_FILES_MAX)
+        return GM_JOBFILE_GROUP_FILE;
+    for (size_t i = 0; i < n; i++) { /* sorted: a folder's files are together */
+        (void)group_key(files[i].name, GM_JOBFILE_GROUP_DIR, key); /* cannot fail */
+        if (i == 0 || strcmp(key, prev) != 0)
+            tops++;
+        memcpy(prev, key, sizeof(prev));
+    }
+    return tops <= GM_JOB_FILES_MAX ? GM_JOBFILE_GROUP_DIR : GM_JOBFILE_GROUP_BUCKET;
+}
+
+static int by_key(const void *a, const void *b)
+{
+    return strcmp(((const struct gm_jobfile *)a)->name, ((const struct gm_jobfile *)b)->name);
+}
+
+int gm_datahash_group(const struct gm_jobfile *files, size_t n, enum gm_jobfile_group g,
+                      struct gm_jobfile **out, size_t *n_out)
+{
+    static const char hex[] = "0123456789abcdef";
+    struct gm_jobfile *gs = calloc(n + 1, sizeof(*gs));
+    EVP_MD_CTX **ctx = NULL;
+    size_t ng = 0;
+    int err = -ENOMEM;
+
+    *out = NULL;
+    *n_out = 0;
+    if (gs == NULL)
+        return -ENOMEM;
+    if (g == GM_JOBFILE_GROUP_FILE) {
+        for (size_t i = 0; i < n; i++) {
+            gs[i] = files[i];
+            gs[i].count = 1;
+        }
+        *out = gs;
+        *n_out = n;
+        return 0;
+    }
+    /* one context per group; files visit them in name order, so every group's digest covers
+     * its files in name order whether groups are contiguous (DIR) or not (BUCKET) */
+    ctx = calloc(n + 1, sizeof(*ctx));
+    if (ctx == NULL)
+        goto out;
+    for (size_t i = 0; i < n; i++) {
+        char key[256], line[400];
+        size_t k;
+        int len;
+        if (group_key(files[i].name, g, key) < 0)
+            goto out;
+        if (g == GM_JOBFILE_GROUP_DIR)
+            k = ng > 0 && strcmp(gs[ng - 1].name, key) == 0 ? ng - 1 : ng;
+        else
+            for (k = 0; k < ng && strcmp(gs[k].name, key) != 0; k++)
+                ; /* 256 buckets at most */
+        if (k == ng) {
+            snprintf(gs[ng].name, sizeof(gs[ng].name), "%s", key);
+            ctx[ng] = EVP_MD_CTX_new();
+            if (ctx[ng] == NULL || EVP_DigestInit_ex(ctx[ng], EVP_sha256(), NULL) != 1)
+                goto out;
+            ng++;
+        }
+        gs[k].count++;
+        gs[k].size += files[i].size;
+        len = snprintf(line, sizeof(line), "%s%c%llu%c%s\n", files[i].name, 0,
+                       (unsigned long long)files[i].size, 0, files[i].sha256);
+        if (EVP_DigestUpdate(ctx[k], line, (size_t)len) != 1)
+            goto out;
+    }
+    for (size_t k = 0; k < ng; k++) {
+        unsigned char md[EVP_MAX_MD_SIZE];
+        unsigned int mdlen = 0;
+        if (EVP_DigestFinal_ex(ctx[k], md, &mdlen) != 1 || mdlen != 32)
+            goto out;
+        for (int i = 0; i < 32; i++) {
+            gs[k].sha256[2 * i] = hex[md[i] >> 4];
+            gs[k].sha256[2 * i + 1] = hex[md[i] & 15];
+        }
+        gs[k].sha256[64] = 0;
+    }
+    if (ng > 1)
+        qsort(gs, ng, sizeof(*gs), by_key);
+    *out = gs;
+    *n_out = ng;
+    gs = NULL;
+    err = 0;
+out:
+    for (size_t k = 0; ctx != NULL && k <= ng; k++) /* ctx[ng]: one whose init failed */
+        EVP_MD_CTX_free(ctx[k]);
+    free(ctx);
+    free(gs);
+    return err;
 }

@@ -165,6 +165,15 @@ void jobs_to_history(struct gm_jobs *j, struct job *jb)
     }
 }
 
+void jobs_autoreq_free(struct autoreq *r)
+{
+    if (r == NULL)
+        return;
+    free(r->links);
+    free(r->isl);
+    free(r);
+}
+
 struct job *jobs_find(struct gm_jobs *j, const char *id)
 {
     if (j->cur != NULL && strcmp(j->cur->id, id) == 0)
@@ -240,6 +249,8 @@ static void rank_exit(struct gm_rank *rk, int err, const struct gm_train_summary
     /* the trainer's own line ("DIR: N training samples, fewer than one global batch of G"),
      * never the name of err 0 */
     snprintf(reason, sizeof(reason), "%s", gm_rank_error(rk));
+    if (sum->error[0]) /* said by another thread (the loader's, naming the file) */
+        snprintf(reason, sizeof(reason), "%s", sum->error);
     gm_rank_get_progress(rk, &jb->last);
     if (jb->last.params_sha256[0])
         gm_notice("event=job-final-hash job=%s rank=%d world=%d generation=%u step=%ld "
@@ -777,6 +788,8 @@ static void timer_closed(uv_handle_t *h)
     stash_drop(j, NULL, 0);
     jobs_offer_clear(&j->po);
     gm_datahash_free(j->dh);
+    if (j->auto_req != NULL) /* its answer comes to nobody (job_check.c frees it) */
+        j->auto_req->j = NULL;
     free(j);
 }
 

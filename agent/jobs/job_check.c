@@ -34,11 +34,58 @@ static bool rooms_fit(struct gm_jobs *j, struct job *jb)
     return true;
 }
 
-static void maybe_start(struct gm_jobs *j, struct job *jb)
+/* codec = auto: the model timed on the threadpool (job_codec.c prepared the request) */
+static void auto_work(uv_work_t *w)
+{
+    struct autoreq *r = w->data;
+
+    r->err = gm_autocodec_resolve(&r->job, r->world, r->links, r->isl, &r->o, r->reason,
+                                  sizeof(r->reason));
+}
+
+static void auto_done(uv_work_t *w, int status)
+{
+    struct autoreq *r = w->data;
+    struct gm_jobs *j = r->j;
+    struct job *jb = j != NULL ? jobs_find(j, r->id) : NULL;
+
+    if (j != NULL && j->auto_req == r)
+        j->auto_req = NULL;
+    if (jb != NULL && jb->coord && jb->codec_pending) {
+        jb->codec_pending = false;
+        jobs_auto_apply(jb, r, status);
+        jobs_autoreq_free(r);
+        jobs_maybe_start(j, jb);
+        return;
+    }
+    jobs_autoreq_free(r); /* the room or the job is gone */
+}
+
+/* Resolves codec = auto for a job being taken: at once, or the timing queued (the offers and
+ * the check go on; the job starts when it is back). */
+static void resolve_auto(struct gm_jobs *j, struct job *jb, char (*up)[NODE_LEN], size_t n)
+{
+    struct autoreq *r = jobs_resolve_auto(j, jb, up, n);
+
+    if (r == NULL)
+        return;
+    if (uv_queue_work(j->env.loop, &r->work, auto_work, auto_done) < 0) {
+        auto_work(&r->work); /* here, as before */
+        jobs_auto_apply(jb, r, 0);
+        jobs_autoreq_free(r);
+        return;
+    }
+    if (j->auto_req != NULL) /* an older job's timing: that job is gone */
+        j->auto_req->j = NULL;
+    j->auto_req = r;
+    jb->codec_pending = true;
+}
+
+void jobs_maybe_start(struct gm_jobs *j, struct job *jb)
 {
     int err = -ENOMEM; /* when the calloc fails */
 
-    if (jb->state != J_CHECKING || !jb->own_hashed || !jb->prechecked)
+    if (jb->state != J_CHECKING || !jb->own_hashed || !jb->prechecked || jb->codec_pending)
         return;
     for (size_t i = 0; i < jb->nparts; i++)
         if (!jb->parts[i].checked)
@@ -55,33 +102,54 @@ static void maybe_start(struct gm_jobs *j, struct job *jb)
     jobs_reform(j, jb, "start");
 }
 
-/* Compares a member's files with ours; "" when equal. */
-static void compare(const struct job *jb, const char *node, const struct gm_jobfile *f, size_t n,
-                    char *why, size_t cap)
+/* Compares a member's entries (files, or groups g of them) with ours; "" when equal. */
+static void compare(const struct job *jb, const char *node, enum gm_jobfile_group g,
+                    const struct gm_jobfile *f, size_t n, char *why, size_t cap)
 {
-    size_t a = 0, b = 0;
+    const struct gm_jobfile *own = jb->files;
+    struct gm_jobfile *grouped = NULL;
+    size_t nown = jb->nfiles, a = 0, b = 0;
+    int err;
 
     why[0] = 0;
-    while (a < jb->nfiles || b < n) {
-        int c = a == jb->nfiles ? 1 : b == n ? -1 : strcmp(jb->files[a].name, f[b].name);
+    if (g != GM_JOBFILE_GROUP_FILE) { /* ours summed the same way: the entries compare */
+        if ((err = gm_datahash_group(jb->files, jb->nfiles, g, &grouped, &nown)) < 0) {
+            snprintf(why, cap, "cannot sum the dataset's hashes: %s", gm_strerror(err));
+            return;
+        }
+        own = grouped;
+    }
+    while (a < nown || b < n) {
+        int c = a == nown ? 1 : b == n ? -1 : strcmp(own[a].name, f[b].name);
         if (c < 0) {
             snprintf(why, cap, "member %s is missing %.160s/%.160s", node, jb->job.data.dir,
-                     jb->files[a].name);
-            return;
+                     own[a].name);
+            break;
         }
         if (c > 0) {
             snprintf(why, cap, "member %s has %.160s/%.160s, which %s does not", node,
                      jb->job.data.dir, f[b].name, jb->coordinator);
-            return;
+            break;
         }
-        if (strcmp(jb->files[a].sha256, f[b].sha256) != 0 || jb->files[a].size != f[b].size) {
-            snprintf(why, cap, "member %s: %.160s/%.160s differs (sha256 %.12s..., here %.12s...)",
-                     node, jb->job.data.dir, f[b].name, f[b].sha256, jb->files[a].sha256);
-            return;
+        if (strcmp(own[a].sha256, f[b].sha256) != 0 || own[a].size != f[b].size ||
+            own[a].count != f[b].count) {
+            if (g == GM_JOBFILE_GROUP_FILE)
+                snprintf(why, cap,
+                         "member %s: %.160s/%.160s differs (sha256 %.12s..., here %.12s...)", node,
+                         jb->job.data.dir, f[b].name, f[b].sha256, own[a].sha256);
+            else /* a folder's summary: its file count and bytes, the names are not sent */
+                snprintf(why, cap,
+                         "member %s: %.160s/%.160s differs (%llu files, %llu bytes there; %llu "
+                         "files, %llu bytes here)",
+                         node, jb->job.data.dir, f[b].name, (unsigned long long)f[b].count,
+                         (unsigned long long)f[b].size, (unsigned long long)own[a].count,
+                         (unsigned long long)own[a].size);
+            break;
         }
         a++;
         b++;
     }
+    free(grouped);
 }
 
 /* The coordinator's own dataset, hashed: checking a submitted job, or a job taken over while
@@ -134,7 +202,7 @@ static void evaluate(struct gm_jobs *j, struct job *jb)
         if (p->error[0])
             snprintf(why, sizeof(why), "member %s: %.400s", p->node, p->error);
         else
-            compare(jb, p->node, p->files, p->nfiles, why, sizeof(why));
+            compare(jb, p->node, p->group, p->files, p->nfiles, why, sizeof(why));
         free(p->files);
         p->files = NULL;
         p->nfiles = 0;
@@ -150,7 +218,7 @@ static void evaluate(struct gm_jobs *j, struct job *jb)
         if (jb->state == J_RUNNING)
             jobs_reform(j, jb, "a member came (back)");
     }
-    maybe_start(j, jb);
+    jobs_maybe_start(j, jb);
 }
 
 int jobs_on_check(struct gm_jobs *j, const char *node, struct gm_jobmsg *m)
@@ -168,6 +236,7 @@ int jobs_on_check(struct gm_jobs *j, const char *node, struct gm_jobmsg *m)
     free(p->files);
     p->files = m->files;
     p->nfiles = m->nfiles;
+    p->group = m->group;
     m->files = NULL;
     snprintf(p->error, sizeof(p->error), "%s", m->message);
     p->have_room = m->have_room;
@@ -302,7 +371,7 @@ static void precheck_done(uv_work_t *req, int status)
                     "checkpoint_bytes=%llu",
                     jb->id, pc->chk.n_train, pc->chk.global_batch,
                     (unsigned long long)pc->chk.ckpt_bytes);
-            maybe_start(j, jb);
+            jobs_maybe_start(j, jb);
         }
     }
     free(pc->text);
@@ -400,7 +469,7 @@ static int coord_take(struct gm_jobs *j, const char *text, size_t len, const cha
     jb->coord = true;
     snprintf(jb->coordinator, sizeof(jb->coordinator), "%s", j->env.node);
     if (jb->job.comm.codec == GM_JOB_CODEC_AUTO)
-        jobs_resolve_auto(j, jb, up, n);
+        resolve_auto(j, jb, up, n);
     jb->state = J_CHECKING;
     jobs_record(j, jb, J_CHECKING);
     if (j->env.record_spec != NULL)

@@ -2,17 +2,61 @@
  * agent/jobs/job_codec.c - the job room (agent/jobs/job.h), codec = auto: the coordinator's choice
  * of a gradient sync at submit (agent/jobs/autocodec.h) and its switches mid-run: fit reports, the
  * switch tick, JOB_SWITCH. Private state and shared helpers: agent/jobs/job_int.h.  Loop thread
- * only.
+ * only; auto's timing of the model at submit is prepared here (an autoreq: its own copy of the
+ * job's settings and links) and run on libuv's threadpool by job_check.c, so that the loop, and
+ * with it the chief's heartbeats, never waits seconds for a large model's steps.
  */
 #include "agent/jobs/job_int.h"
 
+/* The choice made (or not), logged, and what comes with it (loop thread). */
+static void auto_chosen(struct job *jb, int world, int err, const struct gm_gradsync_auto_out *o)
+{
+    if (err < 0)
+        snprintf(jb->codec_reason, sizeof(jb->codec_reason), "fp32: auto failed (%s)",
+                 gm_strerror(err));
+    {
+        char sp[32] = "-"; /* not predicted: the model did not run */
+        if (o->speedup > 0)
+            snprintf(sp, sizeof(sp), "%.2f", o->speedup);
+        gm_notice("event=codec-auto job=%s codec=%s local_steps=%d world=%d speedup=%s "
+                  "reason=\"%s\"",
+                  jb->id, gm_job_codec_name(jb->job.comm.codec),
+                  jb->job.comm.codec == GM_JOB_CODEC_DILOCO ? jb->job.comm.local_steps : 0,
+                  world, sp, jb->codec_reason);
+    }
+    if (err == 0 && o->compute_s > 0 && jb->job.comm.auto_resolved &&
+        gm_autoswitch_new(&jb->job, o->compute_s, &jb->asw) < 0)
+        gm_warn("event=codec-auto-switch-off job=%s: no switching mid-run (out of memory)", jb->id);
+    if (err == 0 && o->too_slow)
+        gm_warn("event=codec-auto-too-slow world=%d speedup=%.2f: the links are too slow for "
+                "%d agents to train faster than one (predicted %.2fx of one agent's speed)",
+                world, o->speedup, world, o->speedup);
+}
+
+/* The timing's answer into the job (loop thread): status < 0, the work was cancelled. */
+void jobs_auto_apply(struct job *jb, struct autoreq *r, int status)
+{
+    if (status < 0 && r->err == 0)
+        r->err = status; /* fp32, said */
+    jb->job.comm = r->job.comm; /* the choice (fp32 at least: never auto past here) */
+    if (r->err < 0)
+        jb->job.comm.codec = GM_JOB_CODEC_FP32;
+    snprintf(jb->codec_reason, sizeof(jb->codec_reason), "%s", r->reason);
+    auto_chosen(jb, r->world, r->err, &r->o);
+}
+
 /* Coordinator, at submit: auto's choice for this node and the n members up
- * (agent/jobs/autocodec.h), into jb->job.comm; JOB_GROUP carries it to every rank. */
-void jobs_resolve_auto(struct gm_jobs *j, struct job *jb, char (*up)[NODE_LEN], size_t n)
+ * (agent/jobs/autocodec.h), into jb->job.comm; JOB_GROUP carries it to every rank.  Returns
+ * NULL when it is made (no timing needed, or no memory to time it elsewhere), else the request
+ * that times the model: the caller runs it on the threadpool and hands its answer to
+ * jobs_auto_apply. */
+struct autoreq *jobs_resolve_auto(struct gm_jobs *j, struct job *jb, char (*up)[NODE_LEN],
+                                  size_t n)
 {
     int world = (int)n + 1, err;
     struct gm_coll_link *links = calloc((size_t)world * (size_t)world, sizeof(*links));
     struct gm_gradsync_auto_out o;
+    struct autoreq *r = NULL;
 
     jb->codec_auto = true;
     for (int a = 0; links != NULL && a < world; a++)
@@ -45,6 +89,19 @@ void jobs_resolve_auto(struct gm_jobs *j, struct job *jb, char (*up)[NODE_LEN], 
             snprintf(jb->codec_reason, sizeof(jb->codec_reason),
                      "fp32: every link of the group is on a LAN (one island: full precision)");
             err = 0;
+        } else if (links != NULL && (r = calloc(1, sizeof(*r))) != NULL) {
+            /* the model's steps are timed elsewhere: the request owns links and isl */
+            r->work.data = r;
+            r->j = j;
+            snprintf(r->id, sizeof(r->id), "%s", jb->id);
+            r->job = jb->job;
+            r->job.text = NULL;
+            r->job.text_len = 0;
+            r->world = world;
+            r->links = links;
+            r->isl = isl;
+            free(nodes);
+            return r;
         } else {
             err = gm_autocodec_resolve(&jb->job, world, links, isl, &o, jb->codec_reason,
                                        sizeof(jb->codec_reason));
@@ -54,25 +111,9 @@ void jobs_resolve_auto(struct gm_jobs *j, struct job *jb, char (*up)[NODE_LEN], 
     }
     free(links);
     if (err < 0)
-        snprintf(jb->codec_reason, sizeof(jb->codec_reason), "fp32: auto failed (%s)",
-                 gm_strerror(err));
-    {
-        char sp[32] = "-"; /* not predicted: the model did not run */
-        if (o.speedup > 0)
-            snprintf(sp, sizeof(sp), "%.2f", o.speedup);
-        gm_notice("event=codec-auto job=%s codec=%s local_steps=%d world=%d speedup=%s "
-                  "reason=\"%s\"",
-                  jb->id, gm_job_codec_name(jb->job.comm.codec),
-                  jb->job.comm.codec == GM_JOB_CODEC_DILOCO ? jb->job.comm.local_steps : 0, world,
-                  sp, jb->codec_reason);
-    }
-    if (err == 0 && o.compute_s > 0 && jb->job.comm.auto_resolved &&
-        gm_autoswitch_new(&jb->job, o.compute_s, &jb->asw) < 0)
-        gm_warn("event=codec-auto-switch-off job=%s: no switching mid-run (out of memory)", jb->id);
-    if (err == 0 && o.too_slow)
-        gm_warn("event=codec-auto-too-slow world=%d speedup=%.2f: the links are too slow for "
-                "%d agents to train faster than one (predicted %.2fx of one agent's speed)",
-                world, o.speedup, world, o.speedup);
+        jb->job.comm.codec = GM_JOB_CODEC_FP32;
+    auto_chosen(jb, world, err, &o);
+    return NULL;
 }
 
 /* Member: the coordinator's choice for codec = auto, from JOB_GROUP. */

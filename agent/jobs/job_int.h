@@ -59,6 +59,7 @@ struct part {
     bool answered;            /* its JOB_CHECK came, not compared yet */
     struct gm_jobfile *files; /* owned: its answer */
     size_t nfiles;
+    enum gm_jobfile_group group; /* what its answer's entries stand for */
     char error[GM_JOB_MSG_MAX];
     bool have_room;     /* its answer said how much its checkpoint directory can take */
     uint64_t ckpt_room; /* bytes */
@@ -109,6 +110,8 @@ struct job {
     /* coordinator: why a job named like an earlier one did not go on from its checkpoints */
     char note[512];
     struct gm_autoswitch *asw; /* owned, coordinator of an auto job: switching mid-run */
+    bool codec_pending;        /* coordinator: auto's timing runs on the threadpool (job_codec.c);
+                                * the job starts once it is back */
     uint64_t switch_ns;        /* coordinator: when the pending switch was announced */
     uint64_t fit_sent_ns;      /* member: its last fit report */
     uint64_t fit_sent_ops;
@@ -141,8 +144,9 @@ struct pending_offer {
     char coord[NODE_LEN];
     char (*ranks)[NODE_LEN]; /* owned */
     size_t nranks;
-    struct gm_jobfile *files; /* owned */
+    struct gm_jobfile *files; /* owned: the answer's entries (gm_datahash_group) */
     size_t nfiles;
+    enum gm_jobfile_group group;
     char error[GM_JOB_MSG_MAX];
     bool have_room;     /* ckpt_room is known */
     uint64_t ckpt_room; /* what this node's checkpoint directory of the job can take */
@@ -163,6 +167,22 @@ struct gm_jobs {
     bool leaving;        /* gm_jobs_leave: the job goes on without this node */
     unsigned prechecks;  /* gm_trainer_check runs on the threadpool (gm_jobs_idle waits) */
     uint64_t frame_term; /* the term of the JOB_* frame being handled */
+    struct autoreq *auto_req; /* auto's timing in flight (job_codec.c), or NULL */
+};
+
+/* codec = auto's timing of the model, on libuv's threadpool (made by job_codec.c, run by
+ * job_check.c); j goes NULL when the jobs room is freed first (job.c), so the answer finds
+ * nothing to apply to. */
+struct autoreq {
+    uv_work_t work;
+    struct gm_jobs *j; /* borrowed, or NULL */
+    char id[GM_JOB_ID_LEN + 1];
+    struct gm_job job; /* a copy of the settings, text NULL: owns nothing */
+    int world, err;
+    struct gm_coll_link *links; /* owned */
+    int *isl;                   /* owned, may be NULL */
+    struct gm_gradsync_auto_out o;
+    char reason[340];
 };
 
 const char *jobs_state_name(enum jstate st);
@@ -175,6 +195,7 @@ int jobs_send_msg(struct gm_jobs *j, const char *node, uint16_t type, const stru
 void jobs_new_id(char out[GM_JOB_ID_LEN + 1]);
 void jobs_to_history(struct gm_jobs *j, struct job *jb);
 struct job *jobs_find(struct gm_jobs *j, const char *id);
+void jobs_autoreq_free(struct autoreq *r); /* NULL-safe */
 int jobs_rank_of(const struct job *jb, const char *node);
 struct linkacc *jobs_acc_of(struct job *jb, const char *node, bool add);
 void jobs_account_group(struct job *jb);
@@ -194,7 +215,9 @@ bool jobs_is_chief(struct gm_jobs *j, const char *node);
 bool jobs_ckpt_room(struct gm_jobs *j, const struct gm_job *job, uint64_t *room);
 
 /* job_codec.c */
-void jobs_resolve_auto(struct gm_jobs *j, struct job *jb, char (*up)[NODE_LEN], size_t n);
+struct autoreq *jobs_resolve_auto(struct gm_jobs *j, struct job *jb, char (*up)[NODE_LEN],
+                                  size_t n);
+void jobs_auto_apply(struct job *jb, struct autoreq *r, int status);
 void jobs_apply_comm(struct job *jb, const struct gm_jobmsg *m);
 void jobs_fit_report_tick(struct gm_jobs *j, struct job *jb);
 void jobs_switch_tick(struct gm_jobs *j, struct job *jb);
@@ -204,6 +227,9 @@ void jobs_on_switch_report(struct gm_jobs *j, struct job *jb, const char *node,
 
 /* job_check.c */
 void jobs_own_hashed(void *arg, struct gm_jobfile *files, size_t n, const char *error);
+/* Starts a checked job once nothing it waits for is left (auto's codec back, every member's
+ * dataset equal to ours). */
+void jobs_maybe_start(struct gm_jobs *j, struct job *jb);
 int jobs_on_check(struct gm_jobs *j, const char *node, struct gm_jobmsg *m);
 void jobs_offer(struct gm_jobs *j, struct job *jb, const char *node);
 int jobs_coord_submit(struct gm_jobs *j, const char *text, size_t len, const char *origin,

@@ -34,6 +34,7 @@ void jobs_try_answer(struct gm_jobs *j)
     else {
         m.files = po->files;
         m.nfiles = po->nfiles;
+        m.group = po->group;
     }
     m.have_room = po->have_room;
     m.ckpt_room = po->ckpt_room;
@@ -55,9 +56,21 @@ static void offer_hashed(void *arg, struct gm_jobfile *files, size_t n, const ch
         return;
     }
     po->hashed = true;
-    po->files = files;
-    po->nfiles = error[0] ? 0 : n;
     snprintf(po->error, sizeof(po->error), "%s", error);
+    if (error[0] == 0) { /* at most GM_JOB_FILES_MAX entries on the wire */
+        struct gm_jobfile *gs = NULL;
+        size_t ng = 0;
+        int err;
+        po->group = gm_datahash_pick(files, n);
+        if ((err = gm_datahash_group(files, n, po->group, &gs, &ng)) < 0)
+            snprintf(po->error, sizeof(po->error), "cannot sum the dataset's hashes: %s",
+                     gm_strerror(err));
+        free(files);
+        files = gs;
+        n = ng;
+    }
+    po->files = files;
+    po->nfiles = po->error[0] ? 0 : n;
     free(hr);
     jobs_try_answer(j);
 }

@@ -136,12 +136,22 @@ static bool hex64(const char *s)
     return true;
 }
 
+/* CHECK's files; with a group, entries carry count (>= 1) and names fit their kind. */
 static int get_files(json_t *o, struct gm_jobmsg *m)
 {
-    json_t *a = json_object_get(o, "files");
+    json_t *a = json_object_get(o, "files"), *g = json_object_get(o, "group");
     size_t n = json_array_size(a);
     int err;
 
+    if (g != NULL) {
+        const char *gs = json_string_value(g);
+        if (gs != NULL && strcmp(gs, "dir") == 0)
+            m->group = GM_JOBFILE_GROUP_DIR;
+        else if (gs != NULL && strcmp(gs, "bucket") == 0)
+            m->group = GM_JOBFILE_GROUP_BUCKET;
+        else
+            return GM_ERR_PROTO;
+    }
     if (!json_is_array(a) || n > GM_JOB_FILES_MAX)
         return GM_ERR_PROTO;
     m->files = calloc(n + 1, sizeof(*m->files));
@@ -150,13 +160,20 @@ static int get_files(json_t *o, struct gm_jobmsg *m)
     for (size_t i = 0; i < n; i++) {
         json_t *f = json_array_get(a, i);
         struct gm_jobfile *jf = &m->files[i];
-        if (!json_is_object(f) || json_object_size(f) != 3)
+        bool grouped = m->group != GM_JOBFILE_GROUP_FILE;
+        if (!json_is_object(f) || json_object_size(f) != (grouped ? 4u : 3u))
             return GM_ERR_PROTO;
         if ((err = get_str(f, "name", jf->name, sizeof(jf->name), true)) < 0 ||
             (err = gm_jsonmsg_get_uint(f, "size", UINT64_MAX >> 1, &jf->size)) < 0 ||
             (err = get_str(f, "sha256", jf->sha256, sizeof(jf->sha256), true)) < 0)
             return err;
-        if (jf->name[0] == 0 || !hex64(jf->sha256))
+        jf->count = 1;
+        if (grouped && (err = gm_jsonmsg_get_uint(f, "count", UINT64_MAX >> 1, &jf->count)) < 0)
+            return err;
+        if (jf->name[0] == 0 || !hex64(jf->sha256) || jf->count == 0)
+            return GM_ERR_PROTO;
+        if (m->group == GM_JOBFILE_GROUP_BUCKET &&
+            (strlen(jf->name) != 3 || jf->name[0] != '#' || !gm_jsonmsg_is_hex(jf->name + 1, 2)))
             return GM_ERR_PROTO;
     }
     m->nfiles = n;
@@ -361,11 +378,21 @@ int gm_jobmsg_encode(uint16_t type, const struct gm_jobmsg *m, char **out, size_
         break;
     case GM_MSG_JOB_CHECK:
         a = json_array();
-        for (size_t i = 0; i < m->nfiles && a != NULL; i++)
-            json_array_append_new(a, json_pack("{s:s,s:I,s:s}", "name", m->files[i].name, "size",
-                                               (json_int_t)m->files[i].size, "sha256",
-                                               m->files[i].sha256));
+        for (size_t i = 0; i < m->nfiles && a != NULL; i++) {
+            const struct gm_jobfile *f = &m->files[i];
+            if (m->group == GM_JOBFILE_GROUP_FILE)
+                json_array_append_new(a, json_pack("{s:s,s:I,s:s}", "name", f->name, "size",
+                                                   (json_int_t)f->size, "sha256", f->sha256));
+            else
+                json_array_append_new(a, json_pack("{s:s,s:I,s:s,s:I}", "name", f->name, "size",
+                                                   (json_int_t)f->size, "sha256", f->sha256,
+                                                   "count", (json_int_t)f->count));
+        }
         json_object_set_new(o, "files", a);
+        if (m->group != GM_JOBFILE_GROUP_FILE)
+            json_object_set_new(o, "group", json_string(m->group == GM_JOBFILE_GROUP_DIR
+                                                            ? "dir"
+                                                            : "bucket"));
         if (m->message[0])
             json_object_set_new(o, "error", json_string(m->message));
         if (m->have_room)

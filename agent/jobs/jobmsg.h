@@ -7,9 +7,14 @@
  *   JOB_OFFER  {id, text, origin, ranks?: [node]}        coordinator -> member; ranks: the
  *                                                        nodes it will train with (it answers
  *                                                        once it has a link to each)
- *   JOB_CHECK  {id, error?, files: [{name, size, sha256}], ckpt_room?}
- *                                                        member -> coordinator; ckpt_room:
- *                                                        the bytes the member's checkpoint
+ *   JOB_CHECK  {id, error?, group?: "dir"|"bucket", files: [{name, size, sha256, count?}],
+ *               ckpt_room?}
+ *                                                        member -> coordinator; at most
+ *                                                        GM_JOB_FILES_MAX entries: one per
+ *                                                        file, or (group) one per top-level
+ *                                                        entry or name bucket, summed
+ *                                                        (gm_datahash_group); ckpt_room: the
+ *                                                        bytes the member's checkpoint
  *                                                        directory of the job can take (free
  *                                                        space plus its earlier checkpoints)
  *   JOB_GROUP  {id, text, origin, gen, ranks: [node], global_batch,
@@ -52,13 +57,23 @@
 
 #define GM_JOB_ID_LEN 16 /* hex digits */
 #define GM_JOB_RANKS_MAX 256
-#define GM_JOB_FILES_MAX 4096
+#define GM_JOB_FILES_MAX 4096 /* entries in one JOB_CHECK (files or groups of them) */
 #define GM_JOB_MSG_MAX 512 /* message strings, bytes */
 
+/* How a JOB_CHECK's entries stand for the files: one each (a dataset of at most
+ * GM_JOB_FILES_MAX files), one per top-level entry of the data dir (a class folder "cat/",
+ * or a file), or one per bucket "#00".."#ff" of SHA-256(name)'s first byte. */
+enum gm_jobfile_group {
+    GM_JOBFILE_GROUP_FILE,
+    GM_JOBFILE_GROUP_DIR,
+    GM_JOBFILE_GROUP_BUCKET,
+};
+
 struct gm_jobfile {
-    char name[256]; /* relative to the data dir */
-    uint64_t size;
-    char sha256[65];
+    char name[256]; /* relative to the data dir; a group's: "dir/", a top-level file, "#xx" */
+    uint64_t size;  /* bytes (a group: of all its files) */
+    char sha256[65]; /* the file's (a group: of its files' names, sizes and hashes) */
+    uint64_t count;  /* files: 1 for a file, >= 1 for a group */
 };
 
 struct gm_jobmsg {
@@ -77,10 +92,11 @@ struct gm_jobmsg {
                                * and islands[islands[i]] == islands[i]; NULL: none */
     struct gm_jobfile *files; /* owned (CHECK) */
     size_t nfiles;
-    bool have_room;     /* CHECK: ckpt_room was said */
-    uint64_t ckpt_room; /* CHECK: bytes */
-    char event[16];     /* REPORT */
-    uint32_t seq;       /* SWITCH, REPORT switch-*: the switch's number in the job */
+    enum gm_jobfile_group group; /* CHECK: what the files entries stand for */
+    bool have_room;              /* CHECK: ckpt_room was said */
+    uint64_t ckpt_room;          /* CHECK: bytes */
+    char event[16];              /* REPORT */
+    uint32_t seq;  /* SWITCH, REPORT switch-*: the switch's number in the job */
     long step;     /* SWITCH: the step it takes effect at; REPORT switch-*: where the rank is */
     bool have_fit; /* REPORT fit */
     double fit_alpha_s, fit_bytes_per_s; /* >= 0, > 0 */

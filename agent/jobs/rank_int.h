@@ -106,6 +106,10 @@ struct gm_rank {
     uint32_t synced_gen;
     struct gm_gradsync *gs; /* owned */
     int fit_epoch;          /* the epoch last logged */
+    struct {                /* this epoch's step time, summed: event=step-split */
+        long steps;
+        double compute_s, data_s, collective_s, optimizer_s;
+    } split;
     bool fit_skip;          /* the next counted op waits for rank 0's evaluation or a resync */
     struct gm_gradsync_strategy strat;
     struct gm_gradsync_exec exec;

@@ -45,6 +45,13 @@ static int start_bcast(struct gm_coll *c, void *arg, gm_coll_done_cb done, void 
     return gm_coll_broadcast_start(c, b->buf, b->n, 0, b->gen, done, done_arg);
 }
 
+static int start_hashcheck(struct gm_coll *c, void *arg, gm_coll_done_cb done, void *done_arg)
+{
+    struct bcast *b = arg;
+
+    return gm_coll_hashcheck_start(c, b->buf, b->n * sizeof(float), b->gen, done, done_arg);
+}
+
 /* Integers ride in the float broadcast as 16-bit pieces: every one is exact. */
 #define HDR_FLOATS 8
 
@@ -68,7 +75,9 @@ static int hook_resync(void *ctx, struct gm_train_state *st)
 {
     struct gm_rank *rk = ctx;
     const size_t np = gm_model_num_params(st->model), no = gm_optim_state_len(st->optim);
+    const size_t nt = gm_model_num_trainable(st->model); /* params [0, nt) train, the rest frozen */
     struct bcast b = {.n = np + no + HDR_FLOATS};
+    size_t ns = np; /* the params rank 0 sends: all, or the trainable ones */
     int rank, world, err;
 
     pthread_mutex_lock(&rk->mu);
@@ -98,21 +107,35 @@ static int hook_resync(void *ctx, struct gm_train_state *st)
         return -ENOMEM;
     b.buf = rk->state_buf;
     b.gen = rk->synced_gen;
+    /* Frozen parameters never move: when every rank already holds the same ones (the same
+     * init file; a 64-bit hash compared by all, all agree on the answer) they stay out of the
+     * broadcast, which is then the trainable part and the optimizer state alone; a fine-tuned
+     * backbone costs the link nothing at a group's start. */
+    if (world > 1 && nt < np) {
+        struct bcast h = {.buf = gm_model_params(st->model) + nt, .n = np - nt, .gen = b.gen};
+        err = gm_rank_bridge_run(rk, start_hashcheck, &h, false);
+        if (err < 0 && err != GM_ERR_MISMATCH)
+            return err;
+        ns = err == 0 ? nt : np;
+        gm_info("event=resync-frozen generation=%u frozen=%zu same=%d", b.gen & 0xffff, np - nt,
+                err == 0);
+    }
+    b.n = ns + no + HDR_FLOATS;
     if (rank == 0) {
-        memcpy(b.buf, gm_model_params(st->model), np * sizeof(float));
+        memcpy(b.buf, gm_model_params(st->model), ns * sizeof(float));
         if (no > 0)
-            memcpy(b.buf + np, gm_optim_state(st->optim), no * sizeof(float));
-        put_u64(b.buf + np + no, (uint64_t)st->step);
-        put_u64(b.buf + np + no + 4, (uint64_t)st->optim->step);
+            memcpy(b.buf + ns, gm_optim_state(st->optim), no * sizeof(float));
+        put_u64(b.buf + ns + no, (uint64_t)st->step);
+        put_u64(b.buf + ns + no + 4, (uint64_t)st->optim->step);
     }
     if (world > 1 && (err = gm_rank_bridge_run(rk, start_bcast, &b, false)) < 0)
         return err;
     if (rank != 0) {
-        memcpy(gm_model_params(st->model), b.buf, np * sizeof(float));
+        memcpy(gm_model_params(st->model), b.buf, ns * sizeof(float));
         if (no > 0)
-            memcpy(gm_optim_state(st->optim), b.buf + np, no * sizeof(float));
-        st->step = (long)get_u64(b.buf + np + no);
-        st->optim->step = (long)get_u64(b.buf + np + no + 4);
+            memcpy(gm_optim_state(st->optim), b.buf + ns, no * sizeof(float));
+        st->step = (long)get_u64(b.buf + ns + no);
+        st->optim->step = (long)get_u64(b.buf + ns + no + 4);
     }
     st->rank = rank;
     st->world = world;
@@ -124,6 +147,7 @@ static int hook_resync(void *ctx, struct gm_train_state *st)
     rk->prog.rank = rank;
     rk->prog.world = world;
     rk->prog.generation = rk->synced_gen;
+    rk->bytes_at_step = rk->bytes_sent_total; /* a step's bytes are its own: not the resync's */
     rk->prog.step = st->step;
     rk->prog.total_steps = st->total_steps;
     if (rk->prog.resumed_from[0] != '\0' && rk->prog.resumed_step < 0)
@@ -414,6 +438,20 @@ static void hook_step(void *ctx, const struct gm_train_step_info *si)
                 si->epoch, (unsigned long long)rk->fit.n, rk->fit_s / (double)rk->fit.n * 1e3,
                 rk->fit.sx / rk->fit.w, l.alpha_s * 1e3, l.bytes_per_s * 8e-6);
         rk->fit_epoch = si->epoch;
+    }
+    /* where this rank's step time went, once an epoch (data: the loader's part of compute;
+     * collective: the all-reduce or sync, waiting for the slowest rank included) */
+    rk->split.steps++;
+    rk->split.compute_s += si->compute_s - si->data_s;
+    rk->split.data_s += si->data_s;
+    rk->split.collective_s += si->collective_s;
+    rk->split.optimizer_s += si->optimizer_s;
+    if (si->epoch_end) {
+        gm_info("event=step-split epoch=%d steps=%ld compute_s=%.2f data_s=%.2f collective_s=%.2f "
+                "optimizer_s=%.2f",
+                si->epoch, rk->split.steps, rk->split.compute_s, rk->split.data_s,
+                rk->split.collective_s, rk->split.optimizer_s);
+        memset(&rk->split, 0, sizeof(rk->split));
     }
     rk->mjob.step = si->step;
     rk->mjob.epoch = si->epoch;

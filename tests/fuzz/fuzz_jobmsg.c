@@ -103,9 +103,15 @@ static void check_fields(uint16_t type, const struct gm_jobmsg *m)
         for (size_t i = 0; i < m->nfiles; i++) {
             need(m->files[i].name[0] != 0 && printable(m->files[i].name, sizeof(m->files[i].name)));
             need(hexn(m->files[i].sha256, 64) && m->files[i].size <= (UINT64_MAX >> 1));
+            need(m->files[i].count >= 1 && m->files[i].count <= (UINT64_MAX >> 1));
+            need(m->group != GM_JOBFILE_GROUP_FILE || m->files[i].count == 1);
+            need(m->group != GM_JOBFILE_GROUP_BUCKET ||
+                 (m->files[i].name[0] == '#' && hexn(m->files[i].name + 1, 2)));
         }
+        need(m->group == GM_JOBFILE_GROUP_FILE || m->group == GM_JOBFILE_GROUP_DIR ||
+             m->group == GM_JOBFILE_GROUP_BUCKET);
     } else {
-        need(m->files == NULL && m->nfiles == 0);
+        need(m->files == NULL && m->nfiles == 0 && m->group == GM_JOBFILE_GROUP_FILE);
     }
     if (type == GM_MSG_JOB_REPORT) {
         need(strcmp(m->event, "group-failed") == 0 || strcmp(m->event, "exit") == 0 ||
@@ -138,7 +144,7 @@ static void same(const struct gm_jobmsg *a, const struct gm_jobmsg *b)
     need(a->gen == b->gen && a->code == b->code && a->nranks == b->nranks);
     need(a->global_batch == b->global_batch && a->have_summary == b->have_summary);
     need(!a->have_summary || (a->steps == b->steps && strcmp(a->weights, b->weights) == 0));
-    need(a->nfiles == b->nfiles && strcmp(a->event, b->event) == 0);
+    need(a->nfiles == b->nfiles && a->group == b->group && strcmp(a->event, b->event) == 0);
     need(a->seq == b->seq && a->step == b->step && a->have_fit == b->have_fit);
     need(!a->have_fit || (a->fit_ops == b->fit_ops && a->fit_alpha_s == b->fit_alpha_s &&
                           a->fit_bytes_per_s == b->fit_bytes_per_s));
@@ -149,7 +155,8 @@ static void same(const struct gm_jobmsg *a, const struct gm_jobmsg *b)
     for (size_t i = 0; i < a->nfiles; i++)
         need(strcmp(a->files[i].name, b->files[i].name) == 0 &&
              a->files[i].size == b->files[i].size &&
-             strcmp(a->files[i].sha256, b->files[i].sha256) == 0);
+             strcmp(a->files[i].sha256, b->files[i].sha256) == 0 &&
+             a->files[i].count == b->files[i].count);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -209,8 +216,8 @@ static void write_seeds(const char *dir)
                               "[comm]\ncodec = powersgd\nrank = 4\n";
     char ranks[3][GM_ID_NAME_MAX + 1] = {"alpha", "beta", "gamma"};
     struct gm_jobfile files[2] = {
-        {.name = "t10k-labels-idx1-ubyte.gz", .size = 5148},
-        {.name = "train-images-idx3-ubyte.gz", .size = 26421880},
+        {.name = "t10k-labels-idx1-ubyte.gz", .size = 5148, .count = 1},
+        {.name = "train-images-idx3-ubyte.gz", .size = 26421880, .count = 1},
     };
     struct gm_jobmsg m = {.text = (char *)job, .text_len = sizeof(job) - 1, .gen = 1};
 
@@ -230,6 +237,18 @@ static void write_seeds(const char *dir)
     m = (struct gm_jobmsg){.files = files, .nfiles = 2};
     snprintf(m.id, sizeof(m.id), "0123456789abcdef");
     write_seed(dir, "check", GM_MSG_JOB_CHECK, &m);
+    /* a folder of more than GM_JOB_FILES_MAX files: one entry per class folder, or per bucket */
+    snprintf(files[0].name, sizeof(files[0].name), "cat/");
+    files[0].count = 2500;
+    snprintf(files[1].name, sizeof(files[1].name), "dog/");
+    files[1].count = 2400;
+    m.group = GM_JOBFILE_GROUP_DIR;
+    write_seed(dir, "check-dir", GM_MSG_JOB_CHECK, &m);
+    snprintf(files[0].name, sizeof(files[0].name), "#00");
+    snprintf(files[1].name, sizeof(files[1].name), "#9f");
+    m.group = GM_JOBFILE_GROUP_BUCKET;
+    write_seed(dir, "check-bucket", GM_MSG_JOB_CHECK, &m);
+    m.group = GM_JOBFILE_GROUP_FILE;
     m.nfiles = 0;
     snprintf(m.message, sizeof(m.message), "cannot open /data/fmnist: No such file or directory");
     write_seed(dir, "check-error", GM_MSG_JOB_CHECK, &m);

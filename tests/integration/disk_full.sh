@@ -92,7 +92,11 @@ timeout "$JOB_TIMEOUT" "$GM" submit "$WORK/job.ini" --follow --config "$WORK/alp
 SUBMIT=$!
 for i in $(seq 1200); do grep -q "event=checkpoint-received" "$WORK/beta.log" && break; sleep 0.1; done
 grep -q "event=checkpoint-received" "$WORK/beta.log" || fail "beta received no checkpoint"
-dd if=/dev/zero of="$MNT/filler" bs=64k 2>/dev/null # until ENOSPC: the disk is full
+# until ENOSPC: the disk is full (again, should beta prune an old checkpoint meanwhile)
+for i in $(seq 10); do
+    dd if=/dev/zero of="$MNT/filler.$i" bs=64k 2>/dev/null
+    [ "$(df --output=avail -B1 "$MNT" | tail -n 1 | tr -d ' ')" = 0 ] && break
+done
 [ "$(df --output=avail -B1 "$MNT" | tail -n 1 | tr -d ' ')" = 0 ] || fail "the tmpfs is not full"
 pass "beta holds a replica; its disk is now full"
 
@@ -147,7 +151,7 @@ n=$(grep -c "event=disk-full" "$WORK/beta.log")
 pass "the job completed on both ranks (same final parameters); beta stayed in its group through $n refused replicas"
 
 # --- 3. the coordinator's own disk fills -------------------------------------------------------
-rm -f "$MNT/filler"
+rm -f "$MNT"/filler.*
 mkdir -p "$MNTA"
 mount -t tmpfs -o size=16m gm-disk-full-a "$MNTA" || fail "mount a tmpfs on alpha's checkpoints"
 job_ini "$WORK/job2.ini" full2 job.seed=2 job.checkpoint_every=20 job.checkpoint_keep=2 \

@@ -6,7 +6,9 @@
 # own link accounting reports them (gradmesh_job_bytes_per_step: the collective payload this
 # rank sent for the last step, fp32 ring over 2 ranks = 2(W-1)/W x the gradient = all of it).
 # The same job without freeze sends all 61,706 parameters (246,824 bytes): the contrast shows
-# the measure sees the whole model when it trains.
+# the measure sees the whole model when it trains.  At the group's start the ranks compare
+# their frozen parameters' hashes and, equal, leave them out of rank 0's state broadcast
+# (event=resync-frozen same=1 on both).
 #
 #   alpha (rank 0, coordinator) --TLS, 127.0.0.1-- beta (rank 1)
 #   each with its metrics on its own loopback port, scraped every 50 ms while the job runs
@@ -97,6 +99,13 @@ check() {
 run frozen_fp32 fp32 backbone
 check frozen_fp32 3400
 grep -q "trainable=850 frozen=60856" "$WORK/alpha.log" || fail "alpha's start line: not 850 trainable"
+# both ranks made the same frozen backbone (the same seed): the group's start leaves it out of
+# rank 0's broadcast, so the link carries the head and its optimizer state alone
+for n in alpha beta; do
+    grep -q "event=resync-frozen .*frozen=60856 same=1" "$WORK/$n.log" ||
+        fail "$n: the frozen parameters were not found equal at the resync"
+done
+pass "the resync leaves the 60,856 frozen parameters out: every rank holds the same ones"
 run frozen_fp16 fp16 backbone
 check frozen_fp16 1700
 run whole_fp32 fp32 ""

@@ -3,7 +3,8 @@
 #   - a generated folder (tests/tools/make_photos.py: Fashion-MNIST items as JPEG/PNG photos
 #     of 64-160 px) with augment = crop_flip and ImageNet normalisation trains, and 1, 2 and 3
 #     simulated workers hand the trainer the same tensor for every (epoch, sample): the
-#     per-sample hashes the loader logs at debug level (event=sample) are the same sets;
+#     per-sample hashes the loader logs at debug level (event=sample) are the same sets, and
+#     every training batch but the first was prefetched (across the epoch's end too);
 #   - train_dir/val_dir;
 #   - a truncated JPEG: exit 78 naming it and nothing written; with skip_bad every rank leaves
 #     the same file out (each rank's check says skipped=1) and the run completes;
@@ -46,6 +47,13 @@ cmp -s "$WORK/p1.samples" "$WORK/p3.samples" || fail "photos: 3 workers saw othe
 [ "$(awk '{print $3, $4}' "$WORK/p1.samples" | sed 's/epoch=[0-9]* //' | sort -u | wc -l)" -gt 60 ] ||
     fail "photos: too few distinct samples"
 pass "1, 2 and 3 workers: the same $n (epoch, sample, tensor hash) triples"
+# the prefetch crosses the epoch's end (and the evaluation after it): only the first of the
+# 2 x 7 training batches was not queued ahead
+for w in 1 3; do
+    grep -q 'event=done .* data_prefetched=13/14' "$WORK/p$w.log" ||
+        fail "photos, $w workers: $(grep -o 'data_prefetched=[0-9/]*' "$WORK/p$w.log"), want 13/14"
+done
+pass "the next epoch's first batches were prefetched: 13 of 14 batches queued ahead"
 # the augmentation draws differ between epochs: the hash of a sample seen in both changes
 same=$(awk '{split($3,e,"=");split($4,i,"=");h[i[2]]=h[i[2]] " " $5} END{n=0; for(k in h){split(h[k],a," "); if(length(a)==2 && a[1]==a[2]) n++} print n}' "$WORK/p1.samples")
 [ "$same" -lt 5 ] || fail "photos: $same samples got the same tensor in both epochs"

@@ -26,6 +26,7 @@
 #include "agent/agent.h"
 #include "agent/cli/cli.h"
 #include "agent/service/control.h"
+#include "agent/jobs/datahash.h"
 #include "agent/jobs/jobmsg.h"
 #include "agent/cluster/joiner.h"
 #include "agent/net/link.h"
@@ -912,6 +913,110 @@ static void test_still_serving(void)
 
 /* JOB_GROUP carries the global batch the coordinator fixed at submit (a rank's trainer
  * starts before its first group says the world, so it cannot work it out itself). */
+/* A dataset of more than GM_JOB_FILES_MAX files is summed into one JOB_CHECK entry per class
+ * folder (or per name bucket for a flat folder); a changed or missing file changes its group's
+ * entry alone; the grouped CHECK round-trips and bad groups are refused. */
+static int by_file_name(const void *a, const void *b)
+{
+    return strcmp(((const struct gm_jobfile *)a)->name, ((const struct gm_jobfile *)b)->name);
+}
+
+static struct gm_jobfile *fake_files(size_t n, size_t dirs)
+{
+    struct gm_jobfile *f = calloc(n, sizeof(*f));
+
+    GM_CHECK(f != NULL);
+    for (size_t i = 0; i < n; i++) {
+        if (dirs > 0)
+            snprintf(f[i].name, sizeof(f[i].name), "class%02zu/img%06zu.jpg", i % dirs, i);
+        else
+            snprintf(f[i].name, sizeof(f[i].name), "img%06zu.png", i);
+        f[i].size = 1000 + i;
+        f[i].count = 1;
+        for (int k = 0; k < 64; k++)
+            f[i].sha256[k] = "0123456789abcdef"[(i * 7 + (size_t)k) % 16];
+    }
+    qsort(f, n, sizeof(*f), by_file_name);
+    return f;
+}
+
+static void test_datahash_group(void)
+{
+    size_t n = 5000, ng = 0, ng2 = 0, total = 0;
+    struct gm_jobfile *f = fake_files(n, 3), *g = NULL, *g2 = NULL;
+    struct gm_jobmsg m = {.id = "0123456789abcdef"}, d;
+    char *txt = NULL, bad[700];
+    size_t len = 0;
+
+    GM_CHECK_EQ((int)gm_datahash_pick(f, GM_JOB_FILES_MAX), (int)GM_JOBFILE_GROUP_FILE);
+    GM_CHECK_EQ((int)gm_datahash_pick(f, n), (int)GM_JOBFILE_GROUP_DIR);
+    GM_CHECK_OK(gm_datahash_group(f, n, GM_JOBFILE_GROUP_DIR, &g, &ng));
+    GM_CHECK_EQ(ng, 3u);
+    GM_CHECK(strcmp(g[0].name, "class00/") == 0 && strcmp(g[2].name, "class02/") == 0);
+    for (size_t i = 0; i < ng; i++)
+        total += g[i].count;
+    GM_CHECK_EQ(total, n);
+    /* one file's hash changes: its folder's entry alone */
+    f[n - 1].sha256[0] = f[n - 1].sha256[0] == 'a' ? 'b' : 'a';
+    GM_CHECK_OK(gm_datahash_group(f, n, GM_JOBFILE_GROUP_DIR, &g2, &ng2));
+    GM_CHECK_EQ(ng2, 3u);
+    GM_CHECK(strcmp(g[0].sha256, g2[0].sha256) == 0 && strcmp(g[1].sha256, g2[1].sha256) == 0);
+    GM_CHECK(strcmp(g[2].sha256, g2[2].sha256) != 0 && g[2].count == g2[2].count);
+    free(g2);
+    /* one file fewer: its folder's count and bytes change */
+    GM_CHECK_OK(gm_datahash_group(f, n - 1, GM_JOBFILE_GROUP_DIR, &g2, &ng2));
+    GM_CHECK(g2[2].count == g[2].count - 1 && g2[2].size < g[2].size);
+    free(g2);
+    /* the grouped CHECK on the wire */
+    m.files = g;
+    m.nfiles = ng;
+    m.group = GM_JOBFILE_GROUP_DIR;
+    GM_CHECK_OK(gm_jobmsg_encode(GM_MSG_JOB_CHECK, &m, &txt, &len));
+    GM_CHECK_OK(gm_jobmsg_decode(GM_MSG_JOB_CHECK, (const uint8_t *)txt, len, &d));
+    GM_CHECK_EQ((int)d.group, (int)GM_JOBFILE_GROUP_DIR);
+    GM_CHECK_EQ(d.nfiles, 3u);
+    GM_CHECK(d.files[1].count == g[1].count && strcmp(d.files[1].sha256, g[1].sha256) == 0);
+    gm_jobmsg_free(&d);
+    free(txt);
+    free(g);
+    free(f);
+    /* a flat folder of 5000 files: name buckets, at most 256 */
+    f = fake_files(n, 0);
+    GM_CHECK_EQ((int)gm_datahash_pick(f, n), (int)GM_JOBFILE_GROUP_BUCKET);
+    GM_CHECK_OK(gm_datahash_group(f, n, GM_JOBFILE_GROUP_BUCKET, &g, &ng));
+    GM_CHECK(ng > 200 && ng <= 256);
+    total = 0;
+    for (size_t i = 0; i < ng; i++) {
+        total += g[i].count;
+        GM_CHECK(g[i].name[0] == '#' && strlen(g[i].name) == 3);
+        GM_CHECK(i == 0 || strcmp(g[i - 1].name, g[i].name) < 0);
+    }
+    GM_CHECK_EQ(total, n);
+    free(g);
+    free(f);
+    static const char *const refused[] = {
+        "\"group\":\"files\",\"files\":[]",
+        "\"group\":\"dir\",\"files\":[{\"name\":\"a/\",\"size\":1,\"sha256\":\"%s\"}]",
+        "\"group\":\"dir\",\"files\":[{\"name\":\"a/\",\"size\":1,\"sha256\":\"%s\","
+        "\"count\":0}]",
+        "\"group\":\"bucket\",\"files\":[{\"name\":\"a/\",\"size\":1,\"sha256\":\"%s\","
+        "\"count\":2}]",
+        "\"files\":[{\"name\":\"a\",\"size\":1,\"sha256\":\"%s\",\"count\":2}]",
+    };
+    char sha[65];
+    memset(sha, 'c', 64);
+    sha[64] = 0;
+    for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+        const char *at = strstr(refused[i], "%s"); /* where the digest goes, if anywhere */
+        int k = at == NULL ? snprintf(bad, sizeof(bad), "{\"id\":\"0123456789abcdef\",%s}",
+                                      refused[i])
+                           : snprintf(bad, sizeof(bad), "{\"id\":\"0123456789abcdef\",%.*s%s%s}",
+                                      (int)(at - refused[i]), refused[i], sha, at + 2);
+        GM_CHECK_ERR(gm_jobmsg_decode(GM_MSG_JOB_CHECK, (const uint8_t *)bad, (size_t)k, &d),
+                     GM_ERR_PROTO);
+    }
+}
+
 static void test_jobmsg_group_global_batch(void)
 {
     char ranks[2][GM_ID_NAME_MAX + 1] = {"a1", "b1"};
@@ -1145,6 +1250,7 @@ int main(void)
     GM_TEST_RUN(test_still_serving);
     GM_TEST_RUN(test_jobmsg_group_global_batch);
     GM_TEST_RUN(test_jobmsg_check_room);
+    GM_TEST_RUN(test_datahash_group);
     GM_TEST_RUN(test_jobmsg_group_comm_islands);
 
     kill(getpid(), SIGTERM); /* the agents' signal watchers stop them */

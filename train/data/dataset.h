@@ -40,6 +40,9 @@ struct gm_data_spec {
     int loader_threads; /* folder: decoding threads; 0: from the cores */
     int prefetch;       /* folder: batches decoded ahead (>= 1; 0: 2) */
     int skip_bad;       /* folder: skip undecodable images (named, counted) instead of failing */
+    char *why;          /* optional, borrowed during gm_loader_new: its error line, when the
+                         * check refuses an image (the file and the reason), why_len bytes */
+    size_t why_len;
 };
 
 /* Limits that keep a bad header from asking for absurd memory. */

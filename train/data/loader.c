@@ -3,7 +3,7 @@
  * photo folder by loader threads (see loader.h for the contract).
  *
  * The stream's state, all under mu:
- * - a ring of slots (prefetch + 1), each one batch: its name (split, epoch, indices), its
+ * - a ring of slots (prefetch + 2), each one batch: its name (split, epoch, indices), its
  *   output buffers, next (the next sample to hand to a worker), inflight (samples being made),
  *   done, and the first error by sample position (so the error reported does not depend on
  *   thread timing);
@@ -87,6 +87,8 @@ struct gm_loader {
     int channels, pad;
     int out_c, out_h, out_w; /* before pad */
     int skip_bad;
+    char *why; /* borrowed from the spec, during gm_loader_new only (NULL afterwards) */
+    size_t why_len;
     size_t sample; /* floats of one (padded) sample */
     int max_batch;
     struct slot *slots; /* owned: nslots */
@@ -99,6 +101,7 @@ struct gm_loader {
     int stop;
     uint64_t cache_budget, cache_bytes;
     uint64_t decodes;
+    uint64_t train_batches, train_ahead; /* asked for; of them, queued by a prefetch */
 
     /* both */
     int c, h, w, classes;
@@ -411,6 +414,8 @@ static int drop_bad(struct gm_loader *l, int li, size_t first, size_t *count, co
             }
             if (!l->skip_bad) {
                 gm_err("%s (set [data] skip_bad = true to leave bad images out)", e->bad);
+                if (l->why != NULL)
+                    snprintf(l->why, l->why_len, "%s", e->bad);
                 return GM_ERR_DATA;
             }
             gm_warn("event=data_skip path=%s reason=\"%s\"", e->path, e->bad);
@@ -486,6 +491,8 @@ static int open_stream(struct gm_loader *l, const struct gm_data_spec *spec)
 
     l->channels = spec->channels;
     l->skip_bad = spec->skip_bad;
+    l->why = spec->why_len > 0 ? spec->why : NULL;
+    l->why_len = spec->why_len;
     l->cache_budget = spec->cache;
     if (spec->cache > phys_memory()) {
         gm_err("data: cache = %llu bytes is more than this machine's memory (%llu bytes)",
@@ -613,7 +620,10 @@ static int open_stream(struct gm_loader *l, const struct gm_data_spec *spec)
 
 static int start_workers(struct gm_loader *l, int prefetch)
 {
-    l->nslots = prefetch + 1;
+    /* prefetch for the train split, one the trainer waits on, and one more so an evaluation
+     * between two epochs (its batch and its own prefetch) leaves the next epoch's prefetched
+     * batches queued */
+    l->nslots = prefetch + 2;
     l->slots = calloc((size_t)l->nslots, sizeof(*l->slots));
     l->workers = calloc((size_t)l->nthreads, sizeof(*l->workers));
     if (l->slots == NULL || l->workers == NULL)
@@ -711,6 +721,7 @@ int gm_loader_new(const struct gm_data_spec *spec, int max_batch, struct gm_load
     }
     if ((err = start_workers(l, spec->prefetch > 0 ? spec->prefetch : 2)) < 0)
         goto fail;
+    l->why = NULL; /* the spec's buffer is the caller's again */
     *out = l;
     return 0;
 fail:
@@ -787,6 +798,8 @@ void gm_loader_stats(const struct gm_loader *l, struct gm_loader_stats *st)
     pthread_mutex_lock((pthread_mutex_t *)&l->mu);
     st->cache_bytes = l->cache_bytes;
     st->decodes = l->decodes;
+    st->train_batches = l->train_batches;
+    st->train_ahead = l->train_ahead;
     pthread_mutex_unlock((pthread_mutex_t *)&l->mu);
     st->wait_ns = l->wait_ns;
     st->check_s = l->check_s;
@@ -888,6 +901,8 @@ int gm_loader_batch(struct gm_loader *l, enum gm_split split, int epoch, const u
         return 0;
     pthread_mutex_lock(&l->mu);
     s = find(l, split, epoch, idx, n);
+    l->train_batches += split == GM_SPLIT_TRAIN;
+    l->train_ahead += split == GM_SPLIT_TRAIN && s != NULL;
     if (s != NULL) { /* the ones of this split queued before it will not be asked for */
         for (int i = 0; i < l->nslots; i++) {
             struct slot *o = &l->slots[i];

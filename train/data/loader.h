@@ -10,7 +10,7 @@
  *   counted and left out of the listing before the split, so every rank leaves out the same
  *   ones.  Decoded images are kept while their bytes fit spec->cache.  Then loader threads
  *   decode and transform (augment.h) the samples of requested batches into a bounded ring of
- *   prefetch + 1 batch buffers while the trainer computes: memory is the ring, the cache
+ *   prefetch + 2 batch buffers while the trainer computes: memory is the ring, the cache
  *   budget and one image per thread, whatever the folder's size.  Every random choice comes
  *   from (seed, epoch, sample index), so the tensor of a sample does not depend on which
  *   thread or rank makes it.
@@ -53,6 +53,8 @@ struct gm_loader_stats {
     uint64_t decoded_bytes; /* all decoded images of the folder (the check's sum) */
     uint64_t cache_bytes;   /* kept now */
     uint64_t decodes;       /* images decoded after the check */
+    uint64_t train_batches; /* train batches asked for (gm_loader_batch) */
+    uint64_t train_ahead;   /* of them, the ones a gm_loader_prefetch had queued */
     uint64_t wait_ns;       /* the trainer's wait in gm_loader_batch */
     double check_s;         /* the check's wall time */
     int threads;            /* loader threads (0: in memory) */
