@@ -91,6 +91,40 @@ void gm_train_share(int g, int world, int rank, int *off, int *n)
     *off = rank * base + (rank < extra ? rank : extra);
 }
 
+const char *gm_train_shares_text(const struct gm_train_state *st, char *buf, size_t len)
+{
+    int counts[GM_JOB_SHARES_MAX];
+    size_t o = 0;
+
+    buf[0] = '\0';
+    if (st->world < 1 || st->world > GM_JOB_SHARES_MAX)
+        return buf;
+    gm_job_split_by(st->global_batch, st->world, st->share_n == st->world ? st->share_w : NULL,
+                    counts);
+    for (int i = 0; i < st->world && o + 1 < len; i++) {
+        int k = snprintf(buf + o, len - o, "%s%d", i ? ":" : "", counts[i]);
+        if (k < 0 || (size_t)k >= len - o)
+            break;
+        o += (size_t)k;
+    }
+    return buf;
+}
+
+void gm_train_share_by(int g, int world, const uint32_t *w, int rank, int *off, int *n)
+{
+    int counts[GM_JOB_SHARES_MAX];
+
+    if (w == NULL || world > GM_JOB_SHARES_MAX) {
+        gm_train_share(g, world, rank, off, n);
+        return;
+    }
+    gm_job_split_by(g, world, w, counts);
+    *off = 0;
+    for (int i = 0; i < rank; i++)
+        *off += counts[i];
+    *n = counts[rank];
+}
+
 static void progress_bar(struct run *r, long step_in_epoch, double loss, double sps, int final)
 {
     char bar[31];
@@ -600,12 +634,22 @@ static int setup(struct run *r)
     const int min_world = comm != NULL && comm->min_world > 0 ? comm->min_world : world;
     int g;
 
-    if ((err = gm_job_global_batch(job, world, &g)) < 0)
+    if (job->shares.mode == GM_JOB_SHARES_FIXED && job->shares.n != world &&
+        job->optim.global_batch > 0)
+        g = job->optim.global_batch; /* the agent: its first group says the world (the
+                                      * coordinator checked the shares at submit) */
+    else if ((err = gm_job_global_batch(job, world, &g)) < 0)
         return err;
     r->st.global_batch = g;
     r->st.rank = comm != NULL ? comm->rank : 0;
     r->st.world = world;
     r->max_batch = (g + min_world - 1) / min_world;
+    if (job->shares.mode == GM_JOB_SHARES_FIXED && job->shares.n == world) {
+        int counts[GM_JOB_SHARES_MAX];
+        gm_job_split(job, g, world, counts);
+        for (int i = 0; i < world; i++)
+            r->max_batch = counts[i] > r->max_batch ? counts[i] : r->max_batch;
+    }
     if (job->data.normalize == GM_JOB_NORMALIZE_IMAGENET) {
         static const float mean[3] = {0.485f, 0.456f, 0.406f}, std[3] = {0.229f, 0.224f, 0.225f};
         ds.norm_n = 3;
@@ -857,6 +901,31 @@ static void eval_hook(const struct run *r, int epoch, double tloss, double acc, 
         h->on_eval(h->ctx, &ei);
 }
 
+/* The shares of a new group (its first step, or re-formed after a loss): the job's fixed
+ * weights when they list this world, else equal (logged when the job had fixed ones). */
+static void shares_for_world(struct run *r)
+{
+    const struct gm_job_shares *sh = &r->job->shares;
+
+    r->st.share_n = 0;
+    if (sh->mode != GM_JOB_SHARES_FIXED || r->st.world == 1)
+        return;
+    if (sh->n == r->st.world) {
+        r->st.share_n = sh->n;
+        memcpy(r->st.share_w, sh->w, sizeof(uint32_t) * (size_t)sh->n);
+        if (r->st.rank == 0) {
+            char buf[GM_JOB_SHARES_MAX * 12];
+            gm_info("event=shares step=%ld world=%d samples=%s", r->st.step, r->st.world,
+                    gm_train_shares_text(&r->st, buf, sizeof(buf)));
+        }
+        return;
+    }
+    if (r->st.rank == 0)
+        gm_warn("event=shares-equal step=%ld world=%d shares=%d: [job] shares name %d ranks and "
+                "the group now has %d; the global batch is split equally until it has %d again",
+                r->st.step, r->st.world, sh->n, sh->n, r->st.world, sh->n);
+}
+
 int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
                    struct gm_train_summary *sum)
 {
@@ -866,7 +935,8 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
     const struct gm_train_comm *comm = opts->comm;
     struct epoch_stats es = {.epoch = -1};
     struct rusage ru;
-    long steps_done = 0; /* by this replica, for samples/s */
+    long steps_done = 0;  /* by this replica, for samples/s */
+    int shares_world = 0; /* the world st's shares were set for */
     int err;
 
     memset(sum, 0, sizeof(*sum));
@@ -917,14 +987,23 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
         }
         const uint64_t t_step = gm_time_mono_ns();
         uint64_t t_coll, t_opt;
-        gm_train_share(G, r.st.world, r.st.rank, &off, &n);
+        if (r.st.world != shares_world) { /* the first step, or a re-formed group */
+            shares_world = r.st.world;
+            shares_for_world(&r);
+        }
+        gm_train_share_by(G, r.st.world, r.st.share_n != 0 ? r.st.share_w : NULL, r.st.rank, &off,
+                          &n);
         if (n > r.max_batch || n < 1) {
-            gm_err("event=share rank=%d world=%d global_batch=%d: a share of %d samples does not "
-                   "fit the batch buffers (%d)",
-                   r.st.rank, r.st.world, G, n, r.max_batch);
-            err = -EINVAL;
+            gm_err("event=share rank=%d world=%d global_batch=%d: a share of %d samples %s "
+                   "(buffers for %d): %s",
+                   r.st.rank, r.st.world, G, n, n < 1 ? "is empty" : "does not fit", r.max_batch,
+                   n < 1 ? "the global batch is smaller than the group or a share rounds to no "
+                           "sample; raise [optim] global_batch"
+                         : "the shares changed beyond the buffers");
+            err = n < 1 ? GM_ERR_CONFIG : -EINVAL;
             goto out;
         }
+        r.st.share_samples = n;
         /* the next steps' shares decode while this one computes (within the epoch) */
         for (long a = 1; a <= job->data.prefetch && s_in + a < r.steps_per_epoch; a++)
             gm_loader_prefetch(
@@ -947,14 +1026,17 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
             err = GM_ERR_NUMERIC;
             goto out;
         }
-        /* unequal shares: weigh by samples (see trainer.h), layer by layer in grad_hook */
-        gh.factor = n * r.st.world != G ? (float)n * (float)r.st.world / (float)G : 1.0f;
         if ((rc = run_hook(&r, comm != NULL ? comm->backward_begin : NULL, 0)) < 0) {
             err = rc;
             goto out;
         }
         if (rc == 1)
             continue;
+        /* unequal shares: weigh by samples (see trainer.h), layer by layer in grad_hook;
+         * after backward_begin, which may have switched the codec */
+        gh.factor = n * r.st.world != G ? (float)n * (float)r.st.world / (float)G : 1.0f;
+        if (comm != NULL && comm->local_grads != NULL && comm->local_grads(comm->ctx))
+            gh.factor = 1.0f; /* DiLoCo: weighted by samples at the outer sync instead */
         if ((err = gm_model_backward(r.model, n)) < 0)
             goto out;
         t_coll = gm_time_mono_ns();

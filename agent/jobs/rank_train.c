@@ -242,7 +242,15 @@ static int hook_reduce(void *ctx, struct gm_train_state *st)
 {
     struct gm_rank *rk = ctx;
 
+    gm_gradsync_note_share(rk->gs, st->share_samples, st->global_batch);
     return gm_gradsync_reduce(rk->gs, st->model, st->step, st->total_steps);
+}
+
+static bool hook_local_grads(void *ctx)
+{
+    struct gm_rank *rk = ctx;
+
+    return gm_gradsync_local_grads(rk->gs);
 }
 
 static int hook_after(void *ctx, struct gm_train_state *st)
@@ -509,6 +517,7 @@ int gm_rank_start(uv_loop_t *loop, const struct gm_job *job, const char *out,
                                       .resync = hook_resync,
                                       .backward_begin = hook_backward_begin,
                                       .grads_ready = hook_grads_ready,
+                                      .local_grads = hook_local_grads,
                                       .progress = hook_progress,
                                       .finish = hook_finish,
                                       .codec_state = hook_codec_state,
