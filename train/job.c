@@ -299,7 +299,7 @@ static void describe(char *dst, size_t n, const struct gm_ini_key *k)
         }
         break;
     case KT_SHARES:
-        snprintf(dst, n, "equal, or 2 to %d weights from 1 to %d joined by ':' (3:1)",
+        snprintf(dst, n, "equal, auto, or 2 to %d weights from 1 to %d joined by ':' (3:1)",
                  GM_JOB_SHARES_MAX, GM_JOB_SHARE_MAX);
         break;
     case KT_BYTES:
@@ -456,8 +456,9 @@ static bool parse_shares(const char *s, struct gm_job_shares *out)
     struct gm_job_shares sh = {.mode = GM_JOB_SHARES_FIXED};
     const char *p = s;
 
-    if (strcmp(s, "equal") == 0) {
-        *out = (struct gm_job_shares){.mode = GM_JOB_SHARES_EQUAL};
+    if (strcmp(s, "equal") == 0 || strcmp(s, "auto") == 0) {
+        *out = (struct gm_job_shares){.mode = strcmp(s, "auto") == 0 ? GM_JOB_SHARES_AUTO
+                                                                     : GM_JOB_SHARES_EQUAL};
         return true;
     }
     for (;;) {
@@ -1286,7 +1287,13 @@ int gm_job_global_batch(const struct gm_job *job, int world, int *out)
         return GM_ERR_CONFIG;
     }
     if (job->optim.global_batch > 0) {
-        if (!fixed && job->optim.global_batch % world != 0) {
+        if (job->shares.mode == GM_JOB_SHARES_AUTO && job->optim.global_batch < world) {
+            gm_err("job %s: [optim] global_batch = %d is smaller than the %d workers: each "
+                   "takes at least one sample of it",
+                   job->name, job->optim.global_batch, world);
+            return GM_ERR_CONFIG;
+        }
+        if (job->shares.mode == GM_JOB_SHARES_EQUAL && job->optim.global_batch % world != 0) {
             gm_err("job %s: [optim] global_batch = %d does not divide by %d workers", job->name,
                    job->optim.global_batch, world);
             return GM_ERR_CONFIG;

@@ -880,6 +880,7 @@ static void step_hook(const struct run *r, int epoch, double loss, uint64_t t_st
         .optimizer_s = (double)(t_end - t_opt) * 1e-9,
         .samples_per_s =
             t_end > t_step ? r->st.global_batch / ((double)(t_end - t_step) * 1e-9) : 0,
+        .samples = r->st.share_samples,
     };
     h->on_step(h->ctx, &si);
 }
@@ -901,23 +902,35 @@ static void eval_hook(const struct run *r, int epoch, double tloss, double acc, 
         h->on_eval(h->ctx, &ei);
 }
 
-/* The shares of a new group (its first step, or re-formed after a loss): the job's fixed
- * weights when they list this world, else equal (logged when the job had fixed ones). */
+/* The shares of a new group (its first step, or re-formed after a loss): what a hook set
+ * for this world (the agent's measured ones, shares = auto), else the job's fixed weights
+ * when they list this world, else equal (logged when the job had fixed ones). */
 static void shares_for_world(struct run *r)
 {
     const struct gm_job_shares *sh = &r->job->shares;
+    char buf[GM_JOB_SHARES_MAX * 12];
 
+    if (r->st.share_n == r->st.world && r->st.world > 1) {
+        if (r->st.rank == 0)
+            gm_info("event=shares step=%ld world=%d samples=%s source=group", r->st.step,
+                    r->st.world, gm_train_shares_text(&r->st, buf, sizeof(buf)));
+        return;
+    }
     r->st.share_n = 0;
+    if (sh->mode == GM_JOB_SHARES_AUTO && r->st.world > 1 && r->st.rank == 0 &&
+        (r->opts->comm == NULL || r->opts->comm->resync == NULL))
+        gm_info("event=shares-auto-equal world=%d: shares = auto is measured by the agents "
+                "of a cluster; in one process every simulated rank runs alike, so they split "
+                "equally",
+                r->st.world);
     if (sh->mode != GM_JOB_SHARES_FIXED || r->st.world == 1)
         return;
     if (sh->n == r->st.world) {
         r->st.share_n = sh->n;
         memcpy(r->st.share_w, sh->w, sizeof(uint32_t) * (size_t)sh->n);
-        if (r->st.rank == 0) {
-            char buf[GM_JOB_SHARES_MAX * 12];
+        if (r->st.rank == 0)
             gm_info("event=shares step=%ld world=%d samples=%s", r->st.step, r->st.world,
                     gm_train_shares_text(&r->st, buf, sizeof(buf)));
-        }
         return;
     }
     if (r->st.rank == 0)

@@ -171,6 +171,7 @@ struct gm_train_step_info {
     double collective_s;  /* reduce_grads: waiting for the collective (0 alone) */
     double optimizer_s;   /* optimizer step and after_step */
     double samples_per_s; /* this step's batch / its wall time */
+    int samples;          /* this rank's share of the batch (its compute_s is for these) */
 };
 
 struct gm_train_eval_info {

@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "agent/jobs/autocodec.h"
+#include "agent/jobs/autoshare.h"
 #include "agent/jobs/datahash.h"
 #include "agent/jobs/job.h"
 #include "agent/jobs/jobmsg.h"
@@ -105,6 +106,14 @@ struct job {
     uint64_t switch_ns;        /* coordinator: when the pending switch was announced */
     uint64_t fit_sent_ns;      /* member: its last fit report */
     uint64_t fit_sent_ops;
+    /* [job] shares = auto (agent/jobs/autoshare.h): the current group's samples per rank
+     * (nshares = world; 0: none, equal), the ranks' reported speeds (coordinator; rank order
+     * of the current group, 0: not yet), the decision's state */
+    int shares[GM_JOB_SHARES_MAX];
+    int nshares;
+    double sps[GM_JOB_SHARES_MAX];
+    struct gm_autoshare ash;
+    char shares_reason[320]; /* coordinator: why the last change */
     struct gm_rank_progress last;
 };
 
@@ -158,6 +167,13 @@ struct gm_jobs {
 const char *jobs_state_name(enum jstate st);
 
 /* job.c */
+/* Coordinator, shares = auto: the shares of a group about to form (jobs_reform, after its
+ * ranks are set; old_ranks: the group before, old_world of them): the ones just decided when
+ * the ranks are the same, else balanced from the speeds known (which follow their nodes),
+ * else none (equal). */
+void jobs_shares_for_group(struct job *jb, char (*old_ranks)[NODE_LEN], size_t old_world);
+/* "72:24" from n sample counts */
+void jobs_shares_text(const int *c, int n, char *buf, size_t cap);
 void jobs_job_free(struct job *jb);
 uint32_t jobs_job_tag(const char *id);
 uint64_t jobs_my_term(struct gm_jobs *j);
@@ -187,6 +203,9 @@ void jobs_resolve_auto(struct gm_jobs *j, struct job *jb, char (*up)[NODE_LEN], 
 void jobs_apply_comm(struct job *jb, const struct gm_jobmsg *m);
 void jobs_fit_report_tick(struct gm_jobs *j, struct job *jb);
 void jobs_switch_tick(struct gm_jobs *j, struct job *jb);
+/* Coordinator, shares = auto: re-decide the shares from the speeds; re-form the group with
+ * new ones (agent/jobs/autoshare.h). */
+void jobs_shares_tick(struct gm_jobs *j, struct job *jb);
 int jobs_on_switch(struct gm_jobs *j, const char *node, struct gm_jobmsg *m);
 void jobs_on_switch_report(struct gm_jobs *j, struct job *jb, const char *node,
                            const struct gm_jobmsg *m);

@@ -10,18 +10,23 @@
  *   JOB_CHECK  {id, error?, files: [{name, size, sha256}]}  member -> coordinator
  *   JOB_GROUP  {id, text, origin, gen, ranks: [node], global_batch,
  *               comm?: {codec: a name of GM_JOB_CODECS but "auto" (train/job.h), local_steps},
- *               islands?: [int]}
+ *               islands?: [int], shares?: [int]}
  *                                                        coordinator -> member; comm: the
  *                                                        codec the coordinator chose for
  *                                                        codec = auto (every rank runs it);
  *                                                        islands: per rank, the lowest rank
  *                                                        of its LAN island, or every rank the
  *                                                        hub of a star VPN (the group runs
- *                                                        the hierarchical all-reduce)
+ *                                                        the hierarchical all-reduce);
+ *                                                        shares: each rank's samples of the
+ *                                                        global batch (shares = auto,
+ *                                                        agent/jobs/autoshare.h)
  *   JOB_REPORT {id, gen, event: "group-failed"|"exit"|"fit"|"switch-ok"|"switch-late"|"cancel",
- *               code, message, fit?: {alpha_s, bytes_per_s, ops}, seq?, step?}
+ *               code, message, fit?: {alpha_s, bytes_per_s, ops}, compute_sps?, seq?, step?}
  *                                                        member -> coordinator; fit: the
- *                                                        rank's alpha-beta fit (with "fit");
+ *                                                        rank's alpha-beta fit (with "fit"),
+ *                                                        compute_sps its samples per second
+ *                                                        of compute;
  *                                                        seq, step: the answer to JOB_SWITCH
  *                                                        seq (step: the member's last step
  *                                                        boundary); cancel: `gradmesh cancel`
@@ -71,6 +76,8 @@ struct gm_jobmsg {
     uint32_t local_steps;     /* GROUP with codec: diloco's H, >= 1 */
     int *islands;             /* owned (GROUP, optional): nranks entries, islands[i] < nranks
                                * and islands[islands[i]] == islands[i]; NULL: none */
+    int *shares;              /* owned (GROUP, optional): nranks (2..GM_JOB_SHARES_MAX) sample
+                               * counts, each >= 1, summing to global_batch; NULL: none */
     struct gm_jobfile *files; /* owned (CHECK) */
     size_t nfiles;
     char event[16]; /* REPORT */
@@ -79,7 +86,8 @@ struct gm_jobmsg {
     bool have_fit;  /* REPORT fit */
     double fit_alpha_s, fit_bytes_per_s; /* >= 0, > 0 */
     uint64_t fit_ops;
-    char state[16]; /* END */
+    double compute_sps; /* REPORT fit, optional: the rank's compute speed (> 0; 0: none) */
+    char state[16];     /* END */
     int code;
     char message[GM_JOB_MSG_MAX]; /* CHECK error, REPORT, END */
     /* END of a done job: the coordinator's summary (optional "summary" object) */

@@ -81,6 +81,13 @@ static int hook_resync(void *ctx, struct gm_train_state *st)
     world = rk->group_world;
     if (rk->next_strat_set) /* the coordinator's current pick (codec = auto) */
         rk->strat = rk->next_strat;
+    if (rk->next_nshares == world && world > 1) { /* the group's shares (shares = auto) */
+        st->share_n = world;
+        for (int i = 0; i < world; i++)
+            st->share_w[i] = (uint32_t)rk->next_shares[i];
+    } else if (rk->job.shares.mode == GM_JOB_SHARES_AUTO) {
+        st->share_n = 0; /* none measured yet: equal */
+    }
     rk->strat.algo = rk->group_hier ? GM_COLL_HIER : GM_COLL_RING; /* the gradsync made below */
     rk->sw.pending = false; /* an announced switch belonged to the group before */
     rk->at_step = -1;
@@ -405,6 +412,12 @@ static void hook_step(void *ctx, const struct gm_train_step_info *si)
     rk->mjob.compute_s = si->compute_s;
     rk->prog.compute_s =
         rk->prog.compute_s > 0 ? 0.9 * rk->prog.compute_s + 0.1 * si->compute_s : si->compute_s;
+    if (si->samples > 0 && si->compute_s > 0) {
+        double sps = si->samples / si->compute_s;
+        rk->prog.compute_sps =
+            rk->prog.compute_sps > 0 ? 0.9 * rk->prog.compute_sps + 0.1 * sps : sps;
+        rk->prog.share = si->samples;
+    }
     rk->mjob.collective_s = si->collective_s;
     rk->mjob.optimizer_s = si->optimizer_s;
     rk->mjob.samples_per_s = si->samples_per_s;

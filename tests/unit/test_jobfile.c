@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/assert.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "common/test.h"
@@ -875,25 +876,32 @@ static void test_shares(void)
     for (int r = 0; r < 5; r++)
         GM_CHECK_EQ(counts[r], eq[r]);
 
-    expect_bad("[job]\nshares = 3\n", "error: job.ini:2: [job] shares = 3: must be equal, or 2 to "
-                                      "64 weights from 1 to 1000000 joined by ':' (3:1)");
-    expect_bad("[job]\nshares = 3:0\n", "error: job.ini:2: [job] shares = 3:0: must be equal, or "
-                                        "2 to 64 weights from 1 to 1000000 joined by ':' (3:1)");
-    expect_bad("[job]\nshares = 3::1\n",
-               "error: job.ini:2: [job] shares = 3::1: must be equal, "
-               "or 2 to 64 weights from 1 to 1000000 joined by ':' (3:1)");
-    expect_bad("[job]\nshares = 3:1:\n",
-               "error: job.ini:2: [job] shares = 3:1:: must be equal, "
-               "or 2 to 64 weights from 1 to 1000000 joined by ':' (3:1)");
-    expect_bad("[job]\nshares = 1.5:1\n", "error: job.ini:2: [job] shares = 1.5:1: must be equal, "
-                                          "or 2 to 64 weights from 1 to 1000000 joined by ':' "
-                                          "(3:1)");
-    expect_bad("[job]\nshares = 1000001:1\n",
-               "error: job.ini:2: [job] shares = 1000001:1: must be equal, or 2 to 64 weights "
-               "from 1 to 1000000 joined by ':' (3:1)");
-    expect_bad("[job]\nshares = Equal\n", "error: job.ini:2: [job] shares = Equal: must be equal, "
-                                          "or 2 to 64 weights from 1 to 1000000 joined by ':' "
-                                          "(3:1)");
+    static const char *const bad[] = {"3",         "3:0",   "3::1", "3:1:", "1.5:1",
+                                      "1000001:1", "Equal", "AUTO", " :1"};
+    for (size_t i = 0; i < GM_ARRAY_SIZE(bad); i++) {
+        char text[64], want[256];
+        snprintf(text, sizeof(text), "[job]\nshares = %s\n", bad[i]);
+        snprintf(want, sizeof(want),
+                 "error: job.ini:2: [job] shares = %s: must be equal, auto, or 2 to 64 weights "
+                 "from 1 to 1000000 joined by ':' (3:1)",
+                 bad[i][0] == ' ' ? bad[i] + 1 : bad[i]);
+        expect_bad(text, want);
+    }
+    /* auto: equal in one process; the global batch need not divide, but must cover the
+     * workers */
+    GM_CHECK_OK(parse_quiet("[job]\nmodel = mlp\nshares = auto\n[data]\nkind = idx\ndir = /d\n"
+                            "[optim]\nname = sgd\nlr = 0.1\nglobal_batch = 10\n",
+                            &job));
+    GM_CHECK_EQ(job.shares.mode, GM_JOB_SHARES_AUTO);
+    GM_CHECK_OK(global_batch_capture(&job, 3, &g, log, sizeof(log)));
+    GM_CHECK_EQ(g, 10);
+    gm_job_split(&job, 10, 3, counts);
+    GM_CHECK_EQ(counts[0], 4);
+    GM_CHECK_EQ(counts[2], 3);
+    GM_CHECK_ERR(global_batch_capture(&job, 11, &g, log, sizeof(log)), GM_ERR_CONFIG);
+    GM_CHECK_STREQ(log, "error: job job: [optim] global_batch = 10 is smaller than the 11 "
+                        "workers: each takes at least one sample of it\n");
+    gm_job_free(&job);
 }
 
 int main(void)
