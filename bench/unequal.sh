@@ -26,7 +26,8 @@
 # script exits 0 either way (a benchmark, not a test: the machine's load decides a lot).
 #
 # Usage: bench/unequal.sh [GRADMESH_BINARY]   MODELS="lenet5 resnet20" CAPS="0.2 0.5 1.0"
-#   THIRD=0.1 (empty: no third host) NTRAIN_lenet5=25600 NTRAIN_resnet20=2560 G=128 KEEP=1
+#   THIRD=0.1 (empty: no third host) NTRAIN_lenet5=25600 NTRAIN_resnet20=5120 G_lenet5=128
+#   G_resnet20=64 KEEP=1
 # Needs root (cgroups) and the Fashion-MNIST files; skips (77) without them.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -38,7 +39,8 @@ DATA=${DATA:-/usr/share/datasets/fashion-mnist}
 MODELS=${MODELS:-lenet5 resnet20}
 CAPS=${CAPS:-0.2 0.5 1.0}
 THIRD=${THIRD-0.1}
-G=${G:-128}
+G_lenet5=${G_lenet5:-128}
+G_resnet20=${G_resnet20:-64}
 CG=/sys/fs/cgroup/cpu
 [ -d "$DATA" ] || { echo "SKIP: no Fashion-MNIST at $DATA"; exit 77; }
 [ -w "$CG" ] || { echo "SKIP: needs a writable cgroup v1 cpu controller at $CG (root)"; exit 77; }
@@ -79,19 +81,18 @@ stop_one() {
     PIDS=("${keep[@]}")
 }
 
-# run_job MODEL SHARES WORLD: submit on alpha, follow to the end; prints
-# "samples_per_s wall_s accuracy shares".
+# run_job MODEL SHARES WORLD: submit on alpha (WORLD agents up), follow to the end; prints
+# "samples_per_s wall_s accuracy shares" (shares: each rank's samples at the end; a rank left
+# out as a spare is not among them).
 run_job() {
-    local model=$1 shares=$2 world=$3 id out pad=0 n
+    local model=$1 shares=$2 world=$3 id out pad=0 g=G_$1
     [ "$model" = resnet20 ] && pad=2
-    n=NTRAIN_$model
     job_ini "$WORK/job.ini" "un-$model" job.model="$model" job.log_every=1000 job.shares="$shares" \
-        data.dir="$WORK/data-$model" data.pad=$pad optim.lr=0.001 optim.global_batch=$G \
+        data.dir="$WORK/data-$model" data.pad=$pad optim.lr=0.001 optim.global_batch=${!g} \
         comm.codec=fp32
     out=$(timeout 3600 "$GM" submit "$WORK/job.ini" --follow --config "$WORK/alpha.conf" 2>&1) ||
         { echo "$out" | tail -5 >&2; echo "- - - -"; return; }
     id=$(sed -n 's/^job \([0-9a-f]*\) submitted.*/\1/p' <<<"$out")
-    [ "$(job_get alpha "$id" 'j["world"]')" = "$world" ] || echo "warning: world is not $world" >&2
     job_get alpha "$id" '"%s %s %s %s" % (j["summary"]["samples_per_s"], j["summary"]["wall_s"], j["summary"]["test_accuracy"], ":".join(str(s["samples"]) for s in j["shares"]))'
 }
 
@@ -103,7 +104,7 @@ tta() { # ACC WALL ALONE_ACC: wall when ACC is within 1 point of ALONE_ACC
     python3 -c "import sys; a,w,r=sys.argv[1:]; print(w if a!='-' and r!='-' and float(a)>=float(r)-1 else '-')" "$@"
 }
 
-export NTRAIN_lenet5=${NTRAIN_lenet5:-25600} NTRAIN_resnet20=${NTRAIN_resnet20:-2560}
+export NTRAIN_lenet5=${NTRAIN_lenet5:-25600} NTRAIN_resnet20=${NTRAIN_resnet20:-5120}
 for m in $MODELS; do
     n=NTRAIN_$m
     python3 tests/integration/dist_tools.py subset "$DATA" "$WORK/data-$m" "${!n}" 2000 ||
@@ -116,7 +117,7 @@ start_capped alpha
 cap beta 1.0
 cap gamma "${THIRD:-0.1}"
 
-echo "# bench/unequal.sh: G=$G, alpha cap 1.0; $(nproc) cores; $(uptime)"
+echo "# bench/unequal.sh: global batch lenet5 $G_lenet5 ($NTRAIN_lenet5 images), resnet20 $G_resnet20 ($NTRAIN_resnet20 images); alpha cap 1.0; $(nproc) cores; $(uptime)"
 printf '%-9s %-5s %-7s %10s %8s %7s %-12s %6s %8s\n' model cap run samples/s wall_s acc shares ratio tta_s
 for m in $MODELS; do
     for c in $CAPS; do
@@ -131,6 +132,7 @@ for m in $MODELS; do
             read -r s w a x < <(run_job "$m" "$sh" 2)
             sps[$sh]=$s
             printf '%-9s %-5s %-7s %10s %8s %7s %-12s %6s %8s\n' "$m" "$c" "$sh" "$s" "$w" "$a" "$x" "$(ratio "$s" "$a_sps")" "$(tta "$a" "$w" "$a_acc")"
+            echo "#   beta's cgroup: $(tr '\n' ' ' <"$CG/gm-unequal-$$-beta/cpu.stat"); its pid's: $(grep ':cpu:' /proc/$PID_beta/cgroup)"
         done
         case $c in
         0.2) bar "$m 1.0+0.2 auto vs alone" "$(ratio "${sps[auto]}" "$a_sps")" '>=' 1.05 ;;

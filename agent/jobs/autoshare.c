@@ -6,6 +6,25 @@
 #include <stdio.h>
 #include <string.h>
 
+int gm_autoshare_speeds(const struct gm_autoshare_obs *obs, int world, double *sps)
+{
+    double min_coll = INFINITY;
+    int known = 0;
+
+    for (int r = 0; r < world; r++)
+        if (obs[r].samples > 0 && obs[r].step_s > 0 && obs[r].coll_s < min_coll)
+            min_coll = obs[r].coll_s;
+    for (int r = 0; r < world; r++) {
+        double busy = obs[r].step_s - (obs[r].coll_s - min_coll);
+        sps[r] = 0;
+        if (obs[r].samples <= 0 || !(obs[r].step_s > 0) || !(busy > 0) || !isfinite(busy))
+            continue;
+        sps[r] = obs[r].samples / busy;
+        known++;
+    }
+    return known;
+}
+
 int gm_autoshare_balance(const double *sps, int world, int g, int *counts)
 {
     uint32_t w[GM_JOB_SHARES_MAX] = {0};
@@ -45,9 +64,42 @@ double gm_autoshare_step_s(const double *sps, int world, const int *counts)
     return t;
 }
 
+int gm_autoshare_spare(struct gm_autoshare *a, const double *sps,
+                       const struct gm_autoshare_obs *obs, int world, const int *counts, long step,
+                       char *why, size_t cap)
+{
+    double total = 0, min_coll = INFINITY, saves;
+    int slow = 0;
+
+    if (world < 2 || step < a->quiet_until)
+        return -1;
+    for (int r = 0; r < world; r++) {
+        if (!(sps[r] > 0) || obs[r].samples <= 0)
+            return -1;
+        total += sps[r];
+        min_coll = obs[r].coll_s < min_coll ? obs[r].coll_s : min_coll;
+        if (sps[r] < sps[slow])
+            slow = r;
+    }
+    saves = counts[slow] / (total - sps[slow]);
+    if (!(saves < min_coll)) {
+        a->spare_confirm = 0;
+        return -1;
+    }
+    if (++a->spare_confirm < GM_AUTOSHARE_CONFIRM)
+        return -1;
+    a->spare_confirm = 0;
+    snprintf(why, cap,
+             "too slow to help: its %d samples a step (at %.0f samples/s) save the others %.2f ms, "
+             "less than a step's collective costs (%.2f ms)",
+             counts[slow], sps[slow], saves * 1e3, min_coll * 1e3);
+    return slow;
+}
+
 void gm_autoshare_group(struct gm_autoshare *a, long step)
 {
     a->confirm = 0;
+    a->spare_confirm = 0;
     a->quiet_until = step + GM_AUTOSHARE_DWELL;
 }
 

@@ -5,11 +5,17 @@
  * (tests/unit/test_autoshare.c); the job room (agent/jobs/job_codec.c) feeds it and carries the
  * decision out.
  *
- * The measure: each rank's compute speed in samples per second, its share of a step's samples
- * over the step's compute time (data, forward, loss, backward: the trainer's compute_s, which
- * leaves out the wait for the collective), averaged over steps (x0.9).  Members report it with
- * their alpha-beta fit (JOB_REPORT "fit", compute_sps), rank 0 reads its own.  The same timing
- * codec = auto reads for rank 0's compute per step.
+ * The measure (gm_autoshare_speeds): each rank's speed in samples per second of its busy time,
+ * from its last steps (averaged x0.9, the trainer's step timing that codec = auto reads too):
+ * its samples per step, a step's wall time T_r (compute, collective, optimizer) and the part
+ * C_r of it in the collective.  The ranks step in lockstep, so a rank that waits for a slower
+ * one waits inside its collective; the rank that waits least, min C, is the one everybody
+ * waits for, and its C is the collective's own cost.  A rank's busy time is T_r - (C_r - min C)
+ * (everything but its wait), and its speed samples_r / busy_r.  (Not the compute time alone: on
+ * a machine capped by a CPU quota, or busy with other work, the stalls fall in any phase of the
+ * step, and the compute time alone read a rank capped at 0.1 core as 2-4x faster than it was.)
+ * Members report theirs with their alpha-beta fit (JOB_REPORT "fit" speed), rank 0 reads its
+ * own.
  *
  * The rule (gm_autoshare_decide), on every coordinator tick with a speed for every rank:
  *  - balanced shares: the global batch split in proportion to the speeds (gm_autoshare_balance:
@@ -20,9 +26,14 @@
  *    step at least GM_AUTOSHARE_HYST times faster, on GM_AUTOSHARE_CONFIRM decisions in a row,
  *    and never within GM_AUTOSHARE_DWELL steps of a group forming (a change of shares forms one):
  *    the hysteresis, so that measurement noise does not re-form groups;
- *  - too slow to help: a rank whose balanced share is below one sample still takes one (a rank
- *    of the group cannot take none) and the decision says so (its why, logged by the caller).
- *    Leaving it out as a spare (a group without it) is not built yet.
+ *  - too slow to help (gm_autoshare_spare), checked once the shares are balanced (no change
+ *    wanted) and past the dwell, on GM_AUTOSHARE_CONFIRM decisions in a row: the slowest rank
+ *    r is left out of the job as a spare when the time its balanced share n_r saves the others,
+ *    n_r / (sum of the other ranks' speeds), is less than what a step's collective costs, min C
+ *    (the collective time of the rank everybody waits for: its link and per-step overhead, which
+ *    a slow machine pays slowly).  A rank whose balanced share is below one sample is a spare by
+ *    the same rule.  The world shrinks by one (to 1 at least); the spare stays out for the rest
+ *    of the job (`jobs` says which and why).
  *
  * Carried out by re-forming the group with the new shares (JOB_GROUP "shares"): every rank
  * takes them at the same step, the first of the new group (rank 0's), from rank 0's state; a
@@ -36,8 +47,18 @@
 #include "train/job.h"
 
 #define GM_AUTOSHARE_HYST 1.15 /* predicted step compute at least this much faster */
-#define GM_AUTOSHARE_CONFIRM 5 /* decisions in a row (ticks of 200 ms: 1 s) */
+#define GM_AUTOSHARE_CONFIRM 3 /* decisions in a row (ticks of 200 ms: 0.6 s) */
 #define GM_AUTOSHARE_DWELL 30  /* steps after a group forms before a decision */
+
+/* A rank's last steps, averaged: samples per step, a step's wall time, its collective part. */
+struct gm_autoshare_obs {
+    int samples; /* 0: not known */
+    double step_s, coll_s;
+};
+
+/* The ranks' speeds (samples per second of busy time, see above) from their observations;
+ * sps[r] = 0 where obs[r] is not known or makes no sense.  Returns how many are known. */
+int gm_autoshare_speeds(const struct gm_autoshare_obs *obs, int world, double *sps);
 
 /* Shares of global batch g for world ranks of speeds sps (samples/s, each > 0): in proportion,
  * each >= 1 (g >= world), summing to g.  Returns how many ranks' proportional share was below
@@ -48,12 +69,20 @@ int gm_autoshare_balance(const double *sps, int world, int g, int *counts);
 double gm_autoshare_step_s(const double *sps, int world, const int *counts);
 
 struct gm_autoshare {
-    int confirm;      /* decisions in a row that wanted a change */
-    long quiet_until; /* no decision before this step */
+    int confirm;       /* decisions in a row that wanted a change */
+    int spare_confirm; /* calls in a row that found a spare */
+    long quiet_until;  /* no decision before this step */
 };
 
 /* A group formed at step: the count restarts, and no decision for GM_AUTOSHARE_DWELL steps. */
 void gm_autoshare_group(struct gm_autoshare *a, long step);
+
+/* The spare rule above, for a group running balanced counts with speeds sps and steps obs:
+ * the rank to leave out (why filled), or -1 (also while the rule has not held on
+ * GM_AUTOSHARE_CONFIRM calls in a row, or within the dwell). */
+int gm_autoshare_spare(struct gm_autoshare *a, const double *sps,
+                       const struct gm_autoshare_obs *obs, int world, const int *counts, long step,
+                       char *why, size_t cap);
 
 /* One decision at rank 0's step for the running counts cur (world ranks, global batch g) and
  * the speeds sps (an entry <= 0: not measured yet: no decision).  Returns 1 with out filled

@@ -551,7 +551,8 @@ void jobs_shares_text(const int *c, int n, char *buf, size_t cap)
 
 void jobs_shares_for_group(struct job *jb, char (*old_ranks)[NODE_LEN], size_t old_world)
 {
-    double sps[GM_JOB_SHARES_MAX] = {0};
+    struct gm_autoshare_obs obs[GM_JOB_SHARES_MAX];
+    double sps[GM_JOB_SHARES_MAX];
     const int w = (int)jb->world;
     bool same = old_ranks != NULL && old_world == jb->world, known = w >= 2;
 
@@ -559,17 +560,17 @@ void jobs_shares_for_group(struct job *jb, char (*old_ranks)[NODE_LEN], size_t o
         jb->nshares = 0;
         return;
     }
-    /* the speeds follow their nodes into the new rank order */
+    /* the observations follow their nodes into the new rank order */
+    memset(obs, 0, sizeof(obs));
     for (int i = 0; i < w; i++) {
         for (size_t k = 0; old_ranks != NULL && k < old_world && k < GM_JOB_SHARES_MAX; k++)
             if (strcmp(old_ranks[k], jb->ranks[i]) == 0)
-                sps[i] = jb->sps[k];
+                obs[i] = jb->obs[k];
         if (old_ranks == NULL || (size_t)i >= old_world || strcmp(old_ranks[i], jb->ranks[i]) != 0)
             same = false;
-        if (!(sps[i] > 0))
-            known = false;
     }
-    memcpy(jb->sps, sps, sizeof(sps));
+    memcpy(jb->obs, obs, sizeof(obs));
+    known = known && gm_autoshare_speeds(obs, w, sps) == w;
     if (same && jb->nshares == w)
         return; /* the shares just decided by the tick, or the running ones */
     if (known) {
@@ -602,7 +603,8 @@ void jobs_reform(struct gm_jobs *j, struct job *jb, const char *reason)
         memcpy(old_ranks, jb->ranks, old_world * NODE_LEN);
     snprintf(jb->ranks[0], NODE_LEN, "%s", j->env.node);
     for (size_t i = 0; i < jb->nparts; i++)
-        if (jb->parts[i].checked && j->env.link_to(j->env.agent, jb->parts[i].node) != NULL)
+        if (jb->parts[i].checked && !jb->parts[i].spare &&
+            j->env.link_to(j->env.agent, jb->parts[i].node) != NULL)
             snprintf(jb->ranks[n++], NODE_LEN, "%s", jb->parts[i].node);
     qsort(jb->ranks + 1, n - 1, NODE_LEN, cmp_node);
     jb->world = n;

@@ -110,7 +110,12 @@ void jobs_fit_report_tick(struct gm_jobs *j, struct job *jb)
     if (ops == jb->fit_sent_ops)
         return;
     gm_rank_get_progress(jb->rank, &p);
-    m.compute_sps = p.compute_sps;
+    if (p.share > 0 && p.step_s > 0 && p.coll_s <= p.step_s) {
+        m.have_speed = true;
+        m.speed_samples = p.share;
+        m.speed_step_s = p.step_s;
+        m.speed_coll_s = p.coll_s;
+    }
     jb->fit_sent_ns = now;
     jb->fit_sent_ops = ops;
     snprintf(m.id, sizeof(m.id), "%s", jb->id);
@@ -249,8 +254,8 @@ void jobs_on_switch_report(struct gm_jobs *j, struct job *jb, const char *node,
 {
     int r = jobs_rank_of(jb, node), res;
 
-    if (m->have_fit && m->gen == jb->gen && r >= 1 && r < GM_JOB_SHARES_MAX && m->compute_sps > 0)
-        jb->sps[r] = m->compute_sps; /* shares = auto */
+    if (m->have_speed && m->gen == jb->gen && r >= 1 && r < GM_JOB_SHARES_MAX) /* shares = auto */
+        jb->obs[r] = (struct gm_autoshare_obs){m->speed_samples, m->speed_step_s, m->speed_coll_s};
     if (jb->asw == NULL || m->gen != jb->gen || r < 1)
         return;
     if (m->have_fit) {
@@ -285,15 +290,39 @@ void jobs_shares_tick(struct gm_jobs *j, struct job *jb)
         w < 2 || w > GM_JOB_SHARES_MAX || (jb->asw != NULL && gm_autoswitch_pending(jb->asw, &seq)))
         return; /* a codec switch first: re-forming now would abandon it */
     gm_rank_get_progress(jb->rank, &p);
-    if (p.generation != jb->gen || p.compute_sps <= 0)
+    if (p.generation != jb->gen || p.share <= 0 || p.step_s <= 0)
         return; /* rank 0 has not taken the current group, or no step yet */
-    jb->sps[0] = p.compute_sps;
+    jb->obs[0] = (struct gm_autoshare_obs){p.share, p.step_s, p.coll_s};
+    double sps[GM_JOB_SHARES_MAX];
+    if (gm_autoshare_speeds(jb->obs, w, sps) < w)
+        return;
     if (jb->nshares == w)
         memcpy(cur, jb->shares, sizeof(int) * (size_t)w);
     else
         gm_job_split_by(g, w, NULL, cur);
-    if (gm_autoshare_decide(&jb->ash, jb->sps, w, g, cur, p.step, out, why, sizeof(why)) <= 0)
+    if (gm_autoshare_decide(&jb->ash, sps, w, g, cur, p.step, out, why, sizeof(why)) <= 0) {
+        /* no change wanted (none building up either): is a rank too slow to help even with
+         * its balanced share? */
+        int r = -1;
+        if (jb->ash.confirm == 0) {
+            gm_autoshare_balance(sps, w, g, out);
+            r = gm_autoshare_spare(&jb->ash, sps, jb->obs, w, out, p.step, why, sizeof(why));
+        }
+        if (r < 1)
+            return; /* none, or rank 0: the coordinator trains (it cannot be its own spare) */
+        for (size_t i = 0; i < jb->nparts; i++) {
+            if (strcmp(jb->parts[i].node, jb->ranks[r]) != 0)
+                continue;
+            jb->parts[i].spare = true;
+            snprintf(jb->parts[i].spare_why, sizeof(jb->parts[i].spare_why), "%.199s", why);
+        }
+        gm_notice("event=shares-spare job=%s generation=%u step=%ld node=%s reason=\"%s\"", jb->id,
+                  jb->gen & 0xffff, p.step, jb->ranks[r], why);
+        snprintf(jb->shares_reason, sizeof(jb->shares_reason), "%.64s left out: %.200s",
+                 jb->ranks[r], why);
+        jobs_reform(j, jb, "a rank too slow to help left out");
         return;
+    }
     jobs_shares_text(cur, w, from, sizeof(from));
     jobs_shares_text(out, w, to, sizeof(to));
     {
@@ -301,7 +330,7 @@ void jobs_shares_tick(struct gm_jobs *j, struct job *jb)
         size_t o = 0;
         sp[0] = '\0';
         for (int i = 0; i < w && o + 1 < sizeof(sp); i++) {
-            int k = snprintf(sp + o, sizeof(sp) - o, "%s%.0f", i ? ":" : "", jb->sps[i]);
+            int k = snprintf(sp + o, sizeof(sp) - o, "%s%.0f", i ? ":" : "", sps[i]);
             if (k < 0 || (size_t)k >= sizeof(sp) - o)
                 break;
             o += (size_t)k;

@@ -55,8 +55,10 @@ enum jstate { J_CHECKING, J_RUNNING, J_DONE, J_CANCELLED, J_FAILED, J_REFUSED };
 
 struct part {
     char node[NODE_LEN];
-    bool checked;             /* its dataset equals ours */
-    bool answered;            /* its JOB_CHECK came, not compared yet */
+    bool checked;  /* its dataset equals ours */
+    bool answered; /* its JOB_CHECK came, not compared yet */
+    bool spare;    /* shares = auto left it out: too slow to help (spare_why) */
+    char spare_why[200];
     struct gm_jobfile *files; /* owned: its answer */
     size_t nfiles;
     char error[GM_JOB_MSG_MAX];
@@ -107,11 +109,11 @@ struct job {
     uint64_t fit_sent_ns;      /* member: its last fit report */
     uint64_t fit_sent_ops;
     /* [job] shares = auto (agent/jobs/autoshare.h): the current group's samples per rank
-     * (nshares = world; 0: none, equal), the ranks' reported speeds (coordinator; rank order
-     * of the current group, 0: not yet), the decision's state */
+     * (nshares = world; 0: none, equal), the ranks' reported steps (coordinator; rank order
+     * of the current group, samples 0: not yet), the decision's state */
     int shares[GM_JOB_SHARES_MAX];
     int nshares;
-    double sps[GM_JOB_SHARES_MAX];
+    struct gm_autoshare_obs obs[GM_JOB_SHARES_MAX];
     struct gm_autoshare ash;
     char shares_reason[320]; /* coordinator: why the last change */
     struct gm_rank_progress last;

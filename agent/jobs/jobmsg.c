@@ -214,6 +214,34 @@ static int get_fit(json_t *o, struct gm_jobmsg *m)
     return 0;
 }
 
+/* REPORT fit's optional speed {samples >= 1, step_s > 0, 0 <= coll_s <= step_s}. */
+static int get_speed(json_t *o, struct gm_jobmsg *m)
+{
+    json_t *f = json_object_get(o, "speed"), *a, *b;
+    uint64_t u;
+    int err;
+
+    if (f == NULL)
+        return 0;
+    if (!json_is_object(f) || json_object_size(f) != 3)
+        return GM_ERR_PROTO;
+    a = json_object_get(f, "step_s");
+    b = json_object_get(f, "coll_s");
+    if (!json_is_number(a) || !json_is_number(b) || !isfinite(json_number_value(a)) ||
+        !isfinite(json_number_value(b)) || json_number_value(a) <= 0 || json_number_value(b) < 0 ||
+        json_number_value(b) > json_number_value(a))
+        return GM_ERR_PROTO;
+    if ((err = gm_jsonmsg_get_uint(f, "samples", INT_MAX, &u)) < 0)
+        return err;
+    if (u == 0)
+        return GM_ERR_PROTO;
+    m->have_speed = true;
+    m->speed_samples = (int)u;
+    m->speed_step_s = json_number_value(a);
+    m->speed_coll_s = json_number_value(b);
+    return 0;
+}
+
 /* SWITCH's and its answers' seq (>= 1) and step. */
 static int get_seq_step(json_t *o, struct gm_jobmsg *m)
 {
@@ -306,14 +334,8 @@ static int decode(uint16_t type, json_t *o, struct gm_jobmsg *m)
             return err;
         if (strcmp(m->event, "fit") == 0 && (err = get_fit(o, m)) < 0)
             return err;
-        if (strcmp(m->event, "fit") == 0) { /* optional: the rank's compute speed */
-            json_t *c = json_object_get(o, "compute_sps");
-            if (c != NULL && (!json_is_number(c) || !isfinite(json_number_value(c)) ||
-                              json_number_value(c) <= 0))
-                return GM_ERR_PROTO;
-            m->compute_sps = c != NULL ? json_number_value(c) : 0;
-            return 0;
-        }
+        if (strcmp(m->event, "fit") == 0)
+            return get_speed(o, m);
         if (strncmp(m->event, "switch-", 7) == 0)
             return get_seq_step(o, m);
         return 0;
@@ -416,8 +438,10 @@ int gm_jobmsg_encode(uint16_t type, const struct gm_jobmsg *m, char **out, size_
             json_object_set_new(o, "fit",
                                 json_pack("{s:f,s:f,s:I}", "alpha_s", m->fit_alpha_s, "bytes_per_s",
                                           m->fit_bytes_per_s, "ops", (json_int_t)m->fit_ops));
-        if (m->have_fit && m->compute_sps > 0)
-            json_object_set_new(o, "compute_sps", json_real(m->compute_sps));
+        if (m->have_fit && m->have_speed)
+            json_object_set_new(o, "speed",
+                                json_pack("{s:I,s:f,s:f}", "samples", (json_int_t)m->speed_samples,
+                                          "step_s", m->speed_step_s, "coll_s", m->speed_coll_s));
         if (m->seq > 0) {
             json_object_set_new(o, "seq", json_integer(m->seq));
             json_object_set_new(o, "step", json_integer(m->step));

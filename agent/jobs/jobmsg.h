@@ -22,11 +22,13 @@
  *                                                        global batch (shares = auto,
  *                                                        agent/jobs/autoshare.h)
  *   JOB_REPORT {id, gen, event: "group-failed"|"exit"|"fit"|"switch-ok"|"switch-late"|"cancel",
- *               code, message, fit?: {alpha_s, bytes_per_s, ops}, compute_sps?, seq?, step?}
+ *               code, message, fit?: {alpha_s, bytes_per_s, ops},
+ *               speed?: {samples, step_s, coll_s}, seq?, step?}
  *                                                        member -> coordinator; fit: the
  *                                                        rank's alpha-beta fit (with "fit"),
- *                                                        compute_sps its samples per second
- *                                                        of compute;
+ *                                                        speed: its samples per step and a
+ *                                                        step's time, of it in the
+ *                                                        collective (shares = auto);
  *                                                        seq, step: the answer to JOB_SWITCH
  *                                                        seq (step: the member's last step
  *                                                        boundary); cancel: `gradmesh cancel`
@@ -86,8 +88,13 @@ struct gm_jobmsg {
     bool have_fit;  /* REPORT fit */
     double fit_alpha_s, fit_bytes_per_s; /* >= 0, > 0 */
     uint64_t fit_ops;
-    double compute_sps; /* REPORT fit, optional: the rank's compute speed (> 0; 0: none) */
-    char state[16];     /* END */
+    /* REPORT fit, optional: the rank's last steps (shares = auto, agent/jobs/autoshare.h):
+     * its samples per step (>= 1), a step's wall time (> 0) and the part of it in the
+     * collective (>= 0, <= step_s), averaged */
+    bool have_speed;
+    int speed_samples;
+    double speed_step_s, speed_coll_s;
+    char state[16]; /* END */
     int code;
     char message[GM_JOB_MSG_MAX]; /* CHECK error, REPORT, END */
     /* END of a done job: the coordinator's summary (optional "summary" object) */

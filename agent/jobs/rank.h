@@ -66,10 +66,12 @@ struct gm_rank_progress {
     int rank, world;
     uint32_t generation;
     double loss, samples_per_s;
-    double compute_s;     /* a step's compute (data, forward, loss, backward), averaged (x0.9) */
-    double compute_sps;   /* this rank's samples over its compute time, averaged (x0.9): its
-                           * speed, what shares = auto balances (agent/jobs/autoshare.h) */
-    int share;            /* this rank's samples in the last step */
+    double compute_s; /* a step's compute (data, forward, loss, backward), averaged (x0.9) */
+    /* what shares = auto balances (agent/jobs/autoshare.h), averaged over steps (x0.9): a
+     * step's wall time (compute, collective, optimizer) and its collective part; and this
+     * rank's samples in the last step */
+    double step_s, coll_s;
+    int share;
     double test_accuracy; /* NAN until evaluated */
     uint64_t hash_checks;
     /* "" until the last step is taken; then the SHA-256 (hex) of the final parameters: every

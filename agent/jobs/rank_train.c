@@ -412,10 +412,12 @@ static void hook_step(void *ctx, const struct gm_train_step_info *si)
     rk->mjob.compute_s = si->compute_s;
     rk->prog.compute_s =
         rk->prog.compute_s > 0 ? 0.9 * rk->prog.compute_s + 0.1 * si->compute_s : si->compute_s;
-    if (si->samples > 0 && si->compute_s > 0) {
-        double sps = si->samples / si->compute_s;
-        rk->prog.compute_sps =
-            rk->prog.compute_sps > 0 ? 0.9 * rk->prog.compute_sps + 0.1 * sps : sps;
+    if (si->samples > 0) {
+        double t = si->compute_s + si->collective_s + si->optimizer_s;
+        rk->prog.step_s = rk->prog.step_s > 0 ? 0.9 * rk->prog.step_s + 0.1 * t : t;
+        rk->prog.coll_s = rk->prog.step_s > 0 && rk->prog.share > 0
+                              ? 0.9 * rk->prog.coll_s + 0.1 * si->collective_s
+                              : si->collective_s;
         rk->prog.share = si->samples;
     }
     rk->mjob.collective_s = si->collective_s;

@@ -3,8 +3,9 @@
  * split against speeds (proportional, whole batch, at least one sample each), the predicted
  * step, the hysteresis (a gain below GM_AUTOSHARE_HYST never switches; a real one switches only
  * after GM_AUTOSHARE_CONFIRM decisions in a row and not within GM_AUTOSHARE_DWELL steps of a
- * group); and the wire (agent/jobs/jobmsg.c): JOB_GROUP "shares" and JOB_REPORT "compute_sps"
- * round-trip, and every malformed one is refused.
+ * group); the speeds from the ranks' steps (waiting is not work); and the wire
+ * (agent/jobs/jobmsg.c): JOB_GROUP "shares" and JOB_REPORT "speed" round-trip, and every
+ * malformed one is refused.
  */
 #include <math.h>
 #include <stdio.h>
@@ -154,7 +155,7 @@ static void test_wire(void)
                      GM_ERR_PROTO);
     }
 
-    /* a fit report with the rank's speed; without it (0), and malformed ones */
+    /* a fit report with the rank's steps; without them, and malformed ones */
     struct gm_jobmsg r = {.id = "0123456789abcdef",
                           .gen = 2,
                           .event = "fit",
@@ -162,30 +163,85 @@ static void test_wire(void)
                           .fit_alpha_s = 1e-4,
                           .fit_bytes_per_s = 1e8,
                           .fit_ops = 7,
-                          .compute_sps = 2900.5};
+                          .have_speed = true,
+                          .speed_samples = 20,
+                          .speed_step_s = 0.0125,
+                          .speed_coll_s = 0.002};
     GM_CHECK_OK(gm_jobmsg_encode(GM_MSG_JOB_REPORT, &r, &txt, &len));
     GM_CHECK_OK(gm_jobmsg_decode(GM_MSG_JOB_REPORT, (const uint8_t *)txt, len, &d));
-    GM_CHECK(d.have_fit);
-    GM_CHECK_NEAR(d.compute_sps, 2900.5, 1e-9, 0);
+    GM_CHECK(d.have_fit && d.have_speed);
+    GM_CHECK_EQ(d.speed_samples, 20);
+    GM_CHECK_NEAR(d.speed_step_s, 0.0125, 1e-12, 0);
+    GM_CHECK_NEAR(d.speed_coll_s, 0.002, 1e-12, 0);
     gm_jobmsg_free(&d);
     free(txt);
-    r.compute_sps = 0;
+    r.have_speed = false;
     GM_CHECK_OK(gm_jobmsg_encode(GM_MSG_JOB_REPORT, &r, &txt, &len));
-    GM_CHECK(strstr(txt, "compute_sps") == NULL);
+    GM_CHECK(strstr(txt, "speed") == NULL);
     GM_CHECK_OK(gm_jobmsg_decode(GM_MSG_JOB_REPORT, (const uint8_t *)txt, len, &d));
-    GM_CHECK_EQ(d.compute_sps, 0.0);
+    GM_CHECK(!d.have_speed);
     gm_jobmsg_free(&d);
     free(txt);
-    static const char *const bad_sps[] = {"0", "-5", "\"fast\"", "null", "1e999"};
-    for (size_t i = 0; i < sizeof(bad_sps) / sizeof(bad_sps[0]); i++) {
+    static const char *const bad_speed[] = {
+        "{\"samples\":0,\"step_s\":0.01,\"coll_s\":0}",         /* no sample */
+        "{\"samples\":5,\"step_s\":0,\"coll_s\":0}",            /* no time */
+        "{\"samples\":5,\"step_s\":0.01,\"coll_s\":0.02}",      /* more wait than step */
+        "{\"samples\":5,\"step_s\":0.01,\"coll_s\":-1}",        /* negative */
+        "{\"samples\":5,\"step_s\":0.01}",                      /* a field missing */
+        "{\"samples\":5,\"step_s\":0.01,\"coll_s\":0,\"x\":1}", /* one too many */
+        "{\"samples\":1.5,\"step_s\":0.01,\"coll_s\":0}",       /* not an integer */
+        "\"fast\"",
+    };
+    for (size_t i = 0; i < sizeof(bad_speed) / sizeof(bad_speed[0]); i++) {
         int n = snprintf(bad, sizeof(bad),
                          "{\"id\":\"0123456789abcdef\",\"gen\":2,\"event\":\"fit\",\"code\":0,"
                          "\"message\":\"\",\"fit\":{\"alpha_s\":0.001,\"bytes_per_s\":1e8,"
-                         "\"ops\":3},\"compute_sps\":%s}",
-                         bad_sps[i]);
+                         "\"ops\":3},\"speed\":%s}",
+                         bad_speed[i]);
         GM_CHECK_ERR(gm_jobmsg_decode(GM_MSG_JOB_REPORT, (const uint8_t *)bad, (size_t)n, &d),
                      GM_ERR_PROTO);
     }
+}
+
+/* Speeds from steps: the rank that waits least is the one waited for; every other rank's
+ * extra collective time is waiting, not work. */
+static void test_speeds(void)
+{
+    /* lockstep at 40 ms a step: rank 0 (100 samples) computes 10 ms and waits 28 ms of its
+     * 30 ms collective; rank 1 (28 samples) is busy the whole 40 ms, 2 ms of it the
+     * collective's own cost */
+    const struct gm_autoshare_obs o[2] = {{100, 0.040, 0.030}, {28, 0.040, 0.002}};
+    const struct gm_autoshare_obs unknown[2] = {{100, 0.040, 0.030}, {0, 0, 0}};
+    double sps[2];
+
+    GM_CHECK_EQ(gm_autoshare_speeds(o, 2, sps), 2);
+    GM_CHECK_NEAR(sps[0], 100 / 0.012, 1e-6, 1e-12);
+    GM_CHECK_NEAR(sps[1], 28 / 0.040, 1e-6, 1e-12);
+    GM_CHECK_EQ(gm_autoshare_speeds(unknown, 2, sps), 1);
+    GM_CHECK_EQ(sps[1], 0.0);
+}
+
+/* The spare rule: a rank whose balanced share saves the others less time than a step's
+ * collective costs is left out, after CONFIRM calls in a row; one that helps stays. */
+static void test_spare(void)
+{
+    struct gm_autoshare a = {0};
+    const double sp3[3] = {10000, 8000, 500}, sp2[2] = {2709, 1572};
+    const struct gm_autoshare_obs o3[3] = {{69, .01, .006}, {55, .01, .005}, {4, .01, .003}};
+    const struct gm_autoshare_obs o2[2] = {{81, .03, .01}, {47, .03, .005}};
+    const int c3[3] = {69, 55, 4}, c2[2] = {81, 47};
+    char why[320];
+    int k;
+
+    gm_autoshare_group(&a, 0);
+    GM_CHECK_EQ(gm_autoshare_spare(&a, sp3, o3, 3, c3, 1, why, sizeof(why)), -1); /* dwell */
+    for (k = 1; k < GM_AUTOSHARE_CONFIRM; k++)
+        GM_CHECK_EQ(gm_autoshare_spare(&a, sp3, o3, 3, c3, 100 + k, why, sizeof(why)), -1);
+    GM_CHECK_EQ(gm_autoshare_spare(&a, sp3, o3, 3, c3, 100 + k, why, sizeof(why)), 2);
+    GM_CHECK(strstr(why, "too slow to help") != NULL);
+    /* 47 samples at 1572/s beside 2709/s save 17 ms, far more than a 5 ms collective */
+    for (k = 0; k < 10 * GM_AUTOSHARE_CONFIRM; k++)
+        GM_CHECK_EQ(gm_autoshare_spare(&a, sp2, o2, 2, c2, 200 + k, why, sizeof(why)), -1);
 }
 
 int main(void)
@@ -193,5 +249,7 @@ int main(void)
     GM_TEST_RUN(test_balance);
     GM_TEST_RUN(test_decide);
     GM_TEST_RUN(test_wire);
+    GM_TEST_RUN(test_speeds);
+    GM_TEST_RUN(test_spare);
     return gm_test_finish("test_autoshare");
 }
