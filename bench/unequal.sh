@@ -8,7 +8,8 @@
 #
 # For each model (LeNet-5 on Fashion-MNIST; resnet20 on Fashion-MNIST padded to 32x32) and
 # each of beta's caps, one run each of:
-#   alone   alpha alone (beta's agent stopped), global batch G;
+#   alone   alpha alone: `train --local` of the same job in alpha's cgroup (an agent alone
+#           would need beta's agent down, and then its cluster has no majority);
 #   equal   alpha + beta, [job] shares = equal (what every job did before shares: G/2 each);
 #   auto    alpha + beta, [job] shares = auto (measured, re-balanced: agent/jobs/autoshare.h);
 # and, at beta's last cap, auto with gamma at 0.1 added (the third host must not slow it).
@@ -96,6 +97,22 @@ run_job() {
     job_get alpha "$id" '"%s %s %s %s" % (j["summary"]["samples_per_s"], j["summary"]["wall_s"], j["summary"]["test_accuracy"], ":".join(str(s["samples"]) for s in j["shares"]))'
 }
 
+# run_alone MODEL: the fast machine alone: `train --local` of the same job in alpha's cgroup
+# (the agent's trainer without a group; an agent alone would need the other voters down, which
+# leaves its cluster without a majority); prints as run_job.
+run_alone() {
+    local model=$1 pad=0 g=G_$1
+    [ "$model" = resnet20 ] && pad=2
+    job_ini "$WORK/alone.ini" "alone-$model" job.model="$model" job.log_every=1000 \
+        data.dir="$WORK/data-$model" data.pad=$pad optim.lr=0.001 optim.global_batch=${!g} \
+        job.out="$WORK/alone.safetensors"
+    sh -c 'echo $$ >"$0/cgroup.procs" && exec "$@"' "$CG/gm-unequal-$$-alpha" \
+        "$GM" train --local "$WORK/alone.ini" --no-progress --summary-json "$WORK/alone.json" \
+        >>"$WORK/alone.log" 2>&1 || { echo "- - - -"; return; }
+    python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("%.2f %.2f %.2f %s" % (d["samples_per_s"], d["wall_s"], d["test_accuracy"], sys.argv[2]))' \
+        "$WORK/alone.json" "${!g}"
+}
+
 ratio() { python3 -c "import sys; a,b=sys.argv[1:]; print('%.2f' % (float(a)/float(b)) if a!='-' and b!='-' and float(b)>0 else '-')" "$1" "$2"; }
 bar() { # NAME VALUE OP LIMIT
     python3 -c "import sys; n,v,op,l=sys.argv[1:]; ok = v!='-' and (float(v)>=float(l) if op=='>=' else float(v)<=float(l)); print(('PASS' if ok else 'MISS') + ': %s %s %s %s' % (n, v, op, l))" "$@"
@@ -115,6 +132,8 @@ stop_one alpha
 cap alpha 1.0
 start_capped alpha
 cap beta 1.0
+start_capped beta
+wait_for "alpha-beta link" links_up alpha 1
 cap gamma "${THIRD:-0.1}"
 
 echo "# bench/unequal.sh: global batch lenet5 $G_lenet5 ($NTRAIN_lenet5 images), resnet20 $G_resnet20 ($NTRAIN_resnet20 images); alpha cap 1.0; $(nproc) cores; $(uptime)"
@@ -122,11 +141,9 @@ printf '%-9s %-5s %-7s %10s %8s %7s %-12s %6s %8s\n' model cap run samples/s wal
 for m in $MODELS; do
     for c in $CAPS; do
         echo "# $m, beta at $c: $(uptime)"
-        read -r a_sps a_wall a_acc a_sh < <(run_job "$m" equal 1)
+        read -r a_sps a_wall a_acc a_sh < <(run_alone "$m")
         printf '%-9s %-5s %-7s %10s %8s %7s %-12s %6s %8s\n' "$m" 1.0 alone "$a_sps" "$a_wall" "$a_acc" "$a_sh" 1.00 "$a_wall"
         cap beta "$c"
-        start_capped beta
-        wait_for "alpha-beta link" links_up alpha 1
         declare -A sps=()
         for sh in equal auto; do
             read -r s w a x < <(run_job "$m" "$sh" 2)
@@ -146,9 +163,8 @@ for m in $MODELS; do
             printf '%-9s %-5s %-7s %10s %8s %7s %-12s %6s %8s\n' "$m" "+$THIRD" auto3 "$s" "$w" "$a" "$x" "$(ratio "$s" "$a_sps")" "$(tta "$a" "$w" "$a_acc")"
             bar "$m third host at $THIRD vs without" "$(ratio "$s" "${sps[auto]}")" '>=' 0.95
             stop_one gamma
+            wait_for "gamma gone" links_up alpha 1
         fi
-        stop_one beta
-        wait_for "alpha alone" links_up alpha 0
     done
 done
 echo "# done: $(uptime)"

@@ -386,6 +386,8 @@ static int write_checkpoint(struct run *r)
     w->info.optim_step = r->optim.step;
     w->info.term = r->opts->term;
     w->info.params = gm_model_num_params(m);
+    if (r->st.world > 1) /* the split of the step just taken: what the job ran on */
+        gm_train_shares_text(&r->st, w->info.shares, sizeof(w->info.shares));
     w->copy_ns = gm_time_mono_ns() - w->t0;
     if ((err = pthread_create(&w->th, NULL, ckpt_writer, w)) != 0) {
         err = -err;
@@ -543,9 +545,10 @@ static int resume(struct run *r)
     r->last_checkpoint = info.step;
     err = 0;
     if (r->st.rank == 0)
-        gm_info("event=resume path=%s step=%ld epoch=%d data_offset=%ld optim_step=%ld term=%llu",
+        gm_info("event=resume path=%s step=%ld epoch=%d data_offset=%ld optim_step=%ld term=%llu "
+                "shares=%s",
                 path, info.step, info.epoch + 1, info.data_offset, info.optim_step,
-                (unsigned long long)info.term);
+                (unsigned long long)info.term, info.shares[0] ? info.shares : "-");
 out:
     free(tmp);
     gm_safetensors_free(&f);
