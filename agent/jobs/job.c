@@ -571,14 +571,16 @@ void jobs_shares_for_group(struct job *jb, char (*old_ranks)[NODE_LEN], size_t o
     }
     memcpy(jb->obs, obs, sizeof(obs));
     known = known && gm_autoshare_speeds(obs, w, sps) == w;
-    if (same && jb->nshares == w)
-        return; /* the shares just decided by the tick, or the running ones */
-    if (known) {
-        gm_autoshare_balance(sps, w, jb->job.optim.global_batch, jb->shares);
-        jb->nshares = w;
-    } else {
-        jb->nshares = 0; /* equal until every rank's speed is known */
+    if (!(same && jb->nshares == w)) { /* else the ones the tick just decided, or the running */
+        if (known) {
+            gm_autoshare_balance(sps, w, jb->job.optim.global_batch, jb->shares);
+            jb->nshares = w;
+        } else {
+            jb->nshares = 0; /* equal until every rank's speed is known */
+        }
     }
+    /* the new group's decisions wait for its own steps (the ranks' averages restart) */
+    memset(jb->obs, 0, sizeof(jb->obs));
 }
 
 /* Coordinator: a new generation with every participant that has an up link. */

@@ -318,6 +318,14 @@ void jobs_shares_tick(struct gm_jobs *j, struct job *jb)
         }
         gm_notice("event=shares-spare job=%s generation=%u step=%ld node=%s reason=\"%s\"", jb->id,
                   jb->gen & 0xffff, p.step, jb->ranks[r], why);
+        { /* the spare's part of the job is over: its trainer stops (and its record says why)
+           * instead of waiting in a group that no longer has it */
+            struct gm_jobmsg e = {0};
+            snprintf(e.id, sizeof(e.id), "%s", jb->id);
+            snprintf(e.state, sizeof(e.state), "cancelled");
+            snprintf(e.message, sizeof(e.message), "left out as a spare: %.400s", why);
+            (void)jobs_send_msg(j, jb->ranks[r], GM_MSG_JOB_END, &e);
+        }
         snprintf(jb->shares_reason, sizeof(jb->shares_reason), "%.64s left out: %.200s",
                  jb->ranks[r], why);
         jobs_reform(j, jb, "a rank too slow to help left out");

@@ -88,6 +88,9 @@ static int hook_resync(void *ctx, struct gm_train_state *st)
     } else if (rk->job.shares.mode == GM_JOB_SHARES_AUTO) {
         st->share_n = 0; /* none measured yet: equal */
     }
+    /* the step averages start afresh with the group: its shares, and so its steps, differ */
+    rk->prog.step_s = rk->prog.coll_s = 0;
+    rk->prog.share = 0;
     rk->strat.algo = rk->group_hier ? GM_COLL_HIER : GM_COLL_RING; /* the gradsync made below */
     rk->sw.pending = false; /* an announced switch belonged to the group before */
     rk->at_step = -1;
