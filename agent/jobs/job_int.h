@@ -4,9 +4,10 @@
  * rest of the agent sees the room through agent/jobs/job.h.
  *
  * The files, bottom up; each calls only the files above it in this list (none calls back):
- *   job.c            the spine: registry, history, helpers, rank callbacks, islands, groups,
- *                    the end of a job, teardown
- *   job_codec.c      codec = auto: the choice at submit and switching mid-run
+ *   job.c            the spine: registry, history, helpers, rank callbacks, islands, groups
+ *                    (with shares = auto's shares for each), the end of a job, teardown
+ *   job_codec.c      codec = auto: the choice at submit and switching mid-run; shares = auto:
+ *                    the ranks' step reports, re-balancing, spares (agent/jobs/autoshare.h)
  *   job_check.c      the coordinator: take a job, hash, offer, compare checks, start
  *   job_partition.c  no majority, no training: step down, paused, takeover
  *   job_member.c     the member: offers, groups, reports, the end, forwarding a submit
