@@ -28,7 +28,9 @@
 #
 # Usage: bench/unequal.sh [GRADMESH_BINARY]   MODELS="lenet5 resnet20" CAPS="0.2 0.5 1.0"
 #   THIRD=0.1 (empty: no third host) NTRAIN_lenet5=25600 NTRAIN_resnet20=5120 G_lenet5=128
-#   G_resnet20=64 KEEP=1
+#   G_resnet20=64 EPOCHS_lenet5=1 EPOCHS_resnet20=1 (a longer run amortizes the ~20 steps and
+#   0.6 s that shares = auto takes to measure and decide, and each change's re-formed group)
+#   KEEP=1
 # Needs root (cgroups) and the Fashion-MNIST files; skips (77) without them.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -41,6 +43,8 @@ MODELS=${MODELS:-lenet5 resnet20}
 CAPS=${CAPS:-0.2 0.5 1.0}
 THIRD=${THIRD-0.1}
 G_lenet5=${G_lenet5:-128}
+EPOCHS_lenet5=${EPOCHS_lenet5:-1}
+EPOCHS_resnet20=${EPOCHS_resnet20:-1}
 G_resnet20=${G_resnet20:-64}
 CG=/sys/fs/cgroup/cpu
 [ -d "$DATA" ] || { echo "SKIP: no Fashion-MNIST at $DATA"; exit 77; }
@@ -88,7 +92,9 @@ stop_one() {
 run_job() {
     local model=$1 shares=$2 world=$3 id out pad=0 g=G_$1
     [ "$model" = resnet20 ] && pad=2
-    job_ini "$WORK/job.ini" "un-$model" job.model="$model" job.log_every=1000 job.shares="$shares" \
+    local ep=EPOCHS_$1
+    job_ini "$WORK/job.ini" "un-$model" job.model="$model" job.epochs="${!ep}" job.log_every=1000 \
+        job.shares="$shares" \
         data.dir="$WORK/data-$model" data.pad=$pad optim.lr=0.001 optim.global_batch=${!g} \
         comm.codec=fp32
     out=$(timeout 3600 "$GM" submit "$WORK/job.ini" --follow --config "$WORK/alpha.conf" 2>&1) ||
@@ -101,9 +107,9 @@ run_job() {
 # (the agent's trainer without a group; an agent alone would need the other voters down, which
 # leaves its cluster without a majority); prints as run_job.
 run_alone() {
-    local model=$1 pad=0 g=G_$1
+    local model=$1 pad=0 g=G_$1 ep=EPOCHS_$1
     [ "$model" = resnet20 ] && pad=2
-    job_ini "$WORK/alone.ini" "alone-$model" job.model="$model" job.log_every=1000 \
+    job_ini "$WORK/alone.ini" "alone-$model" job.model="$model" job.epochs="${!ep}" job.log_every=1000 \
         data.dir="$WORK/data-$model" data.pad=$pad optim.lr=0.001 optim.global_batch=${!g} \
         job.out="$WORK/alone.safetensors"
     sh -c 'echo $$ >"$0/cgroup.procs" && exec "$@"' "$CG/gm-unequal-$$-alpha" \
@@ -136,7 +142,7 @@ start_capped beta
 wait_for "alpha-beta link" links_up alpha 1
 cap gamma "${THIRD:-0.1}"
 
-echo "# bench/unequal.sh: global batch lenet5 $G_lenet5 ($NTRAIN_lenet5 images), resnet20 $G_resnet20 ($NTRAIN_resnet20 images); alpha cap 1.0; $(nproc) cores; $(uptime)"
+echo "# bench/unequal.sh: lenet5 global batch $G_lenet5, $NTRAIN_lenet5 images x $EPOCHS_lenet5 epochs; resnet20 $G_resnet20, $NTRAIN_resnet20 x $EPOCHS_resnet20; alpha cap 1.0; $(nproc) cores; $(uptime)"
 printf '%-9s %-5s %-7s %10s %8s %7s %-12s %6s %8s\n' model cap run samples/s wall_s acc shares ratio tta_s
 for m in $MODELS; do
     for c in $CAPS; do
