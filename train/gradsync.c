@@ -37,6 +37,10 @@ struct gm_gradsync {
     int dl_err;
     uint64_t dl_wait_ns, dl_wait_max_ns; /* the trainer blocked on DiLoCo's syncs, for the log */
     uint64_t dl_waits;
+    /* unequal shares: this step's samples of this rank and of all (gm_gradsync_note_share),
+     * and their sums over the DiLoCo round so far (its outer weight) */
+    int step_n, step_g;
+    uint64_t round_n, round_g;
     /* the op being started: set by the trainer thread, read by start while run blocks it */
     struct gm_model *m; /* borrowed */
     long step;
@@ -492,8 +496,12 @@ int gm_gradsync_reduce(struct gm_gradsync *g, struct gm_model *m, long step, lon
             err = gm_diloco_new(&cfg, gm_model_params(m), gm_model_num_trainable(m), &g->dl);
             if (err == 0)
                 apply_pending_diloco(g);
-            return err;
+            g->round_n = g->round_g = 0;
+            if (err < 0)
+                return err;
         }
+        g->round_n += (uint64_t)g->step_n;
+        g->round_g += (uint64_t)g->step_g;
         return 0;
     default:
         if (g->overlap) {
@@ -654,6 +662,29 @@ static void log_waits(const struct gm_gradsync *g)
             (double)g->dl_wait_max_ns * 1e-6);
 }
 
+/* The round about to be synced: this rank's outer weight, world x its samples / everyone's
+ * (exactly 1 with equal shares, so equal runs keep their bits), and a new round. */
+static void round_weight(struct gm_gradsync *g)
+{
+    float w = 1.0f;
+
+    if (g->round_g > 0 && (uint64_t)g->world * g->round_n != g->round_g)
+        w = (float)((double)g->world * (double)g->round_n / (double)g->round_g);
+    gm_diloco_set_weight(g->dl, w);
+    g->round_n = g->round_g = 0;
+}
+
+void gm_gradsync_note_share(struct gm_gradsync *g, int n, int global_batch)
+{
+    g->step_n = n;
+    g->step_g = global_batch;
+}
+
+bool gm_gradsync_local_grads(const struct gm_gradsync *g)
+{
+    return g != NULL && g->s.kind == GM_GRADSYNC_KIND_DILOCO;
+}
+
 /* DiLoCo with [comm] overlap (see train/compress/diloco.h, "Overlapped rounds"): at a
  * boundary, keep the round's delta and hand its sync and a hash check of the anchor (the
  * outer parameters: identical on every rank) to the executor; dl_lag steps later wait for
@@ -673,6 +704,7 @@ static int after_step_overlap(struct gm_gradsync *g, struct gm_model *m, long st
             return err;
     }
     if (pos == 0) {
+        round_weight(g);
         if ((err = gm_diloco_overlap_boundary(g->dl, params)) < 0)
             return err;
         g->dl_step = step;
@@ -715,6 +747,7 @@ int gm_gradsync_after_step(struct gm_gradsync *g, struct gm_model *m, long step,
     } else if (g->s.kind == GM_GRADSYNC_KIND_DILOCO) {
         if (gm_diloco_due(g->dl, (uint64_t)step)) {
             uint64_t t0 = gm_time_mono_ns(), dt;
+            round_weight(g);
             if ((err = run(g, start_diloco, m, step, true)) < 0)
                 return err;
             dt = gm_time_mono_ns() - t0;

@@ -187,6 +187,22 @@ void gm_gradsync_free(struct gm_gradsync *g);
 GM_MUST_CHECK int gm_gradsync_backward_begin(struct gm_gradsync *g, struct gm_model *m, long step);
 void gm_gradsync_grads_ready(struct gm_gradsync *g, size_t first_tensor, size_t n);
 
+/* Unequal shares of the global batch (train/trainer.h "Data order"): before each reduce, the
+ * samples n this rank takes in this step out of global_batch.  Dense and PowerSGD need
+ * nothing more (the trainer scales the gradients by world * n / global_batch before they
+ * reach the codec, so every codec reduces sample-weighted gradients).  DiLoCo, for which
+ * gm_gradsync_local_grads is true, takes its inner steps on the rank's own batch mean
+ * (unscaled: a slow rank's smaller batch is as good a local step as any) and weights each
+ * rank's outer delta by the samples it processed in the round (gm_diloco_set_weight: world
+ * x its samples / all samples), so the outer step follows the sample-weighted mean.  Chosen
+ * over giving slow ranks fewer inner steps: every rank then still syncs at the same step
+ * (the collective's lockstep and the round boundaries stay as they are), and a rank's share
+ * already makes its inner steps as short as everyone's.  Equal shares give the weight 1
+ * exactly: those runs keep their bits. */
+void gm_gradsync_note_share(struct gm_gradsync *g, int n, int global_batch);
+/* True when the strategy's optimizer steps on this rank's own gradients (DiLoCo). */
+bool gm_gradsync_local_grads(const struct gm_gradsync *g);
+
 /* After backward, before the optimizer step (trainer's reduce_grads).  0 or an error. */
 GM_MUST_CHECK int gm_gradsync_reduce(struct gm_gradsync *g, struct gm_model *m, long step,
                                      long total_steps);

@@ -56,6 +56,7 @@ enum ktype {
     KT_DEVICE,   /* auto | cpu | cuda | cuda:N | cuda:all (train/nn/device.h) */
     KT_FLIST,    /* imin..imax comma-separated numbers in [fmin, fmax] (struct gm_job_floats) */
     KT_BYTES,    /* a byte count: digits with an optional K, M, G or T (powers of 1024) */
+    KT_SHARES,   /* equal | N:N[:N...] (struct gm_job_shares) */
 };
 
 enum {
@@ -127,6 +128,7 @@ static const struct gm_ini_key keys[] = {
     K_INT("job", "checkpoint_every", checkpoint_every, 0, INT_MAX, 0),
     K_INT("job", "checkpoint_keep", checkpoint_keep, 1, 1000000, 0),
     K_STR("job", "checkpoint_dir", checkpoint_dir, 0),
+    K_OTHER("job", "shares", KT_SHARES, shares),
 
     K_OTHER("model", "hidden", KT_HIDDEN, hidden),
     K_F64("model", "dropout", dropout, 0, 1, K_FMAX_OPEN),
@@ -302,6 +304,10 @@ static void describe(char *dst, size_t n, const struct gm_ini_key *k)
                          (k->flags & K_FMAX_OPEN) ? ')' : ']');
         }
         break;
+    case KT_SHARES:
+        snprintf(dst, n, "equal, auto, or 2 to %d weights from 1 to %d joined by ':' (3:1)",
+                 GM_JOB_SHARES_MAX, GM_JOB_SHARE_MAX);
+        break;
     case KT_BYTES:
         snprintf(dst, n, "a byte count (digits, optionally followed by K, M, G or T)");
         break;
@@ -446,6 +452,44 @@ static bool parse_hidden(const char *s, int *sizes, int *count)
         p++;
     }
     *count = n;
+    return true;
+}
+
+/* "equal", or "a:b[:c...]": 2..GM_JOB_SHARES_MAX integer weights in [1, GM_JOB_SHARE_MAX]
+ * (a single weight would say nothing: one rank takes the whole batch either way). */
+static bool parse_shares(const char *s, struct gm_job_shares *out)
+{
+    struct gm_job_shares sh = {.mode = GM_JOB_SHARES_FIXED};
+    const char *p = s;
+
+    if (strcmp(s, "equal") == 0 || strcmp(s, "auto") == 0) {
+        *out = (struct gm_job_shares){.mode = strcmp(s, "auto") == 0 ? GM_JOB_SHARES_AUTO
+                                                                     : GM_JOB_SHARES_EQUAL};
+        return true;
+    }
+    for (;;) {
+        char item[16];
+        size_t len = 0;
+        long long v;
+
+        while (*p >= '0' && *p <= '9') {
+            if (len + 1 >= sizeof(item))
+                return false;
+            item[len++] = *p++;
+        }
+        item[len] = '\0';
+        if (sh.n >= GM_JOB_SHARES_MAX || !parse_ll(item, &v) || v < 1 || v > GM_JOB_SHARE_MAX)
+            return false;
+        sh.w[sh.n++] = (uint32_t)v;
+        if (*p == '\0')
+            break;
+        if (*p != ':')
+            return false;
+        p++;
+    }
+    if (sh.n < 2)
+        return false;
+    *out = sh;
     return true;
 }
 
@@ -617,6 +661,13 @@ static void set_value(struct gm_ini *ini, const struct gm_ini_key *k, const char
     case KT_BYTES: {
         uint64_t v;
         ok = parse_bytes(value, &v);
+        if (ok)
+            memcpy(field, &v, sizeof(v));
+        break;
+    }
+    case KT_SHARES: {
+        struct gm_job_shares v;
+        ok = parse_shares(value, &v);
         if (ok)
             memcpy(field, &v, sizeof(v));
         break;
@@ -1295,25 +1346,107 @@ const char *gm_job_precision_name(enum gm_job_precision p)
     return name_of(precision_names, GM_ARRAY_SIZE(precision_names), (int)p);
 }
 
+void gm_job_split_by(int g, int world, const uint32_t *w, int *counts)
+{
+    uint64_t sum = 0, rem[GM_JOB_SHARES_MAX];
+    int given = 0;
+
+    if (w == NULL || world > GM_JOB_SHARES_MAX) { /* equal: G/W, the first G mod W one more */
+        for (int r = 0; r < world; r++)
+            counts[r] = g / world + (r < g % world ? 1 : 0);
+        return;
+    }
+    for (int r = 0; r < world; r++)
+        sum += w[r];
+    /* largest remainder (Hamilton): the floors first, then one more sample each to the
+     * largest remainders, ties to the lower rank; integer arithmetic only, so every rank
+     * computes the same counts */
+    for (int r = 0; r < world; r++) {
+        uint64_t q = (uint64_t)g * w[r];
+        counts[r] = (int)(q / sum);
+        rem[r] = q % sum;
+        given += counts[r];
+    }
+    while (given < g) {
+        int best = 0;
+        for (int r = 1; r < world; r++)
+            if (rem[r] > rem[best])
+                best = r;
+        counts[best]++;
+        rem[best] = 0; /* at most one extra each: the extras number fewer than world */
+        given++;
+    }
+}
+
+void gm_job_split(const struct gm_job *job, int g, int world, int *counts)
+{
+    const bool fixed = job->shares.mode == GM_JOB_SHARES_FIXED && job->shares.n == world;
+
+    gm_job_split_by(g, world, fixed ? job->shares.w : NULL, counts);
+}
+
+/* "3:1" into buf, for messages */
+static const char *shares_text(const struct gm_job_shares *sh, char *buf, size_t len)
+{
+    size_t o = 0;
+
+    buf[0] = '\0';
+    for (int i = 0; i < sh->n && o + 1 < len; i++) {
+        int k = snprintf(buf + o, len - o, "%s%u", i ? ":" : "", sh->w[i]);
+        if (k < 0 || (size_t)k >= len - o)
+            break;
+        o += (size_t)k;
+    }
+    return buf;
+}
+
 int gm_job_global_batch(const struct gm_job *job, int world, int *out)
 {
+    const bool fixed = job->shares.mode == GM_JOB_SHARES_FIXED;
+    char sh[GM_JOB_LINE_MAX + 1];
+    int g, counts[GM_JOB_SHARES_MAX];
+
     *out = 0;
     if (world < 1)
         return -EINVAL;
+    if (fixed && job->shares.n != world) {
+        gm_err("job %s: [job] shares = %s names %d ranks, but %d workers run the job: list one "
+               "weight per worker, or set shares = equal",
+               job->name, shares_text(&job->shares, sh, sizeof(sh)), job->shares.n, world);
+        return GM_ERR_CONFIG;
+    }
     if (job->optim.global_batch > 0) {
-        if (job->optim.global_batch % world != 0) {
+        if (job->shares.mode == GM_JOB_SHARES_AUTO && job->optim.global_batch < world) {
+            gm_err("job %s: [optim] global_batch = %d is smaller than the %d workers: each "
+                   "takes at least one sample of it",
+                   job->name, job->optim.global_batch, world);
+            return GM_ERR_CONFIG;
+        }
+        if (job->shares.mode == GM_JOB_SHARES_EQUAL && job->optim.global_batch % world != 0) {
             gm_err("job %s: [optim] global_batch = %d does not divide by %d workers", job->name,
                    job->optim.global_batch, world);
             return GM_ERR_CONFIG;
         }
-        *out = job->optim.global_batch;
-        return 0;
+        g = job->optim.global_batch;
+    } else {
+        if (job->optim.batch > INT_MAX / world) {
+            gm_err("job %s: [optim] batch = %d times %d workers is too large", job->name,
+                   job->optim.batch, world);
+            return GM_ERR_CONFIG;
+        }
+        g = job->optim.batch * world;
     }
-    if (job->optim.batch > INT_MAX / world) {
-        gm_err("job %s: [optim] batch = %d times %d workers is too large", job->name,
-               job->optim.batch, world);
-        return GM_ERR_CONFIG;
+    if (fixed) {
+        gm_job_split(job, g, world, counts);
+        for (int r = 0; r < world; r++) {
+            if (counts[r] < 1) {
+                gm_err("job %s: [job] shares = %s split the global batch of %d so that rank %d "
+                       "gets no sample: raise the batch or that rank's weight",
+                       job->name, shares_text(&job->shares, sh, sizeof(sh)), g, r);
+                return GM_ERR_CONFIG;
+            }
+        }
     }
-    *out = job->optim.batch * world;
+    *out = g;
     return 0;
 }

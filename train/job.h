@@ -11,7 +11,14 @@
  *              device (auto | cpu | cuda | cuda:N | cuda:all; unset: the agent's [train] device,
  *              else auto; train/nn/device.h)
  *              checkpoint_every (steps >= 0, 0 = no checkpoints), checkpoint_keep (>= 1, 3),
- *              checkpoint_dir (train --local only; default "<name>.checkpoints")
+ *              checkpoint_dir (train --local only; default "<name>.checkpoints"),
+ *              shares (equal | auto | N:N[:N...], equal): each rank's part of the global
+ *              batch; auto: from each rank's measured speed, re-balanced during the run by the
+ *              job's coordinator (agent/jobs/autoshare.h; equal in `train --local`);
+ *              N:N... lists one positive weight per rank, in rank order (at most
+ *              GM_JOB_SHARES_MAX, each 1..1000000): the global batch stays the same and is
+ *              split in proportion (train/trainer.h gm_train_split), the gradient is the
+ *              sample-weighted mean; a job with fixed shares runs on exactly that many ranks
  *   [model]    hidden (comma list of MLP hidden sizes, "256"; mlp only), dropout ([0, 1), 0),
  *              init (a safetensors file of PyTorch-named weights to start from,
  *              train/ckpt/weights.h), freeze (space-separated module prefixes, or
@@ -78,11 +85,13 @@
 #include "common/err.h"
 #include "train/nn/device.h"
 
-#define GM_JOB_NAME_MAX 64    /* buffer size: 63 bytes + NUL */
-#define GM_JOB_PATH_MAX 1024  /* buffer size for dir and out */
-#define GM_JOB_HIDDEN_MAX 16  /* MLP hidden layers at most */
-#define GM_JOB_TEXT_MAX 65536 /* bytes of job text at most */
-#define GM_JOB_LINE_MAX 197   /* bytes a line at most, not counting "\r\n" */
+#define GM_JOB_NAME_MAX 64       /* buffer size: 63 bytes + NUL */
+#define GM_JOB_PATH_MAX 1024     /* buffer size for dir and out */
+#define GM_JOB_HIDDEN_MAX 16     /* MLP hidden layers at most */
+#define GM_JOB_TEXT_MAX 65536    /* bytes of job text at most */
+#define GM_JOB_LINE_MAX 197      /* bytes a line at most, not counting "\r\n" */
+#define GM_JOB_SHARES_MAX 64     /* [job] shares: weights listed at most (the simulation's world) */
+#define GM_JOB_SHARE_MAX 1000000 /* [job] shares: one weight at most */
 /* [comm] overlap's default (see docs/BENCHMARKS.md, "Overlapped DiLoCo", for why) */
 #define GM_JOB_OVERLAP_DEFAULT false
 
@@ -126,6 +135,21 @@ enum gm_job_normalize {
 struct gm_job_floats {
     int n; /* 0: not set */
     double v[3];
+};
+
+/* [job] shares: how the global batch is split over the ranks.  equal: G/W each, the first
+ * G mod W ranks one more (what every job did before shares); fixed: in proportion to the
+ * listed weights. */
+enum gm_job_shares_mode {
+    GM_JOB_SHARES_EQUAL,
+    GM_JOB_SHARES_FIXED,
+    GM_JOB_SHARES_AUTO, /* measured by the agents (agent/jobs/autoshare.h); equal in one process */
+};
+
+struct gm_job_shares {
+    enum gm_job_shares_mode mode;
+    int n;                         /* fixed: weights listed (the world it runs on); else 0 */
+    uint32_t w[GM_JOB_SHARES_MAX]; /* fixed: each >= 1 */
 };
 
 enum gm_job_optimizer {
@@ -182,6 +206,7 @@ struct gm_job {
     int checkpoint_every;                 /* steps between checkpoints; 0: none */
     int checkpoint_keep;                  /* newest checkpoints kept */
     char checkpoint_dir[GM_JOB_PATH_MAX]; /* train --local; "<name>.checkpoints" unless set */
+    struct gm_job_shares shares;          /* equal unless set */
 
     /* [model] */
     int hidden[GM_JOB_HIDDEN_MAX]; /* MLP hidden sizes, n_hidden of them */
@@ -270,8 +295,9 @@ int gm_job_parse(const char *text, size_t len, const char *origin,
                  struct gm_job *job) GM_MUST_CHECK;
 
 /* The global batch of a job run by world workers: global_batch, or batch * world.
- * GM_ERR_CONFIG (one line logged) when global_batch does not divide by world, or when it
- * gives a worker no sample. */
+ * GM_ERR_CONFIG (one line logged) when global_batch does not divide by world with equal
+ * shares, when fixed shares list another number of ranks than world, or when the split
+ * (gm_job_split) gives a worker no sample. */
 int gm_job_global_batch(const struct gm_job *job, int world, int *out) GM_MUST_CHECK;
 
 /* The keys whose values differ between two job texts, was (an earlier run's, a checkpoint's
@@ -283,6 +309,14 @@ int gm_job_global_batch(const struct gm_job *job, int world, int *out) GM_MUST_C
  * GM_ERR_CONFIG when a text does not parse (one line logged), -ENOMEM. */
 int gm_job_diff(const char *was, size_t was_len, const char *now, size_t now_len, char *out,
                 size_t n) GM_MUST_CHECK;
+/* The samples of each of world ranks in a global batch g (counts[0..world)), by the job's
+ * shares: equal, or fixed when they list world weights, else equal too (a group that shrank
+ * after a peer loss: the caller says so).  Deterministic: train/trainer.h gm_train_split. */
+void gm_job_split(const struct gm_job *job, int g, int world, int *counts);
+/* The same split by explicit weights w[0..world) (each >= 1), or equal for w = NULL:
+ * largest remainder, ties to the lower rank, integer arithmetic only.  world <=
+ * GM_JOB_SHARES_MAX for weights (else equal). */
+void gm_job_split_by(int g, int world, const uint32_t *w, int *counts);
 
 /* Frees job->text; NULL-safe, idempotent; leaves the struct zeroed. */
 void gm_job_free(struct gm_job *job);

@@ -134,7 +134,15 @@ static int hook_reduce(void *ctx, struct gm_train_state *st)
     long step = st->step, total_steps = st->total_steps;
     struct rank_ctx *rc = ctx;
 
+    gm_gradsync_note_share(rc->sync, st->share_samples, st->global_batch);
     return gm_gradsync_reduce(rc->sync, m, step, total_steps);
+}
+
+static bool hook_local_grads(void *ctx)
+{
+    struct rank_ctx *rc = ctx;
+
+    return gm_gradsync_local_grads(rc->sync);
 }
 
 static int hook_after(void *ctx, struct gm_train_state *st)
@@ -232,6 +240,7 @@ int gm_sim_train(const struct gm_job *job, const struct gm_train_opts *opts,
                                           .world = s.n,
                                           .reduce_grads = hook_reduce,
                                           .after_step = hook_after,
+                                          .local_grads = hook_local_grads,
                                           .codec_state = hook_codec_state,
                                           .codec_restore = hook_codec_restore,
                                           .ctx = rc};

@@ -295,6 +295,8 @@ void gm_tb_on_step(struct gm_tb_writer *w, const struct gm_train_step_info *si)
     scalar(w, "step_time/compute_s", si->step, si->compute_s);
     scalar(w, "step_time/collective_s", si->step, si->collective_s);
     scalar(w, "step_time/optimizer_s", si->step, si->optimizer_s);
+    if (si->samples > 0) /* this rank's part of the global batch ([job] shares) */
+        scalar(w, "shares/samples", si->step, si->samples);
 }
 
 void gm_tb_on_eval(struct gm_tb_writer *w, const struct gm_train_eval_info *ei)

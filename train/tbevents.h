@@ -65,6 +65,7 @@ const char *gm_tb_path(const struct gm_tb_writer *w);
  * (train/trainer.h), for every step:
  *     train/loss  train/learning_rate  train/samples_per_s
  *     step_time/compute_s  step_time/collective_s  step_time/optimizer_s
+ *     shares/samples (the writing rank's samples of the step's global batch: [job] shares)
  * and for every test evaluation, at the step it ran after:
  *     test/accuracy_percent  test/loss  train/epoch_loss  train/epoch_samples_per_s
  * gm_tb_write_summary writes the run summary at its last step (the numbers of

@@ -94,6 +94,40 @@ void gm_train_share(int g, int world, int rank, int *off, int *n)
     *off = rank * base + (rank < extra ? rank : extra);
 }
 
+const char *gm_train_shares_text(const struct gm_train_state *st, char *buf, size_t len)
+{
+    int counts[GM_JOB_SHARES_MAX];
+    size_t o = 0;
+
+    buf[0] = '\0';
+    if (st->world < 1 || st->world > GM_JOB_SHARES_MAX)
+        return buf;
+    gm_job_split_by(st->global_batch, st->world, st->share_n == st->world ? st->share_w : NULL,
+                    counts);
+    for (int i = 0; i < st->world && o + 1 < len; i++) {
+        int k = snprintf(buf + o, len - o, "%s%d", i ? ":" : "", counts[i]);
+        if (k < 0 || (size_t)k >= len - o)
+            break;
+        o += (size_t)k;
+    }
+    return buf;
+}
+
+void gm_train_share_by(int g, int world, const uint32_t *w, int rank, int *off, int *n)
+{
+    int counts[GM_JOB_SHARES_MAX];
+
+    if (w == NULL || world > GM_JOB_SHARES_MAX) {
+        gm_train_share(g, world, rank, off, n);
+        return;
+    }
+    gm_job_split_by(g, world, w, counts);
+    *off = 0;
+    for (int i = 0; i < rank; i++)
+        *off += counts[i];
+    *n = counts[rank];
+}
+
 static void progress_bar(struct run *r, long step_in_epoch, double loss, double sps, int final)
 {
     char bar[31];
@@ -357,6 +391,8 @@ static int write_checkpoint(struct run *r)
     w->info.optim_step = r->optim.step;
     w->info.term = r->opts->term;
     w->info.params = gm_model_num_params(m);
+    if (r->st.world > 1) /* the split of the step just taken: what the job ran on */
+        gm_train_shares_text(&r->st, w->info.shares, sizeof(w->info.shares));
     w->copy_ns = gm_time_mono_ns() - w->t0;
     if ((err = pthread_create(&w->th, NULL, ckpt_writer, w)) != 0) {
         err = -err;
@@ -573,9 +609,10 @@ static int resume(struct run *r)
     r->last_checkpoint = info.step;
     err = 0;
     if (r->st.rank == 0)
-        gm_info("event=resume path=%s step=%ld epoch=%d data_offset=%ld optim_step=%ld term=%llu",
+        gm_info("event=resume path=%s step=%ld epoch=%d data_offset=%ld optim_step=%ld term=%llu "
+                "shares=%s",
                 path, info.step, info.epoch + 1, info.data_offset, info.optim_step,
-                (unsigned long long)info.term);
+                (unsigned long long)info.term, info.shares[0] ? info.shares : "-");
     spe = r->steps_per_epoch > 0 ? r->steps_per_epoch : 1;
     if (r->st.rank == 0 && info.total_steps != r->st.total_steps)
         gm_notice("event=resume-extend path=%s step=%ld from_steps=%ld steps=%ld from_epochs=%ld "
@@ -803,12 +840,22 @@ static int setup(struct run *r)
     const int min_world = comm != NULL && comm->min_world > 0 ? comm->min_world : world;
     int g;
 
-    if ((err = gm_job_global_batch(job, world, &g)) < 0)
+    if (job->shares.mode == GM_JOB_SHARES_FIXED && job->shares.n != world &&
+        job->optim.global_batch > 0)
+        g = job->optim.global_batch; /* the agent: its first group says the world (the
+                                      * coordinator checked the shares at submit) */
+    else if ((err = gm_job_global_batch(job, world, &g)) < 0)
         return err;
     r->st.global_batch = g;
     r->st.rank = comm != NULL ? comm->rank : 0;
     r->st.world = world;
     r->max_batch = (g + min_world - 1) / min_world;
+    if (job->shares.mode == GM_JOB_SHARES_FIXED && job->shares.n == world) {
+        int counts[GM_JOB_SHARES_MAX];
+        gm_job_split(job, g, world, counts);
+        for (int i = 0; i < world; i++)
+            r->max_batch = counts[i] > r->max_batch ? counts[i] : r->max_batch;
+    }
     data_spec(job, &ds, r->data_why, sizeof(r->data_why));
     if ((err = gm_loader_new(&ds, r->max_batch, &r->data)) < 0)
         return err; /* logged by the loader, with the file name */
@@ -1035,6 +1082,7 @@ static void step_hook(const struct run *r, int epoch, double loss, uint64_t t_st
         .samples_per_s =
             t_end > t_step ? r->st.global_batch / ((double)(t_end - t_step) * 1e-9) : 0,
         .epoch_end = r->steps_per_epoch > 0 && r->st.step % r->steps_per_epoch == 0,
+        .samples = r->st.share_samples,
     };
     h->on_step(h->ctx, &si);
 }
@@ -1056,6 +1104,43 @@ static void eval_hook(const struct run *r, int epoch, double tloss, double acc, 
         h->on_eval(h->ctx, &ei);
 }
 
+/* The shares of a new group (its first step, or re-formed after a loss): what a hook set
+ * for this world (the agent's measured ones, shares = auto), else the job's fixed weights
+ * when they list this world, else equal (logged when the job had fixed ones). */
+static void shares_for_world(struct run *r)
+{
+    const struct gm_job_shares *sh = &r->job->shares;
+    char buf[GM_JOB_SHARES_MAX * 12];
+
+    if (r->st.share_n == r->st.world && r->st.world > 1) {
+        if (r->st.rank == 0)
+            gm_info("event=shares step=%ld world=%d samples=%s source=group", r->st.step,
+                    r->st.world, gm_train_shares_text(&r->st, buf, sizeof(buf)));
+        return;
+    }
+    r->st.share_n = 0;
+    if (sh->mode == GM_JOB_SHARES_AUTO && r->st.world > 1 && r->st.rank == 0 &&
+        (r->opts->comm == NULL || r->opts->comm->resync == NULL))
+        gm_info("event=shares-auto-equal world=%d: shares = auto is measured by the agents "
+                "of a cluster; in one process every simulated rank runs alike, so they split "
+                "equally",
+                r->st.world);
+    if (sh->mode != GM_JOB_SHARES_FIXED || r->st.world == 1)
+        return;
+    if (sh->n == r->st.world) {
+        r->st.share_n = sh->n;
+        memcpy(r->st.share_w, sh->w, sizeof(uint32_t) * (size_t)sh->n);
+        if (r->st.rank == 0)
+            gm_info("event=shares step=%ld world=%d samples=%s", r->st.step, r->st.world,
+                    gm_train_shares_text(&r->st, buf, sizeof(buf)));
+        return;
+    }
+    if (r->st.rank == 0)
+        gm_warn("event=shares-equal step=%ld world=%d shares=%d: [job] shares name %d ranks and "
+                "the group now has %d; the global batch is split equally until it has %d again",
+                r->st.step, r->st.world, sh->n, sh->n, r->st.world, sh->n);
+}
+
 int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
                    struct gm_train_summary *sum)
 {
@@ -1065,7 +1150,8 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
     const struct gm_train_comm *comm = opts->comm;
     struct epoch_stats es = {.epoch = -1};
     struct rusage ru;
-    long steps_done = 0; /* by this replica, for samples/s */
+    long steps_done = 0;  /* by this replica, for samples/s */
+    int shares_world = 0; /* the world st's shares were set for */
     int err;
 
     memset(sum, 0, sizeof(*sum));
@@ -1127,14 +1213,23 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
         }
         const uint64_t t_step = gm_time_mono_ns();
         uint64_t t_coll, t_opt, t_data;
-        gm_train_share(G, r.st.world, r.st.rank, &off, &n);
+        if (r.st.world != shares_world) { /* the first step, or a re-formed group */
+            shares_world = r.st.world;
+            shares_for_world(&r);
+        }
+        gm_train_share_by(G, r.st.world, r.st.share_n != 0 ? r.st.share_w : NULL, r.st.rank, &off,
+                          &n);
         if (n > r.max_batch || n < 1) {
-            gm_err("event=share rank=%d world=%d global_batch=%d: a share of %d samples does not "
-                   "fit the batch buffers (%d)",
-                   r.st.rank, r.st.world, G, n, r.max_batch);
-            err = -EINVAL;
+            gm_err("event=share rank=%d world=%d global_batch=%d: a share of %d samples %s "
+                   "(buffers for %d): %s",
+                   r.st.rank, r.st.world, G, n, n < 1 ? "is empty" : "does not fit", r.max_batch,
+                   n < 1 ? "the global batch is smaller than the group or a share rounds to no "
+                           "sample; raise [optim] global_batch"
+                         : "the shares changed beyond the buffers");
+            err = n < 1 ? GM_ERR_CONFIG : -EINVAL;
             goto out;
         }
+        r.st.share_samples = n;
         /* the next steps' shares decode while this one computes, across the end of the epoch
          * too: the next epoch's order follows from (seed, epoch + 1) alone */
         for (long a = 1; a <= job->data.prefetch && step + a < r.st.total_steps; a++) {
@@ -1172,14 +1267,17 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
             err = GM_ERR_NUMERIC;
             goto out;
         }
-        /* unequal shares: weigh by samples (see trainer.h), layer by layer in grad_hook */
-        gh.factor = n * r.st.world != G ? (float)n * (float)r.st.world / (float)G : 1.0f;
         if ((rc = run_hook(&r, comm != NULL ? comm->backward_begin : NULL, 0)) < 0) {
             err = rc;
             goto out;
         }
         if (rc == 1)
             continue;
+        /* unequal shares: weigh by samples (see trainer.h), layer by layer in grad_hook;
+         * after backward_begin, which may have switched the codec */
+        gh.factor = n * r.st.world != G ? (float)n * (float)r.st.world / (float)G : 1.0f;
+        if (comm != NULL && comm->local_grads != NULL && comm->local_grads(comm->ctx))
+            gh.factor = 1.0f; /* DiLoCo: weighted by samples at the outer sync instead */
         if ((err = gm_model_backward(r.model, n)) < 0)
             goto out;
         t_coll = gm_time_mono_ns();

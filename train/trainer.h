@@ -23,6 +23,7 @@
 #define GM_TRAIN_TRAINER_H
 
 #include <signal.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -65,13 +66,21 @@ struct gm_st_file;
  * global_batch, or batch * the initial world).  Epoch e is the permutation
  * of the training set drawn from (seed, e); step s of the epoch takes its
  * positions [s*G, (s+1)*G), so steps_per_epoch = floor(n / G) whatever the
- * world.  Rank r of world W takes a contiguous share of that block
- * (gm_train_share): G/W samples, the first G mod W ranks one more.  When
- * shares differ, each rank scales its mean gradient by W*n_r/G before the
- * all-reduce takes the mean, so the update is the mean over all G samples
- * exactly as one replica with batch G would take it.  A membership change
- * therefore re-shards at once, at the next step, with nothing to remember
- * but the step.
+ * world.  Rank r of world W takes a contiguous share of that block, the
+ * ranks in order: n_r samples by the split in force (share_n/share_w below;
+ * train/job.h gm_job_split_by): equal, G/W samples, the first G mod W ranks
+ * one more, or in proportion to the weights ([job] shares = 3:1, largest
+ * remainder), so every sample of the epoch is taken by exactly one rank.
+ * When shares differ, each rank scales its mean gradient by W*n_r/G before
+ * the all-reduce takes the mean, so the update is the sample-weighted mean
+ * over all G samples exactly as one replica with batch G would take it (up
+ * to float summation order).  Exception: a rank whose optimizer steps on its
+ * own gradients (DiLoCo; gm_train_comm.local_grads) is not scaled: its
+ * inner steps take its own batch mean, and its outer contribution is
+ * weighted by the samples it processed (train/gradsync.h).  A membership
+ * change therefore re-shards at once, at the next step, with nothing to
+ * remember but the step (and the weights, which fixed shares keep only while
+ * the world is the one they list: a different world splits equally, logged).
  */
 struct gm_train_state {
     struct gm_model *model; /* borrowed */
@@ -81,10 +90,20 @@ struct gm_train_state {
     int global_batch;
     int rank, world; /* this replica's place in the group for the next step */
     double loss;     /* of the last step taken */
+    /* The split of the global batch for the next step: share_n = world weights share_w, or
+     * share_n = 0 for equal shares.  Set from [job] shares; a hook may change it at a step
+     * boundary (the same value on every rank, at the same step). */
+    int share_n;
+    uint32_t share_w[GM_JOB_SHARES_MAX];
+    int share_samples; /* this rank's samples in the step being taken (reduce_grads on) */
 };
 
-/* Offset and length of rank's share of a global batch g split over world. */
+/* Offset and length of rank's share of a global batch g split over world, equally. */
 void gm_train_share(int g, int world, int rank, int *off, int *n);
+/* The same by weights w[0..world) (NULL: equal), train/job.h gm_job_split_by. */
+void gm_train_share_by(int g, int world, const uint32_t *w, int rank, int *off, int *n);
+/* st's split of its global batch as "72:24" (samples of each rank, in rank order) into buf. */
+const char *gm_train_shares_text(const struct gm_train_state *st, char *buf, size_t len);
 
 /*
  * Optional communication hooks (train/sim.c for --simulate-workers; the
@@ -116,6 +135,9 @@ struct gm_train_comm {
      * (tensors [first, first + n), already weighted for unequal shares) */
     int (*backward_begin)(void *ctx, struct gm_train_state *st);
     void (*grads_ready)(void *ctx, size_t first_tensor, size_t n);
+    /* optional: true when this step's optimizer steps on this rank's own gradients (DiLoCo's
+     * inner steps), which are then not scaled for unequal shares; NULL: false */
+    bool (*local_grads)(void *ctx);
     /* optional: the final state, on every rank (the agent logs its parameter hash) */
     void (*finish)(void *ctx, const struct gm_train_state *st);
     /* optional: rank 0's progress after every step (loss, samples/s), for the agent */
@@ -153,6 +175,7 @@ struct gm_train_step_info {
     double optimizer_s;   /* optimizer step and after_step */
     double samples_per_s; /* this step's batch / its wall time */
     int epoch_end;        /* 1: the epoch's last step */
+    int samples;          /* this rank's share of the batch (its compute_s is for these) */
 };
 
 struct gm_train_eval_info {

@@ -508,6 +508,7 @@ int jobs_form_local(struct gm_jobs *j, struct job *jb)
         if (gm_gradsync_strategy_from_job(&jb->job, &s) == 0)
             gm_rank_set_codec(jb->rank, &s);
     }
+    gm_rank_set_shares(jb->rank, jb->shares, jb->nshares == (int)jb->world ? jb->nshares : 0);
     if ((err = gm_rank_set_group(jb->rank, jb->gen, me, (int)jb->world, x, jb->islands)) < 0)
         return err;
     /* frames of this generation that came before the group */
@@ -567,6 +568,55 @@ int jobs_start_rank(struct gm_jobs *j, struct job *jb)
     return 0;
 }
 
+/* --- shares = auto (agent/jobs/autoshare.h) --- */
+
+void jobs_shares_text(const int *c, int n, char *buf, size_t cap)
+{
+    size_t o = 0;
+
+    buf[0] = '\0';
+    for (int i = 0; i < n && o + 1 < cap; i++) {
+        int k = snprintf(buf + o, cap - o, "%s%d", i ? ":" : "", c[i]);
+        if (k < 0 || (size_t)k >= cap - o)
+            break;
+        o += (size_t)k;
+    }
+}
+
+void jobs_shares_for_group(struct job *jb, char (*old_ranks)[NODE_LEN], size_t old_world)
+{
+    struct gm_autoshare_obs obs[GM_JOB_SHARES_MAX];
+    double sps[GM_JOB_SHARES_MAX];
+    const int w = (int)jb->world;
+    bool same = old_ranks != NULL && old_world == jb->world, known = w >= 2;
+
+    if (jb->job.shares.mode != GM_JOB_SHARES_AUTO || w > GM_JOB_SHARES_MAX) {
+        jb->nshares = 0;
+        return;
+    }
+    /* the observations follow their nodes into the new rank order */
+    memset(obs, 0, sizeof(obs));
+    for (int i = 0; i < w; i++) {
+        for (size_t k = 0; old_ranks != NULL && k < old_world && k < GM_JOB_SHARES_MAX; k++)
+            if (strcmp(old_ranks[k], jb->ranks[i]) == 0)
+                obs[i] = jb->obs[k];
+        if (old_ranks == NULL || (size_t)i >= old_world || strcmp(old_ranks[i], jb->ranks[i]) != 0)
+            same = false;
+    }
+    memcpy(jb->obs, obs, sizeof(obs));
+    known = known && gm_autoshare_speeds(obs, w, sps) == w;
+    if (!(same && jb->nshares == w)) { /* else the ones the tick just decided, or the running */
+        if (known) {
+            gm_autoshare_balance(sps, w, jb->job.optim.global_batch, jb->shares);
+            jb->nshares = w;
+        } else {
+            jb->nshares = 0; /* equal until every rank's speed is known */
+        }
+    }
+    /* the new group's decisions wait for its own steps (the ranks' averages restart) */
+    memset(jb->obs, 0, sizeof(jb->obs));
+}
+
 /* Coordinator: a new generation with every participant that has an up link. */
 void jobs_reform(struct gm_jobs *j, struct job *jb, const char *reason)
 {
@@ -583,12 +633,19 @@ void jobs_reform(struct gm_jobs *j, struct job *jb, const char *reason)
     }
     jb->reform_at = 0;
     jobs_account_group(jb);
+    const size_t old_world = jb->world;
+    char(*old_ranks)[NODE_LEN] = NULL;
+    if (old_world > 0 && (old_ranks = calloc(old_world, NODE_LEN)) != NULL)
+        memcpy(old_ranks, jb->ranks, old_world * NODE_LEN);
     snprintf(jb->ranks[0], NODE_LEN, "%s", j->env.node);
     for (size_t i = 0; i < jb->nparts; i++)
-        if (jb->parts[i].checked && j->env.link_to(j->env.agent, jb->parts[i].node) != NULL)
+        if (jb->parts[i].checked && !jb->parts[i].spare &&
+            j->env.link_to(j->env.agent, jb->parts[i].node) != NULL)
             snprintf(jb->ranks[n++], NODE_LEN, "%s", jb->parts[i].node);
     qsort(jb->ranks + 1, n - 1, NODE_LEN, cmp_node);
     jb->world = n;
+    jobs_shares_for_group(jb, old_ranks, old_world); /* shares = auto */
+    free(old_ranks);
     free(jb->islands);
     jb->islands = jobs_group_islands(j, jb->ranks, n);
     if ((jb->gen & 0xffff) == 0xffff) {
@@ -599,17 +656,20 @@ void jobs_reform(struct gm_jobs *j, struct job *jb, const char *reason)
     jb->gen++;
     gm_notice("event=job-group job=%s generation=%u world=%zu reason=\"%s\"", jb->id,
               jb->gen & 0xffff, n, reason);
-    if (jb->asw != NULL) {
+    {
         struct gm_rank_progress p;
         gm_rank_get_progress(jb->rank, &p);
-        gm_autoswitch_group(jb->asw, (int)n, p.step);
+        if (jb->asw != NULL)
+            gm_autoswitch_group(jb->asw, (int)n, p.step);
+        gm_autoshare_group(&jb->ash, p.step);
     }
     m.gen = jb->gen;
     m.ranks = jb->ranks;
     m.nranks = n;
     m.global_batch = jb->job.optim.global_batch;
-    m.islands = jb->islands; /* borrowed; m is not freed */
-    if (jb->codec_auto) {    /* auto's choice, so every rank runs the same strategy */
+    m.islands = jb->islands;                              /* borrowed; m is not freed */
+    m.shares = jb->nshares == (int)n ? jb->shares : NULL; /* borrowed */
+    if (jb->codec_auto) { /* auto's choice, so every rank runs the same strategy */
         m.codec = jb->job.comm.codec;
         m.local_steps = (uint32_t)jb->job.comm.local_steps;
     }

@@ -449,8 +449,19 @@ static int coord_take(struct gm_jobs *j, const char *text, size_t len, const cha
         jb->job.optim.batch = 0;
     }
     if ((err = gm_job_global_batch(&jb->job, (int)n + 1, &g)) < 0) {
-        snprintf(msg, cap, "%.200s: [optim] global_batch = %d does not divide by %zu workers",
-                 jb->origin, jb->job.optim.global_batch, n + 1);
+        if (jb->job.shares.mode == GM_JOB_SHARES_FIXED)
+            snprintf(msg, cap,
+                     "%.200s: [job] shares name %d ranks, each with at least one sample of the "
+                     "global batch; %zu workers are up (the coordinator's log says which fails)",
+                     jb->origin, jb->job.shares.n, n + 1);
+        else if (jb->job.optim.global_batch > 0 && (size_t)jb->job.optim.global_batch < n + 1)
+            snprintf(msg, cap,
+                     "%.200s: [optim] global_batch = %d is smaller than the %zu workers up: "
+                     "each takes at least one sample",
+                     jb->origin, jb->job.optim.global_batch, n + 1);
+        else
+            snprintf(msg, cap, "%.200s: [optim] global_batch = %d does not divide by %zu workers",
+                     jb->origin, jb->job.optim.global_batch, n + 1);
         gm_job_free(&jb->job);
         free(jb);
         free(up);

@@ -139,12 +139,24 @@ void jobs_fit_report_tick(struct gm_jobs *j, struct job *jb)
     struct gm_coll_link f;
     uint64_t ops, now = gm_time_mono_ns();
 
-    if (jb->coord || !jb->codec_auto || jb->rank == NULL || jb->state != J_RUNNING ||
-        now - jb->fit_sent_ns < (uint64_t)FIT_REPORT_MS * 1000000ull)
+    const bool shares_auto = jb->job.shares.mode == GM_JOB_SHARES_AUTO;
+    struct gm_rank_progress p;
+
+    /* shares = auto: every tick (the speeds must follow a machine that gets busy) */
+    if (jb->coord || (!jb->codec_auto && !shares_auto) || jb->rank == NULL ||
+        jb->state != J_RUNNING ||
+        now - jb->fit_sent_ns < (uint64_t)(shares_auto ? TICK_MS : FIT_REPORT_MS) * 1000000ull)
         return;
     gm_rank_get_fit(jb->rank, &f, &ops);
     if (ops == jb->fit_sent_ops)
         return;
+    gm_rank_get_progress(jb->rank, &p);
+    if (p.share > 0 && p.step_s > 0 && p.coll_s <= p.step_s) {
+        m.have_speed = true;
+        m.speed_samples = p.share;
+        m.speed_step_s = p.step_s;
+        m.speed_coll_s = p.coll_s;
+    }
     jb->fit_sent_ns = now;
     jb->fit_sent_ops = ops;
     snprintf(m.id, sizeof(m.id), "%s", jb->id);
@@ -283,6 +295,8 @@ void jobs_on_switch_report(struct gm_jobs *j, struct job *jb, const char *node,
 {
     int r = jobs_rank_of(jb, node), res;
 
+    if (m->have_speed && m->gen == jb->gen && r >= 1 && r < GM_JOB_SHARES_MAX) /* shares = auto */
+        jb->obs[r] = (struct gm_autoshare_obs){m->speed_samples, m->speed_step_s, m->speed_coll_s};
     if (jb->asw == NULL || m->gen != jb->gen || r < 1)
         return;
     if (m->have_fit) {
@@ -301,4 +315,81 @@ void jobs_on_switch_report(struct gm_jobs *j, struct job *jb, const char *node,
             gm_rank_switch_answer(jb->rank, m->seq, false);
         jobs_reform(j, jb, "a member could not switch codec at the announced step");
     }
+}
+
+/* --- shares = auto (agent/jobs/autoshare.h) ----------------------------------------------- */
+
+void jobs_shares_tick(struct gm_jobs *j, struct job *jb)
+{
+    struct gm_rank_progress p;
+    int cur[GM_JOB_SHARES_MAX], out[GM_JOB_SHARES_MAX];
+    const int w = (int)jb->world, g = jb->job.optim.global_batch;
+    char why[320], from[GM_JOB_SHARES_MAX * 12], to[GM_JOB_SHARES_MAX * 12];
+    uint32_t seq;
+
+    if (jb->job.shares.mode != GM_JOB_SHARES_AUTO || jb->rank == NULL || jb->state != J_RUNNING ||
+        w < 2 || w > GM_JOB_SHARES_MAX || (jb->asw != NULL && gm_autoswitch_pending(jb->asw, &seq)))
+        return; /* a codec switch first: re-forming now would abandon it */
+    gm_rank_get_progress(jb->rank, &p);
+    if (p.generation != jb->gen || p.share <= 0 || p.step_s <= 0)
+        return; /* rank 0 has not taken the current group, or no step yet */
+    jb->obs[0] = (struct gm_autoshare_obs){p.share, p.step_s, p.coll_s};
+    double sps[GM_JOB_SHARES_MAX];
+    if (gm_autoshare_speeds(jb->obs, w, sps) < w)
+        return;
+    if (jb->nshares == w)
+        memcpy(cur, jb->shares, sizeof(int) * (size_t)w);
+    else
+        gm_job_split_by(g, w, NULL, cur);
+    if (gm_autoshare_decide(&jb->ash, sps, w, g, cur, p.step, out, why, sizeof(why)) <= 0) {
+        /* no change wanted (none building up either): is a rank too slow to help even with
+         * its balanced share? */
+        int r = -1;
+        if (jb->ash.confirm == 0) {
+            gm_autoshare_balance(sps, w, g, out);
+            r = gm_autoshare_spare(&jb->ash, sps, jb->obs, w, out, p.step, why, sizeof(why));
+        }
+        if (r < 1)
+            return; /* none, or rank 0: the coordinator trains (it cannot be its own spare) */
+        for (size_t i = 0; i < jb->nparts; i++) {
+            if (strcmp(jb->parts[i].node, jb->ranks[r]) != 0)
+                continue;
+            jb->parts[i].spare = true;
+            snprintf(jb->parts[i].spare_why, sizeof(jb->parts[i].spare_why), "%.199s", why);
+        }
+        gm_notice("event=shares-spare job=%s generation=%u step=%ld node=%s reason=\"%s\"", jb->id,
+                  jb->gen & 0xffff, p.step, jb->ranks[r], why);
+        { /* the spare's part of the job is over: its trainer stops (and its record says why)
+           * instead of waiting in a group that no longer has it */
+            struct gm_jobmsg e = {0};
+            snprintf(e.id, sizeof(e.id), "%s", jb->id);
+            snprintf(e.state, sizeof(e.state), "cancelled");
+            snprintf(e.message, sizeof(e.message), "left out as a spare: %.400s", why);
+            (void)jobs_send_msg(j, jb->ranks[r], GM_MSG_JOB_END, &e);
+        }
+        snprintf(jb->shares_reason, sizeof(jb->shares_reason), "%.64s left out: %.200s",
+                 jb->ranks[r], why);
+        jobs_reform(j, jb, "a rank too slow to help left out");
+        return;
+    }
+    jobs_shares_text(cur, w, from, sizeof(from));
+    jobs_shares_text(out, w, to, sizeof(to));
+    {
+        char sp[GM_JOB_SHARES_MAX * 12];
+        size_t o = 0;
+        sp[0] = '\0';
+        for (int i = 0; i < w && o + 1 < sizeof(sp); i++) {
+            int k = snprintf(sp + o, sizeof(sp) - o, "%s%.0f", i ? ":" : "", sps[i]);
+            if (k < 0 || (size_t)k >= sizeof(sp) - o)
+                break;
+            o += (size_t)k;
+        }
+        gm_notice("event=shares-change job=%s generation=%u step=%ld from=%s to=%s "
+                  "samples_per_s=%s reason=\"%s\"",
+                  jb->id, jb->gen & 0xffff, p.step, from, to, sp, why);
+    }
+    memcpy(jb->shares, out, sizeof(int) * (size_t)w);
+    jb->nshares = w;
+    snprintf(jb->shares_reason, sizeof(jb->shares_reason), "%s", why);
+    jobs_reform(j, jb, "shares changed");
 }

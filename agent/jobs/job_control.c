@@ -79,6 +79,43 @@ static json_t *job_json(struct gm_jobs *j, struct job *jb)
                             ? json_integer(jb->job.comm.local_steps)
                             : json_null());
     json_object_set_new(o, "paused_reason", paused != NULL ? json_string(paused) : json_null());
+    /* each rank's part of the global batch ([job] shares) and its compute speed (samples per
+     * second of compute: the coordinator knows every rank's with shares = auto, a member its
+     * own), in rank order of the current group */
+    {
+        static const char *const modes[] = {"equal", "fixed", "auto"};
+        const int w = (int)jb->world;
+        int counts[GM_JOB_SHARES_MAX];
+        json_t *sh = json_array();
+        double sps[GM_JOB_SHARES_MAX] = {0};
+        if (jb->coord && w >= 1 && w <= GM_JOB_SHARES_MAX) { /* the coordinator's view */
+            if (jb->rank != NULL && p.share > 0)
+                jb->obs[0] = (struct gm_autoshare_obs){p.share, p.step_s, p.coll_s};
+            (void)gm_autoshare_speeds(jb->obs, w, sps);
+        }
+        if (w >= 1 && w <= GM_JOB_SHARES_MAX && jb->ranks != NULL &&
+            jb->job.optim.global_batch >= w) {
+            if (jb->nshares == w)
+                memcpy(counts, jb->shares, sizeof(int) * (size_t)w);
+            else
+                gm_job_split(&jb->job, jb->job.optim.global_batch, w, counts);
+            for (int i = 0; i < w; i++) {
+                json_array_append_new(sh, json_pack("{s:s,s:i,s:o}", "node", jb->ranks[i],
+                                                    "samples", counts[i], "samples_per_s",
+                                                    sps[i] > 0 ? num(sps[i]) : json_null()));
+            }
+        }
+        json_object_set_new(o, "shares", sh);
+        json_t *spares = json_array();
+        for (size_t i = 0; jb->coord && i < jb->nparts; i++)
+            if (jb->parts[i].spare)
+                json_array_append_new(spares, json_pack("{s:s,s:s}", "node", jb->parts[i].node,
+                                                        "reason", jb->parts[i].spare_why));
+        json_object_set_new(o, "spares", spares);
+        json_object_set_new(o, "shares_mode", json_string(modes[jb->job.shares.mode]));
+        json_object_set_new(o, "shares_reason",
+                            jb->shares_reason[0] ? json_string(jb->shares_reason) : json_null());
+    }
     /* the nodes of the current group, rank order: a follower sees members leave and come back */
     {
         json_t *ranks = json_array();

@@ -189,9 +189,11 @@ static void timer_cb(uv_timer_t *t)
     if (jb != NULL)
         jobs_partition_tick(j, jb);
     jb = j->cur;
-    if (jb != NULL && jb->coord)
+    if (jb != NULL && jb->coord) {
         jobs_switch_tick(j, jb);
-    else if (jb != NULL)
+        if (j->cur == jb)
+            jobs_shares_tick(j, jb);
+    } else if (jb != NULL)
         jobs_fit_report_tick(j, jb);
     if (jb != NULL && jb->coord && jb->state == J_RUNNING && jb->reform_at != 0 &&
         gm_time_mono_ns() >= jb->reform_at) {

@@ -4,9 +4,10 @@
  * rest of the agent sees the room through agent/jobs/job.h.
  *
  * The files, bottom up; each calls only the files above it in this list (none calls back):
- *   job.c            the spine: registry, history, helpers, rank callbacks, islands, groups,
- *                    the end of a job, teardown
- *   job_codec.c      codec = auto: the choice at submit and switching mid-run
+ *   job.c            the spine: registry, history, helpers, rank callbacks, islands, groups
+ *                    (with shares = auto's shares for each), the end of a job, teardown
+ *   job_codec.c      codec = auto: the choice at submit and switching mid-run; shares = auto:
+ *                    the ranks' step reports, re-balancing, spares (agent/jobs/autoshare.h)
  *   job_check.c      the coordinator: take a job, hash, the trainer's check, offer, compare
  *                    checks (files, checkpoint room), start
  *   job_partition.c  no majority, no training: step down, paused, takeover
@@ -30,6 +31,7 @@
 #include <string.h>
 
 #include "agent/jobs/autocodec.h"
+#include "agent/jobs/autoshare.h"
 #include "agent/jobs/datahash.h"
 #include "agent/jobs/job.h"
 #include "agent/jobs/jobmsg.h"
@@ -55,8 +57,10 @@ enum jstate { J_CHECKING, J_RUNNING, J_DONE, J_CANCELLED, J_FAILED, J_REFUSED };
 
 struct part {
     char node[NODE_LEN];
-    bool checked;             /* its dataset equals ours */
-    bool answered;            /* its JOB_CHECK came, not compared yet */
+    bool checked;  /* its dataset equals ours */
+    bool answered; /* its JOB_CHECK came, not compared yet */
+    bool spare;    /* shares = auto left it out: too slow to help (spare_why) */
+    char spare_why[200];
     struct gm_jobfile *files; /* owned: its answer */
     size_t nfiles;
     enum gm_jobfile_group group; /* what its answer's entries stand for */
@@ -115,6 +119,14 @@ struct job {
     uint64_t switch_ns;        /* coordinator: when the pending switch was announced */
     uint64_t fit_sent_ns;      /* member: its last fit report */
     uint64_t fit_sent_ops;
+    /* [job] shares = auto (agent/jobs/autoshare.h): the current group's samples per rank
+     * (nshares = world; 0: none, equal), the ranks' reported steps (coordinator; rank order
+     * of the current group, samples 0: not yet), the decision's state */
+    int shares[GM_JOB_SHARES_MAX];
+    int nshares;
+    struct gm_autoshare_obs obs[GM_JOB_SHARES_MAX];
+    struct gm_autoshare ash;
+    char shares_reason[320]; /* coordinator: why the last change */
     struct gm_rank_progress last;
 };
 
@@ -188,6 +200,13 @@ struct autoreq {
 const char *jobs_state_name(enum jstate st);
 
 /* job.c */
+/* Coordinator, shares = auto: the shares of a group about to form (jobs_reform, after its
+ * ranks are set; old_ranks: the group before, old_world of them): the ones just decided when
+ * the ranks are the same, else balanced from the speeds known (which follow their nodes),
+ * else none (equal). */
+void jobs_shares_for_group(struct job *jb, char (*old_ranks)[NODE_LEN], size_t old_world);
+/* "72:24" from n sample counts */
+void jobs_shares_text(const int *c, int n, char *buf, size_t cap);
 void jobs_job_free(struct job *jb);
 uint32_t jobs_job_tag(const char *id);
 uint64_t jobs_my_term(struct gm_jobs *j);
@@ -221,6 +240,9 @@ void jobs_auto_apply(struct job *jb, struct autoreq *r, int status);
 void jobs_apply_comm(struct job *jb, const struct gm_jobmsg *m);
 void jobs_fit_report_tick(struct gm_jobs *j, struct job *jb);
 void jobs_switch_tick(struct gm_jobs *j, struct job *jb);
+/* Coordinator, shares = auto: re-decide the shares from the speeds; re-form the group with
+ * new ones (agent/jobs/autoshare.h). */
+void jobs_shares_tick(struct gm_jobs *j, struct job *jb);
 int jobs_on_switch(struct gm_jobs *j, const char *node, struct gm_jobmsg *m);
 void jobs_on_switch_report(struct gm_jobs *j, struct job *jb, const char *node,
                            const struct gm_jobmsg *m);

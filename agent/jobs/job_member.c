@@ -204,6 +204,11 @@ int jobs_on_group(struct gm_jobs *j, const char *node, struct gm_jobmsg *m)
     m->islands = NULL;
     jb->world = m->nranks;
     jb->gen = m->gen;
+    jb->nshares = 0; /* shares = auto: the coordinator's for this group, if any */
+    if (m->shares != NULL && m->nranks <= GM_JOB_SHARES_MAX) {
+        memcpy(jb->shares, m->shares, sizeof(int) * m->nranks);
+        jb->nshares = (int)m->nranks;
+    }
     jobs_apply_comm(jb, m); /* codec = auto: the pick may have switched since the first group */
     if ((err = jobs_form_local(j, jb)) < 0)
         gm_warn("event=job-form job=%s generation=%u err=\"%s\"", jb->id, jb->gen & 0xffff,

@@ -21,6 +21,7 @@ void gm_jobmsg_free(struct gm_jobmsg *m)
     free(m->ranks);
     free(m->files);
     free(m->islands);
+    free(m->shares);
     memset(m, 0, sizeof(*m));
 }
 
@@ -100,6 +101,33 @@ static int get_islands(json_t *o, struct gm_jobmsg *m)
         if (m->islands[m->islands[i]] != m->islands[i]) /* its leader leads itself */
             return GM_ERR_PROTO;
     return 0;
+}
+
+/* GROUP's optional shares (after the ranks and the global batch): one sample count per rank,
+ * each >= 1, summing to the global batch. */
+static int get_shares(json_t *o, struct gm_jobmsg *m)
+{
+    json_t *a = json_object_get(o, "shares"), *v;
+    long long sum = 0;
+    size_t i;
+
+    if (a == NULL)
+        return 0;
+    if (!json_is_array(a) || json_array_size(a) != m->nranks || m->nranks < 2 ||
+        m->nranks > GM_JOB_SHARES_MAX)
+        return GM_ERR_PROTO;
+    m->shares = calloc(m->nranks, sizeof(*m->shares));
+    if (m->shares == NULL)
+        return -ENOMEM;
+    json_array_foreach(a, i, v)
+    {
+        if (!json_is_integer(v) || json_integer_value(v) < 1 ||
+            json_integer_value(v) > m->global_batch)
+            return GM_ERR_PROTO;
+        m->shares[i] = (int)json_integer_value(v);
+        sum += m->shares[i];
+    }
+    return sum == m->global_batch ? 0 : GM_ERR_PROTO;
 }
 
 static int get_ranks(json_t *o, struct gm_jobmsg *m)
@@ -203,6 +231,34 @@ static int get_fit(json_t *o, struct gm_jobmsg *m)
     return 0;
 }
 
+/* REPORT fit's optional speed {samples >= 1, step_s > 0, 0 <= coll_s <= step_s}. */
+static int get_speed(json_t *o, struct gm_jobmsg *m)
+{
+    json_t *f = json_object_get(o, "speed"), *a, *b;
+    uint64_t u;
+    int err;
+
+    if (f == NULL)
+        return 0;
+    if (!json_is_object(f) || json_object_size(f) != 3)
+        return GM_ERR_PROTO;
+    a = json_object_get(f, "step_s");
+    b = json_object_get(f, "coll_s");
+    if (!json_is_number(a) || !json_is_number(b) || !isfinite(json_number_value(a)) ||
+        !isfinite(json_number_value(b)) || json_number_value(a) <= 0 || json_number_value(b) < 0 ||
+        json_number_value(b) > json_number_value(a))
+        return GM_ERR_PROTO;
+    if ((err = gm_jsonmsg_get_uint(f, "samples", INT_MAX, &u)) < 0)
+        return err;
+    if (u == 0)
+        return GM_ERR_PROTO;
+    m->have_speed = true;
+    m->speed_samples = (int)u;
+    m->speed_step_s = json_number_value(a);
+    m->speed_coll_s = json_number_value(b);
+    return 0;
+}
+
 /* SWITCH's and its answers' seq (>= 1) and step. */
 static int get_seq_step(json_t *o, struct gm_jobmsg *m)
 {
@@ -279,9 +335,10 @@ static int decode(uint16_t type, json_t *o, struct gm_jobmsg *m)
         if (u == 0)
             return GM_ERR_PROTO;
         m->global_batch = (int)u;
-        if ((err = get_comm(o, m)) < 0 || (err = get_ranks(o, m)) < 0)
+        if ((err = get_comm(o, m)) < 0 || (err = get_ranks(o, m)) < 0 ||
+            (err = get_islands(o, m)) < 0)
             return err;
-        return get_islands(o, m);
+        return get_shares(o, m);
     case GM_MSG_JOB_REPORT:
         if ((err = gm_jsonmsg_get_uint(o, "gen", UINT32_MAX, &u)) < 0)
             return err;
@@ -297,8 +354,10 @@ static int decode(uint16_t type, json_t *o, struct gm_jobmsg *m)
         m->code = -(int)u;
         if ((err = get_str(o, "message", m->message, sizeof(m->message), true)) < 0)
             return err;
+        if (strcmp(m->event, "fit") == 0 && (err = get_fit(o, m)) < 0)
+            return err;
         if (strcmp(m->event, "fit") == 0)
-            return get_fit(o, m);
+            return get_speed(o, m);
         if (strncmp(m->event, "switch-", 7) == 0)
             return get_seq_step(o, m);
         return 0;
@@ -359,6 +418,12 @@ int gm_jobmsg_encode(uint16_t type, const struct gm_jobmsg *m, char **out, size_
                 json_array_append_new(a, json_integer(m->islands[i]));
             json_object_set_new(o, "islands", a);
         }
+        if (m->shares != NULL && m->nranks > 0) {
+            a = json_array();
+            for (size_t i = 0; i < m->nranks && a != NULL; i++)
+                json_array_append_new(a, json_integer(m->shares[i]));
+            json_object_set_new(o, "shares", a);
+        }
         if (m->codec != GM_JOB_CODEC_AUTO)
             json_object_set_new(o, "comm",
                                 json_pack("{s:s,s:I}", "codec", gm_job_codec_name(m->codec),
@@ -407,6 +472,10 @@ int gm_jobmsg_encode(uint16_t type, const struct gm_jobmsg *m, char **out, size_
             json_object_set_new(o, "fit",
                                 json_pack("{s:f,s:f,s:I}", "alpha_s", m->fit_alpha_s, "bytes_per_s",
                                           m->fit_bytes_per_s, "ops", (json_int_t)m->fit_ops));
+        if (m->have_fit && m->have_speed)
+            json_object_set_new(o, "speed",
+                                json_pack("{s:I,s:f,s:f}", "samples", (json_int_t)m->speed_samples,
+                                          "step_s", m->speed_step_s, "coll_s", m->speed_coll_s));
         if (m->seq > 0) {
             json_object_set_new(o, "seq", json_integer(m->seq));
             json_object_set_new(o, "step", json_integer(m->step));

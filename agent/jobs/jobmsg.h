@@ -19,18 +19,25 @@
  *                                                        space plus its earlier checkpoints)
  *   JOB_GROUP  {id, text, origin, gen, ranks: [node], global_batch,
  *               comm?: {codec: a name of GM_JOB_CODECS but "auto" (train/job.h), local_steps},
- *               islands?: [int]}
+ *               islands?: [int], shares?: [int]}
  *                                                        coordinator -> member; comm: the
  *                                                        codec the coordinator chose for
  *                                                        codec = auto (every rank runs it);
  *                                                        islands: per rank, the lowest rank
  *                                                        of its LAN island, or every rank the
  *                                                        hub of a star VPN (the group runs
- *                                                        the hierarchical all-reduce)
+ *                                                        the hierarchical all-reduce);
+ *                                                        shares: each rank's samples of the
+ *                                                        global batch (shares = auto,
+ *                                                        agent/jobs/autoshare.h)
  *   JOB_REPORT {id, gen, event: "group-failed"|"exit"|"fit"|"switch-ok"|"switch-late"|"cancel",
- *               code, message, fit?: {alpha_s, bytes_per_s, ops}, seq?, step?}
+ *               code, message, fit?: {alpha_s, bytes_per_s, ops},
+ *               speed?: {samples, step_s, coll_s}, seq?, step?}
  *                                                        member -> coordinator; fit: the
- *                                                        rank's alpha-beta fit (with "fit");
+ *                                                        rank's alpha-beta fit (with "fit"),
+ *                                                        speed: its samples per step and a
+ *                                                        step's time, of it in the
+ *                                                        collective (shares = auto);
  *                                                        seq, step: the answer to JOB_SWITCH
  *                                                        seq (step: the member's last step
  *                                                        boundary); cancel: `gradmesh cancel`
@@ -90,6 +97,8 @@ struct gm_jobmsg {
     uint32_t local_steps;     /* GROUP with codec: diloco's H, >= 1 */
     int *islands;             /* owned (GROUP, optional): nranks entries, islands[i] < nranks
                                * and islands[islands[i]] == islands[i]; NULL: none */
+    int *shares;              /* owned (GROUP, optional): nranks (2..GM_JOB_SHARES_MAX) sample
+                               * counts, each >= 1, summing to global_batch; NULL: none */
     struct gm_jobfile *files; /* owned (CHECK) */
     size_t nfiles;
     enum gm_jobfile_group group; /* CHECK: what the files entries stand for */
@@ -101,6 +110,12 @@ struct gm_jobmsg {
     bool have_fit; /* REPORT fit */
     double fit_alpha_s, fit_bytes_per_s; /* >= 0, > 0 */
     uint64_t fit_ops;
+    /* REPORT fit, optional: the rank's last steps (shares = auto, agent/jobs/autoshare.h):
+     * its samples per step (>= 1), a step's wall time (> 0) and the part of it in the
+     * collective (>= 0, <= step_s), averaged */
+    bool have_speed;
+    int speed_samples;
+    double speed_step_s, speed_coll_s;
     char state[16]; /* END */
     int code;
     char message[GM_JOB_MSG_MAX]; /* CHECK error, REPORT, END */

@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "agent/jobs/rank_int.h"
 #include "agent/jobs/xport.h"
@@ -315,6 +316,15 @@ void gm_rank_set_codec(struct gm_rank *rk, const struct gm_gradsync_strategy *s)
     pthread_mutex_lock(&rk->mu);
     rk->next_strat = *s;
     rk->next_strat_set = true;
+    pthread_mutex_unlock(&rk->mu);
+}
+
+void gm_rank_set_shares(struct gm_rank *rk, const int *counts, int n)
+{
+    pthread_mutex_lock(&rk->mu);
+    rk->next_nshares = n > 0 && n <= GM_JOB_SHARES_MAX ? n : 0;
+    if (rk->next_nshares > 0)
+        memcpy(rk->next_shares, counts, sizeof(int) * (size_t)n);
     pthread_mutex_unlock(&rk->mu);
 }
 

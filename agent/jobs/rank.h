@@ -66,7 +66,12 @@ struct gm_rank_progress {
     int rank, world;
     uint32_t generation;
     double loss, samples_per_s;
-    double compute_s;     /* a step's compute (data, forward, loss, backward), averaged (x0.9) */
+    double compute_s; /* a step's compute (data, forward, loss, backward), averaged (x0.9) */
+    /* what shares = auto balances (agent/jobs/autoshare.h), averaged over steps (x0.9): a
+     * step's wall time (compute, collective, optimizer) and its collective part; and this
+     * rank's samples in the last step */
+    double step_s, coll_s;
+    int share;
     double test_accuracy; /* NAN until evaluated */
     uint64_t hash_checks;
     /* "" until the last step is taken; then the SHA-256 (hex) of the final parameters: every
@@ -124,6 +129,10 @@ GM_MUST_CHECK int gm_rank_set_group(struct gm_rank *rk, uint32_t gen, int rank, 
  * pick; copied; its algo is set from the group's islands).  Without it the job's [comm]. */
 struct gm_gradsync_strategy;
 void gm_rank_set_codec(struct gm_rank *rk, const struct gm_gradsync_strategy *s);
+/* The samples per rank (counts[0..n), summing to the global batch) of every group from the
+ * next one on whose world is n (shares = auto: the coordinator's current ones); n = 0: none,
+ * the trainer splits by the job's [job] shares.  Copied.  Loop thread. */
+void gm_rank_set_shares(struct gm_rank *rk, const int *counts, int n);
 /* This rank's alpha-beta fit of its gradient and parameter collectives (train/gradsync.h:
  * seconds against the bytes this rank sent in each op; ops that wait for rank 0's evaluation
  * or a resync are left out) and how many ops it has seen.  Any thread. */

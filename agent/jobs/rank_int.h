@@ -81,7 +81,9 @@ struct gm_rank {
     long align_h;                           /* gm_gradsync_switch_step(gs, 1) at that boundary */
     struct gm_gradsync_strategy next_strat; /* the strategy of the next group (set_codec) */
     bool next_strat_set;
-    struct ckpt_note { /* the newest checkpoint written, until the loop takes it */
+    int next_shares[GM_JOB_SHARES_MAX]; /* the next group's samples per rank (set_shares) */
+    int next_nshares;                   /* 0: none, the trainer's own (the job's) */
+    struct ckpt_note {                  /* the newest checkpoint written, until the loop takes it */
         bool pending;
         int err; /* not written: why (the path it was for) */
         long step;

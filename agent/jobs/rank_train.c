@@ -92,6 +92,16 @@ static int hook_resync(void *ctx, struct gm_train_state *st)
     world = rk->group_world;
     if (rk->next_strat_set) /* the coordinator's current pick (codec = auto) */
         rk->strat = rk->next_strat;
+    if (rk->next_nshares == world && world > 1) { /* the group's shares (shares = auto) */
+        st->share_n = world;
+        for (int i = 0; i < world; i++)
+            st->share_w[i] = (uint32_t)rk->next_shares[i];
+    } else if (rk->job.shares.mode == GM_JOB_SHARES_AUTO) {
+        st->share_n = 0; /* none measured yet: equal */
+    }
+    /* the step averages start afresh with the group: its shares, and so its steps, differ */
+    rk->prog.step_s = rk->prog.coll_s = 0;
+    rk->prog.share = 0;
     rk->strat.algo = rk->group_hier ? GM_COLL_HIER : GM_COLL_RING; /* the gradsync made below */
     rk->sw.pending = false; /* an announced switch belonged to the group before */
     rk->at_step = -1;
@@ -268,7 +278,15 @@ static int hook_reduce(void *ctx, struct gm_train_state *st)
 {
     struct gm_rank *rk = ctx;
 
+    gm_gradsync_note_share(rk->gs, st->share_samples, st->global_batch);
     return gm_gradsync_reduce(rk->gs, st->model, st->step, st->total_steps);
+}
+
+static bool hook_local_grads(void *ctx)
+{
+    struct gm_rank *rk = ctx;
+
+    return gm_gradsync_local_grads(rk->gs);
 }
 
 static int hook_after(void *ctx, struct gm_train_state *st)
@@ -458,6 +476,14 @@ static void hook_step(void *ctx, const struct gm_train_step_info *si)
     rk->mjob.compute_s = si->compute_s;
     rk->prog.compute_s =
         rk->prog.compute_s > 0 ? 0.9 * rk->prog.compute_s + 0.1 * si->compute_s : si->compute_s;
+    if (si->samples > 0) {
+        double t = si->compute_s + si->collective_s + si->optimizer_s;
+        rk->prog.step_s = rk->prog.step_s > 0 ? 0.9 * rk->prog.step_s + 0.1 * t : t;
+        rk->prog.coll_s = rk->prog.step_s > 0 && rk->prog.share > 0
+                              ? 0.9 * rk->prog.coll_s + 0.1 * si->collective_s
+                              : si->collective_s;
+        rk->prog.share = si->samples;
+    }
     rk->mjob.collective_s = si->collective_s;
     rk->mjob.optimizer_s = si->optimizer_s;
     rk->mjob.samples_per_s = si->samples_per_s;
@@ -573,6 +599,7 @@ int gm_rank_start(uv_loop_t *loop, const struct gm_job *job, const char *out,
                                       .resync = hook_resync,
                                       .backward_begin = hook_backward_begin,
                                       .grads_ready = hook_grads_ready,
+                                      .local_grads = hook_local_grads,
                                       .progress = hook_progress,
                                       .finish = hook_finish,
                                       .codec_state = hook_codec_state,

@@ -57,6 +57,21 @@
 #      tests/unit/test_collective.c's ("hash check: ... one flipped bit").  Both also match
 #      their simulation bit for bit, as in (a).
 #
+#  (e) Unequal shares (issue 25): [job] shares = 3:1 (2 agents: 72 + 24 samples of each 96)
+#      and 1:1:2 (3 agents: 24 + 24 + 48).  The gradient is the sample-weighted mean (each
+#      rank scales its mean by world x its samples / 96 before the ring's mean), so it is the
+#      same step as one process's at batch 96, up to summation order:
+#        - one step (SGD, lr 0.1, a 96-sample training set): the step of the simulated 3:1
+#          and 1:1:2 runs, ||step - ref step|| / ||ref step||, must be <= 1e-4 (measured
+#          1.6-1.9e-6: float32 rounding of sums in another order; 50x margin).  Control:
+#          the unweighted mean of the two ranks' means (what a reduction that ignored the
+#          shares would give; rank 0's step is a run of batch 72, which takes the same first
+#          72 of the permutation, rank 1's is derived from the two) must be >= 100x further
+#          (measured 0.40);
+#        - 200 steps (Adam, as (b)): within TOL of the 1-process run, as for equal shares;
+#        - the agents equal their simulation bit for bit: fp32 at 3:1 and 1:1:2, PowerSGD and
+#          DiLoCo (outer deltas weighted by samples, train/gradsync.h) at 3:1, fp16 at 1:1:2.
+#
 #  (d) DiLoCo with [comm] overlap (H = 10, 2 agents): each outer sync runs on the loop while
 #      the next round computes and is applied one round late.  The same job simulated
 #      (where each sync completes at once) must give the same weights bit for bit: the math
@@ -97,6 +112,11 @@ local_run() {
     "$GM" train --local "$WORK/$job.ini" --out "$WORK/$run.safetensors" --no-progress "$@" \
         >>"$WORK/local.log" 2>&1 || fail "train --local $run"
 }
+# rel A B: the largest per-tensor relative L2 difference (the line "rel <value>")
+rel() { $TOOLS diff "$WORK/$1.safetensors" "$WORK/$2.safetensors" | sed -n 's/^rel //p'; }
+maxabs() { $TOOLS diff "$WORK/$1.safetensors" "$WORK/$2.safetensors" | sed -n 's/^max //p'; }
+le() { python3 -c "import sys; sys.exit(0 if float('$1') <= float('$2') else 1)"; }
+
 local_run ref fp32
 local_run sim2 fp32 --simulate-workers 2
 local_run sim3 fp32 --simulate-workers 3
@@ -106,6 +126,59 @@ local_run sim2-diloco-ov diloco-ov --simulate-workers 2
 local_run ulp ulp
 local_run rot rot
 pass "reference runs on one process (local, simulated 2 and 3 ranks, two controls)"
+
+# --- (e) unequal shares, simulated ----------------------------------------------------------
+$TOOLS subset "$DATA" "$WORK/data1" $G 200 || fail "making the one-step subset"
+# one_job FILE GLOBAL_BATCH LR [KEY=VALUE...]: one SGD step over the 96-sample set
+one_job() {
+    local f=$1 gb=$2 lr=$3; shift 3
+    job_ini "$f" one job.model=lenet5 data.dir="$WORK/data1" optim.name=sgd optim.lr="$lr" \
+        optim.global_batch="$gb" comm.codec=fp32 "$@"
+}
+one_job "$WORK/one.ini" $G 0.1
+one_job "$WORK/one-init.ini" $G 1e-30 # a step of ~0: the initial weights, exactly
+one_job "$WORK/one-72.ini" $((G * 3 / 4)) 0.1
+one_job "$WORK/one-31.ini" $G 0.1 job.shares=3:1
+one_job "$WORK/one-112.ini" $G 0.1 job.shares=1:1:2
+local_run one-ref one
+local_run one-w0 one-init
+local_run one-p72 one-72
+local_run one-sim31 one-31 --simulate-workers 2
+local_run one-sim112 one-112 --simulate-workers 3
+grep -q "event=shares step=0 world=3 samples=24:24:48" "$WORK/local.log" ||
+    fail "the 1:1:2 simulation did not split 96 as 24:24:48"
+ctl=$($TOOLS unweighted "$WORK/one-w0.safetensors" "$WORK/one-ref.safetensors" \
+    "$WORK/one-p72.safetensors" 0.75 | sed -n 's/^unweighted_rel //p')
+[ -n "$ctl" ] || fail "computing the unweighted control"
+le 1e-2 "$ctl" || fail "control: the unweighted mean is only $ctl from the step: the bound would not catch it"
+for run in one-sim31 one-sim112; do
+    r=$($TOOLS step "$WORK/one-w0.safetensors" "$WORK/one-ref.safetensors" "$WORK/$run.safetensors" |
+        sed -n 's/^step_rel //p')
+    [ -n "$r" ] || fail "comparing $run's step"
+    le "$r" 1e-4 || fail "$run: its step is $r from one process's (relative), want <= 1e-4"
+    pass "$run: one step equals one process's within $r (<= 1e-4; unweighted control $ctl)"
+done
+
+job_ini "$WORK/s31.ini" eq job.model=lenet5 job.log_every=50 job.shares=3:1 data.dir="$WORK/data" \
+    optim.lr=0.001 optim.global_batch=$G comm.codec=fp32
+job_ini "$WORK/s112.ini" eq job.model=lenet5 job.log_every=50 job.shares=1:1:2 \
+    data.dir="$WORK/data" optim.lr=0.001 optim.global_batch=$G comm.codec=fp32
+job_ini "$WORK/s31-powersgd.ini" eq job.model=lenet5 job.log_every=50 job.shares=3:1 \
+    data.dir="$WORK/data" optim.lr=0.001 optim.global_batch=$G comm.codec=powersgd
+job_ini "$WORK/s112-fp16.ini" eq job.model=lenet5 job.log_every=50 job.shares=1:1:2 \
+    data.dir="$WORK/data" optim.lr=0.001 optim.global_batch=$G comm.codec=fp16
+job_ini "$WORK/s31-diloco.ini" eq job.model=lenet5 job.log_every=50 job.shares=3:1 \
+    data.dir="$WORK/data" optim.lr=0.001 optim.global_batch=$G comm.codec=diloco comm.local_steps=10
+local_run sim-s31 s31 --simulate-workers 2
+local_run sim-s112 s112 --simulate-workers 3
+local_run sim-s31-powersgd s31-powersgd --simulate-workers 2
+local_run sim-s112-fp16 s112-fp16 --simulate-workers 3
+local_run sim-s31-diloco s31-diloco --simulate-workers 2
+for run in sim-s31 sim-s112; do
+    r=$(rel ref "$run")
+    le "$r" $TOL || fail "$run vs one process: relative L2 $r > $TOL"
+    pass "$run vs one process after $STEPS steps: relative L2 $r <= $TOL"
+done
 
 # submit_job RUN JOB WORLD: submit on alpha, follow it to the end, copy the weights
 # to $WORK/RUN.safetensors; the job id lands in $WORK/RUN.id.
@@ -133,10 +206,6 @@ same_bits() {
     pass "$1 = $2 bit for bit"
 }
 
-# rel A B: the largest per-tensor relative L2 difference (the line "rel <value>")
-rel() { $TOOLS diff "$WORK/$1.safetensors" "$WORK/$2.safetensors" | sed -n 's/^rel //p'; }
-maxabs() { $TOOLS diff "$WORK/$1.safetensors" "$WORK/$2.safetensors" | sed -n 's/^max //p'; }
-le() { python3 -c "import sys; sys.exit(0 if float('$1') <= float('$2') else 1)"; }
 
 # --- the cluster: alpha coordinates; beta and gamma are joined but not yet running ------
 make_cluster eq alpha beta gamma
@@ -160,6 +229,10 @@ for n in alpha beta; do
 done
 same_bits a2-diloco-ov sim2-diloco-ov
 pass "diloco overlap: every rank passed 21 of 21 hash checks"
+for run in s31 s31-powersgd s31-diloco; do
+    submit_job "a2-$run" "$run" 2
+    same_bits "a2-$run" "sim-$run"
+done
 
 # phase 3: world 3
 start_agent gamma
@@ -167,6 +240,10 @@ wait_for "alpha's links to beta and gamma" links_up alpha 2
 wait_for "gamma's links" links_up gamma 2
 submit_job a3 fp32 3
 same_bits a3 sim3
+for run in s112 s112-fp16; do
+    submit_job "a3-$run" "$run" 3
+    same_bits "a3-$run" "sim-$run"
+done
 
 # --- (b) across world sizes ----------------------------------------------------------------
 for pair in "a1 a2" "a1 a3" "a2 a3"; do

@@ -9,6 +9,15 @@
         two safetensors files with the same tensor names and shapes: one line per tensor
         (max |a-b|, ||a-b|| / ||a||), then "max <largest |a-b|>" and
         "rel <largest relative L2 difference of a tensor>"
+  step INIT A B
+        the steps A - INIT and B - INIT (weights after one step from the same INIT), all
+        tensors as one vector: "step_rel <||(A-INIT) - (B-INIT)|| / ||A-INIT||>"
+  unweighted INIT FULL PART F
+        FULL took one SGD step on a whole batch, PART the same step on its first fraction F
+        of the samples (the share of rank 0): how far the unweighted mean of the two ranks'
+        steps (rank 1's derived as (FULL - F PART) / (1 - F)) is from FULL, relative to
+        ||FULL - INIT||: "unweighted_rel <value>" (what a reduction that ignored the shares
+        would be off by)
   sha256 FILE
         the parameter hash agent/jobs/rank.h defines (event=job-final-hash): SHA-256 over every
         tensor as little-endian float32, tensors in name order
@@ -85,6 +94,38 @@ def diff(a, b):
     print(f"rel {worst_rel:.6e}")
 
 
+def _flat_steps(init, *runs):
+    import numpy as np
+    from safetensors.numpy import load_file
+
+    t0 = load_file(init)
+    out = []
+    for r in runs:
+        t = load_file(r)
+        if sorted(t) != sorted(t0):
+            raise SystemExit(f"{r}: tensor names differ from {init}")
+        out.append(np.concatenate([(t[k].astype(np.float64) - t0[k]).ravel() for k in sorted(t0)]))
+    return out
+
+
+def step(init, a, b):
+    import numpy as np
+
+    da, db = _flat_steps(init, a, b)
+    n = np.linalg.norm(da)
+    if not n > 0:
+        raise SystemExit(f"{a}: no step from {init}")
+    print(f"step_rel {np.linalg.norm(da - db) / n:.6e}")
+
+
+def unweighted(init, full, part, f):
+    import numpy as np
+
+    dfull, dpart = _flat_steps(init, full, part)
+    rest = (dfull - f * dpart) / (1 - f)
+    print(f"unweighted_rel {np.linalg.norm(0.5 * (dpart + rest) - dfull) / np.linalg.norm(dfull):.6e}")
+
+
 def sha256(path):
     import hashlib
 
@@ -104,6 +145,10 @@ def main():
         subset(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), rot)
     elif len(sys.argv) == 3 and sys.argv[1] == "sha256":
         sha256(sys.argv[2])
+    elif len(sys.argv) == 5 and sys.argv[1] == "step":
+        step(sys.argv[2], sys.argv[3], sys.argv[4])
+    elif len(sys.argv) == 6 and sys.argv[1] == "unweighted":
+        unweighted(sys.argv[2], sys.argv[3], sys.argv[4], float(sys.argv[5]))
     elif len(sys.argv) == 4 and sys.argv[1] == "diff":
         diff(sys.argv[2], sys.argv[3])
     else:

@@ -340,7 +340,24 @@ static void test_bad_metadata(void)
         GM_CHECK_OK(gm_safetensors_load(path, &f));
         GM_CHECK_OK(gm_ckpt_info_parse(&f, path, &out));
         GM_CHECK_EQ(out.step, 5);
+        GM_CHECK_STREQ(out.shares, ""); /* optional: files before shares have none */
         gm_safetensors_free(&f);
+        /* the shares of the step ([job] shares): read back; anything but counts refused */
+        static const char *const sh[] = {"72:24", "72;24", "a:b"};
+        for (int k = 0; k < 3; k++) {
+            struct gm_st_meta m2[16];
+            memcpy(m2, m, sizeof(m));
+            m2[15] = (struct gm_st_meta){"gradmesh.shares", sh[k]};
+            GM_CHECK_OK(gm_safetensors_write(path, &t, 1, m2, 16));
+            GM_CHECK_OK(gm_safetensors_load(path, &f));
+            if (k == 0) {
+                GM_CHECK_OK(gm_ckpt_info_parse(&f, path, &out));
+                GM_CHECK_STREQ(out.shares, "72:24");
+            } else {
+                GM_CHECK_ERR(gm_ckpt_info_parse(&f, path, &out), GM_ERR_FORMAT);
+            }
+            gm_safetensors_free(&f);
+        }
         /* a missing key */
         GM_CHECK_OK(gm_safetensors_write(path, &t, 1, m, 13));
         GM_CHECK_OK(gm_safetensors_load(path, &f));

@@ -3,7 +3,8 @@
  * synchronous SGD (every step, params -= lr * mean_i grad_i) on a per-rank
  * quadratic loss 0.5 |A_i p - b_i|^2; DiLoCo with H = 1, outer lr 1,
  * momentum 0 and an fp32 wire must match it to 1e-6.  With the defaults (fp16,
- * Nesterov 0.7/0.9, H = 4) ranks stay bitwise identical and the loss falls.
+ * Nesterov 0.7/0.9, H = 4) ranks stay bitwise identical and the loss falls.  Weighted
+ * deltas (unequal shares) match SGD on the weighted mean gradient the same way.
  * Overlapped rounds (the outer update applied lag steps after its boundary, the steps since
  * carried over): a case worked by hand, a naive reference of the algorithm written out here
  * (fp32 wire), bitwise identical outer parameters with the defaults, and the contracts.
@@ -64,9 +65,10 @@ static void setup(void)
         }
 }
 
-/* Runs `steps` local SGD steps with DiLoCo; returns the params of rank 0. */
-static void run_diloco(const struct gm_diloco_config *cfg, float lr, int steps, float *out,
-                       bool *identical)
+/* Runs `steps` local SGD steps with DiLoCo, rank r's delta weighted by weight[r] (NULL: not
+ * set, 1); returns the params of rank 0. */
+static void run_diloco_w(const struct gm_diloco_config *cfg, float lr, int steps,
+                         const float *weight, float *out, bool *identical)
 {
     struct gm_memnet *net = gm_memnet_new(W);
     struct gm_coll *c[W];
@@ -79,6 +81,8 @@ static void run_diloco(const struct gm_diloco_config *cfg, float lr, int steps, 
             p[r][k] = 0.1f * (float)(k % 5);
         c[r] = gm_coll_new(gm_memnet_transport(net, r), &cc);
         GM_CHECK_OK(gm_diloco_new(cfg, p[r], NP, &d[r]));
+        if (weight != NULL)
+            gm_diloco_set_weight(d[r], weight[r]);
     }
     for (int t = 0; t < steps; t++) {
         for (int r = 0; r < W; r++) {
@@ -110,11 +114,14 @@ static void run_diloco(const struct gm_diloco_config *cfg, float lr, int steps, 
     gm_memnet_free(net);
 }
 
-static void test_h1_equals_sync_sgd(void)
+/* H = 1 DiLoCo (outer lr 1, momentum 0, fp32 wire) against synchronous SGD on the mean
+ * gradient, rank r's weighted by w[r] (sum W; NULL: all 1).  Unequal shares
+ * (train/gradsync.h) weight each rank's delta so; the result is rank 0's parameters. */
+static void h1_vs_sync_sgd(const float *w, float *got)
 {
     const float lr = 0.05f;
     const int steps = 20;
-    float ref[NP], got[NP], g[NP];
+    float ref[NP], g[NP];
     struct gm_diloco_config cfg;
     bool same;
 
@@ -125,7 +132,7 @@ static void test_h1_equals_sync_sgd(void)
         for (int r = 0; r < W; r++) {
             grad(r, ref, g);
             for (int k = 0; k < NP; k++)
-                mean[k] += g[k] / W;
+                mean[k] += (w != NULL ? w[r] * g[k] : g[k]) / W;
         }
         for (int k = 0; k < NP; k++)
             ref[k] -= lr * mean[k];
@@ -135,10 +142,30 @@ static void test_h1_equals_sync_sgd(void)
     cfg.outer_lr = 1.0f;
     cfg.momentum = 0.0f;
     cfg.codec = GM_CODEC_FP32;
-    run_diloco(&cfg, lr, steps, got, &same);
+    run_diloco_w(&cfg, lr, steps, w, got, &same);
     GM_CHECK(same);
     for (int k = 0; k < NP; k++)
         GM_CHECK_NEAR(got[k], ref[k], 1e-6, 0);
+}
+
+static void test_h1_equals_sync_sgd(void)
+{
+    float got[NP];
+
+    h1_vs_sync_sgd(NULL, got);
+}
+
+static void test_h1_weighted(void)
+{
+    const float w[W] = {1.5f, 0.25f, 1.25f};
+    float plain[NP], got[NP];
+    double d = 0;
+
+    h1_vs_sync_sgd(w, got);
+    h1_vs_sync_sgd(NULL, plain); /* the weights matter: unweighted ends elsewhere */
+    for (int k = 0; k < NP; k++)
+        d = fmax(d, fabs((double)plain[k] - got[k]));
+    GM_CHECK(d > 1e-3);
 }
 
 static void test_defaults_converge(void)
@@ -154,7 +181,7 @@ static void test_defaults_converge(void)
     GM_CHECK(cfg.outer_lr == 0.7f && cfg.momentum == 0.9f && cfg.nesterov);
     GM_CHECK_EQ(cfg.codec, GM_CODEC_FP16);
     cfg.h = 4;
-    run_diloco(&cfg, 0.05f, 200, got, &same);
+    run_diloco_w(&cfg, 0.05f, 200, NULL, got, &same);
     GM_CHECK(same);
     GM_CHECK(loss(got) < 0.5 * loss(init));
 }
@@ -465,6 +492,7 @@ int main(void)
     GM_TEST_RUN(test_overlap_contracts);
     GM_TEST_RUN(test_contracts);
     GM_TEST_RUN(test_h1_equals_sync_sgd);
+    GM_TEST_RUN(test_h1_weighted);
     GM_TEST_RUN(test_defaults_converge);
     return gm_test_finish("test_diloco");
 }

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/assert.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "common/test.h"
@@ -52,22 +53,36 @@ static int count_lines(const char *s)
     return n;
 }
 
-/* Parses text as "job.ini", capturing what is logged into log. */
-static int parse_capture(const char *text, size_t len, struct gm_job *job, char *log, size_t n)
+/* Log capture around one call: begin points the log at a pipe (fds), end reads what came
+ * into log and points it back at stderr. */
+static int capture_begin(int fds[2], char *log)
 {
-    int fds[2], r;
-
     if (pipe(fds) != 0) {
         log[0] = '\0';
         return -errno;
     }
     fcntl(fds[0], F_SETFL, O_NONBLOCK);
     gm_log_set_fd(fds[1]);
-    r = gm_job_parse(text, len, "job.ini", job);
+    return 0;
+}
+
+static void capture_end(int fds[2], char *log, size_t n)
+{
     gm_log_set_fd(2);
     close(fds[1]);
     drain(fds[0], log, n);
     close(fds[0]);
+}
+
+/* Parses text as "job.ini", capturing what is logged into log. */
+static int parse_capture(const char *text, size_t len, struct gm_job *job, char *log, size_t n)
+{
+    int fds[2], r;
+
+    if ((r = capture_begin(fds, log)) < 0)
+        return r;
+    r = gm_job_parse(text, len, "job.ini", job);
+    capture_end(fds, log, n);
     return r;
 }
 
@@ -75,17 +90,10 @@ static int load_capture(const char *path, struct gm_job *job, char *log, size_t 
 {
     int fds[2], r;
 
-    if (pipe(fds) != 0) {
-        log[0] = '\0';
-        return -errno;
-    }
-    fcntl(fds[0], F_SETFL, O_NONBLOCK);
-    gm_log_set_fd(fds[1]);
+    if ((r = capture_begin(fds, log)) < 0)
+        return r;
     r = gm_job_load(path, job);
-    gm_log_set_fd(2);
-    close(fds[1]);
-    drain(fds[0], log, n);
-    close(fds[0]);
+    capture_end(fds, log, n);
     return r;
 }
 
@@ -837,6 +845,131 @@ static void cleanup_tmpdir(void)
     rmdir(tmpdir);
 }
 
+/* gm_job_global_batch for world, capturing its log line (if any) into log. */
+static int global_batch_capture(const struct gm_job *job, int world, int *g, char *log, size_t n)
+{
+    int fds[2], r;
+
+    if ((r = capture_begin(fds, log)) < 0)
+        return r;
+    r = gm_job_global_batch(job, world, g);
+    capture_end(fds, log, n);
+    return r;
+}
+
+/* [job] shares: the values, the split (sums to G, in proportion, deterministic, equal as
+ * before), and the global batch's refusals (wrong world, a rank with no sample). */
+static void test_shares(void)
+{
+    struct gm_job job;
+    char log[4096];
+    int counts[GM_JOB_SHARES_MAX], g;
+
+    GM_CHECK_OK(parse_quiet(MINIMAL, &job));
+    GM_CHECK_EQ(job.shares.mode, GM_JOB_SHARES_EQUAL);
+    gm_job_free(&job);
+    GM_CHECK_OK(parse_quiet("[job]\nmodel = mlp\nshares = 3:1\n[data]\nkind = idx\ndir = /d\n"
+                            "[optim]\nname = sgd\nlr = 0.1\nglobal_batch = 96\n",
+                            &job));
+    GM_CHECK_EQ(job.shares.mode, GM_JOB_SHARES_FIXED);
+    GM_CHECK_EQ(job.shares.n, 2);
+    GM_CHECK_EQ(job.shares.w[0], 3u);
+    GM_CHECK_EQ(job.shares.w[1], 1u);
+    gm_job_split(&job, 96, 2, counts);
+    GM_CHECK_EQ(counts[0], 72);
+    GM_CHECK_EQ(counts[1], 24);
+    /* another world than the shares name: equal (the trainer logs it) */
+    gm_job_split(&job, 96, 3, counts);
+    GM_CHECK_EQ(counts[0], 32);
+    GM_CHECK_EQ(counts[2], 32);
+    GM_CHECK_OK(global_batch_capture(&job, 2, &g, log, sizeof(log)));
+    GM_CHECK_EQ(g, 96);
+    GM_CHECK_STREQ(log, "");
+    GM_CHECK_ERR(global_batch_capture(&job, 3, &g, log, sizeof(log)), GM_ERR_CONFIG);
+    GM_CHECK_STREQ(log, "error: job job: [job] shares = 3:1 names 2 ranks, but 3 workers run the "
+                        "job: list one weight per worker, or set shares = equal\n");
+    /* a share that rounds to no sample: 3:1 of 2 is 1.5 and 0.5, the tie to rank 0 */
+    job.optim.global_batch = 2;
+    GM_CHECK_ERR(global_batch_capture(&job, 2, &g, log, sizeof(log)), GM_ERR_CONFIG);
+    GM_CHECK_STREQ(log, "error: job job: [job] shares = 3:1 split the global batch of 2 so that "
+                        "rank 1 gets no sample: raise the batch or that rank's weight\n");
+    job.optim.global_batch = 3; /* 2.25 and 0.75: 2 and 1 */
+    GM_CHECK_OK(global_batch_capture(&job, 2, &g, log, sizeof(log)));
+    job.shares.w[0] = 1000000;
+    job.shares.w[1] = 1;
+    job.optim.global_batch = 0;
+    job.optim.batch = 1; /* G = 2: 2 x 1000000/1000001 rounds to 2 and 0 */
+    GM_CHECK_ERR(global_batch_capture(&job, 2, &g, log, sizeof(log)), GM_ERR_CONFIG);
+    GM_CHECK_STREQ(log, "error: job job: [job] shares = 1000000:1 split the global batch of 2 so "
+                        "that rank 1 gets no sample: raise the batch or that rank's weight\n");
+    gm_job_free(&job);
+
+    /* equal shares: with a global batch smaller than the world, refused */
+    GM_CHECK_OK(parse_quiet(HEAD "lr = 0.1\nglobal_batch = 2\n", &job));
+    GM_CHECK_ERR(global_batch_capture(&job, 3, &g, log, sizeof(log)), GM_ERR_CONFIG);
+    gm_job_free(&job);
+
+    /* 1:1:2 of 96, and of numbers that leave remainders: the largest get one more, ties
+     * to the lower rank; always the whole batch, each rank near its exact share */
+    const uint32_t w112[3] = {1, 1, 2}, w7[3] = {7, 5, 3};
+    gm_job_split_by(96, 3, w112, counts);
+    GM_CHECK_EQ(counts[0], 24);
+    GM_CHECK_EQ(counts[1], 24);
+    GM_CHECK_EQ(counts[2], 48);
+    gm_job_split_by(10, 3, w112, counts); /* 2.5, 2.5, 5: the tie goes to rank 0 */
+    GM_CHECK_EQ(counts[0], 3);
+    GM_CHECK_EQ(counts[1], 2);
+    GM_CHECK_EQ(counts[2], 5);
+    for (int G = 1; G <= 200; G++) {
+        int sum = 0;
+        gm_job_split_by(G, 3, w7, counts);
+        for (int r = 0; r < 3; r++) {
+            double exact = (double)G * w7[r] / 15.0;
+            GM_CHECK(counts[r] >= (int)exact && counts[r] <= (int)exact + 1);
+            sum += counts[r];
+        }
+        GM_CHECK_EQ(sum, G);
+        /* NULL: equal, the first G mod W one more (what every job did before shares) */
+        gm_job_split_by(G, 7, NULL, counts);
+        for (int r = 0; r < 7; r++)
+            GM_CHECK_EQ(counts[r], G / 7 + (r < G % 7 ? 1 : 0));
+    }
+    /* equal weights split exactly as equal shares do */
+    const uint32_t w555[5] = {5, 5, 5, 5, 5};
+    int eq[5];
+    gm_job_split_by(98, 5, w555, counts);
+    gm_job_split_by(98, 5, NULL, eq);
+    for (int r = 0; r < 5; r++)
+        GM_CHECK_EQ(counts[r], eq[r]);
+
+    static const char *const bad[] = {"3",         "3:0",   "3::1", "3:1:", "1.5:1",
+                                      "1000001:1", "Equal", "AUTO", " :1"};
+    for (size_t i = 0; i < GM_ARRAY_SIZE(bad); i++) {
+        char text[64], want[256];
+        snprintf(text, sizeof(text), "[job]\nshares = %s\n", bad[i]);
+        snprintf(want, sizeof(want),
+                 "error: job.ini:2: [job] shares = %s: must be equal, auto, or 2 to 64 weights "
+                 "from 1 to 1000000 joined by ':' (3:1)",
+                 bad[i][0] == ' ' ? bad[i] + 1 : bad[i]);
+        expect_bad(text, want);
+    }
+    /* auto: equal in one process; the global batch need not divide, but must cover the
+     * workers */
+    GM_CHECK_OK(parse_quiet("[job]\nmodel = mlp\nshares = auto\n[data]\nkind = idx\ndir = /d\n"
+                            "[optim]\nname = sgd\nlr = 0.1\nglobal_batch = 10\n",
+                            &job));
+    GM_CHECK_EQ(job.shares.mode, GM_JOB_SHARES_AUTO);
+    GM_CHECK_OK(global_batch_capture(&job, 3, &g, log, sizeof(log)));
+    GM_CHECK_EQ(g, 10);
+    gm_job_split(&job, 10, 3, counts);
+    GM_CHECK_EQ(counts[0], 4);
+    GM_CHECK_EQ(counts[2], 3);
+    GM_CHECK_ERR(global_batch_capture(&job, 11, &g, log, sizeof(log)), GM_ERR_CONFIG);
+    GM_CHECK_STREQ(log, "error: job job: [optim] global_batch = 10 is smaller than the 11 "
+                        "workers: each takes at least one sample of it\n");
+    gm_job_free(&job);
+}
+
 int main(void)
 {
     const char *base = getenv("TMPDIR");
@@ -858,6 +991,7 @@ int main(void)
     GM_TEST_RUN(test_photo_keys);
     GM_TEST_RUN(test_bad_bytes);
     GM_TEST_RUN(test_load);
+    GM_TEST_RUN(test_shares);
     GM_TEST_RUN(test_shipped_jobs);
     GM_TEST_RUN(test_identity_and_diff);
     cleanup_tmpdir();

@@ -99,6 +99,7 @@ int gm_ckpt_write(const char *path, const struct gm_st_tensor *t, size_t nt,
         {"optim_step", ostep},
         {"term", term},
         {"gradmesh.codec", info->codec},
+        {"gradmesh.shares", info->shares},
     };
 
     if (asprintf(&shapath, "%s" GM_CKPT_SHA_SUFFIX, path) < 0)
@@ -230,6 +231,13 @@ int gm_ckpt_info_parse(const struct gm_st_file *f, const char *origin, struct gm
         copy_str(gm_safetensors_meta(f, "gradmesh.codec"), info->codec, sizeof(info->codec))) {
         gm_err("%s: bad checkpoint metadata: job_name, model, optim or gradmesh.codec missing, "
                "too long or not printable",
+               origin);
+        return GM_ERR_FORMAT;
+    }
+    s = gm_safetensors_meta(f, "gradmesh.shares"); /* optional: older files have none */
+    if (s != NULL && (copy_str(s, info->shares, sizeof(info->shares)) != 0 ||
+                      strspn(s, "0123456789:") != strlen(s))) {
+        gm_err("%s: bad checkpoint metadata: gradmesh.shares is not a list of sample counts",
                origin);
         return GM_ERR_FORMAT;
     }

@@ -74,6 +74,9 @@ struct gm_ckpt_info {
     long optim_step;
     uint64_t term;
     size_t params;
+    /* optional ("gradmesh.shares"): each rank's samples of the global batch at that step,
+     * "72:24" ([job] shares; train/trainer.h); "" when one rank or not recorded */
+    char shares[512]; /* GM_JOB_SHARES_MAX ranks of up to 7 digits */
 };
 
 /* One entry of a checkpoint directory. */

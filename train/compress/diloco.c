@@ -26,6 +26,7 @@ struct gm_diloco {
     gm_coll_done_cb cb;
     void *arg;
     uint64_t syncs;
+    float weight; /* this rank's delta is scaled by it before the mean (gm_diloco_set_weight) */
 };
 
 void gm_diloco_config_default(struct gm_diloco_config *cfg)
@@ -53,6 +54,7 @@ int gm_diloco_new(const struct gm_diloco_config *cfg, const float *params, size_
         return -ENOMEM;
     d->cfg = *cfg;
     d->n = n;
+    d->weight = 1.0f;
     d->anchor = malloc((n + 1) * sizeof(float));
     d->momentum = calloc(n + 1, sizeof(float));
     d->delta = malloc((n + 1) * sizeof(float));
@@ -77,6 +79,11 @@ void gm_diloco_free(struct gm_diloco *d)
     free(d->delta);
     free(d->start);
     free(d);
+}
+
+void gm_diloco_set_weight(struct gm_diloco *d, float w)
+{
+    d->weight = w;
 }
 
 bool gm_diloco_due(const struct gm_diloco *d, uint64_t step)
@@ -124,7 +131,7 @@ int gm_diloco_sync_start(struct gm_diloco *d, struct gm_coll *c, float *params, 
     if (d->pend != PEND_NONE)
         return -EPROTO; /* an overlapped round is pending: flush it first */
     for (size_t i = 0; i < d->n; i++)
-        d->delta[i] = d->anchor[i] - params[i];
+        d->delta[i] = (d->anchor[i] - params[i]) * d->weight;
     d->params = params;
     d->cb = cb;
     d->arg = arg;
@@ -186,7 +193,7 @@ int gm_diloco_overlap_boundary(struct gm_diloco *d, float *params)
     if (d->pend != PEND_NONE)
         return -EPROTO; /* the round before was never applied */
     for (size_t i = 0; i < d->n; i++) {
-        d->delta[i] = d->anchor[i] - params[i];
+        d->delta[i] = (d->anchor[i] - params[i]) * d->weight;
         d->start[i] = params[i];
     }
     d->pend = PEND_LOCAL;

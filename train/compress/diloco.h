@@ -60,6 +60,12 @@ GM_MUST_CHECK int gm_diloco_new(const struct gm_diloco_config *cfg, const float 
                                 struct gm_diloco **out);
 void gm_diloco_free(struct gm_diloco *d);
 
+/* This rank's weight in the next sync's mean: its delta (anchor - params) is multiplied by w
+ * before the all-reduce takes the mean (1 by default).  Unequal shares of the global batch
+ * (train/trainer.h) give w = world * (samples this rank took in the round) / (samples all
+ * took), so the outer step follows the sample-weighted mean delta (train/gradsync.h). */
+void gm_diloco_set_weight(struct gm_diloco *d, float w);
+
 /* True when local step `step` (0-based, just taken) ends a round of h. */
 bool gm_diloco_due(const struct gm_diloco *d, uint64_t step);
 /* Starts the sync: on success cb runs once params hold the new anchor. */

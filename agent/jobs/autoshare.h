@@ -1,0 +1,93 @@
+/*
+ * agent/jobs/autoshare.h - [job] shares = auto on the job's coordinator: each rank's part of
+ * the global batch from its measured speed, so that a slow machine adds to the job instead of
+ * holding the others back (issue 25).  Pure functions and a small state; tested alone
+ * (tests/unit/test_autoshare.c); the job room (agent/jobs/job_codec.c) feeds it and carries the
+ * decision out.
+ *
+ * The measure (gm_autoshare_speeds): each rank's speed in samples per second of its busy time,
+ * from its last steps (averaged x0.9, the trainer's step timing that codec = auto reads too):
+ * its samples per step, a step's wall time T_r (compute, collective, optimizer) and the part
+ * C_r of it in the collective.  The ranks step in lockstep, so a rank that waits for a slower
+ * one waits inside its collective; the rank that waits least, min C, is the one everybody
+ * waits for, and its C is the collective's own cost.  A rank's busy time is T_r - (C_r - min C)
+ * (everything but its wait), and its speed samples_r / busy_r.  (Not the compute time alone: on
+ * a machine capped by a CPU quota, or busy with other work, the stalls fall in any phase of the
+ * step, and the compute time alone read a rank capped at 0.1 core as 2-4x faster than it was.)
+ * Members report theirs with their alpha-beta fit (JOB_REPORT "fit" speed), rank 0 reads its
+ * own.
+ *
+ * The rule (gm_autoshare_decide), on every coordinator tick with a speed for every rank:
+ *  - balanced shares: the global batch split in proportion to the speeds (gm_autoshare_balance:
+ *    largest remainder, train/job.h gm_job_split_by, at least one sample each), which makes the
+ *    ranks' compute equally long;
+ *  - a step's compute is predicted as the slowest rank's, max_r n_r / speed_r
+ *    (gm_autoshare_step_s); the balanced shares replace the running ones when they predict a
+ *    step at least GM_AUTOSHARE_HYST times faster, on GM_AUTOSHARE_CONFIRM decisions in a row,
+ *    and never within GM_AUTOSHARE_DWELL steps of a group forming (a change of shares forms one):
+ *    the hysteresis, so that measurement noise does not re-form groups;
+ *  - too slow to help (gm_autoshare_spare), checked once the shares are balanced (no change
+ *    wanted) and past the dwell, on GM_AUTOSHARE_CONFIRM decisions in a row: the slowest rank
+ *    r is left out of the job as a spare when the time its balanced share n_r saves the others,
+ *    n_r / (sum of the other ranks' speeds), is less than what a step's collective costs, min C
+ *    (the collective time of the rank everybody waits for: its link and per-step overhead, which
+ *    a slow machine pays slowly).  A rank whose balanced share is below one sample is a spare by
+ *    the same rule.  The world shrinks by one (to 1 at least); the spare stays out for the rest
+ *    of the job (`jobs` says which and why).
+ *
+ * Carried out by re-forming the group with the new shares (JOB_GROUP "shares"): every rank
+ * takes them at the same step, the first of the new group (rank 0's), from rank 0's state; a
+ * rank lost meanwhile is simply not in that group.  Loop thread of the coordinator.
+ */
+#ifndef GM_AGENT_JOBS_AUTOSHARE_H
+#define GM_AGENT_JOBS_AUTOSHARE_H
+
+#include <stddef.h>
+
+#include "train/job.h"
+
+#define GM_AUTOSHARE_HYST 1.15 /* predicted step compute at least this much faster */
+#define GM_AUTOSHARE_CONFIRM 3 /* decisions in a row (ticks of 200 ms: 0.6 s) */
+#define GM_AUTOSHARE_DWELL 20  /* steps after a group forms before a decision */
+
+/* A rank's last steps, averaged: samples per step, a step's wall time, its collective part. */
+struct gm_autoshare_obs {
+    int samples; /* 0: not known */
+    double step_s, coll_s;
+};
+
+/* The ranks' speeds (samples per second of busy time, see above) from their observations;
+ * sps[r] = 0 where obs[r] is not known or makes no sense.  Returns how many are known. */
+int gm_autoshare_speeds(const struct gm_autoshare_obs *obs, int world, double *sps);
+
+/* Shares of global batch g for world ranks of speeds sps (samples/s, each > 0): in proportion,
+ * each >= 1 (g >= world), summing to g.  Returns how many ranks' proportional share was below
+ * one sample (they were given one). */
+int gm_autoshare_balance(const double *sps, int world, int g, int *counts);
+
+/* The predicted compute of a step with counts: max_r counts[r] / sps[r] (seconds). */
+double gm_autoshare_step_s(const double *sps, int world, const int *counts);
+
+struct gm_autoshare {
+    int confirm;       /* decisions in a row that wanted a change */
+    int spare_confirm; /* calls in a row that found a spare */
+    long quiet_until;  /* no decision before this step */
+};
+
+/* A group formed at step: the count restarts, and no decision for GM_AUTOSHARE_DWELL steps. */
+void gm_autoshare_group(struct gm_autoshare *a, long step);
+
+/* The spare rule above, for a group running balanced counts with speeds sps and steps obs:
+ * the rank to leave out (why filled), or -1 (also while the rule has not held on
+ * GM_AUTOSHARE_CONFIRM calls in a row, or within the dwell). */
+int gm_autoshare_spare(struct gm_autoshare *a, const double *sps,
+                       const struct gm_autoshare_obs *obs, int world, const int *counts, long step,
+                       char *why, size_t cap);
+
+/* One decision at rank 0's step for the running counts cur (world ranks, global batch g) and
+ * the speeds sps (an entry <= 0: not measured yet: no decision).  Returns 1 with out filled
+ * (and why: one line, for the log) when the shares should change now, else 0. */
+int gm_autoshare_decide(struct gm_autoshare *a, const double *sps, int world, int g, const int *cur,
+                        long step, int *out, char *why, size_t cap);
+
+#endif
