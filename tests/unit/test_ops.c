@@ -481,12 +481,14 @@ static void test_conv_winograd(void)
     wino_case(32, 16, 16, 64, 64, worst);  /* 512 tiles: two chunks of 256 */
     wino_case(12, 18, 17, 128, 96, worst); /* 300 tiles, three chunks, ragged edges */
     wino_case(3, 7, 7, 512, 512, worst);   /* ResNet's layer4 at 224x224 */
-    /* fp32 im2col is itself off the exact values by ~1e-7 relative; measured here:
-     * y 3e-7..1e-6, dx 3e-7..1e-6, dw 2e-6, db 0 (the same sum) */
+    /* fp32 im2col is itself off the exact values by ~1e-7 relative.  Measured here:
+     * y 6.6e-7 (forward F(2x2)), dx 6.0e-6 and dw 7.2e-6 (backward F(4x4)), db 0 (the
+     * same sum); F(4x4) forward would give y 9.6e-6 (winograd.h says why it is not) */
+    static const double bar[4] = {2e-6, 2e-5, 2e-5, 0};
     for (int i = 0; i < 4; i++) {
         fprintf(stderr, "winograd vs im2col: worst %s %.3g (relative to the largest)\n", what[i],
                 worst[i]);
-        GM_CHECK_NEAR(worst[i], 0, 2e-5, 0);
+        GM_CHECK_NEAR(worst[i], 0, bar[i], 0);
     }
 }
 

@@ -1,21 +1,32 @@
 /*
- * train/kernels/winograd.h - Winograd F(4x4, 3x3) convolution for the tiled
+ * train/kernels/winograd.h - Winograd convolution F(mxm, 3x3) for the tiled
  * conv2d shapes that are 3x3, stride 1, padding 1, one group (most of a
  * ResNet's or VGG's multiplies), forward and backward, on NHWC activations
  * and OHWI weights (the layouts of conv2d.h).
  *
- * Each 4x4 block of output pixels ("tile") comes from a 6x6 input patch:
- *   Y = A^T [ U (.) V ] A,   U = G g G^T (6x6 per output/input channel pair),
- *   V = B^T d B (6x6 per tile and input channel),
- * so the 16 outputs x 9 taps = 144 multiplies per channel pair become 36,
- * done as 36 sgemms (one per position xi of the 6x6 grid):
+ * Each m x m block of output pixels ("tile") comes from an (m+2)^2 input
+ * patch:
+ *   Y = A^T [ U (.) V ] A,   U = G g G^T ((m+2)^2 per output/input channel
+ *   pair), V = B^T d B ((m+2)^2 per tile and input channel),
+ * so the m^2 outputs x 9 taps per channel pair take (m+2)^2 multiplies (16
+ * instead of 36 for m = 2, 36 instead of 144 for m = 4), done as (m+2)^2
+ * sgemms, one per position xi of the transformed tile:
  *   M[xi] (T, OC) = V[xi] (T, C) x U[xi]^T,  U[xi] stored (OC, C).
- * Backward is the exact adjoint of that computation:
+ * Backward is the adjoint of that computation (with its own m):
  *   dM = A dY A^T;  dV[xi] = dM[xi] x U[xi];  dx += B dV B^T (overlapping
  *   patches add);  dU[xi] = sum over tiles dM[xi]^T x V[xi];  dw = G^T dU G.
- * The results differ from im2col + sgemm by rounding only (the transforms'
- * constants 1/6, 1/12, 1/24 are inexact in binary): measured in
- * tests/unit/test_ops.c against the im2col path.
+ *
+ * Which m: forward F(2x2) and backward F(4x4).  F(4x4)'s transforms scale
+ * values by up to 8 x 8 before they cancel, so its fp32 results are ~10x
+ * further from the exact ones than im2col's (forward, relative to the
+ * largest output: 1e-5 against 7e-7 for F(2x2), tests/unit/test_ops.c), and
+ * train-mode batch norm over a small batch passes that on to the loss:
+ * resnet50's first loss in test_families moved 2.8e-5 (its bar is 1e-5;
+ * im2col 5e-6, F(2x2) 8e-6).  Gradients have looser bars (they already
+ * differ by ~1-4% between fp32 implementations) and F(4x4) is where the
+ * time goes: backward is two thirds of the multiplies.  resnet18 at
+ * 128x128, forward F(2x2) instead of F(4x4) costs ~30 ms a step of ~600.
+ * The results differ from im2col + sgemm by rounding only.
  *
  * Tiles go in chunks whose transformed input and output fit
  * GM_WINOGRAD_CHUNK_FLOATS; the workspace (gm_winograd_ws_floats) holds U,
@@ -31,6 +42,14 @@
 #include "train/kernels/conv2d.h"
 
 #define GM_WINOGRAD_CHUNK_FLOATS (1u << 21) /* one chunk's V and M: 8 MiB */
+
+/* Output tile side of each pass (2 or 4; -D overrides them, for benchmarks). */
+#ifndef GM_WINOGRAD_FWD_M
+#define GM_WINOGRAD_FWD_M 2
+#endif
+#ifndef GM_WINOGRAD_BWD_M
+#define GM_WINOGRAD_BWD_M 4
+#endif
 
 /* 1 when the shape takes the Winograd path: tiled, 3x3, stride 1, pad 1,
  * groups 1, C and OC multiples of 16, output at least 4x4 (smaller outputs
