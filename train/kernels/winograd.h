@@ -32,11 +32,7 @@
  * GM_WINOGRAD_CHUNK_FLOATS; the workspace (gm_winograd_ws_floats) holds U,
  * dU and one chunk's V and M, and is scratch: forward and backward share
  * nothing through it.  Called from the trainer thread through conv2d.h's
- * layer entry points.  Threads: with OpenBLAS set to T > 1 threads a pass
- * starts T - 1 threads of its own for the call and splits the transforms by
- * channels and the products by position, each sgemm on one thread; it sets
- * OpenBLAS (process-wide) to 1 thread meanwhile and back to T after.  The
- * results are the same bits for any T (tests/unit/test_ops.c).
+ * layer entry points; sgemm threads as OpenBLAS is told.
  */
 #ifndef GM_TRAIN_KERNELS_WINOGRAD_H
 #define GM_TRAIN_KERNELS_WINOGRAD_H

@@ -15,7 +15,6 @@
 #include "train/kernels/winograd.h"
 
 #include <cblas.h>
-#include <pthread.h>
 #include <string.h>
 
 #define VEC 16 /* channels per vector */
@@ -204,13 +203,11 @@ INLINE void a_adj(int m, const v16f *y, v16f *o)
 
 /* ---- weights: U = G g G^T and dw = G^T dU G ------------------------------------ */
 
-/* output channels [o0, o1) */
-INLINE void weights_fwd(const struct gm_conv2d_shape *s, int m, const float *w, float *u, int o0,
-                        int o1)
+INLINE void weights_fwd(const struct gm_conv2d_shape *s, int m, const float *w, float *u)
 {
     const int c = s->c, oc = s->oc, a = m + 2;
 
-    for (int o = o0; o < o1; o++) {
+    for (int o = 0; o < oc; o++) {
         const float *wo = w + (size_t)o * 9 * c;
         for (int c0 = 0; c0 < c; c0 += VEC) {
             v16f t[AMAX][3], col[AMAX], r[AMAX];
@@ -229,13 +226,11 @@ INLINE void weights_fwd(const struct gm_conv2d_shape *s, int m, const float *w, 
     }
 }
 
-/* output channels [o0, o1) */
-INLINE void weights_adj(const struct gm_conv2d_shape *s, int m, const float *du, float *dw, int o0,
-                        int o1)
+INLINE void weights_adj(const struct gm_conv2d_shape *s, int m, const float *du, float *dw)
 {
     const int c = s->c, oc = s->oc, a = m + 2;
 
-    for (int o = o0; o < o1; o++) {
+    for (int o = 0; o < oc; o++) {
         float *wo = dw + (size_t)o * 9 * c;
         for (int c0 = 0; c0 < c; c0 += VEC) {
             v16f t[AMAX][3], row[AMAX], col[AMAX], k[3];
@@ -271,9 +266,9 @@ static struct tile tile_of(const struct gm_conv2d_shape *s, const struct geometr
     return tl;
 }
 
-/* V[xi][ti] (C floats each, rows of a chunk of `rows` tiles) = B^T d B, channels [c0, c1) */
+/* V[xi][ti] (C floats each, rows of a chunk of `rows` tiles) = B^T d B */
 INLINE void input_fwd(const struct gm_conv2d_shape *s, int m, const float *x, struct tile tl,
-                      float *v, size_t rows, size_t ti, int cb, int ce)
+                      float *v, size_t rows, size_t ti)
 {
     const int c = s->c, a = m + 2;
     const float *xn = x + tl.n * s->h * s->w * c;
@@ -287,7 +282,7 @@ INLINE void input_fwd(const struct gm_conv2d_shape *s, int m, const float *x, st
                             ? xn + ((size_t)iy * s->w + (size_t)ix) * c
                             : NULL;
         }
-    for (int c0 = cb; c0 < ce; c0 += VEC) {
+    for (int c0 = 0; c0 < c; c0 += VEC) {
         v16f t[AMAX][AMAX], d[AMAX], o[AMAX];
         for (int j = 0; j < a; j++) {
             for (int i = 0; i < a; i++)
@@ -304,9 +299,9 @@ INLINE void input_fwd(const struct gm_conv2d_shape *s, int m, const float *x, st
     }
 }
 
-/* dx (patch of tile tl, inside the image) += B dV B^T, channels [cb, ce) */
+/* dx (patch of tile tl, inside the image) += B dV B^T */
 INLINE void input_adj(const struct gm_conv2d_shape *s, int m, const float *dv, size_t rows,
-                      size_t ti, struct tile tl, float *dx, int cb, int ce)
+                      size_t ti, struct tile tl, float *dx)
 {
     const int c = s->c, a = m + 2;
     float *dxn = dx + tl.n * s->h * s->w * c;
@@ -319,7 +314,7 @@ INLINE void input_adj(const struct gm_conv2d_shape *s, int m, const float *dv, s
                             ? dxn + ((size_t)iy * s->w + (size_t)ix) * c
                             : NULL;
         }
-    for (int c0 = cb; c0 < ce; c0 += VEC) {
+    for (int c0 = 0; c0 < c; c0 += VEC) {
         v16f t[AMAX][AMAX], row[AMAX], o[AMAX];
         for (int i = 0; i < a; i++) {
             for (int j = 0; j < a; j++)
@@ -337,15 +332,15 @@ INLINE void input_adj(const struct gm_conv2d_shape *s, int m, const float *dv, s
     }
 }
 
-/* y (m x m outputs of tile tl, inside the image) = A^T M A (+ b), channels [cb, ce) */
+/* y (m x m outputs of tile tl, inside the image) = A^T M A (+ b) */
 INLINE void output_fwd(const struct gm_conv2d_shape *s, int m, const float *mm, size_t rows,
-                       size_t ti, struct tile tl, const float *b, float *y, int cb, int ce)
+                       size_t ti, struct tile tl, const float *b, float *y)
 {
     const int oc = s->oc, a = m + 2, oy0 = tl.y0 + s->pad, ox0 = tl.x0 + s->pad;
     const int ny = s->oh - oy0 < m ? s->oh - oy0 : m, nx = s->ow - ox0 < m ? s->ow - ox0 : m;
     float *yn = y + tl.n * s->oh * s->ow * oc;
 
-    for (int c0 = cb; c0 < ce; c0 += VEC) {
+    for (int c0 = 0; c0 < oc; c0 += VEC) {
         const v16f bias = b != NULL ? ld(b + c0) : (v16f){0};
         v16f t[4][AMAX], row[AMAX], o[4];
         for (int j = 0; j < a; j++) {
@@ -363,16 +358,16 @@ INLINE void output_fwd(const struct gm_conv2d_shape *s, int m, const float *mm, 
     }
 }
 
-/* dM[xi][ti] = A dY A^T (dY zero outside the image), channels [cb, ce) */
+/* dM[xi][ti] = A dY A^T (dY zero outside the image) */
 INLINE void output_adj(const struct gm_conv2d_shape *s, int m, const float *dy, struct tile tl,
-                       float *dm, size_t rows, size_t ti, int cb, int ce)
+                       float *dm, size_t rows, size_t ti)
 {
     const int oc = s->oc, a = m + 2, oy0 = tl.y0 + s->pad, ox0 = tl.x0 + s->pad;
     const int ny = s->oh - oy0 < m ? s->oh - oy0 : m, nx = s->ow - ox0 < m ? s->ow - ox0 : m;
     const float *dyn = dy + tl.n * s->oh * s->ow * oc;
     const v16f zero = {0};
 
-    for (int c0 = cb; c0 < ce; c0 += VEC) {
+    for (int c0 = 0; c0 < oc; c0 += VEC) {
         v16f t[4][AMAX], g[4], o[AMAX];
         for (int i = 0; i < m; i++) {
             for (int j = 0; j < m; j++)
@@ -391,213 +386,94 @@ INLINE void output_adj(const struct gm_conv2d_shape *s, int m, const float *dy, 
     }
 }
 
-/* ---- the passes, on one or more threads ------------------------------------------
- * With OpenBLAS set to T > 1 threads, a pass runs on T threads of its own
- * (the caller and T - 1 started for the call), each calling sgemm on one
- * thread: the transforms split by channel blocks, the products by position
- * xi, and a barrier between the phases.  Every value is computed by the same
- * operations in the same order whatever T is (each sgemm whole on one
- * thread, each transform per channel), so the results do not depend on the
- * thread count.  OpenBLAS is set to 1 thread for the pass and back after. */
+/* ---- the passes ------------------------------------------------------------------ */
 
-#define MAX_THREADS 64
-
-struct pass {
-    const struct gm_conv2d_shape *s;
-    int m, fwd;
-    const float *x, *w, *b, *dy;
-    float *y, *dw, *db, *dx;
-    float *u, *du, *v, *mm; /* carved from the workspace */
+INLINE void forward_m(const struct gm_conv2d_shape *s, int m, const float *x, const float *w,
+                      const float *b, float *ws, float *y)
+{
+    const int c = s->c, oc = s->oc;
+    size_t upos, vpos;
     struct geometry g;
-    int nth;
-    pthread_barrier_t bar;
-    /* start gate: the threads wait until the caller knows how many started */
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    int go; /* 1: run with nth threads */
-};
 
-struct worker {
-    struct pass *p;
-    int k;
-};
+    ws_of(s, m, &upos, &vpos);
+    geometry_of(s, m, &g);
+    float *u = ws, *v = u + 2 * upos, *mm = v + vpos;
 
-static void sync_all(struct pass *p)
-{
-    if (p->nth > 1)
-        pthread_barrier_wait(&p->bar);
-}
-
-/* share k of nth of [0, n) units */
-static void share(int n, int k, int nth, int *lo, int *hi)
-{
-    *lo = (int)((long)n * k / nth);
-    *hi = (int)((long)n * (k + 1) / nth);
-}
-
-INLINE void forward_m(struct pass *p, int m, int k)
-{
-    const struct gm_conv2d_shape *s = p->s;
-    const struct geometry *g = &p->g;
-    const int c = s->c, oc = s->oc;
-    int c0, c1, o0, o1, x0, x1;
-
-    share(c / VEC, k, p->nth, &c0, &c1);
-    share(oc / VEC, k, p->nth, &o0, &o1);
-    share((int)g->npos, k, p->nth, &x0, &x1);
-    c0 *= VEC, c1 *= VEC, o0 *= VEC, o1 *= VEC;
-    weights_fwd(s, m, p->w, p->u, o0, o1);
-    for (size_t t0 = 0; t0 < g->tiles; t0 += g->chunk) {
-        const size_t rows = g->tiles - t0 < g->chunk ? g->tiles - t0 : g->chunk;
+    weights_fwd(s, m, w, u);
+    for (size_t t0 = 0; t0 < g.tiles; t0 += g.chunk) {
+        const size_t rows = g.tiles - t0 < g.chunk ? g.tiles - t0 : g.chunk;
         for (size_t ti = 0; ti < rows; ti++)
-            input_fwd(s, m, p->x, tile_of(s, g, t0 + ti), p->v, rows, ti, c0, c1);
-        sync_all(p); /* V of the chunk (and U) complete; M no longer read */
+            input_fwd(s, m, x, tile_of(s, &g, t0 + ti), v, rows, ti);
         /* M[xi] (T, OC) = V[xi] (T, C) x U[xi]^T */
-        for (size_t xi = (size_t)x0; xi < (size_t)x1; xi++)
+        for (size_t xi = 0; xi < g.npos; xi++)
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, oc, c, 1.0f,
-                        p->v + xi * rows * c, c, p->u + xi * oc * c, c, 0.0f,
-                        p->mm + xi * rows * oc, oc);
-        sync_all(p); /* M complete; V no longer read */
+                        v + xi * rows * c, c, u + xi * oc * c, c, 0.0f, mm + xi * rows * oc, oc);
         for (size_t ti = 0; ti < rows; ti++)
-            output_fwd(s, m, p->mm, rows, ti, tile_of(s, g, t0 + ti), p->b, p->y, o0, o1);
+            output_fwd(s, m, mm, rows, ti, tile_of(s, &g, t0 + ti), b, y);
     }
 }
 
-INLINE void backward_m(struct pass *p, int m, int k)
+INLINE void backward_m(const struct gm_conv2d_shape *s, int m, const float *x, const float *w,
+                       const float *dy, float *dw, float *dx, float *ws)
 {
-    const struct gm_conv2d_shape *s = p->s;
-    const struct geometry *g = &p->g;
     const int c = s->c, oc = s->oc;
-    const size_t pixels = (size_t)s->n * s->oh * s->ow;
-    int c0, c1, o0, o1, x0, x1, n0, n1;
+    size_t upos, vpos;
+    struct geometry g;
 
-    share(c / VEC, k, p->nth, &c0, &c1);
-    share(oc / VEC, k, p->nth, &o0, &o1);
-    share((int)g->npos, k, p->nth, &x0, &x1);
-    share(s->n, k, p->nth, &n0, &n1);
-    c0 *= VEC, c1 *= VEC, o0 *= VEC, o1 *= VEC;
-    if (p->db != NULL)
-        for (int o = o0; o < o1; o++) {
-            float acc = 0.0f;
-            for (size_t q = 0; q < pixels; q++)
-                acc += p->dy[q * (size_t)oc + (size_t)o];
-            p->db[o] = acc;
-        }
-    if (p->dx != NULL) {
-        const size_t img = (size_t)s->h * s->w * c;
-        weights_fwd(s, m, p->w, p->u, o0, o1);
-        memset(p->dx + (size_t)n0 * img, 0, sizeof(float) * (size_t)(n1 - n0) * img);
+    ws_of(s, m, &upos, &vpos);
+    geometry_of(s, m, &g);
+    float *u = ws, *du = u + upos, *v = du + upos, *dm = v + vpos;
+
+    if (dx != NULL) {
+        weights_fwd(s, m, w, u);
+        memset(dx, 0, sizeof(float) * (size_t)s->n * s->h * s->w * c);
     }
-    for (size_t t0 = 0; t0 < g->tiles; t0 += g->chunk) {
-        const size_t rows = g->tiles - t0 < g->chunk ? g->tiles - t0 : g->chunk;
+    for (size_t t0 = 0; t0 < g.tiles; t0 += g.chunk) {
+        const size_t rows = g.tiles - t0 < g.chunk ? g.tiles - t0 : g.chunk;
         for (size_t ti = 0; ti < rows; ti++) {
-            const struct tile tl = tile_of(s, g, t0 + ti);
-            input_fwd(s, m, p->x, tl, p->v, rows, ti, c0, c1);
-            output_adj(s, m, p->dy, tl, p->mm, rows, ti, o0, o1);
+            const struct tile tl = tile_of(s, &g, t0 + ti);
+            input_fwd(s, m, x, tl, v, rows, ti);
+            output_adj(s, m, dy, tl, dm, rows, ti);
         }
-        sync_all(p); /* V, dM of the chunk (and U, dx zeroed) complete */
-        for (size_t xi = (size_t)x0; xi < (size_t)x1; xi++) {
-            const float *dmx = p->mm + xi * rows * oc;
-            float *vx = p->v + xi * rows * c;
+        for (size_t xi = 0; xi < g.npos; xi++) {
+            const float *dmx = dm + xi * rows * oc;
+            float *vx = v + xi * rows * c;
             /* dU[xi] (OC, C) += dM[xi]^T (OC, T) x V[xi] (T, C) */
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, oc, c, (int)rows, 1.0f, dmx, oc,
-                        vx, c, t0 == 0 ? 0.0f : 1.0f, p->du + xi * oc * c, c);
+                        vx, c, t0 == 0 ? 0.0f : 1.0f, du + xi * oc * c, c);
             /* dV[xi] (T, C) = dM[xi] (T, OC) x U[xi] (OC, C), over V[xi] (used) */
-            if (p->dx != NULL)
+            if (dx != NULL)
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, c, oc, 1.0f, dmx,
-                            oc, p->u + xi * oc * c, c, 0.0f, vx, c);
+                            oc, u + xi * oc * c, c, 0.0f, vx, c);
         }
-        sync_all(p); /* dV, dU complete; dM no longer read */
-        if (p->dx != NULL)
+        if (dx != NULL)
             for (size_t ti = 0; ti < rows; ti++)
-                input_adj(s, m, p->v, rows, ti, tile_of(s, g, t0 + ti), p->dx, c0, c1);
+                input_adj(s, m, v, rows, ti, tile_of(s, &g, t0 + ti), dx);
     }
-    weights_adj(s, m, p->du, p->dw, o0, o1);
-}
-
-static void run_share(struct pass *p, int k)
-{
-    if (p->fwd && p->m == 4)
-        forward_m(p, 4, k);
-    else if (p->fwd)
-        forward_m(p, 2, k);
-    else if (p->m == 4)
-        backward_m(p, 4, k);
-    else
-        backward_m(p, 2, k);
-}
-
-static void *worker_main(void *arg)
-{
-    struct worker *wk = arg;
-    struct pass *p = wk->p;
-
-    pthread_mutex_lock(&p->lock);
-    while (p->go == 0)
-        pthread_cond_wait(&p->cond, &p->lock);
-    pthread_mutex_unlock(&p->lock);
-    if (wk->k < p->nth) /* else: started past a failed start, nothing to do */
-        run_share(p, wk->k);
-    return NULL;
-}
-
-static void run_pass(struct pass *p, float *ws)
-{
-    const int blas_threads = openblas_get_num_threads();
-    int want = blas_threads < MAX_THREADS ? blas_threads : MAX_THREADS, started = 0;
-    pthread_t th[MAX_THREADS];
-    struct worker wk[MAX_THREADS];
-    size_t upos, vpos;
-
-    ws_of(p->s, p->m, &upos, &vpos);
-    geometry_of(p->s, p->m, &p->g);
-    p->u = ws, p->du = ws + upos, p->v = ws + 2 * upos, p->mm = p->v + vpos;
-    if (want < 2) {
-        p->nth = 1;
-        run_share(p, 0);
-        return;
-    }
-    pthread_mutex_init(&p->lock, NULL);
-    pthread_cond_init(&p->cond, NULL);
-    p->go = 0;
-    p->nth = want;
-    for (int k = 1; k < want; k++) {
-        wk[k] = (struct worker){.p = p, .k = k};
-        if (pthread_create(&th[k], NULL, worker_main, &wk[k]) != 0)
-            break; /* run with the threads that started */
-        started++;
-    }
-    p->nth = started + 1;
-    if (p->nth > 1)
-        pthread_barrier_init(&p->bar, NULL, (unsigned)p->nth);
-    openblas_set_num_threads(1);
-    pthread_mutex_lock(&p->lock);
-    p->go = 1;
-    pthread_cond_broadcast(&p->cond);
-    pthread_mutex_unlock(&p->lock);
-    run_share(p, 0);
-    for (int k = 1; k <= started; k++)
-        pthread_join(th[k], NULL);
-    openblas_set_num_threads(blas_threads);
-    if (p->nth > 1)
-        pthread_barrier_destroy(&p->bar);
-    pthread_cond_destroy(&p->cond);
-    pthread_mutex_destroy(&p->lock);
+    weights_adj(s, m, du, dw);
 }
 
 void gm_winograd_forward_cpu(const struct gm_conv2d_shape *s, const float *x, const float *w,
                              const float *b, float *ws, float *y)
 {
-    struct pass p = {.s = s, .m = GM_WINOGRAD_FWD_M, .fwd = 1, .x = x, .w = w, .b = b, .y = y};
-
-    run_pass(&p, ws);
+    if (GM_WINOGRAD_FWD_M == 4)
+        forward_m(s, 4, x, w, b, ws, y);
+    else
+        forward_m(s, 2, x, w, b, ws, y);
 }
 
 void gm_winograd_backward_cpu(const struct gm_conv2d_shape *s, const float *x, const float *w,
                               const float *dy, float *dw, float *db, float *dx, float *ws)
 {
-    struct pass p = {
-        .s = s, .m = GM_WINOGRAD_BWD_M, .x = x, .w = w, .dy = dy, .dw = dw, .db = db, .dx = dx};
-
-    run_pass(&p, ws);
+    if (db != NULL) {
+        const size_t pixels = (size_t)s->n * s->oh * s->ow;
+        memset(db, 0, sizeof(float) * (size_t)s->oc);
+        for (size_t p = 0; p < pixels; p++)
+            for (int o = 0; o < s->oc; o++)
+                db[o] += dy[p * (size_t)s->oc + (size_t)o];
+    }
+    if (GM_WINOGRAD_BWD_M == 4)
+        backward_m(s, 4, x, w, dy, dw, dx, ws);
+    else
+        backward_m(s, 2, x, w, dy, dw, dx, ws);
 }
