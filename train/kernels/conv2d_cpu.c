@@ -9,6 +9,7 @@
  * shapes skip im2col altogether.
  */
 #include "train/kernels/conv2d.h"
+#include "train/kernels/winograd.h"
 
 #include <cblas.h>
 #include <errno.h>
@@ -711,6 +712,8 @@ size_t gm_conv2d_layer_ws_floats_cpu(const struct gm_conv2d_shape *s, int need_d
         return col_floats(s) * (need_dx ? 2 : 1);
     if (is_pointwise(s))
         return 0;
+    if (gm_winograd_use(s))
+        return gm_winograd_ws_floats(s);
     if (is_depthwise(s)) {
         const size_t tc = (size_t)s->k * s->k * s->c;
         return round16(tc) + 2 * round16(tc + s->c);
@@ -727,6 +730,8 @@ void gm_conv2d_layer_forward_cpu(const struct gm_conv2d_shape *s, int need_dx, c
         gm_conv2d_forward_cpu(s, x, w, b, ws, y);
     else if (is_pointwise(s))
         pointwise_forward(s, x, w, b, y);
+    else if (gm_winograd_use(s))
+        gm_winograd_forward_cpu(s, x, w, b, ws, y);
     else if (is_depthwise(s))
         dw_forward(s, x, w, b, ws, y);
     else
@@ -742,6 +747,8 @@ void gm_conv2d_layer_backward_cpu(const struct gm_conv2d_shape *s, const float *
         gm_conv2d_backward_cpu(s, ws, w, dy, dw, db, dx != NULL ? ws + col_floats(s) : NULL, dx);
     else if (is_pointwise(s))
         pointwise_backward(s, x, w, dy, dw, db, dx);
+    else if (gm_winograd_use(s))
+        gm_winograd_backward_cpu(s, x, w, dy, dw, db, dx, ws);
     else if (is_depthwise(s))
         dw_backward(s, x, w, dy, dw, db, dx, ws);
     else
