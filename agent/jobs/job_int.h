@@ -48,6 +48,10 @@
 #define CHECK_TIMEOUT_MS 120000
 #define MESH_TIMEOUT_MS 60000 /* a member waits this long for links to the other ranks */
 #define TICK_MS 200
+/* Silent ranks and a stalled coordinator (job.c, "Silent ranks"): */
+#define QUIET_MS 1200      /* a rank whose link brought nothing for this long is left out */
+#define STALL_MS 1500      /* the room's tick this late: this process did not run */
+#define STALL_HOLD_MS 3000 /* after a stall, form no group for this long */
 #define NODE_LEN (GM_ID_NAME_MAX + 1)
 
 enum jstate { J_CHECKING, J_RUNNING, J_DONE, J_CANCELLED, J_FAILED, J_REFUSED };
@@ -153,6 +157,8 @@ struct gm_jobs {
     bool stopping;
     bool leaving;        /* gm_jobs_leave: the job goes on without this node */
     uint64_t frame_term; /* the term of the JOB_* frame being handled */
+    uint64_t t_tick;        /* the room's last tick (mono ns) */
+    uint64_t stalled_until; /* after a stall of this process: no group before then */
 };
 
 const char *jobs_state_name(enum jstate st);
@@ -181,6 +187,8 @@ void jobs_refuse(struct gm_jobs *j, struct job *jb, const char *fmt, ...)
 void jobs_offer_clear(struct pending_offer *po);
 json_t *jobs_ctl_error(int code, const char *msg);
 bool jobs_is_chief(struct gm_jobs *j, const char *node);
+bool jobs_quiet(struct gm_jobs *j, const char *node);
+bool jobs_stalled(struct gm_jobs *j);
 
 /* job_codec.c */
 void jobs_resolve_auto(struct gm_jobs *j, struct job *jb, char (*up)[NODE_LEN], size_t n);
