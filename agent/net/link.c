@@ -176,6 +176,13 @@ double gm_link_rtt_ms(const struct gm_link *l)
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+unsigned gm_link_rtt_samples(const struct gm_link *l)
+{
+    double v[GM_LINK_RTT_SAMPLES];
+
+    return (unsigned)fresh_rtts(l, v);
+}
+
 double gm_link_rtt_max_ms(const struct gm_link *l)
 {
     double v[GM_LINK_RTT_SAMPLES];
@@ -1012,7 +1019,7 @@ static void tick_cb(uv_timer_t *t)
     if (now - l->t_last_rx > (uint64_t)silence * 1000000ull) {
         gm_notice("event=link-silent peer=%s quiet_ms=%llu deadline_ms=%u", l->peer,
                   (unsigned long long)((now - l->t_last_rx) / 1000000ull), silence);
-        gm_link_close(l, -ETIMEDOUT);
+        gm_link_close_within(l, -ETIMEDOUT, 0); /* a silent peer sends no EOF to wait for */
         return;
     }
     if (now - l->t_last_ping >= (uint64_t)l->opts.ping_ms * 1000000ull)

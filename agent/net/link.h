@@ -151,6 +151,7 @@ int gm_link_is_closing(const struct gm_link *l);
 /* The median of the fresh round-trip samples (0: none), their maximum, the last one. */
 double gm_link_rtt_ms(const struct gm_link *l);
 double gm_link_rtt_max_ms(const struct gm_link *l);
+unsigned gm_link_rtt_samples(const struct gm_link *l); /* how many fresh samples */
 double gm_link_rtt_last_ms(const struct gm_link *l);
 /* Milliseconds since the last bytes came from the peer (0 while not up or paused). */
 unsigned gm_link_quiet_ms(const struct gm_link *l);
