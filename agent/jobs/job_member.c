@@ -175,6 +175,10 @@ int jobs_on_group(struct gm_jobs *j, const char *node, struct gm_jobmsg *m)
                   jb->lost_coord);
         snprintf(jb->coordinator, sizeof(jb->coordinator), "%s", node);
         jb->orphan_since = 0;
+        /* generations are counted by each coordinator: a deposed one that re-formed its
+         * group before raft told it would otherwise drop the new chief's groups of a number
+         * not above its own, and the new chief's group would wait for it for ever */
+        jb->gen = 0;
     }
     if (strcmp(node, jb->coordinator) != 0 || jb->rank == NULL || m->gen <= jb->gen)
         return 0;         /* stale */
