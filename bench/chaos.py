@@ -265,7 +265,13 @@ def main():
                       "recover_s": None if s is None else round(s, 2)}
                      for (t, k, n), d, s in zip(failures, detect, recover)],
         "chiefs": chiefs, "one_chief_per_term": len(terms) == len(set(terms)),
+        # where the time goes: the disturbances and what the agents said about groups and links
+        "timeline": [[round(t - d0, 2), n, ln[:160]] for t, n, ln in lines if re.search(
+            r"event=(group |job-group |link-silent|link-down|link-up|chief-elected|job-takeover|"
+            r"job-member-quiet|agent-stalled|job-group-fenced|job-paused|job-coordinator-new|"
+            r"job-offer|done )", ln)] + [[round(t - d0, 2), n, k] for t, k, n in events],
     }
+    res["timeline"].sort(key=lambda x: x[0])
     json.dump(res, open(outjson, "w"), indent=1)
     acc_r, acc_d = res["ref"]["accuracy"], res["run"]["accuracy"]
     print("mode=%s seed=%d completed=%s state=%s%s" % (

@@ -138,7 +138,6 @@ EOF
         for p in "${PIDS[@]}"; do kill -CONT "$p" 2>/dev/null; kill "$p" 2>/dev/null; done
         for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
         PIDS=()
-        poll 100 sh -c "! pgrep -f -- '--config $d/' >/dev/null" || echo "warning: agents of $d still run"
     done
 done
 echo "figures: $OUT"
