@@ -109,7 +109,7 @@ def chief_of(gmbin, a):
         return None
 
 
-def run_job(gmbin, agents, jobfile, on_start=None):
+def run_job(gmbin, agents, jobfile, on_start=None, stop=None):
     """Submits jobfile on the chief, returns (info, t_submit, t_end)."""
     chief = None
     while chief is None:
@@ -143,7 +143,8 @@ def run_job(gmbin, agents, jobfile, on_start=None):
             break
         time.sleep(0.25)
     t1 = time.time()
-    if th is not None:
+    if th is not None:  # the disturbances end with the job (an agent killed is restarted)
+        stop.set()
         th.join()
     return jid, info, t0, t1
 
@@ -199,7 +200,7 @@ def main():
             os.kill(a.pid, signal.SIGSTOP)
         a.stopped = True
         events.append((time.time(), mode, a.name))
-        time.sleep(FREEZE)
+        stop.wait(FREEZE)
         if mode == "partition":
             subprocess.run(["ip", "-n", a.ns, "link", "set", "eth0", "up"], check=True)
         else:
@@ -214,7 +215,7 @@ def main():
     load0 = open("/proc/loadavg").read().split()[:3]
     try:
         rid, rinfo, r0, r1 = run_job(gmbin, agents, ref)
-        did, dinfo, d0, d1 = run_job(gmbin, agents, jobfile, disturb)
+        did, dinfo, d0, d1 = run_job(gmbin, agents, jobfile, disturb, stop)
     finally:
         stop.set()
         for a in agents:  # nothing stays frozen or cut off
@@ -247,6 +248,8 @@ def main():
             if m:
                 chiefs.add((int(m.group(2)), m.group(1)))
     chiefs = sorted(chiefs)
+    elect = [int(m.group(1)) for a in agents for ln in open(a.log, errors="replace")
+             for m in [re.search(r"event=chief-election-timeout ms=(\d+)", ln)] if m]
     terms = [t for t, _ in chiefs]
     total = rinfo["total_steps"] if rinfo and "total_steps" in rinfo else None
     done = bool(dinfo and dinfo["state"] == "done")
@@ -265,6 +268,7 @@ def main():
                       "recover_s": None if s is None else round(s, 2)}
                      for (t, k, n), d, s in zip(failures, detect, recover)],
         "chiefs": chiefs, "one_chief_per_term": len(terms) == len(set(terms)),
+        "election_timeout_max_ms": max(elect) if elect else 1000,
         # where the time goes: the disturbances and what the agents said about groups and links
         "timeline": [[round(t - d0, 2), n, ln[:160]] for t, n, ln in lines if re.search(
             r"event=(group |job-group |link-silent|link-down|link-up|chief-elected|job-takeover|"
@@ -287,6 +291,7 @@ def main():
             f["kind"], f["node"], f["at_s"], f["detect_s"], f["recover_s"]))
     print("  chiefs seen %s (one per term: %s)" % (
         " ".join("%d:%s" % c for c in chiefs), "yes" if res["one_chief_per_term"] else "NO"))
+    print("  election timeout at most %d ms (any agent, whole run)" % res["election_timeout_max_ms"])
     print("  load %s before, %s after" % (" ".join(load0), " ".join(load1)))
 
 
