@@ -11,7 +11,8 @@ timestamp per line, and prints what the job lost.
 Figures (one disturbed run):
   completed   the job ended done with every step
   accuracy    its test accuracy against the undisturbed run's
-  goodput     undisturbed wall / disturbed wall (submit to the job's end on its coordinator)
+  goodput     undisturbed wall / disturbed wall (submit to the job's end on its coordinator;
+              the undisturbed job runs before and after the disturbed one: their mean)
   recomputed  steps rank 0 took more than once (every step is logged, log_every = 1: lines
               `event=train step=S` on any agent, minus the distinct S)
   recovery    per failure: from the disturbance to the first step the survivors take in a
@@ -210,12 +211,19 @@ def main():
 
     base = open(jobfile).read()
     ref = os.path.join(os.path.dirname(outjson), "chaos-ref.ini")
+    ref2 = ref.replace("-ref.ini", "-ref2.ini")  # another name: its own checkpoints, no resume
     with open(ref, "w") as f:
         f.write(re.sub(r"^name = (.*)$", r"name = \1-ref", base, count=1, flags=re.M))
+    with open(ref2, "w") as f:
+        f.write(re.sub(r"^name = (.*)$", r"name = \1-ref2", base, count=1, flags=re.M))
     load0 = open("/proc/loadavg").read().split()[:3]
     try:
         rid, rinfo, r0, r1 = run_job(gmbin, agents, ref)
         did, dinfo, d0, d1 = run_job(gmbin, agents, jobfile, disturb, stop)
+        time.sleep(DOWN + 1)  # an agent killed last is back and linked
+        # the undisturbed run again (its own job id, same training): load on a shared machine
+        # drifts, so goodput is against the mean of the runs before and after
+        rid2, rinfo2, q0, q1 = run_job(gmbin, agents, ref2)
     finally:
         stop.set()
         for a in agents:  # nothing stays frozen or cut off
@@ -256,12 +264,13 @@ def main():
     res = {
         "mode": mode, "seed": seed, "load_before": load0, "load_after": load1,
         "ref": {"id": rid, "state": rinfo and rinfo["state"], "wall_s": r1 - r0,
+                "wall_s_after": q1 - q0, "accuracy_after": rinfo2 and (rinfo2.get("summary") or {}).get("test_accuracy"),
                 "accuracy": rinfo and (rinfo.get("summary") or {}).get("test_accuracy")},
         "run": {"id": did, "state": dinfo and dinfo["state"], "wall_s": d1 - d0,
                 "error": dinfo and dinfo.get("error"),
                 "accuracy": dinfo and (dinfo.get("summary") or {}).get("test_accuracy"),
                 "steps": dinfo and (dinfo.get("summary") or {}).get("steps")},
-        "completed": done, "goodput": (r1 - r0) / (d1 - d0),
+        "completed": done, "goodput": ((r1 - r0) + (q1 - q0)) / 2 / (d1 - d0),
         "recomputed": len(steps) - len(set(steps)), "total_steps": total,
         "failures": [{"at_s": round(t - d0, 1), "kind": k, "node": n,
                       "detect_s": None if d is None else round(d, 2),
@@ -283,8 +292,8 @@ def main():
         "" if done else " error=%r" % res["run"]["error"]))
     print("  accuracy %s%% vs %s%% undisturbed (%s points)" % (
         acc_d, acc_r, "%+.2f" % (acc_d - acc_r) if acc_d is not None and acc_r is not None else "?"))
-    print("  goodput %.3f (undisturbed %.1f s, disturbed %.1f s)" % (
-        res["goodput"], r1 - r0, d1 - d0))
+    print("  goodput %.3f (undisturbed %.1f s before and %.1f s after, disturbed %.1f s)" % (
+        res["goodput"], r1 - r0, q1 - q0, d1 - d0))
     print("  steps recomputed %d" % res["recomputed"])
     for f in res["failures"]:
         print("  %s %s at %.1f s: detected after %s s, survivors' next step after %s s" % (
