@@ -288,7 +288,9 @@ static void rank_exit(struct gm_rank *rk, int err, const struct gm_train_summary
     /* stopped here (err 0) after the job ended otherwise: its reason, never "success" */
     gm_notice("event=job-rank-exit job=%s state=%s steps=%ld err=\"%s\"", jb->id,
               jobs_state_name(jb->state), sum->steps,
-              err != 0 ? gm_strerror(err) : jb->error[0] ? jb->error : "stopped");
+              err != 0       ? gm_strerror(err)
+              : jb->error[0] ? jb->error
+                             : "stopped");
     jobs_to_history(j, jb);
 }
 
@@ -550,8 +552,9 @@ void jobs_reform(struct gm_jobs *j, struct job *jb, const char *reason)
         return;
     }
     if (jobs_stalled(j)) { /* this process just woke: raft has yet to say who leads */
-        uint64_t at = j->stalled_until > gm_time_mono_ns() ? j->stalled_until
-                                                           : gm_time_mono_ns() + STALL_HOLD_MS * 1000000ull;
+        uint64_t at = j->stalled_until > gm_time_mono_ns()
+                          ? j->stalled_until
+                          : gm_time_mono_ns() + STALL_HOLD_MS * 1000000ull;
         gm_warn("event=job-group-fenced job=%s reason=\"%s\": this node stalled; trying again "
                 "in %llu ms",
                 jb->id, reason, (unsigned long long)((at - gm_time_mono_ns()) / 1000000ull));
@@ -717,10 +720,11 @@ bool jobs_is_chief(struct gm_jobs *j, const char *node)
  * the group and re-forms it without the member, as for a crash; when it wakes it redials, is
  * offered the job and enters at a step boundary.  Two things here cover the seconds before
  * that:
- *  - jobs_reform leaves out a rank whose link has brought nothing for QUIET_MS (PINGs go
- *    every 500 ms both ways: a live peer is never that quiet), so a chief elected because the
- *    old one froze does not take the job over with the frozen node in its group; timer_cb
- *    puts such a member back (a new group) once its link is lively again.
+ *  - jobs_reform leaves out a rank whose link has brought nothing for QUIET_MS and half its
+ *    silence deadline (PINGs go every 500 ms both ways: a live peer is never that quiet), so
+ *    a chief elected because the old one froze does not take the job over with the frozen
+ *    node in its group; timer_cb puts such a member back (a new group) once its link is
+ *    lively again.
  *  - A coordinator that itself stalled (its own tick came STALL_MS late: it was frozen) forms
  *    no group for STALL_HOLD_MS: raft has not yet told it that another chief was elected
  *    meanwhile, and a group formed now (its links to the others closed while it slept) would
@@ -730,7 +734,10 @@ bool jobs_quiet(struct gm_jobs *j, const char *node)
 {
     struct gm_link *l = j->env.link_to(j->env.agent, node);
 
-    return l != NULL && gm_link_quiet_ms(l) > QUIET_MS;
+    unsigned q = l != NULL ? gm_link_quiet_ms(l) : 0;
+
+    /* half the link's own deadline: a tunnel's PONG may wait behind its bulk for a while */
+    return q > QUIET_MS && q > gm_link_silence_ms(l) / 2;
 }
 
 bool jobs_stalled(struct gm_jobs *j)

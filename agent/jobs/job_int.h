@@ -155,8 +155,8 @@ struct gm_jobs {
     size_t stash_bytes;
     uv_timer_t timer; /* check timeouts */
     bool stopping;
-    bool leaving;        /* gm_jobs_leave: the job goes on without this node */
-    uint64_t frame_term; /* the term of the JOB_* frame being handled */
+    bool leaving;           /* gm_jobs_leave: the job goes on without this node */
+    uint64_t frame_term;    /* the term of the JOB_* frame being handled */
     uint64_t t_tick;        /* the room's last tick (mono ns) */
     uint64_t stalled_until; /* after a stall of this process: no group before then */
 };

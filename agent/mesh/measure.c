@@ -152,8 +152,8 @@ unsigned gm_measure_silence_ms(const struct gm_peer *p, unsigned ping_ms, unsign
     double ms = cls == 0 || cls == GM_CLASS_LAN ? GM_SILENCE_LAN_MS : GM_SILENCE_SLOW_MS;
     double rtt = p->link != NULL ? gm_link_rtt_max_ms(p->link) : 0;
     double mbps = p->m.mbps_in > 0 ? p->m.mbps_in : p->m.mbps_out;
-    double bytes = 1.5 * (cls == 0 || cls == GM_CLASS_LAN ? GM_LINK_HIGH_WATER
-                                                          : GM_LINK_SLOW_HIGH_WATER);
+    double bytes =
+        1.5 * (cls == 0 || cls == GM_CLASS_LAN ? GM_LINK_HIGH_WATER : GM_LINK_SLOW_HIGH_WATER);
     /* a PING answered as late as the worst fresh round trip, once more, behind what the
      * peer may have queued before the PONG (its bulk high water and the kernel's share) */
     double want = ping_ms + 2 * rtt + (mbps > 0 ? bytes * 8 / (mbps * 1e3) : 0);

@@ -191,11 +191,6 @@ double gm_link_rtt_max_ms(const struct gm_link *l)
     return n > 0 ? v[n - 1] : 0;
 }
 
-double gm_link_rtt_last_ms(const struct gm_link *l)
-{
-    return l->rtt_ms;
-}
-
 unsigned gm_link_quiet_ms(const struct gm_link *l)
 {
     uint64_t now = gm_time_mono_ns();

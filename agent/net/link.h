@@ -148,11 +148,10 @@ const char *gm_link_peer_addr(const struct gm_link *l);
 uint32_t gm_link_state(const struct gm_link *l);
 void gm_link_set_state(struct gm_link *l, uint32_t state);
 int gm_link_is_closing(const struct gm_link *l);
-/* The median of the fresh round-trip samples (0: none), their maximum, the last one. */
+/* The median of the fresh round-trip samples (0: none), and their maximum. */
 double gm_link_rtt_ms(const struct gm_link *l);
 double gm_link_rtt_max_ms(const struct gm_link *l);
 unsigned gm_link_rtt_samples(const struct gm_link *l); /* how many fresh samples */
-double gm_link_rtt_last_ms(const struct gm_link *l);
 /* Milliseconds since the last bytes came from the peer (0 while not up or paused). */
 unsigned gm_link_quiet_ms(const struct gm_link *l);
 /* The silence deadline: no bytes for ms closes the link (-ETIMEDOUT, event=link-silent); 0

@@ -158,8 +158,10 @@ static void net_open(struct net *n)
     GM_CHECK_OK(uv_loop_init(&n->loop));
     world_make(&n->wa, "lab", "a");
     world_node(&n->wa, &n->wb, "lab", "b");
-    struct gm_tls_config ta = {.cluster = "lab", .ca = n->wa.ca, .cert = n->wa.cert, .key = n->wa.key};
-    struct gm_tls_config tb = {.cluster = "lab", .ca = n->wb.ca, .cert = n->wb.cert, .key = n->wb.key};
+    struct gm_tls_config ta = {
+        .cluster = "lab", .ca = n->wa.ca, .cert = n->wa.cert, .key = n->wa.key};
+    struct gm_tls_config tb = {
+        .cluster = "lab", .ca = n->wb.ca, .cert = n->wb.cert, .key = n->wb.key};
     GM_CHECK_OK(gm_tls_ctx_new(&ta, &n->ca));
     GM_CHECK_OK(gm_tls_ctx_new(&tb, &n->cb));
     uv_tcp_init(&n->loop, &n->srv);
