@@ -237,6 +237,12 @@ def main():
     time.sleep(0.5)
     logs.done = True
     lines = logs.since(d0, d1 + 0.5)
+
+    def stalled(t0, t1):
+        """Seconds in gaps of more than 1 s between steps (rank 0 logs each): the time
+        training stood still, which the machine's load alone also causes."""
+        ts = [x[0] for x in logs.since(t0, t1) if "event=train step=" in x[2]]
+        return sum(b - a for a, b in zip(ts, ts[1:]) if b - a > 1.0)
     steps = [int(m.group(1)) for _, _, ln in lines for m in [re.search(r"event=train step=(\d+) ", ln)] if m]
     failures = [e for e in events if e[1] not in ("restart", "resume")]
     detect, recover = [], []
@@ -272,6 +278,8 @@ def main():
                 "steps": dinfo and (dinfo.get("summary") or {}).get("steps")},
         "completed": done, "goodput": ((r1 - r0) + (q1 - q0)) / 2 / (d1 - d0),
         "recomputed": len(steps) - len(set(steps)), "total_steps": total,
+        "stalled_s": {"ref_before": round(stalled(r0, r1), 1), "run": round(stalled(d0, d1), 1),
+                      "ref_after": round(stalled(q0, q1), 1)},
         "failures": [{"at_s": round(t - d0, 1), "kind": k, "node": n,
                       "detect_s": None if d is None else round(d, 2),
                       "recover_s": None if s is None else round(s, 2)}
@@ -295,6 +303,8 @@ def main():
     print("  goodput %.3f (undisturbed %.1f s before and %.1f s after, disturbed %.1f s)" % (
         res["goodput"], r1 - r0, q1 - q0, d1 - d0))
     print("  steps recomputed %d" % res["recomputed"])
+    print("  training stood still (gaps > 1 s between steps) %.1f s, undisturbed %.1f s and %.1f s" % (
+        res["stalled_s"]["run"], res["stalled_s"]["ref_before"], res["stalled_s"]["ref_after"]))
     for f in res["failures"]:
         print("  %s %s at %.1f s: detected after %s s, survivors' next step after %s s" % (
             f["kind"], f["node"], f["at_s"], f["detect_s"], f["recover_s"]))
