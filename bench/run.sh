@@ -11,7 +11,8 @@
 #   link_measure.sh     measured tunnel throughput vs a plain TCP transfer, LAN
 #                       discovery time (issue 4; root and namespaces, else skipped)
 # The accuracy comparison with PyTorch (bench/accuracy_vs_torch.sh) is left
-# out: it takes 10+ minutes per 3 seeds.
+# out: it takes 10+ minutes per 3 seeds; so is bench/chaos.sh (kills, freezes and a
+# partition against a running job: 2-3 minutes per mode and run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${1:-./gradmesh}

@@ -37,7 +37,13 @@
  * most of a second), so the election timeout starts here there; and never below
  * ELECTION_RTT_X times the slowest voter link's measured round trip (PINGs queue exactly as
  * heartbeats do), up to ELECTION_MAX_MS.  Raft's safety does not depend on timeouts; this
- * trades a slower failover on slow links for a chief that does not flap under load. */
+ * trades a slower failover on slow links for a chief that does not flap under load.
+ * "Measured round trip" is the median of the link's fresh samples (the last 16 PINGs within
+ * 30 s, none that spans this node's own stall: agent/net/link.h), and a link counts only once
+ * it has ELECTION_MIN_SAMPLES of them and its throughput probe is over: a frozen voter's stale
+ * answers (one PONG 20 s late), a node that itself was frozen, or the probes of dozens of
+ * links forming at once, used to set 17-30 s from a single sample. */
+#define ELECTION_MIN_SAMPLES 4
 #define ELECTION_SLOW_MS 5000
 #define ELECTION_RTT_X 10
 #define ELECTION_MAX_MS 30000
@@ -510,7 +516,11 @@ static void tune_election(struct gm_chief *ch)
             want = ELECTION_SLOW_MS;
             why = "slow-link";
         }
-        rtt = gm_link_rtt_ms(p->link);
+        /* not while its throughput probe runs: PINGs then queue behind the probe's trains,
+         * which a link formed moments ago sends once and training never does */
+        rtt = gm_link_rtt_samples(p->link) >= ELECTION_MIN_SAMPLES && p->m.probe_size == 0
+                  ? gm_link_rtt_ms(p->link)
+                  : 0;
         if (rtt * ELECTION_RTT_X > want) {
             want = rtt * ELECTION_RTT_X < ELECTION_MAX_MS ? (unsigned)(rtt * ELECTION_RTT_X)
                                                           : ELECTION_MAX_MS;

@@ -631,6 +631,16 @@ void jobs_reform(struct gm_jobs *j, struct job *jb, const char *reason)
                 reason);
         return;
     }
+    if (jobs_stalled(j)) { /* this process just woke: raft has yet to say who leads */
+        uint64_t at = j->stalled_until > gm_time_mono_ns()
+                          ? j->stalled_until
+                          : gm_time_mono_ns() + STALL_HOLD_MS * 1000000ull;
+        gm_warn("event=job-group-fenced job=%s reason=\"%s\": this node stalled; trying again "
+                "in %llu ms",
+                jb->id, reason, (unsigned long long)((at - gm_time_mono_ns()) / 1000000ull));
+        jb->reform_at = at;
+        return;
+    }
     jb->reform_at = 0;
     jobs_account_group(jb);
     const size_t old_world = jb->world;
@@ -638,10 +648,18 @@ void jobs_reform(struct gm_jobs *j, struct job *jb, const char *reason)
     if (old_world > 0 && (old_ranks = calloc(old_world, NODE_LEN)) != NULL)
         memcpy(old_ranks, jb->ranks, old_world * NODE_LEN);
     snprintf(jb->ranks[0], NODE_LEN, "%s", j->env.node);
-    for (size_t i = 0; i < jb->nparts; i++)
-        if (jb->parts[i].checked && !jb->parts[i].spare &&
-            j->env.link_to(j->env.agent, jb->parts[i].node) != NULL)
-            snprintf(jb->ranks[n++], NODE_LEN, "%s", jb->parts[i].node);
+    for (size_t i = 0; i < jb->nparts; i++) {
+        if (!jb->parts[i].checked || jb->parts[i].spare ||
+            j->env.link_to(j->env.agent, jb->parts[i].node) == NULL)
+            continue;
+        if (jobs_quiet(j, jb->parts[i].node)) { /* silent: back once it answers (timer_cb) */
+            gm_warn("event=job-member-quiet job=%s node=%s quiet_ms=%u: left out of the group",
+                    jb->id, jb->parts[i].node,
+                    gm_link_quiet_ms(j->env.link_to(j->env.agent, jb->parts[i].node)));
+            continue;
+        }
+        snprintf(jb->ranks[n++], NODE_LEN, "%s", jb->parts[i].node);
+    }
     qsort(jb->ranks + 1, n - 1, NODE_LEN, cmp_node);
     jb->world = n;
     jobs_shares_for_group(jb, old_ranks, old_world); /* shares = auto */
@@ -783,6 +801,40 @@ bool jobs_is_chief(struct gm_jobs *j, const char *node)
     return j->env.chief != NULL &&
            j->env.chief(j->env.agent, chief, &term, why, sizeof(why)) == 0 &&
            strcmp(chief, node) == 0;
+}
+
+/*
+ * Silent ranks.  A member that is alive at the TCP level but silent (SIGSTOPped, a paused VM)
+ * loses its links within seconds (the silence deadline, agent/mesh/measure.h), which fails
+ * the group and re-forms it without the member, as for a crash; when it wakes it redials, is
+ * offered the job and enters at a step boundary.  Two things here cover the seconds before
+ * that:
+ *  - jobs_reform leaves out a rank whose link has brought nothing for QUIET_MS and half its
+ *    silence deadline (PINGs go every 500 ms both ways: a live peer is never that quiet), so
+ *    a chief elected because the old one froze does not take the job over with the frozen
+ *    node in its group; timer_cb puts such a member back (a new group) once its link is
+ *    lively again.
+ *  - A coordinator that itself stalled (its own tick came STALL_MS late: it was frozen) forms
+ *    no group for STALL_HOLD_MS: raft has not yet told it that another chief was elected
+ *    meanwhile, and a group formed now (its links to the others closed while it slept) would
+ *    be a 1-rank group training alone under a stale term.  The reform waits (reform_at).
+ */
+bool jobs_quiet(struct gm_jobs *j, const char *node)
+{
+    struct gm_link *l = j->env.link_to(j->env.agent, node);
+
+    unsigned q = l != NULL ? gm_link_quiet_ms(l) : 0;
+
+    /* half the link's own deadline: a tunnel's PONG may wait behind its bulk for a while */
+    return q > QUIET_MS && q > gm_link_silence_ms(l) / 2;
+}
+
+bool jobs_stalled(struct gm_jobs *j)
+{
+    uint64_t now = gm_time_mono_ns();
+
+    return now < j->stalled_until ||
+           (j->t_tick != 0 && now - j->t_tick > (uint64_t)STALL_MS * 1000000ull);
 }
 
 /* Whether this node may form groups: it is the chief (or there is no consensus at all). */

@@ -184,7 +184,14 @@ static void timer_cb(uv_timer_t *t)
 {
     struct gm_jobs *j = t->data;
     struct job *jb = j->cur;
+    uint64_t now = gm_time_mono_ns();
 
+    if (j->t_tick != 0 && now - j->t_tick > (uint64_t)STALL_MS * 1000000ull) {
+        j->stalled_until = now + (uint64_t)STALL_HOLD_MS * 1000000ull;
+        gm_warn("event=agent-stalled ms=%llu: no group before %d ms from now",
+                (unsigned long long)((now - j->t_tick) / 1000000ull), STALL_HOLD_MS);
+    }
+    j->t_tick = now;
     jobs_try_answer(j); /* the mesh deadline */
     if (jb != NULL)
         jobs_partition_tick(j, jb);
@@ -200,6 +207,14 @@ static void timer_cb(uv_timer_t *t)
         jb->reform_at = 0;
         jobs_reform(j, jb, "retry after a failed group");
     }
+    if (jb != NULL && jb->coord && jb->state == J_RUNNING && jb->rank != NULL && jb->reform_at == 0)
+        for (size_t i = 0; i < jb->nparts; i++) /* a rank left out while quiet answers again */
+            if (jb->parts[i].checked && jobs_rank_of(jb, jb->parts[i].node) < 0 &&
+                j->env.link_to(j->env.agent, jb->parts[i].node) != NULL &&
+                !jobs_quiet(j, jb->parts[i].node)) {
+                jobs_reform(j, jb, "a member that was quiet answers again");
+                break;
+            }
 
     if (jb == NULL || jb->state != J_CHECKING || !jb->coord)
         return;

@@ -51,6 +51,10 @@
 #define CHECK_TIMEOUT_MS 120000
 #define MESH_TIMEOUT_MS 60000 /* a member waits this long for links to the other ranks */
 #define TICK_MS 200
+/* Silent ranks and a stalled coordinator (job.c, "Silent ranks"): */
+#define QUIET_MS 1200      /* a rank whose link brought nothing for this long is left out */
+#define STALL_MS 1500      /* the room's tick this late: this process did not run */
+#define STALL_HOLD_MS 3000 /* after a stall, form no group for this long */
 #define NODE_LEN (GM_ID_NAME_MAX + 1)
 
 enum jstate { J_CHECKING, J_RUNNING, J_DONE, J_CANCELLED, J_FAILED, J_REFUSED };
@@ -180,6 +184,8 @@ struct gm_jobs {
     unsigned prechecks;  /* gm_trainer_check runs on the threadpool (gm_jobs_idle waits) */
     uint64_t frame_term; /* the term of the JOB_* frame being handled */
     struct autoreq *auto_req; /* auto's timing in flight (job_codec.c), or NULL */
+    uint64_t t_tick;          /* the room's last tick (mono ns) */
+    uint64_t stalled_until;   /* after a stall of this process: no group before then */
 };
 
 /* codec = auto's timing of the model, on libuv's threadpool (made by job_codec.c, run by
@@ -232,6 +238,8 @@ void jobs_offer_clear(struct pending_offer *po);
 json_t *jobs_ctl_error(int code, const char *msg);
 bool jobs_is_chief(struct gm_jobs *j, const char *node);
 bool jobs_ckpt_room(struct gm_jobs *j, const struct gm_job *job, uint64_t *room);
+bool jobs_quiet(struct gm_jobs *j, const char *node);
+bool jobs_stalled(struct gm_jobs *j);
 
 /* job_codec.c */
 struct autoreq *jobs_resolve_auto(struct gm_jobs *j, struct job *jb, char (*up)[NODE_LEN],

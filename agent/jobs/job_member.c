@@ -131,10 +131,16 @@ int jobs_on_group(struct gm_jobs *j, const char *node, struct gm_jobmsg *m)
         if (jb->coord)
             return GM_ERR_PROTO; /* two coordinators: refuse the other one's group */
         if (jb->rank != NULL) {
+            struct gm_jobmsg r = {.gen = m->gen, .code = GM_ERR_ABORTED};
             gm_warn("event=job-replaced job=%s by=%s", jb->id, m->id);
             jb->stop_sent = true;
             gm_rank_stop(jb->rank);
-            return 0; /* the coordinator sends the group again after our report */
+            /* the coordinator sends the group again after our report: this rank cannot join
+             * group m->gen until the old one has stopped, and its exit reports nothing */
+            snprintf(r.id, sizeof(r.id), "%s", m->id);
+            snprintf(r.event, sizeof(r.event), "group-failed");
+            snprintf(r.message, sizeof(r.message), "the previous job's rank is stopping here");
+            return jobs_send_msg(j, node, GM_MSG_JOB_REPORT, &r);
         }
         jobs_to_history(j, jb);
         jb = NULL;
@@ -191,6 +197,10 @@ int jobs_on_group(struct gm_jobs *j, const char *node, struct gm_jobmsg *m)
                   jb->lost_coord);
         snprintf(jb->coordinator, sizeof(jb->coordinator), "%s", node);
         jb->orphan_since = 0;
+        /* generations are counted by each coordinator: a deposed one that re-formed its
+         * group before raft told it would otherwise drop the new chief's groups of a number
+         * not above its own, and the new chief's group would wait for it for ever */
+        jb->gen = 0;
     }
     if (strcmp(node, jb->coordinator) != 0 || jb->rank == NULL || m->gen <= jb->gen)
         return 0;         /* stale */
@@ -274,7 +284,9 @@ int jobs_on_end(struct gm_jobs *j, const char *node, struct gm_jobmsg *m)
     if (jb->state != J_DONE)
         snprintf(jb->error, sizeof(jb->error), "%s", m->message);
     if (jb->rank != NULL) {
-        if (jb->state != J_DONE) {
+        /* a rank that waits for a group (cut off, or its coordinator lost, when the job
+         * ended) would wait for ever: it stops; one in the last group ends by itself */
+        if (jb->state != J_DONE || jb->orphan_since != 0) {
             jb->stop_sent = true;
             gm_rank_stop(jb->rank);
         }

@@ -146,10 +146,36 @@ static void stats_push(struct gm_agent *a)
     free(v);
 }
 
+unsigned gm_measure_silence_ms(const struct gm_peer *p, unsigned ping_ms, unsigned cap_ms)
+{
+    enum gm_link_class cls = gm_measure_class(p);
+    double ms = cls == 0 || cls == GM_CLASS_LAN ? GM_SILENCE_LAN_MS : GM_SILENCE_SLOW_MS;
+    double rtt = p->link != NULL ? gm_link_rtt_max_ms(p->link) : 0;
+    double mbps = p->m.mbps_in > 0 ? p->m.mbps_in : p->m.mbps_out;
+    double bytes =
+        1.5 * (cls == 0 || cls == GM_CLASS_LAN ? GM_LINK_HIGH_WATER : GM_LINK_SLOW_HIGH_WATER);
+    /* a PING answered as late as the worst fresh round trip, once more, behind what the
+     * peer may have queued before the PONG (its bulk high water and the kernel's share) */
+    double want = ping_ms + 2 * rtt + (mbps > 0 ? bytes * 8 / (mbps * 1e3) : 0);
+
+    if (want > ms)
+        ms = want;
+    if (cap_ms != 0 && ms > cap_ms)
+        ms = cap_ms;
+    return (unsigned)ms;
+}
+
 void gm_measure_tick(struct gm_agent *a, uint64_t now)
 {
+    struct gm_link_opts o = gm_agent_link_opts(a, GM_TLS_ROLE_CLIENT);
+
     if (now >= a->next_stats)
         stats_push(a);
+    for (size_t i = 0; i < a->npeers; i++) { /* the silence deadlines, from fresh samples */
+        struct gm_peer *p = &a->peers[i];
+        if (p->link != NULL && gm_link_state(p->link) == GM_LSTATE_UP)
+            gm_link_set_silence_ms(p->link, gm_measure_silence_ms(p, o.ping_ms, o.timeout_ms));
+    }
 }
 
 struct gm_reach {

@@ -12,6 +12,17 @@
  * reset when a new link to it comes up.  Reachability: the end that was
  * dialed opens a bare TCP connection to the dialer's listen address.
  *
+ * Silent peers: every tick sets each up member link's silence deadline (gm_link_set_silence_ms,
+ * agent/net/link.h), so that a member alive at the TCP level but silent (SIGSTOPped, a paused
+ * VM or laptop) is dropped within seconds, not after [node] peer_timeout: PINGs go every
+ * 500 ms and the loop thread answers them whatever the trainer does, so a live peer is heard
+ * from within one PING interval plus a round trip, plus what its PONG may wait behind (the
+ * link's bulk high water at the measured throughput).  The deadline is the larger of a floor
+ * (GM_SILENCE_LAN_MS on a LAN, GM_SILENCE_SLOW_MS on a tunnel or WAN, where the election
+ * timeout is 5 s too) and ping + 2 x the worst fresh round trip (last 30 s: under training
+ * they include the queueing behind bulk) + that queue, at most peer_timeout.  A step's time
+ * does not enter: the trainer is another thread and a step blocks no PONG.
+ *
  * Loop thread only.
  */
 #ifndef GM_AGENT_MESH_MEASURE_H
@@ -43,7 +54,11 @@ void gm_measure_link_init(struct gm_peer *p, const struct gm_lctx *c, const char
 void gm_measure_link_start(struct gm_agent *a, struct gm_peer *p, int dialed);
 /* The member's link went down: no probe in flight any more. */
 void gm_measure_link_down(struct gm_measure *m);
-/* Sends LINK_STATS every STATS_EVERY_S. */
+#define GM_SILENCE_LAN_MS 2000
+#define GM_SILENCE_SLOW_MS 5000
+/* The silence deadline for p's link (above); cap_ms: peer_timeout (0: none). */
+unsigned gm_measure_silence_ms(const struct gm_peer *p, unsigned ping_ms, unsigned cap_ms);
+/* Sends LINK_STATS every STATS_EVERY_S; sets the links' silence deadlines. */
 void gm_measure_tick(struct gm_agent *a, uint64_t now);
 /* Ends the reachability checks in flight (their handles close on the loop). */
 void gm_measure_stop(struct gm_agent *a);

@@ -25,7 +25,11 @@
 #include "common/time.h"
 
 #define RX_BUF (256u << 10)
-#define TICK_MS 500
+#define TICK_MS 250
+/* A tick this late means this process did not run (SIGSTOP, a paused VM, a swap storm): the
+ * silence on its links meanwhile is its own, and round trips that span it measure it. */
+#define STALL_MS 1500
+#define RTT_FRESH_MS 30000 /* round-trip samples older than this are not used */
 
 struct ctrl_frame {
     struct ctrl_frame *next;
@@ -76,6 +80,13 @@ struct gm_link {
     int want_writable;
     size_t wq_bytes; /* ciphertext in libuv's write queue */
     uint64_t t_start, t_last_rx, t_last_ping;
+    uint64_t t_last_tick, t_stall; /* the last tick; the end of the last stall (0: none) */
+    unsigned silence_ms;           /* gm_link_set_silence_ms (0: opts.timeout_ms only) */
+    struct {
+        uint64_t at;   /* when the PONG came (mono ns) */
+        double rtt_ms; /* 0: empty */
+    } rtts[GM_LINK_RTT_SAMPLES];
+    unsigned rtt_next;
     unsigned linger_ms; /* closing: give up on a clean close after this */
     double rtt_ms, skew_ms;
     int have_skew;
@@ -135,9 +146,72 @@ int gm_link_is_closing(const struct gm_link *l)
     return l->closing;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+
+    return (x > y) - (x < y);
+}
+
+/* The fresh samples (sorted) into v; returns how many. */
+static size_t fresh_rtts(const struct gm_link *l, double v[GM_LINK_RTT_SAMPLES])
+{
+    uint64_t now = gm_time_mono_ns();
+    size_t n = 0;
+
+    for (size_t i = 0; i < GM_LINK_RTT_SAMPLES; i++)
+        if (l->rtts[i].rtt_ms > 0 && now - l->rtts[i].at <= (uint64_t)RTT_FRESH_MS * 1000000ull)
+            v[n++] = l->rtts[i].rtt_ms;
+    qsort(v, n, sizeof(v[0]), cmp_double);
+    return n;
+}
+
 double gm_link_rtt_ms(const struct gm_link *l)
 {
-    return l->rtt_ms;
+    double v[GM_LINK_RTT_SAMPLES];
+    size_t n = fresh_rtts(l, v);
+
+    if (n == 0)
+        return 0;
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+unsigned gm_link_rtt_samples(const struct gm_link *l)
+{
+    double v[GM_LINK_RTT_SAMPLES];
+
+    return (unsigned)fresh_rtts(l, v);
+}
+
+double gm_link_rtt_max_ms(const struct gm_link *l)
+{
+    double v[GM_LINK_RTT_SAMPLES];
+    size_t n = fresh_rtts(l, v);
+
+    return n > 0 ? v[n - 1] : 0;
+}
+
+unsigned gm_link_quiet_ms(const struct gm_link *l)
+{
+    uint64_t now = gm_time_mono_ns();
+
+    if (!l->up || l->paused || now < l->t_last_rx)
+        return 0;
+    return (unsigned)((now - l->t_last_rx) / 1000000ull);
+}
+
+void gm_link_set_silence_ms(struct gm_link *l, unsigned ms)
+{
+    l->silence_ms = ms;
+}
+
+unsigned gm_link_silence_ms(const struct gm_link *l)
+{
+    unsigned t = l->opts.ping_ms != 0 ? l->opts.timeout_ms : 0;
+
+    if (l->silence_ms != 0 && (t == 0 || l->silence_ms < t))
+        t = l->silence_ms;
+    return t;
 }
 
 int gm_link_skew_ms(const struct gm_link *l, double *skew)
@@ -734,6 +808,11 @@ void gm_link_rtt_sample(struct gm_link *l, const uint8_t *payload, size_t len)
     if (t > now)
         return;
     l->rtt_ms = (double)(now - t) / 1e6;
+    if (t >= l->t_stall && l->rtt_ms > 0) { /* one that spans our own stall measures it */
+        l->rtts[l->rtt_next].at = now;
+        l->rtts[l->rtt_next].rtt_ms = l->rtt_ms;
+        l->rtt_next = (l->rtt_next + 1) % GM_LINK_RTT_SAMPLES;
+    }
     if (len == 16) {
         /* the peer read its clock about half a round trip ago */
         double peer_ms = (double)gm_get_be64(payload + 8) / 1e6;
@@ -906,6 +985,7 @@ static void tick_cb(uv_timer_t *t)
 {
     struct gm_link *l = t->data;
     uint64_t now = gm_time_mono_ns();
+    unsigned silence;
 
     if (!l->closing) {
         deliver(l);
@@ -925,8 +1005,16 @@ static void tick_cb(uv_timer_t *t)
         return;
     if (l->paused)
         l->t_last_rx = now; /* we stopped reading: the peer's silence is ours */
-    if (now - l->t_last_rx > (uint64_t)l->opts.timeout_ms * 1000000ull) {
-        gm_link_close(l, -ETIMEDOUT);
+    if (l->t_last_tick != 0 && now - l->t_last_tick > (uint64_t)STALL_MS * 1000000ull) {
+        l->t_last_rx = now; /* this process stalled: the silence is ours, not the peer's */
+        l->t_stall = now;
+    }
+    l->t_last_tick = now;
+    silence = gm_link_silence_ms(l);
+    if (now - l->t_last_rx > (uint64_t)silence * 1000000ull) {
+        gm_notice("event=link-silent peer=%s quiet_ms=%llu deadline_ms=%u", l->peer,
+                  (unsigned long long)((now - l->t_last_rx) / 1000000ull), silence);
+        gm_link_close_within(l, -ETIMEDOUT, 0); /* a silent peer sends no EOF to wait for */
         return;
     }
     if (now - l->t_last_ping >= (uint64_t)l->opts.ping_ms * 1000000ull)

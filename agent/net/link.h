@@ -22,8 +22,16 @@
  * kernel are under a second).
  *
  * Liveness: TCP keepalive, TCP_USER_TIMEOUT, and (when enabled) a PING every
- * interval; no frame for timeout closes the link with -ETIMEDOUT.  A link that
- * has not finished its handshake in GM_LINK_HANDSHAKE_MS is closed too.
+ * interval; no frame for timeout closes the link with -ETIMEDOUT, or for the owner's shorter
+ * silence deadline (gm_link_set_silence_ms: a peer that is alive at the TCP level and silent,
+ * a SIGSTOPped process or a paused VM, logged event=link-silent).  A tick that comes more
+ * than 1.5 s late means this process itself did not run: the silence is ours, so the clock
+ * restarts, and round trips that span the stall are not sampled.  A link that has not
+ * finished its handshake in GM_LINK_HANDSHAKE_MS is closed too.
+ *
+ * Round trips: the last GM_LINK_RTT_SAMPLES PING round trips are kept; gm_link_rtt_ms is
+ * their median over the last 30 s (0: none that fresh), so one stale or stalled sample (a
+ * peer that answers a PING after a freeze) never stands for the link.
  *
  * Closing (gm_link_close) is asynchronous: queued control frames are sent,
  * then close_notify, then the TCP write side is shut down; on_close runs
@@ -52,6 +60,7 @@
 #define GM_LINK_HANDSHAKE_MS 10000
 #define GM_LINK_LINGER_MS 2000 /* a closing link waits this long for the peer's EOF */
 #define GM_LINK_USER_TIMEOUT_MS 30000
+#define GM_LINK_RTT_SAMPLES 16
 
 struct gm_link;
 
@@ -139,7 +148,17 @@ const char *gm_link_peer_addr(const struct gm_link *l);
 uint32_t gm_link_state(const struct gm_link *l);
 void gm_link_set_state(struct gm_link *l, uint32_t state);
 int gm_link_is_closing(const struct gm_link *l);
+/* The median of the fresh round-trip samples (0: none), and their maximum. */
 double gm_link_rtt_ms(const struct gm_link *l);
+double gm_link_rtt_max_ms(const struct gm_link *l);
+unsigned gm_link_rtt_samples(const struct gm_link *l); /* how many fresh samples */
+/* Milliseconds since the last bytes came from the peer (0 while not up or paused). */
+unsigned gm_link_quiet_ms(const struct gm_link *l);
+/* The silence deadline: no bytes for ms closes the link (-ETIMEDOUT, event=link-silent); 0
+ * leaves only opts.timeout_ms; never longer than opts.timeout_ms.  gm_link_silence_ms: the
+ * one in force. */
+void gm_link_set_silence_ms(struct gm_link *l, unsigned ms);
+unsigned gm_link_silence_ms(const struct gm_link *l);
 /* Peer's wall clock minus ours, from the last PONG; 0 when none came yet. */
 int gm_link_skew_ms(const struct gm_link *l, double *skew);
 /* The TCP socket (for getsockname / path MTU), -1 before connect. */

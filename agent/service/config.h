@@ -5,10 +5,12 @@
  *   [cluster]  name
  *   [node]     id, listen (ip:port), state_dir, control (unix socket path),
  *              peer_timeout (seconds, 5..3600, default 60): a member that sends nothing
- *              (not even the PING every 5 s) for this long is dropped, and a running job
+ *              (not even a PONG) for this long is dropped, and a running job
  *              re-forms without it.  Control frames go ahead of bulk tensors, so a ping
  *              waits behind at most about 1.3 MiB of a link's data plus the socket
- *              buffers: seconds at 5 Mbit/s, hence the generous default for slow tunnels;
+ *              buffers: seconds at 5 Mbit/s, hence the generous default for slow tunnels.
+ *              It is the upper bound of each link's measured silence deadline
+ *              (agent/mesh/measure.h: 2 s on a LAN), which drops a silent member sooner;
  *              max_tunnel_mbit (whole Mbit/s, 0..100000, default 0 = no cap): the bulk
  *              frames (training, checkpoints, probes) each link of class tunnel sends are
  *              capped at this rate (agent/net/link.h gm_link_set_rate), so training leaves
