@@ -334,20 +334,28 @@ void jobs_shares_tick(struct gm_jobs *j, struct job *jb)
     if (p.generation != jb->gen || p.share <= 0 || p.step_s <= 0)
         return; /* rank 0 has not taken the current group, or no step yet */
     jb->obs[0] = (struct gm_autoshare_obs){p.share, p.step_s, p.coll_s};
-    double sps[GM_JOB_SHARES_MAX];
-    if (gm_autoshare_speeds(jb->obs, w, sps) < w)
+    double sps[GM_JOB_SHARES_MAX], over[GM_JOB_SHARES_MAX], prop[GM_JOB_SHARES_MAX];
+    if (gm_autoshare_speeds(jb->obs, w, prop) < w)
+        return;
+    if (p.step >= jb->ash.quiet_until) /* past the dwell: this group's busy times, for the fit */
+        for (int r = 0; r < w; r++) {
+            struct gm_autoshare_hist *h = jobs_shares_hist(jb, jb->ranks[r]);
+            if (h != NULL)
+                gm_autoshare_hist_add(h, jb->obs[r].samples, jb->obs[r].samples / prop[r]);
+        }
+    if (jobs_shares_models(jb, sps, over) < w)
         return;
     if (jb->nshares == w)
         memcpy(cur, jb->shares, sizeof(int) * (size_t)w);
     else
         gm_job_split_by(g, w, NULL, cur);
-    if (gm_autoshare_decide(&jb->ash, sps, w, g, cur, p.step, out, why, sizeof(why)) <= 0) {
+    if (gm_autoshare_decide(&jb->ash, sps, over, w, g, cur, p.step, out, why, sizeof(why)) <= 0) {
         /* no change wanted (none building up either): is a rank too slow to help even with
-         * its balanced share? */
+         * its balanced share?  (The rule reads the group's own speeds, proportional.) */
         int r = -1;
         if (jb->ash.confirm == 0) {
-            gm_autoshare_balance(sps, w, g, out);
-            r = gm_autoshare_spare(&jb->ash, sps, jb->obs, w, out, p.step, why, sizeof(why));
+            gm_autoshare_balance(prop, NULL, w, g, out);
+            r = gm_autoshare_spare(&jb->ash, prop, jb->obs, w, out, p.step, why, sizeof(why));
         }
         if (r < 1)
             return; /* none, or rank 0: the coordinator trains (it cannot be its own spare) */
@@ -384,9 +392,18 @@ void jobs_shares_tick(struct gm_jobs *j, struct job *jb)
                 break;
             o += (size_t)k;
         }
+        char ov[GM_JOB_SHARES_MAX * 12];
+        o = 0;
+        ov[0] = '\0';
+        for (int i = 0; i < w && o + 1 < sizeof(ov); i++) {
+            int k = snprintf(ov + o, sizeof(ov) - o, "%s%.2f", i ? ":" : "", over[i] * 1e3);
+            if (k < 0 || (size_t)k >= sizeof(ov) - o)
+                break;
+            o += (size_t)k;
+        }
         gm_notice("event=shares-change job=%s generation=%u step=%ld from=%s to=%s "
-                  "samples_per_s=%s reason=\"%s\"",
-                  jb->id, jb->gen & 0xffff, p.step, from, to, sp, why);
+                  "samples_per_s=%s overhead_ms=%s reason=\"%s\"",
+                  jb->id, jb->gen & 0xffff, p.step, from, to, sp, ov, why);
     }
     memcpy(jb->shares, out, sizeof(int) * (size_t)w);
     jb->nshares = w;
