@@ -410,3 +410,33 @@ void jobs_shares_tick(struct gm_jobs *j, struct job *jb)
     snprintf(jb->shares_reason, sizeof(jb->shares_reason), "%s", why);
     jobs_reform(j, jb, "shares changed");
 }
+
+/* Coordinator: the group's shares and speeds for the Prometheus endpoint (every tick, whatever
+ * [job] shares says; speeds only where measured: shares = auto's reports). */
+void jobs_shares_publish(struct gm_jobs *j, struct job *jb)
+{
+    struct gm_metrics_rank mr[GM_JOB_SHARES_MAX];
+    struct gm_rank_progress p;
+    int counts[GM_JOB_SHARES_MAX];
+    double sps[GM_JOB_SHARES_MAX] = {0};
+    const int w = (int)jb->world, g = jb->job.optim.global_batch;
+    struct gm_metrics *m = j->env.metrics != NULL ? j->env.metrics(j->env.agent) : NULL;
+
+    if (m == NULL || jb->rank == NULL || jb->state != J_RUNNING || w < 1 ||
+        w > GM_JOB_SHARES_MAX || g < w)
+        return;
+    gm_rank_get_progress(jb->rank, &p);
+    if (p.generation == jb->gen && p.share > 0 && p.step_s > 0)
+        jb->obs[0] = (struct gm_autoshare_obs){p.share, p.step_s, p.coll_s};
+    (void)gm_autoshare_speeds(jb->obs, w, sps);
+    if (jb->nshares == w)
+        memcpy(counts, jb->shares, sizeof(int) * (size_t)w);
+    else
+        gm_job_split(&jb->job, g, w, counts);
+    for (int r = 0; r < w; r++) {
+        snprintf(mr[r].node, sizeof(mr[r].node), "%s", jb->ranks[r]);
+        mr[r].samples = counts[r];
+        mr[r].samples_per_s = sps[r] > 0 ? sps[r] : -1;
+    }
+    gm_metrics_job_ranks(m, jb->id, mr, (size_t)w);
+}

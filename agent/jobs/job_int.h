@@ -37,6 +37,7 @@
 #include "agent/jobs/jobmsg.h"
 #include "agent/net/link.h"
 #include "agent/net/proto.h"
+#include "agent/service/metrics.h"
 #include "agent/jobs/rank.h"
 #include "agent/jobs/xport.h"
 #include "common/assert.h"
@@ -256,6 +257,8 @@ void jobs_switch_tick(struct gm_jobs *j, struct job *jb);
 /* Coordinator, shares = auto: re-decide the shares from the speeds; re-form the group with
  * new ones (agent/jobs/autoshare.h). */
 void jobs_shares_tick(struct gm_jobs *j, struct job *jb);
+/* Coordinator: the group's shares and speeds to the metrics endpoint (every tick). */
+void jobs_shares_publish(struct gm_jobs *j, struct job *jb);
 int jobs_on_switch(struct gm_jobs *j, const char *node, struct gm_jobmsg *m);
 void jobs_on_switch_report(struct gm_jobs *j, struct job *jb, const char *node,
                            const struct gm_jobmsg *m);
