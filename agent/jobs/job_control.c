@@ -131,6 +131,7 @@ static json_t *job_json(struct gm_jobs *j, struct job *jb)
                                                         "reason", jb->parts[i].spare_why));
         json_object_set_new(o, "spares", spares);
         json_object_set_new(o, "shares_mode", json_string(modes[jb->job.shares.mode]));
+        json_object_set_new(o, "global_batch", json_integer(jb->job.optim.global_batch));
         json_object_set_new(o, "shares_reason",
                             jb->shares_reason[0] ? json_string(jb->shares_reason) : json_null());
     }
