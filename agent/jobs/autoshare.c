@@ -172,6 +172,7 @@ int gm_autoshare_fit(const struct gm_autoshare_hist *h, double *sps, double *ove
 {
     double mn = 0, mb = 0, snn = 0, snb = 0, slope, o;
     const int k = h->npts;
+    int lo = k > 0 ? h->n[0] : 0, hi = lo;
 
     *sps = 0;
     *over_s = 0;
@@ -180,6 +181,8 @@ int gm_autoshare_fit(const struct gm_autoshare_hist *h, double *sps, double *ove
     for (int i = 0; i < k; i++) {
         mn += h->n[i];
         mb += h->busy_s[i];
+        lo = h->n[i] < lo ? h->n[i] : lo;
+        hi = h->n[i] > hi ? h->n[i] : hi;
     }
     mn /= k;
     mb /= k;
@@ -187,7 +190,7 @@ int gm_autoshare_fit(const struct gm_autoshare_hist *h, double *sps, double *ove
         snn += (h->n[i] - mn) * (h->n[i] - mn);
         snb += (h->n[i] - mn) * (h->busy_s[i] - mb);
     }
-    if (k >= 2 && snn > 0) {
+    if (k >= 2 && snn > 0 && hi - lo >= GM_AUTOSHARE_SPREAD * hi) { /* else noise's slope */
         slope = snb / snn;
         o = mb - slope * mn;
         if (slope > 0 && o >= 0 && isfinite(slope) && isfinite(o)) {

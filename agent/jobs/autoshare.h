@@ -22,7 +22,8 @@
  * launching a step: what does not grow with its samples, and which a CPU-capped machine pays
  * slowly).  Each rank keeps its busy time at the last few shares it ran
  * (gm_autoshare_hist_add, GM_AUTOSHARE_POINTS of them, one per share); with two or more
- * different shares, s and o are their least-squares line; with a single share (the first
+ * different shares (at least GM_AUTOSHARE_SPREAD of the largest apart: closer, the slope is
+ * mostly noise), s and o are their least-squares line; with a single share (the first
  * group), or a line that makes no sense (o < 0, or busy not growing with n: noise, or the
  * machine's speed changed between the points), the proportional rule: o = 0, s = n / busy at
  * the newest point.  A point whose busy time moves more than GM_AUTOSHARE_MOVED from what it
@@ -88,6 +89,7 @@ double gm_autoshare_step_s(const double *sps, const double *over_s, int world, c
 
 #define GM_AUTOSHARE_POINTS 4  /* shares remembered per rank for the fit */
 #define GM_AUTOSHARE_MOVED 0.25 /* busy at the same share moved this much: speed changed */
+#define GM_AUTOSHARE_SPREAD 0.15 /* shares this far apart (of the largest) before a line */
 
 /* A rank's busy time at the shares it ran, newest last. */
 struct gm_autoshare_hist {
@@ -100,9 +102,9 @@ struct gm_autoshare_hist {
 /* Records busy_s (> 0) at share n (> 0), see above; anything else is ignored. */
 void gm_autoshare_hist_add(struct gm_autoshare_hist *h, int n, double busy_s);
 
-/* The model of h: *sps and *over_s.  Returns 2 when fitted (two shares or more, a line that
- * makes sense), 1 for the proportional rule (one share, or a line that does not), 0 when h is
- * empty (*sps = 0, *over_s = 0). */
+/* The model of h: *sps and *over_s.  Returns 2 when fitted (two shares or more, far enough
+ * apart, a line that makes sense), 1 for the proportional rule (else), 0 when h is empty
+ * (*sps = 0, *over_s = 0). */
 int gm_autoshare_fit(const struct gm_autoshare_hist *h, double *sps, double *over_s);
 
 struct gm_autoshare {

@@ -358,6 +358,16 @@ static void test_hist(void)
     GM_CHECK_EQ(gm_autoshare_fit(&h, &sps, &over), 1);
     GM_CHECK_NEAR(sps, 80 / 0.050, 1e-9, 0);
     GM_CHECK_EQ(over, 0.0);
+    /* two shares too close for a line (60 and 55: less than GM_AUTOSHARE_SPREAD apart) */
+    struct gm_autoshare_hist near = {0};
+    gm_autoshare_hist_add(&near, 60, 0.062);
+    gm_autoshare_hist_add(&near, 55, 0.057);
+    GM_CHECK_EQ(gm_autoshare_fit(&near, &sps, &over), 1);
+    GM_CHECK_NEAR(sps, 55 / 0.057, 1e-9, 0);
+    gm_autoshare_hist_add(&near, 40, 0.042); /* a third, far enough: the line, 1000/s + 2 ms */
+    GM_CHECK_EQ(gm_autoshare_fit(&near, &sps, &over), 2);
+    GM_CHECK_NEAR(sps, 1000, 1e-6, 0);
+    GM_CHECK_NEAR(over, 0.002, 1e-9, 0);
     /* a line with a negative overhead: the proportional rule too */
     struct gm_autoshare_hist neg = {0};
     gm_autoshare_hist_add(&neg, 10, 0.005);
