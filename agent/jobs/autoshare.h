@@ -89,7 +89,7 @@ double gm_autoshare_step_s(const double *sps, const double *over_s, int world, c
 
 #define GM_AUTOSHARE_POINTS 4  /* shares remembered per rank for the fit */
 #define GM_AUTOSHARE_MOVED 0.25 /* busy at the same share moved this much: speed changed */
-#define GM_AUTOSHARE_SPREAD 0.15 /* shares this far apart (of the largest) before a line */
+#define GM_AUTOSHARE_SPREAD 0.10 /* shares this far apart (of the largest) before a line */
 
 /* A rank's busy time at the shares it ran, newest last. */
 struct gm_autoshare_hist {
