@@ -132,6 +132,24 @@ double gm_autoshare_step_s(const double *sps, const double *over_s, int world, c
     return t;
 }
 
+/* Point i to the end (the newest), the others kept in order. */
+static void to_end(struct gm_autoshare_hist *h, int i)
+{
+    int n = h->n[i], adds = h->adds[i];
+    double busy = h->busy_s[i], ref = h->ref_s[i];
+
+    for (; i + 1 < h->npts; i++) {
+        h->n[i] = h->n[i + 1];
+        h->adds[i] = h->adds[i + 1];
+        h->busy_s[i] = h->busy_s[i + 1];
+        h->ref_s[i] = h->ref_s[i + 1];
+    }
+    h->n[i] = n;
+    h->adds[i] = adds;
+    h->busy_s[i] = busy;
+    h->ref_s[i] = ref;
+}
+
 void gm_autoshare_hist_add(struct gm_autoshare_hist *h, int n, double busy_s)
 {
     int i;
@@ -140,32 +158,26 @@ void gm_autoshare_hist_add(struct gm_autoshare_hist *h, int n, double busy_s)
         return;
     for (i = 0; i < h->npts && h->n[i] != n; i++)
         ;
-    if (i < h->npts && fabs(busy_s - h->first_s[i]) > GM_AUTOSHARE_MOVED * h->first_s[i]) {
+    if (i < h->npts && h->adds[i] >= GM_AUTOSHARE_SETTLE &&
+        fabs(busy_s - h->ref_s[i]) > GM_AUTOSHARE_MOVED * h->ref_s[i]) {
         h->npts = 0; /* the machine changed speed: the other shares' times are stale */
         i = 0;
     }
-    if (i < h->npts) { /* the same share again: the newest, its first time kept */
-        double first = h->first_s[i];
-        for (; i + 1 < h->npts; i++) {
-            h->n[i] = h->n[i + 1];
-            h->busy_s[i] = h->busy_s[i + 1];
-            h->first_s[i] = h->first_s[i + 1];
+    if (i == h->npts) { /* a new share (the oldest goes when full) */
+        if (h->npts == GM_AUTOSHARE_POINTS) {
+            to_end(h, 0);
+            h->npts--;
         }
+        i = h->npts++;
         h->n[i] = n;
-        h->busy_s[i] = busy_s;
-        h->first_s[i] = first;
-        return;
+        h->adds[i] = 0;
     }
-    if (h->npts == GM_AUTOSHARE_POINTS) { /* the oldest goes */
-        memmove(h->n, h->n + 1, sizeof(h->n[0]) * (GM_AUTOSHARE_POINTS - 1));
-        memmove(h->busy_s, h->busy_s + 1, sizeof(h->busy_s[0]) * (GM_AUTOSHARE_POINTS - 1));
-        memmove(h->first_s, h->first_s + 1, sizeof(h->first_s[0]) * (GM_AUTOSHARE_POINTS - 1));
-        h->npts--;
+    h->busy_s[i] = busy_s;
+    if (h->adds[i] < GM_AUTOSHARE_SETTLE) { /* still settling: the reference follows */
+        h->ref_s[i] = busy_s;
+        h->adds[i]++;
     }
-    h->n[h->npts] = n;
-    h->busy_s[h->npts] = busy_s;
-    h->first_s[h->npts] = busy_s;
-    h->npts++;
+    to_end(h, i);
 }
 
 int gm_autoshare_fit(const struct gm_autoshare_hist *h, double *sps, double *over_s)

@@ -27,7 +27,8 @@
  * group), or a line that makes no sense (o < 0, or busy not growing with n: noise, or the
  * machine's speed changed between the points), the proportional rule: o = 0, s = n / busy at
  * the newest point.  A point whose busy time moves more than GM_AUTOSHARE_MOVED from what it
- * was first measured at, at the same share, says the machine changed speed: the rank's other
+ * settled at (its GM_AUTOSHARE_SETTLE-th measurement, once a group's averages no longer carry
+ * its slow first steps), at the same share, says the machine changed speed: the rank's other
  * points are dropped.  (The proportional rule alone under-corrects: it reads a slow rank's
  * fixed cost as if it grew with its samples, so a smaller share is predicted faster than it
  * is; with beta at 0.2 core it stopped at 75:53 of 128.)
@@ -89,6 +90,7 @@ double gm_autoshare_step_s(const double *sps, const double *over_s, int world, c
 
 #define GM_AUTOSHARE_POINTS 4  /* shares remembered per rank for the fit */
 #define GM_AUTOSHARE_MOVED 0.25 /* busy at the same share moved this much: speed changed */
+#define GM_AUTOSHARE_SETTLE 5   /* measurements of a share before its time is the reference */
 #define GM_AUTOSHARE_SPREAD 0.10 /* shares this far apart (of the largest) before a line */
 
 /* A rank's busy time at the shares it ran, newest last. */
@@ -96,7 +98,8 @@ struct gm_autoshare_hist {
     int npts;
     int n[GM_AUTOSHARE_POINTS];
     double busy_s[GM_AUTOSHARE_POINTS]; /* the latest at that share */
-    double first_s[GM_AUTOSHARE_POINTS]; /* what that share was first measured at */
+    double ref_s[GM_AUTOSHARE_POINTS];  /* what it settled at (its GM_AUTOSHARE_SETTLE-th) */
+    int adds[GM_AUTOSHARE_POINTS];      /* measurements at that share, up to SETTLE */
 };
 
 /* Records busy_s (> 0) at share n (> 0), see above; anything else is ignored. */

@@ -401,9 +401,16 @@ void jobs_shares_tick(struct gm_jobs *j, struct job *jb)
                 break;
             o += (size_t)k;
         }
+        int pts[GM_JOB_SHARES_MAX];
+        char np[GM_JOB_SHARES_MAX * 12];
+        for (int i = 0; i < w; i++) {
+            const struct gm_autoshare_hist *h = jobs_shares_hist(jb, jb->ranks[i]);
+            pts[i] = h != NULL ? h->npts : 0;
+        }
+        jobs_shares_text(pts, w, np, sizeof(np));
         gm_notice("event=shares-change job=%s generation=%u step=%ld from=%s to=%s "
-                  "samples_per_s=%s overhead_ms=%s reason=\"%s\"",
-                  jb->id, jb->gen & 0xffff, p.step, from, to, sp, ov, why);
+                  "samples_per_s=%s overhead_ms=%s points=%s reason=\"%s\"",
+                  jb->id, jb->gen & 0xffff, p.step, from, to, sp, ov, np, why);
     }
     memcpy(jb->shares, out, sizeof(int) * (size_t)w);
     jb->nshares = w;

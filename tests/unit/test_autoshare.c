@@ -340,14 +340,27 @@ static void test_hist(void)
         gm_autoshare_hist_add(&h, n, n / 1000.0 + 0.002);
     GM_CHECK_EQ(h.npts, GM_AUTOSHARE_POINTS);
     GM_CHECK_EQ(h.n[0], 60 - 10 * (GM_AUTOSHARE_POINTS - 1)); /* the oldest went */
+    GM_CHECK_EQ(h.n[GM_AUTOSHARE_POINTS - 1], 60);
     GM_CHECK_EQ(gm_autoshare_fit(&h, &sps, &over), 2);
     GM_CHECK_NEAR(sps, 1000, 1e-6, 0);
     GM_CHECK_NEAR(over, 0.002, 1e-9, 0);
-    /* the same share again, a little slower (noise): kept as the newest, no drop */
-    gm_autoshare_hist_add(&h, 40, 0.042 * 1.1);
+    /* the same share again while it settles (a group's first averages carry its slow first
+     * steps): however far off, the reference follows, no drop */
+    gm_autoshare_hist_add(&h, 40, 0.042 * 3);
+    for (int k = 3; k < GM_AUTOSHARE_SETTLE; k++) /* the 1st was the loop's, 3x the 2nd */
+        gm_autoshare_hist_add(&h, 40, 0.042 * 1.5);
+    gm_autoshare_hist_add(&h, 40, 0.042); /* the SETTLE-th: the reference */
     GM_CHECK_EQ(h.npts, GM_AUTOSHARE_POINTS);
     GM_CHECK_EQ(h.n[GM_AUTOSHARE_POINTS - 1], 40);
-    GM_CHECK_EQ(h.first_s[GM_AUTOSHARE_POINTS - 1], 0.042);
+    GM_CHECK_EQ(h.ref_s[GM_AUTOSHARE_POINTS - 1], 0.042);
+    GM_CHECK_EQ(gm_autoshare_fit(&h, &sps, &over), 2);
+    GM_CHECK_NEAR(sps, 1000, 1e-6, 0);
+    /* settled, a little slower (noise): kept as the newest, no drop */
+    gm_autoshare_hist_add(&h, 40, 0.042 * 1.2);
+    GM_CHECK_EQ(h.npts, GM_AUTOSHARE_POINTS);
+    GM_CHECK_EQ(h.n[GM_AUTOSHARE_POINTS - 1], 40);
+    GM_CHECK_EQ(h.ref_s[GM_AUTOSHARE_POINTS - 1], 0.042);
+    GM_CHECK_EQ(h.n[0], 30); /* the others kept, in order */
     /* much slower at the same share: the others are stale */
     gm_autoshare_hist_add(&h, 40, 0.042 * 2);
     GM_CHECK_EQ(h.npts, 1);
