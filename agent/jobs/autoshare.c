@@ -95,8 +95,8 @@ static int balance_fit(const double *sps, const double *over_s, int world, int g
     while (sum > g) {
         int worst = -1;
         for (int r = 0; r < world; r++)
-            if (counts[r] > 1 &&
-                (worst < 0 || busy(sps, over_s, r, counts[r]) > busy(sps, over_s, worst, counts[worst])))
+            if (counts[r] > 1 && (worst < 0 || busy(sps, over_s, r, counts[r]) >
+                                                   busy(sps, over_s, worst, counts[worst])))
                 worst = r;
         counts[worst]--; /* g >= world: some rank has more than one */
         sum--;

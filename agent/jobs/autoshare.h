@@ -88,9 +88,9 @@ int gm_autoshare_balance(const double *sps, const double *over_s, int world, int
  * over_s NULL: 0). */
 double gm_autoshare_step_s(const double *sps, const double *over_s, int world, const int *counts);
 
-#define GM_AUTOSHARE_POINTS 4  /* shares remembered per rank for the fit */
-#define GM_AUTOSHARE_MOVED 0.25 /* busy at the same share moved this much: speed changed */
-#define GM_AUTOSHARE_SETTLE 5   /* measurements of a share before its time is the reference */
+#define GM_AUTOSHARE_POINTS 4    /* shares remembered per rank for the fit */
+#define GM_AUTOSHARE_MOVED 0.25  /* busy at the same share moved this much: speed changed */
+#define GM_AUTOSHARE_SETTLE 5    /* measurements of a share before its time is the reference */
 #define GM_AUTOSHARE_SPREAD 0.10 /* shares this far apart (of the largest) before a line */
 
 /* A rank's busy time at the shares it ran, newest last. */

@@ -429,8 +429,8 @@ void jobs_shares_publish(struct gm_jobs *j, struct job *jb)
     const int w = (int)jb->world, g = jb->job.optim.global_batch;
     struct gm_metrics *m = j->env.metrics != NULL ? j->env.metrics(j->env.agent) : NULL;
 
-    if (m == NULL || jb->rank == NULL || jb->state != J_RUNNING || w < 1 ||
-        w > GM_JOB_SHARES_MAX || g < w)
+    if (m == NULL || jb->rank == NULL || jb->state != J_RUNNING || w < 1 || w > GM_JOB_SHARES_MAX ||
+        g < w)
         return;
     gm_rank_get_progress(jb->rank, &p);
     if (p.generation == jb->gen && p.share > 0 && p.step_s > 0)

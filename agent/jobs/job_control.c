@@ -105,11 +105,11 @@ static json_t *job_json(struct gm_jobs *j, struct job *jb)
                 gm_job_split(&jb->job, jb->job.optim.global_batch, w, counts);
             for (int i = 0; i < w; i++) {
                 json_array_append_new(
-                    sh, json_pack("{s:s,s:i,s:o,s:o,s:o}", "node", jb->ranks[i], "samples",
-                                  counts[i], "samples_per_s",
-                                  sps[i] > 0 ? num(sps[i]) : json_null(), "fit_samples_per_s",
-                                  models ? num(fsps[i]) : json_null(), "fit_overhead_s",
-                                  models ? num(over[i]) : json_null()));
+                    sh,
+                    json_pack("{s:s,s:i,s:o,s:o,s:o}", "node", jb->ranks[i], "samples", counts[i],
+                              "samples_per_s", sps[i] > 0 ? num(sps[i]) : json_null(),
+                              "fit_samples_per_s", models ? num(fsps[i]) : json_null(),
+                              "fit_overhead_s", models ? num(over[i]) : json_null()));
             }
         }
         json_object_set_new(o, "shares", sh);

@@ -32,7 +32,8 @@ static void test_balance(void)
     /* balanced: both ranks' compute equally long, and shorter than with equal shares */
     GM_CHECK_NEAR(gm_autoshare_step_s(fast_slow, NULL, 2, c), 100.0 / 14500, 1e-12, 0);
     int eq[2] = {60, 60};
-    GM_CHECK(gm_autoshare_step_s(fast_slow, NULL, 2, eq) > 2.5 * gm_autoshare_step_s(fast_slow, NULL, 2, c));
+    GM_CHECK(gm_autoshare_step_s(fast_slow, NULL, 2, eq) >
+             2.5 * gm_autoshare_step_s(fast_slow, NULL, 2, c));
 
     GM_CHECK_EQ(gm_autoshare_balance(three, NULL, 3, 96, c), 0);
     GM_CHECK_EQ(c[0], 24);
@@ -81,7 +82,8 @@ static void test_decide(void)
     GM_CHECK_EQ(gm_autoshare_decide(&a, half, NULL, 2, 120, cur, step, out, why, sizeof(why)), 0);
     /* then only after CONFIRM decisions in a row */
     for (k = 1; k < GM_AUTOSHARE_CONFIRM; k++)
-        GM_CHECK_EQ(gm_autoshare_decide(&a, sp, NULL, 2, 120, cur, step + k, out, why, sizeof(why)), 0);
+        GM_CHECK_EQ(gm_autoshare_decide(&a, sp, NULL, 2, 120, cur, step + k, out, why, sizeof(why)),
+                    0);
     GM_CHECK_EQ(gm_autoshare_decide(&a, sp, NULL, 2, 120, cur, step + k, out, why, sizeof(why)), 1);
     GM_CHECK_EQ(out[0], 100);
     GM_CHECK_EQ(out[1], 20);
@@ -91,20 +93,24 @@ static void test_decide(void)
      * equal split's step is 5% longer, below GM_AUTOSHARE_HYST) */
     gm_autoshare_group(&a, 0);
     for (k = 0; k < 10 * GM_AUTOSHARE_CONFIRM; k++)
-        GM_CHECK_EQ(gm_autoshare_decide(&a, near, NULL, 2, 120, cur, 1000 + k, out, why, sizeof(why)), 0);
+        GM_CHECK_EQ(
+            gm_autoshare_decide(&a, near, NULL, 2, 120, cur, 1000 + k, out, why, sizeof(why)), 0);
     /* an interrupted streak starts again */
     gm_autoshare_group(&a, 0);
     for (k = 1; k < GM_AUTOSHARE_CONFIRM; k++)
-        GM_CHECK_EQ(gm_autoshare_decide(&a, sp, NULL, 2, 120, cur, 1000 + k, out, why, sizeof(why)), 0);
+        GM_CHECK_EQ(gm_autoshare_decide(&a, sp, NULL, 2, 120, cur, 1000 + k, out, why, sizeof(why)),
+                    0);
     GM_CHECK_EQ(gm_autoshare_decide(&a, near, NULL, 2, 120, cur, 2000, out, why, sizeof(why)), 0);
     for (k = 1; k < GM_AUTOSHARE_CONFIRM; k++)
-        GM_CHECK_EQ(gm_autoshare_decide(&a, sp, NULL, 2, 120, cur, 2000 + k, out, why, sizeof(why)), 0);
+        GM_CHECK_EQ(gm_autoshare_decide(&a, sp, NULL, 2, 120, cur, 2000 + k, out, why, sizeof(why)),
+                    0);
     GM_CHECK_EQ(gm_autoshare_decide(&a, sp, NULL, 2, 120, cur, 2000 + k, out, why, sizeof(why)), 1);
     /* the running shares already balanced: stay */
     int bal[2] = {100, 20};
     gm_autoshare_group(&a, 0);
     for (k = 0; k < 10 * GM_AUTOSHARE_CONFIRM; k++)
-        GM_CHECK_EQ(gm_autoshare_decide(&a, sp, NULL, 2, 120, bal, 1000 + k, out, why, sizeof(why)), 0);
+        GM_CHECK_EQ(gm_autoshare_decide(&a, sp, NULL, 2, 120, bal, 1000 + k, out, why, sizeof(why)),
+                    0);
     /* a global batch smaller than the world: never */
     GM_CHECK_EQ(gm_autoshare_decide(&a, sp, NULL, 2, 1, cur, 5000, out, why, sizeof(why)), 0);
 }
@@ -332,9 +338,9 @@ static void test_hist(void)
 
     GM_CHECK_EQ(gm_autoshare_fit(&h, &sps, &over), 0);
     GM_CHECK_EQ(sps, 0.0);
-    gm_autoshare_hist_add(&h, 0, 0.01);   /* ignored */
-    gm_autoshare_hist_add(&h, 10, -1);    /* ignored */
-    gm_autoshare_hist_add(&h, 10, NAN);   /* ignored */
+    gm_autoshare_hist_add(&h, 0, 0.01); /* ignored */
+    gm_autoshare_hist_add(&h, 10, -1);  /* ignored */
+    gm_autoshare_hist_add(&h, 10, NAN); /* ignored */
     GM_CHECK_EQ(h.npts, 0);
     for (int n = 10; n <= 60; n += 10) /* busy = n / 1000 + 2 ms */
         gm_autoshare_hist_add(&h, n, n / 1000.0 + 0.002);
