@@ -81,7 +81,7 @@ static const struct verb_help verbs[] = {
     {"peers", "[--json] [--config FILE]", "members with link class, RTT, throughput and MTU",
      "  --json                 the members as a JSON list\n" CONFIG_LINE},
     {"doctor", "[--json] [--model NAME] [--config FILE]",
-     "check links both ways: MTU, clock skew, RTT/throughput matrix, codec cost",
+     "check links both ways: MTU, clock skew, RTT/throughput matrix, codec cost, shares",
      "  --json                 the raw report as JSON\n"
      "  --model NAME           model whose step time per codec is estimated: lenet5, mlp,\n"
      "                         vgg7, resnet20, resnet18, resnet34, resnet50, mobilenet_v2,\n"

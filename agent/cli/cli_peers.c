@@ -351,10 +351,65 @@ out:
     gm_model_free(m);
 }
 
+/* [job] shares = auto's view of the running job this node coordinates: each rank's share, its
+ * measured samples/s and its fitted model (busy = n/s + o), and the shares auto would choose
+ * from them now: the coordinator's own computation (agent/jobs/job_control.c, the tick's
+ * gm_autoshare_balance over jobs_shares_models), so the same code path as the job; it switches
+ * to them only past its hysteresis.  jobs is the control answer to "jobs"; NULL: none. */
+static void doctor_shares(json_t *jobs, int *warnings)
+{
+    json_t *o, *sh, *bal, *e;
+    size_t i, k;
+    int shown = 0;
+
+    printf("shares of the global batch (shares = auto: busy = n/s + o per rank)\n");
+    json_array_foreach(json_object_get(jobs, "jobs"), i, o)
+    {
+        const char *st = str(o, "state"), *mode = str(o, "shares_mode");
+        sh = json_object_get(o, "shares");
+        bal = json_object_get(o, "shares_balanced");
+        if (strcmp(st, "running") != 0 || json_array_size(sh) == 0)
+            continue;
+        shown++;
+        printf("  job %s (%s), shares = %s, global batch %lld\n", str(o, "id"), str(o, "name"),
+               mode, (long long)json_integer_value(json_object_get(o, "global_batch")));
+        printf("  %-16s %8s %12s %12s %12s %8s\n", "node", "samples", "samples/s", "fit s/s",
+               "fit o (ms)", "would");
+        json_array_foreach(sh, k, e)
+        {
+            char b1[32], b2[32], b3[32], b4[16] = "-";
+            json_t *fo = json_object_get(e, "fit_overhead_s");
+            if (json_is_array(bal))
+                snprintf(b4, sizeof(b4), "%lld",
+                         (long long)json_integer_value(json_array_get(bal, k)));
+            snprintf(b3, sizeof(b3), "-");
+            if (json_is_number(fo))
+                snprintf(b3, sizeof(b3), "%.2f", json_number_value(fo) * 1e3);
+            printf("  %-16.16s %8lld %12s %12s %12s %8s\n", str(e, "node"),
+                   (long long)json_integer_value(json_object_get(e, "samples")),
+                   numf(json_object_get(e, "samples_per_s"), 0, 0, b1, sizeof(b1)),
+                   numf(json_object_get(e, "fit_samples_per_s"), 0, 0, b2, sizeof(b2)), b3, b4);
+        }
+        if (strcmp(mode, "auto") != 0)
+            check(warnings, 1, "shares = %s: the split stays as configured", mode);
+        else if (!json_is_array(bal))
+            check(warnings, 1, "not every rank measured yet (or not coordinated here): equal "
+                               "until then");
+        else
+            check(warnings, 1, "auto would choose the \"would\" column (it switches past its "
+                               "hysteresis; last change: %s)",
+                  json_is_string(json_object_get(o, "shares_reason")) ? str(o, "shares_reason")
+                                                                      : "none yet");
+    }
+    if (shown == 0)
+        check(warnings, 1, "no job running here: shares = auto starts equal and balances from "
+                           "each rank's timed steps");
+}
+
 int gm_cli_doctor(int argc, char **argv)
 {
     const char *config = NULL, *model = "lenet5";
-    json_t *r = NULL;
+    json_t *r = NULL, *jobs = NULL;
     int as_json = 0, warnings = 0, err;
 
     if (parse_common(argc, argv, "doctor", &config, &as_json, &model) != 0)
@@ -362,7 +417,20 @@ int gm_cli_doctor(int argc, char **argv)
     err = gm_cli_control("doctor", config, json_pack("{s:s}", "cmd", "doctor"), &r);
     if (err != 0)
         return gm_err_exit_code(err);
+    if (gm_cli_control("jobs", config, json_pack("{s:s}", "cmd", "jobs"), &jobs) != 0)
+        jobs = NULL; /* said on stderr; the rest of the checks still help */
     if (as_json) {
+        json_t *o, *arr = json_array();
+        size_t i;
+        json_array_foreach(json_object_get(jobs, "jobs"), i, o)
+            if (strcmp(str(o, "state"), "running") == 0)
+                json_array_append_new(
+                    arr, json_pack("{s:O?,s:O?,s:O?,s:O?}", "id", json_object_get(o, "id"),
+                                   "shares_mode", json_object_get(o, "shares_mode"), "shares",
+                                   json_object_get(o, "shares"), "shares_balanced",
+                                   json_object_get(o, "shares_balanced")));
+        json_object_set_new(r, "shares", arr);
+        json_decref(jobs);
         print_json(r);
         json_decref(r);
         return GM_EXIT_OK;
@@ -378,7 +446,9 @@ int gm_cli_doctor(int argc, char **argv)
     printf("throughput, Mbit/s\n");
     print_matrix(json_object_get(r, "matrix"), "throughput_mbps", 1);
     doctor_codecs(r, model, &warnings);
+    doctor_shares(jobs, &warnings);
     printf("%d warning%s\n", warnings, warnings == 1 ? "" : "s");
+    json_decref(jobs);
     json_decref(r);
     return GM_EXIT_OK;
 }

@@ -2,6 +2,7 @@
 #include "agent/jobs/autoshare.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -25,7 +26,8 @@ int gm_autoshare_speeds(const struct gm_autoshare_obs *obs, int world, double *s
     return known;
 }
 
-int gm_autoshare_balance(const double *sps, int world, int g, int *counts)
+/* The proportional split: largest remainder over integer weights. */
+static int balance_prop(const double *sps, int world, int g, int *counts)
 {
     uint32_t w[GM_JOB_SHARES_MAX] = {0};
     double top = 0;
@@ -53,15 +55,164 @@ int gm_autoshare_balance(const double *sps, int world, int g, int *counts)
     return tiny;
 }
 
-double gm_autoshare_step_s(const double *sps, int world, const int *counts)
+static double busy(const double *sps, const double *over_s, int r, int n)
+{
+    return n / sps[r] + over_s[r];
+}
+
+/* Equal predicted busy times: the time T at which sum_r max(0, s_r (T - o_r)) = g (bisection:
+ * the sum grows with T), each rank's share floored (one at least), then the samples left each
+ * to the rank whose busy time it makes shortest (or, where the ones given to tiny ranks went
+ * past g, taken from the longest). */
+static int balance_fit(const double *sps, const double *over_s, int world, int g, int *counts)
+{
+    double lo = 0, hi = 0;
+    int sum = 0, tiny = 0;
+
+    for (int r = 0; r < world; r++) {
+        double t = over_s[r] + g / sps[r];
+        hi = t > hi ? t : hi;
+    }
+    for (int it = 0; it < 200 && hi - lo > 1e-12 * hi; it++) {
+        double mid = 0.5 * (lo + hi), n = 0;
+        for (int r = 0; r < world; r++)
+            n += mid > over_s[r] ? sps[r] * (mid - over_s[r]) : 0;
+        if (n < g)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    for (int r = 0; r < world; r++) { /* at lo the shares sum to g or less */
+        double x = lo > over_s[r] ? sps[r] * (lo - over_s[r]) : 0;
+        if (x < 1) {
+            counts[r] = 1;
+            tiny++;
+        } else {
+            counts[r] = x < g ? (int)floor(x) : g;
+        }
+        sum += counts[r];
+    }
+    while (sum > g) {
+        int worst = -1;
+        for (int r = 0; r < world; r++)
+            if (counts[r] > 1 && (worst < 0 || busy(sps, over_s, r, counts[r]) >
+                                                   busy(sps, over_s, worst, counts[worst])))
+                worst = r;
+        counts[worst]--; /* g >= world: some rank has more than one */
+        sum--;
+    }
+    while (sum < g) {
+        int best = 0;
+        for (int r = 1; r < world; r++)
+            if (busy(sps, over_s, r, counts[r] + 1) < busy(sps, over_s, best, counts[best] + 1))
+                best = r;
+        counts[best]++;
+        sum++;
+    }
+    return tiny;
+}
+
+int gm_autoshare_balance(const double *sps, const double *over_s, int world, int g, int *counts)
+{
+    bool any = false;
+
+    for (int r = 0; over_s != NULL && r < world; r++)
+        any = any || over_s[r] > 0;
+    return any ? balance_fit(sps, over_s, world, g, counts) : balance_prop(sps, world, g, counts);
+}
+
+double gm_autoshare_step_s(const double *sps, const double *over_s, int world, const int *counts)
 {
     double t = 0;
 
     for (int r = 0; r < world; r++) {
-        double x = sps[r] > 0 ? counts[r] / sps[r] : INFINITY;
+        double x = sps[r] > 0 ? counts[r] / sps[r] + (over_s != NULL ? over_s[r] : 0) : INFINITY;
         t = x > t ? x : t;
     }
     return t;
+}
+
+/* Point i to the end (the newest), the others kept in order. */
+static void to_end(struct gm_autoshare_hist *h, int i)
+{
+    int n = h->n[i], adds = h->adds[i];
+    double busy = h->busy_s[i], ref = h->ref_s[i];
+
+    for (; i + 1 < h->npts; i++) {
+        h->n[i] = h->n[i + 1];
+        h->adds[i] = h->adds[i + 1];
+        h->busy_s[i] = h->busy_s[i + 1];
+        h->ref_s[i] = h->ref_s[i + 1];
+    }
+    h->n[i] = n;
+    h->adds[i] = adds;
+    h->busy_s[i] = busy;
+    h->ref_s[i] = ref;
+}
+
+void gm_autoshare_hist_add(struct gm_autoshare_hist *h, int n, double busy_s)
+{
+    int i;
+
+    if (n <= 0 || !(busy_s > 0) || !isfinite(busy_s))
+        return;
+    for (i = 0; i < h->npts && h->n[i] != n; i++)
+        ;
+    if (i < h->npts && h->adds[i] >= GM_AUTOSHARE_SETTLE &&
+        fabs(busy_s - h->ref_s[i]) > GM_AUTOSHARE_MOVED * h->ref_s[i]) {
+        h->npts = 0; /* the machine changed speed: the other shares' times are stale */
+        i = 0;
+    }
+    if (i == h->npts) { /* a new share (the oldest goes when full) */
+        if (h->npts == GM_AUTOSHARE_POINTS) {
+            to_end(h, 0);
+            h->npts--;
+        }
+        i = h->npts++;
+        h->n[i] = n;
+        h->adds[i] = 0;
+    }
+    h->busy_s[i] = busy_s;
+    if (h->adds[i] < GM_AUTOSHARE_SETTLE) { /* still settling: the reference follows */
+        h->ref_s[i] = busy_s;
+        h->adds[i]++;
+    }
+    to_end(h, i);
+}
+
+int gm_autoshare_fit(const struct gm_autoshare_hist *h, double *sps, double *over_s)
+{
+    double mn = 0, mb = 0, snn = 0, snb = 0, slope, o;
+    const int k = h->npts;
+    int lo = k > 0 ? h->n[0] : 0, hi = lo;
+
+    *sps = 0;
+    *over_s = 0;
+    if (k <= 0)
+        return 0;
+    for (int i = 0; i < k; i++) {
+        mn += h->n[i];
+        mb += h->busy_s[i];
+        lo = h->n[i] < lo ? h->n[i] : lo;
+        hi = h->n[i] > hi ? h->n[i] : hi;
+    }
+    mn /= k;
+    mb /= k;
+    for (int i = 0; i < k; i++) {
+        snn += (h->n[i] - mn) * (h->n[i] - mn);
+        snb += (h->n[i] - mn) * (h->busy_s[i] - mb);
+    }
+    if (k >= 2 && snn > 0 && hi - lo >= GM_AUTOSHARE_SPREAD * hi) { /* else noise's slope */
+        slope = snb / snn;
+        o = mb - slope * mn;
+        if (slope > 0 && o >= 0 && isfinite(slope) && isfinite(o)) {
+            *sps = 1 / slope;
+            *over_s = o;
+            return 2;
+        }
+    }
+    *sps = h->n[k - 1] / h->busy_s[k - 1]; /* the proportional rule, at the newest share */
+    return 1;
 }
 
 int gm_autoshare_spare(struct gm_autoshare *a, const double *sps,
@@ -103,8 +254,8 @@ void gm_autoshare_group(struct gm_autoshare *a, long step)
     a->quiet_until = step + GM_AUTOSHARE_DWELL;
 }
 
-int gm_autoshare_decide(struct gm_autoshare *a, const double *sps, int world, int g, const int *cur,
-                        long step, int *out, char *why, size_t cap)
+int gm_autoshare_decide(struct gm_autoshare *a, const double *sps, const double *over_s, int world,
+                        int g, const int *cur, long step, int *out, char *why, size_t cap)
 {
     double now_s, new_s;
     int tiny;
@@ -114,9 +265,9 @@ int gm_autoshare_decide(struct gm_autoshare *a, const double *sps, int world, in
     for (int r = 0; r < world; r++)
         if (!(sps[r] > 0) || !isfinite(sps[r]))
             return 0;
-    tiny = gm_autoshare_balance(sps, world, g, out);
-    now_s = gm_autoshare_step_s(sps, world, cur);
-    new_s = gm_autoshare_step_s(sps, world, out);
+    tiny = gm_autoshare_balance(sps, over_s, world, g, out);
+    now_s = gm_autoshare_step_s(sps, over_s, world, cur);
+    new_s = gm_autoshare_step_s(sps, over_s, world, out);
     if (!(now_s >= GM_AUTOSHARE_HYST * new_s)) {
         a->confirm = 0;
         return 0;
@@ -124,10 +275,14 @@ int gm_autoshare_decide(struct gm_autoshare *a, const double *sps, int world, in
     if (++a->confirm < GM_AUTOSHARE_CONFIRM)
         return 0;
     a->confirm = 0;
+    bool fitted = false;
+    for (int r = 0; over_s != NULL && r < world; r++)
+        fitted = fitted || over_s[r] > 0;
     snprintf(why, cap,
              "predicted compute per step %.1f ms with the running shares, %.1f ms balanced "
-             "(>= %.2fx)%s",
+             "(>= %.2fx; %s)%s",
              now_s * 1e3, new_s * 1e3, GM_AUTOSHARE_HYST,
+             fitted ? "busy = n/s + o fitted" : "in proportion to the speeds",
              tiny > 0 ? "; a rank is too slow to help (its share is below one sample: it "
                         "takes one)"
                       : "");

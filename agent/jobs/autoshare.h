@@ -17,11 +17,29 @@
  * Members report theirs with their alpha-beta fit (JOB_REPORT "fit" speed), rank 0 reads its
  * own.
  *
+ * The model (gm_autoshare_fit): a rank's busy time at n samples a step is n / s + o, its
+ * samples per second s and a per-step overhead o (the collective's own cost, the optimizer,
+ * launching a step: what does not grow with its samples, and which a CPU-capped machine pays
+ * slowly).  Each rank keeps its busy time at the last few shares it ran
+ * (gm_autoshare_hist_add, GM_AUTOSHARE_POINTS of them, one per share); with two or more
+ * different shares (at least GM_AUTOSHARE_SPREAD of the largest apart: closer, the slope is
+ * mostly noise), s and o are their least-squares line; with a single share (the first
+ * group), or a line that makes no sense (o < 0, or busy not growing with n: noise, or the
+ * machine's speed changed between the points), the proportional rule: o = 0, s = n / busy at
+ * the newest point.  A point whose busy time moves more than GM_AUTOSHARE_MOVED from what it
+ * settled at (its GM_AUTOSHARE_SETTLE-th measurement, once a group's averages no longer carry
+ * its slow first steps), at the same share, says the machine changed speed: the rank's other
+ * points are dropped.  (The proportional rule alone under-corrects: it reads a slow rank's
+ * fixed cost as if it grew with its samples, so a smaller share is predicted faster than it
+ * is; with beta at 0.2 core it stopped at 75:53 of 128.)
+ *
  * The rule (gm_autoshare_decide), on every coordinator tick with a speed for every rank:
- *  - balanced shares: the global batch split in proportion to the speeds (gm_autoshare_balance:
- *    largest remainder, train/job.h gm_job_split_by, at least one sample each), which makes the
- *    ranks' compute equally long;
- *  - a step's compute is predicted as the slowest rank's, max_r n_r / speed_r
+ *  - balanced shares (gm_autoshare_balance): the global batch split so that the predicted
+ *    busy times n_r / s_r + o_r are equal (as equal as whole samples allow: the continuous
+ *    split, then each remaining sample to the rank it lengthens least; at least one sample
+ *    each); with every o = 0, in proportion to the speeds (largest remainder, train/job.h
+ *    gm_job_split_by);
+ *  - a step's compute is predicted as the slowest rank's, max_r n_r / s_r + o_r
  *    (gm_autoshare_step_s); the balanced shares replace the running ones when they predict a
  *    step at least GM_AUTOSHARE_HYST times faster, on GM_AUTOSHARE_CONFIRM decisions in a row,
  *    and never within GM_AUTOSHARE_DWELL steps of a group forming (a change of shares forms one):
@@ -60,13 +78,37 @@ struct gm_autoshare_obs {
  * sps[r] = 0 where obs[r] is not known or makes no sense.  Returns how many are known. */
 int gm_autoshare_speeds(const struct gm_autoshare_obs *obs, int world, double *sps);
 
-/* Shares of global batch g for world ranks of speeds sps (samples/s, each > 0): in proportion,
- * each >= 1 (g >= world), summing to g.  Returns how many ranks' proportional share was below
- * one sample (they were given one). */
-int gm_autoshare_balance(const double *sps, int world, int g, int *counts);
+/* Shares of global batch g for world ranks of speeds sps (samples/s, each > 0) and per-step
+ * overheads over_s (seconds, each >= 0; NULL: all 0, the proportional split): equal predicted
+ * busy times (see above), each >= 1 (g >= world), summing to g.  Returns how many ranks' share
+ * was below one sample before rounding (they were given one). */
+int gm_autoshare_balance(const double *sps, const double *over_s, int world, int g, int *counts);
 
-/* The predicted compute of a step with counts: max_r counts[r] / sps[r] (seconds). */
-double gm_autoshare_step_s(const double *sps, int world, const int *counts);
+/* The predicted compute of a step with counts: max_r counts[r] / sps[r] + over_s[r] (seconds;
+ * over_s NULL: 0). */
+double gm_autoshare_step_s(const double *sps, const double *over_s, int world, const int *counts);
+
+#define GM_AUTOSHARE_POINTS 4    /* shares remembered per rank for the fit */
+#define GM_AUTOSHARE_MOVED 0.25  /* busy at the same share moved this much: speed changed */
+#define GM_AUTOSHARE_SETTLE 5    /* measurements of a share before its time is the reference */
+#define GM_AUTOSHARE_SPREAD 0.10 /* shares this far apart (of the largest) before a line */
+
+/* A rank's busy time at the shares it ran, newest last. */
+struct gm_autoshare_hist {
+    int npts;
+    int n[GM_AUTOSHARE_POINTS];
+    double busy_s[GM_AUTOSHARE_POINTS]; /* the latest at that share */
+    double ref_s[GM_AUTOSHARE_POINTS];  /* what it settled at (its GM_AUTOSHARE_SETTLE-th) */
+    int adds[GM_AUTOSHARE_POINTS];      /* measurements at that share, up to SETTLE */
+};
+
+/* Records busy_s (> 0) at share n (> 0), see above; anything else is ignored. */
+void gm_autoshare_hist_add(struct gm_autoshare_hist *h, int n, double busy_s);
+
+/* The model of h: *sps and *over_s.  Returns 2 when fitted (two shares or more, far enough
+ * apart, a line that makes sense), 1 for the proportional rule (else), 0 when h is empty
+ * (*sps = 0, *over_s = 0). */
+int gm_autoshare_fit(const struct gm_autoshare_hist *h, double *sps, double *over_s);
 
 struct gm_autoshare {
     int confirm;       /* decisions in a row that wanted a change */
@@ -85,9 +127,10 @@ int gm_autoshare_spare(struct gm_autoshare *a, const double *sps,
                        char *why, size_t cap);
 
 /* One decision at rank 0's step for the running counts cur (world ranks, global batch g) and
- * the speeds sps (an entry <= 0: not measured yet: no decision).  Returns 1 with out filled
- * (and why: one line, for the log) when the shares should change now, else 0. */
-int gm_autoshare_decide(struct gm_autoshare *a, const double *sps, int world, int g, const int *cur,
-                        long step, int *out, char *why, size_t cap);
+ * the models sps, over_s (an sps entry <= 0: not measured yet: no decision; over_s NULL: all
+ * 0).  Returns 1 with out filled (and why: one line, for the log) when the shares should change
+ * now, else 0. */
+int gm_autoshare_decide(struct gm_autoshare *a, const double *sps, const double *over_s, int world,
+                        int g, const int *cur, long step, int *out, char *why, size_t cap);
 
 #endif

@@ -583,10 +583,54 @@ void jobs_shares_text(const int *c, int n, char *buf, size_t cap)
     }
 }
 
+struct gm_autoshare_hist *jobs_shares_hist(struct job *jb, const char *node)
+{
+    int freeslot = -1;
+
+    for (int i = 0; i < GM_JOB_SHARES_MAX; i++) {
+        if (strcmp(jb->fits[i].node, node) == 0)
+            return &jb->fits[i].h;
+        if (freeslot < 0 && jb->fits[i].node[0] == '\0')
+            freeslot = i;
+    }
+    for (int i = 0; freeslot < 0 && i < GM_JOB_SHARES_MAX; i++) {
+        bool in = false;
+        for (size_t r = 0; r < jb->world && !in; r++)
+            in = strcmp(jb->ranks[r], jb->fits[i].node) == 0;
+        if (!in)
+            freeslot = i;
+    }
+    if (freeslot < 0)
+        return NULL;
+    memset(&jb->fits[freeslot], 0, sizeof(jb->fits[freeslot]));
+    snprintf(jb->fits[freeslot].node, sizeof(jb->fits[freeslot].node), "%s", node);
+    return &jb->fits[freeslot].h;
+}
+
+int jobs_shares_models(struct job *jb, double *sps, double *over_s)
+{
+    const int w = (int)jb->world;
+    double prop[GM_JOB_SHARES_MAX];
+    int known = 0;
+
+    if (w < 1 || w > GM_JOB_SHARES_MAX)
+        return 0;
+    (void)gm_autoshare_speeds(jb->obs, w, prop);
+    for (int r = 0; r < w; r++) {
+        struct gm_autoshare_hist *h = jobs_shares_hist(jb, jb->ranks[r]);
+        if (h == NULL || gm_autoshare_fit(h, &sps[r], &over_s[r]) == 0) {
+            sps[r] = prop[r];
+            over_s[r] = 0;
+        }
+        known += sps[r] > 0;
+    }
+    return known;
+}
+
 void jobs_shares_for_group(struct job *jb, char (*old_ranks)[NODE_LEN], size_t old_world)
 {
     struct gm_autoshare_obs obs[GM_JOB_SHARES_MAX];
-    double sps[GM_JOB_SHARES_MAX];
+    double sps[GM_JOB_SHARES_MAX], over[GM_JOB_SHARES_MAX];
     const int w = (int)jb->world;
     bool same = old_ranks != NULL && old_world == jb->world, known = w >= 2;
 
@@ -604,10 +648,10 @@ void jobs_shares_for_group(struct job *jb, char (*old_ranks)[NODE_LEN], size_t o
             same = false;
     }
     memcpy(jb->obs, obs, sizeof(obs));
-    known = known && gm_autoshare_speeds(obs, w, sps) == w;
+    known = known && jobs_shares_models(jb, sps, over) == w; /* the fit, or these speeds */
     if (!(same && jb->nshares == w)) { /* else the ones the tick just decided, or the running */
         if (known) {
-            gm_autoshare_balance(sps, w, jb->job.optim.global_batch, jb->shares);
+            gm_autoshare_balance(sps, over, w, jb->job.optim.global_batch, jb->shares);
             jb->nshares = w;
         } else {
             jb->nshares = 0; /* equal until every rank's speed is known */

@@ -334,20 +334,28 @@ void jobs_shares_tick(struct gm_jobs *j, struct job *jb)
     if (p.generation != jb->gen || p.share <= 0 || p.step_s <= 0)
         return; /* rank 0 has not taken the current group, or no step yet */
     jb->obs[0] = (struct gm_autoshare_obs){p.share, p.step_s, p.coll_s};
-    double sps[GM_JOB_SHARES_MAX];
-    if (gm_autoshare_speeds(jb->obs, w, sps) < w)
+    double sps[GM_JOB_SHARES_MAX], over[GM_JOB_SHARES_MAX], prop[GM_JOB_SHARES_MAX];
+    if (gm_autoshare_speeds(jb->obs, w, prop) < w)
+        return;
+    if (p.step >= jb->ash.quiet_until) /* past the dwell: this group's busy times, for the fit */
+        for (int r = 0; r < w; r++) {
+            struct gm_autoshare_hist *h = jobs_shares_hist(jb, jb->ranks[r]);
+            if (h != NULL)
+                gm_autoshare_hist_add(h, jb->obs[r].samples, jb->obs[r].samples / prop[r]);
+        }
+    if (jobs_shares_models(jb, sps, over) < w)
         return;
     if (jb->nshares == w)
         memcpy(cur, jb->shares, sizeof(int) * (size_t)w);
     else
         gm_job_split_by(g, w, NULL, cur);
-    if (gm_autoshare_decide(&jb->ash, sps, w, g, cur, p.step, out, why, sizeof(why)) <= 0) {
+    if (gm_autoshare_decide(&jb->ash, sps, over, w, g, cur, p.step, out, why, sizeof(why)) <= 0) {
         /* no change wanted (none building up either): is a rank too slow to help even with
-         * its balanced share? */
+         * its balanced share?  (The rule reads the group's own speeds, proportional.) */
         int r = -1;
         if (jb->ash.confirm == 0) {
-            gm_autoshare_balance(sps, w, g, out);
-            r = gm_autoshare_spare(&jb->ash, sps, jb->obs, w, out, p.step, why, sizeof(why));
+            gm_autoshare_balance(prop, NULL, w, g, out);
+            r = gm_autoshare_spare(&jb->ash, prop, jb->obs, w, out, p.step, why, sizeof(why));
         }
         if (r < 1)
             return; /* none, or rank 0: the coordinator trains (it cannot be its own spare) */
@@ -384,12 +392,58 @@ void jobs_shares_tick(struct gm_jobs *j, struct job *jb)
                 break;
             o += (size_t)k;
         }
+        char ov[GM_JOB_SHARES_MAX * 12];
+        o = 0;
+        ov[0] = '\0';
+        for (int i = 0; i < w && o + 1 < sizeof(ov); i++) {
+            int k = snprintf(ov + o, sizeof(ov) - o, "%s%.2f", i ? ":" : "", over[i] * 1e3);
+            if (k < 0 || (size_t)k >= sizeof(ov) - o)
+                break;
+            o += (size_t)k;
+        }
+        int pts[GM_JOB_SHARES_MAX];
+        char np[GM_JOB_SHARES_MAX * 12];
+        for (int i = 0; i < w; i++) {
+            const struct gm_autoshare_hist *h = jobs_shares_hist(jb, jb->ranks[i]);
+            pts[i] = h != NULL ? h->npts : 0;
+        }
+        jobs_shares_text(pts, w, np, sizeof(np));
         gm_notice("event=shares-change job=%s generation=%u step=%ld from=%s to=%s "
-                  "samples_per_s=%s reason=\"%s\"",
-                  jb->id, jb->gen & 0xffff, p.step, from, to, sp, why);
+                  "samples_per_s=%s overhead_ms=%s points=%s reason=\"%s\"",
+                  jb->id, jb->gen & 0xffff, p.step, from, to, sp, ov, np, why);
     }
     memcpy(jb->shares, out, sizeof(int) * (size_t)w);
     jb->nshares = w;
     snprintf(jb->shares_reason, sizeof(jb->shares_reason), "%s", why);
     jobs_reform(j, jb, "shares changed");
+}
+
+/* Coordinator: the group's shares and speeds for the Prometheus endpoint (every tick, whatever
+ * [job] shares says; speeds only where measured: shares = auto's reports). */
+void jobs_shares_publish(struct gm_jobs *j, struct job *jb)
+{
+    struct gm_metrics_rank mr[GM_JOB_SHARES_MAX];
+    struct gm_rank_progress p;
+    int counts[GM_JOB_SHARES_MAX];
+    double sps[GM_JOB_SHARES_MAX] = {0};
+    const int w = (int)jb->world, g = jb->job.optim.global_batch;
+    struct gm_metrics *m = j->env.metrics != NULL ? j->env.metrics(j->env.agent) : NULL;
+
+    if (m == NULL || jb->rank == NULL || jb->state != J_RUNNING || w < 1 || w > GM_JOB_SHARES_MAX ||
+        g < w)
+        return;
+    gm_rank_get_progress(jb->rank, &p);
+    if (p.generation == jb->gen && p.share > 0 && p.step_s > 0)
+        jb->obs[0] = (struct gm_autoshare_obs){p.share, p.step_s, p.coll_s};
+    (void)gm_autoshare_speeds(jb->obs, w, sps);
+    if (jb->nshares == w)
+        memcpy(counts, jb->shares, sizeof(int) * (size_t)w);
+    else
+        gm_job_split(&jb->job, g, w, counts);
+    for (int r = 0; r < w; r++) {
+        snprintf(mr[r].node, sizeof(mr[r].node), "%s", jb->ranks[r]);
+        mr[r].samples = counts[r];
+        mr[r].samples_per_s = sps[r] > 0 ? sps[r] : -1;
+    }
+    gm_metrics_job_ranks(m, jb->id, mr, (size_t)w);
 }

@@ -87,11 +87,15 @@ static json_t *job_json(struct gm_jobs *j, struct job *jb)
         const int w = (int)jb->world;
         int counts[GM_JOB_SHARES_MAX];
         json_t *sh = json_array();
-        double sps[GM_JOB_SHARES_MAX] = {0};
+        double sps[GM_JOB_SHARES_MAX] = {0}, fsps[GM_JOB_SHARES_MAX] = {0};
+        double over[GM_JOB_SHARES_MAX] = {0};
+        bool models = false;
         if (jb->coord && w >= 1 && w <= GM_JOB_SHARES_MAX) { /* the coordinator's view */
             if (jb->rank != NULL && p.share > 0)
                 jb->obs[0] = (struct gm_autoshare_obs){p.share, p.step_s, p.coll_s};
             (void)gm_autoshare_speeds(jb->obs, w, sps);
+            models = jb->job.shares.mode == GM_JOB_SHARES_AUTO &&
+                     jobs_shares_models(jb, fsps, over) == w;
         }
         if (w >= 1 && w <= GM_JOB_SHARES_MAX && jb->ranks != NULL &&
             jb->job.optim.global_batch >= w) {
@@ -100,12 +104,26 @@ static json_t *job_json(struct gm_jobs *j, struct job *jb)
             else
                 gm_job_split(&jb->job, jb->job.optim.global_batch, w, counts);
             for (int i = 0; i < w; i++) {
-                json_array_append_new(sh, json_pack("{s:s,s:i,s:o}", "node", jb->ranks[i],
-                                                    "samples", counts[i], "samples_per_s",
-                                                    sps[i] > 0 ? num(sps[i]) : json_null()));
+                json_array_append_new(
+                    sh,
+                    json_pack("{s:s,s:i,s:o,s:o,s:o}", "node", jb->ranks[i], "samples", counts[i],
+                              "samples_per_s", sps[i] > 0 ? num(sps[i]) : json_null(),
+                              "fit_samples_per_s", models ? num(fsps[i]) : json_null(),
+                              "fit_overhead_s", models ? num(over[i]) : json_null()));
             }
         }
         json_object_set_new(o, "shares", sh);
+        /* what shares = auto would choose now (the tick's own balance, of the models above;
+         * it switches to them only past its hysteresis) */
+        json_t *would = json_null();
+        if (models && jb->job.optim.global_batch >= w) {
+            int bal[GM_JOB_SHARES_MAX];
+            gm_autoshare_balance(fsps, over, w, jb->job.optim.global_batch, bal);
+            would = json_array();
+            for (int i = 0; i < w; i++)
+                json_array_append_new(would, json_integer(bal[i]));
+        }
+        json_object_set_new(o, "shares_balanced", would);
         json_t *spares = json_array();
         for (size_t i = 0; jb->coord && i < jb->nparts; i++)
             if (jb->parts[i].spare)
@@ -113,6 +131,7 @@ static json_t *job_json(struct gm_jobs *j, struct job *jb)
                                                         "reason", jb->parts[i].spare_why));
         json_object_set_new(o, "spares", spares);
         json_object_set_new(o, "shares_mode", json_string(modes[jb->job.shares.mode]));
+        json_object_set_new(o, "global_batch", json_integer(jb->job.optim.global_batch));
         json_object_set_new(o, "shares_reason",
                             jb->shares_reason[0] ? json_string(jb->shares_reason) : json_null());
     }

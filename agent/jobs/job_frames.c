@@ -200,6 +200,8 @@ static void timer_cb(uv_timer_t *t)
         jobs_switch_tick(j, jb);
         if (j->cur == jb)
             jobs_shares_tick(j, jb);
+        if (j->cur == jb)
+            jobs_shares_publish(j, jb);
     } else if (jb != NULL)
         jobs_fit_report_tick(j, jb);
     if (jb != NULL && jb->coord && jb->state == J_RUNNING && jb->reform_at != 0 &&

@@ -37,6 +37,7 @@
 #include "agent/jobs/jobmsg.h"
 #include "agent/net/link.h"
 #include "agent/net/proto.h"
+#include "agent/service/metrics.h"
 #include "agent/jobs/rank.h"
 #include "agent/jobs/xport.h"
 #include "common/assert.h"
@@ -130,6 +131,12 @@ struct job {
     int nshares;
     struct gm_autoshare_obs obs[GM_JOB_SHARES_MAX];
     struct gm_autoshare ash;
+    /* coordinator: each node's busy time at the shares it ran, across groups (the fit of
+     * busy = n / s + o; node "" : a free slot) */
+    struct {
+        char node[NODE_LEN];
+        struct gm_autoshare_hist h;
+    } fits[GM_JOB_SHARES_MAX];
     char shares_reason[320]; /* coordinator: why the last change */
     struct gm_rank_progress last;
 };
@@ -213,6 +220,13 @@ const char *jobs_state_name(enum jstate st);
 void jobs_shares_for_group(struct job *jb, char (*old_ranks)[NODE_LEN], size_t old_world);
 /* "72:24" from n sample counts */
 void jobs_shares_text(const int *c, int n, char *buf, size_t cap);
+/* Coordinator, shares = auto: the node's busy-time history, a slot made on first use (one of a
+ * node no longer in the group reused when all are taken; NULL when none is free). */
+struct gm_autoshare_hist *jobs_shares_hist(struct job *jb, const char *node);
+/* Coordinator, shares = auto: the current group's ranks' models (agent/jobs/autoshare.h
+ * gm_autoshare_fit from their history, else the proportional rule from the group's own steps;
+ * sps[r] = 0 where neither is known).  Returns how many ranks are known. */
+int jobs_shares_models(struct job *jb, double *sps, double *over_s);
 void jobs_job_free(struct job *jb);
 uint32_t jobs_job_tag(const char *id);
 uint64_t jobs_my_term(struct gm_jobs *j);
@@ -251,6 +265,8 @@ void jobs_switch_tick(struct gm_jobs *j, struct job *jb);
 /* Coordinator, shares = auto: re-decide the shares from the speeds; re-form the group with
  * new ones (agent/jobs/autoshare.h). */
 void jobs_shares_tick(struct gm_jobs *j, struct job *jb);
+/* Coordinator: the group's shares and speeds to the metrics endpoint (every tick). */
+void jobs_shares_publish(struct gm_jobs *j, struct job *jb);
 int jobs_on_switch(struct gm_jobs *j, const char *node, struct gm_jobmsg *m);
 void jobs_on_switch_report(struct gm_jobs *j, struct job *jb, const char *node,
                            const struct gm_jobmsg *m);

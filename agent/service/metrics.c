@@ -41,6 +41,9 @@ struct gm_metrics {
     uint64_t joins_accepted;
     struct gm_metrics_job job;
     int have_job;
+    struct gm_metrics_rank ranks[GM_METRICS_RANKS_MAX]; /* the job's group (coordinator) */
+    size_t nranks;
+    char ranks_id[GM_METRICS_JOB_ID_MAX]; /* whose group */
     struct gm_metrics_job_final last; /* the last job that ended */
     int have_last;
 };
@@ -257,6 +260,20 @@ static void render_job(struct gm_metrics *m, struct text *t)
     if (j->compression_ratio >= 0) {
         head(t, "gradmesh_job_compression_ratio", "gauge", "fp32 bytes / bytes on the wire.");
         put(t, "gradmesh_job_compression_ratio{%s} %.4f\n", l, j->compression_ratio);
+    }
+    if (m->nranks > 0 && strcmp(m->ranks_id, j->id) == 0) { /* not a job before's */
+        char node[2 * (GM_ID_NAME_MAX + 1) + 2];
+        head(t, "gradmesh_job_rank_share_samples", "gauge",
+             "Each rank's part of the global batch ([job] shares), on the coordinator.");
+        for (size_t i = 0; i < m->nranks; i++)
+            put(t, "gradmesh_job_rank_share_samples{%s,rank=\"%zu\",node=\"%s\"} %d\n", l, i,
+                esc(node, sizeof(node), m->ranks[i].node), m->ranks[i].samples);
+        head(t, "gradmesh_job_rank_samples_per_second", "gauge",
+             "Each rank's samples per second of its busy time, on the coordinator.");
+        for (size_t i = 0; i < m->nranks; i++)
+            if (m->ranks[i].samples_per_s >= 0)
+                put(t, "gradmesh_job_rank_samples_per_second{%s,rank=\"%zu\",node=\"%s\"} %.3f\n",
+                    l, i, esc(node, sizeof(node), m->ranks[i].node), m->ranks[i].samples_per_s);
     }
 }
 
@@ -543,12 +560,29 @@ void gm_metrics_job_update(struct gm_metrics *m, const struct gm_metrics_job *j)
     pthread_mutex_unlock(&m->mu);
 }
 
+void gm_metrics_job_ranks(struct gm_metrics *m, const char *job_id,
+                          const struct gm_metrics_rank *ranks, size_t n)
+{
+    if (m == NULL)
+        return;
+    n = n < GM_METRICS_RANKS_MAX ? n : GM_METRICS_RANKS_MAX;
+    pthread_mutex_lock(&m->mu);
+    for (size_t i = 0; i < n; i++) {
+        m->ranks[i] = ranks[i];
+        m->ranks[i].node[sizeof(m->ranks[i].node) - 1] = '\0';
+    }
+    m->nranks = n;
+    snprintf(m->ranks_id, sizeof(m->ranks_id), "%s", job_id);
+    pthread_mutex_unlock(&m->mu);
+}
+
 void gm_metrics_job_clear(struct gm_metrics *m)
 {
     if (m == NULL)
         return;
     pthread_mutex_lock(&m->mu);
     m->have_job = 0;
+    m->nranks = 0;
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -558,6 +592,7 @@ void gm_metrics_job_finish(struct gm_metrics *m, const struct gm_metrics_job_fin
         return;
     pthread_mutex_lock(&m->mu);
     m->have_job = 0;
+    m->nranks = 0;
     m->last = *f;
     m->last.id[sizeof(m->last.id) - 1] = '\0';
     m->last.name[sizeof(m->last.name) - 1] = '\0';

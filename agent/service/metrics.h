@@ -14,7 +14,7 @@
  *   loop thread     gm_metrics_start / gm_metrics_stop (joins the HTTP thread),
  *                   gm_metrics_set_cluster, gm_metrics_set_links (every tick),
  *                   gm_metrics_refused (each refusal), gm_metrics_join_accepted
- *   any thread      gm_metrics_job_update / _clear / _finish (the job runtime; the
+ *   any thread      gm_metrics_job_update / _ranks / _clear / _finish (the job runtime; the
  *                   trainer thread may call it directly after each step)
  *   tests           gm_metrics_render
  *
@@ -31,7 +31,9 @@
  *   gradmesh_job_step{job_id,job_name}, gradmesh_job_epoch,
  *   gradmesh_job_step_seconds{job_id,job_name,phase}, gradmesh_job_samples_per_second,
  *   gradmesh_job_loss, gradmesh_job_accuracy_percent, gradmesh_job_bytes_per_step,
- *   gradmesh_job_compression_ratio; after a job ends, until the next one ends:
+ *   gradmesh_job_compression_ratio; on the job's coordinator, each rank's part of the global
+ *   batch and its speed: gradmesh_job_rank_share_samples{job_id,job_name,rank,node},
+ *   gradmesh_job_rank_samples_per_second; after a job ends, until the next one ends:
  *   gradmesh_job_last_{steps,accuracy_percent,loss,wall_seconds}{job_id,job_name}.
  * A value that is not known yet (RTT before the first pong, throughput before a probe,
  * checkpoint age before a checkpoint, term before the election) is left out, not exported
@@ -128,6 +130,22 @@ struct gm_metrics_job_final {
 };
 
 void gm_metrics_job_update(struct gm_metrics *m, const struct gm_metrics_job *j);
+
+#define GM_METRICS_RANKS_MAX 64 /* ranks listed (train/job.h GM_JOB_SHARES_MAX) */
+
+/* One rank of the running job's group, as its coordinator sees it ([job] shares). */
+struct gm_metrics_rank {
+    char node[GM_ID_NAME_MAX + 1];
+    int samples;          /* its part of the global batch */
+    double samples_per_s; /* samples per second of its busy time; < 0: not measured */
+};
+
+/* The running job's group (coordinator): replaces the list with ranks[0..n) (n past
+ * GM_METRICS_RANKS_MAX: the first ones) of job job_id; exported while that job runs, as
+ * gradmesh_job_rank_share_samples and gradmesh_job_rank_samples_per_second
+ * {job_id,job_name,rank,node}.  Cleared with the job's series. */
+void gm_metrics_job_ranks(struct gm_metrics *m, const char *job_id,
+                          const struct gm_metrics_rank *ranks, size_t n);
 /* The running job's series go away (the job ended or failed) */
 void gm_metrics_job_clear(struct gm_metrics *m);
 /* The running job's series go away, and f replaces the last finished job's values. */

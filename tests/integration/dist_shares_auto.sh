@@ -18,7 +18,8 @@
 #   - alpha's `jobs --json` shows the shares of the last group, summing to 128, and the
 #     reason; with a spare, beta is listed with its reason.
 # Live: a second job starts with beta uncapped and caps it at step 60; the coordinator's first
-# change of shares (or spare) after that comes within 30 steps.
+# change of shares (or spare) after that comes within 30 steps.  Before the cap, `doctor`
+# (text and --json) shows the shares auto would choose, every rank's speed fitted.
 # Then the refusals, at submit (exit 78, one clear line): fixed shares naming 3 ranks with 2
 # up; a global batch smaller than the workers with shares = auto; a share that rounds to no
 # sample.  Cleans up its cgroup and agents on any exit.  Needs root (the cgroup): else skip.
@@ -110,6 +111,20 @@ PIDS+=($follow)
 wait_until 60 "the live job" grep -q "^job [0-9a-f]* submitted" "$WORK/live.submit"
 lid=$(sed -n 's/^job \([0-9a-f]*\) submitted.*/\1/p' "$WORK/live.submit")
 wait_until 300 "step 60 of the live job" job_is alpha "$lid" 'j["step"] >= 60'
+# doctor shows the shares auto would choose (the coordinator's own balance of its models)
+doctor_would() {
+    "$GM" doctor --json --config "$WORK/alpha.conf" 2>/dev/null | python3 -c '
+import json, sys
+s = [x for x in json.load(sys.stdin)["shares"] if x["id"] == sys.argv[1]]
+b = s[0]["shares_balanced"] if s else None
+sys.exit(0 if s and s[0]["shares_mode"] == "auto" and isinstance(b, list) and len(b) == 2 and
+         sum(b) == 128 and min(b) >= 1 and all(r["fit_samples_per_s"] > 0 for r in s[0]["shares"]) else 1)' "$lid"
+}
+wait_until 60 "doctor --json showing the shares auto would choose" doctor_would
+"$GM" doctor --config "$WORK/alpha.conf" >"$WORK/doctor.out" 2>&1
+grep -q "^shares of the global batch" "$WORK/doctor.out" && grep -q "auto would choose" "$WORK/doctor.out" ||
+    { cat "$WORK/doctor.out"; fail "doctor does not show the shares auto would choose"; }
+pass "doctor shows the shares auto would choose: $(grep -A4 '^shares of the global batch' "$WORK/doctor.out" | tail -2 | tr -s ' ' | tr '\n' ';')"
 echo 1000 >"$CGB/cpu.cfs_quota_us" || fail "capping beta"
 cap_step=$(step_of alpha "$lid")
 wait "$follow" || { cat "$WORK/live.submit"; fail "the live job's submit"; }

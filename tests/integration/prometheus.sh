@@ -132,7 +132,8 @@ r = json.load(urllib.request.urlopen("'$api'/query?" + q))["data"]["result"]
 sys.exit(0 if r and float(r[0]["value"][1]) > '$t_flood' else 1)'
 pass "held connections and garbage: status answered in < 1 s, scraping recovered"
 
-# --- a distributed job's series, published by the trainer threads -------------------------
+# --- a distributed job's series, published by the trainer threads (and, on the coordinator, each
+# rank's share of the global batch) -------------------------------------------------------
 if have_fashion_mnist; then
     job_ini "$WORK/job.ini" prom-mlp job.epochs=8 model.hidden=32 optim.name=sgd optim.lr=0.05 \
         optim.global_batch=128 comm.codec=fp32
@@ -143,7 +144,8 @@ if have_fashion_mnist; then
 import sys, time, urllib.request
 want = {"compute", "collective", "optimizer"}
 todo, end = set(sys.argv[1:]), time.time() + 30
-while todo and time.time() < end:
+shares = {}  # the coordinator's: each rank's part of the global batch, {rank: samples}
+while (todo or not shares) and time.time() < end:
     for port in sorted(todo):
         try:
             text = urllib.request.urlopen("http://127.0.0.1:%s/metrics" % port, timeout=2).read().decode()
@@ -158,11 +160,22 @@ while todo and time.time() < end:
                 sps = float(line.split()[-1])
             elif line.startswith('gradmesh_job_step{job_id="') and 'job_name="prom-mlp"}' in line:
                 step = int(line.split()[-1])
+            elif line.startswith('gradmesh_job_rank_share_samples{job_id="') and 'job_name="prom-mlp",rank="' in line:
+                rank = int(line.split('rank="')[1].split('"')[0])
+                node = line.split('node="')[1].split('"')[0]
+                if node in ("alpha", "beta"):
+                    shares[rank] = int(line.split()[-1])
+        if shares and (len(shares) != 2 or sum(shares.values()) != 128):
+            shares = {}  # a group forming: read it again
         if seen == want and sps > 0 and step > 0:
             print("ok: :%s step %d, %.0f samples/s" % (port, step, sps))
             todo.discard(port)
     time.sleep(0.02)
-sys.exit(1 if todo else 0)
+if shares:
+    print("ok: the coordinator's ranks' shares %s of 128" % ":".join(str(shares[r]) for r in sorted(shares)))
+else:
+    print("no gradmesh_job_rank_share_samples for both ranks summing to 128")
+sys.exit(1 if todo or not shares else 0)
 PY
     wait "$SUBMIT" || { cat "$WORK/submit.log"; fail "submit --follow exit $?"; }
     curl -fsS "http://127.0.0.1:$MA/metrics" | grep -q '^gradmesh_job_step{' &&

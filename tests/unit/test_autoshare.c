@@ -26,21 +26,22 @@ static void test_balance(void)
     const double crawl[2] = {100000, 1};
     int c[3], sum;
 
-    GM_CHECK_EQ(gm_autoshare_balance(fast_slow, 2, 120, c), 0);
+    GM_CHECK_EQ(gm_autoshare_balance(fast_slow, NULL, 2, 120, c), 0);
     GM_CHECK_EQ(c[0], 100);
     GM_CHECK_EQ(c[1], 20);
     /* balanced: both ranks' compute equally long, and shorter than with equal shares */
-    GM_CHECK_NEAR(gm_autoshare_step_s(fast_slow, 2, c), 100.0 / 14500, 1e-12, 0);
+    GM_CHECK_NEAR(gm_autoshare_step_s(fast_slow, NULL, 2, c), 100.0 / 14500, 1e-12, 0);
     int eq[2] = {60, 60};
-    GM_CHECK(gm_autoshare_step_s(fast_slow, 2, eq) > 2.5 * gm_autoshare_step_s(fast_slow, 2, c));
+    GM_CHECK(gm_autoshare_step_s(fast_slow, NULL, 2, eq) >
+             2.5 * gm_autoshare_step_s(fast_slow, NULL, 2, c));
 
-    GM_CHECK_EQ(gm_autoshare_balance(three, 3, 96, c), 0);
+    GM_CHECK_EQ(gm_autoshare_balance(three, NULL, 3, 96, c), 0);
     GM_CHECK_EQ(c[0], 24);
     GM_CHECK_EQ(c[1], 24);
     GM_CHECK_EQ(c[2], 48);
 
     /* a rank too slow for one sample still takes one, and says so */
-    GM_CHECK_EQ(gm_autoshare_balance(crawl, 2, 64, c), 1);
+    GM_CHECK_EQ(gm_autoshare_balance(crawl, NULL, 2, 64, c), 1);
     GM_CHECK_EQ(c[0], 63);
     GM_CHECK_EQ(c[1], 1);
 
@@ -53,7 +54,7 @@ static void test_balance(void)
             s = s * 6364136223846793005u + 1442695040888963407u;
             sp[r] = 1 + (double)((s >> 33) % 100000);
         }
-        gm_autoshare_balance(sp, 3, g, c);
+        gm_autoshare_balance(sp, NULL, 3, g, c);
         sum = 0;
         for (int r = 0; r < 3; r++) {
             GM_CHECK(c[r] >= 1);
@@ -75,14 +76,15 @@ static void test_decide(void)
     gm_autoshare_group(&a, 0);
     /* within the dwell: nothing, however large the gain */
     for (step = 0; step < GM_AUTOSHARE_DWELL; step++)
-        GM_CHECK_EQ(gm_autoshare_decide(&a, sp, 2, 120, cur, step, out, why, sizeof(why)), 0);
+        GM_CHECK_EQ(gm_autoshare_decide(&a, sp, NULL, 2, 120, cur, step, out, why, sizeof(why)), 0);
     /* a rank not measured yet: nothing */
     const double half[2] = {14500, 0};
-    GM_CHECK_EQ(gm_autoshare_decide(&a, half, 2, 120, cur, step, out, why, sizeof(why)), 0);
+    GM_CHECK_EQ(gm_autoshare_decide(&a, half, NULL, 2, 120, cur, step, out, why, sizeof(why)), 0);
     /* then only after CONFIRM decisions in a row */
     for (k = 1; k < GM_AUTOSHARE_CONFIRM; k++)
-        GM_CHECK_EQ(gm_autoshare_decide(&a, sp, 2, 120, cur, step + k, out, why, sizeof(why)), 0);
-    GM_CHECK_EQ(gm_autoshare_decide(&a, sp, 2, 120, cur, step + k, out, why, sizeof(why)), 1);
+        GM_CHECK_EQ(gm_autoshare_decide(&a, sp, NULL, 2, 120, cur, step + k, out, why, sizeof(why)),
+                    0);
+    GM_CHECK_EQ(gm_autoshare_decide(&a, sp, NULL, 2, 120, cur, step + k, out, why, sizeof(why)), 1);
     GM_CHECK_EQ(out[0], 100);
     GM_CHECK_EQ(out[1], 20);
     GM_CHECK(strstr(why, "balanced") != NULL);
@@ -91,22 +93,26 @@ static void test_decide(void)
      * equal split's step is 5% longer, below GM_AUTOSHARE_HYST) */
     gm_autoshare_group(&a, 0);
     for (k = 0; k < 10 * GM_AUTOSHARE_CONFIRM; k++)
-        GM_CHECK_EQ(gm_autoshare_decide(&a, near, 2, 120, cur, 1000 + k, out, why, sizeof(why)), 0);
+        GM_CHECK_EQ(
+            gm_autoshare_decide(&a, near, NULL, 2, 120, cur, 1000 + k, out, why, sizeof(why)), 0);
     /* an interrupted streak starts again */
     gm_autoshare_group(&a, 0);
     for (k = 1; k < GM_AUTOSHARE_CONFIRM; k++)
-        GM_CHECK_EQ(gm_autoshare_decide(&a, sp, 2, 120, cur, 1000 + k, out, why, sizeof(why)), 0);
-    GM_CHECK_EQ(gm_autoshare_decide(&a, near, 2, 120, cur, 2000, out, why, sizeof(why)), 0);
+        GM_CHECK_EQ(gm_autoshare_decide(&a, sp, NULL, 2, 120, cur, 1000 + k, out, why, sizeof(why)),
+                    0);
+    GM_CHECK_EQ(gm_autoshare_decide(&a, near, NULL, 2, 120, cur, 2000, out, why, sizeof(why)), 0);
     for (k = 1; k < GM_AUTOSHARE_CONFIRM; k++)
-        GM_CHECK_EQ(gm_autoshare_decide(&a, sp, 2, 120, cur, 2000 + k, out, why, sizeof(why)), 0);
-    GM_CHECK_EQ(gm_autoshare_decide(&a, sp, 2, 120, cur, 2000 + k, out, why, sizeof(why)), 1);
+        GM_CHECK_EQ(gm_autoshare_decide(&a, sp, NULL, 2, 120, cur, 2000 + k, out, why, sizeof(why)),
+                    0);
+    GM_CHECK_EQ(gm_autoshare_decide(&a, sp, NULL, 2, 120, cur, 2000 + k, out, why, sizeof(why)), 1);
     /* the running shares already balanced: stay */
     int bal[2] = {100, 20};
     gm_autoshare_group(&a, 0);
     for (k = 0; k < 10 * GM_AUTOSHARE_CONFIRM; k++)
-        GM_CHECK_EQ(gm_autoshare_decide(&a, sp, 2, 120, bal, 1000 + k, out, why, sizeof(why)), 0);
+        GM_CHECK_EQ(gm_autoshare_decide(&a, sp, NULL, 2, 120, bal, 1000 + k, out, why, sizeof(why)),
+                    0);
     /* a global batch smaller than the world: never */
-    GM_CHECK_EQ(gm_autoshare_decide(&a, sp, 2, 1, cur, 5000, out, why, sizeof(why)), 0);
+    GM_CHECK_EQ(gm_autoshare_decide(&a, sp, NULL, 2, 1, cur, 5000, out, why, sizeof(why)), 0);
 }
 
 static void test_wire(void)
@@ -244,6 +250,181 @@ static void test_spare(void)
         GM_CHECK_EQ(gm_autoshare_spare(&a, sp2, o2, 2, c2, 200 + k, why, sizeof(why)), -1);
 }
 
+/* True busy time of a synthetic rank: n / s + o. */
+static double truth(const double *s, const double *o, int r, int n)
+{
+    return n / s[r] + o[r];
+}
+
+/* The fit of busy = n / s + o against the proportional rule, on synthetic ranks whose slow one
+ * pays a fixed cost per step (a fifth of a core: its 5 ms of per-step work take 5 ms whatever
+ * its share).  The proportional rule, from the equal split's times, leaves the slow rank
+ * measurably longer than the fast; the fit, from two shares' times, finds s and o exactly and
+ * balances the step. */
+static void test_fit(void)
+{
+    const double s[2] = {14500, 2900}, o[2] = {0.002, 0.005};
+    struct gm_autoshare_hist h[2] = {{0}};
+    double sps[2], over[2], prop[2];
+    int eq[2] = {64, 64}, pc[2], fc[2];
+
+    /* one share seen: the proportional rule */
+    for (int r = 0; r < 2; r++) {
+        gm_autoshare_hist_add(&h[r], eq[r], truth(s, o, r, eq[r]));
+        GM_CHECK_EQ(gm_autoshare_fit(&h[r], &sps[r], &over[r]), 1);
+        GM_CHECK_NEAR(sps[r], eq[r] / truth(s, o, r, eq[r]), 1e-9, 0);
+        GM_CHECK_EQ(over[r], 0.0);
+        prop[r] = sps[r];
+    }
+    gm_autoshare_balance(prop, NULL, 2, 128, pc);
+    GM_CHECK_EQ(pc[0] + pc[1], 128);
+    /* the proportional shares, run: the slow rank is still the longer by far */
+    double pa = truth(s, o, 0, pc[0]), pb = truth(s, o, 1, pc[1]);
+    GM_CHECK(pb > 1.3 * pa);
+    /* their times are the second point: the fit is exact */
+    for (int r = 0; r < 2; r++) {
+        gm_autoshare_hist_add(&h[r], pc[r], truth(s, o, r, pc[r]));
+        GM_CHECK_EQ(gm_autoshare_fit(&h[r], &sps[r], &over[r]), 2);
+        GM_CHECK_NEAR(sps[r], s[r], 1e-6, 0);
+        GM_CHECK_NEAR(over[r], o[r], 1e-6, 1e-12);
+    }
+    gm_autoshare_balance(sps, over, 2, 128, fc);
+    GM_CHECK_EQ(fc[0] + fc[1], 128);
+    double fa = truth(s, o, 0, fc[0]), fb = truth(s, o, 1, fc[1]);
+    /* balanced to within a sample of the slow rank, and the best split there is */
+    GM_CHECK(fabs(fa - fb) <= 1 / s[1]);
+    double best = INFINITY;
+    for (int n = 1; n < 128; n++) {
+        double t = fmax(truth(s, o, 0, n), truth(s, o, 1, 128 - n));
+        best = t < best ? t : best;
+    }
+    GM_CHECK_NEAR(fmax(fa, fb), best, 1e-12, 0);
+    GM_CHECK_NEAR(gm_autoshare_step_s(sps, over, 2, fc), best, 1e-9, 0);
+    /* and the proportional rule, again from the new shares' times, still under-corrects */
+    for (int r = 0; r < 2; r++)
+        prop[r] = pc[r] / truth(s, o, r, pc[r]);
+    gm_autoshare_balance(prop, NULL, 2, 128, eq);
+    GM_CHECK(fmax(truth(s, o, 0, eq[0]), truth(s, o, 1, eq[1])) > 1.1 * best);
+    /* the decision takes the fitted shares from the proportional ones at once */
+    struct gm_autoshare a = {0};
+    int out[2], k;
+    char why[320];
+    gm_autoshare_group(&a, 0);
+    for (k = 1; k < GM_AUTOSHARE_CONFIRM; k++)
+        GM_CHECK_EQ(gm_autoshare_decide(&a, sps, over, 2, 128, pc, 100 + k, out, why, sizeof(why)),
+                    0);
+    GM_CHECK_EQ(gm_autoshare_decide(&a, sps, over, 2, 128, pc, 100 + k, out, why, sizeof(why)), 1);
+    GM_CHECK(out[0] == fc[0] && out[1] == fc[1]);
+    /* running balanced: it stays */
+    gm_autoshare_group(&a, 0);
+    for (k = 0; k < 10 * GM_AUTOSHARE_CONFIRM; k++)
+        GM_CHECK_EQ(gm_autoshare_decide(&a, sps, over, 2, 128, fc, 100 + k, out, why, sizeof(why)),
+                    0);
+    /* and at the balanced shares, the proportional rule agrees: no swing back once the fit is
+     * gone (every busy time equal: speeds in proportion to the shares) */
+    for (int r = 0; r < 2; r++)
+        prop[r] = fc[r] / fmax(fa, fb);
+    gm_autoshare_balance(prop, NULL, 2, 128, eq);
+    GM_CHECK(abs(eq[0] - fc[0]) <= 1);
+}
+
+/* The history: one point per share (the newest kept), at most GM_AUTOSHARE_POINTS; a line
+ * that makes no sense falls back to the proportional rule; a share whose time moved past
+ * GM_AUTOSHARE_MOVED drops the others (the machine changed speed). */
+static void test_hist(void)
+{
+    struct gm_autoshare_hist h = {0};
+    double sps, over;
+
+    GM_CHECK_EQ(gm_autoshare_fit(&h, &sps, &over), 0);
+    GM_CHECK_EQ(sps, 0.0);
+    gm_autoshare_hist_add(&h, 0, 0.01); /* ignored */
+    gm_autoshare_hist_add(&h, 10, -1);  /* ignored */
+    gm_autoshare_hist_add(&h, 10, NAN); /* ignored */
+    GM_CHECK_EQ(h.npts, 0);
+    for (int n = 10; n <= 60; n += 10) /* busy = n / 1000 + 2 ms */
+        gm_autoshare_hist_add(&h, n, n / 1000.0 + 0.002);
+    GM_CHECK_EQ(h.npts, GM_AUTOSHARE_POINTS);
+    GM_CHECK_EQ(h.n[0], 60 - 10 * (GM_AUTOSHARE_POINTS - 1)); /* the oldest went */
+    GM_CHECK_EQ(h.n[GM_AUTOSHARE_POINTS - 1], 60);
+    GM_CHECK_EQ(gm_autoshare_fit(&h, &sps, &over), 2);
+    GM_CHECK_NEAR(sps, 1000, 1e-6, 0);
+    GM_CHECK_NEAR(over, 0.002, 1e-9, 0);
+    /* the same share again while it settles (a group's first averages carry its slow first
+     * steps): however far off, the reference follows, no drop */
+    gm_autoshare_hist_add(&h, 40, 0.042 * 3);
+    for (int k = 3; k < GM_AUTOSHARE_SETTLE; k++) /* the 1st was the loop's, 3x the 2nd */
+        gm_autoshare_hist_add(&h, 40, 0.042 * 1.5);
+    gm_autoshare_hist_add(&h, 40, 0.042); /* the SETTLE-th: the reference */
+    GM_CHECK_EQ(h.npts, GM_AUTOSHARE_POINTS);
+    GM_CHECK_EQ(h.n[GM_AUTOSHARE_POINTS - 1], 40);
+    GM_CHECK_EQ(h.ref_s[GM_AUTOSHARE_POINTS - 1], 0.042);
+    GM_CHECK_EQ(gm_autoshare_fit(&h, &sps, &over), 2);
+    GM_CHECK_NEAR(sps, 1000, 1e-6, 0);
+    /* settled, a little slower (noise): kept as the newest, no drop */
+    gm_autoshare_hist_add(&h, 40, 0.042 * 1.2);
+    GM_CHECK_EQ(h.npts, GM_AUTOSHARE_POINTS);
+    GM_CHECK_EQ(h.n[GM_AUTOSHARE_POINTS - 1], 40);
+    GM_CHECK_EQ(h.ref_s[GM_AUTOSHARE_POINTS - 1], 0.042);
+    GM_CHECK_EQ(h.n[0], 30); /* the others kept, in order */
+    /* much slower at the same share: the others are stale */
+    gm_autoshare_hist_add(&h, 40, 0.042 * 2);
+    GM_CHECK_EQ(h.npts, 1);
+    GM_CHECK_EQ(gm_autoshare_fit(&h, &sps, &over), 1);
+    GM_CHECK_NEAR(sps, 40 / 0.084, 1e-9, 0);
+    /* busy falling as the share grows: no line, the proportional rule at the newest */
+    gm_autoshare_hist_add(&h, 80, 0.050);
+    GM_CHECK_EQ(gm_autoshare_fit(&h, &sps, &over), 1);
+    GM_CHECK_NEAR(sps, 80 / 0.050, 1e-9, 0);
+    GM_CHECK_EQ(over, 0.0);
+    /* two shares too close for a line (60 and 55: less than GM_AUTOSHARE_SPREAD apart) */
+    struct gm_autoshare_hist near = {0};
+    gm_autoshare_hist_add(&near, 60, 0.062);
+    gm_autoshare_hist_add(&near, 55, 0.057);
+    GM_CHECK_EQ(gm_autoshare_fit(&near, &sps, &over), 1);
+    GM_CHECK_NEAR(sps, 55 / 0.057, 1e-9, 0);
+    gm_autoshare_hist_add(&near, 40, 0.042); /* a third, far enough: the line, 1000/s + 2 ms */
+    GM_CHECK_EQ(gm_autoshare_fit(&near, &sps, &over), 2);
+    GM_CHECK_NEAR(sps, 1000, 1e-6, 0);
+    GM_CHECK_NEAR(over, 0.002, 1e-9, 0);
+    /* a line with a negative overhead: the proportional rule too */
+    struct gm_autoshare_hist neg = {0};
+    gm_autoshare_hist_add(&neg, 10, 0.005);
+    gm_autoshare_hist_add(&neg, 20, 0.020);
+    GM_CHECK_EQ(gm_autoshare_fit(&neg, &sps, &over), 1);
+    GM_CHECK_NEAR(sps, 20 / 0.020, 1e-9, 0);
+}
+
+/* The fitted split is the best whole-sample split (min over all splits of the longest busy
+ * time), for three ranks of assorted speeds and overheads, one of them too slow to carry more
+ * than its one sample. */
+static void test_balance_fit(void)
+{
+    const double s[3] = {9000, 4000, 700}, o[3] = {0.001, 0.004, 0.02};
+    const double s2[3] = {5000, 5000, 1000}, o2[3] = {0.0005, 0.0005, 0.001};
+    const double *ss[2] = {s, s2}, *oo[2] = {o, o2};
+
+    for (int v = 0; v < 2; v++)
+        for (int g = 3; g <= 90; g += 7) {
+            int c[3];
+            double best = INFINITY;
+            int tiny = gm_autoshare_balance(ss[v], oo[v], 3, g, c);
+            GM_CHECK_EQ(c[0] + c[1] + c[2], g);
+            GM_CHECK(c[0] >= 1 && c[1] >= 1 && c[2] >= 1);
+            for (int a = 1; a <= g - 2; a++)
+                for (int b = 1; a + b <= g - 1; b++) {
+                    int n[3] = {a, b, g - a - b};
+                    double t = 0;
+                    for (int r = 0; r < 3; r++)
+                        t = fmax(t, truth(ss[v], oo[v], r, n[r]));
+                    best = t < best ? t : best;
+                }
+            GM_CHECK_NEAR(gm_autoshare_step_s(ss[v], oo[v], 3, c), best, 1e-12, 0);
+            if (v == 0 && g <= 10)
+                GM_CHECK(tiny >= 1); /* rank 2's 20 ms alone outlast the others' whole step */
+        }
+}
+
 int main(void)
 {
     GM_TEST_RUN(test_balance);
@@ -251,5 +432,8 @@ int main(void)
     GM_TEST_RUN(test_wire);
     GM_TEST_RUN(test_speeds);
     GM_TEST_RUN(test_spare);
+    GM_TEST_RUN(test_fit);
+    GM_TEST_RUN(test_hist);
+    GM_TEST_RUN(test_balance_fit);
     return gm_test_finish("test_autoshare");
 }

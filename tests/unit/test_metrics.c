@@ -154,10 +154,35 @@ static void test_serve(void)
                     "gradmesh_job_compression_ratio{job_id=\"j-1234\",job_name=\"fm\\\"nist\"} "
                     "2.0000\n") != NULL);
     GM_CHECK(strstr(buf, "gradmesh_job_last_") == NULL); /* no job has ended yet */
+    GM_CHECK(strstr(buf, "gradmesh_job_rank_") == NULL);  /* no group published */
+
+    /* the coordinator's group: each rank's share and speed (left out where not measured); a
+     * list of another job is not this one's */
+    {
+        const struct gm_metrics_rank rk[2] = {{"alpha", 100, 14500.25}, {"be\"ta", 28, -1}};
+        gm_metrics_job_ranks(m, "j-other", rk, 2);
+        http(gm_metrics_address(m), "GET /metrics HTTP/1.0\r\n\r\n", buf, sizeof(buf));
+        GM_CHECK(strstr(buf, "gradmesh_job_rank_") == NULL);
+        gm_metrics_job_ranks(m, "j-1234", rk, 2);
+    }
+    http(gm_metrics_address(m), "GET /metrics HTTP/1.0\r\n\r\n", buf, sizeof(buf));
+    GM_CHECK(strstr(buf, "gradmesh_job_rank_share_samples{job_id=\"j-1234\",job_name=\"fm\\\"nist\","
+                         "rank=\"0\",node=\"alpha\"} 100\n") != NULL);
+    GM_CHECK(strstr(buf, "gradmesh_job_rank_share_samples{job_id=\"j-1234\",job_name=\"fm\\\"nist\","
+                         "rank=\"1\",node=\"be\\\"ta\"} 28\n") != NULL);
+    GM_CHECK(strstr(buf, "gradmesh_job_rank_samples_per_second{job_id=\"j-1234\",job_name=\"fm\\\"nist\","
+                         "rank=\"0\",node=\"alpha\"} 14500.250\n") != NULL);
+    GM_CHECK(strstr(buf, "gradmesh_job_rank_samples_per_second{job_id=\"j-1234\",job_name=\"fm\\\"nist\","
+                         "rank=\"1\"") == NULL);
 
     gm_metrics_job_clear(m);
     http(gm_metrics_address(m), "GET /metrics HTTP/1.0\r\n\r\n", buf, sizeof(buf));
     GM_CHECK(strstr(buf, "gradmesh_job_step") == NULL);
+    GM_CHECK(strstr(buf, "gradmesh_job_rank_") == NULL);
+    gm_metrics_job_update(m, &j); /* the same job again: the list went with the clear */
+    http(gm_metrics_address(m), "GET /metrics HTTP/1.0\r\n\r\n", buf, sizeof(buf));
+    GM_CHECK(strstr(buf, "gradmesh_job_rank_") == NULL);
+    gm_metrics_job_clear(m);
     GM_CHECK(strstr(buf, "gradmesh_up{") != NULL);
 
     /* a job that ends: its running series go, its final values stay until the next one ends */
