@@ -68,7 +68,7 @@ t_last=$(date +%s.%N)
 echo "load at the last start: $(uptime)"
 # each time is taken at the start of the round that first saw it (a round of 32 CLI calls
 # takes a while on a loaded machine)
-t_linked= t_chief=
+t_linked='' t_chief=''
 while :; do
     now=$(date +%s.%N)
     read -r linked chief < <(poll_round)
@@ -101,7 +101,7 @@ timeout 90 "$GM" submit "$WORK/job.ini" --follow --config "$WORK/a16.conf" >"$WO
     { cat "$WORK/submit.out"; fail "submit --follow"; }
 id=$(sed -n 's/^job \([0-9a-f]*\) submitted.*/\1/p' "$WORK/submit.out")
 [ -n "$id" ] || { cat "$WORK/submit.out"; fail "no job id in submit's output"; }
-[ "$(job_get a16 "$id" 'j["state"]')" = done ] || fail "job $id not done on a16"
+[ "$(job_get a16 "$id" 'j["state"]')" = "done" ] || fail "job $id not done on a16"
 [ "$(job_get a16 "$id" 'j["summary"]["steps"]')" = 31 ] || fail "job $id: not 31 steps"
 hashes=$(for n in "${names[@]}"; do final_hash "$n" "$id"; done)
 [ "$(wc -l <<<"$hashes")" = "$N" ] || fail "$(grep -c . <<<"$hashes") final hashes of $N ranks"
