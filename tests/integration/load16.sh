@@ -46,14 +46,18 @@ poll_round() {
     python3 - "$WORK" $((N - 1)) "${names[@]}" <<'PY'
 import json, sys
 work, want, names = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
-linked, chiefs = 0, set()
+linked, chiefs, detail = 0, set(), []
 for n in names:
     try:
         st = json.load(open("%s/st.%s" % (work, n)))
-        linked += sum(m["state"] == "up" for m in st["members"]) == want
-        chiefs.add(json.load(open("%s/mb.%s" % (work, n)))["chief"])
+        up = sum(m["state"] == "up" for m in st["members"])
+        linked += up == want
+        chief = json.load(open("%s/mb.%s" % (work, n)))["chief"]
     except (ValueError, KeyError):
-        chiefs.add(None)
+        up, chief = "?", None
+    chiefs.add(chief)
+    detail.append("%s:%s up,chief=%s" % (n, up, chief))
+open("%s/poll.detail" % work, "w").write(" ".join(detail) + "\n")
 print(linked, chiefs.pop() if len(chiefs) == 1 and None not in chiefs else "-")
 PY
 }
@@ -79,7 +83,7 @@ while :; do
     [ -n "$t_chief" ] || [ "$chief" = - ] || t_chief=$since
     [ "$linked" = "$N" ] && [ "$chief" != - ] && break
     python3 -c "import sys; sys.exit(0 if $since < 6 * $BAR else 1)" ||
-        fail "after $((6 * BAR)) s, $linked of $N agents linked to all others, chief '$chief'"
+        fail "after $((6 * BAR)) s, $linked of $N agents linked to all others, chief '$chief'; each: $(cat "$WORK/poll.detail"); not running: $(for n in "${names[@]}"; do p=PID_$n; kill -0 "${!p}" 2>/dev/null || echo -n "$n "; done)"
     sleep 0.2
 done
 formed=$since
