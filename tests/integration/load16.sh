@@ -21,6 +21,26 @@ cd "$(dirname "$0")/../.." || exit 1
 
 need_fashion_mnist
 BAR=30
+
+# free_port (lib.bash's, redefined for make_cluster): a free port below the kernel's ephemeral
+# range.  The 16 ports are picked at join, then listened on 10-40 s later; a port from the
+# ephemeral range can meanwhile become the local end of any outgoing connection on this host
+# (120 links here, other tests' agents), and the agent that wanted it exits with "address
+# already in use".
+free_port() {
+    python3 -c '
+import random, socket
+lo = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+for _ in range(200):
+    p = random.randrange(max(1024, lo - 12000), lo)
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", p))
+    except OSError:
+        continue
+    print(p)
+    break'
+}
 N=16
 
 python3 tests/integration/dist_tools.py subset "$DATA" "$WORK/data" 2000 500 || fail "making the data subset"
