@@ -82,7 +82,7 @@ while [ $((SECONDS - t0)) -lt "$DURATION" ]; do
         optim.global_batch=64 comm.codec=fp32
     out=$(timeout 300 "$GM" submit "$WORK/job.ini" --follow --config "$WORK/a1.conf" 2>&1)
     id=$(sed -n 's/^job \([0-9a-f]*\) submitted.*/\1/p' <<<"$out")
-    if [ -n "$id" ] && [ "$(job_get a1 "$id" 'j["state"]' 2>/dev/null)" = done ]; then
+    if [ -n "$id" ] && [ "$(job_get a1 "$id" 'j["state"]' 2>/dev/null)" = "done" ]; then
         jobs_ok=$((jobs_ok + 1)); echo "$id" >>"$WORK/jobs.done"
     else
         jobs_failed=$((jobs_failed + 1))
