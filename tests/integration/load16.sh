@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# tests/integration/load16.sh - issue 23 "Load": 16 agents on loopback join one cluster, link
+# to each other, elect one chief and run a small job.
+#
+# a01 is initialised and started; a02..a16 join through it (a token each); a01 stops, and
+# then all 16 agents are started at once: 16 start-ups, 120 TLS links and their probes, and
+# the raft's voters added as the links come up, all at the same time.  From the moment the last agent is started, the test polls every
+# agent until each lists the other 15 up and all 16 name the same chief, and prints that time.
+# The bar (issue 23) is 30 s.  On a loaded machine (1-minute load average above the number of
+# CPUs) the test asserts only 3x the bar and says so: with 16 agents' TLS handshakes and
+# link probes sharing two cores with other work, the time measures the machine as much as the
+# agent.  Then the job: an MLP (hidden 16) on a 2000/500 subset of Fashion-MNIST, Adam, global
+# batch 64 (4 samples a rank), one epoch = 31 steps, submitted on a16; it must end done on the
+# submitter, every one of the 16 ranks must log the same final parameters
+# (event=job-final-hash), and no term may have had two chiefs.  Every agent runs with
+# --metrics off (set by init/join in lib.bash's make_cluster).  Cleans up its agents and
+# directory on any exit (lib.bash).
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit 1
+. tests/integration/lib.bash
+
+need_fashion_mnist
+BAR=30
+
+# free_port (lib.bash's, redefined for make_cluster): a free port below the kernel's ephemeral
+# range.  The 16 ports are picked at join, then listened on 10-40 s later; a port from the
+# ephemeral range can meanwhile become the local end of any outgoing connection on this host
+# (120 links here, other tests' agents), and the agent that wanted it exits with "address
+# already in use".
+free_port() {
+    python3 -c '
+import random, socket
+lo = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+for _ in range(200):
+    p = random.randrange(max(1024, lo - 12000), lo)
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", p))
+    except OSError:
+        continue
+    print(p)
+    break'
+}
+N=16
+
+python3 tests/integration/dist_tools.py subset "$DATA" "$WORK/data" 2000 500 || fail "making the data subset"
+names=()
+for i in $(seq "$N"); do names+=("$(printf 'a%02d' "$i")"); done
+t=$SECONDS
+make_cluster load16 "${names[@]}"
+echo "init + $((N - 1)) joins: $((SECONDS - t)) s"
+# a01 stops, so that all 16 agents start together (the raft's voters are added as their links
+# come up: at this point a01 is its only one)
+kill "$PID_a01"; wait "$PID_a01" || fail "a01 exited $? on SIGTERM"
+PIDS=()
+
+# poll_round: one round of status and members --json on every agent; prints "L C": L the
+# number of agents that list all N-1 others up, C the chief all N name ("-" when they do not
+# all name one).
+poll_round() {
+    local n
+    for n in "${names[@]}"; do
+        "$GM" status --json --config "$WORK/$n.conf" >"$WORK/st.$n" 2>/dev/null || : >"$WORK/st.$n"
+        "$GM" members --json --config "$WORK/$n.conf" >"$WORK/mb.$n" 2>/dev/null || : >"$WORK/mb.$n"
+    done
+    python3 - "$WORK" $((N - 1)) "${names[@]}" <<'PY'
+import json, sys
+work, want, names = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+linked, chiefs, detail = 0, set(), []
+for n in names:
+    try:
+        st = json.load(open("%s/st.%s" % (work, n)))
+        up = sum(m["state"] == "up" for m in st["members"])
+        linked += up == want
+        chief = json.load(open("%s/mb.%s" % (work, n)))["chief"]
+    except (ValueError, KeyError):
+        up, chief = "?", None
+    chiefs.add(chief)
+    detail.append("%s:%s up,chief=%s" % (n, up, chief))
+open("%s/poll.detail" % work, "w").write(" ".join(detail) + "\n")
+print(linked, chiefs.pop() if len(chiefs) == 1 and None not in chiefs else "-")
+PY
+}
+
+# the 16 agents, started at once (no wait between them)
+for n in "${names[@]}"; do
+    "$GM" agent --config "$WORK/$n.conf" 2>>"$WORK/$n.log" &
+    PIDS+=($!)
+    eval "PID_$n=$!"
+done
+t_last=$(date +%s.%N)
+echo "load at the last start: $(uptime)"
+# each time is the end of the round that first saw it: an upper bound, late by up to one round
+# (32 CLI calls and a Python, which take a while on a loaded machine: the longest is printed)
+t_linked='' t_chief='' round_max=0
+while :; do
+    t0=$(date +%s.%N)
+    read -r linked chief < <(poll_round)
+    now=$(date +%s.%N)
+    since=$(python3 -c "print('%.1f' % ($now - $t_last))")
+    round_max=$(python3 -c "print('%.1f' % max($round_max, $now - $t0))")
+    [ -n "$t_linked" ] || [ "$linked" != "$N" ] || t_linked=$since
+    [ -n "$t_chief" ] || [ "$chief" = - ] || t_chief=$since
+    [ "$linked" = "$N" ] && [ "$chief" != - ] && break
+    python3 -c "import sys; sys.exit(0 if $since < 6 * $BAR else 1)" ||
+        fail "after $((6 * BAR)) s, $linked of $N agents linked to all others, chief '$chief'; each: $(cat "$WORK/poll.detail"); not running: $(for n in "${names[@]}"; do p=PID_$n; kill -0 "${!p}" 2>/dev/null || echo -n "$n "; done)"
+    sleep 0.2
+done
+formed=$since
+ncpu=$(nproc)
+load1=$(cut -d' ' -f1 /proc/loadavg)
+echo "from the last start: all $N agree on chief $chief at ${t_chief} s; all $N linked ($((N - 1)) up each) at ${t_linked} s; both: $formed s (bar: $BAR s, issue 23; a poll round took up to $round_max s)"
+echo "load after: $(uptime)"
+if python3 -c "import sys; sys.exit(0 if $load1 > $ncpu else 1)"; then
+    limit=$((3 * BAR))
+    echo "note: this machine is loaded (1-min load $load1 > $ncpu CPUs): asserting only ${limit} s; the bar is $BAR s"
+else
+    limit=$BAR
+fi
+python3 -c "import sys; sys.exit(0 if $formed <= $limit else 1)" ||
+    fail "formed in $formed s, over $limit s (bar $BAR s, load $load1)"
+pass "16 agents linked and chief $chief elected $formed s after the last start (limit $limit s)"
+
+job_ini "$WORK/job.ini" load16 model.hidden=16 data.dir="$WORK/data" optim.global_batch=64 comm.codec=fp32
+t=$SECONDS
+timeout 90 "$GM" submit "$WORK/job.ini" --follow --config "$WORK/a16.conf" >"$WORK/submit.out" 2>&1 ||
+    { cat "$WORK/submit.out"; fail "submit --follow"; }
+id=$(sed -n 's/^job \([0-9a-f]*\) submitted.*/\1/p' "$WORK/submit.out")
+[ -n "$id" ] || { cat "$WORK/submit.out"; fail "no job id in submit's output"; }
+[ "$(job_get a16 "$id" 'j["state"]')" = "done" ] || fail "job $id not done on a16"
+[ "$(job_get a16 "$id" 'j["summary"]["steps"]')" = 31 ] || fail "job $id: not 31 steps"
+hashes=$(for n in "${names[@]}"; do final_hash "$n" "$id"; done)
+[ "$(wc -l <<<"$hashes")" = "$N" ] || fail "$(grep -c . <<<"$hashes") final hashes of $N ranks"
+[ "$(sort -u <<<"$hashes" | wc -l)" = 1 ] || fail "the ranks' final parameters differ: $hashes"
+pass "job $id done in $((SECONDS - t)) s: 31 steps on $N ranks, one final parameter hash, accuracy $(job_get a16 "$id" 'j["summary"]["test_accuracy"]')%"
+check_one_chief_per_term
+stop_agents
