@@ -198,6 +198,9 @@ rc=$?
     fail "leave on the chief: exit $rc $(cat "$WORK/leave-chief.err")"
 [ -e "$WORK/alpha/node.key" ] || fail "a refused leave removed the identity"
 mkdir -p "$WORK/gamma/checkpoints/0123456789abcdef"
+# gamma asks the chief, which it knows once the chief has added it to the raft configuration
+gamma_knows_chief() { [ "$(chief_of gamma)" = alpha ]; }
+wait_until 60 "gamma to know its chief" gamma_knows_chief
 "$GM" leave --config "$WORK/gamma.conf" >"$WORK/leave.out" 2>"$WORK/leave.err" || fail "leave: $(cat "$WORK/leave.err")"
 grep -qx "node gamma left cluster lab: revoked by the chief, its agent stopped, its identity and $WORK/gamma.conf removed" "$WORK/leave.out" &&
     grep -qx "checkpoints kept in $WORK/gamma/checkpoints (and job outputs in $WORK/gamma/jobs)" "$WORK/leave.out" ||
