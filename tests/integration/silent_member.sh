@@ -19,36 +19,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 . tests/integration/lib.bash
-
-need_fashion_mnist
-STEPS=624
-FREEZE_STEP=${FREEZE_STEP:-60}
-FREEZE_S=${FREEZE_S:-10}
-DETECT_MAX_S=${DETECT_MAX_S:-10}
-JOB_TIMEOUT=${JOB_TIMEOUT:-600}
-
-# a frozen agent ignores SIGTERM until it runs again: resume every agent before lib's cleanup
-trap 'for p in "${PIDS[@]}"; do kill -CONT "$p" 2>/dev/null; done; cleanup' EXIT
-
-job_ini "$WORK/job.ini" silent job.model=lenet5 job.epochs=2 job.log_every=20 optim.global_batch=192 \
-    schedule.kind=cosine comm.codec=fp32
-make_cluster cl alpha beta gamma delta
-start_agent beta
-start_agent gamma
-start_agent delta
-for n in alpha beta gamma delta; do wait_for "$n's links" links_up $n 3; done
-wait_until 60 "alpha to be chief" chief_is alpha alpha
-pass "four agents linked, alpha is chief"
-
-LINES0=$(wc -l <"$WORK/alpha.log")
-"$GM" submit "$WORK/job.ini" --config "$WORK/alpha.conf" >"$WORK/run.submit" 2>&1 ||
-    fail "submit: $(cat "$WORK/run.submit")"
-ID=$(sed -n 's/^job \([0-9a-f]*\) submitted.*/\1/p' "$WORK/run.submit")
-[ -n "$ID" ] || fail "no job id in: $(cat "$WORK/run.submit")"
-since() { tail -n +"$((LINES0 + 1))" "$WORK/alpha.log"; }
-at_step() { since | awk -v k="$1" '/event=train step=/ { split($2, a, "="); if (a[2] + 0 >= k) { print a[2]; exit } }'; }
-reached() { [ -n "$(at_step "$FREEZE_STEP")" ]; }
-wait_until "$JOB_TIMEOUT" "step $FREEZE_STEP on alpha" reached
+. tests/integration/silent.bash
+silent_start silent
 # world 4 first: the freeze must hit a running 4-rank group
 grep -q "event=group generation=[0-9]* rank=[0-9] world=4" "$WORK/delta.log" || fail "delta never trained at world 4"
 kill -STOP "$PID_delta" || fail "SIGSTOP delta"
