@@ -29,7 +29,8 @@ ea = EventAccumulator(logdir, size_guidance={"scalars": 0})  # 0: keep every eve
 ea.Reload()
 tags = set(ea.Tags()["scalars"])
 step_tags = {"train/loss", "train/learning_rate", "train/samples_per_s",
-             "step_time/compute_s", "step_time/collective_s", "step_time/optimizer_s"}
+             "step_time/compute_s", "step_time/collective_s", "step_time/optimizer_s",
+             "shares/samples"}
 eval_tags = {"test/accuracy_percent", "test/loss", "train/epoch_loss", "train/epoch_samples_per_s"}
 sum_tags = {"summary/test_accuracy_percent", "summary/test_loss", "summary/train_loss",
             "summary/samples_per_s", "summary/wall_s", "summary/bytes_sent"}
@@ -54,6 +55,10 @@ for t in sum_tags:
 
 def last(t):
     return ea.Scalars(t)[-1].value
+
+# alone, the one rank's share of every step is the whole batch ([optim] batch = 128)
+shares = {e.value for e in ea.Scalars("shares/samples")}
+assert shares == {128.0}, "shares/samples: %s" % sorted(shares)
 
 def same(a, b, what):
     f = float(__import__("numpy").float32(b))  # the file holds float32
