@@ -162,6 +162,22 @@ enum gm_chief_role gm_chief_role_of(struct gm_agent *a, const char *node)
     return m != NULL ? m->role : GM_CHIEF_ROLE_VOTER;
 }
 
+/* The voters in raft's configuration, and those this node is one of or has an up link to. */
+static void voters_up(struct gm_chief *ch, unsigned *voters, unsigned *up)
+{
+    const struct raft_configuration *c = &ch->raft.configuration;
+
+    *voters = 0;
+    *up = 0;
+    for (unsigned i = 0; i < c->n; i++) {
+        if (c->servers[i].role != RAFT_VOTER)
+            continue;
+        (*voters)++;
+        *up += c->servers[i].id == ch->raft.id ||
+               gm_agent_up_link(ch->a, c->servers[i].address) != NULL;
+    }
+}
+
 /* Why there is no chief, from this node's view ("" when there is one). */
 static void no_chief_reason(struct gm_chief *ch, char *out, size_t cap)
 {
@@ -184,13 +200,7 @@ static void no_chief_reason(struct gm_chief *ch, char *out, size_t cap)
                  "to add it");
         return;
     }
-    for (unsigned i = 0; i < c->n; i++) {
-        if (c->servers[i].role != RAFT_VOTER)
-            continue;
-        voters++;
-        up += c->servers[i].id == ch->raft.id ||
-              gm_agent_up_link(ch->a, c->servers[i].address) != NULL;
-    }
+    voters_up(ch, &voters, &up);
     if (2 * up <= voters)
         snprintf(out, cap, "no majority: %u of %u voters reachable (%u needed); training pauses",
                  up, voters, voters / 2 + 1);
@@ -205,11 +215,27 @@ int gm_chief_coordinator(struct gm_agent *a, char out[GM_CHIEF_NAME_MAX + 1], ui
                          char *why, size_t cap)
 {
     int err = gm_chief_leader(a, out, term);
+    unsigned voters, up;
 
     why[0] = '\0';
-    if (err != 0)
+    if (err != 0) {
         no_chief_reason(a->chief, why, cap);
-    return err;
+        return err;
+    }
+    /* Raft's leader that links show cut off from a majority (a silent link closes within
+     * seconds, raft's own step-down can come later): no coordinator, so no group of its own
+     * trains in the minority while the majority elects another chief. */
+    if (gm_chief_leads(a->chief)) {
+        voters_up(a->chief, &voters, &up);
+        if (2 * up <= voters) {
+            out[0] = '\0';
+            snprintf(why, cap,
+                     "no majority: %u of %u voters reachable (%u needed); training pauses", up,
+                     voters, voters / 2 + 1);
+            return -ENOENT;
+        }
+    }
+    return 0;
 }
 
 void gm_chief_status(struct gm_agent *a, json_t *o)

@@ -85,7 +85,8 @@ int gm_chief_is_revoked(struct gm_agent *a, const char *node);
 /* The chief's node id into out and its term: 0, or -ENOENT when there is no chief now. */
 int gm_chief_leader(struct gm_agent *a, char out[GM_CHIEF_NAME_MAX + 1], uint64_t *term);
 /* The job coordinator's view: the chief into out and the term (*term set either way):
- * 0, or -ENOENT with why in why. */
+ * 0, or -ENOENT with why in why.  Raft's leader whose links reach no majority of the voters
+ * is no coordinator here, before raft itself steps down. */
 int gm_chief_coordinator(struct gm_agent *a, char out[GM_CHIEF_NAME_MAX + 1], uint64_t *term,
                          char *why, size_t cap);
 /* On the chief: proposes c to the replicated state, stamped with the chief's term
