@@ -5,16 +5,18 @@
 # silent_start JOBNAME
 silent_start() {
     need_fashion_mnist
-    STEPS=624
+    # long enough that the others are still training when the frozen agent wakes, on a quiet
+    # machine too (ci: 624 steps ended 8 s into a 10 s freeze and nobody was left to rejoin)
+    STEPS=1248
     FREEZE_STEP=${FREEZE_STEP:-60}
-    FREEZE_S=${FREEZE_S:-10}
+    FREEZE_S=${FREEZE_S:-6}
     DETECT_MAX_S=${DETECT_MAX_S:-10}
     JOB_TIMEOUT=${JOB_TIMEOUT:-600}
 
     # a frozen agent ignores SIGTERM until it runs again: resume every agent before lib's cleanup
     trap 'for p in "${PIDS[@]}"; do kill -CONT "$p" 2>/dev/null; done; cleanup' EXIT
 
-    job_ini "$WORK/job.ini" "$1" job.model=lenet5 job.epochs=2 job.log_every=20 optim.global_batch=192 \
+    job_ini "$WORK/job.ini" "$1" job.model=lenet5 job.epochs=4 job.log_every=20 optim.global_batch=192 \
         schedule.kind=cosine comm.codec=fp32
     make_cluster cl alpha beta gamma delta
     start_agent beta
