@@ -116,7 +116,7 @@ def stop_time():
             with open("/proc/%d/stat" % pid) as f:
                 if f.read().rsplit(")", 1)[1].split()[0] == "Z":
                     break
-        except FileNotFoundError:
+        except (FileNotFoundError, ProcessLookupError):  # gone; ESRCH while it is reaped
             break
         time.sleep(0.002)
     print("%.0f" % ((time.monotonic() - t0) * 1e3))
