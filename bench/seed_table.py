@@ -145,8 +145,14 @@ def table(path):
             te, th = (tta(by[k])[0] if k in by else None for k in ('equal', 'half'))
             ratio = fmt(th / te if te and th else None, '.2f')
             verdict = '-' if ratio == '-' else ('met' if th <= te else 'missed')
-            print(f'  round {rnd}: equal caps {fmt(te, ".1f", "not reached")} s, tunnel host at half '
-                  f'{fmt(th, ".1f", "not reached")} s: half / equal {ratio} ({verdict})')
+            if 'half' in by and th is None and te is not None:
+                verdict = 'missed: the half-capped row did not reach the target'
+            if 'equal' in by and te is None and th is not None:
+                verdict = 'met: only the half-capped row reached the target'
+            say = {k: ('not run' if k not in by else fmt(t, '.1f', 'not reached') + ' s')
+                   for k, t in (('equal', te), ('half', th))}
+            print(f'  round {rnd}: equal caps {say["equal"]}, tunnel host at half {say["half"]}: '
+                  f'half / equal {ratio} ({verdict})')
             for k in ('equal', 'half'):
                 if k in by:
                     sp = by[k].get('spares') or {}

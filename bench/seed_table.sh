@@ -428,16 +428,26 @@ capped_pair() {
         return 0
     fi
     set_rate 20
+    # b1's quota and throttling since the last look (the cap binds only where b1 wants more)
+    b1_cap() {
+        local cg
+        cg=$(nb_cgroup b1)
+        echo "    b1's cgroup: cfs_quota_us $(cat "$cg/cpu.cfs_quota_us") of 10000; cpu.stat $(tr '\n' ' ' <"$cg/cpu.stat")"
+    }
+    # pair_row KIND NAME CAP: b1 at CAP, the row, b1 back at HOST_CPU
+    pair_row() {
+        wanted "$2" || return 0
+        set_cap b1 "$3"
+        PAIR=$1 SHARES=auto full "$2" auto "${PAIR_EPOCHS:-$E2}" a1 a2 b1
+        b1_cap
+        set_cap b1 "$HOST_CPU"
+    }
     if [ $((ROUND % 2)) = 1 ]; then
-        PAIR=equal SHARES=auto full "$eq" auto "${PAIR_EPOCHS:-$E2}" a1 a2 b1
-        set_cap b1 "$half"
-        PAIR=half SHARES=auto full "$hf" auto "${PAIR_EPOCHS:-$E2}" a1 a2 b1
-        set_cap b1 "$HOST_CPU"
+        pair_row equal "$eq" "$HOST_CPU"
+        pair_row half "$hf" "$half"
     else
-        set_cap b1 "$half"
-        PAIR=half SHARES=auto full "$hf" auto "${PAIR_EPOCHS:-$E2}" a1 a2 b1
-        set_cap b1 "$HOST_CPU"
-        PAIR=equal SHARES=auto full "$eq" auto "${PAIR_EPOCHS:-$E2}" a1 a2 b1
+        pair_row half "$hf" "$half"
+        pair_row equal "$eq" "$HOST_CPU"
     fi
 }
 
