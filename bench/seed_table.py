@@ -18,7 +18,10 @@ epoch whose test accuracy reaches the target.  A row that never reaches it print
 reached"; a row cut short after a timed window (fp32 and DDP over a tunnel) prints "-" and its
 s/epoch is extrapolated from the window's steps per second (the table says so).  The ratio
 column is 1-agent time to accuracy / the row's (>= 1.3 is the issue's bar for 20 Mbit/s auto,
->= 1.0 for 5 Mbit/s).  Rows repeated over rounds (bench/seed_table.sh ROUNDS) print medians,
+>= 1.0 for 5 Mbit/s).  The capped pair (rows with a "pair" key: "equal" and "half", issue 25)
+prints, per round, the two times to the target and half / equal (<= 1.00: the bar met), with
+the shares each ended with; without a 1-agent row the target is the pair's lower final accuracy
+minus 0.5.  Rows repeated over rounds (bench/seed_table.sh ROUNDS) print medians,
 each round's figure in brackets, and the ratio of each round against the 1-agent run of the
 same round (the machine's load drifts; a round's runs are back to back).
 Standard library only.
@@ -73,6 +76,10 @@ def table(path):
     # but for the order of float sums across load) minus 0.5
     acc1 = median(r.get('acc') for r in base.values())
     target = acc1 - 0.5 if acc1 is not None else None
+    paired = [r for r in rows if r.get('pair')]
+    if target is None and paired:  # ONLY ran the capped pair: its own target
+        target = min(r['acc'] for r in paired) - 0.5
+        print('no 1-agent row: the target is the capped pair\'s lower final accuracy - 0.5')
 
     def tta(r):
         if r.get('epochs') is None or target is None:
@@ -84,7 +91,8 @@ def table(path):
                 return t, e['epoch']
         return None, 'not reached'
 
-    print(f'target accuracy: {fmt(target, ".2f")}% (1 agent\'s {fmt(acc1, ".2f")}% - 0.5)')
+    print(f'target accuracy: {fmt(target, ".2f")}% ' + (f'(1 agent\'s {acc1:.2f}% - 0.5)' if acc1 is not None
+                                                       else '(no 1-agent row)'))
     hdr = ['row', 's/epoch', 'time to target (s)', 'vs 1 agent', 'test acc %', 'tunnel MB/epoch',
            'codec']
     lines, names = [], []
@@ -128,6 +136,28 @@ def table(path):
               '1-agent run of the same round')
     if any(r.get('partial') for r in rows):
         print('* extrapolated from a timed window of steps (the row is not trained to the end)')
+    if paired:
+        print()
+        print('the capped pair (issue 25, "Done when" 4: the tunnel host at half the others\' cap '
+              'reaches the target no later than with equal caps), per round:')
+        for rnd in sorted(set(r['round'] for r in paired)):
+            by = {r['pair']: r for r in paired if r['round'] == rnd}
+            te, th = (tta(by[k])[0] if k in by else None for k in ('equal', 'half'))
+            ratio = fmt(th / te if te and th else None, '.2f')
+            verdict = '-' if ratio == '-' else ('met' if th <= te else 'missed')
+            if 'half' in by and th is None and te is not None:
+                verdict = 'missed: the half-capped row did not reach the target'
+            if 'equal' in by and te is None and th is not None:
+                verdict = 'met: only the half-capped row reached the target'
+            say = {k: ('not run' if k not in by else fmt(t, '.1f', 'not reached') + ' s')
+                   for k, t in (('equal', te), ('half', th))}
+            print(f'  round {rnd}: equal caps {say["equal"]}, tunnel host at half {say["half"]}: '
+                  f'half / equal {ratio} ({verdict})')
+            for k in ('equal', 'half'):
+                if k in by:
+                    sp = by[k].get('spares') or {}
+                    print(f'    {k}: shares at the end {by[k].get("shares") or "-"}'
+                          + ''.join(f'; {n} a spare: {why}' for n, why in sp.items()))
 
 
 def fresh_head(src, dst, seed):

@@ -14,7 +14,13 @@
 #   2 agents over the tunnel (a1, b1) at 20 and 5 Mbit/s, codec auto (trained to the end) and
 #     fp32 (a timed window of WINDOW s: fp32 over a slow tunnel takes minutes an epoch);
 #   PyTorch DDP (gloo) over the 20 Mbit/s tunnel (bench/torch_ddp.py, a timed window);
-#   3 agents (a1, a2 on the LAN, b1 behind the tunnel) at 20 Mbit/s, codec auto.
+#   3 agents (a1, a2 on the LAN, b1 behind the tunnel) at 20 Mbit/s, codec auto;
+#   the capped pair (issue 25, "Done when" 4): the same 3 agents with [job] shares = auto, once
+#     with every host at HOST_CPU ("caps 0.5/0.5/0.5") and once with b1, the tunnel host, at half
+#     of it ("caps 0.5/0.5/0.25"), back to back (the order alternates by round), each with the
+#     shares the job ended with; under the table, each round's time to target of the two and
+#     their ratio (half / equal: <= 1.00 is the bar, "no later").  ONLY='3 agents.*cap' runs
+#     just the pair (the target is then the pair's lower final accuracy - 0.5).
 # Columns (bench/seed_table.py prints them and says how each is computed): s/epoch, time to
 # the single-agent accuracy, test accuracy, bytes over the tunnel per epoch (tun device, both
 # ways, the idle PING/LINK_STATS traffic included: ~1 KB/s), the codec chosen.
@@ -27,7 +33,8 @@
 #   time to accuracy needs the 1-agent row), CODEC_AUTO (what the "auto" rows submit; auto),
 #   ROUNDS (1: rounds 2.. repeat every row trained to the end, not the timed windows),
 #   HOST_CPU (cores each host may use, 0.5; 0: no cap), OVERLAP (true or false: [comm] overlap
-#   of the auto/diloco rows; unset: the job's default).
+#   of the auto/diloco rows; unset: the job's default), PAIR_EPOCHS (epochs of the capped pair's
+#   rows; EPOCHS + EXTRA).
 # The hosts share this machine's cores.  So that each is a machine of its own speed, as in the
 # seeds, every host's agent (and DDP process) runs in a CPU cgroup capped at HOST_CPU cores
 # (NB_HOST_CPU in tests/integration/netns.bash): three hosts at 0.5 use 1.5 of 2 cores (the
@@ -161,6 +168,7 @@ model   = resnet18
 epochs  = $3
 seed    = $SEED
 threads = 1
+${SHARES:+shares         = $SHARES}
 [data]
 kind           = folder
 dir            = $WORK/ft
@@ -191,6 +199,7 @@ model   = lenet5
 epochs  = $3
 seed    = $SEED
 threads = 1
+${SHARES:+shares  = $SHARES}
 [data]
 kind = idx
 dir  = $DATA
@@ -274,6 +283,15 @@ submit() { # INI -> job id (also of a job refused at the check: the caller reads
     sed -n 's/^job \([0-9a-f]*\) submitted.*/\1/p' "$WORK/r$ROW.submit"
 }
 job_state() { [ "$(job_field "$1" state)" = "$2" ]; }
+# job_shares ID: a JSON object: the shares the job ended with ("a1:70 a2:70 b1:52"), how they
+# were set, and the spares (node: reason)
+job_shares() {
+    jobs_json | python3 -c 'import json,sys
+j = next(j for j in json.load(sys.stdin)["jobs"] if j["id"] == sys.argv[1])
+print(json.dumps({"shares_mode": j.get("shares_mode"),
+                  "shares": " ".join("%s:%d" % (s["node"], s["samples"]) for s in j.get("shares") or []),
+                  "spares": {s["node"]: s["reason"] for s in j.get("spares") or []}}))' "$1"
+}
 job_ended() { case $(job_field "$1" state) in done | failed | cancelled | refused) return 0 ;; esac; return 1; }
 codec_of() { # ID: "fp32" or "diloco H=48"
     local c h
@@ -312,14 +330,19 @@ full() {
     [ "$r0" = "$1" ] || echo "  $name: rank 0 was $r0 (the chief moved)"
     e=$($PY epochs "$WORK/r$ROW-$r0.log") || fail "epochs of $name"
     python3 - "$name" "$(codec_of "$id")" "$($PY counters "$WORK/r$ROW.c0" "$WORK/r$ROW.c1")" \
-        "$e" "$(job_field "$id" codec_reason)" "$ROUND" >>"$RES" <<'EOF' || fail "row $name"
+        "$e" "$(job_field "$id" codec_reason)" "$ROUND" "$(job_shares "$id")" "${PAIR:-}" \
+        >>"$RES" <<'EOF' || fail "row $name"
 import json, sys
 name, codec, tb, ep, why = sys.argv[1], sys.argv[2], int(sys.argv[3]), json.loads(sys.argv[4]), sys.argv[5]
 rnd = int(sys.argv[6])
 ev = [e for e in ep if e['acc'] is not None]
-print(json.dumps({'row': name, 'round': rnd, 'codec': codec, 'epochs': ep,
-                  's_epoch': sum(e['epoch_s'] for e in ep) / len(ep),
-                  'acc': ev[-1]['acc'], 'tunnel_bytes_epoch': tb / len(ep), 'why': why}))
+row = {'row': name, 'round': rnd, 'codec': codec, 'epochs': ep,
+       's_epoch': sum(e['epoch_s'] for e in ep) / len(ep),
+       'acc': ev[-1]['acc'], 'tunnel_bytes_epoch': tb / len(ep), 'why': why}
+row.update(json.loads(sys.argv[7]))
+if sys.argv[8]:
+    row['pair'] = sys.argv[8]
+print(json.dumps(row))
 EOF
     echo "  $name: $(tail -n 1 "$RES" | cut -c1-400)"
     stop_cluster
@@ -385,6 +408,49 @@ EOF
     echo "  $name: $(tail -n 1 "$RES")"
 }
 
+# set_cap HOST CORES: HOST's CPU cgroup (nb_host, NB_HOST_CPU) at CORES cores
+set_cap() {
+    local cg
+    cg=$(nb_cgroup "$1")
+    [ -n "$cg" ] || fail "set_cap $1: no cgroup (HOST_CPU=0?)"
+    awk -v c="$2" 'BEGIN { printf "%d\n", c * 10000 }' >"$cg/cpu.cfs_quota_us" || fail "cannot cap $cg at $2"
+}
+# capped_pair: issue 25, "Done when" 4: the 3-host row with shares = auto, with equal caps and
+# with the tunnel host b1 at half the others' cap, back to back (equal first in odd rounds)
+capped_pair() {
+    local half eq hf
+    half=$(awk -v c="$HOST_CPU" 'BEGIN { printf "%g", c / 2 }')
+    eq="3 agents (2 LAN + 1 tunnel 20 Mbit/s), auto, shares = auto, caps $HOST_CPU/$HOST_CPU/$HOST_CPU"
+    hf="3 agents (2 LAN + 1 tunnel 20 Mbit/s), auto, shares = auto, caps $HOST_CPU/$HOST_CPU/$half"
+    wanted "$eq" || wanted "$hf" || return 0
+    if [ "$HOST_CPU" = 0 ]; then
+        echo "  capped pair: skipped (HOST_CPU=0: the hosts have no caps to halve)"
+        return 0
+    fi
+    set_rate 20
+    # b1's quota and throttling since the last look (the cap binds only where b1 wants more)
+    b1_cap() {
+        local cg
+        cg=$(nb_cgroup b1)
+        echo "    b1's cgroup: cfs_quota_us $(cat "$cg/cpu.cfs_quota_us") of 10000; cpu.stat $(tr '\n' ' ' <"$cg/cpu.stat")"
+    }
+    # pair_row KIND NAME CAP: b1 at CAP, the row, b1 back at HOST_CPU
+    pair_row() {
+        wanted "$2" || return 0
+        set_cap b1 "$3"
+        PAIR=$1 SHARES=auto full "$2" auto "${PAIR_EPOCHS:-$E2}" a1 a2 b1
+        b1_cap
+        set_cap b1 "$HOST_CPU"
+    }
+    if [ $((ROUND % 2)) = 1 ]; then
+        pair_row equal "$eq" "$HOST_CPU"
+        pair_row half "$hf" "$half"
+    else
+        pair_row half "$hf" "$half"
+        pair_row equal "$eq" "$HOST_CPU"
+    fi
+}
+
 E2=$((EPOCHS + EXTRA))
 ROUND=1
 if [ "$WORKLOAD" = finetune ]; then
@@ -419,6 +485,7 @@ for r in $RATES; do
 done
 set_rate 20
 full "3 agents (2 LAN + 1 tunnel 20 Mbit/s), auto" auto "$E2" a1 a2 b1
+capped_pair
 for ROUND in $(seq 2 "${ROUNDS:-1}"); do
     echo "round $ROUND; $(uptime | sed 's/.*load/load/')"
     full "1 agent" fp32 "$EPOCHS" a1
@@ -429,6 +496,7 @@ for ROUND in $(seq 2 "${ROUNDS:-1}"); do
     done
     set_rate 20
     full "3 agents (2 LAN + 1 tunnel 20 Mbit/s), auto" auto "$E2" a1 a2 b1
+    capped_pair
 done
 
 echo
