@@ -39,6 +39,7 @@ DOWN = float(os.environ.get("DOWN", 4))
 START = float(os.environ.get("START", 10))
 FREEZE = float(os.environ.get("FREEZE", 20))
 JOB_TIMEOUT = float(os.environ.get("JOB_TIMEOUT", 900))
+KEEP = int(os.environ.get("CHECKPOINT_KEEP", 3))  # the job's checkpoint_keep (the default)
 AGENTS = []
 
 
@@ -210,6 +211,7 @@ def main():
         events.append((time.time(), "resume", a.name))
 
     base = open(jobfile).read()
+    jobname = re.search(r"^name = (.*)$", base, re.M).group(1).strip()
     ref = os.path.join(os.path.dirname(outjson), "chaos-ref.ini")
     ref2 = ref.replace("-ref.ini", "-ref2.ini")  # another name: its own checkpoints, no resume
     with open(ref, "w") as f:
@@ -237,6 +239,44 @@ def main():
     time.sleep(0.5)
     logs.done = True
     lines = logs.since(d0, d1 + 0.5)
+
+    def ckpt_audit():
+        """No committed checkpoint lost or corrupt: every checkpoint of the disturbed job that a
+        log says was written (`event=checkpoint`, its writer) or replicated
+        (`event=checkpoint-replicated peer=X`) and that is among the newest KEEP steps written
+        (older ones are pruned by design) must be listed `ok` with the same sha256 on that
+        node by `gradmesh checkpoint list --json`, which verifies each file against its
+        .sha256; any `refused` (corrupt, truncated) entry of the job on any node is counted."""
+        claims = []  # (node, step, sha256)
+        for _, n, ln in logs.since(d0, q0):  # up to the next job: late replications too
+            m = re.search(r"event=checkpoint step=(\d+) .*sha256=([0-9a-f]{64})", ln)
+            if m:
+                claims.append((n, int(m.group(1)), m.group(2)))
+            m = re.search(r"event=checkpoint-replicated peer=(\S+) key=\S+ step=(\d+) sha256=([0-9a-f]{64})", ln)
+            if m:
+                claims.append((m.group(1), int(m.group(2)), m.group(3)))
+        newest = sorted({s for _, s, _ in claims})[-KEEP:]
+        listed, refused, missing = {}, 0, []
+        for a in agents:
+            out = gm(gmbin, a, "checkpoint", "list", "--json", timeout=30)
+            try:
+                items = json.loads(out) if out else None
+            except ValueError:
+                items = None
+            if items is None:
+                missing.append("%s: no list" % a.name)
+                continue
+            for it in items:
+                if it.get("job") != jobname:
+                    continue
+                if it["state"] == "refused":
+                    refused += 1
+                elif it["state"] == "ok":
+                    listed[(a.name, it["step"], it["sha256"])] = True
+        checked = sorted({c for c in claims if c[1] in newest})
+        missing += ["%s step %d" % (n, s) for n, s, h in checked if (n, s, h) not in listed]
+        return {"newest_steps": newest, "checked": len(checked), "lost": missing,
+                "refused": refused}
 
     def stalled(t0, t1):
         """Seconds in gaps of more than 1 s between steps (rank 0 logs each): the time
@@ -284,6 +324,7 @@ def main():
                       "detect_s": None if d is None else round(d, 2),
                       "recover_s": None if s is None else round(s, 2)}
                      for (t, k, n), d, s in zip(failures, detect, recover)],
+        "checkpoints": ckpt_audit(),
         "chiefs": chiefs, "one_chief_per_term": len(terms) == len(set(terms)),
         "election_timeout_max_ms": max(elect) if elect else 1000,
         # where the time goes: the disturbances and what the agents said about groups and links
@@ -308,6 +349,10 @@ def main():
     for f in res["failures"]:
         print("  %s %s at %.1f s: detected after %s s, survivors' next step after %s s" % (
             f["kind"], f["node"], f["at_s"], f["detect_s"], f["recover_s"]))
+    ck = res["checkpoints"]
+    print("  checkpoints: %d committed copies of steps %s checked on their nodes, lost %s, corrupt %d" % (
+        ck["checked"], ",".join(map(str, ck["newest_steps"])), ", ".join(ck["lost"]) or "none",
+        ck["refused"]))
     print("  chiefs seen %s (one per term: %s)" % (
         " ".join("%d:%s" % c for c in chiefs), "yes" if res["one_chief_per_term"] else "NO"))
     print("  election timeout at most %d ms (any agent, whole run)" % res["election_timeout_max_ms"])
