@@ -329,12 +329,13 @@ static void kick_cb(uv_timer_t *t)
         controller(ch);
 }
 
-/* The controller's step is done (its change or proposal committed or failed, a transfer
- * ended): the next one is taken on the loop's next turn, so a new member's three steps
- * (chief-add, its role recorded, chief-assign) and the next member's follow each other at
- * commit speed; the agent tick (gm_chief_tick) stays the fallback for everything else (a
- * link that comes up, a step refused at once).  Never the controller itself from here:
- * raft calls these callbacks from inside its own apply and close paths. */
+/* The controller's step committed: the next one is taken on the loop's next turn, so a new
+ * member's three steps (chief-add, its role recorded, chief-assign) and the next member's
+ * follow each other at commit speed.  A step that failed or was refused is retried at the
+ * agent tick's pace (gm_chief_tick), as is everything else (a link that comes up, a
+ * transfer): a refusal that repeats must not fill raft's log at commit speed.  Never the
+ * controller itself from here: raft calls these callbacks from inside its own apply and
+ * close paths. */
 static void controller_kick(struct gm_chief *ch)
 {
     if (ch->kick_open && !ch->closing && !ch->closed)
@@ -352,7 +353,8 @@ static void apply_cb(struct raft_apply *req, int status, void *result)
 
     if (p->own) {
         ch->own_busy = 0;
-        controller_kick(ch);
+        if (code == 0)
+            controller_kick(ch);
     }
     if (status != 0)
         snprintf(msg, sizeof(msg), "%s: not committed (%s); try again", p->what,
@@ -411,7 +413,8 @@ static void change_cb(struct raft_change *req, int status)
     ch->change_busy = 0;
     if (status != 0)
         gm_info("event=chief-change-failed err=\"%s\"", raft_strerror(status));
-    controller_kick(ch);
+    else
+        controller_kick(ch);
 }
 
 static void transfer_cb(struct raft_transfer *req)
@@ -419,12 +422,11 @@ static void transfer_cb(struct raft_transfer *req)
     struct gm_chief *ch = req->data;
 
     ch->transfer_busy = 0;
-    controller_kick(ch);
 }
 
 /* One step toward: every up member in the configuration, every server recorded with a
  * role, raft's roles as recorded, no revoked server.  Called each agent tick and again as
- * soon as its previous step is done (controller_kick). */
+ * soon as its previous step commits (controller_kick). */
 static void controller(struct gm_chief *ch)
 {
     struct gm_agent *a = ch->a;

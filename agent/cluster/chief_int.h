@@ -58,8 +58,8 @@ struct gm_chief {
     struct raft_change change;
     struct raft_transfer transfer;
     int change_busy, own_busy, transfer_busy;
-    /* runs the controller again on the loop's next turn once its step is done (committed,
-     * failed or transferred), not on the next agent tick; closed by gm_chief_stop */
+    /* runs the controller again on the loop's next turn once its step commits, not on the
+     * next agent tick (chief.c's controller_kick); closed by gm_chief_stop */
     uv_timer_t kick;
     int kick_open;
     int handing_over;     /* the agent drains: no more changes of its own */
