@@ -121,7 +121,7 @@ formed=$since
 ncpu=$(nproc)
 load1=$(cut -d' ' -f1 /proc/loadavg)
 echo "from the last start: all $N agree on chief $chief at ${t_chief} s; all $N linked ($((N - 1)) up each) at ${t_linked} s; both: $formed s (bar: $BAR s, issue 23; a poll round took up to $round_max s)"
-echo "the chief agreed on $(python3 -c "print('%.1f' % max(0, $t_chief - $t_linked))") s after all were linked"
+echo "one chief named by all $(python3 -c "print('%.1f' % max(0, $t_chief - $t_linked))") s after all were linked (within a poll round)"
 echo "load after: $(uptime)"
 if [ "$N" != 16 ]; then
     limit=$deadline
