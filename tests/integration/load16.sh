@@ -12,7 +12,10 @@
 # needed 22.5 s at best, so a return to that pace fails here.  On a loaded machine (1-minute
 # load average above the number of CPUs) the test asserts only 3x the bar (90 s) and says so:
 # with 16 agents' TLS handshakes and link probes sharing two cores with other work, the time
-# measures the machine as much as the agent.  Then the job: an MLP (hidden 16) on a 2000/500 subset of Fashion-MNIST, Adam, global
+# measures the machine as much as the agent.  At any load the chief must be named by all within
+# LAG = 10 s (plus the longest poll round) of the round that saw all links up: the controller
+# then has at most a few steps left, and the one-step-a-tick controller lagged 19-26 s under
+# load 7-13.  Then the job: an MLP (hidden 16) on a 2000/500 subset of Fashion-MNIST, Adam, global
 # batch 64 (4 samples a rank), one epoch = 31 steps, submitted on a16; it must end done on the
 # submitter, every one of the 16 ranks must log the same final parameters
 # (event=job-final-hash), and no term may have had two chiefs.  Every agent runs with
@@ -25,6 +28,7 @@ cd "$(dirname "$0")/../.." || exit 1
 need_fashion_mnist
 BAR=30
 LIMIT=15
+LAG=10
 
 # free_port (lib.bash's, redefined for make_cluster): a free port below the kernel's ephemeral
 # range.  The 16 ports are picked at join, then listened on 10-40 s later; a port from the
@@ -121,7 +125,8 @@ formed=$since
 ncpu=$(nproc)
 load1=$(cut -d' ' -f1 /proc/loadavg)
 echo "from the last start: all $N agree on chief $chief at ${t_chief} s; all $N linked ($((N - 1)) up each) at ${t_linked} s; both: $formed s (bar: $BAR s, issue 23; a poll round took up to $round_max s)"
-echo "one chief named by all $(python3 -c "print('%.1f' % max(0, $t_chief - $t_linked))") s after all were linked (within a poll round)"
+lag=$(python3 -c "print('%.1f' % max(0, $t_chief - $t_linked))")
+echo "one chief named by all $lag s after all were linked (within a poll round)"
 echo "load after: $(uptime)"
 if [ "$N" != 16 ]; then
     limit=$deadline
@@ -135,6 +140,11 @@ fi
 python3 -c "import sys; sys.exit(0 if $formed <= $limit else 1)" ||
     fail "formed in $formed s, over $limit s (bar $BAR s, load $load1)"
 pass "$N agents linked and chief $chief elected $formed s after the last start (limit $limit s)"
+if [ "$N" = 16 ]; then
+    python3 -c "import sys; sys.exit(0 if $lag <= $LAG + $round_max else 1)" ||
+        fail "the chief was named by all $lag s after the links were up, over $LAG s + one poll round ($round_max s)"
+    pass "the chief named by all $lag s after the links were up (limit $LAG s + one poll round, $round_max s)"
+fi
 if [ "$N" != 16 ]; then
     echo "LOAD_N=$N: forming measured, no job"
     check_one_chief_per_term
