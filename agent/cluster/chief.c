@@ -22,6 +22,7 @@
 
 #include <raft.h>
 #include <raft/uv.h>
+#include <uv.h>
 
 #include "agent/cluster/chief_int.h"
 #include "agent/cluster/chiefnet.h"
@@ -316,6 +317,31 @@ static void after_apply(void *arg, const struct gm_chief_cmd *c, int code)
     }
 }
 
+/* --- the controller's pace --------------------------------------------------------- */
+
+static void controller(struct gm_chief *ch);
+
+static void kick_cb(uv_timer_t *t)
+{
+    struct gm_chief *ch = t->data;
+
+    if (ch->started && !ch->closing && !ch->closed)
+        controller(ch);
+}
+
+/* The controller's step committed: the next one is taken on the loop's next turn, so a new
+ * member's three steps (chief-add, its role recorded, chief-assign) and the next member's
+ * follow each other at commit speed.  A step that failed or was refused is retried at the
+ * agent tick's pace (gm_chief_tick), as is everything else (a link that comes up, a
+ * transfer): a refusal that repeats must not fill raft's log at commit speed.  Never the
+ * controller itself from here: raft calls these callbacks from inside its own apply and
+ * close paths. */
+static void controller_kick(struct gm_chief *ch)
+{
+    if (ch->kick_open && !ch->closing && !ch->closed)
+        (void)uv_timer_start(&ch->kick, kick_cb, 0, 0);
+}
+
 /* --- proposals ---------------------------------------------------------------- */
 
 static void apply_cb(struct raft_apply *req, int status, void *result)
@@ -325,8 +351,11 @@ static void apply_cb(struct raft_apply *req, int status, void *result)
     int code = status != 0 ? -EAGAIN : (int)(intptr_t)result;
     char msg[MSG_MAX];
 
-    if (p->own)
+    if (p->own) {
         ch->own_busy = 0;
+        if (code == 0)
+            controller_kick(ch);
+    }
     if (status != 0)
         snprintf(msg, sizeof(msg), "%s: not committed (%s); try again", p->what,
                  raft_strerror(status));
@@ -384,6 +413,8 @@ static void change_cb(struct raft_change *req, int status)
     ch->change_busy = 0;
     if (status != 0)
         gm_info("event=chief-change-failed err=\"%s\"", raft_strerror(status));
+    else
+        controller_kick(ch);
 }
 
 static void transfer_cb(struct raft_transfer *req)
@@ -394,7 +425,8 @@ static void transfer_cb(struct raft_transfer *req)
 }
 
 /* One step toward: every up member in the configuration, every server recorded with a
- * role, raft's roles as recorded, no revoked server. */
+ * role, raft's roles as recorded, no revoked server.  Called each agent tick and again as
+ * soon as its previous step commits (controller_kick). */
 static void controller(struct gm_chief *ch)
 {
     struct gm_agent *a = ch->a;
@@ -634,6 +666,11 @@ int gm_chief_open(struct gm_agent *a)
     ch->a = a;
     a->chief = ch;
     gm_chief_fsm_init(&ch->fsm);
+    err = uv_timer_init(&a->loop, &ch->kick);
+    if (err != 0)
+        return err;
+    ch->kick.data = ch;
+    ch->kick_open = 1;
     err = gm_config_state_path(&a->cfg, "raft", ch->dir, sizeof(ch->dir));
     if (err != 0)
         return err;
@@ -719,6 +756,10 @@ void gm_chief_stop(struct gm_agent *a)
     if (ch == NULL || ch->closed || ch->closing)
         return;
     ch->closing = 1;
+    if (ch->kick_open) {
+        ch->kick_open = 0;
+        uv_close((uv_handle_t *)&ch->kick, NULL); /* embedded; the loop drains before free */
+    }
     if (ch->raft_ready) {
         ch->raft.data = ch;
         raft_close(&ch->raft, on_raft_closed); /* closes the I/O and the transport */

@@ -22,7 +22,8 @@
  * init node or a voter (agent/cluster/keyring.h), in a running cluster would
  * bootstrap a second cluster: don't.)
  *
- * The chief's controller (each agent tick, one change at a time): a member
+ * The chief's controller (one change at a time; each agent tick, and again as soon as its
+ * previous change or proposal commits, so joins go at commit speed): a member
  * with an up link that raft does not know is added (raft_add), and recorded
  * in the state machine as a voter while fewer than GM_CHIEF_VOTERS voters and
  * witnesses exist, else as a spare; raft's role of each server follows the

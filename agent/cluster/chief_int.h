@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include <raft.h>
+#include <uv.h>
 
 #include "agent/cluster/chief.h"
 #include "agent/cluster/chieffsm.h"
@@ -57,6 +58,10 @@ struct gm_chief {
     struct raft_change change;
     struct raft_transfer transfer;
     int change_busy, own_busy, transfer_busy;
+    /* runs the controller again on the loop's next turn once its step commits, not on the
+     * next agent tick (chief.c's controller_kick); closed by gm_chief_stop */
+    uv_timer_t kick;
+    int kick_open;
     int handing_over;     /* the agent drains: no more changes of its own */
     unsigned election_ms; /* raft's election timeout now (tune_election) */
     /* what was last logged about the chief */

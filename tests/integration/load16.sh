@@ -4,12 +4,20 @@
 #
 # a01 is initialised and started; a02..a16 join through it (a token each); a01 stops, and
 # then all 16 agents are started at once: 16 start-ups, 120 TLS links and their probes, and
-# the raft's voters added as the links come up, all at the same time.  From the moment the last agent is started, the test polls every
-# agent until each lists the other 15 up and all 16 name the same chief, and prints that time.
-# The bar (issue 23) is 30 s.  On a loaded machine (1-minute load average above the number of
-# CPUs) the test asserts only 3x the bar and says so: with 16 agents' TLS handshakes and
-# link probes sharing two cores with other work, the time measures the machine as much as the
-# agent.  Then the job: an MLP (hidden 16) on a 2000/500 subset of Fashion-MNIST, Adam, global
+# the raft's voters added as the links come up, all at the same time.  From the moment the last
+# agent is started, the test polls every agent until each lists the other 15 up and all 16 name
+# the same chief, and prints that time.  The bar (issue 23) is 30 s; the test asserts half of it,
+# LIMIT = 15 s: the chief's controller takes a member's three raft steps at commit speed
+# (measured 4-8 s in all under load), and the controller that took one step per 500 ms tick
+# needed 22.5 s at best, so a return to that pace fails here.  On a loaded machine (1-minute
+# load average above the number of CPUs) the test asserts only 3x the bar (90 s) and says so:
+# with 16 agents' TLS handshakes and link probes sharing two cores with other work, the time
+# measures the machine as much as the agent.  The chief must also be named by all within LAG =
+# 10 s (plus the longest poll round) of the round that saw all links up: the controller then
+# has at most a few steps left (measured 0-0.7 s at load 4-13, 4.2 s at load 18), and the
+# one-step-a-tick controller lagged 19-26 s under load 4-13.  Above 4 times as much load as
+# CPUs the commit-speed steps slow with the machine, and LAG is the bar, 30 s (said so).
+# Then the job: an MLP (hidden 16) on a 2000/500 subset of Fashion-MNIST, Adam, global
 # batch 64 (4 samples a rank), one epoch = 31 steps, submitted on a16; it must end done on the
 # submitter, every one of the 16 ranks must log the same final parameters
 # (event=job-final-hash), and no term may have had two chiefs.  Every agent runs with
@@ -21,6 +29,8 @@ cd "$(dirname "$0")/../.." || exit 1
 
 need_fashion_mnist
 BAR=30
+LIMIT=15
+LAG=10
 
 # free_port (lib.bash's, redefined for make_cluster): a free port below the kernel's ephemeral
 # range.  The 16 ports are picked at join, then listened on 10-40 s later; a port from the
@@ -41,7 +51,12 @@ for _ in range(200):
     print(p)
     break'
 }
-N=16
+# LOAD_N: the number of agents (default 16, the test in make test).  With another number the
+# test measures forming only (links and one chief, as a benchmark: docs/BENCHMARKS.md) and
+# runs no job (its global batch of 64 is 4 samples on each of 16 ranks).
+N=${LOAD_N:-16}
+case "$N" in '' | *[!0-9]*) fail "LOAD_N=$N: a number of agents, 2 or more" ;; esac
+[ "$N" -ge 2 ] || fail "LOAD_N=$N: a number of agents, 2 or more"
 
 python3 tests/integration/dist_tools.py subset "$DATA" "$WORK/data" 2000 500 || fail "making the data subset"
 names=()
@@ -54,15 +69,15 @@ echo "init + $((N - 1)) joins: $((SECONDS - t)) s"
 kill "$PID_a01"; wait "$PID_a01" || fail "a01 exited $? on SIGTERM"
 PIDS=()
 
-# poll_round: one round of status and members --json on every agent; prints "L C": L the
-# number of agents that list all N-1 others up, C the chief all N name ("-" when they do not
-# all name one).
+# poll_round: one round of status --json on every agent, all at once (its members' links and
+# its chief); prints "L C": L the number of agents that list all N-1 others up, C the chief
+# all N name ("-" when they do not all name one).
 poll_round() {
     local n
     for n in "${names[@]}"; do
-        "$GM" status --json --config "$WORK/$n.conf" >"$WORK/st.$n" 2>/dev/null || : >"$WORK/st.$n"
-        "$GM" members --json --config "$WORK/$n.conf" >"$WORK/mb.$n" 2>/dev/null || : >"$WORK/mb.$n"
+        { "$GM" status --json --config "$WORK/$n.conf" >"$WORK/st.$n" 2>/dev/null || : >"$WORK/st.$n"; } &
     done
+    wait
     python3 - "$WORK" $((N - 1)) "${names[@]}" <<'PY'
 import json, sys
 work, want, names = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
@@ -72,7 +87,7 @@ for n in names:
         st = json.load(open("%s/st.%s" % (work, n)))
         up = sum(m["state"] == "up" for m in st["members"])
         linked += up == want
-        chief = json.load(open("%s/mb.%s" % (work, n)))["chief"]
+        chief = st["chief"]
     except (ValueError, KeyError):
         up, chief = "?", None
     chiefs.add(chief)
@@ -91,8 +106,10 @@ done
 t_last=$(date +%s.%N)
 echo "load at the last start: $(uptime)"
 # each time is the end of the round that first saw it: an upper bound, late by up to one round
-# (32 CLI calls and a Python, which take a while on a loaded machine: the longest is printed)
+# (N CLI calls at once and a Python, which take a while on a loaded machine: the longest is
+# printed)
 t_linked='' t_chief='' round_max=0
+deadline=$((6 * BAR * (N > 16 ? N : 16) / 16))
 while :; do
     t0=$(date +%s.%N)
     read -r linked chief < <(poll_round)
@@ -102,24 +119,44 @@ while :; do
     [ -n "$t_linked" ] || [ "$linked" != "$N" ] || t_linked=$since
     [ -n "$t_chief" ] || [ "$chief" = - ] || t_chief=$since
     [ "$linked" = "$N" ] && [ "$chief" != - ] && break
-    python3 -c "import sys; sys.exit(0 if $since < 6 * $BAR else 1)" ||
-        fail "after $((6 * BAR)) s, $linked of $N agents linked to all others, chief '$chief'; each: $(cat "$WORK/poll.detail"); not running: $(for n in "${names[@]}"; do p=PID_$n; kill -0 "${!p}" 2>/dev/null || echo -n "$n "; done)"
+    python3 -c "import sys; sys.exit(0 if $since < $deadline else 1)" ||
+        fail "after $deadline s, $linked of $N agents linked to all others, chief '$chief'; each: $(cat "$WORK/poll.detail"); not running: $(for n in "${names[@]}"; do p=PID_$n; kill -0 "${!p}" 2>/dev/null || echo -n "$n "; done)"
     sleep 0.2
 done
 formed=$since
 ncpu=$(nproc)
 load1=$(cut -d' ' -f1 /proc/loadavg)
 echo "from the last start: all $N agree on chief $chief at ${t_chief} s; all $N linked ($((N - 1)) up each) at ${t_linked} s; both: $formed s (bar: $BAR s, issue 23; a poll round took up to $round_max s)"
+lag=$(python3 -c "print('%.1f' % max(0, $t_chief - $t_linked))")
+echo "one chief named by all $lag s after all were linked (within a poll round)"
 echo "load after: $(uptime)"
-if python3 -c "import sys; sys.exit(0 if $load1 > $ncpu else 1)"; then
+if [ "$N" != 16 ]; then
+    limit=$deadline
+    echo "note: LOAD_N=$N: a measurement; asserting only the poll's deadline, ${limit} s"
+elif python3 -c "import sys; sys.exit(0 if $load1 > $ncpu else 1)"; then
     limit=$((3 * BAR))
     echo "note: this machine is loaded (1-min load $load1 > $ncpu CPUs): asserting only ${limit} s; the bar is $BAR s"
 else
-    limit=$BAR
+    limit=$LIMIT
 fi
 python3 -c "import sys; sys.exit(0 if $formed <= $limit else 1)" ||
     fail "formed in $formed s, over $limit s (bar $BAR s, load $load1)"
-pass "16 agents linked and chief $chief elected $formed s after the last start (limit $limit s)"
+pass "$N agents linked and chief $chief elected $formed s after the last start (limit $limit s)"
+if [ "$N" = 16 ]; then
+    if python3 -c "import sys; sys.exit(0 if $load1 > 4 * $ncpu else 1)"; then
+        LAG=$BAR
+        echo "note: this machine is overloaded (1-min load $load1 > 4 x $ncpu CPUs): the chief's lag after the links may be up to $LAG s"
+    fi
+    python3 -c "import sys; sys.exit(0 if $lag <= $LAG + $round_max else 1)" ||
+        fail "the chief was named by all $lag s after the links were up, over $LAG s + one poll round ($round_max s)"
+    pass "the chief named by all $lag s after the links were up (limit $LAG s + one poll round, $round_max s)"
+fi
+if [ "$N" != 16 ]; then
+    echo "LOAD_N=$N: forming measured, no job"
+    check_one_chief_per_term
+    stop_agents
+    exit 0
+fi
 
 job_ini "$WORK/job.ini" load16 model.hidden=16 data.dir="$WORK/data" optim.global_batch=64 comm.codec=fp32
 t=$SECONDS
