@@ -5,8 +5,9 @@
                                   [{epoch, steps, acc, epoch_s}] (acc null where not evaluated)
   counters BEFORE AFTER           two `cat` dumps of a tun device's tx_bytes and rx_bytes: prints
                                   the bytes that crossed it (tx + rx) between them
-  table RESULTS.jsonl             one table of the rows bench/seed_table.sh wrote, with time to
-                                  the single-agent accuracy computed here (see below)
+  table RESULTS.jsonl [--bars]    one table of the rows bench/seed_table.sh wrote, with time to
+                                  the single-agent accuracy computed here (see below); --bars:
+                                  then issue 21's bars for the fine-tuning rows (BARS), met or not
   split LOG...                    where each rank's step time went, from its agent's log
                                   (r<ROW>-<host>.log): one JSON list, see split() below
   fresh_head SRC DST SEED         copies safetensors SRC to DST with fc.weight and fc.bias drawn
@@ -132,7 +133,16 @@ def median(xs):
     return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
 
 
-def table(path):
+# issue 21's bars for the fine-tuning table (WORKLOAD=finetune), by row name
+BARS = {
+    '2 agents, LAN': ('ratio', 1.7),
+    '2 agents, tunnel 20 Mbit/s, auto': ('ratio', 1.5),
+    '3 agents (2 LAN + 1 tunnel 20 Mbit/s), auto': ('ratio', 2.2),
+    '2 agents, tunnel 20 Mbit/s, auto, freeze = backbone': ('bytes', 1.0),
+}
+
+
+def table(path, bars=False):
     rows = [json.loads(line) for line in open(path) if line.strip()]
     for r in rows:
         r.setdefault('round', 1)
@@ -155,7 +165,7 @@ def table(path):
     print(f'target accuracy: {fmt(target, ".2f")}% (1 agent\'s {fmt(acc1, ".2f")}% - 0.5)')
     hdr = ['row', 's/epoch', 'time to target (s)', 'vs 1 agent', 'test acc %', 'tunnel MB/epoch',
            'codec']
-    lines, names = [], []
+    lines, names, got = [], [], {}
     for r in rows:
         if r['row'] not in names:
             names.append(r['row'])
@@ -178,6 +188,7 @@ def table(path):
         if len(rs) > 1 and tm is not None:
             tts += ' [' + ', '.join(fmt(t, '.1f', 'n/r') for t in ts) + ']'
         rm = median(ratios)
+        got[name] = (rm, median(r.get('tunnel_bytes_epoch') for r in rs))
         ratio = fmt(rm, '.2f') + 'x' if rm is not None else '-'
         if len(rs) > 1 and rm is not None:
             ratio += ' [' + ', '.join(fmt(x, '.2f', '-') for x in ratios) + ']'
@@ -196,6 +207,18 @@ def table(path):
               '1-agent run of the same round')
     if any(r.get('partial') for r in rows):
         print('* extrapolated from a timed window of steps (the row is not trained to the end)')
+    for name, (kind, bar) in BARS.items():
+        if not bars or name not in got:
+            continue
+        if kind == 'ratio':
+            v = got[name][0]
+            print(f'bar: {name}: {fmt(v, ".2f")}x of one agent\'s speed to its accuracy, bar >= '
+                  f'{bar}x: ' + ('-' if v is None else 'met' if v >= bar else 'MISSED'))
+        else:
+            v = got[name][1]
+            print(f'bar: {name}: {fmt(v / 1e6 if v is not None else None, ".2f")} MB an epoch over '
+                  f'the tunnel, bar < {bar} MB: ' +
+                  ('-' if v is None else 'met' if v / 1e6 < bar else 'MISSED'))
     if any(r.get('split') for r in rows):
         print('where the step time went (ms a step, each rank over its whole run, from its '
               'event=step-split and event=diloco-waits; bench/seed_table.py split):')
@@ -234,6 +257,8 @@ def main():
         print(json.dumps(split(sys.argv[2:])))
     elif cmd == 'table' and len(sys.argv) == 3:
         table(sys.argv[2])
+    elif cmd == 'table' and len(sys.argv) == 4 and sys.argv[3] == '--bars':
+        table(sys.argv[2], bars=True)
     elif cmd == 'fresh_head' and len(sys.argv) == 5:
         fresh_head(sys.argv[2], sys.argv[3], int(sys.argv[4]))
     else:

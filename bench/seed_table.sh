@@ -432,7 +432,7 @@ if [ "$WORKLOAD" = finetune ]; then
     done
     echo
     echo "seed_table: done; $(uptime | sed 's/.*load/load/')"
-    $PY table "$RES"
+    $PY table "$RES" --bars
     [ -n "${RESULTS:-}" ] && cp "$RES" "$RESULTS"
     exit 0
 fi
