@@ -61,7 +61,9 @@ def split(paths):
       slowest    of allreduce + after, the part spent waiting for the slowest rank, estimated as
                  this rank's allreduce + after minus the least of any rank of the row (the
                  slowest rank waits least; what it waits is the link's): an estimate
-      diloco     (DiLoCo only) what its syncs blocked the trainer: syncs, seconds, ms a sync
+      diloco     (DiLoCo only) the H and lag this rank ran (event=diloco: after the cap at a
+                 quarter of the run, so possibly below the codec column's), and what its
+                 syncs blocked the trainer: syncs, seconds, ms a sync
     The evaluation at each epoch's end on rank 0 is in no column: the other ranks wait for it
     in their next collective or sync, so it shows there, as waiting for the slowest.
     """
@@ -75,6 +77,9 @@ def split(paths):
                 r['steps'] += int(d['steps'])
                 for k in ('compute_s', 'data_s', 'collective_s', 'optimizer_s'):
                     r[k] += float(d[k])
+            elif 'event=diloco ' in line:
+                d = kv(line)  # DiLoCo as this rank runs it: H after the cap, the lag
+                r['diloco_h'] = f'H={d.get("local_steps")} lag={d.get("lag")}'
             elif 'event=diloco-waits ' in line:
                 d = kv(line)
                 r['diloco'] = {'overlap': d.get('overlap') == '1', 'syncs': int(d['syncs']),
@@ -109,7 +114,8 @@ def split_lines(row):
             line += f' (of these two, waiting for the slowest rank ~{m["slowest"]:.0f})'
         dl = r.get('diloco')
         if dl and dl['syncs'] > 0:
-            line += (f'; DiLoCo {"overlapped" if dl["overlap"] else "blocking"}: {dl["syncs"]} '
+            line += (f'; DiLoCo {r.get("diloco_h", "")} '
+                     f'{"overlapped" if dl["overlap"] else "blocking"}: {dl["syncs"]} '
                      f'syncs blocked it {dl["wait_s"]:.1f} s ({dl["mean_ms"]:.0f} ms a sync)')
         out.append(line)
     return out
@@ -212,7 +218,7 @@ def table(path, bars=False):
             continue
         if kind == 'ratio':
             v = got[name][0]
-            print(f'bar: {name}: {fmt(v, ".2f")}x of one agent\'s speed to its accuracy, bar >= '
+            print(f'bar: {name}: {fmt(v, ".2f")}{"x" if v is not None else ""} of one agent\'s speed to its accuracy, bar >= '
                   f'{bar}x: ' + ('-' if v is None else 'met' if v >= bar else 'MISSED'))
         else:
             v = got[name][1]
