@@ -151,6 +151,7 @@ augment    = crop_flip
 crop_scale = $FT_CROP
 normalize  = imagenet
 test_split = 0.2
+cache      = 512M
 [optim]
 name  = adam
 lr    = 0.001
