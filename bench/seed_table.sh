@@ -436,6 +436,14 @@ EOF
 }
 
 E2=$((EPOCHS + EXTRA))
+# finetune: the 3-agent row's epochs, at least E2, and enough for 256 steps a rank (a third of
+# the 2-agent rows' steps an epoch would cap H below auto's 64 at E2): time to the target stops
+# at the first epoch that reaches it, so the epochs after it cost time, not the ratio
+E3=$E2
+if [ "$WORKLOAD" = finetune ] && [ $QUICK = 0 ]; then
+    spe3=$((TRAIN_N / (BATCH * 3)))
+    [ "$spe3" -gt 0 ] && [ $((E2 * spe3)) -lt 256 ] && E3=$(((256 + spe3 - 1) / spe3))
+fi
 ROUND=1
 if [ "$WORKLOAD" = finetune ]; then
     for ROUND in $(seq 1 "${ROUNDS:-1}"); do
@@ -451,7 +459,7 @@ if [ "$WORKLOAD" = finetune ]; then
         full "2 agents, LAN" auto "$E2" a1 a2
         full "2 agents, tunnel 20 Mbit/s, auto" auto "$E2" a1 b1
         FREEZE=backbone full "2 agents, tunnel 20 Mbit/s, auto, freeze = backbone" auto "$E2" a1 b1
-        full "3 agents (2 LAN + 1 tunnel 20 Mbit/s), auto" auto "$E2" a1 a2 b1
+        full "3 agents (2 LAN + 1 tunnel 20 Mbit/s), auto" auto "$E3" a1 a2 b1
         if [ "$ROUND" = 1 ]; then ddp "PyTorch DDP resnet18, tunnel 20 Mbit/s"; fi
     done
     echo
