@@ -451,7 +451,8 @@ if [ "$WORKLOAD" = finetune ]; then
         set_rate 20
         full "1 agent" fp32 "$EPOCHS" a1
         # the same for a 1-agent row that did not climb: its accuracy is every row's target
-        if [ "$(tail -n 1 "$RES" | python3 -c 'import json,sys; print(json.load(sys.stdin)["row"])')" = "1 agent" ]; then
+        if [ -s "$RES" ] &&
+            [ "$(tail -n 1 "$RES" | python3 -c 'import json,sys; print(json.load(sys.stdin)["row"])')" = "1 agent" ]; then
             a=$(tail -n 1 "$RES" | python3 -c 'import json,sys; print(json.load(sys.stdin)["acc"])')
             python3 -c 'import sys; sys.exit(0 if float(sys.argv[1]) >= float(sys.argv[2]) else 1)' "$a" "$FT_MIN" ||
                 fail "the 1-agent fine-tuning reached $a%, under FT_MIN=$FT_MIN%: no target to time"
