@@ -5,8 +5,11 @@
                                   [{epoch, steps, acc, epoch_s}] (acc null where not evaluated)
   counters BEFORE AFTER           two `cat` dumps of a tun device's tx_bytes and rx_bytes: prints
                                   the bytes that crossed it (tx + rx) between them
-  table RESULTS.jsonl             one table of the rows bench/seed_table.sh wrote, with time to
-                                  the single-agent accuracy computed here (see below)
+  table RESULTS.jsonl [--bars]    one table of the rows bench/seed_table.sh wrote, with time to
+                                  the single-agent accuracy computed here (see below); --bars:
+                                  then issue 21's bars for the fine-tuning rows (BARS), met or not
+  split LOG...                    where each rank's step time went, from its agent's log
+                                  (r<ROW>-<host>.log): one JSON list, see split() below
   fresh_head SRC DST SEED         copies safetensors SRC to DST with fc.weight and fc.bias drawn
                                   afresh, U(+-1/sqrt(fan_in)) as torch.nn.Linear does, from SEED:
                                   a pretrained backbone for a new task of as many classes
@@ -49,6 +52,78 @@ def epochs(path):
     return out
 
 
+def split(paths):
+    """Per rank, its event=step-split lines summed over the run (one a rank per epoch: seconds
+    summed over the epoch's steps) and its event=diloco-waits line, as ms a step:
+
+      compute    forward, loss and backward, the loader's wait excluded
+      loader     waiting for the loader's next batch (data_s)
+      allreduce  waiting for the gradient all-reduce (collective_s; 0 for DiLoCo's local steps)
+      after      the optimizer's step and what runs after it (optimizer_s): DiLoCo's outer sync,
+                 blocking, or the wait for it at the lag step, overlapped, and hash checks
+      slowest    of allreduce + after, the part spent waiting for the slowest rank, estimated as
+                 this rank's allreduce + after minus the least of any rank of the row (the
+                 slowest rank waits least; what it waits is the link's): an estimate
+      diloco     (DiLoCo only) the H and lag this rank ran (event=diloco: after the cap at a
+                 quarter of the run, so possibly below the codec column's), and what its
+                 syncs blocked the trainer: syncs, seconds, ms a sync
+    The evaluation at each epoch's end on rank 0 is in no column: the other ranks wait for it
+    in their next collective or sync, so it shows there, as waiting for the slowest.
+    """
+    out = []
+    for path in paths:
+        r = {'log': path, 'steps': 0, 'compute_s': 0.0, 'data_s': 0.0, 'collective_s': 0.0,
+             'optimizer_s': 0.0}
+        for line in open(path, errors='replace'):
+            if 'event=step-split ' in line:
+                d = kv(line)
+                r['steps'] += int(d['steps'])
+                for k in ('compute_s', 'data_s', 'collective_s', 'optimizer_s'):
+                    r[k] += float(d[k])
+            elif 'event=diloco ' in line:
+                d = kv(line)  # DiLoCo as this rank runs it: H after the cap, the lag
+                r['diloco_h'] = f'H={d.get("local_steps")} lag={d.get("lag")}'
+            elif 'event=diloco-waits ' in line:
+                d = kv(line)
+                r['diloco'] = {'overlap': d.get('overlap') == '1', 'syncs': int(d['syncs']),
+                               'wait_s': float(d['wait_ms']) / 1e3,
+                               'mean_ms': float(d['mean_ms'])}
+        if r['steps'] > 0:
+            out.append(r)
+    if not out:
+        return out
+    least = min(r['collective_s'] + r['optimizer_s'] for r in out)
+    for r in out:
+        n = r['steps']
+        r['ms'] = {'compute': (r['compute_s'] - r['data_s']) / n * 1e3,
+                   'loader': r['data_s'] / n * 1e3,
+                   'allreduce': r['collective_s'] / n * 1e3,
+                   'after': r['optimizer_s'] / n * 1e3,
+                   'slowest': (r['collective_s'] + r['optimizer_s'] - least) / n * 1e3}
+    return out
+
+
+def split_lines(row):
+    """The lines under the table for one row's split (see split())."""
+    out = []
+    for r in row.get('split') or []:
+        m = r['ms']
+        host = re.sub(r'^r\d+-|\.log$', '', r['log'].rsplit('/', 1)[-1])
+        tot = sum(m[k] for k in ('compute', 'loader', 'allreduce', 'after'))
+        line = (f'    {host}: {r["steps"]} steps, {tot:.0f} ms a step = compute '
+                f'{m["compute"]:.0f} + loader {m["loader"]:.0f} + all-reduce {m["allreduce"]:.0f} '
+                f'+ optimizer and after {m["after"]:.0f}')
+        if len(row['split']) > 1:
+            line += f' (of these two, waiting for the slowest rank ~{m["slowest"]:.0f})'
+        dl = r.get('diloco')
+        if dl and dl['syncs'] > 0:
+            line += (f'; DiLoCo {r.get("diloco_h", "")} '
+                     f'{"overlapped" if dl["overlap"] else "blocking"}: {dl["syncs"]} '
+                     f'syncs blocked it {dl["wait_s"]:.1f} s ({dl["mean_ms"]:.0f} ms a sync)')
+        out.append(line)
+    return out
+
+
 def counters(before, after):
     a = [int(x) for x in open(before).read().split()]
     b = [int(x) for x in open(after).read().split()]
@@ -67,7 +142,16 @@ def median(xs):
     return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
 
 
-def table(path):
+# issue 21's bars for the fine-tuning table (WORKLOAD=finetune), by row name
+BARS = {
+    '2 agents, LAN': ('ratio', 1.7),
+    '2 agents, tunnel 20 Mbit/s, auto': ('ratio', 1.5),
+    '3 agents (2 LAN + 1 tunnel 20 Mbit/s), auto': ('ratio', 2.2),
+    '2 agents, tunnel 20 Mbit/s, auto, freeze = backbone': ('bytes', 1.0),
+}
+
+
+def table(path, bars=False):
     rows = [json.loads(line) for line in open(path) if line.strip()]
     for r in rows:
         r.setdefault('round', 1)
@@ -95,7 +179,7 @@ def table(path):
                                                        else '(no 1-agent row)'))
     hdr = ['row', 's/epoch', 'time to target (s)', 'vs 1 agent', 'test acc %', 'tunnel MB/epoch',
            'codec']
-    lines, names = [], []
+    lines, names, got = [], [], {}
     for r in rows:
         if r['row'] not in names:
             names.append(r['row'])
@@ -118,6 +202,7 @@ def table(path):
         if len(rs) > 1 and tm is not None:
             tts += ' [' + ', '.join(fmt(t, '.1f', 'n/r') for t in ts) + ']'
         rm = median(ratios)
+        got[name] = (rm, median(r.get('tunnel_bytes_epoch') for r in rs))
         ratio = fmt(rm, '.2f') + 'x' if rm is not None else '-'
         if len(rs) > 1 and rm is not None:
             ratio += ' [' + ', '.join(fmt(x, '.2f', '-') for x in ratios) + ']'
@@ -158,6 +243,26 @@ def table(path):
                     sp = by[k].get('spares') or {}
                     print(f'    {k}: shares at the end {by[k].get("shares") or "-"}'
                           + ''.join(f'; {n} a spare: {why}' for n, why in sp.items()))
+    for name, (kind, bar) in BARS.items():
+        if not bars or name not in got:
+            continue
+        if kind == 'ratio':
+            v = got[name][0]
+            print(f'bar: {name}: {fmt(v, ".2f")}{"x" if v is not None else ""} of one agent\'s speed to its accuracy, bar >= '
+                  f'{bar}x: ' + ('-' if v is None else 'met' if v >= bar else 'MISSED'))
+        else:
+            v = got[name][1]
+            print(f'bar: {name}: {fmt(v / 1e6 if v is not None else None, ".2f")} MB an epoch over '
+                  f'the tunnel, bar < {bar} MB: ' +
+                  ('-' if v is None else 'met' if v / 1e6 < bar else 'MISSED'))
+    if any(r.get('split') for r in rows):
+        print('where the step time went (ms a step, each rank over its whole run, from its '
+              'event=step-split and event=diloco-waits; bench/seed_table.py split):')
+        for r in rows:
+            if r.get('split'):
+                print(f'  {r["row"]} (round {r["round"]}):')
+                for line in split_lines(r):
+                    print(line)
 
 
 def fresh_head(src, dst, seed):
@@ -184,8 +289,12 @@ def main():
         print(json.dumps(epochs(sys.argv[2])))
     elif cmd == 'counters' and len(sys.argv) == 4:
         print(counters(sys.argv[2], sys.argv[3]))
+    elif cmd == 'split' and len(sys.argv) >= 3:
+        print(json.dumps(split(sys.argv[2:])))
     elif cmd == 'table' and len(sys.argv) == 3:
         table(sys.argv[2])
+    elif cmd == 'table' and len(sys.argv) == 4 and sys.argv[3] == '--bars':
+        table(sys.argv[2], bars=True)
     elif cmd == 'fresh_head' and len(sys.argv) == 5:
         fresh_head(sys.argv[2], sys.argv[3], int(sys.argv[4]))
     else:

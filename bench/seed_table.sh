@@ -33,8 +33,8 @@
 #   time to accuracy needs the 1-agent row), CODEC_AUTO (what the "auto" rows submit; auto),
 #   ROUNDS (1: rounds 2.. repeat every row trained to the end, not the timed windows),
 #   HOST_CPU (cores each host may use, 0.5; 0: no cap), OVERLAP (true or false: [comm] overlap
-#   of the auto/diloco rows; unset: the job's default), PAIR_EPOCHS (epochs of the capped pair's
-#   rows; EPOCHS + EXTRA).
+#   of the auto/diloco rows; unset: the job's default, or true with WORKLOAD=finetune),
+#   PAIR_EPOCHS (epochs of the capped pair's rows; EPOCHS + EXTRA).
 # The hosts share this machine's cores.  So that each is a machine of its own speed, as in the
 # seeds, every host's agent (and DDP process) runs in a CPU cgroup capped at HOST_CPU cores
 # (NB_HOST_CPU in tests/integration/netns.bash): three hosts at 0.5 use 1.5 of 2 cores (the
@@ -43,16 +43,32 @@
 #
 # WORKLOAD=finetune: the seeds' own workload (issue 21) on the same testbed instead: torchvision's
 # resnet18 fine-tuned from a pretrained file on a generated photo folder (tests/tools/
-# make_photos.py: FT_PER_CLASS photos (160) of 64-128 px a class, JPEG and PNG), RandomResizedCrop
-# FT_SIZE (64) + flip + ImageNet normalisation, Adam 1e-3, batch 32 per agent, 20% held out.
-# The pretrained file is made here (or PRETRAINED names one), as bench/transfer.sh does: resnet18
-# trained PRE_EPOCHS (3) on the folder's classes 0-4 on this machine (no namespace, no cap), then
-# its fc drawn afresh (seed_table.py fresh_head); the table fine-tunes on classes 5-9.
+# make_photos.py: photos of 64-128 px, JPEG and PNG, whose item fills 40-90% of the frame's
+# shorter side), RandomResizedCrop FT_SIZE (64) with scale FT_CROP ("0.35, 1": torchvision's
+# default 0.08 keeps as little as 8% of the frame, often a crop beside the item) + flip +
+# ImageNet normalisation, Adam 1e-3, batch 32 per agent, 20% held out.
+# The pretrained file is made here once per table (or PRETRAINED names one made with the same
+# settings, e.g. kept from round 1 with KEEP=1: $WORK/pre.safetensors), as bench/transfer.sh
+# does: resnet18 trained PRE_EPOCHS (12) on PRE_PER_CLASS (2000) photos a class of classes 0-4
+# (3000 steps; Adam 1e-3, cosine after 100 warm-up steps), on this machine with PRE_THREADS (1)
+# BLAS threads (no namespace, no cap), then its fc drawn afresh (seed_table.py fresh_head); the
+# table fine-tunes on FT_PER_CLASS (840) photos a class of classes 5-9.  The photos' colours
+# and polarity are random, so resnet18 from scratch needs thousands of steps to see shapes in
+# them (PyTorch alike: chance for 300 steps, 45% after 800 at 32 px).  Sized so that the
+# 2-agent rows take 260 steps a rank (5 epochs of 52): auto caps DiLoCo's H at a quarter of the
+# run's steps, and overlapped it picks the smallest H whose lag (H/4 steps) covers one sync of
+# the model (22 MB each way, ~9-11 s at 20 Mbit/s) at ~0.4 s a capped step: more than its own
+# cap of 64, which 260 steps leave uncapped; shorter runs cap H below that and the lag hides
+# less of a sync.
+# The auto rows run with [comm] overlap = true (OVERLAP=false to compare).  The script stops
+# when the pretraining's held-out accuracy is under PRE_MIN (70) or the 1-agent row's under
+# FT_MIN (60): the accuracy and time-to-target columns would then mean nothing (0: go on).
 # Rows: 1 agent; 2 agents on the LAN, auto; 2 over the 20 Mbit/s tunnel, auto; the same with
 # [model] freeze = backbone; 3 agents (2 LAN + 1 tunnel), auto; PyTorch DDP with torchvision's
 # resnet18 over the tunnel (DDP_STEPS (4) timed steps: each moves the whole model's gradient).
-# Each rank logs where its step time went once an epoch (event=step-split); the script prints
-# every rank's last one under the table.
+# Each rank logs where its step time went once an epoch (event=step-split) and what DiLoCo's
+# syncs blocked it (event=diloco-waits); the table is followed by each row's split per rank
+# (seed_table.py split says how it is computed).
 # Root, network namespaces, openvpn, the dataset and /usr/bin/python3 with torch; exit 77
 # where one is missing.
 set -o pipefail
@@ -72,11 +88,20 @@ case $WORKLOAD in lenet | finetune) ;; *) echo "seed_table: WORKLOAD is lenet or
 if [ "$WORKLOAD" = finetune ]; then
     /usr/bin/python3 -c 'import torchvision, PIL, numpy' 2>/dev/null ||
         { echo "SKIP: no torchvision, PIL or numpy in /usr/bin/python3"; exit 77; }
-    if [ $QUICK = 1 ]; then EPOCHS=${EPOCHS:-1} FT_PER_CLASS=${FT_PER_CLASS:-40} PRE_EPOCHS=${PRE_EPOCHS:-1}; fi
-    FT_PER_CLASS=${FT_PER_CLASS:-160}
-    PRE_EPOCHS=${PRE_EPOCHS:-3}
+    if [ $QUICK = 1 ]; then
+        EPOCHS=${EPOCHS:-1} FT_PER_CLASS=${FT_PER_CLASS:-40} PRE_PER_CLASS=${PRE_PER_CLASS:-100}
+        PRE_EPOCHS=${PRE_EPOCHS:-1} PRE_MIN=${PRE_MIN:-0} FT_MIN=${FT_MIN:-0}
+    fi
+    FT_PER_CLASS=${FT_PER_CLASS:-840}
+    PRE_PER_CLASS=${PRE_PER_CLASS:-2000}
+    PRE_EPOCHS=${PRE_EPOCHS:-12}
+    PRE_THREADS=${PRE_THREADS:-1}
+    PRE_MIN=${PRE_MIN:-70}
+    FT_MIN=${FT_MIN:-60}
     FT_SIZE=${FT_SIZE:-64}
+    FT_CROP=${FT_CROP:-0.35, 1}
     DDP_STEPS=${DDP_STEPS:-4}
+    OVERLAP=${OVERLAP:-true}
     BATCH=32
 else
     BATCH=64
@@ -101,11 +126,17 @@ echo "seed_table: workload=$WORKLOAD epochs=$EPOCHS extra=$EXTRA window=${WINDOW
 # pretrained file with a fresh head.  TRAIN_N: an epoch's training samples (the timed windows)
 TRAIN_N=60000
 if [ "$WORKLOAD" = finetune ]; then
+    # classes 5-9 at FT_PER_CLASS a class, classes 0-4 at PRE_PER_CLASS (the same seed: a
+    # photo's pixels depend on (seed, class, number) alone)
     /usr/bin/python3 tests/tools/make_photos.py "$WORK/photos" --per-class "$FT_PER_CLASS" \
         --min 64 --max 128 --seed "$SEED" >/dev/null || fail "make_photos"
-    mkdir -p "$WORK/pre" "$WORK/ft"
-    for c in t-shirt trouser pullover dress coat; do mv "$WORK/photos/$c" "$WORK/pre/" || fail "mv $c"; done
+    mkdir -p "$WORK/ft"
     for c in sandal shirt sneaker bag ankle_boot; do mv "$WORK/photos/$c" "$WORK/ft/" || fail "mv $c"; done
+    rm -rf "$WORK/photos"
+    if [ -z "${PRETRAINED:-}" ]; then
+        /usr/bin/python3 tests/tools/make_photos.py "$WORK/pre" --per-class "$PRE_PER_CLASS" \
+            --classes 5 --min 64 --max 128 --seed "$SEED" >/dev/null || fail "make_photos (pre)"
+    fi
     TRAIN_N=$((5 * FT_PER_CLASS * 4 / 5)) # test_split 0.2, near enough for a window's s/epoch
     if [ -n "${PRETRAINED:-}" ]; then
         cp "$PRETRAINED" "$WORK/pre.safetensors" || fail "PRETRAINED=$PRETRAINED"
@@ -117,25 +148,37 @@ name    = seed-pretrain
 model   = resnet18
 epochs  = $PRE_EPOCHS
 seed    = $SEED
-threads = 1
+threads = $PRE_THREADS
 out     = $WORK/pre.safetensors
 [data]
 kind       = folder
 dir        = $WORK/pre
 image_size = $FT_SIZE
 augment    = crop_flip
+crop_scale = $FT_CROP
 normalize  = imagenet
 test_split = 0.2
+cache      = 512M
 [optim]
 name  = adam
 lr    = 0.001
 batch = 32
+[schedule]
+kind         = cosine
+warmup_steps = 100
 PRE
         t0=$(date +%s)
-        (cd "$WORK" && "$GM" train --local "$WORK/pre.ini" --no-progress --no-tensorboard) \
+        (cd "$WORK" && OPENBLAS_NUM_THREADS=$PRE_THREADS "$GM" train --local "$WORK/pre.ini" \
+            --no-progress --no-tensorboard) \
             >"$WORK/pre.log" 2>&1 || { tail -n 5 "$WORK/pre.log"; fail "pretraining"; }
-        echo "pretrained resnet18 on classes 0-4 ($((5 * FT_PER_CLASS)) photos, $PRE_EPOCHS epochs," \
-            "$(($(date +%s) - t0)) s): $(grep -o 'test_accuracy=[0-9.]*' "$WORK/pre.log" | tail -n 1)"
+        echo "pretrained resnet18 on classes 0-4 ($((5 * PRE_PER_CLASS)) photos, $PRE_EPOCHS epochs," \
+            "$(($(date +%s) - t0)) s), held-out accuracy by epoch:" \
+            "$(grep 'event=epoch ' "$WORK/pre.log" | grep -o 'test_accuracy=[0-9.]*' | cut -d= -f2 | tr '\n' ' ')"
+        # a backbone that learned nothing makes every accuracy below meaningless: stop here
+        # rather than spend the table's half hour on it (PRE_MIN=0 goes on regardless)
+        acc=$(grep -o 'test_accuracy=[0-9.]*' "$WORK/pre.log" | tail -n 1 | cut -d= -f2)
+        python3 -c 'import sys; sys.exit(0 if float(sys.argv[1] or 0) >= float(sys.argv[2]) else 1)' \
+            "$acc" "$PRE_MIN" || fail "the pretraining reached ${acc:-no}% held out, under PRE_MIN=$PRE_MIN%"
     fi
     $PY fresh_head "$WORK/pre.safetensors" "$WORK/init.safetensors" "$SEED" || fail "fresh_head"
 fi
@@ -174,6 +217,7 @@ kind           = folder
 dir            = $WORK/ft
 image_size     = $FT_SIZE
 augment        = crop_flip
+crop_scale     = $FT_CROP
 normalize      = imagenet
 test_split     = 0.2
 loader_threads = 1
@@ -303,7 +347,7 @@ wanted() { [ -z "${ONLY:-}" ] || [[ $1 =~ $ONLY ]]; }
 
 # full ROWNAME CODEC EPOCHS HOST...: trains to the end; one JSON row
 full() {
-    local name=$1 codec=$2 ep=$3 id e h r0; shift 3
+    local name=$1 codec=$2 ep=$3 id e h r0 sp logs; shift 3
     wanted "$name" || return 0
     [ "$codec" = auto ] && codec=${CODEC_AUTO:-auto}
     cluster "$@"
@@ -329,9 +373,12 @@ full() {
     for h in "$@"; do grep -q 'event=epoch ' "$WORK/r$ROW-$h.log" && { r0=$h; break; }; done
     [ "$r0" = "$1" ] || echo "  $name: rank 0 was $r0 (the chief moved)"
     e=$($PY epochs "$WORK/r$ROW-$r0.log") || fail "epochs of $name"
+    logs=()
+    for h in "$@"; do logs+=("$WORK/r$ROW-$h.log"); done
+    sp=$($PY split "${logs[@]}") || fail "step split of $name"
     python3 - "$name" "$(codec_of "$id")" "$($PY counters "$WORK/r$ROW.c0" "$WORK/r$ROW.c1")" \
         "$e" "$(job_field "$id" codec_reason)" "$ROUND" "$(job_shares "$id")" "${PAIR:-}" \
-        >>"$RES" <<'EOF' || fail "row $name"
+        "$sp" >>"$RES" <<'EOF' || fail "row $name"
 import json, sys
 name, codec, tb, ep, why = sys.argv[1], sys.argv[2], int(sys.argv[3]), json.loads(sys.argv[4]), sys.argv[5]
 rnd = int(sys.argv[6])
@@ -340,11 +387,14 @@ row = {'row': name, 'round': rnd, 'codec': codec, 'epochs': ep,
        's_epoch': sum(e['epoch_s'] for e in ep) / len(ep),
        'acc': ev[-1]['acc'], 'tunnel_bytes_epoch': tb / len(ep), 'why': why}
 row.update(json.loads(sys.argv[7]))
+row['split'] = json.loads(sys.argv[9])
 if sys.argv[8]:
     row['pair'] = sys.argv[8]
 print(json.dumps(row))
 EOF
-    echo "  $name: $(tail -n 1 "$RES" | cut -c1-400)"
+    echo "  $name: $(tail -n 1 "$RES" | cut -c1-300)"
+    echo "    test accuracy by epoch: $(printf '%s' "$e" | python3 -c 'import json,sys
+print(" ".join("%s" % x["acc"] for x in json.load(sys.stdin)))')"
     stop_cluster
 }
 
@@ -452,26 +502,36 @@ capped_pair() {
 }
 
 E2=$((EPOCHS + EXTRA))
+# finetune: the 3-agent row's epochs, at least E2, and enough for 256 steps a rank (a third of
+# the 2-agent rows' steps an epoch would cap H below auto's 64 at E2): time to the target stops
+# at the first epoch that reaches it, so the epochs after it cost time, not the ratio
+E3=$E2
+if [ "$WORKLOAD" = finetune ] && [ $QUICK = 0 ]; then
+    spe3=$((TRAIN_N / (BATCH * 3)))
+    [ "$spe3" -gt 0 ] && [ $((E2 * spe3)) -lt 256 ] && E3=$(((256 + spe3 - 1) / spe3))
+fi
 ROUND=1
 if [ "$WORKLOAD" = finetune ]; then
     for ROUND in $(seq 1 "${ROUNDS:-1}"); do
         [ "$ROUND" = 1 ] || echo "round $ROUND; $(uptime | sed 's/.*load/load/')"
         set_rate 20
         full "1 agent" fp32 "$EPOCHS" a1
+        # the same for a 1-agent row that did not climb: its accuracy is every row's target
+        if [ -s "$RES" ] &&
+            [ "$(tail -n 1 "$RES" | python3 -c 'import json,sys; print(json.load(sys.stdin)["row"])')" = "1 agent" ]; then
+            a=$(tail -n 1 "$RES" | python3 -c 'import json,sys; print(json.load(sys.stdin)["acc"])')
+            python3 -c 'import sys; sys.exit(0 if float(sys.argv[1]) >= float(sys.argv[2]) else 1)' "$a" "$FT_MIN" ||
+                fail "the 1-agent fine-tuning reached $a%, under FT_MIN=$FT_MIN%: no target to time"
+        fi
         full "2 agents, LAN" auto "$E2" a1 a2
         full "2 agents, tunnel 20 Mbit/s, auto" auto "$E2" a1 b1
         FREEZE=backbone full "2 agents, tunnel 20 Mbit/s, auto, freeze = backbone" auto "$E2" a1 b1
-        full "3 agents (2 LAN + 1 tunnel 20 Mbit/s), auto" auto "$E2" a1 a2 b1
+        full "3 agents (2 LAN + 1 tunnel 20 Mbit/s), auto" auto "$E3" a1 a2 b1
         if [ "$ROUND" = 1 ]; then ddp "PyTorch DDP resnet18, tunnel 20 Mbit/s"; fi
     done
     echo
     echo "seed_table: done; $(uptime | sed 's/.*load/load/')"
-    $PY table "$RES"
-    echo "where the step time went, each rank's last epoch (event=step-split, seconds summed):"
-    for f in "$WORK"/r*-*.log; do
-        l=$(grep 'event=step-split' "$f" | tail -n 1)
-        [ -z "$l" ] || echo "  $(basename "$f" .log): ${l#*event=step-split }"
-    done
+    $PY table "$RES" --bars
     [ -n "${RESULTS:-}" ] && cp "$RES" "$RESULTS"
     exit 0
 fi
