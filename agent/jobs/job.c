@@ -260,15 +260,19 @@ static void rank_exit(struct gm_rank *rk, int err, const struct gm_train_summary
     jobs_account_group(jb);
     jb->rank = NULL;
     gm_rank_free(rk);
-    jb->steps = sum->steps;
+    /* a member whose coordinator's JOB_END came first keeps the coordinator's figures: its own
+     * rank did not evaluate (rank 0 does), and its NaN would replace the job's accuracy */
+    if (!jb->remote_summary) {
+        jb->steps = sum->steps;
+        jb->test_accuracy = sum->test_accuracy;
+        jb->samples_per_s = sum->samples_per_s;
+        if (sum->checkpoint[0])
+            snprintf(jb->weights, sizeof(jb->weights), "%s", sum->checkpoint);
+    }
     jb->epochs = sum->epochs;
-    jb->test_accuracy = sum->test_accuracy;
     jb->test_loss = sum->test_loss;
-    jb->samples_per_s = sum->samples_per_s;
     jb->wall_s = sum->wall_s;
     jb->bytes_sent = sum->bytes_sent;
-    if (sum->checkpoint[0])
-        snprintf(jb->weights, sizeof(jb->weights), "%s", sum->checkpoint);
     if (jb->coord && j->leaving) { /* drain: no JOB_END, the next chief takes the job over */
         jb->state = J_CANCELLED;
         jb->t_end = gm_time_mono_ns();

@@ -166,6 +166,10 @@ id=$(sed -n 's/^job \([0-9a-f]*\) submitted.*/\1/p' "$WORK/submit.out")
 [ -n "$id" ] || { cat "$WORK/submit.out"; fail "no job id in submit's output"; }
 [ "$(job_get a16 "$id" 'j["state"]')" = "done" ] || fail "job $id not done on a16"
 [ "$(job_get a16 "$id" 'j["summary"]["steps"]')" = 31 ] || fail "job $id: not 31 steps"
+# a16 is a member: the coordinator's accuracy came with JOB_END, and a16's own rank, which
+# did not evaluate, must not replace it when it exits after that message
+acc=$(job_get a16 "$id" 'j["summary"]["test_accuracy"]')
+[ -n "$acc" ] && [ "$acc" != None ] || fail "job $id: no accuracy on a16 (got '$acc')"
 hashes=$(for n in "${names[@]}"; do final_hash "$n" "$id"; done)
 [ "$(wc -l <<<"$hashes")" = "$N" ] || fail "$(grep -c . <<<"$hashes") final hashes of $N ranks"
 [ "$(sort -u <<<"$hashes" | wc -l)" = 1 ] || fail "the ranks' final parameters differ: $hashes"
