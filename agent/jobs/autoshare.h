@@ -66,7 +66,7 @@
 
 #define GM_AUTOSHARE_HYST 1.15 /* predicted step compute at least this much faster */
 #define GM_AUTOSHARE_CONFIRM 3 /* decisions in a row (ticks of 200 ms: 0.6 s) */
-#define GM_AUTOSHARE_DWELL 20  /* steps after a group forms before a decision */
+#define GM_AUTOSHARE_DWELL 10  /* steps after a group forms before a decision */
 
 /* A rank's last steps, averaged: samples per step, a step's wall time, its collective part. */
 struct gm_autoshare_obs {

@@ -9,10 +9,12 @@
 #include "agent/jobs/rank.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "agent/jobs/rank_int.h"
 #include "agent/jobs/xport.h"
@@ -172,6 +174,8 @@ static void handle_closed(uv_handle_t *h)
     struct gm_rank *rk = h->data;
 
     gm_gradsync_free(rk->gs);
+    if (rk->loop_sched_fd >= 0)
+        close(rk->loop_sched_fd);
     free(rk->state_buf);
     gm_job_free(&rk->job);
     pthread_mutex_destroy(&rk->mu);
@@ -488,6 +492,9 @@ int gm_rank_bridge_open(struct gm_rank *rk)
     if ((err = uv_async_init(rk->loop, &rk->async, async_cb)) < 0)
         return err;
     rk->async.data = rk;
+    /* this (the loop) thread's scheduler statistics, for the trainer's stall measure (none
+     * where /proc has no schedstat: the measure reads 0 then) */
+    rk->loop_sched_fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
     return 0;
 }
 

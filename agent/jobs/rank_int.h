@@ -65,6 +65,7 @@ struct gm_rank {
     bool group_hier; /* the newest group runs GM_COLL_HIER over its islands */
     bool stopping, exited;
     struct gm_rank_progress prog;
+    int loop_sched_fd; /* the loop thread's /proc/.../schedstat (-1: none), read by the trainer */
     uint64_t bytes_sent_total;  /* collective payload this rank sent, all groups */
     struct gm_metrics *metrics; /* borrowed, may be NULL: where the trainer publishes */
     struct gm_metrics_job mjob; /* the last published (accuracy kept between evaluations) */
@@ -107,6 +108,8 @@ struct gm_rank {
     int submit_err;
     uint32_t synced_gen;
     struct gm_gradsync *gs; /* owned */
+    uint64_t loop_delay_ns; /* the loop thread's run delay at the last step (0: not read) */
+    int group_steps;        /* steps taken in the current group */
     int fit_epoch;          /* the epoch last logged */
     struct {                /* this epoch's step time, summed: event=step-split */
         long steps;

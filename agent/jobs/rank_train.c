@@ -15,6 +15,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <openssl/evp.h>
 
@@ -100,7 +101,8 @@ static int hook_resync(void *ctx, struct gm_train_state *st)
         st->share_n = 0; /* none measured yet: equal */
     }
     /* the step averages start afresh with the group: its shares, and so its steps, differ */
-    rk->prog.step_s = rk->prog.coll_s = 0;
+    rk->prog.step_s = rk->prog.coll_s = rk->prog.stall_s = 0;
+    rk->group_steps = 0;
     rk->prog.share = 0;
     rk->strat.algo = rk->group_hier ? GM_COLL_HIER : GM_COLL_RING; /* the gradsync made below */
     rk->sw.pending = false; /* an announced switch belonged to the group before */
@@ -441,10 +443,35 @@ static int hook_codec_restore(void *ctx, const struct gm_st_file *f, const char 
     return 0;
 }
 
+/* The loop thread's run delay (ns: time runnable but not running, field 2 of schedstat) since
+ * the last call, 0 the first time or where it cannot be read.  Trainer thread. */
+#define GROUP_WARM_STEPS 2 /* a group's first steps, left out of the step averages */
+
+static uint64_t loop_stall_ns(struct gm_rank *rk)
+{
+    char buf[96];
+    unsigned long long run = 0, delay = 0;
+    uint64_t d = 0;
+    ssize_t n;
+
+    if (rk->loop_sched_fd < 0 || (n = pread(rk->loop_sched_fd, buf, sizeof(buf) - 1, 0)) <= 0)
+        return 0;
+    buf[n] = '\0';
+    if (sscanf(buf, "%llu %llu", &run, &delay) != 2)
+        return 0;
+    if (rk->loop_delay_ns > 0 && delay >= rk->loop_delay_ns)
+        d = delay - rk->loop_delay_ns;
+    rk->loop_delay_ns = delay;
+    return d;
+}
+
 static void hook_step(void *ctx, const struct gm_train_step_info *si)
 {
     struct gm_rank *rk = ctx;
+    /* this step's stall of the loop thread (the collective's), within the step's collective */
+    double stall = (double)loop_stall_ns(rk) * 1e-9;
 
+    stall = stall < si->collective_s ? stall : si->collective_s;
     if (rk->tb != NULL)
         gm_tb_on_step(rk->tb, si);
     pthread_mutex_lock(&rk->mu);
@@ -476,12 +503,17 @@ static void hook_step(void *ctx, const struct gm_train_step_info *si)
     rk->mjob.compute_s = si->compute_s;
     rk->prog.compute_s =
         rk->prog.compute_s > 0 ? 0.9 * rk->prog.compute_s + 0.1 * si->compute_s : si->compute_s;
-    if (si->samples > 0) {
+    /* a group's first steps wait for its resync and warm its buffers: the averages start
+     * after them (else the first decisions, GM_AUTOSHARE_DWELL steps in, still carry them) */
+    if (si->samples > 0 && ++rk->group_steps > GROUP_WARM_STEPS) {
         double t = si->compute_s + si->collective_s + si->optimizer_s;
         rk->prog.step_s = rk->prog.step_s > 0 ? 0.9 * rk->prog.step_s + 0.1 * t : t;
         rk->prog.coll_s = rk->prog.step_s > 0 && rk->prog.share > 0
                               ? 0.9 * rk->prog.coll_s + 0.1 * si->collective_s
                               : si->collective_s;
+        rk->prog.stall_s = rk->prog.step_s > 0 && rk->prog.share > 0
+                               ? 0.9 * rk->prog.stall_s + 0.1 * stall
+                               : stall;
         rk->prog.share = si->samples;
     }
     rk->mjob.collective_s = si->collective_s;
@@ -567,6 +599,7 @@ int gm_rank_start(uv_loop_t *loop, const struct gm_job *job, const char *out,
     rk = calloc(1, sizeof(*rk));
     if (rk == NULL)
         return -ENOMEM;
+    rk->loop_sched_fd = -1;
     rk->loop = loop;
     rk->ops = ops;
     rk->arg = arg;
