@@ -251,7 +251,8 @@ void gm_autoshare_group(struct gm_autoshare *a, long step)
 {
     a->confirm = 0;
     a->spare_confirm = 0;
-    a->quiet_until = step + GM_AUTOSHARE_DWELL;
+    a->quiet_until = step + (a->groups == 0 ? GM_AUTOSHARE_DWELL_FIRST : GM_AUTOSHARE_DWELL);
+    a->groups++;
 }
 
 int gm_autoshare_decide(struct gm_autoshare *a, const double *sps, const double *over_s, int world,

@@ -67,6 +67,7 @@
 #define GM_AUTOSHARE_HYST 1.15 /* predicted step compute at least this much faster */
 #define GM_AUTOSHARE_CONFIRM 3 /* decisions in a row (ticks of 200 ms: 0.6 s) */
 #define GM_AUTOSHARE_DWELL 10  /* steps after a group forms before a decision */
+#define GM_AUTOSHARE_DWELL_FIRST 5 /* the job's first group (equal shares): sooner */
 
 /* A rank's last steps, averaged: samples per step, a step's wall time, its collective part. */
 struct gm_autoshare_obs {
@@ -114,9 +115,13 @@ struct gm_autoshare {
     int confirm;       /* decisions in a row that wanted a change */
     int spare_confirm; /* calls in a row that found a spare */
     long quiet_until;  /* no decision before this step */
+    int groups;        /* groups formed so far */
 };
 
-/* A group formed at step: the count restarts, and no decision for GM_AUTOSHARE_DWELL steps. */
+/* A group formed at step: the count restarts, and no decision for GM_AUTOSHARE_DWELL steps
+ * (GM_AUTOSHARE_DWELL_FIRST for the job's first group: it runs equal shares, at the slowest
+ * rank's pace, until the first decision; its first steps, warm-up and resync, are not in the
+ * ranks' averages, agent/jobs/rank_train.c). */
 void gm_autoshare_group(struct gm_autoshare *a, long step);
 
 /* The spare rule above, for a group running balanced counts with speeds sps and steps obs:

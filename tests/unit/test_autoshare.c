@@ -73,7 +73,12 @@ static void test_decide(void)
     long step = 0;
     int k;
 
+    /* the job's first group: a shorter dwell, then the same rule */
     gm_autoshare_group(&a, 0);
+    GM_CHECK_EQ(a.quiet_until, GM_AUTOSHARE_DWELL_FIRST);
+    GM_CHECK(GM_AUTOSHARE_DWELL_FIRST < GM_AUTOSHARE_DWELL);
+    gm_autoshare_group(&a, 0);
+    GM_CHECK_EQ(a.quiet_until, GM_AUTOSHARE_DWELL);
     /* within the dwell: nothing, however large the gain */
     for (step = 0; step < GM_AUTOSHARE_DWELL; step++)
         GM_CHECK_EQ(gm_autoshare_decide(&a, sp, NULL, 2, 120, cur, step, out, why, sizeof(why)), 0);
