@@ -30,7 +30,7 @@
 #
 # Usage: bench/unequal.sh [GRADMESH_BINARY]   MODELS="lenet5 resnet20" CAPS="0.2 0.5 1.0"
 #   THIRD=0.1 (empty: no third host) NTRAIN_lenet5=25600 NTRAIN_resnet20=5120 G_lenet5=128
-#   G_resnet20=64 EPOCHS_lenet5=8 EPOCHS_resnet20=1 (a longer run amortizes the ~20 steps and
+#   G_resnet20=64 EPOCHS_lenet5=8 EPOCHS_resnet20=1 (a longer run amortizes the ~5-10 steps and
 #   0.6 s that shares = auto takes to measure and decide, and each change's re-formed group:
 #   LeNet-5 runs 1600 steps, resnet20, at ~1 s a step with a slow rank, 80) KEEP=1
 # On a quiet 2-core machine the default run (both models, the three caps, the third host) takes

@@ -14,6 +14,9 @@
  * (everything but its wait), and its speed samples_r / busy_r.  (Not the compute time alone: on
  * a machine capped by a CPU quota, or busy with other work, the stalls fall in any phase of the
  * step, and the compute time alone read a rank capped at 0.1 core as 2-4x faster than it was.)
+ * C_r is reported net of the rank's own stalls in it (the loop thread's run delay,
+ * gm_rank_progress_coll_net): a rank stalled inside its collective holds every rank there, and
+ * counted as collective that read both ranks of 1.0 + 0.5 core as equally fast.
  * Members report theirs with their alpha-beta fit (JOB_REPORT "fit" speed), rank 0 reads its
  * own.
  *
@@ -44,8 +47,9 @@
  *    step at least GM_AUTOSHARE_HYST times faster, on GM_AUTOSHARE_CONFIRM decisions in a row,
  *    and never within GM_AUTOSHARE_DWELL steps of a group forming (a change of shares forms one):
  *    the hysteresis, so that measurement noise does not re-form groups;
- *  - too slow to help (gm_autoshare_spare), checked once the shares are balanced (no change
- *    wanted) and past the dwell, on GM_AUTOSHARE_CONFIRM decisions in a row: the slowest rank
+ *  - too slow to help (gm_autoshare_spare), asked before re-balancing (leaving the rank out
+ *    at once is one re-formed group, not two), past the dwell, on GM_AUTOSHARE_CONFIRM calls
+ *    in a row: the slowest rank
  *    r is left out of the job as a spare when the time its balanced share n_r saves the others,
  *    n_r / (sum of the other ranks' speeds), is less than what a step's collective costs, min C
  *    (the collective time of the rank everybody waits for: its link and per-step overhead, which
