@@ -403,6 +403,8 @@ void jobs_shares_tick(struct gm_jobs *j, struct job *jb)
         shares_leave_out(j, jb, spare, p.step, why);
         return;
     }
+    if (jb->ash.spare_confirm > 0)
+        return; /* the spare rule holds, not yet confirmed: no re-balancing meanwhile */
     if (gm_autoshare_decide(&jb->ash, sps, over, w, g, cur, p.step, out, why, sizeof(why)) <= 0)
         return;
     jobs_shares_text(cur, w, from, sizeof(from));
