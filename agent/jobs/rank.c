@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -407,8 +408,26 @@ static void withdraw_pending(struct gm_rank *rk)
     rk->pending_tail = &rk->pending;
 }
 
+uint64_t gm_rank_sched_delay_ns(int fd)
+{
+    char buf[96];
+    unsigned long long run = 0, delay = 0;
+    ssize_t n;
+
+    if (fd < 0 || (n = pread(fd, buf, sizeof(buf) - 1, 0)) <= 0)
+        return 0;
+    buf[n] = '\0';
+    if (sscanf(buf, "%llu %llu", &run, &delay) != 2)
+        return 0;
+    return delay;
+}
+
+/* Trainer thread.  The time it was woken but not run (a quota's throttle, other work) counts
+ * as its stall in the collective (rk->wait_delay_ns, rank_train.c's step measure). */
 static void wait_done(struct gm_rank *rk, struct req *r)
 {
+    const uint64_t d0 = gm_rank_sched_delay_ns(rk->trainer_sched_fd);
+
     pthread_mutex_lock(&rk->mu);
     while (!r->done) {
         if (rk->stopping && rk->pending != NULL)
@@ -417,6 +436,10 @@ static void wait_done(struct gm_rank *rk, struct req *r)
             pthread_cond_wait(&rk->cv, &rk->mu);
     }
     pthread_mutex_unlock(&rk->mu);
+    if (rk->trainer_sched_fd >= 0) {
+        const uint64_t d1 = gm_rank_sched_delay_ns(rk->trainer_sched_fd);
+        rk->wait_delay_ns += d1 > d0 ? d1 - d0 : 0;
+    }
 }
 
 /* gradsync's executor: the op runs on the loop, the trainer waits for it.

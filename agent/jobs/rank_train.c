@@ -10,6 +10,7 @@
 #include "agent/jobs/rank.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -443,22 +444,15 @@ static int hook_codec_restore(void *ctx, const struct gm_st_file *f, const char 
     return 0;
 }
 
-/* The loop thread's run delay (ns: time runnable but not running, field 2 of schedstat) since
- * the last call, 0 the first time or where it cannot be read.  Trainer thread. */
 #define GROUP_WARM_STEPS 2 /* a group's first steps, left out of the step averages */
 
+/* The loop thread's run delay since the last call (ns), 0 the first time or where it cannot be
+ * read.  Trainer thread. */
 static uint64_t loop_stall_ns(struct gm_rank *rk)
 {
-    char buf[96];
-    unsigned long long run = 0, delay = 0;
+    const uint64_t delay = gm_rank_sched_delay_ns(rk->loop_sched_fd);
     uint64_t d = 0;
-    ssize_t n;
 
-    if (rk->loop_sched_fd < 0 || (n = pread(rk->loop_sched_fd, buf, sizeof(buf) - 1, 0)) <= 0)
-        return 0;
-    buf[n] = '\0';
-    if (sscanf(buf, "%llu %llu", &run, &delay) != 2)
-        return 0;
     if (rk->loop_delay_ns > 0 && delay >= rk->loop_delay_ns)
         d = delay - rk->loop_delay_ns;
     rk->loop_delay_ns = delay;
@@ -468,8 +462,11 @@ static uint64_t loop_stall_ns(struct gm_rank *rk)
 static void hook_step(void *ctx, const struct gm_train_step_info *si)
 {
     struct gm_rank *rk = ctx;
-    /* this step's stall of the loop thread (the collective's), within the step's collective */
-    double stall = (double)loop_stall_ns(rk) * 1e-9;
+    /* this step's stalls in its collective: the loop thread's (which runs it) and the
+     * trainer's own, woken at its end but not run; within the step's collective */
+    double stall = (double)(loop_stall_ns(rk) + rk->wait_delay_ns) * 1e-9;
+
+    rk->wait_delay_ns = 0;
 
     stall = stall < si->collective_s ? stall : si->collective_s;
     if (rk->tb != NULL)
@@ -552,12 +549,17 @@ static void *trainer_main(void *arg)
     struct gm_rank *rk = arg;
 
     gm_log_clear_last_error();
+    rk->trainer_sched_fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
     rk->err = gm_trainer_run(&rk->job, &rk->opts, &rk->sum);
     if (rk->err != 0) /* its reason, as `train --local` would print it */
         snprintf(rk->err_line, sizeof(rk->err_line), "%s", gm_log_last_error());
     /* ops a stop or an error left submitted (overlapped DiLoCo's sync in its lag steps) end
      * before their requests are freed (a stop has failed the links: they end at once) */
     (void)gm_rank_bridge_wait(rk);
+    if (rk->trainer_sched_fd >= 0) {
+        close(rk->trainer_sched_fd);
+        rk->trainer_sched_fd = -1;
+    }
     pthread_mutex_lock(&rk->mu); /* every op this thread waited for has counted its bytes */
     if (rk->sum.bytes_sent == 0)
         rk->sum.bytes_sent = rk->bytes_sent_total;
@@ -599,7 +601,7 @@ int gm_rank_start(uv_loop_t *loop, const struct gm_job *job, const char *out,
     rk = calloc(1, sizeof(*rk));
     if (rk == NULL)
         return -ENOMEM;
-    rk->loop_sched_fd = -1;
+    rk->loop_sched_fd = rk->trainer_sched_fd = -1;
     rk->loop = loop;
     rk->ops = ops;
     rk->arg = arg;
