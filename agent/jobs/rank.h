@@ -74,7 +74,7 @@ struct gm_rank_progress {
     int share;
     /* the part of coll_s this rank's own machine stalled: the run delay (runnable, not
      * running: a CPU quota's throttle, other work on its cores) of the loop thread, which runs
-     * the collective, per step, averaged (x0.9).  In lockstep a rank held up inside its
+     * the collective, and of the trainer inside its waits for it, per step, averaged (x0.9).  In lockstep a rank held up inside its
      * collective holds everyone there, so the wall clock alone cannot say whose that time
      * is; this says it is this rank's (gm_rank_progress_coll_net) */
     double stall_s;
