@@ -230,6 +230,18 @@ static void test_speeds(void)
     GM_CHECK_NEAR(sps[1], 28 / 0.040, 1e-6, 1e-12);
     GM_CHECK_EQ(gm_autoshare_speeds(unknown, 2, sps), 1);
     GM_CHECK_EQ(sps[1], 0.0);
+
+    /* a stall inside rank 1's collective (its quota spent there: 5 ms of a 9 ms step) holds
+     * rank 0 there too: by the wall clock both collectives are 5.4 ms and both ranks read
+     * equally fast (1.0 + 0.5 core stayed 64:64 so); with rank 1's collective reported net of
+     * its own stall (gm_rank_progress_coll_net), rank 1 is the slow one, at about half */
+    const struct gm_autoshare_obs wall[2] = {{64, 0.009, 0.0054}, {64, 0.009, 0.0054}};
+    const struct gm_autoshare_obs net[2] = {{64, 0.009, 0.0054}, {64, 0.009, 0.0004}};
+    GM_CHECK_EQ(gm_autoshare_speeds(wall, 2, sps), 2);
+    GM_CHECK_NEAR(sps[0], sps[1], 1e-9, 1e-12);
+    GM_CHECK_EQ(gm_autoshare_speeds(net, 2, sps), 2);
+    GM_CHECK_NEAR(sps[0], 64 / 0.004, 1e-6, 1e-12);
+    GM_CHECK_NEAR(sps[1], 64 / 0.009, 1e-6, 1e-12);
 }
 
 /* The spare rule: a rank whose balanced share saves the others less time than a step's
