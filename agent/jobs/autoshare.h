@@ -14,9 +14,11 @@
  * (everything but its wait), and its speed samples_r / busy_r.  (Not the compute time alone: on
  * a machine capped by a CPU quota, or busy with other work, the stalls fall in any phase of the
  * step, and the compute time alone read a rank capped at 0.1 core as 2-4x faster than it was.)
- * C_r is reported net of the rank's own stalls in it (the loop thread's run delay,
- * gm_rank_progress_coll_net): a rank stalled inside its collective holds every rank there, and
- * counted as collective that read both ranks of 1.0 + 0.5 core as equally fast.
+ * C_r is taken net of the rank's own stalls in it, stall_r (the run delay of its loop thread
+ * and of its trainer waiting, agent/jobs/rank.h): a rank stalled inside its collective holds
+ * every rank there, and counted as collective that read both ranks of 1.0 + 0.5 core as
+ * equally fast.  (The spare rule below reads C_r whole: a slow machine's stalls in the
+ * collective are part of what the collective costs with it.)
  * Members report theirs with their alpha-beta fit (JOB_REPORT "fit" speed), rank 0 reads its
  * own.
  *
@@ -73,10 +75,11 @@
 #define GM_AUTOSHARE_DWELL 10  /* steps after a group forms before a decision */
 #define GM_AUTOSHARE_DWELL_FIRST 5 /* the job's first group (equal shares): sooner */
 
-/* A rank's last steps, averaged: samples per step, a step's wall time, its collective part. */
+/* A rank's last steps, averaged: samples per step, a step's wall time, its collective part and
+ * the part of that the rank's own machine stalled (<= coll_s; 0: none or not known). */
 struct gm_autoshare_obs {
     int samples; /* 0: not known */
-    double step_s, coll_s;
+    double step_s, coll_s, stall_s;
 };
 
 /* The ranks' speeds (samples per second of busy time, see above) from their observations;

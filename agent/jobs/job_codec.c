@@ -156,7 +156,8 @@ void jobs_fit_report_tick(struct gm_jobs *j, struct job *jb)
         m.have_speed = true;
         m.speed_samples = p.share;
         m.speed_step_s = p.step_s;
-        m.speed_coll_s = gm_rank_progress_coll_net(&p);
+        m.speed_coll_s = p.coll_s;
+        m.speed_stall_s = p.stall_s < p.coll_s ? p.stall_s : p.coll_s;
     }
     jb->fit_sent_ns = now;
     jb->fit_sent_ops = ops;
@@ -297,7 +298,8 @@ void jobs_on_switch_report(struct gm_jobs *j, struct job *jb, const char *node,
     int r = jobs_rank_of(jb, node), res;
 
     if (m->have_speed && m->gen == jb->gen && r >= 1 && r < GM_JOB_SHARES_MAX) /* shares = auto */
-        jb->obs[r] = (struct gm_autoshare_obs){m->speed_samples, m->speed_step_s, m->speed_coll_s};
+        jb->obs[r] = (struct gm_autoshare_obs){m->speed_samples, m->speed_step_s, m->speed_coll_s,
+                                                m->speed_stall_s};
     if (jb->asw == NULL || m->gen != jb->gen || r < 1)
         return;
     if (m->have_fit) {
@@ -358,7 +360,7 @@ void jobs_shares_tick(struct gm_jobs *j, struct job *jb)
     gm_rank_get_progress(jb->rank, &p);
     if (p.generation != jb->gen || p.share <= 0 || p.step_s <= 0)
         return; /* rank 0 has not taken the current group, or no step yet */
-    jb->obs[0] = (struct gm_autoshare_obs){p.share, p.step_s, gm_rank_progress_coll_net(&p)};
+    jb->obs[0] = (struct gm_autoshare_obs){p.share, p.step_s, p.coll_s, p.stall_s};
     double sps[GM_JOB_SHARES_MAX], over[GM_JOB_SHARES_MAX], prop[GM_JOB_SHARES_MAX];
     if (gm_autoshare_speeds(jb->obs, w, prop) < w)
         return;
@@ -461,7 +463,7 @@ void jobs_shares_publish(struct gm_jobs *j, struct job *jb)
         return;
     gm_rank_get_progress(jb->rank, &p);
     if (p.generation == jb->gen && p.share > 0 && p.step_s > 0)
-        jb->obs[0] = (struct gm_autoshare_obs){p.share, p.step_s, gm_rank_progress_coll_net(&p)};
+        jb->obs[0] = (struct gm_autoshare_obs){p.share, p.step_s, p.coll_s, p.stall_s};
     (void)gm_autoshare_speeds(jb->obs, w, sps);
     if (jb->nshares == w)
         memcpy(counts, jb->shares, sizeof(int) * (size_t)w);

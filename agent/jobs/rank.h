@@ -76,7 +76,7 @@ struct gm_rank_progress {
      * running: a CPU quota's throttle, other work on its cores) of the loop thread, which runs
      * the collective, and of the trainer inside its waits for it, per step, averaged (x0.9).  In lockstep a rank held up inside its
      * collective holds everyone there, so the wall clock alone cannot say whose that time
-     * is; this says it is this rank's (gm_rank_progress_coll_net) */
+     * is; this says it is this rank's (agent/jobs/autoshare.h) */
     double stall_s;
     double test_accuracy; /* NAN until evaluated */
     uint64_t hash_checks;
@@ -90,13 +90,6 @@ struct gm_rank_progress {
     char resumed_from[256];
     long resumed_total_steps; /* the run the checkpoint was written by: its steps (0: unknown) */
 };
-
-/* p's collective time less its own stalls (coll_s - stall_s, 0 at least): what shares = auto
- * reads as the rank's collective, the part of its step it waited (agent/jobs/autoshare.h). */
-static inline double gm_rank_progress_coll_net(const struct gm_rank_progress *p)
-{
-    return p->coll_s > p->stall_s ? p->coll_s - p->stall_s : 0;
-}
 
 
 /* Checkpoints of a rank (train/ckpt/ckpt.h): rank 0 writes them into dir every
