@@ -379,16 +379,17 @@ void jobs_shares_tick(struct gm_jobs *j, struct job *jb)
         size_t o = 0;
         ob[0] = '\0';
         for (int r = 0; r < w && o + 1 < sizeof(ob); r++) {
-            int k = snprintf(ob + o, sizeof(ob) - o, "%s%d/%.2f/%.2f/%.0f/%.0f/%.2f", r ? "," : "",
-                             jb->obs[r].samples, jb->obs[r].step_s * 1e3,
-                             jb->obs[r].coll_s * 1e3, prop[r], sps[r], over[r] * 1e3);
+            int k = snprintf(ob + o, sizeof(ob) - o, "%s%d/%.2f/%.2f/%.2f/%.0f/%.0f/%.2f",
+                             r ? "," : "", jb->obs[r].samples, jb->obs[r].step_s * 1e3,
+                             jb->obs[r].coll_s * 1e3, jb->obs[r].stall_s * 1e3, prop[r], sps[r],
+                             over[r] * 1e3);
             if (k < 0 || (size_t)k >= sizeof(ob) - o)
                 break;
             o += (size_t)k;
         }
         jb->shares_log_ns = gm_time_mono_ns();
         gm_info("event=shares-measure job=%s generation=%u step=%ld "
-                "ranks=samples/step_ms/coll_ms/sps/model_sps/overhead_ms:%s",
+                "ranks=samples/step_ms/coll_ms/stall_ms/sps/model_sps/overhead_ms:%s",
                 jb->id, jb->gen & 0xffff, p.step, ob);
     }
     if (jb->nshares == w)
