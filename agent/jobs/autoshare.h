@@ -49,9 +49,8 @@
  *    step at least GM_AUTOSHARE_HYST times faster, on GM_AUTOSHARE_CONFIRM decisions in a row,
  *    and never within GM_AUTOSHARE_DWELL steps of a group forming (a change of shares forms one):
  *    the hysteresis, so that measurement noise does not re-form groups;
- *  - too slow to help (gm_autoshare_spare), asked before re-balancing (leaving the rank out
- *    at once is one re-formed group, not two), past the dwell, on GM_AUTOSHARE_CONFIRM calls
- *    in a row: the slowest rank
+ *  - too slow to help (gm_autoshare_spare), checked once the shares are balanced (no change
+ *    wanted) and past the dwell, on GM_AUTOSHARE_CONFIRM decisions in a row: the slowest rank
  *    r is left out of the job as a spare when the time its balanced share n_r saves the others,
  *    n_r / (sum of the other ranks' speeds), is less than what a step's collective costs, min C
  *    (the collective time of the rank everybody waits for: its link and per-step overhead, which
@@ -72,7 +71,7 @@
 
 #define GM_AUTOSHARE_HYST 1.15 /* predicted step compute at least this much faster */
 #define GM_AUTOSHARE_CONFIRM 3 /* decisions in a row (ticks of 200 ms: 0.6 s) */
-#define GM_AUTOSHARE_DWELL 10  /* steps after a group forms before a decision */
+#define GM_AUTOSHARE_DWELL 20  /* steps after a group forms before a decision */
 #define GM_AUTOSHARE_DWELL_FIRST 5 /* the job's first group (equal shares): sooner */
 
 /* A rank's last steps, averaged: samples per step, a step's wall time, its collective part and
