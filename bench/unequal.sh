@@ -30,11 +30,13 @@
 #
 # Usage: bench/unequal.sh [GRADMESH_BINARY]   MODELS="lenet5 resnet20" CAPS="0.2 0.5 1.0"
 #   THIRD=0.1 (empty: no third host) NTRAIN_lenet5=25600 NTRAIN_resnet20=5120 G_lenet5=128
-#   G_resnet20=64 EPOCHS_lenet5=8 EPOCHS_resnet20=1 (a longer run amortizes the ~20 steps and
+#   G_resnet20=64 EPOCHS_lenet5=8 EPOCHS_resnet20=2 (a longer run amortizes the ~5-10 steps and
 #   0.6 s that shares = auto takes to measure and decide, and each change's re-formed group:
-#   LeNet-5 runs 1600 steps, resnet20, at ~1 s a step with a slow rank, 80) KEEP=1
-# On a quiet 2-core machine the default run (both models, the three caps, the third host) takes
-# about 20 minutes, most of it resnet20.
+#   LeNet-5 runs 1600 steps, resnet20, at ~0.7 s a step with beta at 0.2 and equal shares, 160:
+#   at 80 steps the first decision's ~7 steps at the slow pace were ~10% of the run) KEEP=1
+# On a quiet 2-core machine the default run (both models, the three caps, the third host) took
+# 8 minutes with resnet20 at one epoch (12:48-12:56 UTC 2026-11-27, 5.5 of them resnet20); at
+# two, about 14.
 # Needs root (cgroups) and the Fashion-MNIST files; skips (77) without them.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -48,7 +50,7 @@ CAPS=${CAPS:-0.2 0.5 1.0}
 THIRD=${THIRD-0.1}
 G_lenet5=${G_lenet5:-128}
 EPOCHS_lenet5=${EPOCHS_lenet5:-8}
-EPOCHS_resnet20=${EPOCHS_resnet20:-1}
+EPOCHS_resnet20=${EPOCHS_resnet20:-2}
 G_resnet20=${G_resnet20:-64}
 CG=/sys/fs/cgroup/cpu
 [ -d "$DATA" ] || { echo "SKIP: no Fashion-MNIST at $DATA"; exit 77; }

@@ -7,16 +7,24 @@
 #include <stdio.h>
 #include <string.h>
 
+/* The collective time less the rank's own stalls in it (0 at least). */
+static double coll_net(const struct gm_autoshare_obs *o)
+{
+    const double s = o->stall_s > 0 ? o->stall_s : 0;
+
+    return o->coll_s > s ? o->coll_s - s : 0;
+}
+
 int gm_autoshare_speeds(const struct gm_autoshare_obs *obs, int world, double *sps)
 {
     double min_coll = INFINITY;
     int known = 0;
 
     for (int r = 0; r < world; r++)
-        if (obs[r].samples > 0 && obs[r].step_s > 0 && obs[r].coll_s < min_coll)
-            min_coll = obs[r].coll_s;
+        if (obs[r].samples > 0 && obs[r].step_s > 0 && coll_net(&obs[r]) < min_coll)
+            min_coll = coll_net(&obs[r]);
     for (int r = 0; r < world; r++) {
-        double busy = obs[r].step_s - (obs[r].coll_s - min_coll);
+        double busy = obs[r].step_s - (coll_net(&obs[r]) - min_coll);
         sps[r] = 0;
         if (obs[r].samples <= 0 || !(obs[r].step_s > 0) || !(busy > 0) || !isfinite(busy))
             continue;
@@ -251,7 +259,8 @@ void gm_autoshare_group(struct gm_autoshare *a, long step)
 {
     a->confirm = 0;
     a->spare_confirm = 0;
-    a->quiet_until = step + GM_AUTOSHARE_DWELL;
+    a->quiet_until = step + (a->groups == 0 ? GM_AUTOSHARE_DWELL_FIRST : GM_AUTOSHARE_DWELL);
+    a->groups++;
 }
 
 int gm_autoshare_decide(struct gm_autoshare *a, const double *sps, const double *over_s, int world,

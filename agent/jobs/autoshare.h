@@ -14,6 +14,11 @@
  * (everything but its wait), and its speed samples_r / busy_r.  (Not the compute time alone: on
  * a machine capped by a CPU quota, or busy with other work, the stalls fall in any phase of the
  * step, and the compute time alone read a rank capped at 0.1 core as 2-4x faster than it was.)
+ * C_r is taken net of the rank's own stalls in it, stall_r (the run delay of its loop thread
+ * and of its trainer waiting, agent/jobs/rank.h): a rank stalled inside its collective holds
+ * every rank there, and counted as collective that read both ranks of 1.0 + 0.5 core as
+ * equally fast.  (The spare rule below reads C_r whole: a slow machine's stalls in the
+ * collective are part of what the collective costs with it.)
  * Members report theirs with their alpha-beta fit (JOB_REPORT "fit" speed), rank 0 reads its
  * own.
  *
@@ -67,11 +72,13 @@
 #define GM_AUTOSHARE_HYST 1.15 /* predicted step compute at least this much faster */
 #define GM_AUTOSHARE_CONFIRM 3 /* decisions in a row (ticks of 200 ms: 0.6 s) */
 #define GM_AUTOSHARE_DWELL 20  /* steps after a group forms before a decision */
+#define GM_AUTOSHARE_DWELL_FIRST 5 /* the job's first group (equal shares): sooner */
 
-/* A rank's last steps, averaged: samples per step, a step's wall time, its collective part. */
+/* A rank's last steps, averaged: samples per step, a step's wall time, its collective part and
+ * the part of that the rank's own machine stalled (<= coll_s; 0: none or not known). */
 struct gm_autoshare_obs {
     int samples; /* 0: not known */
-    double step_s, coll_s;
+    double step_s, coll_s, stall_s;
 };
 
 /* The ranks' speeds (samples per second of busy time, see above) from their observations;
@@ -114,9 +121,13 @@ struct gm_autoshare {
     int confirm;       /* decisions in a row that wanted a change */
     int spare_confirm; /* calls in a row that found a spare */
     long quiet_until;  /* no decision before this step */
+    int groups;        /* groups formed so far */
 };
 
-/* A group formed at step: the count restarts, and no decision for GM_AUTOSHARE_DWELL steps. */
+/* A group formed at step: the count restarts, and no decision for GM_AUTOSHARE_DWELL steps
+ * (GM_AUTOSHARE_DWELL_FIRST for the job's first group: it runs equal shares, at the slowest
+ * rank's pace, until the first decision; its first steps, warm-up and resync, are not in the
+ * ranks' averages, agent/jobs/rank_train.c). */
 void gm_autoshare_group(struct gm_autoshare *a, long step);
 
 /* The spare rule above, for a group running balanced counts with speeds sps and steps obs:

@@ -127,6 +127,7 @@ void jobs_apply_comm(struct job *jb, const struct gm_jobmsg *m)
     jb->job.comm.auto_resolved = true;
 }
 
+#define SHARES_LOG_MS 1000 /* shares = auto: the coordinator's measure line this often */
 #define FIT_REPORT_MS 1000 /* a member reports its rank's fit this often (with new samples) */
 
 #define SWITCH_ANSWER_MS                                                                           \
@@ -156,6 +157,7 @@ void jobs_fit_report_tick(struct gm_jobs *j, struct job *jb)
         m.speed_samples = p.share;
         m.speed_step_s = p.step_s;
         m.speed_coll_s = p.coll_s;
+        m.speed_stall_s = p.stall_s < p.coll_s ? p.stall_s : p.coll_s;
     }
     jb->fit_sent_ns = now;
     jb->fit_sent_ops = ops;
@@ -296,7 +298,8 @@ void jobs_on_switch_report(struct gm_jobs *j, struct job *jb, const char *node,
     int r = jobs_rank_of(jb, node), res;
 
     if (m->have_speed && m->gen == jb->gen && r >= 1 && r < GM_JOB_SHARES_MAX) /* shares = auto */
-        jb->obs[r] = (struct gm_autoshare_obs){m->speed_samples, m->speed_step_s, m->speed_coll_s};
+        jb->obs[r] = (struct gm_autoshare_obs){m->speed_samples, m->speed_step_s, m->speed_coll_s,
+                                                m->speed_stall_s};
     if (jb->asw == NULL || m->gen != jb->gen || r < 1)
         return;
     if (m->have_fit) {
@@ -319,6 +322,30 @@ void jobs_on_switch_report(struct gm_jobs *j, struct job *jb, const char *node,
 
 /* --- shares = auto (agent/jobs/autoshare.h) ----------------------------------------------- */
 
+/* Coordinator: rank r (>= 1) left out of the job as a spare, for why (the spare rule's line). */
+static void shares_leave_out(struct gm_jobs *j, struct job *jb, int r, long step, const char *why)
+{
+    for (size_t i = 0; i < jb->nparts; i++) {
+        if (strcmp(jb->parts[i].node, jb->ranks[r]) != 0)
+            continue;
+        jb->parts[i].spare = true;
+        snprintf(jb->parts[i].spare_why, sizeof(jb->parts[i].spare_why), "%.199s", why);
+    }
+    gm_notice("event=shares-spare job=%s generation=%u step=%ld node=%s reason=\"%s\"", jb->id,
+              jb->gen & 0xffff, step, jb->ranks[r], why);
+    { /* the spare's part of the job is over: its trainer stops (and its record says why)
+       * instead of waiting in a group that no longer has it */
+        struct gm_jobmsg e = {0};
+        snprintf(e.id, sizeof(e.id), "%s", jb->id);
+        snprintf(e.state, sizeof(e.state), "cancelled");
+        snprintf(e.message, sizeof(e.message), "left out as a spare: %.400s", why);
+        (void)jobs_send_msg(j, jb->ranks[r], GM_MSG_JOB_END, &e);
+    }
+    snprintf(jb->shares_reason, sizeof(jb->shares_reason), "%.64s left out: %.200s",
+             jb->ranks[r], why);
+    jobs_reform(j, jb, "a rank too slow to help left out");
+}
+
 void jobs_shares_tick(struct gm_jobs *j, struct job *jb)
 {
     struct gm_rank_progress p;
@@ -333,7 +360,7 @@ void jobs_shares_tick(struct gm_jobs *j, struct job *jb)
     gm_rank_get_progress(jb->rank, &p);
     if (p.generation != jb->gen || p.share <= 0 || p.step_s <= 0)
         return; /* rank 0 has not taken the current group, or no step yet */
-    jb->obs[0] = (struct gm_autoshare_obs){p.share, p.step_s, p.coll_s};
+    jb->obs[0] = (struct gm_autoshare_obs){p.share, p.step_s, p.coll_s, p.stall_s};
     double sps[GM_JOB_SHARES_MAX], over[GM_JOB_SHARES_MAX], prop[GM_JOB_SHARES_MAX];
     if (gm_autoshare_speeds(jb->obs, w, prop) < w)
         return;
@@ -345,39 +372,43 @@ void jobs_shares_tick(struct gm_jobs *j, struct job *jb)
         }
     if (jobs_shares_models(jb, sps, over) < w)
         return;
+    if (gm_time_mono_ns() - jb->shares_log_ns >= SHARES_LOG_MS * 1000000ull) {
+        /* what the rule reads, now and then (info: a decision that does not come is the
+         * question this answers) */
+        char ob[GM_JOB_SHARES_MAX * 48];
+        size_t o = 0;
+        ob[0] = '\0';
+        for (int r = 0; r < w && o + 1 < sizeof(ob); r++) {
+            int k = snprintf(ob + o, sizeof(ob) - o, "%s%d/%.2f/%.2f/%.2f/%.0f/%.0f/%.2f",
+                             r ? "," : "", jb->obs[r].samples, jb->obs[r].step_s * 1e3,
+                             jb->obs[r].coll_s * 1e3, jb->obs[r].stall_s * 1e3, prop[r], sps[r],
+                             over[r] * 1e3);
+            if (k < 0 || (size_t)k >= sizeof(ob) - o)
+                break;
+            o += (size_t)k;
+        }
+        jb->shares_log_ns = gm_time_mono_ns();
+        gm_info("event=shares-measure job=%s generation=%u step=%ld "
+                "ranks=samples/step_ms/coll_ms/stall_ms/sps/model_sps/overhead_ms:%s",
+                jb->id, jb->gen & 0xffff, p.step, ob);
+    }
     if (jb->nshares == w)
         memcpy(cur, jb->shares, sizeof(int) * (size_t)w);
     else
         gm_job_split_by(g, w, NULL, cur);
     if (gm_autoshare_decide(&jb->ash, sps, over, w, g, cur, p.step, out, why, sizeof(why)) <= 0) {
         /* no change wanted (none building up either): is a rank too slow to help even with
-         * its balanced share?  (The rule reads the group's own speeds, proportional.) */
-        int r = -1;
+         * its balanced share?  (The rule reads the group's own speeds, proportional.)  Asked
+         * at balanced shares only: at equal ones a slow rank's stalls in the collective, which
+         * the rule counts as what the collective costs, are those of a share it will not keep
+         * (beta at 0.2 core was left out so, at 0.96x alone, where balanced it adds) */
+        int spare = -1;
         if (jb->ash.confirm == 0) {
             gm_autoshare_balance(prop, NULL, w, g, out);
-            r = gm_autoshare_spare(&jb->ash, prop, jb->obs, w, out, p.step, why, sizeof(why));
+            spare = gm_autoshare_spare(&jb->ash, prop, jb->obs, w, out, p.step, why, sizeof(why));
         }
-        if (r < 1)
-            return; /* none, or rank 0: the coordinator trains (it cannot be its own spare) */
-        for (size_t i = 0; i < jb->nparts; i++) {
-            if (strcmp(jb->parts[i].node, jb->ranks[r]) != 0)
-                continue;
-            jb->parts[i].spare = true;
-            snprintf(jb->parts[i].spare_why, sizeof(jb->parts[i].spare_why), "%.199s", why);
-        }
-        gm_notice("event=shares-spare job=%s generation=%u step=%ld node=%s reason=\"%s\"", jb->id,
-                  jb->gen & 0xffff, p.step, jb->ranks[r], why);
-        { /* the spare's part of the job is over: its trainer stops (and its record says why)
-           * instead of waiting in a group that no longer has it */
-            struct gm_jobmsg e = {0};
-            snprintf(e.id, sizeof(e.id), "%s", jb->id);
-            snprintf(e.state, sizeof(e.state), "cancelled");
-            snprintf(e.message, sizeof(e.message), "left out as a spare: %.400s", why);
-            (void)jobs_send_msg(j, jb->ranks[r], GM_MSG_JOB_END, &e);
-        }
-        snprintf(jb->shares_reason, sizeof(jb->shares_reason), "%.64s left out: %.200s",
-                 jb->ranks[r], why);
-        jobs_reform(j, jb, "a rank too slow to help left out");
+        if (spare >= 1) /* not rank 0: the coordinator trains (it cannot be its own spare) */
+            shares_leave_out(j, jb, spare, p.step, why);
         return;
     }
     jobs_shares_text(cur, w, from, sizeof(from));
@@ -434,7 +465,7 @@ void jobs_shares_publish(struct gm_jobs *j, struct job *jb)
         return;
     gm_rank_get_progress(jb->rank, &p);
     if (p.generation == jb->gen && p.share > 0 && p.step_s > 0)
-        jb->obs[0] = (struct gm_autoshare_obs){p.share, p.step_s, p.coll_s};
+        jb->obs[0] = (struct gm_autoshare_obs){p.share, p.step_s, p.coll_s, p.stall_s};
     (void)gm_autoshare_speeds(jb->obs, w, sps);
     if (jb->nshares == w)
         memcpy(counts, jb->shares, sizeof(int) * (size_t)w);

@@ -211,7 +211,8 @@ static void timer_cb(uv_timer_t *t)
     }
     if (jb != NULL && jb->coord && jb->state == J_RUNNING && jb->rank != NULL && jb->reform_at == 0)
         for (size_t i = 0; i < jb->nparts; i++) /* a rank left out while quiet answers again */
-            if (jb->parts[i].checked && jobs_rank_of(jb, jb->parts[i].node) < 0 &&
+            if (jb->parts[i].checked && !jb->parts[i].spare && /* a spare is out for good */
+                jobs_rank_of(jb, jb->parts[i].node) < 0 &&
                 j->env.link_to(j->env.agent, jb->parts[i].node) != NULL &&
                 !jobs_quiet(j, jb->parts[i].node)) {
                 jobs_reform(j, jb, "a member that was quiet answers again");

@@ -138,6 +138,7 @@ struct job {
         struct gm_autoshare_hist h;
     } fits[GM_JOB_SHARES_MAX];
     char shares_reason[320]; /* coordinator: why the last change */
+    uint64_t shares_log_ns;  /* coordinator: the last event=shares-measure line */
     struct gm_rank_progress last;
 };
 

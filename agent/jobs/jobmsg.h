@@ -115,7 +115,7 @@ struct gm_jobmsg {
      * collective (>= 0, <= step_s), averaged */
     bool have_speed;
     int speed_samples;
-    double speed_step_s, speed_coll_s;
+    double speed_step_s, speed_coll_s, speed_stall_s;
     char state[16]; /* END */
     int code;
     char message[GM_JOB_MSG_MAX]; /* CHECK error, REPORT, END */

@@ -9,10 +9,13 @@
 #include "agent/jobs/rank.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "agent/jobs/rank_int.h"
 #include "agent/jobs/xport.h"
@@ -172,6 +175,8 @@ static void handle_closed(uv_handle_t *h)
     struct gm_rank *rk = h->data;
 
     gm_gradsync_free(rk->gs);
+    if (rk->loop_sched_fd >= 0)
+        close(rk->loop_sched_fd);
     free(rk->state_buf);
     gm_job_free(&rk->job);
     pthread_mutex_destroy(&rk->mu);
@@ -403,8 +408,26 @@ static void withdraw_pending(struct gm_rank *rk)
     rk->pending_tail = &rk->pending;
 }
 
+uint64_t gm_rank_sched_delay_ns(int fd)
+{
+    char buf[96];
+    unsigned long long run = 0, delay = 0;
+    ssize_t n;
+
+    if (fd < 0 || (n = pread(fd, buf, sizeof(buf) - 1, 0)) <= 0)
+        return 0;
+    buf[n] = '\0';
+    if (sscanf(buf, "%llu %llu", &run, &delay) != 2)
+        return 0;
+    return delay;
+}
+
+/* Trainer thread.  The time it was woken but not run (a quota's throttle, other work) counts
+ * as its stall in the collective (rk->wait_delay_ns, rank_train.c's step measure). */
 static void wait_done(struct gm_rank *rk, struct req *r)
 {
+    const uint64_t d0 = gm_rank_sched_delay_ns(rk->trainer_sched_fd);
+
     pthread_mutex_lock(&rk->mu);
     while (!r->done) {
         if (rk->stopping && rk->pending != NULL)
@@ -413,6 +436,10 @@ static void wait_done(struct gm_rank *rk, struct req *r)
             pthread_cond_wait(&rk->cv, &rk->mu);
     }
     pthread_mutex_unlock(&rk->mu);
+    if (rk->trainer_sched_fd >= 0) {
+        const uint64_t d1 = gm_rank_sched_delay_ns(rk->trainer_sched_fd);
+        rk->wait_delay_ns += d1 > d0 ? d1 - d0 : 0;
+    }
 }
 
 /* gradsync's executor: the op runs on the loop, the trainer waits for it.
@@ -488,6 +515,9 @@ int gm_rank_bridge_open(struct gm_rank *rk)
     if ((err = uv_async_init(rk->loop, &rk->async, async_cb)) < 0)
         return err;
     rk->async.data = rk;
+    /* this (the loop) thread's scheduler statistics, for the trainer's stall measure (none
+     * where /proc has no schedstat: the measure reads 0 then) */
+    rk->loop_sched_fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
     return 0;
 }
 

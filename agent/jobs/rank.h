@@ -72,6 +72,12 @@ struct gm_rank_progress {
      * rank's samples in the last step */
     double step_s, coll_s;
     int share;
+    /* the part of coll_s this rank's own machine stalled: the run delay (runnable, not
+     * running: a CPU quota's throttle, other work on its cores) of the loop thread, which runs
+     * the collective, and of the trainer inside its waits for it, per step, averaged (x0.9).  In lockstep a rank held up inside its
+     * collective holds everyone there, so the wall clock alone cannot say whose that time
+     * is; this says it is this rank's (agent/jobs/autoshare.h) */
+    double stall_s;
     double test_accuracy; /* NAN until evaluated */
     uint64_t hash_checks;
     /* "" until the last step is taken; then the SHA-256 (hex) of the final parameters: every
@@ -84,6 +90,7 @@ struct gm_rank_progress {
     char resumed_from[256];
     long resumed_total_steps; /* the run the checkpoint was written by: its steps (0: unknown) */
 };
+
 
 /* Checkpoints of a rank (train/ckpt/ckpt.h): rank 0 writes them into dir every
  * checkpoint_every steps of the job, at the end and when stopped; resume: go on from the newest

@@ -65,6 +65,7 @@ struct gm_rank {
     bool group_hier; /* the newest group runs GM_COLL_HIER over its islands */
     bool stopping, exited;
     struct gm_rank_progress prog;
+    int loop_sched_fd; /* the loop thread's /proc/.../schedstat (-1: none), read by the trainer */
     uint64_t bytes_sent_total;  /* collective payload this rank sent, all groups */
     struct gm_metrics *metrics; /* borrowed, may be NULL: where the trainer publishes */
     struct gm_metrics_job mjob; /* the last published (accuracy kept between evaluations) */
@@ -107,6 +108,10 @@ struct gm_rank {
     int submit_err;
     uint32_t synced_gen;
     struct gm_gradsync *gs; /* owned */
+    uint64_t loop_delay_ns; /* the loop thread's run delay at the last step (0: not read) */
+    int group_steps;        /* steps taken in the current group */
+    int trainer_sched_fd;   /* this thread's /proc/.../schedstat (-1: none) */
+    uint64_t wait_delay_ns; /* its run delay inside collective waits since the last step */
     int fit_epoch;          /* the epoch last logged */
     struct {                /* this epoch's step time, summed: event=step-split */
         long steps;
@@ -133,6 +138,10 @@ struct gm_rank {
 
 /* Sets up the request queues, rk->exec (gradsync's executor over the loop) and the async
  * handle on rk->loop (async.data = rk); 0 or a libuv error. */
+/* The run delay (ns: time runnable but not running, field 2) of the thread whose
+ * /proc/.../schedstat fd is, 0 where it cannot be read.  Any thread. */
+uint64_t gm_rank_sched_delay_ns(int fd);
+
 GM_MUST_CHECK int gm_rank_bridge_open(struct gm_rank *rk);
 /* The thread never started: closes the async handle, which frees rk. */
 void gm_rank_bridge_close(struct gm_rank *rk);

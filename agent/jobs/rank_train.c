@@ -10,11 +10,13 @@
 #include "agent/jobs/rank.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <openssl/evp.h>
 
@@ -100,7 +102,8 @@ static int hook_resync(void *ctx, struct gm_train_state *st)
         st->share_n = 0; /* none measured yet: equal */
     }
     /* the step averages start afresh with the group: its shares, and so its steps, differ */
-    rk->prog.step_s = rk->prog.coll_s = 0;
+    rk->prog.step_s = rk->prog.coll_s = rk->prog.stall_s = 0;
+    rk->group_steps = 0;
     rk->prog.share = 0;
     rk->strat.algo = rk->group_hier ? GM_COLL_HIER : GM_COLL_RING; /* the gradsync made below */
     rk->sw.pending = false; /* an announced switch belonged to the group before */
@@ -441,10 +444,31 @@ static int hook_codec_restore(void *ctx, const struct gm_st_file *f, const char 
     return 0;
 }
 
+#define GROUP_WARM_STEPS 2 /* a group's first steps, left out of the step averages */
+
+/* The loop thread's run delay since the last call (ns), 0 the first time or where it cannot be
+ * read.  Trainer thread. */
+static uint64_t loop_stall_ns(struct gm_rank *rk)
+{
+    const uint64_t delay = gm_rank_sched_delay_ns(rk->loop_sched_fd);
+    uint64_t d = 0;
+
+    if (rk->loop_delay_ns > 0 && delay >= rk->loop_delay_ns)
+        d = delay - rk->loop_delay_ns;
+    rk->loop_delay_ns = delay;
+    return d;
+}
+
 static void hook_step(void *ctx, const struct gm_train_step_info *si)
 {
     struct gm_rank *rk = ctx;
+    /* this step's stalls in its collective: the loop thread's (which runs it) and the
+     * trainer's own, woken at its end but not run; within the step's collective */
+    double stall = (double)(loop_stall_ns(rk) + rk->wait_delay_ns) * 1e-9;
 
+    rk->wait_delay_ns = 0;
+
+    stall = stall < si->collective_s ? stall : si->collective_s;
     if (rk->tb != NULL)
         gm_tb_on_step(rk->tb, si);
     pthread_mutex_lock(&rk->mu);
@@ -476,12 +500,17 @@ static void hook_step(void *ctx, const struct gm_train_step_info *si)
     rk->mjob.compute_s = si->compute_s;
     rk->prog.compute_s =
         rk->prog.compute_s > 0 ? 0.9 * rk->prog.compute_s + 0.1 * si->compute_s : si->compute_s;
-    if (si->samples > 0) {
+    /* a group's first steps wait for its resync and warm its buffers: the averages start
+     * after them (else the first decisions, GM_AUTOSHARE_DWELL steps in, still carry them) */
+    if (si->samples > 0 && ++rk->group_steps > GROUP_WARM_STEPS) {
         double t = si->compute_s + si->collective_s + si->optimizer_s;
         rk->prog.step_s = rk->prog.step_s > 0 ? 0.9 * rk->prog.step_s + 0.1 * t : t;
         rk->prog.coll_s = rk->prog.step_s > 0 && rk->prog.share > 0
                               ? 0.9 * rk->prog.coll_s + 0.1 * si->collective_s
                               : si->collective_s;
+        rk->prog.stall_s = rk->prog.step_s > 0 && rk->prog.share > 0
+                               ? 0.9 * rk->prog.stall_s + 0.1 * stall
+                               : stall;
         rk->prog.share = si->samples;
     }
     rk->mjob.collective_s = si->collective_s;
@@ -520,12 +549,17 @@ static void *trainer_main(void *arg)
     struct gm_rank *rk = arg;
 
     gm_log_clear_last_error();
+    rk->trainer_sched_fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
     rk->err = gm_trainer_run(&rk->job, &rk->opts, &rk->sum);
     if (rk->err != 0) /* its reason, as `train --local` would print it */
         snprintf(rk->err_line, sizeof(rk->err_line), "%s", gm_log_last_error());
     /* ops a stop or an error left submitted (overlapped DiLoCo's sync in its lag steps) end
      * before their requests are freed (a stop has failed the links: they end at once) */
     (void)gm_rank_bridge_wait(rk);
+    if (rk->trainer_sched_fd >= 0) {
+        close(rk->trainer_sched_fd);
+        rk->trainer_sched_fd = -1;
+    }
     pthread_mutex_lock(&rk->mu); /* every op this thread waited for has counted its bytes */
     if (rk->sum.bytes_sent == 0)
         rk->sum.bytes_sent = rk->bytes_sent_total;
@@ -567,6 +601,7 @@ int gm_rank_start(uv_loop_t *loop, const struct gm_job *job, const char *out,
     rk = calloc(1, sizeof(*rk));
     if (rk == NULL)
         return -ENOMEM;
+    rk->loop_sched_fd = rk->trainer_sched_fd = -1;
     rk->loop = loop;
     rk->ops = ops;
     rk->arg = arg;

@@ -73,7 +73,12 @@ static void test_decide(void)
     long step = 0;
     int k;
 
+    /* the job's first group: a shorter dwell, then the same rule */
     gm_autoshare_group(&a, 0);
+    GM_CHECK_EQ(a.quiet_until, GM_AUTOSHARE_DWELL_FIRST);
+    GM_CHECK(GM_AUTOSHARE_DWELL_FIRST < GM_AUTOSHARE_DWELL);
+    gm_autoshare_group(&a, 0);
+    GM_CHECK_EQ(a.quiet_until, GM_AUTOSHARE_DWELL);
     /* within the dwell: nothing, however large the gain */
     for (step = 0; step < GM_AUTOSHARE_DWELL; step++)
         GM_CHECK_EQ(gm_autoshare_decide(&a, sp, NULL, 2, 120, cur, step, out, why, sizeof(why)), 0);
@@ -172,13 +177,15 @@ static void test_wire(void)
                           .have_speed = true,
                           .speed_samples = 20,
                           .speed_step_s = 0.0125,
-                          .speed_coll_s = 0.002};
+                          .speed_coll_s = 0.002,
+                          .speed_stall_s = 0.0015};
     GM_CHECK_OK(gm_jobmsg_encode(GM_MSG_JOB_REPORT, &r, &txt, &len));
     GM_CHECK_OK(gm_jobmsg_decode(GM_MSG_JOB_REPORT, (const uint8_t *)txt, len, &d));
     GM_CHECK(d.have_fit && d.have_speed);
     GM_CHECK_EQ(d.speed_samples, 20);
     GM_CHECK_NEAR(d.speed_step_s, 0.0125, 1e-12, 0);
     GM_CHECK_NEAR(d.speed_coll_s, 0.002, 1e-12, 0);
+    GM_CHECK_NEAR(d.speed_stall_s, 0.0015, 1e-12, 0);
     gm_jobmsg_free(&d);
     free(txt);
     r.have_speed = false;
@@ -188,6 +195,16 @@ static void test_wire(void)
     GM_CHECK(!d.have_speed);
     gm_jobmsg_free(&d);
     free(txt);
+    { /* a member without the stall (before it was measured): 0 */
+        int n = snprintf(bad, sizeof(bad),
+                         "{\"id\":\"0123456789abcdef\",\"gen\":2,\"event\":\"fit\",\"code\":0,"
+                         "\"message\":\"\",\"fit\":{\"alpha_s\":0.001,\"bytes_per_s\":1e8,"
+                         "\"ops\":3},\"speed\":{\"samples\":5,\"step_s\":0.01,\"coll_s\":0.002}}");
+        GM_CHECK_OK(gm_jobmsg_decode(GM_MSG_JOB_REPORT, (const uint8_t *)bad, (size_t)n, &d));
+        GM_CHECK(d.have_speed);
+        GM_CHECK_EQ(d.speed_stall_s, 0.0);
+        gm_jobmsg_free(&d);
+    }
     static const char *const bad_speed[] = {
         "{\"samples\":0,\"step_s\":0.01,\"coll_s\":0}",         /* no sample */
         "{\"samples\":5,\"step_s\":0,\"coll_s\":0}",            /* no time */
@@ -196,6 +213,9 @@ static void test_wire(void)
         "{\"samples\":5,\"step_s\":0.01}",                      /* a field missing */
         "{\"samples\":5,\"step_s\":0.01,\"coll_s\":0,\"x\":1}", /* one too many */
         "{\"samples\":1.5,\"step_s\":0.01,\"coll_s\":0}",       /* not an integer */
+        "{\"samples\":5,\"step_s\":0.01,\"coll_s\":0.002,\"stall_s\":0.003}", /* > coll */
+        "{\"samples\":5,\"step_s\":0.01,\"coll_s\":0.002,\"stall_s\":-1}",    /* negative */
+        "{\"samples\":5,\"step_s\":0.01,\"coll_s\":0.002,\"x\":0.001}", /* not stall_s */
         "\"fast\"",
     };
     for (size_t i = 0; i < sizeof(bad_speed) / sizeof(bad_speed[0]); i++) {
@@ -216,8 +236,8 @@ static void test_speeds(void)
     /* lockstep at 40 ms a step: rank 0 (100 samples) computes 10 ms and waits 28 ms of its
      * 30 ms collective; rank 1 (28 samples) is busy the whole 40 ms, 2 ms of it the
      * collective's own cost */
-    const struct gm_autoshare_obs o[2] = {{100, 0.040, 0.030}, {28, 0.040, 0.002}};
-    const struct gm_autoshare_obs unknown[2] = {{100, 0.040, 0.030}, {0, 0, 0}};
+    const struct gm_autoshare_obs o[2] = {{100, 0.040, 0.030, 0}, {28, 0.040, 0.002, 0}};
+    const struct gm_autoshare_obs unknown[2] = {{100, 0.040, 0.030, 0}, {0, 0, 0, 0}};
     double sps[2];
 
     GM_CHECK_EQ(gm_autoshare_speeds(o, 2, sps), 2);
@@ -225,6 +245,18 @@ static void test_speeds(void)
     GM_CHECK_NEAR(sps[1], 28 / 0.040, 1e-6, 1e-12);
     GM_CHECK_EQ(gm_autoshare_speeds(unknown, 2, sps), 1);
     GM_CHECK_EQ(sps[1], 0.0);
+
+    /* a stall inside rank 1's collective (its quota spent there: 5 ms of a 9 ms step) holds
+     * rank 0 there too: by the wall clock both collectives are 5.4 ms and both ranks read
+     * equally fast (1.0 + 0.5 core stayed 64:64 so); with rank 1's own stall known (5 ms of
+     * its collective, stall_s), rank 1 is the slow one, at about half */
+    const struct gm_autoshare_obs wall[2] = {{64, 0.009, 0.0054, 0}, {64, 0.009, 0.0054, 0}};
+    const struct gm_autoshare_obs net[2] = {{64, 0.009, 0.0054, 0}, {64, 0.009, 0.0054, 0.005}};
+    GM_CHECK_EQ(gm_autoshare_speeds(wall, 2, sps), 2);
+    GM_CHECK_NEAR(sps[0], sps[1], 1e-9, 1e-12);
+    GM_CHECK_EQ(gm_autoshare_speeds(net, 2, sps), 2);
+    GM_CHECK_NEAR(sps[0], 64 / 0.004, 1e-6, 1e-12);
+    GM_CHECK_NEAR(sps[1], 64 / 0.009, 1e-6, 1e-12);
 }
 
 /* The spare rule: a rank whose balanced share saves the others less time than a step's
@@ -233,8 +265,8 @@ static void test_spare(void)
 {
     struct gm_autoshare a = {0};
     const double sp3[3] = {10000, 8000, 500}, sp2[2] = {2709, 1572};
-    const struct gm_autoshare_obs o3[3] = {{69, .01, .006}, {55, .01, .005}, {4, .01, .003}};
-    const struct gm_autoshare_obs o2[2] = {{81, .03, .01}, {47, .03, .005}};
+    const struct gm_autoshare_obs o3[3] = {{69, .01, .006, 0}, {55, .01, .005, 0}, {4, .01, .003, 0}};
+    const struct gm_autoshare_obs o2[2] = {{81, .03, .01, 0}, {47, .03, .005, 0}};
     const int c3[3] = {69, 55, 4}, c2[2] = {81, 47};
     char why[320];
     int k;
