@@ -37,6 +37,15 @@ struct gm_gradsync {
     int dl_err;
     uint64_t dl_wait_ns, dl_wait_max_ns; /* the trainer blocked on DiLoCo's syncs, for the log */
     uint64_t dl_waits;
+    /* what a sync really takes (gm_gradsync_diloco_sync_s): the overlapped sync's done
+     * callback, wrapped to stamp dl_done_ns (loop thread; read by the trainer thread after
+     * the executor's wait), its submit time, and the last GM_GRADSYNC_SYNC_SAMPLES
+     * submit-to-done seconds (a ring; dl_nsync pushed in all) */
+    gm_coll_done_cb dl_done;
+    void *dl_done_arg;
+    uint64_t dl_submit_ns, dl_done_ns;
+    double dl_sync[GM_GRADSYNC_SYNC_SAMPLES];
+    uint64_t dl_nsync;
     /* unequal shares: this step's samples of this rank and of all (gm_gradsync_note_share),
      * and their sums over the DiLoCo round so far (its outer weight) */
     int step_n, step_g;
@@ -329,11 +338,22 @@ static int start_diloco(struct gm_coll *c, void *arg, gm_coll_done_cb done, void
 /* Overlapped DiLoCo's ops, started by the executor after gm_gradsync_after_step handed them
  * over: they read only the gm_diloco (its delta; the anchor, which the trainer leaves alone
  * until it waits for them) and dl_step, never the model. */
+static void late_done(struct gm_coll *c, int status, void *arg)
+{
+    struct gm_gradsync *g = arg;
+
+    g->dl_done_ns = gm_time_mono_ns(); /* the trainer reads it after the executor's wait */
+    g->dl_done(c, status, g->dl_done_arg);
+}
+
 static int start_diloco_late(struct gm_coll *c, void *arg, gm_coll_done_cb done, void *done_arg)
 {
     struct gm_gradsync *g = arg;
 
-    return gm_diloco_overlap_start(g->dl, c, (uint64_t)g->dl_step, done, done_arg);
+    g->dl_done = done;
+    g->dl_done_arg = done_arg;
+    g->dl_done_ns = 0;
+    return gm_diloco_overlap_start(g->dl, c, (uint64_t)g->dl_step, late_done, g);
 }
 
 static int start_hash_anchor(struct gm_coll *c, void *arg, gm_coll_done_cb done, void *done_arg)
@@ -617,6 +637,30 @@ static void dl_submit(struct gm_gradsync *g, gm_gradsync_start_fn start, bool co
         g->dl_err = err;
 }
 
+/* One sync's submit-to-done time, for gm_gradsync_diloco_sync_s. */
+static void note_sync(struct gm_gradsync *g, uint64_t ns)
+{
+    g->dl_sync[g->dl_nsync++ % GM_GRADSYNC_SYNC_SAMPLES] = (double)ns * 1e-9;
+}
+
+double gm_gradsync_diloco_sync_s(const struct gm_gradsync *g)
+{
+    double v[GM_GRADSYNC_SYNC_SAMPLES];
+    size_t n;
+
+    if (g == NULL || g->dl_nsync == 0)
+        return 0;
+    n = g->dl_nsync < GM_GRADSYNC_SYNC_SAMPLES ? (size_t)g->dl_nsync : GM_GRADSYNC_SYNC_SAMPLES;
+    memcpy(v, g->dl_sync, n * sizeof(*v));
+    for (size_t i = 1; i < n; i++) /* insertion sort: n <= 8 */
+        for (size_t j = i; j > 0 && v[j - 1] > v[j]; j--) {
+            double t = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = t;
+        }
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
 /* Waits for the ops dl_submit handed over (if any); their first error stays in dl_err. */
 static void dl_settle(struct gm_gradsync *g)
 {
@@ -637,6 +681,9 @@ static void dl_settle(struct gm_gradsync *g)
         g->dl_err = err;
     if (g->dl_err == 0)
         g->hash_checks++; /* the anchor's hash check at dl_step passed */
+    if (g->dl_err == 0 && g->dl_submit_ns != 0 && g->dl_done_ns > g->dl_submit_ns)
+        note_sync(g, g->dl_done_ns - g->dl_submit_ns);
+    g->dl_submit_ns = 0;
 }
 
 static int dl_wait(struct gm_gradsync *g)
@@ -709,6 +756,7 @@ static int after_step_overlap(struct gm_gradsync *g, struct gm_model *m, long st
             return err;
         g->dl_step = step;
         g->dl_inflight = true;
+        g->dl_submit_ns = gm_time_mono_ns();
         dl_submit(g, start_diloco_late, true);
         dl_submit(g, start_hash_anchor, false);
     }
@@ -754,6 +802,7 @@ int gm_gradsync_after_step(struct gm_gradsync *g, struct gm_model *m, long step,
             g->dl_wait_ns += dt;
             g->dl_wait_max_ns = GM_MAX(g->dl_wait_max_ns, dt);
             g->dl_waits++;
+            note_sync(g, dt); /* blocking: the trainer waits the whole sync */
             if (last)
                 log_waits(g);
         } else if (last) { /* mid-round: end on the outer parameters, like every rank */
@@ -1089,6 +1138,27 @@ void gm_gradsync_switch_quiet(struct gm_gradsync_switch *sw, long step)
     sw->quiet_until = step + GM_GRADSYNC_SWITCH_DWELL;
 }
 
+/* DiLoCo runs cur and auto now sizes it at o->pick's H: whether the change is worth a switch
+ * (the header comment, "Switching").  A larger H when cur's leaves the trainer waiting well
+ * over budget: overlapped, when cur's lag steps cover less than 1/HYST of a sync (what the
+ * trainer then waits at every lag step); blocking, when cur's share of a sync per step is
+ * over HYST x the budget.  A smaller H (more syncs: closer to synchronous SGD) when the pick's
+ * is at most cur's / HYST and fits. */
+static bool diloco_resize(const struct gm_gradsync_auto_out *o,
+                          const struct gm_gradsync_strategy *cur, double compute_s, double budget)
+{
+    const double hc = cur->local_steps, hp = o->pick.local_steps;
+
+    if (cur->local_steps < 1 || cur->overlap != o->pick.overlap || !(o->sync_s > 0))
+        return false;
+    if (hp > hc && cur->overlap)
+        return gm_gradsync_diloco_lag(cur->local_steps) * compute_s * GM_GRADSYNC_SWITCH_HYST <
+               o->sync_s;
+    if (hp > hc)
+        return o->sync_s / hc > GM_GRADSYNC_SWITCH_HYST * budget;
+    return hp * GM_GRADSYNC_SWITCH_HYST <= hc && o->cand[3].fits;
+}
+
 int gm_gradsync_switch_decide(struct gm_gradsync_switch *sw, const struct gm_gradsync_auto_out *o,
                               const struct gm_gradsync_strategy *cur, double compute_s,
                               double comm_frac, long step)
@@ -1105,6 +1175,8 @@ int gm_gradsync_switch_decide(struct gm_gradsync_switch *sw, const struct gm_gra
         want = pi; /* the running codec is well over budget: a cheaper, less faithful one */
     else if (pi < ci && o->cand[pi].comm_s < budget / GM_GRADSYNC_SWITCH_HYST)
         want = pi; /* a more faithful one is well under budget */
+    else if (pi == ci && ci == 3 && diloco_resize(o, cur, compute_s, budget))
+        want = pi; /* DiLoCo again, with H re-sized to the sync it now takes */
     if (want < 0) {
         sw->target = sw->streak = 0;
         return -1;
@@ -1146,31 +1218,38 @@ int gm_gradsync_auto_choose(const struct gm_gradsync_auto_in *in, struct gm_grad
         if (gm_gradsync_groups_hier(in->groups, in->world))
             c->s.algo = GM_COLL_HIER;
         if (c->s.kind == GM_GRADSYNC_KIND_DILOCO) {
+            uint32_t cap = max_h;
             double need;
             c->s.local_steps = 1; /* one sync's cost, then H sized to the budget */
             if ((err = gm_gradsync_estimate_groups(&c->s, in->m, in->world, in->links, in->groups,
                                                    &cost)) < 0)
                 return err;
-            sync_s = cost.seconds;
+            /* measured while DiLoCo runs: what a sync really takes on these links, with the
+             * TCP windows, the TLS records and the capped host's own work that the
+             * alpha-beta links leave out */
+            sync_s = in->sync_s > 0 && isfinite(in->sync_s) ? in->sync_s : cost.seconds;
             /* the smallest H whose per-step share of the sync fits the budget; overlapped,
              * the smallest whose lag steps cover the sync (the budget then absorbs jitter) */
             need = ceil(sync_s / budget * (1 - 1e-9));
             if (c->s.overlap) {
-                need = max_h;
-                for (uint32_t h = GM_GRADSYNC_AUTO_MIN_H; h < max_h; h++)
+                cap = in->max_h > 0 ? max_h : GM_GRADSYNC_AUTO_MAX_H_OVERLAP;
+                need = cap;
+                for (uint32_t h = GM_GRADSYNC_AUTO_MIN_H; h < cap; h++)
                     if (gm_gradsync_diloco_lag(h) * in->compute_s >= sync_s * (1 - 1e-9)) {
                         need = h;
                         break;
                     }
             }
             c->s.local_steps = need < GM_GRADSYNC_AUTO_MIN_H ? GM_GRADSYNC_AUTO_MIN_H
-                               : need > max_h                ? max_h
+                               : need > cap                  ? cap
                                                              : (uint32_t)need;
         }
         if ((err = gm_gradsync_estimate_groups(&c->s, in->m, in->world, in->links, in->groups,
                                                &cost)) < 0)
             return err;
         c->comm_s = cost.seconds;
+        if (c->s.kind == GM_GRADSYNC_KIND_DILOCO && !c->s.overlap)
+            c->comm_s = sync_s / c->s.local_steps; /* as the links say, or as measured */
         if (c->s.kind == GM_GRADSYNC_KIND_DILOCO && c->s.overlap) {
             /* the sync runs during the lag steps after its boundary: what shows per step is
              * the part the lag steps' compute does not cover, over the round */
@@ -1185,6 +1264,7 @@ int gm_gradsync_auto_choose(const struct gm_gradsync_auto_in *in, struct gm_grad
             cheapest = i;
     }
     out->compute_s = in->compute_s;
+    out->sync_s = sync_s;
     out->too_slow = best < 0;
     if (best < 0)
         best = cheapest;
@@ -1205,6 +1285,16 @@ int gm_gradsync_auto_choose(const struct gm_gradsync_auto_in *in, struct gm_grad
                      "%s: nothing keeps communication under %.0f%% of compute; this is the "
                      "fastest step (%.2f ms for %.2f ms of compute)",
                      label, frac * 100, out->cand[best].step_s * 1e3, in->compute_s * 1e3);
+        if (out->pick.kind == GM_GRADSYNC_KIND_DILOCO && out->pick.overlap &&
+            gm_gradsync_diloco_lag(out->pick.local_steps) * in->compute_s < sync_s * (1 - 1e-9)) {
+            /* the H cap, not the sync, sized it: say what the lag leaves uncovered */
+            size_t len = strlen(out->reason);
+            snprintf(out->reason + len, sizeof(out->reason) - len,
+                     "; H at its cap: %u lag steps cover %.0f of a %.0f ms sync",
+                     gm_gradsync_diloco_lag(out->pick.local_steps),
+                     gm_gradsync_diloco_lag(out->pick.local_steps) * in->compute_s * 1e3,
+                     sync_s * 1e3);
+        }
     }
     return 0;
 }

@@ -110,6 +110,7 @@
 #include "train/job.h"
 
 #define GM_GRADSYNC_HASH_EVERY 100 /* steps between parameter-hash checks (not DiLoCo) */
+#define GM_GRADSYNC_SYNC_SAMPLES 8 /* DiLoCo syncs whose time gm_gradsync_diloco_sync_s keeps */
 
 enum gm_gradsync_kind {
     GM_GRADSYNC_KIND_DENSE,    /* all-reduce the gradients every step */
@@ -283,6 +284,11 @@ GM_MUST_CHECK int gm_gradsync_estimate(const struct gm_gradsync_strategy *s,
  * did not in one more (bench/seed_table.sh); past this a slower link gets a step that
  * waits on its sync rather than models that drift apart. */
 #define GM_GRADSYNC_AUTO_MAX_H 64
+/* Overlapped, the largest H auto picks: a sync hides behind the lag (a quarter of H) steps,
+ * so H must grow with the sync, and a round of H steps of which only the lag sees the outer
+ * update late.  LeNet-5's real sync over the 20 Mbit/s tunnel (~180 ms) needs 26 lag steps
+ * of 7 ms: H ~ 104 (BENCHMARKS.md, "Overlapped DiLoCo"). */
+#define GM_GRADSYNC_AUTO_MAX_H_OVERLAP 128
 
 /* A link's alpha-beta fit (see the header comment).  Plain value. */
 struct gm_gradsync_ab {
@@ -312,6 +318,8 @@ struct gm_gradsync_auto_in {
     const int *groups; /* LAN islands (gm_gradsync_islands), NULL: none; when they split the
                         * world every candidate runs GM_COLL_HIER: fp32 inside islands, the
                         * candidate's codec between their leaders */
+    double sync_s;     /* one DiLoCo sync as measured (gm_gradsync_diloco_sync_s) while DiLoCo
+                        * runs, 0: none; DiLoCo's H is then sized from it, not the links */
 };
 
 #define GM_GRADSYNC_AUTO_NCAND 4
@@ -327,8 +335,9 @@ struct gm_gradsync_auto_out {
     struct gm_gradsync_auto_cand cand[GM_GRADSYNC_AUTO_NCAND]; /* fp32, fp16, powersgd, diloco */
     double speedup;                                            /* world * compute / pick's step */
     double compute_s;                                          /* in->compute_s */
+    double sync_s; /* one DiLoCo sync as priced: in->sync_s, or the links' estimate */
     bool too_slow;
-    char reason[200]; /* one line: why this pick */
+    char reason[240]; /* one line: why this pick */
 };
 
 /* --- codec = auto, switching mid-run ------------------------------------------------------ */
@@ -369,6 +378,13 @@ void gm_gradsync_switch_quiet(struct gm_gradsync_switch *sw, long step);
  * each sending N/world bytes, so the fit's intercept is 2(world-1) alphas and its slope the
  * hop's seconds per byte. */
 void gm_gradsync_ab_hop(const struct gm_coll_link *fit, int world, struct gm_coll_link *hop);
+
+/* What one DiLoCo sync of this rank really took, in seconds: the median of its last
+ * GM_GRADSYNC_SYNC_SAMPLES syncs (overlapped: from the boundary that submitted it to its
+ * all-reduce's completion on the loop, whatever the trainer did meanwhile, waiting for the
+ * slower rank included; blocking: the trainer's wait); 0 before the first or for another
+ * kind.  Trainer thread.  What codec = auto re-sizes H from (gm_gradsync_auto_in.sync_s). */
+double gm_gradsync_diloco_sync_s(const struct gm_gradsync *g);
 
 /* Overlapped DiLoCo: the steps from a boundary to the application of its sync, a quarter
  * of the round (at least 1, at most h - 1); 0 for h < 2 (then the rounds block). */

@@ -218,7 +218,8 @@ int gm_autoswitch_answer(struct gm_autoswitch *a, int r, uint32_t seq, bool ok)
 
 int gm_autoswitch_decide(struct gm_autoswitch *a, const struct gm_gradsync_strategy *cur,
                          const struct gm_coll_link *links, const int *islands, long step,
-                         double compute_s, struct gm_autoswitch_decision *d)
+                         double compute_s, double sync_s, long total_steps,
+                         struct gm_autoswitch_decision *d)
 {
     const int w = a->world;
     struct gm_coll_link slow = {0}, hop, *l;
@@ -260,13 +261,25 @@ int gm_autoswitch_decide(struct gm_autoswitch *a, const struct gm_gradsync_strat
                                          .links = l,
                                          .compute_s = compute,
                                          .job = &a->job,
-                                         .groups = islands};
+                                         .groups = islands,
+                                         /* rank 0's syncs, while DiLoCo runs: what H is
+                                          * sized from then, not the fitted links */
+                                         .sync_s = cur->kind == GM_GRADSYNC_KIND_DILOCO ? sync_s
+                                                                                        : 0};
         err = gm_gradsync_auto_choose(&in, &o);
     }
     free(l);
     if (err < 0)
         return err;
-    pick = gm_gradsync_switch_decide(&a->hyst, &o, cur, compute, 0, step);
+    {
+        /* H as the ranks would run it (a quarter of the run at most): a re-sizing that the
+         * cap undoes is none */
+        struct gm_gradsync_strategy c = *cur;
+        c.cap_h = true;
+        c.local_steps = gm_gradsync_diloco_h(&c, total_steps);
+        o.pick.local_steps = gm_gradsync_diloco_h(&o.pick, total_steps);
+        pick = gm_gradsync_switch_decide(&a->hyst, &o, &c, compute, 0, step);
+    }
     if (pick < 0 || gm_gradsync_auto_index(&o.pick) != pick)
         return 0;
     {
@@ -282,6 +295,15 @@ int gm_autoswitch_decide(struct gm_autoswitch *a, const struct gm_gradsync_strat
         d->seq = ++a->seq;
         gm_gradsync_describe(cur, from, sizeof(from));
         gm_gradsync_describe(&d->to, to, sizeof(to));
+        if (cur->kind == GM_GRADSYNC_KIND_DILOCO && d->to.kind == GM_GRADSYNC_KIND_DILOCO)
+            snprintf(d->why, sizeof(d->why),
+                     "%s: a sync takes %.1f ms (%s), its lag of %u steps of %.2f ms covers "
+                     "%.1f ms; %s's lag covered %.1f ms",
+                     to, o.sync_s * 1e3, sync_s > 0 ? "measured" : "the fitted link",
+                     gm_gradsync_diloco_lag(d->to.local_steps), compute * 1e3,
+                     gm_gradsync_diloco_lag(d->to.local_steps) * compute * 1e3, from,
+                     gm_gradsync_diloco_lag(cur->local_steps) * compute * 1e3);
+        else
         snprintf(d->why, sizeof(d->why),
                  "%s: predicted %.2f ms of communication per %.2f ms step of compute on the "
                  "fitted link (%.3f ms, %.2f Mbit/s a hop); %s would take %.2f ms",

@@ -84,15 +84,18 @@ struct gm_autoswitch_decision {
 
 /* One decision for a job running cur, rank 0 at step, on links (world*world: the lan pairs'
  * measurements, bytes_per_s 0 elsewhere; the fit fills those) in islands (NULL: none), with
- * compute_s: rank 0's measured compute per step (0: the one timed at submit).  Returns 1 with
+ * compute_s: rank 0's measured compute per step (0: the one timed at submit), sync_s: what
+ * rank 0's DiLoCo syncs took (gm_gradsync_diloco_sync_s; 0: none), total_steps: the run's (H
+ * compared as capped to a quarter of it).  Re-sizing DiLoCo's H is a switch to DiLoCo with
+ * the new H, announced as any other (train/gradsync.h, "Switching").  Returns 1 with
  * *d filled when the coordinator should announce a switch (and from then on waits for the
  * members' answers), 0 to stay (no new samples, a switch pending, the hysteresis), or a
  * negative error. */
 GM_MUST_CHECK int gm_autoswitch_decide(struct gm_autoswitch *a,
                                        const struct gm_gradsync_strategy *cur,
                                        const struct gm_coll_link *links, const int *islands,
-                                       long step, double compute_s,
-                                       struct gm_autoswitch_decision *d);
+                                       long step, double compute_s, double sync_s,
+                                       long total_steps, struct gm_autoswitch_decision *d);
 /* Whether a switch is announced and waits for answers (*seq: its number). */
 bool gm_autoswitch_pending(const struct gm_autoswitch *a, uint32_t *seq);
 /* Member rank r's answer to switch seq: 1 when every member has now answered ok, -1 when one

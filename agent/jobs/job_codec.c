@@ -223,7 +223,8 @@ void jobs_switch_tick(struct gm_jobs *j, struct job *jb)
     links = lan_links(j, jb);
     if (links == NULL)
         return;
-    err = gm_autoswitch_decide(jb->asw, &cur, links, jb->islands, p.step, p.compute_s, &d);
+    err = gm_autoswitch_decide(jb->asw, &cur, links, jb->islands, p.step, p.compute_s, p.sync_s,
+                               p.total_steps, &d);
     free(links);
     if (err <= 0)
         return;

@@ -67,6 +67,8 @@ struct gm_rank_progress {
     uint32_t generation;
     double loss, samples_per_s;
     double compute_s; /* a step's compute (data, forward, loss, backward), averaged (x0.9) */
+    double sync_s;    /* one DiLoCo sync (gm_gradsync_diloco_sync_s), the last codec's kept
+                       * until the running one has synced; 0: none in this group yet */
     /* what shares = auto balances (agent/jobs/autoshare.h), averaged over steps (x0.9): a
      * step's wall time (compute, collective, optimizer) and its collective part; and this
      * rank's samples in the last step */

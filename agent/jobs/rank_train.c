@@ -103,6 +103,7 @@ static int hook_resync(void *ctx, struct gm_train_state *st)
     }
     /* the step averages start afresh with the group: its shares, and so its steps, differ */
     rk->prog.step_s = rk->prog.coll_s = rk->prog.stall_s = 0;
+    rk->prog.sync_s = 0; /* another group: other links */
     rk->group_steps = 0;
     rk->prog.share = 0;
     rk->strat.algo = rk->group_hier ? GM_COLL_HIER : GM_COLL_RING; /* the gradsync made below */
@@ -297,9 +298,12 @@ static int hook_after(void *ctx, struct gm_train_state *st)
     struct gm_rank *rk = ctx;
     /* st->step is already the next step (trainer.h): the step just taken is st->step - 1 */
     int err = gm_gradsync_after_step(rk->gs, st->model, st->step - 1, st->total_steps);
+    double sync = gm_gradsync_diloco_sync_s(rk->gs);
 
     pthread_mutex_lock(&rk->mu);
     rk->prog.hash_checks = gm_gradsync_hash_checks(rk->gs);
+    if (sync > 0) /* 0 until the codec running now has synced: the last one's is kept */
+        rk->prog.sync_s = sync;
     rk->prog.step = st->step - (err == 0 ? 0 : 1);
     pthread_mutex_unlock(&rk->mu);
     return err;

@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "common/assert.h"
@@ -452,7 +453,7 @@ static void test_auto(void)
         for (int i = 0; i < 4; i++)
             links[i] = (struct gm_coll_link){.alpha_s = 0.025, .bytes_per_s = 0.5e6 / 8};
         GM_CHECK_OK(gm_gradsync_auto_choose(&in, &o2));
-        GM_CHECK_EQ(o2.pick.local_steps, (uint32_t)GM_GRADSYNC_AUTO_MAX_H);
+        GM_CHECK_EQ(o2.pick.local_steps, (uint32_t)GM_GRADSYNC_AUTO_MAX_H_OVERLAP);
         GM_CHECK(o2.cand[3].comm_s > 0);
         {
             struct gm_gradsync_strategy one = o2.pick;
@@ -460,10 +461,55 @@ static void test_auto(void)
             one.local_steps = 1;
             GM_CHECK_OK(gm_gradsync_estimate(&one, m, 2, links, &c1));
             GM_CHECK_NEAR(o2.cand[3].comm_s,
-                          (c1.seconds - gm_gradsync_diloco_lag(GM_GRADSYNC_AUTO_MAX_H) * 0.010) /
-                              GM_GRADSYNC_AUTO_MAX_H,
+                          (c1.seconds -
+                           gm_gradsync_diloco_lag(GM_GRADSYNC_AUTO_MAX_H_OVERLAP) * 0.010) /
+                              GM_GRADSYNC_AUTO_MAX_H_OVERLAP,
                           1e-12, 1e-9);
         }
+        /* a measured sync (in.sync_s, while DiLoCo runs) sizes H, not the links (which
+         * predict ~100 ms here): 80 ms at 7 ms of compute gets the smallest H whose lag steps
+         * cover 80 ms; 180 ms (the tunnel's real sync, TCP and TLS included) the smallest
+         * whose lag covers 180 ms, or the cap, and then the reason says how much is covered */
+        for (int i = 0; i < 4; i++)
+            links[i] = (struct gm_coll_link){.alpha_s = 0.025, .bytes_per_s = 20e6 / 8};
+        in.compute_s = 0.007;
+        for (int k = 0; k < 3; k++) {
+            const double meas[3] = {0.080, 0.180, 0.600};
+            uint32_t h, lag;
+            in.sync_s = meas[k];
+            GM_CHECK_OK(gm_gradsync_auto_choose(&in, &o2));
+            h = o2.pick.local_steps;
+            lag = gm_gradsync_diloco_lag(h);
+            GM_CHECK_EQ(o2.pick.kind, GM_GRADSYNC_KIND_DILOCO);
+            GM_CHECK_NEAR(o2.sync_s, meas[k], 0, 0);
+            if (lag * 0.007 >= meas[k]) { /* covered: by the smallest such H */
+                GM_CHECK(h == GM_GRADSYNC_AUTO_MIN_H ||
+                         gm_gradsync_diloco_lag(h - 1) * 0.007 < meas[k]);
+                GM_CHECK(o2.cand[3].comm_s == 0);
+                GM_CHECK(strstr(o2.reason, "cap") == NULL);
+            } else { /* not even at the cap: the uncovered part shows, and is said */
+                char want[64];
+                GM_CHECK_EQ(h, (uint32_t)GM_GRADSYNC_AUTO_MAX_H_OVERLAP);
+                GM_CHECK_NEAR(o2.cand[3].comm_s, (meas[k] - lag * 0.007) / h, 1e-12, 1e-9);
+                snprintf(want, sizeof(want), "H at its cap: %u lag steps cover %.0f of a %.0f ms",
+                         lag, lag * 7.0, meas[k] * 1e3);
+                GM_CHECK(strstr(o2.reason, want) != NULL);
+            }
+            if (k == 0)
+                GM_CHECK(lag * 0.007 >= meas[k]);
+            if (k == 2)
+                GM_CHECK(lag * 0.007 < meas[k]);
+        }
+        /* the 180 ms sync of LeNet-5 over the 20 Mbit/s tunnel at its 7 ms steps is covered */
+        in.sync_s = 0.180;
+        GM_CHECK_OK(gm_gradsync_auto_choose(&in, &o2));
+        GM_CHECK(gm_gradsync_diloco_lag(o2.pick.local_steps) * 0.007 >= 0.180);
+        /* a measured sync is DiLoCo's alone: the blocking pick prices it per step too */
+        job.comm.overlap = false;
+        in.sync_s = 0.180;
+        GM_CHECK_OK(gm_gradsync_auto_choose(&in, &o2));
+        GM_CHECK_EQ(o2.pick.kind, GM_GRADSYNC_KIND_DILOCO);
+        GM_CHECK_NEAR(o2.cand[3].comm_s, 0.180 / o2.pick.local_steps, 1e-12, 1e-9);
     }
 
     GM_CHECK_ERR(pick_for(m, 0.025, 20, 0, &o), -EINVAL);
@@ -515,9 +561,66 @@ static void test_switch(void)
     GM_CHECK(fast.cand[0].comm_s < 0.2 * compute / GM_GRADSYNC_SWITCH_HYST);
     GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &fast, &diloco, compute, 0, 90), -1);
     GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &fast, &diloco, compute, 0, 91), 0);
-    /* DiLoCo on the slow link: another H is not a switch */
-    for (long step = 100; step < 110; step++)
-        GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &slow, &diloco, compute, 0, step), -1);
+    /* DiLoCo on the slow link at the H auto picks there: nothing to change */
+    {
+        struct gm_gradsync_strategy at = diloco;
+        at.local_steps = slow.pick.local_steps;
+        for (long step = 100; step < 110; step++)
+            GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &slow, &at, compute, 0, step), -1);
+    }
+    /* re-sizing H from a measured sync (overlapped DiLoCo, 7 ms of compute; a switch to
+     * DiLoCo with the new H, past the same hysteresis) */
+    {
+        struct gm_job job;
+        struct gm_coll_link links[4];
+        struct gm_gradsync_auto_in in = {
+            .m = m, .world = 2, .links = links, .compute_s = 0.007, .job = &job};
+        struct gm_gradsync_auto_out o;
+        struct gm_gradsync_strategy cur;
+        gm_job_defaults(&job);
+        job.comm.overlap = true;
+        for (int i = 0; i < 4; i++)
+            links[i] = (struct gm_coll_link){.alpha_s = 0.025, .bytes_per_s = 20e6 / 8};
+        GM_CHECK_OK(gm_gradsync_strategy_of(GM_JOB_CODEC_DILOCO, &job, &cur));
+        GM_CHECK(cur.overlap);
+        /* H=33 (lag 9: 63 ms) against a measured 180 ms sync: a larger H, on the second
+         * decision in a row */
+        cur.local_steps = 33;
+        in.sync_s = 0.180;
+        GM_CHECK_OK(gm_gradsync_auto_choose(&in, &o));
+        GM_CHECK(o.pick.local_steps > 33);
+        gm_gradsync_switch_quiet(&sw, 0);
+        GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &o, &cur, 0.007, 0, 300), -1);
+        GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &o, &cur, 0.007, 0, 301), 3);
+        /* against 80 ms, H=33's lag covers 63 ms (over 1/1.5 of it): H stays although auto
+         * would size it at 48 now */
+        in.sync_s = 0.080;
+        GM_CHECK_OK(gm_gradsync_auto_choose(&in, &o));
+        GM_CHECK(o.pick.local_steps > 33);
+        for (long step = 310; step < 320; step++)
+            GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &o, &cur, 0.007, 0, step), -1);
+        /* H=64 against a 40 ms sync: auto's H is under 64 / 1.5: a smaller H (more faithful) */
+        cur.local_steps = 64;
+        in.sync_s = 0.040;
+        GM_CHECK_OK(gm_gradsync_auto_choose(&in, &o));
+        GM_CHECK(o.pick.local_steps * GM_GRADSYNC_SWITCH_HYST <= 64);
+        GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &o, &cur, 0.007, 0, 330), -1);
+        GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &o, &cur, 0.007, 0, 331), 3);
+        /* ... but not against 80 ms (H=48 > 64 / 1.5) */
+        in.sync_s = 0.080;
+        GM_CHECK_OK(gm_gradsync_auto_choose(&in, &o));
+        for (long step = 340; step < 350; step++)
+            GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &o, &cur, 0.007, 0, step), -1);
+        /* blocking DiLoCo: a larger H when a sync per step is over 1.5x the budget */
+        job.comm.overlap = false;
+        GM_CHECK_OK(gm_gradsync_strategy_of(GM_JOB_CODEC_DILOCO, &job, &cur));
+        cur.local_steps = 16;
+        in.sync_s = 0.180; /* 11 ms a step against a budget of 1.4 */
+        GM_CHECK_OK(gm_gradsync_auto_choose(&in, &o));
+        GM_CHECK(!o.pick.overlap && o.pick.local_steps > 16);
+        GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &o, &cur, 0.007, 0, 360), -1);
+        GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &o, &cur, 0.007, 0, 361), 3);
+    }
 
     /* the band: fp32 over budget by less than GM_GRADSYNC_SWITCH_HYST stays although auto
      * would pick fp16 now; over by more, it goes */
