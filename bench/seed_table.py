@@ -65,8 +65,9 @@ def split(paths):
                  this rank's allreduce + after minus the least of any rank of the row (the
                  slowest rank waits least; what it waits is the link's): an estimate
       diloco     (DiLoCo only) the H and lag this rank ran (event=diloco: after the cap at a
-                 quarter of the run, so possibly below the codec column's), and what its
-                 syncs blocked the trainer: syncs, seconds, ms a sync
+                 quarter of the run, so possibly below the codec column's; each in turn where
+                 auto re-sized H mid-run), and what its syncs blocked the trainer: syncs,
+                 seconds, ms a sync (event=diloco-waits: one a gradsync, summed)
     The evaluation at each epoch's end on rank 0 is in no column: the other ranks wait for it
     in their next collective or sync, so it shows there, as waiting for the slowest.
     """
@@ -82,12 +83,15 @@ def split(paths):
                     r[k] += float(d[k])
             elif 'event=diloco ' in line:
                 d = kv(line)  # DiLoCo as this rank runs it: H after the cap, the lag
-                r['diloco_h'] = f'H={d.get("local_steps")} lag={d.get("lag")}'
+                h = f'H={d.get("local_steps")} lag={d.get("lag")}'
+                r['diloco_h'] = r['diloco_h'] + ' -> ' + h if 'diloco_h' in r else h
             elif 'event=diloco-waits ' in line:
                 d = kv(line)
-                r['diloco'] = {'overlap': d.get('overlap') == '1', 'syncs': int(d['syncs']),
-                               'wait_s': float(d['wait_ms']) / 1e3,
-                               'mean_ms': float(d['mean_ms'])}
+                w = r.setdefault('diloco', {'syncs': 0, 'wait_s': 0.0})
+                w['overlap'] = d.get('overlap') == '1'
+                w['syncs'] += int(d['syncs'])
+                w['wait_s'] += float(d['wait_ms']) / 1e3
+                w['mean_ms'] = w['wait_s'] * 1e3 / w['syncs'] if w['syncs'] else 0.0
         if r['steps'] > 0:
             out.append(r)
     if not out:

@@ -702,6 +702,8 @@ static int dl_wait(struct gm_gradsync *g)
  * for a sync still running (0 when the lag steps hid it); blocking, the whole sync. */
 static void log_waits(const struct gm_gradsync *g)
 {
+    if (g->s.kind != GM_GRADSYNC_KIND_DILOCO)
+        return;
     gm_info("event=diloco-waits rank=%d overlap=%d syncs=%llu wait_ms=%.1f mean_ms=%.2f "
             "max_ms=%.1f",
             g->rank, g->dl_lag > 0, (unsigned long long)g->dl_waits, (double)g->dl_wait_ns * 1e-6,
@@ -770,7 +772,13 @@ static int after_step_overlap(struct gm_gradsync *g, struct gm_model *m, long st
 
 uint32_t gm_gradsync_diloco_lag(uint32_t h)
 {
-    return h >= 2 ? (h + 3) / 4 : 0; /* a quarter of the round, at least 1, at most h - 1 */
+    return h >= 2 ? h / 2 : 0; /* half the round, at least 1, at most h - 1 */
+}
+
+void gm_gradsync_log_waits(const struct gm_gradsync *g)
+{
+    if (g != NULL)
+        log_waits(g);
 }
 
 int gm_gradsync_flush(struct gm_gradsync *g, struct gm_model *m)
@@ -1218,7 +1226,6 @@ int gm_gradsync_auto_choose(const struct gm_gradsync_auto_in *in, struct gm_grad
         if (gm_gradsync_groups_hier(in->groups, in->world))
             c->s.algo = GM_COLL_HIER;
         if (c->s.kind == GM_GRADSYNC_KIND_DILOCO) {
-            uint32_t cap = max_h;
             double need;
             c->s.local_steps = 1; /* one sync's cost, then H sized to the budget */
             if ((err = gm_gradsync_estimate_groups(&c->s, in->m, in->world, in->links, in->groups,
@@ -1232,16 +1239,15 @@ int gm_gradsync_auto_choose(const struct gm_gradsync_auto_in *in, struct gm_grad
              * the smallest whose lag steps cover the sync (the budget then absorbs jitter) */
             need = ceil(sync_s / budget * (1 - 1e-9));
             if (c->s.overlap) {
-                cap = in->max_h > 0 ? max_h : GM_GRADSYNC_AUTO_MAX_H_OVERLAP;
-                need = cap;
-                for (uint32_t h = GM_GRADSYNC_AUTO_MIN_H; h < cap; h++)
+                need = max_h;
+                for (uint32_t h = GM_GRADSYNC_AUTO_MIN_H; h < max_h; h++)
                     if (gm_gradsync_diloco_lag(h) * in->compute_s >= sync_s * (1 - 1e-9)) {
                         need = h;
                         break;
                     }
             }
             c->s.local_steps = need < GM_GRADSYNC_AUTO_MIN_H ? GM_GRADSYNC_AUTO_MIN_H
-                               : need > cap                  ? cap
+                               : need > max_h                ? max_h
                                                              : (uint32_t)need;
         }
         if ((err = gm_gradsync_estimate_groups(&c->s, in->m, in->world, in->links, in->groups,

@@ -284,11 +284,6 @@ GM_MUST_CHECK int gm_gradsync_estimate(const struct gm_gradsync_strategy *s,
  * did not in one more (bench/seed_table.sh); past this a slower link gets a step that
  * waits on its sync rather than models that drift apart. */
 #define GM_GRADSYNC_AUTO_MAX_H 64
-/* Overlapped, the largest H auto picks: a sync hides behind the lag (a quarter of H) steps,
- * so H must grow with the sync, and a round of H steps of which only the lag sees the outer
- * update late.  LeNet-5's real sync over the 20 Mbit/s tunnel (~180 ms) needs 26 lag steps
- * of 7 ms: H ~ 104 (BENCHMARKS.md, "Overlapped DiLoCo"). */
-#define GM_GRADSYNC_AUTO_MAX_H_OVERLAP 128
 
 /* A link's alpha-beta fit (see the header comment).  Plain value. */
 struct gm_gradsync_ab {
@@ -385,6 +380,11 @@ void gm_gradsync_ab_hop(const struct gm_coll_link *fit, int world, struct gm_col
  * slower rank included; blocking: the trainer's wait); 0 before the first or for another
  * kind.  Trainer thread.  What codec = auto re-sizes H from (gm_gradsync_auto_in.sync_s). */
 double gm_gradsync_diloco_sync_s(const struct gm_gradsync *g);
+
+/* Logs what DiLoCo's syncs have blocked this rank's trainer so far (event=diloco-waits, as
+ * at the run's last step): for a codec switch away from this gradsync.  No op for other
+ * kinds; NULL-safe. */
+void gm_gradsync_log_waits(const struct gm_gradsync *g);
 
 /* Overlapped DiLoCo: the steps from a boundary to the application of its sync, a quarter
  * of the round (at least 1, at most h - 1); 0 for h < 2 (then the rounds block). */

@@ -245,7 +245,9 @@ static int maybe_switch(struct gm_rank *rk, struct gm_train_state *st)
         st->world > 1 && (err = take_rank0_state(rk, st)) < 0)
         return err;
     /* codec state: dropped with the old gradsync (gradsync.h, "Switching"); nothing of it is
-     * in flight at a step boundary */
+     * in flight at a step boundary.  What its syncs cost is logged first (a run that re-sizes
+     * DiLoCo's H has one event=diloco-waits per H) */
+    gm_gradsync_log_waits(rk->gs);
     gm_gradsync_free(rk->gs);
     rk->gs = NULL;
     rk->strat = sw.to;

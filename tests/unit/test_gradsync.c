@@ -453,7 +453,7 @@ static void test_auto(void)
         for (int i = 0; i < 4; i++)
             links[i] = (struct gm_coll_link){.alpha_s = 0.025, .bytes_per_s = 0.5e6 / 8};
         GM_CHECK_OK(gm_gradsync_auto_choose(&in, &o2));
-        GM_CHECK_EQ(o2.pick.local_steps, (uint32_t)GM_GRADSYNC_AUTO_MAX_H_OVERLAP);
+        GM_CHECK_EQ(o2.pick.local_steps, (uint32_t)GM_GRADSYNC_AUTO_MAX_H);
         GM_CHECK(o2.cand[3].comm_s > 0);
         {
             struct gm_gradsync_strategy one = o2.pick;
@@ -462,8 +462,8 @@ static void test_auto(void)
             GM_CHECK_OK(gm_gradsync_estimate(&one, m, 2, links, &c1));
             GM_CHECK_NEAR(o2.cand[3].comm_s,
                           (c1.seconds -
-                           gm_gradsync_diloco_lag(GM_GRADSYNC_AUTO_MAX_H_OVERLAP) * 0.010) /
-                              GM_GRADSYNC_AUTO_MAX_H_OVERLAP,
+                           gm_gradsync_diloco_lag(GM_GRADSYNC_AUTO_MAX_H) * 0.010) /
+                              GM_GRADSYNC_AUTO_MAX_H,
                           1e-12, 1e-9);
         }
         /* a measured sync (in.sync_s, while DiLoCo runs) sizes H, not the links (which
@@ -489,7 +489,7 @@ static void test_auto(void)
                 GM_CHECK(strstr(o2.reason, "cap") == NULL);
             } else { /* not even at the cap: the uncovered part shows, and is said */
                 char want[64];
-                GM_CHECK_EQ(h, (uint32_t)GM_GRADSYNC_AUTO_MAX_H_OVERLAP);
+                GM_CHECK_EQ(h, (uint32_t)GM_GRADSYNC_AUTO_MAX_H);
                 GM_CHECK_NEAR(o2.cand[3].comm_s, (meas[k] - lag * 0.007) / h, 1e-12, 1e-9);
                 snprintf(want, sizeof(want), "H at its cap: %u lag steps cover %.0f of a %.0f ms",
                          lag, lag * 7.0, meas[k] * 1e3);
@@ -500,10 +500,13 @@ static void test_auto(void)
             if (k == 2)
                 GM_CHECK(lag * 0.007 < meas[k]);
         }
-        /* the 180 ms sync of LeNet-5 over the 20 Mbit/s tunnel at its 7 ms steps is covered */
+        /* the 180 ms sync of LeNet-5 over the 20 Mbit/s tunnel at its 7 ms steps is covered:
+         * H=52, lag 26 (182 ms) */
         in.sync_s = 0.180;
         GM_CHECK_OK(gm_gradsync_auto_choose(&in, &o2));
+        GM_CHECK_EQ(o2.pick.local_steps, 52u);
         GM_CHECK(gm_gradsync_diloco_lag(o2.pick.local_steps) * 0.007 >= 0.180);
+        GM_CHECK(strstr(o2.reason, "cap") == NULL);
         /* a measured sync is DiLoCo's alone: the blocking pick prices it per step too */
         job.comm.overlap = false;
         in.sync_s = 0.180;
@@ -583,7 +586,7 @@ static void test_switch(void)
             links[i] = (struct gm_coll_link){.alpha_s = 0.025, .bytes_per_s = 20e6 / 8};
         GM_CHECK_OK(gm_gradsync_strategy_of(GM_JOB_CODEC_DILOCO, &job, &cur));
         GM_CHECK(cur.overlap);
-        /* H=33 (lag 9: 63 ms) against a measured 180 ms sync: a larger H, on the second
+        /* H=33 (lag 16: 112 ms) against a measured 180 ms sync: a larger H, on the second
          * decision in a row */
         cur.local_steps = 33;
         in.sync_s = 0.180;
@@ -592,11 +595,12 @@ static void test_switch(void)
         gm_gradsync_switch_quiet(&sw, 0);
         GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &o, &cur, 0.007, 0, 300), -1);
         GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &o, &cur, 0.007, 0, 301), 3);
-        /* against 80 ms, H=33's lag covers 63 ms (over 1/1.5 of it): H stays although auto
-         * would size it at 48 now */
-        in.sync_s = 0.080;
+        /* H=24 (lag 12: 84 ms) against 100 ms, over 1/1.5 of it covered: H stays although
+         * auto would size it at 30 now */
+        cur.local_steps = 24;
+        in.sync_s = 0.100;
         GM_CHECK_OK(gm_gradsync_auto_choose(&in, &o));
-        GM_CHECK(o.pick.local_steps > 33);
+        GM_CHECK_EQ(o.pick.local_steps, 30u);
         for (long step = 310; step < 320; step++)
             GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &o, &cur, 0.007, 0, step), -1);
         /* H=64 against a 40 ms sync: auto's H is under 64 / 1.5: a smaller H (more faithful) */
@@ -606,9 +610,10 @@ static void test_switch(void)
         GM_CHECK(o.pick.local_steps * GM_GRADSYNC_SWITCH_HYST <= 64);
         GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &o, &cur, 0.007, 0, 330), -1);
         GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &o, &cur, 0.007, 0, 331), 3);
-        /* ... but not against 80 ms (H=48 > 64 / 1.5) */
-        in.sync_s = 0.080;
+        /* ... but not against 200 ms (auto's H=58 > 64 / 1.5) */
+        in.sync_s = 0.200;
         GM_CHECK_OK(gm_gradsync_auto_choose(&in, &o));
+        GM_CHECK_EQ(o.pick.local_steps, 58u);
         for (long step = 340; step < 350; step++)
             GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &o, &cur, 0.007, 0, step), -1);
         /* blocking DiLoCo: a larger H when a sync per step is over 1.5x the budget */
@@ -648,9 +653,11 @@ static void test_switch(void)
     GM_CHECK_EQ(gm_gradsync_diloco_h(&diloco, 1000), diloco.local_steps);
     GM_CHECK_EQ(gm_gradsync_diloco_lag(1), 0u); /* nothing to overlap with */
     GM_CHECK_EQ(gm_gradsync_diloco_lag(2), 1u);
-    GM_CHECK_EQ(gm_gradsync_diloco_lag(4), 1u);
+    GM_CHECK_EQ(gm_gradsync_diloco_lag(3), 1u);
+    GM_CHECK_EQ(gm_gradsync_diloco_lag(4), 2u);
     GM_CHECK_EQ(gm_gradsync_diloco_lag(5), 2u);
-    GM_CHECK_EQ(gm_gradsync_diloco_lag(64), 16u);
+    GM_CHECK_EQ(gm_gradsync_diloco_lag(52), 26u);
+    GM_CHECK_EQ(gm_gradsync_diloco_lag(64), 32u);
     diloco.cap_h = true;
     diloco.local_steps = 64;
     GM_CHECK_EQ(gm_gradsync_diloco_h(&diloco, 100), 25u); /* a quarter of the run */
