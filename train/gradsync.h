@@ -30,7 +30,11 @@
  *    link off the critical path.  DiLoCo's H is sized to the link: the smallest H >=
  *    GM_GRADSYNC_AUTO_MIN_H whose per-step share of a sync fits; capped at max_h.  Overlapped,
  *    the smallest H >= GM_GRADSYNC_AUTO_MIN_H whose lag steps of compute cover one sync (no
- *    predicted wait; the budget is left for jitter): about 4/5 of the blocking H.
+ *    predicted wait; the budget is left for jitter): about 2/5 of the blocking H.
+ *  - one sync's cost is the links' estimate, or, while DiLoCo runs, what the coordinator's
+ *    rank measures (in->sync_s, gm_gradsync_diloco_sync_s): on LeNet-5 over a 20 Mbit/s,
+ *    51 ms tunnel the links said ~100 ms where syncs took 120-180 ms (TCP windows over the
+ *    RTT, TLS, the capped host's own work), and the lag hid half of each.
  *  - auto's DiLoCo H is sized before the run's length is known; every rank caps it to a
  *    quarter of the run's steps when DiLoCo starts (cap_h, the same total_steps everywhere, so
  *    the same H), so that a short run still syncs at least 4 times: a run that never synced
@@ -52,8 +56,12 @@
  *    the running one's predicted communication is above GM_GRADSYNC_SWITCH_HYST x the budget
  *    (a less faithful pick), or the pick's is below the budget / GM_GRADSYNC_SWITCH_HYST (a
  *    more faithful one), on GM_GRADSYNC_SWITCH_CONFIRM decisions in a row, and never within
- *    GM_GRADSYNC_SWITCH_DWELL steps of a group forming or a switch taking effect.  A change of
- *    DiLoCo's H alone is not a switch.  Between 20% and 30% of compute, say, a codec stays;
+ *    GM_GRADSYNC_SWITCH_DWELL steps of a group forming or a switch taking effect.  DiLoCo
+ *    re-sized is a switch to DiLoCo with the new H (every rank changes H and lag at the same
+ *    round boundary) when it is worth one: a larger H when the running lag's compute covers
+ *    under 1/HYST of a measured sync (blocking: a sync per step over HYST x the budget), a
+ *    smaller one when auto's H is at most the running one / HYST.  Between 20% and 30% of
+ *    compute, say, a codec stays;
  *  - codec state at a switch: PowerSGD's error feedback and Q are dropped (reset): the error
  *    is each rank's own, flushing it would need a dense all-reduce of the whole gradient over
  *    the very link that became too slow, and what is lost is bounded by one step's
@@ -386,8 +394,11 @@ double gm_gradsync_diloco_sync_s(const struct gm_gradsync *g);
  * kinds; NULL-safe. */
 void gm_gradsync_log_waits(const struct gm_gradsync *g);
 
-/* Overlapped DiLoCo: the steps from a boundary to the application of its sync, a quarter
- * of the round (at least 1, at most h - 1); 0 for h < 2 (then the rounds block). */
+/* Overlapped DiLoCo: the steps from a boundary to the application of its sync, half the
+ * round (at least 1, at most h - 1); 0 for h < 2 (then the rounds block).  Half, not a
+ * quarter: a sync that takes 26 steps of compute is better hidden by H=52 than by H=104 (in
+ * simulation the longer round cost 1.3 points after 3 epochs, the longer lag none;
+ * docs/BENCHMARKS.md, "Overlapped DiLoCo"). */
 uint32_t gm_gradsync_diloco_lag(uint32_t h);
 /* DiLoCo's H as a rank runs it (cap_h: at most a quarter of total_steps). */
 uint32_t gm_gradsync_diloco_h(const struct gm_gradsync_strategy *s, long total_steps);
