@@ -275,7 +275,7 @@ int gm_autoswitch_decide(struct gm_autoswitch *a, const struct gm_gradsync_strat
         /* H as the ranks would run it (a quarter of the run at most): a re-sizing that the
          * cap undoes is none */
         struct gm_gradsync_strategy c = *cur;
-        c.cap_h = true;
+        c.cap_h = o.pick.cap_h = true; /* as every member takes a switch (job_codec.c) */
         c.local_steps = gm_gradsync_diloco_h(&c, total_steps);
         o.pick.local_steps = gm_gradsync_diloco_h(&o.pick, total_steps);
         pick = gm_gradsync_switch_decide(&a->hyst, &o, &c, compute, 0, step);

@@ -87,6 +87,51 @@ static void test_resolve(void)
 
 /* One table (GM_JOB_CODECS): each name parses to its enum and back, auto's candidates and
  * the strategies are every codec but auto, in the table's order. */
+/* Re-sizing overlapped DiLoCo's H mid-run (gm_autoswitch_decide): rank 0's measured sync, not
+ * the fitted link, sizes it; the new H is announced as a switch past the hysteresis (two
+ * decisions on new samples); where the cap at a quarter of the run makes both H equal there is
+ * nothing to announce. */
+static void test_resize(void)
+{
+    struct gm_job job;
+    struct gm_autoswitch *a;
+    struct gm_gradsync_strategy cur;
+    struct gm_autoswitch_decision d;
+    const struct gm_coll_link fit = {0.050, 20e6 / 8}; /* 20 Mbit/s, 25 ms a hop (of 2) */
+    const struct gm_coll_link links[4] = {{0, 0}};      /* no lan pair: the fit everywhere */
+
+    job_init(&job, 2);
+    job.comm.codec = GM_JOB_CODEC_DILOCO;
+    job.comm.overlap = true;
+    job.comm.local_steps = 33;
+    GM_CHECK_OK(gm_gradsync_strategy_from_job(&job, &cur));
+    GM_CHECK(cur.overlap && cur.local_steps == 33);
+    for (int k = 0; k < 2; k++) {
+        const long total = k == 0 ? 2340 : 100; /* 100: H at most 25 */
+        GM_CHECK_OK(gm_autoswitch_new(&job, 0.007, &a));
+        gm_autoswitch_group(a, 2, 0);
+        gm_autoswitch_fit(a, 0, &fit, 1);
+        gm_autoswitch_fit(a, 1, &fit, 1);
+        /* 180 ms syncs at 7 ms steps: H=33's lag (16 steps, 112 ms) covers under 1/1.5 */
+        GM_CHECK_EQ(gm_autoswitch_decide(a, &cur, links, NULL, 20, 0.007, 0.180, total, &d), 0);
+        GM_CHECK_EQ(gm_autoswitch_decide(a, &cur, links, NULL, 21, 0.007, 0.180, total, &d), 0);
+        gm_autoswitch_fit(a, 0, &fit, 2); /* new samples: the second decision */
+        if (k == 0) {
+            GM_CHECK_EQ(
+                gm_autoswitch_decide(a, &cur, links, NULL, 22, 0.007, 0.180, total, &d), 1);
+            GM_CHECK_EQ(d.to.kind, GM_GRADSYNC_KIND_DILOCO);
+            GM_CHECK_EQ(d.to.local_steps, 52u); /* lag 26: 182 ms */
+            GM_CHECK(d.to.overlap);
+            GM_CHECK(d.step > 22 && d.seq == 1);
+            GM_CHECK(strstr(d.why, "a sync takes 180.0 ms (measured)") != NULL);
+        } else {
+            GM_CHECK_EQ(
+                gm_autoswitch_decide(a, &cur, links, NULL, 22, 0.007, 0.180, total, &d), 0);
+        }
+        gm_autoswitch_free(a);
+    }
+}
+
 static void test_codec_table(void)
 {
     struct gm_gradsync_strategy all[GM_JOB_CODEC_COUNT];
@@ -122,6 +167,7 @@ static void test_codec_table(void)
 int main(void)
 {
     GM_TEST_RUN(test_resolve);
+    GM_TEST_RUN(test_resize);
     GM_TEST_RUN(test_codec_table);
     return gm_test_finish("test_autocodec");
 }
