@@ -1151,7 +1151,7 @@ void gm_gradsync_switch_quiet(struct gm_gradsync_switch *sw, long step)
  * over budget: overlapped, when cur's lag steps cover less than 1/HYST of a sync (what the
  * trainer then waits at every lag step); blocking, when cur's share of a sync per step is
  * over HYST x the budget.  A smaller H (more syncs: closer to synchronous SGD) when the pick's
- * is at most cur's / HYST and fits. */
+ * is at most cur's / GM_GRADSYNC_RESIZE_SHRINK and fits. */
 static bool diloco_resize(const struct gm_gradsync_auto_out *o,
                           const struct gm_gradsync_strategy *cur, double compute_s, double budget)
 {
@@ -1164,7 +1164,7 @@ static bool diloco_resize(const struct gm_gradsync_auto_out *o,
                o->sync_s;
     if (hp > hc)
         return o->sync_s / hc > GM_GRADSYNC_SWITCH_HYST * budget;
-    return hp * GM_GRADSYNC_SWITCH_HYST <= hc && o->cand[3].fits;
+    return hp * GM_GRADSYNC_RESIZE_SHRINK <= hc && o->cand[3].fits;
 }
 
 int gm_gradsync_switch_decide(struct gm_gradsync_switch *sw, const struct gm_gradsync_auto_out *o,

@@ -60,7 +60,9 @@
  *    re-sized is a switch to DiLoCo with the new H (every rank changes H and lag at the same
  *    round boundary) when it is worth one: a larger H when the running lag's compute covers
  *    under 1/HYST of a measured sync (blocking: a sync per step over HYST x the budget), a
- *    smaller one when auto's H is at most the running one / HYST.  Between 20% and 30% of
+ *    smaller one when auto's H is at most the running one / GM_GRADSYNC_RESIZE_SHRINK; no
+ *    decision then until two rounds of the new H have synced (agent/jobs/autocodec.c), so
+ *    that the next is made on its own syncs.  Between 20% and 30% of
  *    compute, say, a codec stays;
  *  - codec state at a switch: PowerSGD's error feedback and Q are dropped (reset): the error
  *    is each rank's own, flushing it would need a dense all-reduce of the whole gradient over
@@ -348,6 +350,11 @@ struct gm_gradsync_auto_out {
 /* Leave the current codec only when its predicted communication is above HYST x the budget;
  * move to a more faithful one only when that one's is below budget / HYST. */
 #define GM_GRADSYNC_SWITCH_HYST 1.5
+/* DiLoCo's H is made smaller only when auto's is at most the running one / this: a re-size
+ * restarts the outer momentum, and on a loaded machine the measured compute and sync move
+ * by 1.5x within a minute (the testbed at load 8-9: H 14 -> 28 -> 18 -> 30 -> 50 -> 30 with
+ * 1.5 here) while a larger H is only a little less faithful. */
+#define GM_GRADSYNC_RESIZE_SHRINK 2.0
 /* The same target on this many decisions in a row, each on fresher fits. */
 #define GM_GRADSYNC_SWITCH_CONFIRM 2
 /* Steps after a group forms or a switch takes effect before the next decision: the fit needs

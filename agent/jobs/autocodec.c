@@ -264,8 +264,8 @@ int gm_autoswitch_decide(struct gm_autoswitch *a, const struct gm_gradsync_strat
                                          .groups = islands,
                                          /* rank 0's syncs, while DiLoCo runs: what H is
                                           * sized from then, not the fitted links */
-                                         .sync_s = cur->kind == GM_GRADSYNC_KIND_DILOCO ? sync_s
-                                                                                        : 0};
+                                         .sync_s =
+                                             cur->kind == GM_GRADSYNC_KIND_DILOCO ? sync_s : 0};
         err = gm_gradsync_auto_choose(&in, &o);
     }
     free(l);
@@ -304,14 +304,22 @@ int gm_autoswitch_decide(struct gm_autoswitch *a, const struct gm_gradsync_strat
                      gm_gradsync_diloco_lag(d->to.local_steps) * compute * 1e3, from,
                      gm_gradsync_diloco_lag(cur->local_steps) * compute * 1e3);
         else
-        snprintf(d->why, sizeof(d->why),
-                 "%s: predicted %.2f ms of communication per %.2f ms step of compute on the "
-                 "fitted link (%.3f ms, %.2f Mbit/s a hop); %s would take %.2f ms",
-                 to, o.cand[pick].comm_s * 1e3, compute * 1e3, hop.alpha_s * 1e3,
-                 hop.bytes_per_s * 8e-6, from, c->comm_s * 1e3);
+            snprintf(d->why, sizeof(d->why),
+                     "%s: predicted %.2f ms of communication per %.2f ms step of compute on the "
+                     "fitted link (%.3f ms, %.2f Mbit/s a hop); %s would take %.2f ms",
+                     to, o.cand[pick].comm_s * 1e3, compute * 1e3, hop.alpha_s * 1e3,
+                     hop.bytes_per_s * 8e-6, from, c->comm_s * 1e3);
     }
     a->pending = true;
     memset(a->answered, 0, (size_t)w * sizeof(*a->answered));
     gm_gradsync_switch_quiet(&a->hyst, d->step);
+    if (d->to.kind == GM_GRADSYNC_KIND_DILOCO && d->to.local_steps >= 2) {
+        /* the switch waits for the running round's end (up to H steps), and the next
+         * decision for two syncs of the new H: rank 0's measured sync is then its own */
+        long h0 = cur->kind == GM_GRADSYNC_KIND_DILOCO ? (long)cur->local_steps : 0;
+        long h1 = (long)d->to.local_steps;
+        a->hyst.quiet_until =
+            d->step + h0 + 2 * h1 + (long)gm_gradsync_diloco_lag(d->to.local_steps);
+    }
     return 1;
 }

@@ -94,8 +94,8 @@ struct gm_autoswitch_decision {
 GM_MUST_CHECK int gm_autoswitch_decide(struct gm_autoswitch *a,
                                        const struct gm_gradsync_strategy *cur,
                                        const struct gm_coll_link *links, const int *islands,
-                                       long step, double compute_s, double sync_s,
-                                       long total_steps, struct gm_autoswitch_decision *d);
+                                       long step, double compute_s, double sync_s, long total_steps,
+                                       struct gm_autoswitch_decision *d);
 /* Whether a switch is announced and waits for answers (*seq: its number). */
 bool gm_autoswitch_pending(const struct gm_autoswitch *a, uint32_t *seq);
 /* Member rank r's answer to switch seq: 1 when every member has now answered ok, -1 when one

@@ -98,7 +98,7 @@ static void test_resize(void)
     struct gm_gradsync_strategy cur;
     struct gm_autoswitch_decision d;
     const struct gm_coll_link fit = {0.050, 20e6 / 8}; /* 20 Mbit/s, 25 ms a hop (of 2) */
-    const struct gm_coll_link links[4] = {{0, 0}};      /* no lan pair: the fit everywhere */
+    const struct gm_coll_link links[4] = {{0, 0}};     /* no lan pair: the fit everywhere */
 
     job_init(&job, 2);
     job.comm.codec = GM_JOB_CODEC_DILOCO;
@@ -117,16 +117,14 @@ static void test_resize(void)
         GM_CHECK_EQ(gm_autoswitch_decide(a, &cur, links, NULL, 21, 0.007, 0.180, total, &d), 0);
         gm_autoswitch_fit(a, 0, &fit, 2); /* new samples: the second decision */
         if (k == 0) {
-            GM_CHECK_EQ(
-                gm_autoswitch_decide(a, &cur, links, NULL, 22, 0.007, 0.180, total, &d), 1);
+            GM_CHECK_EQ(gm_autoswitch_decide(a, &cur, links, NULL, 22, 0.007, 0.180, total, &d), 1);
             GM_CHECK_EQ(d.to.kind, GM_GRADSYNC_KIND_DILOCO);
             GM_CHECK_EQ(d.to.local_steps, 52u); /* lag 26: 182 ms */
             GM_CHECK(d.to.overlap);
             GM_CHECK(d.step > 22 && d.seq == 1);
             GM_CHECK(strstr(d.why, "a sync takes 180.0 ms (measured)") != NULL);
         } else {
-            GM_CHECK_EQ(
-                gm_autoswitch_decide(a, &cur, links, NULL, 22, 0.007, 0.180, total, &d), 0);
+            GM_CHECK_EQ(gm_autoswitch_decide(a, &cur, links, NULL, 22, 0.007, 0.180, total, &d), 0);
         }
         gm_autoswitch_free(a);
     }

@@ -461,8 +461,7 @@ static void test_auto(void)
             one.local_steps = 1;
             GM_CHECK_OK(gm_gradsync_estimate(&one, m, 2, links, &c1));
             GM_CHECK_NEAR(o2.cand[3].comm_s,
-                          (c1.seconds -
-                           gm_gradsync_diloco_lag(GM_GRADSYNC_AUTO_MAX_H) * 0.010) /
+                          (c1.seconds - gm_gradsync_diloco_lag(GM_GRADSYNC_AUTO_MAX_H) * 0.010) /
                               GM_GRADSYNC_AUTO_MAX_H,
                           1e-12, 1e-9);
         }
@@ -603,14 +602,21 @@ static void test_switch(void)
         GM_CHECK_EQ(o.pick.local_steps, 30u);
         for (long step = 310; step < 320; step++)
             GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &o, &cur, 0.007, 0, step), -1);
-        /* H=64 against a 40 ms sync: auto's H is under 64 / 1.5: a smaller H (more faithful) */
+        /* H=64 against a 40 ms sync: auto's H (12) is under 64 / 2: a smaller H (more
+         * faithful) */
         cur.local_steps = 64;
         in.sync_s = 0.040;
         GM_CHECK_OK(gm_gradsync_auto_choose(&in, &o));
-        GM_CHECK(o.pick.local_steps * GM_GRADSYNC_SWITCH_HYST <= 64);
+        GM_CHECK(o.pick.local_steps * GM_GRADSYNC_RESIZE_SHRINK <= 64);
         GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &o, &cur, 0.007, 0, 330), -1);
         GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &o, &cur, 0.007, 0, 331), 3);
-        /* ... but not against 200 ms (auto's H=58 > 64 / 1.5) */
+        /* ... but not against 130 ms (auto's H=38: under 64 / 1.5, not under 64 / 2) */
+        in.sync_s = 0.130;
+        GM_CHECK_OK(gm_gradsync_auto_choose(&in, &o));
+        GM_CHECK_EQ(o.pick.local_steps, 38u);
+        for (long step = 334; step < 340; step++)
+            GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &o, &cur, 0.007, 0, step), -1);
+        /* ... nor against 200 ms (auto's H=58) */
         in.sync_s = 0.200;
         GM_CHECK_OK(gm_gradsync_auto_choose(&in, &o));
         GM_CHECK_EQ(o.pick.local_steps, 58u);
