@@ -775,37 +775,6 @@ uint32_t gm_gradsync_diloco_lag(uint32_t h)
     return h >= 2 ? h / 2 : 0; /* half the round, at least 1, at most h - 1 */
 }
 
-int gm_gradsync_diloco_carry(struct gm_gradsync *to, const struct gm_gradsync *from)
-{
-    const float *anchor, *mom;
-    float *a, *mo;
-    size_t n;
-
-    if (to == NULL || from == NULL || to->s.kind != GM_GRADSYNC_KIND_DILOCO ||
-        from->s.kind != GM_GRADSYNC_KIND_DILOCO || from->dl == NULL)
-        return 0;
-    if (from->dl_inflight || gm_diloco_pending(from->dl) != NULL)
-        return -EBUSY; /* a sync not yet folded in: flush first */
-    n = gm_diloco_state(from->dl, &anchor, &mom);
-    a = malloc(n * sizeof(*a));
-    mo = malloc(n * sizeof(*mo));
-    if (a == NULL || mo == NULL) {
-        free(a);
-        free(mo);
-        return -ENOMEM;
-    }
-    memcpy(a, anchor, n * sizeof(*a));
-    memcpy(mo, mom, n * sizeof(*mo));
-    drop_pending(&to->pend_anchor, &to->npend_anchor);
-    drop_pending(&to->pend_momentum, &to->npend_momentum);
-    drop_pending(&to->pend_delta, &to->npend_delta);
-    drop_pending(&to->pend_start, &to->npend_start);
-    to->pend_anchor = a; /* applied when to's DiLoCo is made, as a checkpoint's would be */
-    to->pend_momentum = mo;
-    to->npend_anchor = to->npend_momentum = n;
-    return 0;
-}
-
 void gm_gradsync_log_waits(const struct gm_gradsync *g)
 {
     if (g != NULL)

@@ -58,8 +58,7 @@
  *    more faithful one), on GM_GRADSYNC_SWITCH_CONFIRM decisions in a row, and never within
  *    GM_GRADSYNC_SWITCH_DWELL steps of a group forming or a switch taking effect.  DiLoCo
  *    re-sized is a switch to DiLoCo with the new H (every rank changes H and lag at the same
- *    round boundary; the outer state carries over: gm_gradsync_diloco_carry) when it is
- *    worth one: a larger H when the running lag's compute covers
+ *    round boundary) when it is worth one: a larger H when the running lag's compute covers
  *    under 1/HYST of a measured sync (blocking: a sync per step over HYST x the budget), a
  *    smaller one when auto's H is at most the running one / GM_GRADSYNC_RESIZE_SHRINK; no
  *    decision then until two rounds of the new H have synced (agent/jobs/autocodec.c), so
@@ -70,9 +69,8 @@
  *    the very link that became too slow, and what is lost is bounded by one step's
  *    compression error, as at every re-formed group.  DiLoCo is left only at a round boundary
  *    (gm_gradsync_switch_step: after its sync, when every rank holds the outer parameters), so
- *    its last round is flushed, not lost; its outer momentum starts afresh, except where
- *    DiLoCo is only re-sized (the anchor and momentum carry over).  A codec switched to
- *    starts fresh (PowerSGD from the job's seed, DiLoCo anchored at the shared weights).
+ *    its last round is flushed, not lost; its outer momentum starts afresh.  A codec switched
+ *    to starts fresh (PowerSGD from the job's seed, DiLoCo anchored at the shared weights).
  *
  * Settings, as the simulation has always used them: every kind runs the ring all-reduce (byte
  * counts compare like with like); fp32/fp16 average the gradients every step; powersgd: rank
@@ -352,10 +350,10 @@ struct gm_gradsync_auto_out {
 /* Leave the current codec only when its predicted communication is above HYST x the budget;
  * move to a more faithful one only when that one's is below budget / HYST. */
 #define GM_GRADSYNC_SWITCH_HYST 1.5
-/* DiLoCo's H is made smaller only when auto's is at most the running one / this: on a loaded
- * machine the measured compute and sync move by 1.5x within a minute (the testbed at load
- * 8-9: H 14 -> 28 -> 18 -> 30 -> 50 -> 30 with 1.5 here), each re-size is a switch, and a
- * larger H is only a little less faithful. */
+/* DiLoCo's H is made smaller only when auto's is at most the running one / this: a re-size
+ * restarts the outer momentum, and on a loaded machine the measured compute and sync move
+ * by 1.5x within a minute (the testbed at load 8-9: H 14 -> 28 -> 18 -> 30 -> 50 -> 30 with
+ * 1.5 here) while a larger H is only a little less faithful. */
 #define GM_GRADSYNC_RESIZE_SHRINK 2.0
 /* The same target on this many decisions in a row, each on fresher fits. */
 #define GM_GRADSYNC_SWITCH_CONFIRM 2
@@ -397,13 +395,6 @@ void gm_gradsync_ab_hop(const struct gm_coll_link *fit, int world, struct gm_col
  * slower rank included; blocking: the trainer's wait); 0 before the first or for another
  * kind.  Trainer thread.  What codec = auto re-sizes H from (gm_gradsync_auto_in.sync_s). */
 double gm_gradsync_diloco_sync_s(const struct gm_gradsync *g);
-
-/* DiLoCo re-sized (a switch from DiLoCo to DiLoCo): to, not yet stepped, takes from's outer
- * state (anchor and momentum; identical on every rank), applied when its DiLoCo is made, so
- * the outer momentum goes on across the new H.  from must hold no sync in flight or
- * unapplied (gm_gradsync_flush first: params = the anchor then).  0 (also when either is not
- * DiLoCo, or from never anchored), -EBUSY, -ENOMEM. */
-GM_MUST_CHECK int gm_gradsync_diloco_carry(struct gm_gradsync *to, const struct gm_gradsync *from);
 
 /* Logs what DiLoCo's syncs have blocked this rank's trainer so far (event=diloco-waits, as
  * at the run's last step): for a codec switch away from this gradsync.  No op for other

@@ -199,7 +199,6 @@ static int take_rank0_state(struct gm_rank *rk, struct gm_train_state *st)
 /* At the boundary of step st->step: an announced switch due now takes effect (rank.h). */
 static int maybe_switch(struct gm_rank *rk, struct gm_train_state *st)
 {
-    struct gm_gradsync *old;
     struct pending_switch sw;
     char from[48], to[48];
     int err;
@@ -249,15 +248,11 @@ static int maybe_switch(struct gm_rank *rk, struct gm_train_state *st)
      * in flight at a step boundary.  What its syncs cost is logged first (a run that re-sizes
      * DiLoCo's H has one event=diloco-waits per H) */
     gm_gradsync_log_waits(rk->gs);
-    old = rk->gs;
+    gm_gradsync_free(rk->gs);
     rk->gs = NULL;
     rk->strat = sw.to;
-    err = gm_gradsync_new(&rk->strat, st->rank, st->world, rk->job.seed, &rk->exec, &rk->gs);
-    /* DiLoCo re-sized: its outer momentum goes on (the same on every rank) */
-    if (err == 0)
-        err = gm_gradsync_diloco_carry(rk->gs, old);
-    gm_gradsync_free(old);
-    if (err < 0)
+    if ((err = gm_gradsync_new(&rk->strat, st->rank, st->world, rk->job.seed, &rk->exec, &rk->gs)) <
+        0)
         return err;
     gm_notice("event=codec-switch generation=%u rank=%d step=%ld announced_step=%ld seq=%u "
               "from=\"%s\" to=\"%s\"",
