@@ -160,12 +160,14 @@ static void test_rank_logic(void)
     job.comm.local_steps = 4;
     GM_CHECK_OK(gm_gradsync_strategy_from_job(&job, &s));
     GM_CHECK_OK(gm_gradsync_new(&s, 0, 1, 1, &ex, &g));
+    GM_CHECK_EQ(gm_gradsync_diloco_sync_s(g), 0.0); /* no sync yet */
     for (long step = 0; step < 10 && g != NULL; step++) {
         GM_CHECK_OK(gm_gradsync_reduce(g, m, step, 10));
         GM_CHECK_OK(gm_gradsync_after_step(g, m, step, 10));
     }
     GM_CHECK_EQ(e.counted, 2);
     GM_CHECK_EQ(e.uncounted, 3);
+    GM_CHECK(gm_gradsync_diloco_sync_s(g) > 0); /* blocking: the trainer's waits */
     gm_gradsync_free(g);
     g = NULL;
 
@@ -184,6 +186,7 @@ static void test_rank_logic(void)
     GM_CHECK_EQ(e.counted, 2);
     GM_CHECK_EQ(e.uncounted, 3);
     GM_CHECK_EQ(gm_gradsync_hash_checks(g), 3u);
+    GM_CHECK(gm_gradsync_diloco_sync_s(g) > 0); /* both syncs timed, boundary to done */
 out:
     gm_gradsync_free(g);
     if (e.net != NULL)
