@@ -335,9 +335,7 @@ static int start_diloco(struct gm_coll *c, void *arg, gm_coll_done_cb done, void
     return gm_diloco_sync_start(g->dl, c, gm_model_params(g->m), (uint64_t)g->step, done, done_arg);
 }
 
-/* Overlapped DiLoCo's ops, started by the executor after gm_gradsync_after_step handed them
- * over: they read only the gm_diloco (its delta; the anchor, which the trainer leaves alone
- * until it waits for them) and dl_step, never the model. */
+/* The overlapped sync's completion: its time stamped, then the executor's callback. */
 static void late_done(struct gm_coll *c, int status, void *arg)
 {
     struct gm_gradsync *g = arg;
@@ -346,6 +344,10 @@ static void late_done(struct gm_coll *c, int status, void *arg)
     g->dl_done(c, status, g->dl_done_arg);
 }
 
+/* Overlapped DiLoCo's ops, started by the executor after gm_gradsync_after_step handed them
+ * over: they read only the gm_diloco (its delta; the anchor, which the trainer leaves alone
+ * until it waits for them) and dl_step, never the model; the sync also writes the dl_done
+ * fields, which the trainer reads only after its wait. */
 static int start_diloco_late(struct gm_coll *c, void *arg, gm_coll_done_cb done, void *done_arg)
 {
     struct gm_gradsync *g = arg;
