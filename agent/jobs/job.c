@@ -615,14 +615,20 @@ int jobs_shares_models(struct job *jb, double *sps, double *over_s)
 {
     const int w = (int)jb->world;
     double prop[GM_JOB_SHARES_MAX];
+    struct gm_autoshare_plan pl;
     int known = 0;
 
     if (w < 1 || w > GM_JOB_SHARES_MAX)
         return 0;
     (void)gm_autoshare_speeds(jb->obs, w, prop);
+    const bool plan = gm_autoshare_plan(jb->obs, w, &pl) >= 0;
     for (int r = 0; r < w; r++) {
         struct gm_autoshare_hist *h = jobs_shares_hist(jb, jb->ranks[r]);
-        if (h == NULL || gm_autoshare_fit(h, &sps[r], &over_s[r]) == 0) {
+        const int fit = h != NULL ? gm_autoshare_fit(h, &sps[r], &over_s[r]) : 0;
+        if (fit < 2 && plan) { /* one share measured: the plan's model of this group's steps */
+            sps[r] = pl.sps[r];
+            over_s[r] = pl.over_s[r];
+        } else if (fit == 0) {
             sps[r] = prop[r];
             over_s[r] = 0;
         }

@@ -396,21 +396,20 @@ void jobs_shares_tick(struct gm_jobs *j, struct job *jb)
         memcpy(cur, jb->shares, sizeof(int) * (size_t)w);
     else
         gm_job_split_by(g, w, NULL, cur);
-    if (gm_autoshare_decide(&jb->ash, sps, over, w, g, cur, p.step, out, why, sizeof(why)) <= 0) {
-        /* no change wanted (none building up either): is a rank too slow to help even with
-         * its balanced share?  (The rule reads the group's own speeds, proportional.)  Asked
-         * at balanced shares only: at equal ones a slow rank's stalls in the collective, which
-         * the rule counts as what the collective costs, are those of a share it will not keep
-         * (beta at 0.2 core was left out so, at 0.96x alone, where balanced it adds) */
-        int spare = -1;
-        if (jb->ash.confirm == 0) {
-            gm_autoshare_balance(prop, NULL, w, g, out);
-            spare = gm_autoshare_spare(&jb->ash, prop, jb->obs, w, out, p.step, why, sizeof(why));
-        }
-        if (spare >= 1) /* not rank 0: the coordinator trains (it cannot be its own spare) */
-            shares_leave_out(j, jb, spare, p.step, why);
+    /* too slow to help?  Asked before the shares, so that a rank that would cost more than it
+     * gives is left out in the first decision instead of after a re-balance (one re-formed
+     * group, not two); while that builds up, the shares wait */
+    int spare = gm_autoshare_spare(&jb->ash, jb->obs, w, g, p.step, why, sizeof(why));
+    if (spare >= 1) { /* never rank 0: the coordinator trains (it cannot be its own spare) */
+        shares_leave_out(j, jb, spare, p.step, why);
         return;
     }
+    if (jb->ash.spare_confirm > 0) {
+        jb->ash.confirm = 0;
+        return;
+    }
+    if (gm_autoshare_decide(&jb->ash, sps, over, w, g, cur, p.step, out, why, sizeof(why)) <= 0)
+        return;
     jobs_shares_text(cur, w, from, sizeof(from));
     jobs_shares_text(out, w, to, sizeof(to));
     {
