@@ -31,7 +31,8 @@
  * mostly noise), s and o are their least-squares line; with a single share (the first
  * group), or a line that makes no sense (o < 0, or busy not growing with n: noise, or the
  * machine's speed changed between the points), the proportional rule: o = 0, s = n / busy at
- * the newest point (the job room uses the plan's model below there instead, when it has one).  A point whose busy time moves more than GM_AUTOSHARE_MOVED from what it
+ * the newest point (the job room uses the plan's model below there instead, when it has
+ * one).  A point whose busy time moves more than GM_AUTOSHARE_MOVED from what it
  * settled at (its GM_AUTOSHARE_SETTLE-th measurement, once a group's averages no longer carry
  * its slow first steps), at the same share, says the machine changed speed: the rank's other
  * points are dropped.  (The proportional rule alone under-corrects: it reads a slow rank's

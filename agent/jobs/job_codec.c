@@ -370,7 +370,7 @@ void jobs_shares_tick(struct gm_jobs *j, struct job *jb)
             if (h != NULL)
                 gm_autoshare_hist_add(h, jb->obs[r].samples, jb->obs[r].samples / prop[r]);
         }
-    if (jobs_shares_models(jb, sps, over) < w)
+    if (jobs_shares_models(jb, NULL, sps, over) < w)
         return;
     if (gm_time_mono_ns() - jb->shares_log_ns >= SHARES_LOG_MS * 1000000ull) {
         /* what the rule reads, now and then (info: a decision that does not come is the
@@ -387,10 +387,24 @@ void jobs_shares_tick(struct gm_jobs *j, struct job *jb)
                 break;
             o += (size_t)k;
         }
+        /* and the plan's reading: the collective's own cost, each rank's slowness */
+        struct gm_autoshare_plan pl;
+        char sl[GM_JOB_SHARES_MAX * 12];
+        sl[0] = '\0';
+        if (gm_autoshare_plan(jb->obs, w, &pl) >= 0)
+            for (int r = 0, q = 0; r < w && (size_t)q + 1 < sizeof(sl); r++) {
+                int k = snprintf(sl + q, sizeof(sl) - (size_t)q, "%s%.2f", r ? ":" : "",
+                                 pl.slow[r]);
+                if (k < 0 || (size_t)k >= sizeof(sl) - (size_t)q)
+                    break;
+                q += k;
+            }
         jb->shares_log_ns = gm_time_mono_ns();
         gm_info("event=shares-measure job=%s generation=%u step=%ld "
-                "ranks=samples/step_ms/coll_ms/stall_ms/sps/model_sps/overhead_ms:%s",
-                jb->id, jb->gen & 0xffff, p.step, ob);
+                "ranks=samples/step_ms/coll_ms/stall_ms/sps/model_sps/overhead_ms:%s "
+                "plan_coll_ms=%.2f plan_slowness=%s",
+                jb->id, jb->gen & 0xffff, p.step, ob, sl[0] ? pl.coll_s * 1e3 : -1.0,
+                sl[0] ? sl : "-");
     }
     if (jb->nshares == w)
         memcpy(cur, jb->shares, sizeof(int) * (size_t)w);
