@@ -671,7 +671,7 @@ void jobs_shares_for_group(struct job *jb, char (*old_ranks)[NODE_LEN], size_t o
             same = false;
     }
     memcpy(jb->obs, obs, sizeof(obs));
-    known = known && jobs_shares_models(jb, planned ? &pl : NULL, sps, over) == w;
+    known = known && jobs_shares_models(jb, &pl, sps, over) == w; /* pl: none when 0 */
     if (!(same && jb->nshares == w)) { /* else the ones the tick just decided, or the running */
         if (known) {
             gm_autoshare_balance(sps, over, w, jb->job.optim.global_batch, jb->shares);
