@@ -264,7 +264,7 @@ int gm_autoshare_plan(const struct gm_autoshare_obs *obs, int world, struct gm_a
 static double plan_step(const struct gm_autoshare_plan *pl, int world, int g, const bool *keep,
                         int *counts)
 {
-    double sps[GM_JOB_SHARES_MAX], over[GM_JOB_SHARES_MAX];
+    double sps[GM_JOB_SHARES_MAX] = {0}, over[GM_JOB_SHARES_MAX] = {0};
     int idx[GM_JOB_SHARES_MAX], c[GM_JOB_SHARES_MAX], k = 0;
 
     for (int r = 0; r < world; r++) {
