@@ -62,8 +62,9 @@
  * The plan separates a rank's own slowness from what the collective costs (the stalls of a
  * CPU-capped rank land in any phase of its step, its collective included, where the wall clock
  * cannot tell them from the collective's cost: read whole, the collective of 1.0 + 0.2 core at
- * equal shares cost 8.9 ms where it costs 0.7 ms at full speed).  The reference rank is the one
- * with the least compute per sample, c = (T_r - C_r) / n_r; the collective's own cost K is the
+ * equal shares cost 8.9-13.8 ms, where net of the slow rank's stalls it was 0.1 ms).  The
+ * reference rank is the one with the least compute per sample, c = (T_r - C_r) / n_r; the
+ * collective's own cost K is the
  * least C_r net of the rank's own stalls (min_r C_r - stall_r: a capped rank's throttle does
  * not slow its CPU, it stops it, so what remains is the collective at full pace).  Every rank
  * does the same work per step, n c + K at the reference's pace (the same model, the same
@@ -72,7 +73,11 @@
  * 1 / (f_r c) and overhead f_r K.  A machine at a fifth of the speed pays its part of the
  * collective five times as slowly, which is what makes a small share cost more than it saves.
  * The same model gives the shares of a rank measured at one share only (the job room's
- * jobs_shares_models), instead of the proportional rule.
+ * jobs_shares_models), instead of the proportional rule.  Per-step work outside the collective
+ * (the optimizer, starting a step) is folded into c at the reference's share: at equal shares
+ * that favours keeping a marginal rank, which the next group's decision, at balanced shares
+ * (the running step against the reference's time per sample at nearly the global batch),
+ * corrects.
  *
  * Carried out by re-forming the group with the new shares (JOB_GROUP "shares"): every rank
  * takes them at the same step, the first of the new group (rank 0's), from rank 0's state; a

@@ -3,9 +3,11 @@
  * split against speeds (proportional, whole batch, at least one sample each), the predicted
  * step, the hysteresis (a gain below GM_AUTOSHARE_HYST never switches; a real one switches only
  * after GM_AUTOSHARE_CONFIRM decisions in a row and not within GM_AUTOSHARE_DWELL steps of a
- * group); the speeds from the ranks' steps (waiting is not work); and the wire
- * (agent/jobs/jobmsg.c): JOB_GROUP "shares" and JOB_REPORT "speed" round-trip, and every
- * malformed one is refused.
+ * group); the speeds from the ranks' steps (waiting is not work); the plan and the spare rule
+ * (test_plan: lockstep steps of quota-capped ranks, wherever their stalls land: 0.1 of the
+ * speed left out in the first decision, 0.5 kept with about a third, equal ranks equal); and
+ * the wire (agent/jobs/jobmsg.c): JOB_GROUP "shares" and JOB_REPORT "speed" round-trip, and
+ * every malformed one is refused.
  */
 #include <math.h>
 #include <stdio.h>
