@@ -223,25 +223,87 @@ int gm_autoshare_fit(const struct gm_autoshare_hist *h, double *sps, double *ove
     return 1;
 }
 
-int gm_autoshare_spare(struct gm_autoshare *a, const double *sps,
-                       const struct gm_autoshare_obs *obs, int world, const int *counts, long step,
-                       char *why, size_t cap)
+int gm_autoshare_plan(const struct gm_autoshare_obs *obs, int world, struct gm_autoshare_plan *pl)
 {
-    double total = 0, min_coll = INFINITY, saves;
-    int slow = 0;
+    double min_coll = INFINITY;
 
-    if (world < 2 || step < a->quiet_until)
+    memset(pl, 0, sizeof(*pl));
+    pl->ref = -1;
+    if (world < 1 || world > GM_JOB_SHARES_MAX)
         return -1;
     for (int r = 0; r < world; r++) {
-        if (!(sps[r] > 0) || obs[r].samples <= 0)
+        if (obs[r].samples <= 0 || !(obs[r].step_s > 0) || !isfinite(obs[r].step_s) ||
+            !(obs[r].coll_s >= 0) || obs[r].coll_s > obs[r].step_s)
             return -1;
-        total += sps[r];
-        min_coll = obs[r].coll_s < min_coll ? obs[r].coll_s : min_coll;
-        if (sps[r] < sps[slow])
-            slow = r;
+        min_coll = coll_net(&obs[r]) < min_coll ? coll_net(&obs[r]) : min_coll;
+        /* compute per sample: everything outside the collective (its stalls there included) */
+        double c = (obs[r].step_s - obs[r].coll_s) / obs[r].samples;
+        if (c > 0 && (pl->ref < 0 || c < pl->c_s)) {
+            pl->ref = r;
+            pl->c_s = c;
+        }
     }
-    saves = counts[slow] / (total - sps[slow]);
-    if (!(saves < min_coll)) {
+    if (pl->ref < 0)
+        return -1;
+    pl->coll_s = world > 1 ? min_coll : 0;
+    for (int r = 0; r < world; r++) {
+        /* busy: the step less the rank's wait for the others (its collective net of its own
+         * stalls, beyond the collective's own cost); its work at the reference's pace */
+        double busy = obs[r].step_s - (coll_net(&obs[r]) - pl->coll_s);
+        double work = obs[r].samples * pl->c_s + pl->coll_s;
+        double f = busy / work;
+        pl->slow[r] = f > 1 && isfinite(f) ? f : 1; /* nobody is faster than the reference */
+        pl->sps[r] = 1 / (pl->slow[r] * pl->c_s);
+        pl->over_s[r] = pl->slow[r] * pl->coll_s;
+    }
+    return pl->ref;
+}
+
+/* The predicted step with the ranks in keep (those with keep[r]) at their balanced shares
+ * (counts filled for them, 0 for the others): one rank alone has no collective. */
+static double plan_step(const struct gm_autoshare_plan *pl, int world, int g, const bool *keep,
+                        int *counts)
+{
+    double sps[GM_JOB_SHARES_MAX] = {0}, over[GM_JOB_SHARES_MAX] = {0};
+    int idx[GM_JOB_SHARES_MAX], c[GM_JOB_SHARES_MAX], k = 0;
+
+    for (int r = 0; r < world; r++) {
+        counts[r] = 0;
+        if (keep[r])
+            idx[k++] = r;
+    }
+    if (k == 0 || g < k)
+        return INFINITY;
+    for (int i = 0; i < k; i++) {
+        sps[i] = pl->sps[idx[i]];
+        over[i] = k > 1 ? pl->over_s[idx[i]] : 0;
+    }
+    (void)gm_autoshare_balance(sps, over, k, g, c);
+    for (int i = 0; i < k; i++)
+        counts[idx[i]] = c[i];
+    return gm_autoshare_step_s(sps, over, k, c);
+}
+
+int gm_autoshare_spare(struct gm_autoshare *a, const struct gm_autoshare_obs *obs, int world,
+                       int g, long step, char *why, size_t cap)
+{
+    struct gm_autoshare_plan pl;
+    bool keep[GM_JOB_SHARES_MAX];
+    int with[GM_JOB_SHARES_MAX], without[GM_JOB_SHARES_MAX], slow = -1;
+    double with_s, without_s;
+
+    if (world < 2 || world > GM_JOB_SHARES_MAX || g < world || step < a->quiet_until ||
+        gm_autoshare_plan(obs, world, &pl) < 0)
+        return -1;
+    for (int r = 1; r < world; r++) /* rank 0 trains: it is never the spare */
+        if (slow < 0 || pl.slow[r] > pl.slow[slow])
+            slow = r;
+    for (int r = 0; r < world; r++)
+        keep[r] = true;
+    with_s = plan_step(&pl, world, g, keep, with);
+    keep[slow] = false;
+    without_s = plan_step(&pl, world, g, keep, without);
+    if (!(with_s * GM_AUTOSHARE_KEEP_GAIN > without_s)) {
         a->spare_confirm = 0;
         return -1;
     }
@@ -249,9 +311,10 @@ int gm_autoshare_spare(struct gm_autoshare *a, const double *sps,
         return -1;
     a->spare_confirm = 0;
     snprintf(why, cap,
-             "too slow to help: its %d samples a step (at %.0f samples/s) save the others %.2f ms, "
-             "less than a step's collective costs (%.2f ms)",
-             counts[slow], sps[slow], saves * 1e3, min_coll * 1e3);
+             "too slow to help: it works %.1fx slower than the fastest rank, and a step's "
+             "collective costs %.2f ms at the fastest's pace: with it a step is predicted %.2f ms "
+             "(its balanced share %d of %d), without it %.2f ms",
+             pl.slow[slow], pl.coll_s * 1e3, with_s * 1e3, with[slow], g, without_s * 1e3);
     return slow;
 }
 

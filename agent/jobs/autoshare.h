@@ -17,8 +17,8 @@
  * C_r is taken net of the rank's own stalls in it, stall_r (the run delay of its loop thread
  * and of its trainer waiting, agent/jobs/rank.h): a rank stalled inside its collective holds
  * every rank there, and counted as collective that read both ranks of 1.0 + 0.5 core as
- * equally fast.  (The spare rule below reads C_r whole: a slow machine's stalls in the
- * collective are part of what the collective costs with it.)
+ * equally fast.  (The spare rule below prices the collective the same way: read whole, a
+ * slow rank's stalls in it at equal shares made keeping it look dear.)
  * Members report theirs with their alpha-beta fit (JOB_REPORT "fit" speed), rank 0 reads its
  * own.
  *
@@ -31,7 +31,8 @@
  * mostly noise), s and o are their least-squares line; with a single share (the first
  * group), or a line that makes no sense (o < 0, or busy not growing with n: noise, or the
  * machine's speed changed between the points), the proportional rule: o = 0, s = n / busy at
- * the newest point.  A point whose busy time moves more than GM_AUTOSHARE_MOVED from what it
+ * the newest point (the job room uses the plan's model below there instead, when it has
+ * one).  A point whose busy time moves more than GM_AUTOSHARE_MOVED from what it
  * settled at (its GM_AUTOSHARE_SETTLE-th measurement, once a group's averages no longer carry
  * its slow first steps), at the same share, says the machine changed speed: the rank's other
  * points are dropped.  (The proportional rule alone under-corrects: it reads a slow rank's
@@ -49,14 +50,34 @@
  *    step at least GM_AUTOSHARE_HYST times faster, on GM_AUTOSHARE_CONFIRM decisions in a row,
  *    and never within GM_AUTOSHARE_DWELL steps of a group forming (a change of shares forms one):
  *    the hysteresis, so that measurement noise does not re-form groups;
- *  - too slow to help (gm_autoshare_spare), checked once the shares are balanced (no change
- *    wanted) and past the dwell, on GM_AUTOSHARE_CONFIRM decisions in a row: the slowest rank
- *    r is left out of the job as a spare when the time its balanced share n_r saves the others,
- *    n_r / (sum of the other ranks' speeds), is less than what a step's collective costs, min C
- *    (the collective time of the rank everybody waits for: its link and per-step overhead, which
- *    a slow machine pays slowly).  A rank whose balanced share is below one sample is a spare by
- *    the same rule.  The world shrinks by one (to 1 at least); the spare stays out for the rest
- *    of the job (`jobs` says which and why).
+ *  - too slow to help (gm_autoshare_spare), asked on every tick past the dwell, before the
+ *    shares (so in the job's first decision, at equal shares), on GM_AUTOSHARE_CONFIRM ticks
+ *    in a row: from the plan (gm_autoshare_plan), the slowest rank r >= 1 is left out of the
+ *    job as a spare unless keeping it predicts a step at least GM_AUTOSHARE_KEEP_GAIN times
+ *    faster than the step without it (both at their balanced shares; one rank left alone has
+ *    no collective).  While it holds, the shares wait (no re-balancing first: one re-formed
+ *    group instead of two).  The world shrinks by one (to 1 at least); the spare stays out for
+ *    the rest of the job (`jobs` says which and why).
+ *
+ * The plan separates a rank's own slowness from what the collective costs (the stalls of a
+ * CPU-capped rank land in any phase of its step, its collective included, where the wall clock
+ * cannot tell them from the collective's cost: read whole, the collective of 1.0 + 0.2 core at
+ * equal shares cost 8.9-13.8 ms, where net of the slow rank's stalls it was 0.1 ms).  The
+ * reference rank is the one with the least compute per sample, c = (T_r - C_r) / n_r; the
+ * collective's own cost K is the
+ * least C_r net of the rank's own stalls (min_r C_r - stall_r: a capped rank's throttle does
+ * not slow its CPU, it stops it, so what remains is the collective at full pace).  Every rank
+ * does the same work per step, n c + K at the reference's pace (the same model, the same
+ * collective), at its own pace: its slowness f_r = busy_r / (n_r c + K) (>= 1; busy_r as in
+ * gm_autoshare_speeds), so its model is busy(n) = f_r (n c + K): samples per second
+ * 1 / (f_r c) and overhead f_r K.  A machine at a fifth of the speed pays its part of the
+ * collective five times as slowly, which is what makes a small share cost more than it saves.
+ * The same model gives the shares of a rank measured at one share only (the job room's
+ * jobs_shares_models), instead of the proportional rule.  Per-step work outside the collective
+ * (the optimizer, starting a step) is folded into c at the reference's share: at equal shares
+ * that favours keeping a marginal rank, which the next group's decision, at balanced shares
+ * (the running step against the reference's time per sample at nearly the global batch),
+ * corrects.
  *
  * Carried out by re-forming the group with the new shares (JOB_GROUP "shares"): every rank
  * takes them at the same step, the first of the new group (rank 0's), from rank 0's state; a
@@ -130,12 +151,28 @@ struct gm_autoshare {
  * ranks' averages, agent/jobs/rank_train.c). */
 void gm_autoshare_group(struct gm_autoshare *a, long step);
 
-/* The spare rule above, for a group running balanced counts with speeds sps and steps obs:
- * the rank to leave out (why filled), or -1 (also while the rule has not held on
- * GM_AUTOSHARE_CONFIRM calls in a row, or within the dwell). */
-int gm_autoshare_spare(struct gm_autoshare *a, const double *sps,
-                       const struct gm_autoshare_obs *obs, int world, const int *counts, long step,
-                       char *why, size_t cap);
+#define GM_AUTOSHARE_KEEP_GAIN 1.05 /* a rank stays when the step with it is this much faster */
+
+/* The plan above, from the ranks' steps obs (every one known). */
+struct gm_autoshare_plan {
+    int ref;       /* the reference rank: the least compute per sample */
+    double c_s;    /* its compute per sample (seconds) */
+    double coll_s; /* the collective's own cost K (seconds; 0 for one rank) */
+    double slow[GM_JOB_SHARES_MAX];   /* each rank's slowness f_r (the reference's 1) */
+    double sps[GM_JOB_SHARES_MAX];    /* its model: samples per second, 1 / (f_r c) */
+    double over_s[GM_JOB_SHARES_MAX]; /* and overhead per step, f_r K */
+};
+
+/* Fills pl from obs (world ranks).  Returns the reference rank, or -1 (pl->ref -1) when a
+ * rank's steps are not known or make no sense. */
+int gm_autoshare_plan(const struct gm_autoshare_obs *obs, int world, struct gm_autoshare_plan *pl);
+
+/* The spare rule above for a group of world ranks with steps obs at global batch g: the rank
+ * to leave out (why filled, one line), or -1 (also while the rule has not held on
+ * GM_AUTOSHARE_CONFIRM calls in a row, or within the dwell; a call that finds no spare resets
+ * the count).  a->spare_confirm > 0 after a call: a spare is building up. */
+int gm_autoshare_spare(struct gm_autoshare *a, const struct gm_autoshare_obs *obs, int world,
+                       int g, long step, char *why, size_t cap);
 
 /* One decision at rank 0's step for the running counts cur (world ranks, global batch g) and
  * the models sps, over_s (an sps entry <= 0: not measured yet: no decision; over_s NULL: all

@@ -611,18 +611,26 @@ struct gm_autoshare_hist *jobs_shares_hist(struct job *jb, const char *node)
     return &jb->fits[freeslot].h;
 }
 
-int jobs_shares_models(struct job *jb, double *sps, double *over_s)
+int jobs_shares_models(struct job *jb, const struct gm_autoshare_plan *plan, double *sps,
+                       double *over_s)
 {
     const int w = (int)jb->world;
     double prop[GM_JOB_SHARES_MAX];
+    struct gm_autoshare_plan own;
     int known = 0;
 
     if (w < 1 || w > GM_JOB_SHARES_MAX)
         return 0;
     (void)gm_autoshare_speeds(jb->obs, w, prop);
+    if (plan == NULL && gm_autoshare_plan(jb->obs, w, &own) >= 0)
+        plan = &own;
     for (int r = 0; r < w; r++) {
         struct gm_autoshare_hist *h = jobs_shares_hist(jb, jb->ranks[r]);
-        if (h == NULL || gm_autoshare_fit(h, &sps[r], &over_s[r]) == 0) {
+        const int fit = h != NULL ? gm_autoshare_fit(h, &sps[r], &over_s[r]) : 0;
+        if (fit < 2 && plan != NULL && plan->sps[r] > 0) { /* one share: the plan's model */
+            sps[r] = plan->sps[r];
+            over_s[r] = plan->over_s[r];
+        } else if (fit == 0) {
             sps[r] = prop[r];
             over_s[r] = 0;
         }
@@ -642,17 +650,28 @@ void jobs_shares_for_group(struct job *jb, char (*old_ranks)[NODE_LEN], size_t o
         jb->nshares = 0;
         return;
     }
+    /* the old group's plan, from all its ranks (a rank left out was the one the others waited
+     * for: the collective's cost is read on it), its models following their nodes */
+    struct gm_autoshare_plan old_pl, pl;
+    const bool planned = old_ranks != NULL && old_world >= 1 && old_world <= GM_JOB_SHARES_MAX &&
+                         gm_autoshare_plan(jb->obs, (int)old_world, &old_pl) >= 0;
+    memset(&pl, 0, sizeof(pl));
     /* the observations follow their nodes into the new rank order */
     memset(obs, 0, sizeof(obs));
     for (int i = 0; i < w; i++) {
         for (size_t k = 0; old_ranks != NULL && k < old_world && k < GM_JOB_SHARES_MAX; k++)
-            if (strcmp(old_ranks[k], jb->ranks[i]) == 0)
+            if (strcmp(old_ranks[k], jb->ranks[i]) == 0) {
                 obs[i] = jb->obs[k];
+                if (planned) {
+                    pl.sps[i] = old_pl.sps[k];
+                    pl.over_s[i] = old_pl.over_s[k];
+                }
+            }
         if (old_ranks == NULL || (size_t)i >= old_world || strcmp(old_ranks[i], jb->ranks[i]) != 0)
             same = false;
     }
     memcpy(jb->obs, obs, sizeof(obs));
-    known = known && jobs_shares_models(jb, sps, over) == w; /* the fit, or these speeds */
+    known = known && jobs_shares_models(jb, &pl, sps, over) == w; /* pl: none when 0 */
     if (!(same && jb->nshares == w)) { /* else the ones the tick just decided, or the running */
         if (known) {
             gm_autoshare_balance(sps, over, w, jb->job.optim.global_batch, jb->shares);

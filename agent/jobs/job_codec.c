@@ -371,7 +371,7 @@ void jobs_shares_tick(struct gm_jobs *j, struct job *jb)
             if (h != NULL)
                 gm_autoshare_hist_add(h, jb->obs[r].samples, jb->obs[r].samples / prop[r]);
         }
-    if (jobs_shares_models(jb, sps, over) < w)
+    if (jobs_shares_models(jb, NULL, sps, over) < w)
         return;
     if (gm_time_mono_ns() - jb->shares_log_ns >= SHARES_LOG_MS * 1000000ull) {
         /* what the rule reads, now and then (info: a decision that does not come is the
@@ -388,30 +388,43 @@ void jobs_shares_tick(struct gm_jobs *j, struct job *jb)
                 break;
             o += (size_t)k;
         }
+        /* and the plan's reading: the collective's own cost, each rank's slowness */
+        struct gm_autoshare_plan pl;
+        char sl[GM_JOB_SHARES_MAX * 12];
+        sl[0] = '\0';
+        if (gm_autoshare_plan(jb->obs, w, &pl) >= 0)
+            for (int r = 0, q = 0; r < w && (size_t)q + 1 < sizeof(sl); r++) {
+                int k = snprintf(sl + q, sizeof(sl) - (size_t)q, "%s%.2f", r ? ":" : "",
+                                 pl.slow[r]);
+                if (k < 0 || (size_t)k >= sizeof(sl) - (size_t)q)
+                    break;
+                q += k;
+            }
         jb->shares_log_ns = gm_time_mono_ns();
         gm_info("event=shares-measure job=%s generation=%u step=%ld "
-                "ranks=samples/step_ms/coll_ms/stall_ms/sps/model_sps/overhead_ms:%s",
-                jb->id, jb->gen & 0xffff, p.step, ob);
+                "ranks=samples/step_ms/coll_ms/stall_ms/sps/model_sps/overhead_ms:%s "
+                "plan_coll_ms=%.2f plan_slowness=%s",
+                jb->id, jb->gen & 0xffff, p.step, ob, sl[0] ? pl.coll_s * 1e3 : -1.0,
+                sl[0] ? sl : "-");
     }
     if (jb->nshares == w)
         memcpy(cur, jb->shares, sizeof(int) * (size_t)w);
     else
         gm_job_split_by(g, w, NULL, cur);
-    if (gm_autoshare_decide(&jb->ash, sps, over, w, g, cur, p.step, out, why, sizeof(why)) <= 0) {
-        /* no change wanted (none building up either): is a rank too slow to help even with
-         * its balanced share?  (The rule reads the group's own speeds, proportional.)  Asked
-         * at balanced shares only: at equal ones a slow rank's stalls in the collective, which
-         * the rule counts as what the collective costs, are those of a share it will not keep
-         * (beta at 0.2 core was left out so, at 0.96x alone, where balanced it adds) */
-        int spare = -1;
-        if (jb->ash.confirm == 0) {
-            gm_autoshare_balance(prop, NULL, w, g, out);
-            spare = gm_autoshare_spare(&jb->ash, prop, jb->obs, w, out, p.step, why, sizeof(why));
-        }
-        if (spare >= 1) /* not rank 0: the coordinator trains (it cannot be its own spare) */
-            shares_leave_out(j, jb, spare, p.step, why);
+    /* too slow to help?  Asked before the shares, so that a rank that would cost more than it
+     * gives is left out in the first decision instead of after a re-balance (one re-formed
+     * group, not two); while that builds up, the shares wait */
+    int spare = gm_autoshare_spare(&jb->ash, jb->obs, w, g, p.step, why, sizeof(why));
+    if (spare >= 1) { /* never rank 0: the coordinator trains (it cannot be its own spare) */
+        shares_leave_out(j, jb, spare, p.step, why);
         return;
     }
+    if (jb->ash.spare_confirm > 0) {
+        jb->ash.confirm = 0;
+        return;
+    }
+    if (gm_autoshare_decide(&jb->ash, sps, over, w, g, cur, p.step, out, why, sizeof(why)) <= 0)
+        return;
     jobs_shares_text(cur, w, from, sizeof(from));
     jobs_shares_text(out, w, to, sizeof(to));
     {

@@ -95,7 +95,7 @@ static json_t *job_json(struct gm_jobs *j, struct job *jb)
                 jb->obs[0] = (struct gm_autoshare_obs){p.share, p.step_s, p.coll_s, p.stall_s};
             (void)gm_autoshare_speeds(jb->obs, w, sps);
             models = jb->job.shares.mode == GM_JOB_SHARES_AUTO &&
-                     jobs_shares_models(jb, fsps, over) == w;
+                     jobs_shares_models(jb, NULL, fsps, over) == w;
         }
         if (w >= 1 && w <= GM_JOB_SHARES_MAX && jb->ranks != NULL &&
             jb->job.optim.global_batch >= w) {

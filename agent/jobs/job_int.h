@@ -225,9 +225,12 @@ void jobs_shares_text(const int *c, int n, char *buf, size_t cap);
  * node no longer in the group reused when all are taken; NULL when none is free). */
 struct gm_autoshare_hist *jobs_shares_hist(struct job *jb, const char *node);
 /* Coordinator, shares = auto: the current group's ranks' models (agent/jobs/autoshare.h
- * gm_autoshare_fit from their history, else the proportional rule from the group's own steps;
- * sps[r] = 0 where neither is known).  Returns how many ranks are known. */
-int jobs_shares_models(struct job *jb, double *sps, double *over_s);
+ * gm_autoshare_fit from their history where it has two shares, else the plan's model: plan's
+ * where given (in rank order; sps 0: none), else gm_autoshare_plan of the group's own steps,
+ * else the proportional rule; sps[r] = 0 where none is known).  Returns how many ranks are
+ * known. */
+int jobs_shares_models(struct job *jb, const struct gm_autoshare_plan *plan, double *sps,
+                       double *over_s);
 void jobs_job_free(struct job *jb);
 uint32_t jobs_job_tag(const char *id);
 uint64_t jobs_my_term(struct gm_jobs *j);

@@ -422,11 +422,18 @@ uint64_t gm_rank_sched_delay_ns(int fd)
     return delay;
 }
 
-/* Trainer thread.  The time it was woken but not run (a quota's throttle, other work) counts
- * as its stall in the collective (rk->wait_delay_ns, rank_train.c's step measure). */
+/* Trainer thread.  Inside a wait for the collective, the time the loop thread (which runs it)
+ * and this thread (woken at its end) were runnable but not running (a quota's throttle, other
+ * work) counts as this rank's stall in the collective (rk->wait_delay_ns, rank_train.c's step
+ * measure): both read over the wait only, since the loop thread's delays outside it (an
+ * overlapped bucket during backward, a heartbeat while throttled) are not in the collective's
+ * time, and counted over the whole step they ate it whole (a rank at 0.2 core read its
+ * collective as all stall, which priced the collective at nothing); at most the wait's wall
+ * time (both threads throttled at once count once). */
 static void wait_done(struct gm_rank *rk, struct req *r)
 {
     const uint64_t d0 = gm_rank_sched_delay_ns(rk->trainer_sched_fd);
+    const uint64_t l0 = gm_rank_sched_delay_ns(rk->loop_sched_fd), t0 = gm_time_mono_ns();
 
     pthread_mutex_lock(&rk->mu);
     while (!r->done) {
@@ -436,9 +443,13 @@ static void wait_done(struct gm_rank *rk, struct req *r)
             pthread_cond_wait(&rk->cv, &rk->mu);
     }
     pthread_mutex_unlock(&rk->mu);
-    if (rk->trainer_sched_fd >= 0) {
+    {
         const uint64_t d1 = gm_rank_sched_delay_ns(rk->trainer_sched_fd);
-        rk->wait_delay_ns += d1 > d0 ? d1 - d0 : 0;
+        const uint64_t l1 = gm_rank_sched_delay_ns(rk->loop_sched_fd),
+                       wall = gm_time_mono_ns() - t0;
+        uint64_t d = (rk->trainer_sched_fd >= 0 && d1 > d0 ? d1 - d0 : 0) +
+                     (rk->loop_sched_fd >= 0 && l1 > l0 ? l1 - l0 : 0);
+        rk->wait_delay_ns += d < wall ? d : wall;
     }
 }
 

@@ -76,9 +76,10 @@ struct gm_rank_progress {
     int share;
     /* the part of coll_s this rank's own machine stalled: the run delay (runnable, not
      * running: a CPU quota's throttle, other work on its cores) of the loop thread, which runs
-     * the collective, and of the trainer inside its waits for it, per step, averaged (x0.9).  In lockstep a rank held up inside its
-     * collective holds everyone there, so the wall clock alone cannot say whose that time
-     * is; this says it is this rank's (agent/jobs/autoshare.h) */
+     * the collective, and of the trainer, both inside its waits for it (rank.c wait_done), per
+     * step, averaged (x0.9).  In lockstep a rank held up inside its collective holds everyone
+     * there, so the wall clock alone cannot say whose that time is; this says it is this
+     * rank's (agent/jobs/autoshare.h) */
     double stall_s;
     double test_accuracy; /* NAN until evaluated */
     uint64_t hash_checks;

@@ -108,16 +108,16 @@ struct gm_rank {
     int submit_err;
     uint32_t synced_gen;
     struct gm_gradsync *gs; /* owned */
-    uint64_t loop_delay_ns; /* the loop thread's run delay at the last step (0: not read) */
     int group_steps;        /* steps taken in the current group */
     int trainer_sched_fd;   /* this thread's /proc/.../schedstat (-1: none) */
-    uint64_t wait_delay_ns; /* its run delay inside collective waits since the last step */
+    uint64_t wait_delay_ns; /* its and the loop's run delay inside collective waits since the
+                             * last step (rank.c wait_done) */
     int fit_epoch;          /* the epoch last logged */
     struct {                /* this epoch's step time, summed: event=step-split */
         long steps;
         double compute_s, data_s, collective_s, optimizer_s;
     } split;
-    bool fit_skip;          /* the next counted op waits for rank 0's evaluation or a resync */
+    bool fit_skip; /* the next counted op waits for rank 0's evaluation or a resync */
     struct gm_gradsync_strategy strat;
     struct gm_gradsync_exec exec;
     float *state_buf; /* owned: the resync broadcast */

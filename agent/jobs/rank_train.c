@@ -452,25 +452,12 @@ static int hook_codec_restore(void *ctx, const struct gm_st_file *f, const char 
 
 #define GROUP_WARM_STEPS 2 /* a group's first steps, left out of the step averages */
 
-/* The loop thread's run delay since the last call (ns), 0 the first time or where it cannot be
- * read.  Trainer thread. */
-static uint64_t loop_stall_ns(struct gm_rank *rk)
-{
-    const uint64_t delay = gm_rank_sched_delay_ns(rk->loop_sched_fd);
-    uint64_t d = 0;
-
-    if (rk->loop_delay_ns > 0 && delay >= rk->loop_delay_ns)
-        d = delay - rk->loop_delay_ns;
-    rk->loop_delay_ns = delay;
-    return d;
-}
-
 static void hook_step(void *ctx, const struct gm_train_step_info *si)
 {
     struct gm_rank *rk = ctx;
     /* this step's stalls in its collective: the loop thread's (which runs it) and the
-     * trainer's own, woken at its end but not run; within the step's collective */
-    double stall = (double)(loop_stall_ns(rk) + rk->wait_delay_ns) * 1e-9;
+     * trainer's own, woken at its end but not run, each inside the waits (rank.c wait_done) */
+    double stall = (double)rk->wait_delay_ns * 1e-9;
 
     rk->wait_delay_ns = 0;
 
