@@ -774,7 +774,7 @@ static int after_step_overlap(struct gm_gradsync *g, struct gm_model *m, long st
 
 uint32_t gm_gradsync_diloco_lag(uint32_t h)
 {
-    return h >= 2 ? h / 2 : 0; /* half the round, at least 1, at most h - 1 */
+    return h >= 2 ? (h + 3) / 4 : 0; /* a quarter of the round rounded up: 1 to h - 1 */
 }
 
 void gm_gradsync_log_waits(const struct gm_gradsync *g)

@@ -401,11 +401,12 @@ double gm_gradsync_diloco_sync_s(const struct gm_gradsync *g);
  * kinds; NULL-safe. */
 void gm_gradsync_log_waits(const struct gm_gradsync *g);
 
-/* Overlapped DiLoCo: the steps from a boundary to the application of its sync, half the
- * round (at least 1, at most h - 1); 0 for h < 2 (then the rounds block).  Half, not a
- * quarter: a sync that takes 26 steps of compute is better hidden by H=52 than by H=104 (in
- * simulation the longer round cost 1.3 points after 3 epochs, the longer lag none;
- * docs/BENCHMARKS.md, "Overlapped DiLoCo"). */
+/* Overlapped DiLoCo: the steps from a boundary to the application of its sync, a quarter
+ * of the round rounded up (at least 1, at most h - 1); 0 for h < 2 (then the rounds block).
+ * A quarter, not half: on the tunnel testbed the half lag's accuracy after 3 epochs fell
+ * short of the target where the quarter's did not, so with H re-sized from the measured syncs
+ * (up to the cap of 64) the quarter lag reached the target sooner at 20 and at 5 Mbit/s
+ * (docs/BENCHMARKS.md, "Overlapped DiLoCo", session 11's pairing). */
 uint32_t gm_gradsync_diloco_lag(uint32_t h);
 /* DiLoCo's H as a rank runs it (cap_h: at most a quarter of total_steps). */
 uint32_t gm_gradsync_diloco_h(const struct gm_gradsync_strategy *s, long total_steps);

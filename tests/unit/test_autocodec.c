@@ -112,14 +112,14 @@ static void test_resize(void)
         gm_autoswitch_group(a, 2, 0);
         gm_autoswitch_fit(a, 0, &fit, 1);
         gm_autoswitch_fit(a, 1, &fit, 1);
-        /* 180 ms syncs at 7 ms steps: H=33's lag (16 steps, 112 ms) covers under 1/1.5 */
+        /* 180 ms syncs at 7 ms steps: H=33's lag (9 steps, 63 ms) covers under 1/1.5 */
         GM_CHECK_EQ(gm_autoswitch_decide(a, &cur, links, NULL, 20, 0.007, 0.180, total, &d), 0);
         GM_CHECK_EQ(gm_autoswitch_decide(a, &cur, links, NULL, 21, 0.007, 0.180, total, &d), 0);
         gm_autoswitch_fit(a, 0, &fit, 2); /* new samples: the second decision */
         if (k == 0) {
             GM_CHECK_EQ(gm_autoswitch_decide(a, &cur, links, NULL, 22, 0.007, 0.180, total, &d), 1);
             GM_CHECK_EQ(d.to.kind, GM_GRADSYNC_KIND_DILOCO);
-            GM_CHECK_EQ(d.to.local_steps, 52u); /* lag 26: 182 ms */
+            GM_CHECK_EQ(d.to.local_steps, 64u); /* the cap: lag 16, 112 ms */
             GM_CHECK(d.to.overlap);
             GM_CHECK(d.step > 22 && d.seq == 1);
             GM_CHECK(strstr(d.why, "a sync takes 180.0 ms (measured)") != NULL);
