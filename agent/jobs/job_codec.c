@@ -368,9 +368,17 @@ void jobs_shares_tick(struct gm_jobs *j, struct job *jb)
     if (p.step >= jb->ash.quiet_until) /* past the dwell: this group's busy times, for the fit */
         for (int r = 0; r < w; r++) {
             struct gm_autoshare_hist *h = jobs_shares_hist(jb, jb->ranks[r]);
-            if (h != NULL)
-                gm_autoshare_hist_add(h, jb->obs[r].samples, jb->obs[r].samples / prop[r]);
+            if (h != NULL &&
+                gm_autoshare_hist_add(h, jb->obs[r].samples, jb->obs[r].samples / prop[r]) > 0) {
+                /* a machine changed speed: what the last changes' outcomes said is stale */
+                gm_info("event=shares-forget job=%s generation=%u step=%ld node=%s: its speed "
+                        "changed; the outcomes of earlier changes no longer hold",
+                        jb->id, jb->gen & 0xffff, p.step, jb->ranks[r]);
+                gm_autoshare_forget(&jb->ash);
+            }
         }
+    /* the job's step as measured (rank 0's, in lockstep the job's): what a change is judged by */
+    gm_autoshare_measure(&jb->ash, p.step, p.step_s);
     if (jobs_shares_models(jb, NULL, sps, over) < w)
         return;
     if (gm_time_mono_ns() - jb->shares_log_ns >= SHARES_LOG_MS * 1000000ull) {
@@ -411,6 +419,19 @@ void jobs_shares_tick(struct gm_jobs *j, struct job *jb)
         memcpy(cur, jb->shares, sizeof(int) * (size_t)w);
     else
         gm_job_split_by(g, w, NULL, cur);
+    /* the last change's outcome, once its group is measured: kept, or taken back */
+    int verdict = gm_autoshare_judge(&jb->ash, w, cur, out, why, sizeof(why));
+    if (verdict > 0)
+        gm_notice("event=shares-judged job=%s generation=%u step=%ld outcome=%s reason=\"%s\"",
+                  jb->id, jb->gen & 0xffff, p.step,
+                  verdict == 1 ? "paid" : verdict == 2 ? "kept" : "undone", why);
+    if (verdict == 3) {
+        memcpy(jb->shares, out, sizeof(int) * (size_t)w);
+        jb->nshares = w;
+        snprintf(jb->shares_reason, sizeof(jb->shares_reason), "%s", why);
+        jobs_reform(j, jb, "shares taken back: the change did not pay");
+        return;
+    }
     /* too slow to help?  Asked before the shares, so that a rank that would cost more than it
      * gives is left out in the first decision instead of after a re-balance (one re-formed
      * group, not two); while that builds up, the shares wait */
