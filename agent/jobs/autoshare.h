@@ -49,7 +49,18 @@
  *    (gm_autoshare_step_s); the balanced shares replace the running ones when they predict a
  *    step at least GM_AUTOSHARE_HYST times faster, on GM_AUTOSHARE_CONFIRM decisions in a row,
  *    and never within GM_AUTOSHARE_DWELL steps of a group forming (a change of shares forms one):
- *    the hysteresis, so that measurement noise does not re-form groups;
+ *    the hysteresis, so that measurement noise does not re-form groups; and also against the
+ *    running step as measured (gm_autoshare_measure: rank 0's step time, the job's in
+ *    lockstep), not only as the models predict it;
+ *  - judged by outcome (gm_autoshare_judge): the group a change forms is measured (the mean of
+ *    its last GM_AUTOSHARE_JUDGE_TICKS readings past its dwell) before any other change, and
+ *    compared with the group before it: not GM_AUTOSHARE_PAID faster, the change is remembered
+ *    as not paying and the hysteresis's excess doubles (at most GM_AUTOSHARE_HYST_MAX);
+ *    GM_AUTOSHARE_WORSE slower, the old shares come back at once; a change back toward shares
+ *    that did not pay needs GM_AUTOSHARE_HYST_MAX.  (A quota-capped rank's measured speed
+ *    moves with its share: the models alone flapped LeNet-5's 1.0 + 0.5 five times in 1600
+ *    steps.)  A node whose speed changed (gm_autoshare_hist_add) forgets all that
+ *    (gm_autoshare_forget), so a real change is still followed;
  *  - too slow to help (gm_autoshare_spare), asked on every tick past the dwell, before the
  *    shares (so in the job's first decision, at equal shares), on GM_AUTOSHARE_CONFIRM ticks
  *    in a row: from the plan (gm_autoshare_plan), the slowest rank r >= 1 is left out of the
