@@ -328,6 +328,7 @@ void gm_autoshare_group(struct gm_autoshare *a, long step)
     a->quiet_until = step + (a->groups == 0 ? GM_AUTOSHARE_DWELL_FIRST : GM_AUTOSHARE_DWELL);
     a->groups++;
     a->nreads = 0; /* the new group's step is its own */
+    a->settled_s = 0;
     /* this group is the outcome of the change decided last, if one was (and it was measured):
      * any other new group (a rank lost or left out, a codec) has nothing to be judged against */
     a->judging = a->pending && a->before_s > 0;
@@ -343,16 +344,29 @@ double gm_autoshare_hyst(const struct gm_autoshare *a)
     return h < GM_AUTOSHARE_HYST_MAX ? h : GM_AUTOSHARE_HYST_MAX;
 }
 
-void gm_autoshare_measure(struct gm_autoshare *a, long step, double step_s)
+int gm_autoshare_measure(struct gm_autoshare *a, long step, double step_s)
 {
+    int ready;
+
     if (step < a->quiet_until || !(step_s > 0) || !isfinite(step_s) ||
         (a->nreads > 0 && step <= a->read_last))
-        return;
+        return 0;
     if (a->nreads == 0)
         a->read_first = step;
     a->read_last = step;
     a->reads[a->nreads % GM_AUTOSHARE_JUDGE_TICKS] = step_s;
     a->nreads++;
+    const double m = gm_autoshare_measured(a, &ready);
+    if (!ready)
+        return 0;
+    if (!(a->settled_s > 0)) {
+        a->settled_s = m;
+        return 0;
+    }
+    if (fabs(m - a->settled_s) <= GM_AUTOSHARE_MOVED * a->settled_s)
+        return 0;
+    gm_autoshare_forget(a); /* the same shares, another step: a machine changed speed */
+    return 1;
 }
 
 double gm_autoshare_measured(const struct gm_autoshare *a, int *ready)
@@ -375,6 +389,7 @@ void gm_autoshare_forget(struct gm_autoshare *a)
     a->judging = 0;
     a->before_s = 0; /* a change pending now was measured against the old speed */
     a->nreads = 0;   /* nor is the running group's step what it was */
+    a->settled_s = 0;
 }
 
 /* "a:b:c" */

@@ -59,8 +59,8 @@
  *    GM_AUTOSHARE_WORSE slower, the old shares come back at once; a change back toward shares
  *    that did not pay needs GM_AUTOSHARE_HYST_MAX.  (A quota-capped rank's measured speed
  *    moves with its share: the models alone flapped LeNet-5's 1.0 + 0.5 five times in 1600
- *    steps.)  A node whose speed changed (gm_autoshare_hist_add) forgets all that
- *    (gm_autoshare_forget), so a real change is still followed;
+ *    steps.)  A group whose measured step moves GM_AUTOSHARE_MOVED at the same shares forgets
+ *    all that (gm_autoshare_forget), so a real speed change is still followed;
  *  - too slow to help (gm_autoshare_spare), asked on every tick past the dwell, before the
  *    shares (so in the job's first decision, at equal shares), on GM_AUTOSHARE_CONFIRM ticks
  *    in a row: from the plan (gm_autoshare_plan), the slowest rank r >= 1 is left out of the
@@ -169,6 +169,7 @@ struct gm_autoshare {
     int nreads;      /* readings so far in this group (the ring holds the last JUDGE_TICKS) */
     long read_first; /* the step of its first reading (when nreads > 0) */
     long read_last;  /* and of its last */
+    double settled_s; /* its measured step when first ready (0: not yet) */
     /* the change being carried out (pending: decided, the group not formed yet) or judged (the
      * running group is its outcome): the group before it, its shares and measured step */
     int pending, judging;
@@ -222,8 +223,10 @@ int gm_autoshare_decide(struct gm_autoshare *a, const double *sps, const double 
 
 /* Rank 0's reading at a coordinator tick: its step and its averaged step time step_s (the
  * job's step in lockstep: global batch / the job's samples per second).  Readings within the
- * dwell, or without a new step, are not taken. */
-void gm_autoshare_measure(struct gm_autoshare *a, long step, double step_s);
+ * dwell, or without a new step, are not taken.  Returns 1 when the running group's measured
+ * step moved more than GM_AUTOSHARE_MOVED from what it first measured, at the same shares: a
+ * machine changed speed, and gm_autoshare_forget was called; else 0. */
+int gm_autoshare_measure(struct gm_autoshare *a, long step, double step_s);
 
 /* The running group's measured step (the mean of its last readings; 0: none yet); *ready
  * (may be NULL) 1 once GM_AUTOSHARE_JUDGE_TICKS readings over GM_AUTOSHARE_JUDGE_STEPS steps. */
@@ -237,7 +240,9 @@ double gm_autoshare_measured(const struct gm_autoshare *a, int *ready);
 int gm_autoshare_judge(struct gm_autoshare *a, int world, const int *cur, int *out, char *why,
                        size_t cap);
 
-/* A rank's speed changed (gm_autoshare_hist_add said so): what the outcomes said is stale. */
+/* The job's speed changed at the same shares (gm_autoshare_measure): what the outcomes said
+ * is stale.  (Not a rank's busy time moving, gm_autoshare_hist_add: under other load that
+ * moved every few hundred steps while the job's step did not, and forgot a lock that held.) */
 void gm_autoshare_forget(struct gm_autoshare *a);
 
 /* The hysteresis now: GM_AUTOSHARE_HYST, its excess doubled for each change that did not pay,

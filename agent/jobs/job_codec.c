@@ -368,17 +368,15 @@ void jobs_shares_tick(struct gm_jobs *j, struct job *jb)
     if (p.step >= jb->ash.quiet_until) /* past the dwell: this group's busy times, for the fit */
         for (int r = 0; r < w; r++) {
             struct gm_autoshare_hist *h = jobs_shares_hist(jb, jb->ranks[r]);
-            if (h != NULL &&
-                gm_autoshare_hist_add(h, jb->obs[r].samples, jb->obs[r].samples / prop[r]) > 0) {
-                /* a machine changed speed: what the last changes' outcomes said is stale */
-                gm_info("event=shares-forget job=%s generation=%u step=%ld node=%s: its speed "
-                        "changed; the outcomes of earlier changes no longer hold",
-                        jb->id, jb->gen & 0xffff, p.step, jb->ranks[r]);
-                gm_autoshare_forget(&jb->ash);
-            }
+            if (h != NULL)
+                (void)gm_autoshare_hist_add(h, jb->obs[r].samples, jb->obs[r].samples / prop[r]);
         }
-    /* the job's step as measured (rank 0's, in lockstep the job's): what a change is judged by */
-    gm_autoshare_measure(&jb->ash, p.step, p.step_s);
+    /* the job's step as measured (rank 0's, in lockstep the job's): what a change is judged by;
+     * moved at the same shares, a machine changed speed and the outcomes so far are stale */
+    if (gm_autoshare_measure(&jb->ash, p.step, p.step_s) > 0)
+        gm_info("event=shares-forget job=%s generation=%u step=%ld step_ms=%.2f: the job's step "
+                "moved at the same shares; the outcomes of earlier changes no longer hold",
+                jb->id, jb->gen & 0xffff, p.step, p.step_s * 1e3);
     if (jobs_shares_models(jb, NULL, sps, over) < w)
         return;
     if (gm_time_mono_ns() - jb->shares_log_ns >= SHARES_LOG_MS * 1000000ull) {

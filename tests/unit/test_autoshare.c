@@ -828,6 +828,22 @@ static void test_judge(void)
         GM_CHECK(k < GM_AUTOSHARE_CONFIRM);
     GM_CHECK(out[0] == 70 && out[1] == 50);
 
+    /* the running group's step moves 25% at the same shares: forgotten (once ready) */
+    a.fails = 2;
+    gm_autoshare_group(&a, 2500);
+    int moved = 0;
+    for (step = 2520; step < 2520 + 4 * GM_AUTOSHARE_JUDGE_TICKS; step += 4)
+        moved += gm_autoshare_measure(&a, step, 0.010);
+    GM_CHECK_EQ(moved, 0);
+    GM_CHECK_NEAR(a.settled_s, 0.010, 1e-12, 0);
+    for (; step < 2520 + 8 * GM_AUTOSHARE_JUDGE_TICKS && moved == 0; step += 4)
+        moved += gm_autoshare_measure(&a, step, 0.0118); /* noise: the mean moves < 25% */
+    GM_CHECK_EQ(moved, 0);
+    for (; step < 2520 + 12 * GM_AUTOSHARE_JUDGE_TICKS && moved == 0; step += 4)
+        moved += gm_autoshare_measure(&a, step, 0.030);
+    GM_CHECK_EQ(moved, 1);
+    GM_CHECK_EQ(a.fails, 0);
+
     /* a change, then a group of another kind (a rank left out): not judged */
     a.pending = 1;
     a.before_s = 0.006;
@@ -846,16 +862,16 @@ static void test_judge(void)
 }
 
 /* Done-when 3 under the outcome judge: after changes that did not pay (the hysteresis grown,
- * a split refused), beta's cap falls from 1.0 to 0.3: its busy time at the running share
- * moves (gm_autoshare_hist_add says so), the outcomes are forgotten, and the shares follow
- * within a few ticks, judged paid.  The job room's pipeline: each tick the ranks' busy times
- * into their histories, their fits as the models. */
+ * a split refused), beta's cap falls from 1.0 to 0.3: the job's measured step moves at the
+ * same shares (gm_autoshare_measure says so), the outcomes are forgotten, and the shares
+ * follow within a few ticks, judged paid.  The job room's pipeline: each tick the ranks' busy
+ * times into their histories, their fits as the models. */
 static void test_follow(void)
 {
     struct gm_autoshare a = {0};
     struct gm_autoshare_hist h[2] = {{0}};
     double v[2] = {1, 1};
-    int cur[2] = {64, 64}, out[2], paid = 0;
+    int cur[2] = {64, 64}, out[2], paid = 0, forgot = 0;
     long changed = -1, followed = -1;
     char why[320];
 
@@ -873,8 +889,8 @@ static void test_follow(void)
         double sps[2], over[2];
         for (int r = 0; r < 2; r++) {
             double busy = (cur[r] * 53e-6 + 0.64e-3) / v[r];
-            if (step >= a.quiet_until && gm_autoshare_hist_add(&h[r], cur[r], busy) > 0)
-                gm_autoshare_forget(&a);
+            if (step >= a.quiet_until)
+                (void)gm_autoshare_hist_add(&h[r], cur[r], busy);
             double s, o;
             if (gm_autoshare_fit(&h[r], &s, &o) == 2) {
                 sps[r] = s;
@@ -884,7 +900,7 @@ static void test_follow(void)
                 over[r] = 0.64e-3 / v[r];
             }
         }
-        gm_autoshare_measure(&a, step, lenet_step(v, cur, 2));
+        forgot += gm_autoshare_measure(&a, step, lenet_step(v, cur, 2));
         int verdict = gm_autoshare_judge(&a, 2, cur, out, why, sizeof(why));
         paid += verdict == 1;
         GM_CHECK(verdict != 3);
@@ -900,6 +916,7 @@ static void test_follow(void)
     GM_CHECK(cur[1] >= 18 && cur[1] <= 28); /* about 105:23 */
     GM_CHECK_EQ(paid, 1);
     GM_CHECK_EQ(a.fails, 0);
+    GM_CHECK_EQ(forgot, 1); /* once: at the cap */
 }
 
 /* Goal 2: resnet20 with a third host at 0.1 core (session 11's quiet run, job f02df8036b71a95e
