@@ -418,11 +418,11 @@ void jobs_shares_tick(struct gm_jobs *j, struct job *jb)
     else
         gm_job_split_by(g, w, NULL, cur);
     /* the last change's outcome, once its group is measured: kept, or taken back */
+    static const char *const outcome[] = {"", "paid", "kept", "undone"};
     int verdict = gm_autoshare_judge(&jb->ash, w, cur, out, why, sizeof(why));
-    if (verdict > 0)
+    if (verdict > 0 && verdict <= 3)
         gm_notice("event=shares-judged job=%s generation=%u step=%ld outcome=%s reason=\"%s\"",
-                  jb->id, jb->gen & 0xffff, p.step,
-                  verdict == 1 ? "paid" : verdict == 2 ? "kept" : "undone", why);
+                  jb->id, jb->gen & 0xffff, p.step, outcome[verdict], why);
     if (verdict == 3) {
         memcpy(jb->shares, out, sizeof(int) * (size_t)w);
         jb->nshares = w;

@@ -751,8 +751,8 @@ static void test_judge(void)
     GM_CHECK_NEAR(gm_autoshare_measured(&a, &ready), 0.010, 1e-12, 0);
     GM_CHECK_EQ(ready, 0);
     int k;
-    for (k = 0; gm_autoshare_decide(&a, sp, NULL, 2, 120, cur, step + k, out, why, sizeof(why)) == 0;
-         k++)
+    for (k = 0;
+         gm_autoshare_decide(&a, sp, NULL, 2, 120, cur, step + k, out, why, sizeof(why)) == 0; k++)
         GM_CHECK(k < GM_AUTOSHARE_CONFIRM);
     GM_CHECK(strstr(why, "measured 10.0 ms") != NULL);
     GM_CHECK_EQ(a.pending, 1);
@@ -760,8 +760,8 @@ static void test_judge(void)
     gm_autoshare_group(&a, 100);
     GM_CHECK_EQ(a.judging, 1);
     /* while judged, no other change; not ready: no verdict */
-    GM_CHECK_EQ(gm_autoshare_decide(&a, (const double[2]){2900, 14500}, NULL, 2, 120, cur, 500,
-                                    out, why, sizeof(why)),
+    GM_CHECK_EQ(gm_autoshare_decide(&a, (const double[2]){2900, 14500}, NULL, 2, 120, cur, 500, out,
+                                    why, sizeof(why)),
                 0);
     GM_CHECK_EQ(gm_autoshare_judge(&a, 2, cur, out, why, sizeof(why)), 0);
     /* measured over JUDGE_TICKS readings and JUDGE_STEPS steps: 6 ms against 10: paid */
@@ -816,14 +816,13 @@ static void test_judge(void)
     cur[1] = 30;
     const double to7050[2] = {1400, 1000}; /* balanced 70:50 of 120, about 1.3x predicted */
     for (k = 0; k < 5 * GM_AUTOSHARE_CONFIRM; k++)
-        GM_CHECK_EQ(gm_autoshare_decide(&a, to7050, NULL, 2, 120, cur, 1000 + k, out, why,
-                                        sizeof(why)),
-                    0);
+        GM_CHECK_EQ(
+            gm_autoshare_decide(&a, to7050, NULL, 2, 120, cur, 1000 + k, out, why, sizeof(why)), 0);
     /* a speed changed: forgotten, the same change goes through */
     gm_autoshare_forget(&a);
     GM_CHECK_EQ(a.ntried, 0);
-    for (k = 0; gm_autoshare_decide(&a, to7050, NULL, 2, 120, cur, 2000 + k, out, why,
-                                    sizeof(why)) == 0;
+    for (k = 0;
+         gm_autoshare_decide(&a, to7050, NULL, 2, 120, cur, 2000 + k, out, why, sizeof(why)) == 0;
          k++)
         GM_CHECK(k < GM_AUTOSHARE_CONFIRM);
     GM_CHECK(out[0] == 70 && out[1] == 50);
