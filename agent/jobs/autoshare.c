@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* The collective time less the rank's own stalls in it (0 at least). */
@@ -158,18 +159,19 @@ static void to_end(struct gm_autoshare_hist *h, int i)
     h->ref_s[i] = ref;
 }
 
-void gm_autoshare_hist_add(struct gm_autoshare_hist *h, int n, double busy_s)
+int gm_autoshare_hist_add(struct gm_autoshare_hist *h, int n, double busy_s)
 {
-    int i;
+    int i, moved = 0;
 
     if (n <= 0 || !(busy_s > 0) || !isfinite(busy_s))
-        return;
+        return 0;
     for (i = 0; i < h->npts && h->n[i] != n; i++)
         ;
     if (i < h->npts && h->adds[i] >= GM_AUTOSHARE_SETTLE &&
         fabs(busy_s - h->ref_s[i]) > GM_AUTOSHARE_MOVED * h->ref_s[i]) {
         h->npts = 0; /* the machine changed speed: the other shares' times are stale */
         i = 0;
+        moved = 1;
     }
     if (i == h->npts) { /* a new share (the oldest goes when full) */
         if (h->npts == GM_AUTOSHARE_POINTS) {
@@ -186,6 +188,7 @@ void gm_autoshare_hist_add(struct gm_autoshare_hist *h, int n, double busy_s)
         h->adds[i]++;
     }
     to_end(h, i);
+    return moved;
 }
 
 int gm_autoshare_fit(const struct gm_autoshare_hist *h, double *sps, double *over_s)
@@ -324,6 +327,140 @@ void gm_autoshare_group(struct gm_autoshare *a, long step)
     a->spare_confirm = 0;
     a->quiet_until = step + (a->groups == 0 ? GM_AUTOSHARE_DWELL_FIRST : GM_AUTOSHARE_DWELL);
     a->groups++;
+    a->nreads = 0; /* the new group's step is its own */
+    a->settled_s = 0;
+    /* this group is the outcome of the change decided last, if one was (and it was measured):
+     * any other new group (a rank lost or left out, a codec) has nothing to be judged against */
+    a->judging = a->pending && a->before_s > 0;
+    a->pending = 0;
+}
+
+double gm_autoshare_hyst(const struct gm_autoshare *a)
+{
+    double h = GM_AUTOSHARE_HYST;
+
+    for (int i = 0; i < a->fails && h < GM_AUTOSHARE_HYST_MAX; i++)
+        h = 1 + 2 * (h - 1);
+    return h < GM_AUTOSHARE_HYST_MAX ? h : GM_AUTOSHARE_HYST_MAX;
+}
+
+int gm_autoshare_measure(struct gm_autoshare *a, long step, double step_s)
+{
+    int ready;
+
+    if (step < a->quiet_until || !(step_s > 0) || !isfinite(step_s) ||
+        (a->nreads > 0 && step <= a->read_last))
+        return 0;
+    if (a->nreads == 0)
+        a->read_first = step;
+    a->read_last = step;
+    a->reads[a->nreads % GM_AUTOSHARE_JUDGE_TICKS] = step_s;
+    a->nreads++;
+    const double m = gm_autoshare_measured(a, &ready);
+    if (!ready)
+        return 0;
+    if (!(a->settled_s > 0)) {
+        a->settled_s = m;
+        return 0;
+    }
+    if (fabs(m - a->settled_s) <= GM_AUTOSHARE_MOVED * a->settled_s)
+        return 0;
+    gm_autoshare_forget(a); /* the same shares, another step: a machine changed speed */
+    return 1;
+}
+
+double gm_autoshare_measured(const struct gm_autoshare *a, int *ready)
+{
+    const int k = a->nreads < GM_AUTOSHARE_JUDGE_TICKS ? a->nreads : GM_AUTOSHARE_JUDGE_TICKS;
+    double sum = 0;
+
+    if (ready != NULL)
+        *ready = k == GM_AUTOSHARE_JUDGE_TICKS &&
+                 a->read_last - a->read_first >= GM_AUTOSHARE_JUDGE_STEPS;
+    for (int i = 0; i < k; i++)
+        sum += a->reads[i];
+    return k > 0 ? sum / k : 0;
+}
+
+void gm_autoshare_forget(struct gm_autoshare *a)
+{
+    a->fails = 0;
+    a->ntried = 0;
+    a->judging = 0;
+    a->before_s = 0; /* a change pending now was measured against the old speed */
+    a->nreads = 0;   /* nor is the running group's step what it was */
+    a->settled_s = 0;
+}
+
+/* "a:b:c" */
+static void shares_text(const int *c, int n, char *buf, size_t cap)
+{
+    size_t o = 0;
+
+    buf[0] = '\0';
+    for (int i = 0; i < n && o + 1 < cap; i++) {
+        int k = snprintf(buf + o, cap - o, "%s%d", i ? ":" : "", c[i]);
+        if (k < 0 || (size_t)k >= cap - o)
+            break;
+        o += (size_t)k;
+    }
+}
+
+/* L1 distance between two splits of world ranks. */
+static int dist(const int *x, const int *y, int world)
+{
+    int d = 0;
+
+    for (int r = 0; r < world; r++)
+        d += abs(x[r] - y[r]);
+    return d;
+}
+
+int gm_autoshare_judge(struct gm_autoshare *a, int world, const int *cur, int *out, char *why,
+                       size_t cap)
+{
+    int ready;
+    const double now_s = gm_autoshare_measured(a, &ready);
+
+    if (!a->judging || !ready)
+        return 0;
+    a->judging = 0;
+    if (world != a->before_world || world < 1 || world > GM_JOB_SHARES_MAX || !(now_s > 0))
+        return 0;
+    const double gain = a->before_s / now_s;
+    char from[GM_JOB_SHARES_MAX * 12], to[GM_JOB_SHARES_MAX * 12];
+    shares_text(a->before, world, from, sizeof(from));
+    shares_text(cur, world, to, sizeof(to));
+    if (gain >= GM_AUTOSHARE_PAID) {
+        snprintf(why, cap, "paid: %s -> %s measured %.2f ms a step against %.2f ms (%.2fx)", from,
+                 to, now_s * 1e3, a->before_s * 1e3, gain);
+        return 1;
+    }
+    /* did not pay: remembered, and the next change must promise more */
+    if (a->tried_world != world)
+        a->ntried = 0;
+    a->tried_world = world;
+    if (a->ntried == GM_AUTOSHARE_TRIED) {
+        memmove(&a->tried[0], &a->tried[1], sizeof(a->tried[0]) * (GM_AUTOSHARE_TRIED - 1));
+        a->ntried--;
+    }
+    memcpy(a->tried[a->ntried].n, cur, sizeof(int) * (size_t)world);
+    a->tried[a->ntried].step_s = now_s;
+    a->ntried++;
+    a->fails++;
+    if (now_s > GM_AUTOSHARE_WORSE * a->before_s) {
+        memcpy(out, a->before, sizeof(int) * (size_t)world);
+        snprintf(why, cap,
+                 "did not pay: %s -> %s measured %.2f ms a step against %.2f ms (%.2fx): back to "
+                 "%s; the next change needs a predicted %.2fx",
+                 from, to, now_s * 1e3, a->before_s * 1e3, gain, from, gm_autoshare_hyst(a));
+        return 3;
+    }
+    snprintf(why, cap,
+             "did not pay: %s -> %s measured %.2f ms a step against %.2f ms (%.2fx): kept; the "
+             "next change needs a predicted %.2fx",
+             from, to, now_s * 1e3, a->before_s * 1e3, gain, gm_autoshare_hyst(a));
+    return 2;
 }
 
 int gm_autoshare_decide(struct gm_autoshare *a, const double *sps, const double *over_s, int world,
@@ -334,13 +471,26 @@ int gm_autoshare_decide(struct gm_autoshare *a, const double *sps, const double 
 
     if (world < 2 || world > GM_JOB_SHARES_MAX || g < world || step < a->quiet_until)
         return 0;
+    if (a->judging) /* the last change's outcome first (gm_autoshare_judge) */
+        return 0;
     for (int r = 0; r < world; r++)
         if (!(sps[r] > 0) || !isfinite(sps[r]))
             return 0;
     tiny = gm_autoshare_balance(sps, over_s, world, g, out);
     now_s = gm_autoshare_step_s(sps, over_s, world, cur);
     new_s = gm_autoshare_step_s(sps, over_s, world, out);
-    if (!(now_s >= GM_AUTOSHARE_HYST * new_s)) {
+    const double meas_s = gm_autoshare_measured(a, NULL), hyst = gm_autoshare_hyst(a);
+    /* the gain predicted by the model, and against the running step as measured (the model's
+     * own prediction for the running shares can be off where the measure moves with the
+     * share: a quota-capped rank's work falling into its periods) */
+    bool want = now_s >= hyst * new_s && !(meas_s > 0 && meas_s < hyst * new_s);
+    /* back toward shares that did not pay (as near them as to where it is): only when the
+     * prediction is much better */
+    for (int i = 0; want && a->tried_world == world && i < a->ntried; i++)
+        if (dist(out, a->tried[i].n, world) <= dist(out, cur, world) &&
+            !(now_s >= GM_AUTOSHARE_HYST_MAX * new_s && meas_s >= GM_AUTOSHARE_HYST_MAX * new_s))
+            want = false;
+    if (!want) {
         a->confirm = 0;
         return 0;
     }
@@ -350,10 +500,18 @@ int gm_autoshare_decide(struct gm_autoshare *a, const double *sps, const double 
     bool fitted = false;
     for (int r = 0; over_s != NULL && r < world; r++)
         fitted = fitted || over_s[r] > 0;
+    /* to be judged by its outcome once the new group is measured */
+    a->pending = 1;
+    a->before_world = world;
+    memcpy(a->before, cur, sizeof(int) * (size_t)world);
+    a->before_s = meas_s;
+    char meas[48] = "";
+    if (meas_s > 0)
+        snprintf(meas, sizeof(meas), " (measured %.1f ms)", meas_s * 1e3);
     snprintf(why, cap,
-             "predicted compute per step %.1f ms with the running shares, %.1f ms balanced "
+             "predicted compute per step %.1f ms with the running shares%s, %.1f ms balanced "
              "(>= %.2fx; %s)%s",
-             now_s * 1e3, new_s * 1e3, GM_AUTOSHARE_HYST,
+             now_s * 1e3, meas, new_s * 1e3, hyst,
              fitted ? "busy = n/s + o fitted" : "in proportion to the speeds",
              tiny > 0 ? "; a rank is too slow to help (its share is below one sample: it "
                         "takes one)"

@@ -49,7 +49,18 @@
  *    (gm_autoshare_step_s); the balanced shares replace the running ones when they predict a
  *    step at least GM_AUTOSHARE_HYST times faster, on GM_AUTOSHARE_CONFIRM decisions in a row,
  *    and never within GM_AUTOSHARE_DWELL steps of a group forming (a change of shares forms one):
- *    the hysteresis, so that measurement noise does not re-form groups;
+ *    the hysteresis, so that measurement noise does not re-form groups; and also against the
+ *    running step as measured (gm_autoshare_measure: rank 0's step time, the job's in
+ *    lockstep), not only as the models predict it;
+ *  - judged by outcome (gm_autoshare_judge): the group a change forms is measured (the mean of
+ *    its last GM_AUTOSHARE_JUDGE_TICKS readings past its dwell) before any other change, and
+ *    compared with the group before it: not GM_AUTOSHARE_PAID faster, the change is remembered
+ *    as not paying and the hysteresis's excess doubles (at most GM_AUTOSHARE_HYST_MAX);
+ *    GM_AUTOSHARE_WORSE slower, the old shares come back at once; a change back toward shares
+ *    that did not pay needs GM_AUTOSHARE_HYST_MAX.  (A quota-capped rank's measured speed
+ *    moves with its share: the models alone flapped LeNet-5's 1.0 + 0.5 five times in 1600
+ *    steps.)  A group whose measured step moves GM_AUTOSHARE_MOVED at the same shares forgets
+ *    all that (gm_autoshare_forget), so a real speed change is still followed;
  *  - too slow to help (gm_autoshare_spare), asked on every tick past the dwell, before the
  *    shares (so in the job's first decision, at equal shares), on GM_AUTOSHARE_CONFIRM ticks
  *    in a row: from the plan (gm_autoshare_plan), the slowest rank r >= 1 is left out of the
@@ -130,19 +141,48 @@ struct gm_autoshare_hist {
     int adds[GM_AUTOSHARE_POINTS];      /* measurements at that share, up to SETTLE */
 };
 
-/* Records busy_s (> 0) at share n (> 0), see above; anything else is ignored. */
-void gm_autoshare_hist_add(struct gm_autoshare_hist *h, int n, double busy_s);
+/* Records busy_s (> 0) at share n (> 0), see above; anything else is ignored.  Returns 1 when
+ * the point said the machine changed speed (the others were dropped), else 0. */
+int gm_autoshare_hist_add(struct gm_autoshare_hist *h, int n, double busy_s);
 
 /* The model of h: *sps and *over_s.  Returns 2 when fitted (two shares or more, far enough
  * apart, a line that makes sense), 1 for the proportional rule (else), 0 when h is empty
  * (*sps = 0, *over_s = 0). */
 int gm_autoshare_fit(const struct gm_autoshare_hist *h, double *sps, double *over_s);
 
+/* The outcome (gm_autoshare_judge): what a group's steps measured, on rank 0's clock. */
+#define GM_AUTOSHARE_JUDGE_TICKS 5  /* a group's step: the mean of its last this many readings */
+#define GM_AUTOSHARE_JUDGE_STEPS 10 /* taken over this many steps at least, past the dwell */
+#define GM_AUTOSHARE_PAID 1.02      /* a change paid: the step measured this much faster */
+#define GM_AUTOSHARE_WORSE 1.05     /* a change measured this much slower is undone */
+#define GM_AUTOSHARE_HYST_MAX 2.0   /* the hysteresis grows (x2 its excess a failure) to this */
+#define GM_AUTOSHARE_TRIED 4        /* shares remembered as not paying */
+
 struct gm_autoshare {
     int confirm;       /* decisions in a row that wanted a change */
     int spare_confirm; /* calls in a row that found a spare */
     long quiet_until;  /* no decision before this step */
     int groups;        /* groups formed so far */
+    /* the running group's measured step (gm_autoshare_measure): its last readings past the
+     * dwell, a ring */
+    double reads[GM_AUTOSHARE_JUDGE_TICKS];
+    int nreads;      /* readings so far in this group (the ring holds the last JUDGE_TICKS) */
+    long read_first; /* the step of its first reading (when nreads > 0) */
+    long read_last;  /* and of its last */
+    double settled_s; /* its measured step when first ready (0: not yet) */
+    /* the change being carried out (pending: decided, the group not formed yet) or judged (the
+     * running group is its outcome): the group before it, its shares and measured step */
+    int pending, judging;
+    int before_world;
+    int before[GM_JOB_SHARES_MAX];
+    double before_s;
+    int fails; /* changes that did not pay since the speeds last changed: the hysteresis grows */
+    int ntried;
+    struct {
+        int n[GM_JOB_SHARES_MAX];
+        double step_s; /* what they measured */
+    } tried[GM_AUTOSHARE_TRIED]; /* shares that did not pay, newest last (same world) */
+    int tried_world;
 };
 
 /* A group formed at step: the count restarts, and no decision for GM_AUTOSHARE_DWELL steps
@@ -151,7 +191,7 @@ struct gm_autoshare {
  * ranks' averages, agent/jobs/rank_train.c). */
 void gm_autoshare_group(struct gm_autoshare *a, long step);
 
-#define GM_AUTOSHARE_KEEP_GAIN 1.05 /* a rank stays when the step with it is this much faster */
+#define GM_AUTOSHARE_KEEP_GAIN 1.10 /* a rank stays when the step with it is this much faster */
 
 /* The plan above, from the ranks' steps obs (every one known). */
 struct gm_autoshare_plan {
@@ -180,5 +220,33 @@ int gm_autoshare_spare(struct gm_autoshare *a, const struct gm_autoshare_obs *ob
  * now, else 0. */
 int gm_autoshare_decide(struct gm_autoshare *a, const double *sps, const double *over_s, int world,
                         int g, const int *cur, long step, int *out, char *why, size_t cap);
+
+/* Rank 0's reading at a coordinator tick: its step and its averaged step time step_s (the
+ * job's step in lockstep: global batch / the job's samples per second).  Readings within the
+ * dwell, or without a new step, are not taken.  Returns 1 when the running group's measured
+ * step moved more than GM_AUTOSHARE_MOVED from what it first measured, at the same shares: a
+ * machine changed speed, and gm_autoshare_forget was called; else 0. */
+int gm_autoshare_measure(struct gm_autoshare *a, long step, double step_s);
+
+/* The running group's measured step (the mean of its last readings; 0: none yet); *ready
+ * (may be NULL) 1 once GM_AUTOSHARE_JUDGE_TICKS readings over GM_AUTOSHARE_JUDGE_STEPS steps. */
+double gm_autoshare_measured(const struct gm_autoshare *a, int *ready);
+
+/* The outcome of the last change of shares, once the group it formed is measured (see above):
+ * 0 nothing to say (no change judged, or not measured yet); 1 it paid; 2 it did not pay, kept
+ * (the hysteresis grew); 3 it did not pay and measured slower: out filled with the shares
+ * before it, to take back now (not judged in turn).  why filled (one line) when > 0.  cur: the
+ * running shares (world ranks). */
+int gm_autoshare_judge(struct gm_autoshare *a, int world, const int *cur, int *out, char *why,
+                       size_t cap);
+
+/* The job's speed changed at the same shares (gm_autoshare_measure): what the outcomes said
+ * is stale.  (Not a rank's busy time moving, gm_autoshare_hist_add: under other load that
+ * moved every few hundred steps while the job's step did not, and forgot a lock that held.) */
+void gm_autoshare_forget(struct gm_autoshare *a);
+
+/* The hysteresis now: GM_AUTOSHARE_HYST, its excess doubled for each change that did not pay,
+ * at most GM_AUTOSHARE_HYST_MAX. */
+double gm_autoshare_hyst(const struct gm_autoshare *a);
 
 #endif

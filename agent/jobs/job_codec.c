@@ -369,8 +369,14 @@ void jobs_shares_tick(struct gm_jobs *j, struct job *jb)
         for (int r = 0; r < w; r++) {
             struct gm_autoshare_hist *h = jobs_shares_hist(jb, jb->ranks[r]);
             if (h != NULL)
-                gm_autoshare_hist_add(h, jb->obs[r].samples, jb->obs[r].samples / prop[r]);
+                (void)gm_autoshare_hist_add(h, jb->obs[r].samples, jb->obs[r].samples / prop[r]);
         }
+    /* the job's step as measured (rank 0's, in lockstep the job's): what a change is judged by;
+     * moved at the same shares, a machine changed speed and the outcomes so far are stale */
+    if (gm_autoshare_measure(&jb->ash, p.step, p.step_s) > 0)
+        gm_info("event=shares-forget job=%s generation=%u step=%ld step_ms=%.2f: the job's step "
+                "moved at the same shares; the outcomes of earlier changes no longer hold",
+                jb->id, jb->gen & 0xffff, p.step, p.step_s * 1e3);
     if (jobs_shares_models(jb, NULL, sps, over) < w)
         return;
     if (gm_time_mono_ns() - jb->shares_log_ns >= SHARES_LOG_MS * 1000000ull) {
@@ -411,6 +417,19 @@ void jobs_shares_tick(struct gm_jobs *j, struct job *jb)
         memcpy(cur, jb->shares, sizeof(int) * (size_t)w);
     else
         gm_job_split_by(g, w, NULL, cur);
+    /* the last change's outcome, once its group is measured: kept, or taken back */
+    static const char *const outcome[] = {"", "paid", "kept", "undone"};
+    int verdict = gm_autoshare_judge(&jb->ash, w, cur, out, why, sizeof(why));
+    if (verdict > 0 && verdict <= 3)
+        gm_notice("event=shares-judged job=%s generation=%u step=%ld outcome=%s reason=\"%s\"",
+                  jb->id, jb->gen & 0xffff, p.step, outcome[verdict], why);
+    if (verdict == 3) {
+        memcpy(jb->shares, out, sizeof(int) * (size_t)w);
+        jb->nshares = w;
+        snprintf(jb->shares_reason, sizeof(jb->shares_reason), "%s", why);
+        jobs_reform(j, jb, "shares taken back: the change did not pay");
+        return;
+    }
     /* too slow to help?  Asked before the shares, so that a rank that would cost more than it
      * gives is left out in the first decision instead of after a re-balance (one re-formed
      * group, not two); while that builds up, the shares wait */
