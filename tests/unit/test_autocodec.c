@@ -107,7 +107,7 @@ static void test_resize(void)
     GM_CHECK_OK(gm_gradsync_strategy_from_job(&job, &cur));
     GM_CHECK(cur.overlap && cur.local_steps == 33);
     for (int k = 0; k < 2; k++) {
-        const long total = k == 0 ? 2340 : 100; /* 100: H at most 6 (16 rounds) */
+        const long total = k == 0 ? 2340 : 100; /* 100: H at most 12 (8 rounds) */
         GM_CHECK_OK(gm_autoswitch_new(&job, 0.007, &a));
         gm_autoswitch_group(a, 2, 0);
         gm_autoswitch_fit(a, 0, &fit, 1);

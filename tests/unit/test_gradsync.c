@@ -525,8 +525,8 @@ static void test_auto(void)
 /* auto's DiLoCo over a run of known length (gm_gradsync_diloco_plan, as every rank runs it):
  * the LeNet-5 tunnel rows of bench/seed_table.sh (thousands of steps, H 52-64) run as auto
  * picked them; the 260-step fine-tune, where auto's H of 50-64 left 4 rounds, gets at least
- * GM_GRADSYNC_AUTO_MIN_ROUNDS, and says so; an explicit codec = diloco is the user's, whatever
- * the run's length. */
+ * GM_GRADSYNC_AUTO_MIN_ROUNDS and plain averaging below GM_GRADSYNC_AUTO_NESTEROV_ROUNDS, and
+ * says so; an explicit codec = diloco is the user's, whatever the run's length. */
 static void test_short_run(void)
 {
     struct gm_model *m = lenet();
@@ -566,7 +566,8 @@ static void test_short_run(void)
         job.comm.auto_resolved = false;
     }
     /* resnet18's fine-tune over the same tunnel: a 10.5 s sync of the fp16 model, 0.4 s
-     * steps: H=54 (lag 27 covers it), 4 rounds in the run's 260 steps; cut to 16 */
+     * steps: H=54 (lag 27 covers it), 4 rounds in the run's 260 steps; cut to 32 (8
+     * rounds), with plain averaging for its outer step */
     in.compute_s = 0.40;
     in.sync_s = 10.5;
     GM_CHECK_OK(gm_gradsync_auto_choose(&in, &o));
@@ -576,22 +577,43 @@ static void test_short_run(void)
     GM_CHECK_OK(gm_gradsync_strategy_of(GM_JOB_CODEC_DILOCO, &job, &s));
     gm_gradsync_diloco_plan(&s, 260, &r);
     GM_CHECK_EQ(r.h, 260u / GM_GRADSYNC_AUTO_MIN_ROUNDS);
-    GM_CHECK(r.rounds >= GM_GRADSYNC_AUTO_MIN_ROUNDS);
-    GM_CHECK_NEAR(r.outer_lr, 0.7, 0, 0); /* 16 rounds keep Nesterov's outer step */
-    GM_CHECK_NEAR(r.outer_momentum, 0.9, 0, 0);
-    GM_CHECK(strstr(r.why, "H 54 -> 16: a run of 260 steps syncs at least 16 times") != NULL);
+    GM_CHECK_EQ(r.h, 32u);
+    GM_CHECK_EQ(r.rounds, 8);
+    GM_CHECK_NEAR(r.outer_lr, 1.0, 0, 0);
+    GM_CHECK_NEAR(r.outer_momentum, 0, 0, 0);
+    GM_CHECK_STREQ(r.why, "H 54 -> 32: a run of 260 steps syncs at least 8 times; outer step "
+                          "plain averaging: 8 rounds < 16");
     GM_CHECK_EQ(gm_gradsync_diloco_h(&s, 260), r.h);
-    GM_CHECK_EQ(gm_gradsync_diloco_lag(r.h), 8u);
-    /* the run just long enough for H: unchanged; one step shorter: cut by one */
+    GM_CHECK_EQ(gm_gradsync_diloco_lag(r.h), 16u);
+    /* 16 rounds of H: Nesterov's outer step kept; one step fewer: plain averaging, H kept */
+    gm_gradsync_diloco_plan(&s, 54L * GM_GRADSYNC_AUTO_NESTEROV_ROUNDS, &r);
+    GM_CHECK_EQ(r.h, 54u);
+    GM_CHECK_NEAR(r.outer_lr, 0.7, 0, 0);
+    GM_CHECK_NEAR(r.outer_momentum, 0.9, 0, 0);
+    GM_CHECK_EQ(r.why[0], '\0');
+    gm_gradsync_diloco_plan(&s, 54L * GM_GRADSYNC_AUTO_NESTEROV_ROUNDS - 1, &r);
+    GM_CHECK_EQ(r.h, 54u);
+    GM_CHECK_EQ(r.rounds, (long)GM_GRADSYNC_AUTO_NESTEROV_ROUNDS - 1);
+    GM_CHECK_NEAR(r.outer_momentum, 0, 0, 0);
+    GM_CHECK_STREQ(r.why, "outer step plain averaging: 15 rounds < 16");
+    /* the run just long enough for 8 rounds of H: H kept; one step shorter: cut by one */
     gm_gradsync_diloco_plan(&s, 54L * GM_GRADSYNC_AUTO_MIN_ROUNDS, &r);
     GM_CHECK_EQ(r.h, 54u);
-    GM_CHECK_EQ(r.why[0], '\0');
     gm_gradsync_diloco_plan(&s, 54L * GM_GRADSYNC_AUTO_MIN_ROUNDS - 1, &r);
     GM_CHECK_EQ(r.h, 53u);
+    /* a job that asked for plain averaging itself: nothing to say about it */
+    {
+        struct gm_gradsync_strategy p = s;
+        p.outer_lr = 1.0;
+        p.outer_momentum = 0;
+        gm_gradsync_diloco_plan(&p, 260, &r);
+        GM_CHECK_STREQ(r.why, "H 54 -> 32: a run of 260 steps syncs at least 8 times");
+    }
     /* shorter than the rounds wanted: H=1, a sync every step */
     gm_gradsync_diloco_plan(&s, GM_GRADSYNC_AUTO_MIN_ROUNDS - 1, &r);
     GM_CHECK_EQ(r.h, 1u);
     GM_CHECK_EQ(r.rounds, (long)GM_GRADSYNC_AUTO_MIN_ROUNDS - 1);
+    GM_CHECK(strstr(r.why, "H 54 -> 1: ") != NULL);
     /* the run's length unknown: as picked */
     gm_gradsync_diloco_plan(&s, 0, &r);
     GM_CHECK_EQ(r.h, 54u);
