@@ -64,8 +64,8 @@ def split(paths):
       slowest    of allreduce + after, the part spent waiting for the slowest rank, estimated as
                  this rank's allreduce + after minus the least of any rank of the row (the
                  slowest rank waits least; what it waits is the link's): an estimate
-      diloco     (DiLoCo only) the H and lag this rank ran (event=diloco: after the cap at a
-                 quarter of the run, so possibly below the codec column's; each in turn where
+      diloco     (DiLoCo only) the H and lag this rank ran (event=diloco: after the cut to 8
+                 rounds in the run, so possibly below the codec column's; each in turn where
                  auto re-sized H mid-run), and what its syncs blocked the trainer: syncs,
                  seconds, ms a sync (event=diloco-waits: one a gradsync, summed)
     The evaluation at each epoch's end on rank 0 is in no column: the other ranks wait for it

@@ -55,10 +55,11 @@
 # table fine-tunes on FT_PER_CLASS (840) photos a class of classes 5-9.  The photos' colours
 # and polarity are random, so resnet18 from scratch needs thousands of steps to see shapes in
 # them (PyTorch alike: chance for 300 steps, 45% after 800 at 32 px).  Sized so that the
-# 2-agent rows take 260 steps a rank (5 epochs of 52): auto caps DiLoCo's H at a quarter of the
-# run's steps, and overlapped it picks the smallest H whose lag (H/2 steps) covers one sync of
-# the model (22 MB each way, ~9-11 s at 20 Mbit/s) at ~0.4 s a capped step: H ~ 46-56, which
-# 260 steps leave uncapped (65); shorter runs cap H below that and the lag hides less of a
+# 2-agent rows take 260 steps a rank (5 epochs of 52): overlapped, auto picks the smallest H
+# whose lag (H/2 steps) covers one sync of the model (22 MB each way, ~9-11 s at 20 Mbit/s) at
+# ~0.4 s a capped step: H ~ 46-56; every rank then cuts it to 32 so that the run syncs 8 times,
+# with plain averaging for the outer step (at 4 rounds the accuracy fell apart;
+# docs/BENCHMARKS.md, "A codec for the short fine-tune"): the lag of 16 steps hides 3/5 of a
 # sync.
 # The auto rows run with [comm] overlap = true (OVERLAP=false to compare).  The script stops
 # when the pretraining's held-out accuracy is under PRE_MIN (70) or the 1-agent row's under

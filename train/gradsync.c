@@ -503,18 +503,21 @@ int gm_gradsync_reduce(struct gm_gradsync *g, struct gm_model *m, long step, lon
     case GM_GRADSYNC_KIND_DILOCO:
         if (g->dl == NULL) { /* before the first local step: the shared initial weights */
             struct gm_diloco_config cfg;
+            struct gm_gradsync_diloco_run plan;
             gm_diloco_config_default(&cfg);
-            cfg.h = gm_gradsync_diloco_h(&g->s, total_steps);
+            gm_gradsync_diloco_plan(&g->s, total_steps, &plan);
+            cfg.h = plan.h;
             g->dl_h = cfg.h;
             g->dl_lag = g->s.overlap ? gm_gradsync_diloco_lag(cfg.h) : 0;
-            cfg.outer_lr = (float)g->s.outer_lr;
-            cfg.momentum = (float)g->s.outer_momentum;
+            cfg.outer_lr = (float)plan.outer_lr;
+            cfg.momentum = (float)plan.outer_momentum;
             cfg.codec = g->s.codec;
             cfg.algo = g->s.algo;
             gm_info("event=diloco rank=%d world=%d local_steps=%u outer_lr=%g outer_momentum=%g "
-                    "codec=%s overlap=%d lag=%u start_step=%ld",
+                    "codec=%s overlap=%d lag=%u start_step=%ld rounds=%ld%s%s%s",
                     g->rank, g->world, cfg.h, (double)cfg.outer_lr, (double)cfg.momentum,
-                    gm_codec_name(cfg.codec), g->s.overlap, g->dl_lag, step);
+                    gm_codec_name(cfg.codec), g->s.overlap, g->dl_lag, step, plan.rounds,
+                    plan.why[0] ? " reason=\"" : "", plan.why, plan.why[0] ? "\"" : "");
             err = gm_diloco_new(&cfg, gm_model_params(m), gm_model_num_trainable(m), &g->dl);
             if (err == 0)
                 apply_pending_diloco(g);
@@ -1105,13 +1108,45 @@ void gm_gradsync_islands(const bool *lan, int world, int *groups)
 /* auto's candidates: every codec of GM_JOB_CODECS but AUTO, in the list's order */
 _Static_assert(GM_GRADSYNC_AUTO_NCAND == GM_JOB_CODEC_COUNT - 1, "auto tries every codec");
 
-uint32_t gm_gradsync_diloco_h(const struct gm_gradsync_strategy *s, long total_steps)
+void gm_gradsync_diloco_plan(const struct gm_gradsync_strategy *s, long total_steps,
+                             struct gm_gradsync_diloco_run *out)
 {
     uint32_t h = s->local_steps > 0 ? s->local_steps : 1;
+    size_t len = 0;
 
-    if (s->cap_h && total_steps >= 4 && h > (uint32_t)(total_steps / 4))
-        h = (uint32_t)(total_steps / 4); /* a short run still syncs 4 times */
-    return h;
+    memset(out, 0, sizeof(*out));
+    out->outer_lr = s->outer_lr;
+    out->outer_momentum = s->outer_momentum;
+    if (s->cap_h && total_steps / GM_GRADSYNC_AUTO_MIN_ROUNDS < (long)h) {
+        uint32_t cut = total_steps >= GM_GRADSYNC_AUTO_MIN_ROUNDS
+                           ? (uint32_t)(total_steps / GM_GRADSYNC_AUTO_MIN_ROUNDS)
+                           : 1;
+        if (total_steps > 0 && cut < h) {
+            len += (size_t)snprintf(out->why, sizeof(out->why),
+                                    "H %u -> %u: a run of %ld steps syncs at least %d times", h,
+                                    cut, total_steps, GM_GRADSYNC_AUTO_MIN_ROUNDS);
+            h = cut;
+        }
+    }
+    out->h = h;
+    out->rounds = total_steps > 0 ? total_steps / h : 0;
+    if (s->cap_h && out->rounds > 0 && out->rounds < GM_GRADSYNC_AUTO_NESTEROV_ROUNDS &&
+        (s->outer_lr != 1.0 || s->outer_momentum != 0)) {
+        out->outer_lr = 1.0; /* few outer steps: Nesterov's overshoot is not averaged out */
+        out->outer_momentum = 0;
+        if (len < sizeof(out->why))
+            snprintf(out->why + len, sizeof(out->why) - len,
+                     "%souter step plain averaging: %ld rounds < %d", len > 0 ? "; " : "",
+                     out->rounds, GM_GRADSYNC_AUTO_NESTEROV_ROUNDS);
+    }
+}
+
+uint32_t gm_gradsync_diloco_h(const struct gm_gradsync_strategy *s, long total_steps)
+{
+    struct gm_gradsync_diloco_run r;
+
+    gm_gradsync_diloco_plan(s, total_steps, &r);
+    return r.h;
 }
 
 long gm_gradsync_switch_step(const struct gm_gradsync *g, long step)

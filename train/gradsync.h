@@ -35,10 +35,14 @@
  *    rank measures (in->sync_s, gm_gradsync_diloco_sync_s): on LeNet-5 over a 20 Mbit/s,
  *    51 ms tunnel the links said ~100 ms where syncs took 120-180 ms (TCP windows over the
  *    RTT, TLS, the capped host's own work), and the lag hid half of each.
- *  - auto's DiLoCo H is sized before the run's length is known; every rank caps it to a
- *    quarter of the run's steps when DiLoCo starts (cap_h, the same total_steps everywhere, so
- *    the same H), so that a short run still syncs at least 4 times: a run that never synced
- *    would end on its initial weights.
+ *  - auto's DiLoCo H is sized before the run's length is known; every rank caps it when DiLoCo
+ *    starts (cap_h, gm_gradsync_diloco_plan: the same total_steps everywhere, so the same H and
+ *    outer step) so that the run syncs at least GM_GRADSYNC_AUTO_MIN_ROUNDS times, and runs
+ *    its outer step as plain averaging (lr 1, momentum 0) when it has fewer than
+ *    GM_GRADSYNC_AUTO_NESTEROV_ROUNDS rounds: a fine-tune of 260 steps at H = 64 had 4 rounds
+ *    and ended 8.6 points below synchronous training, its Nesterov step overshooting
+ *    (docs/BENCHMARKS.md, "A codec for the short fine-tune").  The price is a sync that the
+ *    shorter round's lag hides less of: in a short run accuracy is worth more than speed.
  *  - too_slow: even DiLoCo at max_h does not fit, or the predicted speed of world agents is
  *    below one agent's (world * compute / step < 1): the caller warns that the link does not
  *    help.  The pick is then still the cheapest-step candidate.
@@ -138,7 +142,7 @@ struct gm_gradsync_strategy {
     double outer_lr;        /* diloco */
     double outer_momentum;  /* diloco */
     enum gm_job_codec id;   /* which of GM_JOB_CODECS (never AUTO); its name: gm_job_codec_name */
-    bool cap_h;             /* diloco: H at most a quarter of the run's steps (auto's pick) */
+    bool cap_h;             /* diloco: auto's pick, run as gm_gradsync_diloco_plan says */
     bool overlap;           /* diloco: the outer sync runs during the next round ([comm]) */
 };
 
@@ -294,6 +298,16 @@ GM_MUST_CHECK int gm_gradsync_estimate(const struct gm_gradsync_strategy *s,
  * did not in one more (bench/seed_table.sh); past this a slower link gets a step that
  * waits on its sync rather than models that drift apart. */
 #define GM_GRADSYNC_AUTO_MAX_H 64
+/* A run with auto's DiLoCo syncs at least this many times (its H is cut to fit; see the
+ * header comment), and below GM_GRADSYNC_AUTO_NESTEROV_ROUNDS rounds its outer step is plain
+ * averaging.  From the fine-tune simulated over 260 steps (docs/BENCHMARKS.md, "A codec for
+ * the short fine-tune"): at 4 rounds (H=64) Nesterov ended 4.9 points below fp16 every step
+ * and plain averaging 2.7; at 8 (H=32) plain averaging matched fp16 where Nesterov was 4.3
+ * below; 16 (H=16) matched it either way, but its lag hides a third of a sync, not 3/5: two
+ * agents would step slower than one.  LeNet-5's tunnel runs (1404-2340 steps, H 52-64: 21-45
+ * rounds) are above both. */
+#define GM_GRADSYNC_AUTO_MIN_ROUNDS 8
+#define GM_GRADSYNC_AUTO_NESTEROV_ROUNDS 16
 
 /* A link's alpha-beta fit (see the header comment).  Plain value. */
 struct gm_gradsync_ab {
@@ -408,7 +422,20 @@ void gm_gradsync_log_waits(const struct gm_gradsync *g);
  * (up to the cap of 64) the quarter lag reached the target sooner at 20 and at 5 Mbit/s
  * (docs/BENCHMARKS.md, "Overlapped DiLoCo", session 11's pairing). */
 uint32_t gm_gradsync_diloco_lag(uint32_t h);
-/* DiLoCo's H as a rank runs it (cap_h: at most a quarter of total_steps). */
+/* DiLoCo as a rank runs it over a run of total_steps (0 or less: unknown): the strategy's H,
+ * outer lr and momentum, except for auto's pick (cap_h), whose H is cut to total_steps /
+ * GM_GRADSYNC_AUTO_MIN_ROUNDS (at least 1) and whose outer step is plain averaging below
+ * GM_GRADSYNC_AUTO_NESTEROV_ROUNDS rounds (total_steps / H); why says what changed ("" when
+ * nothing did).  Pure: every rank computes the same from the same total_steps. */
+struct gm_gradsync_diloco_run {
+    uint32_t h;
+    double outer_lr, outer_momentum;
+    long rounds; /* total_steps / h; 0 when total_steps is unknown */
+    char why[160];
+};
+void gm_gradsync_diloco_plan(const struct gm_gradsync_strategy *s, long total_steps,
+                             struct gm_gradsync_diloco_run *out);
+/* Its H alone. */
 uint32_t gm_gradsync_diloco_h(const struct gm_gradsync_strategy *s, long total_steps);
 /* The first step >= step at which a rank running g may leave its strategy without losing
  * state that the others hold too: DiLoCo's next round boundary (its sync has run, every rank

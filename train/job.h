@@ -264,7 +264,7 @@ struct gm_job {
         double outer_momentum;
         bool overlap; /* diloco: outer sync overlapped with the next round */
         /* not from the file: codec = auto resolved by a coordinator (agent/jobs/autocodec.h); its
-         * DiLoCo H is then capped to a quarter of the run's steps (train/gradsync.h) */
+         * DiLoCo H is then cut to 8 rounds in the run (gm_gradsync_diloco_plan) */
         bool auto_resolved;
     } comm;
 

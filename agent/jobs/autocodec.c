@@ -272,7 +272,7 @@ int gm_autoswitch_decide(struct gm_autoswitch *a, const struct gm_gradsync_strat
     if (err < 0)
         return err;
     {
-        /* H as the ranks would run it (a quarter of the run at most): a re-sizing that the
+        /* H as the ranks would run it (8 rounds in the run at least): a re-sizing that the
          * cap undoes is none */
         struct gm_gradsync_strategy c = *cur;
         c.cap_h = o.pick.cap_h = true; /* as every member takes a switch (job_codec.c) */

@@ -89,8 +89,8 @@ static void test_resolve(void)
  * the strategies are every codec but auto, in the table's order. */
 /* Re-sizing overlapped DiLoCo's H mid-run (gm_autoswitch_decide): rank 0's measured sync, not
  * the fitted link, sizes it; the new H is announced as a switch past the hysteresis (two
- * decisions on new samples); where the cap at a quarter of the run makes both H equal there is
- * nothing to announce. */
+ * decisions on new samples); where the cap (at least GM_GRADSYNC_AUTO_MIN_ROUNDS rounds in the
+ * run) makes both H equal there is nothing to announce. */
 static void test_resize(void)
 {
     struct gm_job job;
@@ -107,7 +107,7 @@ static void test_resize(void)
     GM_CHECK_OK(gm_gradsync_strategy_from_job(&job, &cur));
     GM_CHECK(cur.overlap && cur.local_steps == 33);
     for (int k = 0; k < 2; k++) {
-        const long total = k == 0 ? 2340 : 100; /* 100: H at most 25 */
+        const long total = k == 0 ? 2340 : 100; /* 100: H at most 12 (8 rounds) */
         GM_CHECK_OK(gm_autoswitch_new(&job, 0.007, &a));
         gm_autoswitch_group(a, 2, 0);
         gm_autoswitch_fit(a, 0, &fit, 1);

@@ -528,6 +528,116 @@ static void test_auto(void)
     gm_model_free(m);
 }
 
+/* auto's DiLoCo over a run of known length (gm_gradsync_diloco_plan, as every rank runs it):
+ * the LeNet-5 tunnel rows of bench/seed_table.sh (thousands of steps, H 52-64) run as auto
+ * picked them; the 260-step fine-tune, where auto's H of 50-64 left 4 rounds, gets at least
+ * GM_GRADSYNC_AUTO_MIN_ROUNDS and plain averaging below GM_GRADSYNC_AUTO_NESTEROV_ROUNDS, and
+ * says so; an explicit codec = diloco is the user's, whatever the run's length. */
+static void test_short_run(void)
+{
+    struct gm_model *m = lenet();
+    struct gm_job job;
+    struct gm_coll_link links[4];
+    struct gm_gradsync_auto_in in = {.m = m, .world = 2, .links = links, .job = &job};
+    struct gm_gradsync_auto_out o;
+    struct gm_gradsync_strategy s;
+    struct gm_gradsync_diloco_run r;
+
+    gm_job_defaults(&job);
+    job.comm.overlap = true;
+    for (int i = 0; i < 4; i++)
+        links[i] = (struct gm_coll_link){.alpha_s = 0.025, .bytes_per_s = 20e6 / 8};
+    /* LeNet-5 over the 20 Mbit/s tunnel: a 180 ms sync, 7 ms steps, H=52; over 5 Mbit/s the
+     * cap, 64.  The table's pair runs 5 epochs of 468 steps (--quick: 3): nothing changes */
+    for (int k = 0; k < 2; k++) {
+        const double sync[2] = {0.180, 0.600};
+        const uint32_t want[2] = {52, GM_GRADSYNC_AUTO_MAX_H};
+        in.compute_s = 0.007;
+        in.sync_s = sync[k];
+        GM_CHECK_OK(gm_gradsync_auto_choose(&in, &o));
+        GM_CHECK_EQ(o.pick.local_steps, want[k]);
+        /* as the ranks get it: the coordinator's codec and H, the job's outer step, capped */
+        job.comm.local_steps = (int)o.pick.local_steps;
+        job.comm.auto_resolved = true;
+        GM_CHECK_OK(gm_gradsync_strategy_of(GM_JOB_CODEC_DILOCO, &job, &s));
+        GM_CHECK(s.cap_h);
+        for (long total = 3 * 468; total <= 5 * 468; total += 2 * 468) {
+            gm_gradsync_diloco_plan(&s, total, &r);
+            GM_CHECK_EQ(r.h, want[k]);
+            GM_CHECK_NEAR(r.outer_lr, 0.7, 0, 0);
+            GM_CHECK_NEAR(r.outer_momentum, 0.9, 0, 0);
+            GM_CHECK_EQ(r.rounds, total / (long)want[k]);
+            GM_CHECK_EQ(r.why[0], '\0');
+        }
+        job.comm.auto_resolved = false;
+    }
+    /* resnet18's fine-tune over the same tunnel: a 10.5 s sync of the fp16 model, 0.4 s
+     * steps: H=54 (lag 27 covers it), 4 rounds in the run's 260 steps; cut to 32 (8
+     * rounds), with plain averaging for its outer step */
+    in.compute_s = 0.40;
+    in.sync_s = 10.5;
+    GM_CHECK_OK(gm_gradsync_auto_choose(&in, &o));
+    GM_CHECK_EQ(o.pick.local_steps, 54u);
+    job.comm.local_steps = 54;
+    job.comm.auto_resolved = true;
+    GM_CHECK_OK(gm_gradsync_strategy_of(GM_JOB_CODEC_DILOCO, &job, &s));
+    gm_gradsync_diloco_plan(&s, 260, &r);
+    GM_CHECK_EQ(r.h, 260u / GM_GRADSYNC_AUTO_MIN_ROUNDS);
+    GM_CHECK_EQ(r.h, 32u);
+    GM_CHECK_EQ(r.rounds, 8);
+    GM_CHECK_NEAR(r.outer_lr, 1.0, 0, 0);
+    GM_CHECK_NEAR(r.outer_momentum, 0, 0, 0);
+    GM_CHECK_STREQ(r.why, "H 54 -> 32: a run of 260 steps syncs at least 8 times; outer step "
+                          "plain averaging: 8 rounds < 16");
+    GM_CHECK_EQ(gm_gradsync_diloco_h(&s, 260), r.h);
+    GM_CHECK_EQ(gm_gradsync_diloco_lag(r.h), 16u);
+    /* 16 rounds of H: Nesterov's outer step kept; one step fewer: plain averaging, H kept */
+    gm_gradsync_diloco_plan(&s, 54L * GM_GRADSYNC_AUTO_NESTEROV_ROUNDS, &r);
+    GM_CHECK_EQ(r.h, 54u);
+    GM_CHECK_NEAR(r.outer_lr, 0.7, 0, 0);
+    GM_CHECK_NEAR(r.outer_momentum, 0.9, 0, 0);
+    GM_CHECK_EQ(r.why[0], '\0');
+    gm_gradsync_diloco_plan(&s, 54L * GM_GRADSYNC_AUTO_NESTEROV_ROUNDS - 1, &r);
+    GM_CHECK_EQ(r.h, 54u);
+    GM_CHECK_EQ(r.rounds, (long)GM_GRADSYNC_AUTO_NESTEROV_ROUNDS - 1);
+    GM_CHECK_NEAR(r.outer_momentum, 0, 0, 0);
+    GM_CHECK_STREQ(r.why, "outer step plain averaging: 15 rounds < 16");
+    /* the run just long enough for 8 rounds of H: H kept; one step shorter: cut by one */
+    gm_gradsync_diloco_plan(&s, 54L * GM_GRADSYNC_AUTO_MIN_ROUNDS, &r);
+    GM_CHECK_EQ(r.h, 54u);
+    gm_gradsync_diloco_plan(&s, 54L * GM_GRADSYNC_AUTO_MIN_ROUNDS - 1, &r);
+    GM_CHECK_EQ(r.h, 53u);
+    /* a job that asked for plain averaging itself: nothing to say about it */
+    {
+        struct gm_gradsync_strategy p = s;
+        p.outer_lr = 1.0;
+        p.outer_momentum = 0;
+        gm_gradsync_diloco_plan(&p, 260, &r);
+        GM_CHECK_STREQ(r.why, "H 54 -> 32: a run of 260 steps syncs at least 8 times");
+    }
+    /* shorter than the rounds wanted: H=1, a sync every step */
+    gm_gradsync_diloco_plan(&s, GM_GRADSYNC_AUTO_MIN_ROUNDS - 1, &r);
+    GM_CHECK_EQ(r.h, 1u);
+    GM_CHECK_EQ(r.rounds, (long)GM_GRADSYNC_AUTO_MIN_ROUNDS - 1);
+    GM_CHECK(strstr(r.why, "H 54 -> 1: ") != NULL);
+    /* the run's length unknown: as picked */
+    gm_gradsync_diloco_plan(&s, 0, &r);
+    GM_CHECK_EQ(r.h, 54u);
+    GM_CHECK_EQ(r.rounds, 0);
+    GM_CHECK_EQ(r.why[0], '\0');
+    /* codec = diloco, local_steps = 64 written by the user: run as written */
+    job.comm.auto_resolved = false;
+    job.comm.local_steps = 64;
+    GM_CHECK_OK(gm_gradsync_strategy_of(GM_JOB_CODEC_DILOCO, &job, &s));
+    GM_CHECK(!s.cap_h);
+    gm_gradsync_diloco_plan(&s, 260, &r);
+    GM_CHECK_EQ(r.h, 64u);
+    GM_CHECK_EQ(r.rounds, 4);
+    GM_CHECK_NEAR(r.outer_momentum, 0.9, 0, 0);
+    GM_CHECK_EQ(r.why[0], '\0');
+    gm_model_free(m);
+}
+
 /* Switching mid-run: the hysteresis of gm_gradsync_switch_decide (a pick must hold on
  * GM_GRADSYNC_SWITCH_CONFIRM decisions in a row, outside the dwell after a group or a switch,
  * and clear the budget by GM_GRADSYNC_SWITCH_HYST either way), the fit as a ring hop, and the
@@ -676,7 +786,7 @@ static void test_switch(void)
     GM_CHECK_EQ(gm_gradsync_diloco_lag(64), 16u);
     diloco.cap_h = true;
     diloco.local_steps = 64;
-    GM_CHECK_EQ(gm_gradsync_diloco_h(&diloco, 100), 25u); /* a quarter of the run */
+    GM_CHECK_EQ(gm_gradsync_diloco_h(&diloco, 100), (uint32_t)(100 / GM_GRADSYNC_AUTO_MIN_ROUNDS));
     gm_model_free(m);
 }
 
@@ -797,6 +907,7 @@ int main(void)
     GM_TEST_RUN(test_ab_fit);
     GM_TEST_RUN(test_auto);
     GM_TEST_RUN(test_switch);
+    GM_TEST_RUN(test_short_run);
     GM_TEST_RUN(test_star);
     GM_TEST_RUN(test_time_compute);
     GM_TEST_RUN(test_islands);
