@@ -547,11 +547,12 @@ static void test_short_run(void)
     job.comm.overlap = true;
     for (int i = 0; i < 4; i++)
         links[i] = (struct gm_coll_link){.alpha_s = 0.025, .bytes_per_s = 20e6 / 8};
-    /* LeNet-5 over the 20 Mbit/s tunnel: a 180 ms sync, 7 ms steps, H=52; over 5 Mbit/s the
-     * cap, 64.  The table's pair runs 5 epochs of 468 steps (--quick: 3): nothing changes */
+    /* LeNet-5 over the 20 Mbit/s tunnel: a 180 ms sync, 7 ms steps; over 5 Mbit/s 600 ms:
+     * H at its cap, 64, both (the quarter-round lag's 16 steps cover 112 ms).  The table's
+     * pair runs 5 epochs of 468 steps (--quick: 3): nothing changes */
     for (int k = 0; k < 2; k++) {
         const double sync[2] = {0.180, 0.600};
-        const uint32_t want[2] = {52, GM_GRADSYNC_AUTO_MAX_H};
+        const uint32_t want[2] = {GM_GRADSYNC_AUTO_MAX_H, GM_GRADSYNC_AUTO_MAX_H};
         in.compute_s = 0.007;
         in.sync_s = sync[k];
         GM_CHECK_OK(gm_gradsync_auto_choose(&in, &o));
@@ -572,12 +573,21 @@ static void test_short_run(void)
         job.comm.auto_resolved = false;
     }
     /* resnet18's fine-tune over the same tunnel: a 10.5 s sync of the fp16 model, 0.4 s
-     * steps: H=54 (lag 27 covers it), 4 rounds in the run's 260 steps; cut to 32 (8
-     * rounds), with plain averaging for its outer step */
+     * steps: H at its cap, 64 (lag 16, 6.4 s), 4 rounds in the run's 260 steps; cut to 32
+     * (8 rounds), with plain averaging for its outer step */
     in.compute_s = 0.40;
     in.sync_s = 10.5;
     GM_CHECK_OK(gm_gradsync_auto_choose(&in, &o));
-    GM_CHECK_EQ(o.pick.local_steps, 54u);
+    GM_CHECK_EQ(o.pick.local_steps, (uint32_t)GM_GRADSYNC_AUTO_MAX_H);
+    job.comm.local_steps = (int)o.pick.local_steps;
+    job.comm.auto_resolved = true;
+    GM_CHECK_OK(gm_gradsync_strategy_of(GM_JOB_CODEC_DILOCO, &job, &s));
+    gm_gradsync_diloco_plan(&s, 260, &r);
+    GM_CHECK_EQ(r.h, 32u);
+    GM_CHECK_STREQ(r.why, "H 64 -> 32: a run of 260 steps syncs at least 8 times; outer step "
+                          "plain averaging: 8 rounds < 16");
+    GM_CHECK_EQ(gm_gradsync_diloco_lag(r.h), 8u);
+    /* the plan's rules, on a pick of H=54 (any H would do) */
     job.comm.local_steps = 54;
     job.comm.auto_resolved = true;
     GM_CHECK_OK(gm_gradsync_strategy_of(GM_JOB_CODEC_DILOCO, &job, &s));
@@ -590,7 +600,6 @@ static void test_short_run(void)
     GM_CHECK_STREQ(r.why, "H 54 -> 32: a run of 260 steps syncs at least 8 times; outer step "
                           "plain averaging: 8 rounds < 16");
     GM_CHECK_EQ(gm_gradsync_diloco_h(&s, 260), r.h);
-    GM_CHECK_EQ(gm_gradsync_diloco_lag(r.h), 16u);
     /* 16 rounds of H: Nesterov's outer step kept; one step fewer: plain averaging, H kept */
     gm_gradsync_diloco_plan(&s, 54L * GM_GRADSYNC_AUTO_NESTEROV_ROUNDS, &r);
     GM_CHECK_EQ(r.h, 54u);
