@@ -392,16 +392,17 @@ void gm_autoshare_forget(struct gm_autoshare *a)
     a->settled_s = 0;
 }
 
-/* "a:b:c" */
-static void shares_text(const int *c, int n, char *buf, size_t cap)
+void gm_autoshare_text(const int *c, int n, char *buf, size_t cap)
 {
     size_t o = 0;
 
     buf[0] = '\0';
     for (int i = 0; i < n && o + 1 < cap; i++) {
         int k = snprintf(buf + o, cap - o, "%s%d", i ? ":" : "", c[i]);
-        if (k < 0 || (size_t)k >= cap - o)
+        if (k < 0 || (size_t)k >= cap - o) {
+            buf[o] = '\0'; /* whole counts only, not a cut one */
             break;
+        }
         o += (size_t)k;
     }
 }
@@ -429,8 +430,8 @@ int gm_autoshare_judge(struct gm_autoshare *a, int world, const int *cur, int *o
         return 0;
     const double gain = a->before_s / now_s;
     char from[GM_JOB_SHARES_MAX * 12], to[GM_JOB_SHARES_MAX * 12];
-    shares_text(a->before, world, from, sizeof(from));
-    shares_text(cur, world, to, sizeof(to));
+    gm_autoshare_text(a->before, world, from, sizeof(from));
+    gm_autoshare_text(cur, world, to, sizeof(to));
     if (gain >= GM_AUTOSHARE_PAID) {
         snprintf(why, cap, "paid: %s -> %s measured %.2f ms a step against %.2f ms (%.2fx)", from,
                  to, now_s * 1e3, a->before_s * 1e3, gain);

@@ -126,6 +126,8 @@ int gm_autoshare_balance(const double *sps, const double *over_s, int world, int
 /* The predicted compute of a step with counts: max_r counts[r] / sps[r] + over_s[r] (seconds;
  * over_s NULL: 0). */
 double gm_autoshare_step_s(const double *sps, const double *over_s, int world, const int *counts);
+/* Shares as text, "a:b:c" (n counts; truncated to cap, always terminated). */
+void gm_autoshare_text(const int *c, int n, char *buf, size_t cap);
 
 #define GM_AUTOSHARE_POINTS 4    /* shares remembered per rank for the fit */
 #define GM_AUTOSHARE_MOVED 0.25  /* busy at the same share moved this much: speed changed */

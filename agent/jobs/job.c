@@ -574,19 +574,6 @@ int jobs_start_rank(struct gm_jobs *j, struct job *jb)
 
 /* --- shares = auto (agent/jobs/autoshare.h) --- */
 
-void jobs_shares_text(const int *c, int n, char *buf, size_t cap)
-{
-    size_t o = 0;
-
-    buf[0] = '\0';
-    for (int i = 0; i < n && o + 1 < cap; i++) {
-        int k = snprintf(buf + o, cap - o, "%s%d", i ? ":" : "", c[i]);
-        if (k < 0 || (size_t)k >= cap - o)
-            break;
-        o += (size_t)k;
-    }
-}
-
 struct gm_autoshare_hist *jobs_shares_hist(struct job *jb, const char *node)
 {
     int freeslot = -1;

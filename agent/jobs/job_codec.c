@@ -444,8 +444,8 @@ void jobs_shares_tick(struct gm_jobs *j, struct job *jb)
     }
     if (gm_autoshare_decide(&jb->ash, sps, over, w, g, cur, p.step, out, why, sizeof(why)) <= 0)
         return;
-    jobs_shares_text(cur, w, from, sizeof(from));
-    jobs_shares_text(out, w, to, sizeof(to));
+    gm_autoshare_text(cur, w, from, sizeof(from));
+    gm_autoshare_text(out, w, to, sizeof(to));
     {
         char sp[GM_JOB_SHARES_MAX * 12];
         size_t o = 0;
@@ -471,7 +471,7 @@ void jobs_shares_tick(struct gm_jobs *j, struct job *jb)
             const struct gm_autoshare_hist *h = jobs_shares_hist(jb, jb->ranks[i]);
             pts[i] = h != NULL ? h->npts : 0;
         }
-        jobs_shares_text(pts, w, np, sizeof(np));
+        gm_autoshare_text(pts, w, np, sizeof(np));
         gm_notice("event=shares-change job=%s generation=%u step=%ld from=%s to=%s "
                   "samples_per_s=%s overhead_ms=%s points=%s reason=\"%s\"",
                   jb->id, jb->gen & 0xffff, p.step, from, to, sp, ov, np, why);

@@ -220,7 +220,6 @@ const char *jobs_state_name(enum jstate st);
  * else none (equal). */
 void jobs_shares_for_group(struct job *jb, char (*old_ranks)[NODE_LEN], size_t old_world);
 /* "72:24" from n sample counts */
-void jobs_shares_text(const int *c, int n, char *buf, size_t cap);
 /* Coordinator, shares = auto: the node's busy-time history, a slot made on first use (one of a
  * node no longer in the group reused when all are taken; NULL when none is free). */
 struct gm_autoshare_hist *jobs_shares_hist(struct job *jb, const char *node);

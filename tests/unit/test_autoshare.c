@@ -729,6 +729,20 @@ static void test_flap(void)
 /* The outcome itself: a change that paid, one that did not (kept, the hysteresis grows), one
  * measured slower (taken back, not judged in turn); a change followed by another kind of
  * group (a rank lost, left out) is not judged; a speed change forgets what the outcomes said. */
+/* a change from BEFORE (whose step measured BEFORE_S) formed its group at STEP; the new
+ * group then runs at STEP_S for the ticks the judge needs */
+static void judged_change(struct gm_autoshare *a, const int *before, double before_s, long step,
+                          double step_s)
+{
+    a->pending = 1;
+    a->before_world = 2;
+    memcpy(a->before, before, 2 * sizeof(*before));
+    a->before_s = before_s;
+    gm_autoshare_group(a, step);
+    for (long t = step + 20; t < step + 20 + 4 * GM_AUTOSHARE_JUDGE_TICKS; t += 4)
+        gm_autoshare_measure(a, t, step_s);
+}
+
 static void test_judge(void)
 {
     struct gm_autoshare a = {0};
@@ -775,15 +789,9 @@ static void test_judge(void)
     GM_CHECK_EQ(a.fails, 0);
 
     /* a change measured no faster, not slower either: kept, the hysteresis grows */
-    a.pending = 1;
-    a.before_world = 2;
-    memcpy(a.before, cur, sizeof(cur));
-    a.before_s = 0.006;
-    gm_autoshare_group(&a, 200);
+    judged_change(&a, cur, 0.006, 200, 0.0061);
     cur[0] = 90;
     cur[1] = 30;
-    for (step = 220; step < 220 + 4 * GM_AUTOSHARE_JUDGE_TICKS; step += 4)
-        gm_autoshare_measure(&a, step, 0.0061);
     GM_CHECK_EQ(gm_autoshare_judge(&a, 2, cur, out, why, sizeof(why)), 2);
     GM_CHECK(strstr(why, "kept") != NULL);
     GM_CHECK_EQ(a.fails, 1);
@@ -793,14 +801,9 @@ static void test_judge(void)
     /* measured slower: taken back to the shares before it */
     back[0] = cur[0];
     back[1] = cur[1];
-    a.pending = 1;
-    memcpy(a.before, back, sizeof(back));
-    a.before_s = 0.0061;
-    gm_autoshare_group(&a, 300);
+    judged_change(&a, back, 0.0061, 300, 0.0080);
     cur[0] = 70;
     cur[1] = 50;
-    for (step = 320; step < 320 + 4 * GM_AUTOSHARE_JUDGE_TICKS; step += 4)
-        gm_autoshare_measure(&a, step, 0.0080);
     GM_CHECK_EQ(gm_autoshare_judge(&a, 2, cur, out, why, sizeof(why)), 3);
     GM_CHECK(out[0] == back[0] && out[1] == back[1]);
     GM_CHECK(strstr(why, "back to 90:30") != NULL);
@@ -947,6 +950,20 @@ static void test_third(void)
     }
 }
 
+/* the shares as the logs print them, and a buffer too small for them */
+static void test_text(void)
+{
+    const int c[3] = {3, 5, 120};
+    char buf[16], small[5];
+
+    gm_autoshare_text(c, 3, buf, sizeof(buf));
+    GM_CHECK_STREQ(buf, "3:5:120");
+    gm_autoshare_text(c, 1, buf, sizeof(buf));
+    GM_CHECK_STREQ(buf, "3");
+    gm_autoshare_text(c, 3, small, sizeof(small)); /* "3:5" fits, ":120" does not */
+    GM_CHECK_STREQ(small, "3:5");
+}
+
 int main(void)
 {
     GM_TEST_RUN(test_balance);
@@ -962,5 +979,6 @@ int main(void)
     GM_TEST_RUN(test_judge);
     GM_TEST_RUN(test_follow);
     GM_TEST_RUN(test_third);
+    GM_TEST_RUN(test_text);
     return gm_test_finish("test_autoshare");
 }
