@@ -163,19 +163,22 @@ enum gm_chief_role gm_chief_role_of(struct gm_agent *a, const char *node)
     return m != NULL ? m->role : GM_CHIEF_ROLE_VOTER;
 }
 
-/* The voters in raft's configuration, and those this node is one of or has an up link to. */
-static void voters_up(struct gm_chief *ch, unsigned *voters, unsigned *up)
+/* The voters in raft's configuration, and those this node is one of or has an up link to (with
+ * heard: an up link that is not quiet, gm_link_is_quiet). */
+static void voters_up(struct gm_chief *ch, bool heard, unsigned *voters, unsigned *up)
 {
     const struct raft_configuration *c = &ch->raft.configuration;
 
     *voters = 0;
     *up = 0;
     for (unsigned i = 0; i < c->n; i++) {
+        struct gm_link *l;
+
         if (c->servers[i].role != RAFT_VOTER)
             continue;
         (*voters)++;
-        *up += c->servers[i].id == ch->raft.id ||
-               gm_agent_up_link(ch->a, c->servers[i].address) != NULL;
+        l = c->servers[i].id == ch->raft.id ? NULL : gm_agent_up_link(ch->a, c->servers[i].address);
+        *up += c->servers[i].id == ch->raft.id || (l != NULL && !(heard && gm_link_is_quiet(l)));
     }
 }
 
@@ -201,7 +204,7 @@ static void no_chief_reason(struct gm_chief *ch, char *out, size_t cap)
                  "to add it");
         return;
     }
-    voters_up(ch, &voters, &up);
+    voters_up(ch, false, &voters, &up);
     if (2 * up <= voters)
         snprintf(out, cap, "no majority: %u of %u voters reachable (%u needed); training pauses",
                  up, voters, voters / 2 + 1);
@@ -225,9 +228,12 @@ int gm_chief_coordinator(struct gm_agent *a, char out[GM_CHIEF_NAME_MAX + 1], ui
     }
     /* Raft's leader that links show cut off from a majority (a silent link closes within
      * seconds, raft's own step-down can come later): no coordinator, so no group of its own
-     * trains in the minority while the majority elects another chief. */
+     * trains in the minority while the majority elects another chief.  A quiet link counts as
+     * cut off here already: cut off from two peers, a coordinator sees one link close a few
+     * milliseconds before the other, and between the two it would form a 1-rank group with
+     * the quiet one left out (agent/jobs/job.c, "Silent ranks") and train alone. */
     if (gm_chief_leads(a->chief)) {
-        voters_up(a->chief, &voters, &up);
+        voters_up(a->chief, true, &voters, &up);
         if (2 * up <= voters) {
             out[0] = '\0';
             snprintf(why, cap,

@@ -863,8 +863,8 @@ bool jobs_is_chief(struct gm_jobs *j, const char *node)
  * the group and re-forms it without the member, as for a crash; when it wakes it redials, is
  * offered the job and enters at a step boundary.  Two things here cover the seconds before
  * that:
- *  - jobs_reform leaves out a rank whose link has brought nothing for QUIET_MS and half its
- *    silence deadline (PINGs go every 500 ms both ways: a live peer is never that quiet), so
+ *  - jobs_reform leaves out a rank whose link is quiet (gm_link_is_quiet: nothing for
+ *    GM_LINK_QUIET_MS and half its silence deadline; a live peer is never that quiet), so
  *    a chief elected because the old one froze does not take the job over with the frozen
  *    node in its group; timer_cb puts such a member back (a new group) once its link is
  *    lively again.
@@ -875,12 +875,7 @@ bool jobs_is_chief(struct gm_jobs *j, const char *node)
  */
 bool jobs_quiet(struct gm_jobs *j, const char *node)
 {
-    struct gm_link *l = j->env.link_to(j->env.agent, node);
-
-    unsigned q = l != NULL ? gm_link_quiet_ms(l) : 0;
-
-    /* half the link's own deadline: a tunnel's PONG may wait behind its bulk for a while */
-    return q > QUIET_MS && q > gm_link_silence_ms(l) / 2;
+    return gm_link_is_quiet(j->env.link_to(j->env.agent, node));
 }
 
 bool jobs_stalled(struct gm_jobs *j)

@@ -53,7 +53,6 @@
 #define MESH_TIMEOUT_MS 60000 /* a member waits this long for links to the other ranks */
 #define TICK_MS 200
 /* Silent ranks and a stalled coordinator (job.c, "Silent ranks"): */
-#define QUIET_MS 1200      /* a rank whose link brought nothing for this long is left out */
 #define STALL_MS 1500      /* the room's tick this late: this process did not run */
 #define STALL_HOLD_MS 3000 /* after a stall, form no group for this long */
 #define NODE_LEN (GM_ID_NAME_MAX + 1)

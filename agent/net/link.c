@@ -214,6 +214,13 @@ unsigned gm_link_silence_ms(const struct gm_link *l)
     return t;
 }
 
+bool gm_link_is_quiet(const struct gm_link *l)
+{
+    unsigned q = l != NULL ? gm_link_quiet_ms(l) : 0;
+
+    return q > GM_LINK_QUIET_MS && q > gm_link_silence_ms(l) / 2;
+}
+
 int gm_link_skew_ms(const struct gm_link *l, double *skew)
 {
     *skew = l->skew_ms;

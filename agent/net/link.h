@@ -41,6 +41,7 @@
 #ifndef GM_AGENT_NET_LINK_H
 #define GM_AGENT_NET_LINK_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -159,6 +160,12 @@ unsigned gm_link_quiet_ms(const struct gm_link *l);
  * one in force. */
 void gm_link_set_silence_ms(struct gm_link *l, unsigned ms);
 unsigned gm_link_silence_ms(const struct gm_link *l);
+/* Whether the peer has been quiet for longer than a live one ever is: GM_LINK_QUIET_MS and half
+ * the silence deadline (PINGs go every 500 ms both ways; a tunnel's PONG may wait behind its
+ * bulk for a while).  Such a link is still up, but doubtful: its deadline closes it within
+ * seconds unless bytes come.  NULL: false. */
+#define GM_LINK_QUIET_MS 1200
+bool gm_link_is_quiet(const struct gm_link *l);
 /* Peer's wall clock minus ours, from the last PONG; 0 when none came yet. */
 int gm_link_skew_ms(const struct gm_link *l, double *skew);
 /* The TCP socket (for getsockname / path MTU), -1 before connect. */
