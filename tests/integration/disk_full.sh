@@ -127,7 +127,7 @@ pass "beta says its disk is full: event, status --json, status, metrics"
 # again of a later listing.
 #   beta_refused running: the job's entries name beta in not_held, "No space left on device",
 #     and the checkpoint of that refusal (its step) is listed, held by alpha alone;
-#   beta_refused done STEP: the job ended at STEP: the newest checkpoint is that one, committed,
+#   beta_refused ended STEP: the job ended at STEP: the newest checkpoint is that one, committed,
 #     beta's last answer was its refusal of it, and its holders are alpha alone.
 # The last listing stays in $WORK/ckpt-list.json, what it lacked (and the listing in short) in
 # $WORK/ckpt-list.why.
@@ -137,8 +137,8 @@ import json, sys
 key, mode = sys.argv[1], sys.argv[2]
 items = [i for i in json.load(sys.stdin) if i["job_key"] == key]
 def no(why):
-    print("%s; listing: %s, not_held %s" % (why, [(i["step"], i["state"], i["holders"]) for i in items],
-                                           items[0]["not_held"] if items else None))
+    short = [(i["step"], i["state"], i["holders"]) for i in items]
+    print("%s; listing: %s, not_held %s" % (why, short, items[0]["not_held"] if items else None))
     sys.exit(1)
 if not items:
     no("no checkpoint of job %s listed" % key)
@@ -147,7 +147,7 @@ refused = [r for r in items[0]["not_held"] if r["node"] == "beta"]
 if len(refused) != 1 or refused[0]["error"] != "No space left on device":
     no("not_held does not name beta once with ENOSPC: %s" % items[0]["not_held"])
 step = refused[0]["step"]
-if mode == "done":
+if mode == "ended":
     last = int(sys.argv[3])
     newest = max(items, key=lambda i: i["step"])
     if newest["step"] != last or newest["state"] != "ok":
@@ -173,7 +173,7 @@ for i in $(seq 300); do beta_refused running && { ok=1; break; }; sleep 0.2; don
     fail "alpha's checkpoint list does not say beta holds none: $(cat "$WORK/ckpt-list.why")"
 "$GM" checkpoint list --config "$WORK/alpha.conf" | grep -q "^member beta holds no copy: .*: No space left on device$" ||
     fail "alpha's checkpoint list (text) does not say beta holds none"
-pass "alpha knows beta holds no copy (checkpoint list --json not_held; the refused one held by alpha alone)"
+pass "alpha knows beta holds no copy (checkpoint list --json not_held; the refused one: alpha's alone)"
 
 wait $SUBMIT
 rc=$?
@@ -192,7 +192,7 @@ pass "the job completed on both ranks (same final parameters); beta stayed in it
 # the job is over: its final checkpoint is the newest for good, and beta's answer to it comes
 LAST=$(step_of alpha "$ID") || fail "alpha does not list job $ID"
 ok=0
-for i in $(seq 300); do beta_refused done "$LAST" && { ok=1; break; }; sleep 0.2; done
+for i in $(seq 300); do beta_refused ended "$LAST" && { ok=1; break; }; sleep 0.2; done
 [ $ok = 1 ] ||
     fail "alpha's checkpoint list after the job: $(cat "$WORK/ckpt-list.why")"
 pass "alpha's final checkpoint (step $LAST) is held by alpha alone; beta's refusal of it is listed"
