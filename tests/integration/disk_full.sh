@@ -19,8 +19,9 @@
 #       - the link stays up: no protocol error on either side, beta is never dropped (the job
 #         keeps its first group: one event=job-group on alpha);
 #       - alpha knows beta holds none: `checkpoint list` (and --json's not_held) names beta
-#         with "No space left on device", and beta is no holder of the newest;
-#       - the job completes on both, with the same final parameters;
+#         with "No space left on device", and beta is no holder of the checkpoint it refused;
+#       - the job completes on both, with the same final parameters; then the newest
+#         checkpoint is the final one, refused by beta, held by alpha alone;
 #  3. alpha's own checkpoint directory on a 16 MiB tmpfs, filled once alpha wrote a checkpoint
 #     of a second job: alpha says so (event=disk-full what=checkpoint, status), and the job
 #     goes on to its end.
@@ -119,21 +120,60 @@ n=$(sed -n 's/^gradmesh_disk_full_total //p' <<<"$metrics")
 [ "${n:-0}" -ge 1 ] || fail "gradmesh_disk_full_total is ${n:-absent}"
 pass "beta says its disk is full: event, status --json, status, metrics"
 
-# not_held_by_beta: alpha's `checkpoint list --json` says, for the job's checkpoints, that beta's
-# last answer was "No space left on device", and beta is no holder of the newest
-not_held_by_beta() {
-    "$GM" checkpoint list --json --config "$WORK/alpha.conf" 2>/dev/null | python3 -c '
+# alpha's `checkpoint list --json` is a picture of a job that goes on: its newest file may be one
+# being written (state "uncommitted") or one committed a moment before the agent hands it on,
+# and no node holds either yet (holders null). So the listing is not asked about "the newest"
+# while the job runs, and each condition is polled until one listing meets it, never asked
+# again of a later listing.
+#   beta_refused running: the job's entries name beta in not_held, "No space left on device",
+#     and the checkpoint of that refusal (its step) is listed, held by alpha alone;
+#   beta_refused ended STEP: the job ended at STEP: the newest checkpoint is that one, committed,
+#     beta's last answer was its refusal of it, and its holders are alpha alone.
+# The last listing stays in $WORK/ckpt-list.json, what it lacked (and the listing in short) in
+# $WORK/ckpt-list.why.
+KEY=$(job_key "$WORK/job.ini")
+REFUSED_PY=$(cat <<'PY'
 import json, sys
-items = json.load(sys.stdin)
-new = max(items, key=lambda i: i["step"])
-sys.exit(0 if "beta" not in new["holders"] and any(
-    r["node"] == "beta" and r["error"] == "No space left on device" for r in new["not_held"]) else 1)'
+key, mode = sys.argv[1], sys.argv[2]
+items = [i for i in json.load(sys.stdin) if i["job_key"] == key]
+def no(why):
+    short = [(i["step"], i["state"], i["holders"]) for i in items]
+    print("%s; listing: %s, not_held %s" % (why, short, items[0]["not_held"] if items else None))
+    sys.exit(1)
+if not items:
+    no("no checkpoint of job %s listed" % key)
+# not_held is the key's: the same on each of its entries
+refused = [r for r in items[0]["not_held"] if r["node"] == "beta"]
+if len(refused) != 1 or refused[0]["error"] != "No space left on device":
+    no("not_held does not name beta once with ENOSPC: %s" % items[0]["not_held"])
+step = refused[0]["step"]
+if mode == "ended":
+    last = int(sys.argv[3])
+    newest = max(items, key=lambda i: i["step"])
+    if newest["step"] != last or newest["state"] != "ok":
+        no("the newest is step %d (%s), want the final step %d, ok" %
+           (newest["step"], newest["state"], last))
+    if step != last:
+        no("beta's last refusal is of step %d, not of the final step %d" % (step, last))
+it = [i for i in items if i["step"] == step]
+if not it:
+    no("step %d (beta's last refusal) is not listed" % step)
+if it[0]["holders"] != ["alpha"]:
+    no("step %d, refused by beta: holders %s, want [alpha]" % (step, it[0]["holders"]))
+PY
+)
+beta_refused() {
+    "$GM" checkpoint list --json --config "$WORK/alpha.conf" >"$WORK/ckpt-list.json" \
+        2>"$WORK/ckpt-list.why" &&
+        python3 -c "$REFUSED_PY" "$KEY" "$@" <"$WORK/ckpt-list.json" >"$WORK/ckpt-list.why" 2>&1
 }
-for i in $(seq 300); do not_held_by_beta && break; sleep 0.2; done
-not_held_by_beta || fail "alpha's checkpoint list does not say beta holds none: $("$GM" checkpoint list --config "$WORK/alpha.conf")"
+ok=0
+for i in $(seq 300); do beta_refused running && { ok=1; break; }; sleep 0.2; done
+[ $ok = 1 ] ||
+    fail "alpha's checkpoint list does not say beta holds none: $(cat "$WORK/ckpt-list.why")"
 "$GM" checkpoint list --config "$WORK/alpha.conf" | grep -q "^member beta holds no copy: .*: No space left on device$" ||
     fail "alpha's checkpoint list (text) does not say beta holds none"
-pass "alpha knows beta holds no copy (checkpoint list --json not_held)"
+pass "alpha knows beta holds no copy (checkpoint list --json not_held; the refused one: alpha's alone)"
 
 wait $SUBMIT
 rc=$?
@@ -149,6 +189,13 @@ ha=$(final_hash alpha "$ID"); hb=$(final_hash beta "$ID")
 [ -n "$ha" ] && [ "$ha" = "$hb" ] || fail "final parameters: alpha ${ha:-none}, beta ${hb:-none}"
 n=$(grep -c "event=disk-full" "$WORK/beta.log")
 pass "the job completed on both ranks (same final parameters); beta stayed in its group through $n refused replicas"
+# the job is over: its final checkpoint is the newest for good, and beta's answer to it comes
+LAST=$(step_of alpha "$ID") || fail "alpha does not list job $ID"
+ok=0
+for i in $(seq 300); do beta_refused ended "$LAST" && { ok=1; break; }; sleep 0.2; done
+[ $ok = 1 ] ||
+    fail "alpha's checkpoint list after the job: $(cat "$WORK/ckpt-list.why")"
+pass "alpha's final checkpoint (step $LAST) is held by alpha alone; beta's refusal of it is listed"
 
 # --- 3. the coordinator's own disk fills -------------------------------------------------------
 rm -f "$MNT"/filler.*

@@ -18,7 +18,14 @@ cleanup() {
 }
 trap cleanup EXIT
 
-fail() { echo "FAIL: $*"; for f in "$WORK"/*.log; do [ -e "$f" ] && { echo "--- $f"; tail -n 40 "$f"; }; done; exit 1; }
+# fail MSG: says MSG, the tail of every log, and MSG again as the very last line (CI shows only
+# the last lines of a failed test's output).
+fail() {
+    echo "FAIL: $*"
+    for f in "$WORK"/*.log; do [ -e "$f" ] && { echo "--- $f"; tail -n 40 "$f"; }; done
+    echo "FAIL: $*"
+    exit 1
+}
 pass() { echo "ok: $*"; }
 
 # free_port: a port the kernel just gave us (closed again).
