@@ -4,6 +4,7 @@
  * shared helpers: agent/jobs/job_int.h.  Loop thread only.
  */
 #include "agent/jobs/job_int.h"
+#include "train/gradsync.h"
 
 json_t *gm_jobs_ctl_submit(struct gm_jobs *j, json_t *req)
 {
@@ -74,10 +75,17 @@ static json_t *job_json(struct gm_jobs *j, struct job *jb)
     json_object_set_new(o, "codec_auto", json_boolean(jb->codec_auto));
     json_object_set_new(o, "codec_reason",
                         jb->codec_reason[0] ? json_string(jb->codec_reason) : json_null());
-    json_object_set_new(o, "local_steps",
-                        jb->job.comm.codec == GM_JOB_CODEC_DILOCO
-                            ? json_integer(jb->job.comm.local_steps)
-                            : json_null());
+    /* DiLoCo's H as the ranks run it: auto's pick cut to the run's rounds (the same pure
+     * gm_gradsync_diloco_plan every rank applies to the same total steps) */
+    if (jb->job.comm.codec == GM_JOB_CODEC_DILOCO) {
+        struct gm_gradsync_strategy s;
+        long h = jb->job.comm.local_steps;
+        if (p.total_steps > 0 && gm_gradsync_strategy_of(GM_JOB_CODEC_DILOCO, &jb->job, &s) == 0)
+            h = gm_gradsync_diloco_h(&s, p.total_steps);
+        json_object_set_new(o, "local_steps", json_integer(h));
+    } else {
+        json_object_set_new(o, "local_steps", json_null());
+    }
     json_object_set_new(o, "paused_reason", paused != NULL ? json_string(paused) : json_null());
     /* each rank's part of the global batch ([job] shares) and its compute speed (samples per
      * second of compute: the coordinator knows every rank's with shares = auto, a member its
