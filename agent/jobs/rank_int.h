@@ -24,6 +24,7 @@
 
 #include <uv.h>
 
+#include "agent/jobs/autoshare.h"
 #include "agent/jobs/rank.h"
 #include "agent/service/metrics.h"
 #include "train/gradsync.h"
@@ -108,7 +109,9 @@ struct gm_rank {
     int submit_err;
     uint32_t synced_gen;
     struct gm_gradsync *gs; /* owned */
-    int group_steps;        /* steps taken in the current group */
+    struct gm_autoshare_avg avg; /* this group's step averages: prog.step_s and the rest */
+    double after_s;              /* the last after_step hook's time (DiLoCo: its sync wait) */
+    bool after_synced;           /* and whether it waited for an outer sync */
     int trainer_sched_fd;   /* this thread's /proc/.../schedstat (-1: none) */
     uint64_t wait_delay_ns; /* its and the loop's run delay inside collective waits since the
                              * last step (rank.c wait_done) */
