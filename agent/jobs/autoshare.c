@@ -71,7 +71,18 @@ void gm_autoshare_avg_step(struct gm_autoshare_avg *a, const struct gm_autoshare
     o->coll_s = (1 - x) * o->coll_s + x * a->rcoll_s / n;
     o->stall_s = (1 - x) * o->stall_s + x * a->rstall_s / n;
     o->samples = s->samples;
+    a->folds++;
     round_clear(a);
+}
+
+int gm_autoshare_new_round(struct gm_autoshare *a, int rounds, int folds)
+{
+    if (!rounds)
+        return 1;
+    if (folds == a->round_seen)
+        return 0;
+    a->round_seen = folds;
+    return 1;
 }
 
 int gm_autoshare_speeds(const struct gm_autoshare_obs *obs, int world, double *sps)
@@ -396,6 +407,7 @@ void gm_autoshare_group(struct gm_autoshare *a, long step)
     a->spare_confirm = 0;
     a->quiet_until = step + (a->groups == 0 ? GM_AUTOSHARE_DWELL_FIRST : GM_AUTOSHARE_DWELL);
     a->groups++;
+    a->round_seen = 0; /* the new group's ranks count their rounds afresh */
     a->nreads = 0; /* the new group's step is its own */
     a->settled_s = 0;
     /* this group is the outcome of the change decided last, if one was (and it was measured):

@@ -6,7 +6,8 @@
  * decision out.
  *
  * The measure (gm_autoshare_speeds): each rank's speed in samples per second of its busy time,
- * from its last steps (averaged x0.9, the trainer's step timing that codec = auto reads too):
+ * from its last steps (averaged x0.9, the trainer's step timing that codec = auto reads too;
+ * under DiLoCo by rounds, its outer sync's wait as the collective: gm_autoshare_avg below):
  * its samples per step, a step's wall time T_r (compute, collective, optimizer) and the part
  * C_r of it in the collective.  The ranks step in lockstep, so a rank that waits for a slower
  * one waits inside its collective; the rank that waits least, min C, is the one everybody
@@ -83,6 +84,12 @@
  * gm_autoshare_speeds), so its model is busy(n) = f_r (n c + K): samples per second
  * 1 / (f_r c) and overhead f_r K.  A machine at a fifth of the speed pays its part of the
  * collective five times as slowly, which is what makes a small share cost more than it saves.
+ * Under DiLoCo (the rounds' averages, gm_autoshare_plan_for with rounds): c and K as above,
+ * K now the sync's cost per step (the least wait at a sync, per step of the round); a rank's
+ * slowness is its inner steps' alone, f_r = (busy_r - K) / (n_r c), and its overhead K itself,
+ * not f_r K: the ranks meet once a round, the slowest's H inner steps pace it, and the sync is
+ * paid once, at the link's pace (a tunnel), not at the rank's; scaled, a half-capped rank at
+ * its balanced share read 1.73x instead of 2x (test_autoshare test_diloco).
  * The same model gives the shares of a rank measured at one share only (the job room's
  * jobs_shares_models), instead of the proportional rule.  Per-step work outside the collective
  * (the optimizer, starting a step) is folded into c at the reference's share: at equal shares
@@ -129,7 +136,8 @@ struct gm_autoshare_obs {
  * (GM_AUTOSHARE_ROUND_NEW the newest's weight).  The first sync of a group (or since the codec
  * changed) closes a partial round, with the ranks' start skew in it: left out.  Read so, the
  * rank that waits least is again the slowest (the others wait for its H inner steps), its wait
- * the sync's own cost per step, and the rule below holds as for a collective per step. */
+ * the sync's own cost per step, and the rule below holds as for a collective per step (one
+ * decision tick a round: gm_autoshare_new_round). */
 #define GM_AUTOSHARE_WARM 2         /* a group's first steps, left out of the averages */
 #define GM_AUTOSHARE_ROUND_NEW 0.5  /* DiLoCo: a round's weight in the averages */
 
@@ -148,6 +156,7 @@ struct gm_autoshare_avg {
     int steps;                   /* counted steps since the group formed */
     int rounds;                  /* the shape being averaged: 1 DiLoCo's */
     int syncs;                   /* DiLoCo: syncs seen since the group or the codec changed */
+    int folds;                   /* DiLoCo: rounds averaged in since the group formed */
     int rsteps;                  /* DiLoCo: the round so far, summed */
     double rstep_s, rcoll_s, rstall_s;
 };
@@ -234,7 +243,14 @@ struct gm_autoshare {
     } tried[GM_AUTOSHARE_TRIED]; /* shares that did not pay, newest last (same world) */
     int tried_world;
     int rounds; /* the group's steps are DiLoCo's (its rank 0's averages): the plan's shape */
+    int round_seen; /* DiLoCo: rank 0's rounds averaged in when last asked (gm_autoshare_new_round) */
 };
+
+/* Whether a decision tick counts: always with per-step averages; under DiLoCo only when rank 0
+ * has averaged in a round since the last tick that counted (folds: its gm_autoshare_avg's),
+ * since its readings change once a round and GM_AUTOSHARE_CONFIRM ticks of one round confirm
+ * nothing (a change or a spare then holds on that many rounds in a row).  Returns 1 or 0. */
+int gm_autoshare_new_round(struct gm_autoshare *a, int rounds, int folds);
 
 /* A group formed at step: the count restarts, and no decision for GM_AUTOSHARE_DWELL steps
  * (GM_AUTOSHARE_DWELL_FIRST for the job's first group: it runs equal shares, at the slowest

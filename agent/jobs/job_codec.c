@@ -431,6 +431,9 @@ void jobs_shares_tick(struct gm_jobs *j, struct job *jb)
         jobs_reform(j, jb, "shares taken back: the change did not pay");
         return;
     }
+    /* DiLoCo: one decision a round (its readings change once a round) */
+    if (!gm_autoshare_new_round(&jb->ash, p.rounds, p.round_folds))
+        return;
     /* too slow to help?  Asked before the shares, so that a rank that would cost more than it
      * gives is left out in the first decision instead of after a re-balance (one re-formed
      * group, not two); while that builds up, the shares wait */

@@ -520,6 +520,7 @@ static void hook_step(void *ctx, const struct gm_train_step_info *si)
         rk->prog.stall_s = rk->avg.obs.stall_s;
         rk->prog.share = rk->avg.obs.samples;
         rk->prog.rounds = rk->avg.rounds;
+        rk->prog.round_folds = rk->avg.folds;
     }
     rk->mjob.collective_s = si->collective_s;
     rk->mjob.optimizer_s = si->optimizer_s;

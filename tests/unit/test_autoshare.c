@@ -1013,6 +1013,19 @@ static void test_avg_steps(void)
     gm_autoshare_avg_switch(&a);
     gm_autoshare_avg_step(&a, &ds);
     GM_CHECK_NEAR(a.obs.step_s, kept, 0, 0);
+    GM_CHECK_EQ(a.folds, 2);
+    /* the coordinator's decisions under DiLoCo: one a round of rank 0's; per step, every tick */
+    struct gm_autoshare as = {0};
+    gm_autoshare_group(&as, 0);
+    GM_CHECK_EQ(gm_autoshare_new_round(&as, 0, 0), 1);
+    GM_CHECK_EQ(gm_autoshare_new_round(&as, 0, 0), 1);
+    GM_CHECK_EQ(gm_autoshare_new_round(&as, 1, 0), 0); /* no round yet */
+    GM_CHECK_EQ(gm_autoshare_new_round(&as, 1, 1), 1);
+    GM_CHECK_EQ(gm_autoshare_new_round(&as, 1, 1), 0);
+    GM_CHECK_EQ(gm_autoshare_new_round(&as, 1, 2), 1);
+    gm_autoshare_group(&as, 100); /* a new group counts from 0 again */
+    GM_CHECK_EQ(gm_autoshare_new_round(&as, 1, 0), 0);
+    GM_CHECK_EQ(gm_autoshare_new_round(&as, 1, 1), 1);
     /* and back to a per-step codec: those averages start again */
     const struct gm_autoshare_step f = {64, 0.012, 0.003, 0, 0, 0};
     gm_autoshare_avg_step(&a, &f);
