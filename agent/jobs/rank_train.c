@@ -107,6 +107,7 @@ static int hook_resync(void *ctx, struct gm_train_state *st)
     rk->prog.sync_s = 0; /* another group: other links */
     gm_autoshare_avg_start(&rk->avg);
     rk->prog.share = 0;
+    rk->prog.rounds = rk->prog.round_folds = 0;
     rk->strat.algo = rk->group_hier ? GM_COLL_HIER : GM_COLL_RING; /* the gradsync made below */
     rk->sw.pending = false; /* an announced switch belonged to the group before */
     rk->at_step = -1;
