@@ -48,10 +48,9 @@ void gm_autoshare_avg_step(struct gm_autoshare_avg *a, const struct gm_autoshare
         return;
     if (!a->rounds) { /* a collective every step: each step averaged in (x0.9) */
         o->step_s = o->step_s > 0 ? 0.9 * o->step_s + 0.1 * s->step_s : s->step_s;
-        o->coll_s = o->step_s > 0 && o->samples > 0 ? 0.9 * o->coll_s + 0.1 * s->coll_s
-                                                    : s->coll_s;
-        o->stall_s = o->step_s > 0 && o->samples > 0 ? 0.9 * o->stall_s + 0.1 * s->stall_s
-                                                     : s->stall_s;
+        o->coll_s = o->step_s > 0 && o->samples > 0 ? 0.9 * o->coll_s + 0.1 * s->coll_s : s->coll_s;
+        o->stall_s =
+            o->step_s > 0 && o->samples > 0 ? 0.9 * o->stall_s + 0.1 * s->stall_s : s->stall_s;
         o->samples = s->samples;
         return;
     }
@@ -408,7 +407,7 @@ void gm_autoshare_group(struct gm_autoshare *a, long step)
     a->quiet_until = step + (a->groups == 0 ? GM_AUTOSHARE_DWELL_FIRST : GM_AUTOSHARE_DWELL);
     a->groups++;
     a->round_seen = 0; /* the new group's ranks count their rounds afresh */
-    a->nreads = 0; /* the new group's step is its own */
+    a->nreads = 0;     /* the new group's step is its own */
     a->settled_s = 0;
     /* this group is the outcome of the change decided last, if one was (and it was measured):
      * any other new group (a rank lost or left out, a codec) has nothing to be judged against */

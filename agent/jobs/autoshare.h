@@ -138,8 +138,8 @@ struct gm_autoshare_obs {
  * rank that waits least is again the slowest (the others wait for its H inner steps), its wait
  * the sync's own cost per step, and the rule below holds as for a collective per step (one
  * decision tick a round: gm_autoshare_new_round). */
-#define GM_AUTOSHARE_WARM 2         /* a group's first steps, left out of the averages */
-#define GM_AUTOSHARE_ROUND_NEW 0.5  /* DiLoCo: a round's weight in the averages */
+#define GM_AUTOSHARE_WARM 2        /* a group's first steps, left out of the averages */
+#define GM_AUTOSHARE_ROUND_NEW 0.5 /* DiLoCo: a round's weight in the averages */
 
 /* One step of a rank, as its trainer took it. */
 struct gm_autoshare_step {
@@ -242,8 +242,8 @@ struct gm_autoshare {
         double step_s; /* what they measured */
     } tried[GM_AUTOSHARE_TRIED]; /* shares that did not pay, newest last (same world) */
     int tried_world;
-    int rounds; /* the group's steps are DiLoCo's (its rank 0's averages): the plan's shape */
-    int round_seen; /* DiLoCo: rank 0's rounds averaged in when last asked (gm_autoshare_new_round) */
+    int rounds;     /* the group's steps are DiLoCo's (rank 0's averages): the plan's shape */
+    int round_seen; /* DiLoCo: rank 0's rounds averaged in when last asked */
 };
 
 /* Whether a decision tick counts: always with per-step averages; under DiLoCo only when rank 0

@@ -968,8 +968,11 @@ static void test_avg_steps(void)
 
     gm_autoshare_avg_start(&a);
     for (int i = 0; i < 12; i++) {
-        const struct gm_autoshare_step s = {64, 0.010 + 0.001 * i, 0.002 + 0.0005 * i,
-                                            0.0001 * i, 0, i % 3 == 0};
+        const struct gm_autoshare_step s = {.samples = 64,
+                                            .step_s = 0.010 + 0.001 * i,
+                                            .coll_s = 0.002 + 0.0005 * i,
+                                            .stall_s = 0.0001 * i,
+                                            .synced = i % 3 == 0};
         gm_autoshare_avg_step(&a, &s);
         gm_autoshare_avg_step(&a, &none); /* not counted */
         if (i < GM_AUTOSHARE_WARM) {
@@ -1094,8 +1097,11 @@ static void dl_run(const struct dl_sim *sm, const double *v, const int *n, long 
             synced = true;
         }
         for (int r = 0; r < 3; r++) {
-            const struct gm_autoshare_step s = {n[r], d[r] + wait[r], sm->rounds ? wait[r] : 0,
-                                                0, sm->rounds, sm->rounds && synced};
+            const struct gm_autoshare_step s = {.samples = n[r],
+                                                .step_s = d[r] + wait[r],
+                                                .coll_s = sm->rounds ? wait[r] : 0,
+                                                .rounds = sm->rounds,
+                                                .synced = sm->rounds && synced};
             gm_autoshare_avg_step(&avg[r], &s);
             if (i == read_at[r])
                 obs[r] = avg[r].obs;
@@ -1128,7 +1134,8 @@ static void test_diloco(void)
     /* before: the bad reading, equal caps */
     dl_run(&sm, v1, eq, 10 * h, read_at, o);
     GM_CHECK_EQ(gm_autoshare_plan(o, 3, &pl), 0);
-    GM_CHECK_NEAR(pl.coll_s, 0, 0, 0); /* "the collective costs 0.00 ms" */
+    /* "the collective costs 0.00 ms" */
+    GM_CHECK_NEAR(pl.coll_s, 0, 0, 0);
     GM_CHECK(pl.slow[1] > 1.5 && pl.slow[2] > 2); /* 1.9x, 2.6x */
     gm_autoshare_balance(pl.sps, pl.over_s, 3, g, c);
     GM_CHECK(c[0] > 90); /* equal hosts, unequal shares */
@@ -1136,8 +1143,8 @@ static void test_diloco(void)
     gm_autoshare_group(&a, 0);
     int changed = 0;
     for (int k = 0; k < 2 * GM_AUTOSHARE_CONFIRM && !changed; k++)
-        changed = gm_autoshare_decide(&a, pl.sps, pl.over_s, 3, g, eq,
-                                      GM_AUTOSHARE_DWELL_FIRST + k, out, why, sizeof(why));
+        changed = gm_autoshare_decide(&a, pl.sps, pl.over_s, 3, g, eq, GM_AUTOSHARE_DWELL_FIRST + k,
+                                      out, why, sizeof(why));
     GM_CHECK_EQ(changed, 1);
 
     for (int ov = 0; ov < 2; ov++) {
