@@ -16,6 +16,74 @@ static double coll_net(const struct gm_autoshare_obs *o)
     return o->coll_s > s ? o->coll_s - s : 0;
 }
 
+void gm_autoshare_avg_start(struct gm_autoshare_avg *a)
+{
+    memset(a, 0, sizeof(*a));
+}
+
+static void round_clear(struct gm_autoshare_avg *a)
+{
+    a->rsteps = 0;
+    a->rstep_s = a->rcoll_s = a->rstall_s = 0;
+}
+
+void gm_autoshare_avg_switch(struct gm_autoshare_avg *a)
+{
+    a->syncs = 0;
+    round_clear(a);
+}
+
+void gm_autoshare_avg_step(struct gm_autoshare_avg *a, const struct gm_autoshare_step *s)
+{
+    struct gm_autoshare_obs *o = &a->obs;
+
+    if (s->samples <= 0)
+        return;
+    if ((s->rounds != 0) != (a->rounds != 0)) { /* to or from DiLoCo: other steps */
+        memset(o, 0, sizeof(*o));
+        a->rounds = s->rounds != 0;
+        gm_autoshare_avg_switch(a);
+    }
+    if (++a->steps <= GM_AUTOSHARE_WARM)
+        return;
+    if (!a->rounds) { /* a collective every step: each step averaged in (x0.9) */
+        o->step_s = o->step_s > 0 ? 0.9 * o->step_s + 0.1 * s->step_s : s->step_s;
+        o->coll_s = o->step_s > 0 && o->samples > 0 ? 0.9 * o->coll_s + 0.1 * s->coll_s : s->coll_s;
+        o->stall_s =
+            o->step_s > 0 && o->samples > 0 ? 0.9 * o->stall_s + 0.1 * s->stall_s : s->stall_s;
+        o->samples = s->samples;
+        return;
+    }
+    /* DiLoCo: a round, from one sync's step (excluded) to the next's (included) */
+    a->rsteps++;
+    a->rstep_s += s->step_s;
+    a->rcoll_s += s->coll_s;
+    a->rstall_s += s->stall_s < s->coll_s ? s->stall_s : s->coll_s;
+    if (!s->synced)
+        return;
+    if (a->syncs++ == 0) { /* a partial round, with the ranks' start skew: left out */
+        round_clear(a);
+        return;
+    }
+    const double n = a->rsteps, x = o->samples > 0 ? GM_AUTOSHARE_ROUND_NEW : 1;
+    o->step_s = (1 - x) * o->step_s + x * a->rstep_s / n;
+    o->coll_s = (1 - x) * o->coll_s + x * a->rcoll_s / n;
+    o->stall_s = (1 - x) * o->stall_s + x * a->rstall_s / n;
+    o->samples = s->samples;
+    a->folds++;
+    round_clear(a);
+}
+
+int gm_autoshare_new_round(struct gm_autoshare *a, int rounds, int folds)
+{
+    if (!rounds)
+        return 1;
+    if (folds == a->round_seen)
+        return 0;
+    a->round_seen = folds;
+    return 1;
+}
+
 int gm_autoshare_speeds(const struct gm_autoshare_obs *obs, int world, double *sps)
 {
     double min_coll = INFINITY;
@@ -228,10 +296,17 @@ int gm_autoshare_fit(const struct gm_autoshare_hist *h, double *sps, double *ove
 
 int gm_autoshare_plan(const struct gm_autoshare_obs *obs, int world, struct gm_autoshare_plan *pl)
 {
+    return gm_autoshare_plan_for(obs, world, 0, pl);
+}
+
+int gm_autoshare_plan_for(const struct gm_autoshare_obs *obs, int world, int rounds,
+                          struct gm_autoshare_plan *pl)
+{
     double min_coll = INFINITY;
 
     memset(pl, 0, sizeof(*pl));
     pl->ref = -1;
+    pl->rounds = rounds != 0;
     if (world < 1 || world > GM_JOB_SHARES_MAX)
         return -1;
     for (int r = 0; r < world; r++) {
@@ -254,10 +329,12 @@ int gm_autoshare_plan(const struct gm_autoshare_obs *obs, int world, struct gm_a
          * stalls, beyond the collective's own cost); its work at the reference's pace */
         double busy = obs[r].step_s - (coll_net(&obs[r]) - pl->coll_s);
         double work = obs[r].samples * pl->c_s + pl->coll_s;
-        double f = busy / work;
+        /* DiLoCo: the sync's part is the round's, once, at the link's pace: only the inner
+         * steps are the rank's own */
+        double f = pl->rounds ? (busy - pl->coll_s) / (obs[r].samples * pl->c_s) : busy / work;
         pl->slow[r] = f > 1 && isfinite(f) ? f : 1; /* nobody is faster than the reference */
         pl->sps[r] = 1 / (pl->slow[r] * pl->c_s);
-        pl->over_s[r] = pl->slow[r] * pl->coll_s;
+        pl->over_s[r] = pl->rounds ? pl->coll_s : pl->slow[r] * pl->coll_s;
     }
     return pl->ref;
 }
@@ -296,7 +373,7 @@ int gm_autoshare_spare(struct gm_autoshare *a, const struct gm_autoshare_obs *ob
     double with_s, without_s;
 
     if (world < 2 || world > GM_JOB_SHARES_MAX || g < world || step < a->quiet_until ||
-        gm_autoshare_plan(obs, world, &pl) < 0)
+        gm_autoshare_plan_for(obs, world, a->rounds, &pl) < 0)
         return -1;
     for (int r = 1; r < world; r++) /* rank 0 trains: it is never the spare */
         if (slow < 0 || pl.slow[r] > pl.slow[slow])
@@ -314,10 +391,12 @@ int gm_autoshare_spare(struct gm_autoshare *a, const struct gm_autoshare_obs *ob
         return -1;
     a->spare_confirm = 0;
     snprintf(why, cap,
-             "too slow to help: it works %.1fx slower than the fastest rank, and a step's "
-             "collective costs %.2f ms at the fastest's pace: with it a step is predicted %.2f ms "
-             "(its balanced share %d of %d), without it %.2f ms",
-             pl.slow[slow], pl.coll_s * 1e3, with_s * 1e3, with[slow], g, without_s * 1e3);
+             "too slow to help: it works %.1fx slower than the fastest rank, and a step's %s "
+             "costs %.2f ms%s: with it a step is predicted %.2f ms (its balanced share %d of %d), "
+             "without it %.2f ms",
+             pl.slow[slow], pl.rounds ? "share of the outer sync" : "collective", pl.coll_s * 1e3,
+             pl.rounds ? "" : " at the fastest's pace", with_s * 1e3, with[slow], g,
+             without_s * 1e3);
     return slow;
 }
 
@@ -327,7 +406,8 @@ void gm_autoshare_group(struct gm_autoshare *a, long step)
     a->spare_confirm = 0;
     a->quiet_until = step + (a->groups == 0 ? GM_AUTOSHARE_DWELL_FIRST : GM_AUTOSHARE_DWELL);
     a->groups++;
-    a->nreads = 0; /* the new group's step is its own */
+    a->round_seen = 0; /* the new group's ranks count their rounds afresh */
+    a->nreads = 0;     /* the new group's step is its own */
     a->settled_s = 0;
     /* this group is the outcome of the change decided last, if one was (and it was measured):
      * any other new group (a rank lost or left out, a codec) has nothing to be judged against */

@@ -6,7 +6,8 @@
  * decision out.
  *
  * The measure (gm_autoshare_speeds): each rank's speed in samples per second of its busy time,
- * from its last steps (averaged x0.9, the trainer's step timing that codec = auto reads too):
+ * from its last steps (averaged x0.9, the trainer's step timing that codec = auto reads too;
+ * under DiLoCo by rounds, its outer sync's wait as the collective: gm_autoshare_avg below):
  * its samples per step, a step's wall time T_r (compute, collective, optimizer) and the part
  * C_r of it in the collective.  The ranks step in lockstep, so a rank that waits for a slower
  * one waits inside its collective; the rank that waits least, min C, is the one everybody
@@ -83,6 +84,12 @@
  * gm_autoshare_speeds), so its model is busy(n) = f_r (n c + K): samples per second
  * 1 / (f_r c) and overhead f_r K.  A machine at a fifth of the speed pays its part of the
  * collective five times as slowly, which is what makes a small share cost more than it saves.
+ * Under DiLoCo (the rounds' averages, gm_autoshare_plan_for with rounds): c and K as above,
+ * K now the sync's cost per step (the least wait at a sync, per step of the round); a rank's
+ * slowness is its inner steps' alone, f_r = (busy_r - K) / (n_r c), and its overhead K itself,
+ * not f_r K: the ranks meet once a round, the slowest's H inner steps pace it, and the sync is
+ * paid once, at the link's pace (a tunnel), not at the rank's; scaled, a half-capped rank at
+ * its balanced share read 1.73x instead of 2x (test_autoshare test_diloco).
  * The same model gives the shares of a rank measured at one share only (the job room's
  * jobs_shares_models), instead of the proportional rule.  Per-step work outside the collective
  * (the optimizer, starting a step) is folded into c at the reference's share: at equal shares
@@ -112,6 +119,56 @@ struct gm_autoshare_obs {
     int samples; /* 0: not known */
     double step_s, coll_s, stall_s;
 };
+
+/* A rank's averages, the observation it reports (gm_autoshare_avg_step, on its trainer
+ * thread, once a step): its steps past a group's first GM_AUTOSHARE_WARM (resync, warm-up).
+ * Per-step codecs (fp32, fp16, PowerSGD): every step meets the others in its collective, and
+ * each step is averaged in (x0.9).  DiLoCo (the step's rounds set): the ranks meet only at the
+ * outer syncs, every H steps; its steps are compute only but for the one that waits for a sync
+ * (blocking: the whole sync; overlapped: what its lag steps did not hide, and the wait for the
+ * slowest rank to reach the boundary; hierarchical: the island's followers wait for their
+ * leader's exchange too), and that wait is its collective.  Averaged per step (x0.9) those
+ * read at a random tick a rank that had just waited as many times slower than one that had not
+ * (a follower or the capped host 15-25x, "the collective 0.00 ms": the wait fell in the
+ * optimizer's time, the collective was 0), so DiLoCo's observation is a whole round's: from
+ * one sync's step to the next, its steps' time, wait and stall summed over the round and
+ * divided by its steps (the sync's cost amortised per step), averaged over rounds
+ * (GM_AUTOSHARE_ROUND_NEW the newest's weight).  The first sync of a group (or since the codec
+ * changed) closes a partial round, with the ranks' start skew in it: left out.  Read so, the
+ * rank that waits least is again the slowest (the others wait for its H inner steps), its wait
+ * the sync's own cost per step, and the rule below holds as for a collective per step (one
+ * decision tick a round: gm_autoshare_new_round). */
+#define GM_AUTOSHARE_WARM 2        /* a group's first steps, left out of the averages */
+#define GM_AUTOSHARE_ROUND_NEW 0.5 /* DiLoCo: a round's weight in the averages */
+
+/* One step of a rank, as its trainer took it. */
+struct gm_autoshare_step {
+    int samples;    /* its share of the global batch (<= 0: not counted) */
+    double step_s;  /* wall time: compute, collective, optimizer (DiLoCo's sync included) */
+    double coll_s;  /* the part waiting for the others (DiLoCo: the outer sync's wait) */
+    double stall_s; /* the rank's own stall inside coll_s (<= coll_s) */
+    int rounds;     /* DiLoCo: the ranks meet only at outer syncs */
+    int synced;     /* DiLoCo: this step waited for (and applied) an outer sync */
+};
+
+struct gm_autoshare_avg {
+    struct gm_autoshare_obs obs; /* what the rank reports (samples 0: nothing yet) */
+    int steps;                   /* counted steps since the group formed */
+    int rounds;                  /* the shape being averaged: 1 DiLoCo's */
+    int syncs;                   /* DiLoCo: syncs seen since the group or the codec changed */
+    int folds;                   /* DiLoCo: rounds averaged in since the group formed */
+    int rsteps;                  /* DiLoCo: the round so far, summed */
+    double rstep_s, rcoll_s, rstall_s;
+};
+
+/* A group forms: nothing averaged yet. */
+void gm_autoshare_avg_start(struct gm_autoshare_avg *a);
+/* The codec changed at a step boundary: a DiLoCo round in progress is not one round (and its
+ * sync's wait, if any, falls outside it): it starts again, its first sync left out.  Per-step
+ * averages are kept (a switch between per-step codecs keeps them as before). */
+void gm_autoshare_avg_switch(struct gm_autoshare_avg *a);
+/* One step (see above).  A change of shape (to or from DiLoCo) starts the averages again. */
+void gm_autoshare_avg_step(struct gm_autoshare_avg *a, const struct gm_autoshare_step *s);
 
 /* The ranks' speeds (samples per second of busy time, see above) from their observations;
  * sps[r] = 0 where obs[r] is not known or makes no sense.  Returns how many are known. */
@@ -185,7 +242,15 @@ struct gm_autoshare {
         double step_s; /* what they measured */
     } tried[GM_AUTOSHARE_TRIED]; /* shares that did not pay, newest last (same world) */
     int tried_world;
+    int rounds;     /* the group's steps are DiLoCo's (rank 0's averages): the plan's shape */
+    int round_seen; /* DiLoCo: rank 0's rounds averaged in when last asked */
 };
+
+/* Whether a decision tick counts: always with per-step averages; under DiLoCo only when rank 0
+ * has averaged in a round since the last tick that counted (folds: its gm_autoshare_avg's),
+ * since its readings change once a round and GM_AUTOSHARE_CONFIRM ticks of one round confirm
+ * nothing (a change or a spare then holds on that many rounds in a row).  Returns 1 or 0. */
+int gm_autoshare_new_round(struct gm_autoshare *a, int rounds, int folds);
 
 /* A group formed at step: the count restarts, and no decision for GM_AUTOSHARE_DWELL steps
  * (GM_AUTOSHARE_DWELL_FIRST for the job's first group: it runs equal shares, at the slowest
@@ -202,12 +267,16 @@ struct gm_autoshare_plan {
     double coll_s; /* the collective's own cost K (seconds; 0 for one rank) */
     double slow[GM_JOB_SHARES_MAX];   /* each rank's slowness f_r (the reference's 1) */
     double sps[GM_JOB_SHARES_MAX];    /* its model: samples per second, 1 / (f_r c) */
-    double over_s[GM_JOB_SHARES_MAX]; /* and overhead per step, f_r K */
+    double over_s[GM_JOB_SHARES_MAX]; /* and overhead per step, f_r K (DiLoCo: K) */
+    int rounds;                       /* read as DiLoCo's rounds (gm_autoshare_plan_for) */
 };
 
 /* Fills pl from obs (world ranks).  Returns the reference rank, or -1 (pl->ref -1) when a
  * rank's steps are not known or make no sense. */
 int gm_autoshare_plan(const struct gm_autoshare_obs *obs, int world, struct gm_autoshare_plan *pl);
+/* The same for steps of either shape: rounds 1, DiLoCo's (see "Under DiLoCo" above). */
+int gm_autoshare_plan_for(const struct gm_autoshare_obs *obs, int world, int rounds,
+                          struct gm_autoshare_plan *pl);
 
 /* The spare rule above for a group of world ranks with steps obs at global batch g: the rank
  * to leave out (why filled, one line), or -1 (also while the rule has not held on

@@ -609,7 +609,7 @@ int jobs_shares_models(struct job *jb, const struct gm_autoshare_plan *plan, dou
     if (w < 1 || w > GM_JOB_SHARES_MAX)
         return 0;
     (void)gm_autoshare_speeds(jb->obs, w, prop);
-    if (plan == NULL && gm_autoshare_plan(jb->obs, w, &own) >= 0)
+    if (plan == NULL && gm_autoshare_plan_for(jb->obs, w, jb->ash.rounds, &own) >= 0)
         plan = &own;
     for (int r = 0; r < w; r++) {
         struct gm_autoshare_hist *h = jobs_shares_hist(jb, jb->ranks[r]);
@@ -640,8 +640,9 @@ void jobs_shares_for_group(struct job *jb, char (*old_ranks)[NODE_LEN], size_t o
     /* the old group's plan, from all its ranks (a rank left out was the one the others waited
      * for: the collective's cost is read on it), its models following their nodes */
     struct gm_autoshare_plan old_pl, pl;
-    const bool planned = old_ranks != NULL && old_world >= 1 && old_world <= GM_JOB_SHARES_MAX &&
-                         gm_autoshare_plan(jb->obs, (int)old_world, &old_pl) >= 0;
+    const bool planned =
+        old_ranks != NULL && old_world >= 1 && old_world <= GM_JOB_SHARES_MAX &&
+        gm_autoshare_plan_for(jb->obs, (int)old_world, jb->ash.rounds, &old_pl) >= 0;
     memset(&pl, 0, sizeof(pl));
     /* the observations follow their nodes into the new rank order */
     memset(obs, 0, sizeof(obs));

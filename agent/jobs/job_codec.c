@@ -362,6 +362,7 @@ void jobs_shares_tick(struct gm_jobs *j, struct job *jb)
     if (p.generation != jb->gen || p.share <= 0 || p.step_s <= 0)
         return; /* rank 0 has not taken the current group, or no step yet */
     jb->obs[0] = (struct gm_autoshare_obs){p.share, p.step_s, p.coll_s, p.stall_s};
+    jb->ash.rounds = p.rounds; /* every rank runs rank 0's codec: DiLoCo's rounds or steps */
     double sps[GM_JOB_SHARES_MAX], over[GM_JOB_SHARES_MAX], prop[GM_JOB_SHARES_MAX];
     if (gm_autoshare_speeds(jb->obs, w, prop) < w)
         return;
@@ -398,7 +399,7 @@ void jobs_shares_tick(struct gm_jobs *j, struct job *jb)
         struct gm_autoshare_plan pl;
         char sl[GM_JOB_SHARES_MAX * 12];
         sl[0] = '\0';
-        if (gm_autoshare_plan(jb->obs, w, &pl) >= 0)
+        if (gm_autoshare_plan_for(jb->obs, w, jb->ash.rounds, &pl) >= 0)
             for (int r = 0, q = 0; r < w && (size_t)q + 1 < sizeof(sl); r++) {
                 int k = snprintf(sl + q, sizeof(sl) - (size_t)q, "%s%.2f", r ? ":" : "",
                                  pl.slow[r]);
@@ -409,9 +410,9 @@ void jobs_shares_tick(struct gm_jobs *j, struct job *jb)
         jb->shares_log_ns = gm_time_mono_ns();
         gm_info("event=shares-measure job=%s generation=%u step=%ld "
                 "ranks=samples/step_ms/coll_ms/stall_ms/sps/model_sps/overhead_ms:%s "
-                "plan_coll_ms=%.2f plan_slowness=%s",
+                "plan_coll_ms=%.2f plan_slowness=%s shape=%s",
                 jb->id, jb->gen & 0xffff, p.step, ob, sl[0] ? pl.coll_s * 1e3 : -1.0,
-                sl[0] ? sl : "-");
+                sl[0] ? sl : "-", jb->ash.rounds ? "rounds" : "steps");
     }
     if (jb->nshares == w)
         memcpy(cur, jb->shares, sizeof(int) * (size_t)w);
@@ -430,6 +431,9 @@ void jobs_shares_tick(struct gm_jobs *j, struct job *jb)
         jobs_reform(j, jb, "shares taken back: the change did not pay");
         return;
     }
+    /* DiLoCo: one decision a round (its readings change once a round) */
+    if (!gm_autoshare_new_round(&jb->ash, p.rounds, p.round_folds))
+        return;
     /* too slow to help?  Asked before the shares, so that a rank that would cost more than it
      * gives is left out in the first decision instead of after a re-balance (one re-formed
      * group, not two); while that builds up, the shares wait */

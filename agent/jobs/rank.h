@@ -81,6 +81,8 @@ struct gm_rank_progress {
      * there, so the wall clock alone cannot say whose that time is; this says it is this
      * rank's (agent/jobs/autoshare.h) */
     double stall_s;
+    int rounds;           /* 1: those are DiLoCo's, averaged by rounds (agent/jobs/autoshare.h) */
+    int round_folds;      /* and how many rounds are in them (a new one: a new reading) */
     double test_accuracy; /* NAN until evaluated */
     uint64_t hash_checks;
     /* "" until the last step is taken; then the SHA-256 (hex) of the final parameters: every

@@ -24,6 +24,7 @@
 
 #include <uv.h>
 
+#include "agent/jobs/autoshare.h"
 #include "agent/jobs/rank.h"
 #include "agent/service/metrics.h"
 #include "train/gradsync.h"
@@ -108,7 +109,6 @@ struct gm_rank {
     int submit_err;
     uint32_t synced_gen;
     struct gm_gradsync *gs; /* owned */
-    int group_steps;        /* steps taken in the current group */
     int trainer_sched_fd;   /* this thread's /proc/.../schedstat (-1: none) */
     uint64_t wait_delay_ns; /* its and the loop's run delay inside collective waits since the
                              * last step (rank.c wait_done) */
@@ -118,6 +118,11 @@ struct gm_rank {
         double compute_s, data_s, collective_s, optimizer_s;
     } split;
     bool fit_skip; /* the next counted op waits for rank 0's evaluation or a resync */
+    /* shares = auto: this group's step averages (prog.step_s and the rest), and the last
+     * after_step hook's time (DiLoCo: its sync's wait) and whether it waited for a sync */
+    struct gm_autoshare_avg avg;
+    double after_s;
+    bool after_synced;
     struct gm_gradsync_strategy strat;
     struct gm_gradsync_exec exec;
     float *state_buf; /* owned: the resync broadcast */

@@ -25,6 +25,7 @@
 #include "common/log.h"
 #include "common/byteorder.h"
 #include "common/log.h"
+#include "common/time.h"
 #include "train/ckpt/ckpt.h"
 #include "train/comm/collective.h"
 #include "train/gradsync.h"
@@ -104,8 +105,9 @@ static int hook_resync(void *ctx, struct gm_train_state *st)
     /* the step averages start afresh with the group: its shares, and so its steps, differ */
     rk->prog.step_s = rk->prog.coll_s = rk->prog.stall_s = 0;
     rk->prog.sync_s = 0; /* another group: other links */
-    rk->group_steps = 0;
+    gm_autoshare_avg_start(&rk->avg);
     rk->prog.share = 0;
+    rk->prog.rounds = rk->prog.round_folds = 0;
     rk->strat.algo = rk->group_hier ? GM_COLL_HIER : GM_COLL_RING; /* the gradsync made below */
     rk->sw.pending = false; /* an announced switch belonged to the group before */
     rk->at_step = -1;
@@ -254,6 +256,7 @@ static int maybe_switch(struct gm_rank *rk, struct gm_train_state *st)
     if ((err = gm_gradsync_new(&rk->strat, st->rank, st->world, rk->job.seed, &rk->exec, &rk->gs)) <
         0)
         return err;
+    gm_autoshare_avg_switch(&rk->avg); /* a DiLoCo round in progress is not one */
     gm_notice("event=codec-switch generation=%u rank=%d step=%ld announced_step=%ld seq=%u "
               "from=\"%s\" to=\"%s\"",
               rk->synced_gen & 0xffff, st->rank, st->step, sw.step, sw.seq, from, to);
@@ -298,8 +301,13 @@ static bool hook_local_grads(void *ctx)
 static int hook_after(void *ctx, struct gm_train_state *st)
 {
     struct gm_rank *rk = ctx;
+    const uint64_t checks = gm_gradsync_hash_checks(rk->gs), t0 = gm_time_mono_ns();
     /* st->step is already the next step (trainer.h): the step just taken is st->step - 1 */
     int err = gm_gradsync_after_step(rk->gs, st->model, st->step - 1, st->total_steps);
+    /* DiLoCo's outer sync, if this step waited for one (every sync is hash-checked): what
+     * shares = auto counts as its collective (hook_step) */
+    rk->after_s = (double)(gm_time_mono_ns() - t0) * 1e-9;
+    rk->after_synced = gm_gradsync_hash_checks(rk->gs) > checks;
     double sync = gm_gradsync_diloco_sync_s(rk->gs);
 
     pthread_mutex_lock(&rk->mu);
@@ -450,18 +458,20 @@ static int hook_codec_restore(void *ctx, const struct gm_st_file *f, const char 
     return 0;
 }
 
-#define GROUP_WARM_STEPS 2 /* a group's first steps, left out of the step averages */
-
 static void hook_step(void *ctx, const struct gm_train_step_info *si)
 {
     struct gm_rank *rk = ctx;
+    /* DiLoCo: the ranks meet only at its outer syncs, which wait in after_step (the
+     * trainer's optimizer time); that wait is the step's collective for shares = auto */
+    const bool rounds = gm_gradsync_local_grads(rk->gs);
+    const double coll = si->collective_s + (rounds ? rk->after_s : 0);
     /* this step's stalls in its collective: the loop thread's (which runs it) and the
      * trainer's own, woken at its end but not run, each inside the waits (rank.c wait_done) */
     double stall = (double)rk->wait_delay_ns * 1e-9;
 
     rk->wait_delay_ns = 0;
 
-    stall = stall < si->collective_s ? stall : si->collective_s;
+    stall = stall < coll ? stall : coll;
     if (rk->tb != NULL)
         gm_tb_on_step(rk->tb, si);
     pthread_mutex_lock(&rk->mu);
@@ -493,18 +503,25 @@ static void hook_step(void *ctx, const struct gm_train_step_info *si)
     rk->mjob.compute_s = si->compute_s;
     rk->prog.compute_s =
         rk->prog.compute_s > 0 ? 0.9 * rk->prog.compute_s + 0.1 * si->compute_s : si->compute_s;
-    /* a group's first steps wait for its resync and warm its buffers: the averages start
-     * after them (else the first decisions, GM_AUTOSHARE_DWELL steps in, still carry them) */
-    if (si->samples > 0 && ++rk->group_steps > GROUP_WARM_STEPS) {
-        double t = si->compute_s + si->collective_s + si->optimizer_s;
-        rk->prog.step_s = rk->prog.step_s > 0 ? 0.9 * rk->prog.step_s + 0.1 * t : t;
-        rk->prog.coll_s = rk->prog.step_s > 0 && rk->prog.share > 0
-                              ? 0.9 * rk->prog.coll_s + 0.1 * si->collective_s
-                              : si->collective_s;
-        rk->prog.stall_s = rk->prog.step_s > 0 && rk->prog.share > 0
-                               ? 0.9 * rk->prog.stall_s + 0.1 * stall
-                               : stall;
-        rk->prog.share = si->samples;
+    /* what shares = auto reads (agent/jobs/autoshare.h): a group's first steps wait for its
+     * resync and warm its buffers, and are left out (else the first decisions,
+     * GM_AUTOSHARE_DWELL steps in, still carry them); DiLoCo's steps averaged by rounds */
+    {
+        const struct gm_autoshare_step as = {
+            .samples = si->samples,
+            .step_s = si->compute_s + si->collective_s + si->optimizer_s,
+            .coll_s = coll,
+            .stall_s = stall,
+            .rounds = rounds,
+            .synced = rounds && rk->after_synced,
+        };
+        gm_autoshare_avg_step(&rk->avg, &as);
+        rk->prog.step_s = rk->avg.obs.step_s;
+        rk->prog.coll_s = rk->avg.obs.coll_s;
+        rk->prog.stall_s = rk->avg.obs.stall_s;
+        rk->prog.share = rk->avg.obs.samples;
+        rk->prog.rounds = rk->avg.rounds;
+        rk->prog.round_folds = rk->avg.folds;
     }
     rk->mjob.collective_s = si->collective_s;
     rk->mjob.optimizer_s = si->optimizer_s;

@@ -293,10 +293,12 @@ static void lockstep(double c, double k, const double *v, const int *n, int worl
 
 /* Calls the spare rule from the job's first decision on; returns its answer on the first call
  * that gives one (or -1 after 10 CONFIRMs). */
-static int first_spare(const struct gm_autoshare_obs *o, int world, int g, char *why, size_t cap)
+static int first_spare_for(const struct gm_autoshare_obs *o, int world, int g, int rounds,
+                           char *why, size_t cap)
 {
     struct gm_autoshare a = {0};
 
+    a.rounds = rounds;
     gm_autoshare_group(&a, 0);
     GM_CHECK_EQ(gm_autoshare_spare(&a, o, world, g, GM_AUTOSHARE_DWELL_FIRST - 1, why, cap), -1);
     for (int k = 0; k < 10 * GM_AUTOSHARE_CONFIRM; k++) {
@@ -309,6 +311,11 @@ static int first_spare(const struct gm_autoshare_obs *o, int world, int g, char 
             return -1; /* not building up: it never will, the steps do not change */
     }
     return -1;
+}
+
+static int first_spare(const struct gm_autoshare_obs *o, int world, int g, char *why, size_t cap)
+{
+    return first_spare_for(o, world, g, 0, why, cap);
 }
 
 /* The plan and the spare rule, from the job's first group (equal shares): a rank's slowness
@@ -950,6 +957,241 @@ static void test_third(void)
     }
 }
 
+/* A rank's averages, per-step codecs: every step averaged in (x0.9) past the group's first
+ * GM_AUTOSHARE_WARM, steps without samples not counted; the arithmetic the rank used before
+ * (agent/jobs/rank_train.c), unchanged; a codec switch between per-step codecs keeps them. */
+static void test_avg_steps(void)
+{
+    struct gm_autoshare_avg a;
+    const struct gm_autoshare_step none = {0, 0.5, 0.4, 0.1, 0, 0};
+    double t = 0, c = 0, st = 0;
+
+    gm_autoshare_avg_start(&a);
+    for (int i = 0; i < 12; i++) {
+        const struct gm_autoshare_step s = {.samples = 64,
+                                            .step_s = 0.010 + 0.001 * i,
+                                            .coll_s = 0.002 + 0.0005 * i,
+                                            .stall_s = 0.0001 * i,
+                                            .synced = i % 3 == 0};
+        gm_autoshare_avg_step(&a, &s);
+        gm_autoshare_avg_step(&a, &none); /* not counted */
+        if (i < GM_AUTOSHARE_WARM) {
+            GM_CHECK_EQ(a.obs.samples, 0);
+            continue;
+        }
+        t = t > 0 ? 0.9 * t + 0.1 * s.step_s : s.step_s;
+        c = i > GM_AUTOSHARE_WARM ? 0.9 * c + 0.1 * s.coll_s : s.coll_s;
+        st = i > GM_AUTOSHARE_WARM ? 0.9 * st + 0.1 * s.stall_s : s.stall_s;
+        if (i == 7)
+            gm_autoshare_avg_switch(&a); /* fp32 -> fp16: the averages go on */
+        GM_CHECK_EQ(a.obs.samples, 64);
+        GM_CHECK_NEAR(a.obs.step_s, t, 0, 1e-15);
+        GM_CHECK_NEAR(a.obs.coll_s, c, 0, 1e-15);
+        GM_CHECK_NEAR(a.obs.stall_s, st, 0, 1e-15);
+    }
+    /* to DiLoCo: other steps, nothing known until a whole round is */
+    const struct gm_autoshare_step d = {64, 0.007, 0, 0, 1, 0}, ds = {64, 0.107, 0.1, 0.01, 1, 1};
+    gm_autoshare_avg_step(&a, &d);
+    GM_CHECK_EQ(a.obs.samples, 0);
+    gm_autoshare_avg_step(&a, &ds); /* the first sync closes a partial round: left out */
+    GM_CHECK_EQ(a.obs.samples, 0);
+    for (int i = 0; i < 3; i++)
+        gm_autoshare_avg_step(&a, &d);
+    gm_autoshare_avg_step(&a, &ds); /* a round: 3 steps of 7 ms and the sync's 107 */
+    GM_CHECK_EQ(a.obs.samples, 64);
+    GM_CHECK_NEAR(a.obs.step_s, (3 * 0.007 + 0.107) / 4, 0, 1e-15);
+    GM_CHECK_NEAR(a.obs.coll_s, 0.1 / 4, 0, 1e-15);
+    GM_CHECK_NEAR(a.obs.stall_s, 0.01 / 4, 0, 1e-15);
+    for (int i = 0; i < 3; i++)
+        gm_autoshare_avg_step(&a, &d);
+    const struct gm_autoshare_step ds2 = {64, 0.027, 0.02, 0, 1, 1};
+    gm_autoshare_avg_step(&a, &ds2); /* the next round weighs GM_AUTOSHARE_ROUND_NEW */
+    GM_CHECK_NEAR(a.obs.coll_s,
+                  (1 - GM_AUTOSHARE_ROUND_NEW) * 0.1 / 4 + GM_AUTOSHARE_ROUND_NEW * 0.02 / 4, 0,
+                  1e-15);
+    /* a codec switch mid-round (H re-sized): that round is not one, the next sync closes a
+     * partial one, left out */
+    gm_autoshare_avg_step(&a, &d);
+    const double kept = a.obs.step_s;
+    gm_autoshare_avg_switch(&a);
+    gm_autoshare_avg_step(&a, &ds);
+    GM_CHECK_NEAR(a.obs.step_s, kept, 0, 0);
+    GM_CHECK_EQ(a.folds, 2);
+    /* the coordinator's decisions under DiLoCo: one a round of rank 0's; per step, every tick */
+    struct gm_autoshare as = {0};
+    gm_autoshare_group(&as, 0);
+    GM_CHECK_EQ(gm_autoshare_new_round(&as, 0, 0), 1);
+    GM_CHECK_EQ(gm_autoshare_new_round(&as, 0, 0), 1);
+    GM_CHECK_EQ(gm_autoshare_new_round(&as, 1, 0), 0); /* no round yet */
+    GM_CHECK_EQ(gm_autoshare_new_round(&as, 1, 1), 1);
+    GM_CHECK_EQ(gm_autoshare_new_round(&as, 1, 1), 0);
+    GM_CHECK_EQ(gm_autoshare_new_round(&as, 1, 2), 1);
+    gm_autoshare_group(&as, 100); /* a new group counts from 0 again */
+    GM_CHECK_EQ(gm_autoshare_new_round(&as, 1, 0), 0);
+    GM_CHECK_EQ(gm_autoshare_new_round(&as, 1, 1), 1);
+    /* and back to a per-step codec: those averages start again */
+    const struct gm_autoshare_step f = {64, 0.012, 0.003, 0, 0, 0};
+    gm_autoshare_avg_step(&a, &f);
+    GM_CHECK_NEAR(a.obs.step_s, 0.012, 0, 0);
+    GM_CHECK_NEAR(a.obs.coll_s, 0.003, 0, 0);
+}
+
+/* DiLoCo's steps as the seed table's 3-host rows run them (the kept logs of its capped pair:
+ * LeNet-5, 64 samples a rank in ~7 ms at half a core, H = 64, blocking, hierarchical): ranks 0
+ * and 1 an island on the LAN (0 its leader, 1 a follower), rank 2 alone behind the tunnel.
+ * Each rank's inner step takes n_r c / v_r; at a round's boundary every rank's delta goes to
+ * every other along the islands' tree (a LAN hop within an island, the tunnel between the
+ * leaders, a LAN hop again to the follower), so rank r holds the outer update at
+ * max_r' (arrival_r' + path(r', r)); blocking, it waits from its arrival to then, overlapped
+ * (lag > 0) from its lag-th step after the boundary.  The ranks start skewed (a group's resync).
+ * rounds 0: what a rank measured before DiLoCo's shape was known: the per-step averages, the
+ * sync's wait in the optimizer's time and no collective; 1: the rank now (rank_train.c). */
+struct dl_sim {
+    double c, lan_s, tun_s;
+    int h, lag, rounds;
+};
+
+static double dl_path(const struct dl_sim *sm, int from, int to)
+{
+    if (from == to)
+        return 0;
+    if (from < 2 && to < 2)
+        return sm->lan_s;
+    return sm->tun_s + (from == 1 || to == 1 ? sm->lan_s : 0);
+}
+
+/* Runs steps steps of 3 ranks; obs[r] is rank r's report at step read_at[r]. */
+static void dl_run(const struct dl_sim *sm, const double *v, const int *n, long steps,
+                   const long *read_at, struct gm_autoshare_obs *obs)
+{
+    struct gm_autoshare_avg avg[3];
+    double t[3] = {0, 0.030, 0.060}, arrive[3] = {0}, done[3] = {0};
+    bool pending = false;
+
+    for (int r = 0; r < 3; r++)
+        gm_autoshare_avg_start(&avg[r]);
+    for (long i = 0; i < steps; i++) {
+        const bool boundary = (i + 1) % sm->h == 0;
+        double d[3], wait[3] = {0};
+        bool synced = false;
+        for (int r = 0; r < 3; r++) {
+            d[r] = n[r] * sm->c / v[r];
+            t[r] += d[r];
+        }
+        if (boundary) {
+            for (int r = 0; r < 3; r++)
+                arrive[r] = t[r];
+            for (int r = 0; r < 3; r++) {
+                done[r] = 0;
+                for (int q = 0; q < 3; q++)
+                    done[r] = fmax(done[r], arrive[q] + dl_path(sm, q, r));
+            }
+            pending = true;
+        }
+        if (pending && (sm->lag == 0 ? boundary : (i + 1) % sm->h == sm->lag)) {
+            for (int r = 0; r < 3; r++) {
+                wait[r] = fmax(0, done[r] - t[r]);
+                t[r] += wait[r];
+            }
+            pending = false;
+            synced = true;
+        }
+        for (int r = 0; r < 3; r++) {
+            const struct gm_autoshare_step s = {.samples = n[r],
+                                                .step_s = d[r] + wait[r],
+                                                .coll_s = sm->rounds ? wait[r] : 0,
+                                                .rounds = sm->rounds,
+                                                .synced = sm->rounds && synced};
+            gm_autoshare_avg_step(&avg[r], &s);
+            if (i == read_at[r])
+                obs[r] = avg[r].obs;
+        }
+    }
+}
+
+/* shares = auto under DiLoCo (issue 25, Done-when 4).  Read per step, a rank's averages carry
+ * its last sync's wait (x0.1 at the sync's step, fading by 0.9 a step), and the coordinator
+ * reads a member just after its sync (it reports once its ops moved) and rank 0 anywhere in the
+ * round: at equal caps the follower and the tunnel host read twice as slow as rank 0 or more,
+ * the collective 0.00 ms, and the shares would leave equal for a 2x gain that is not there
+ * (or, with the waits of the seed table's runs, 15-25x, a spare).  Read by rounds, every rank's
+ * speed is its inner steps' and the collective the sync's cost per step: equal caps stay
+ * equal; b1 at half gets about a fifth of the batch (half of a1's), kept; the same overlapped. */
+static void test_diloco(void)
+{
+    const int eq[3] = {64, 64, 64}, g = 192;
+    const double v1[3] = {1, 1, 1}, vhalf[3] = {1, 1, 0.5};
+    struct dl_sim sm = {2 * LENET_C, 0.001, 0.100, 64, 0, 0};
+    const long h = sm.h;
+    /* members read one step after their 6th sync, rank 0 half a round later */
+    const long read_at[3] = {6 * h + h / 2, 6 * h, 6 * h};
+    struct gm_autoshare_obs o[3];
+    struct gm_autoshare_plan pl;
+    struct gm_autoshare a;
+    char why[320];
+    int c[3], out[3];
+
+    /* before: the bad reading, equal caps */
+    dl_run(&sm, v1, eq, 10 * h, read_at, o);
+    GM_CHECK_EQ(gm_autoshare_plan(o, 3, &pl), 0);
+    /* "the collective costs 0.00 ms" */
+    GM_CHECK_NEAR(pl.coll_s, 0, 0, 0);
+    GM_CHECK(pl.slow[1] > 1.5 && pl.slow[2] > 2); /* 1.9x, 2.6x */
+    gm_autoshare_balance(pl.sps, pl.over_s, 3, g, c);
+    GM_CHECK(c[0] > 90); /* equal hosts, unequal shares */
+    memset(&a, 0, sizeof(a));
+    gm_autoshare_group(&a, 0);
+    int changed = 0;
+    for (int k = 0; k < 2 * GM_AUTOSHARE_CONFIRM && !changed; k++)
+        changed = gm_autoshare_decide(&a, pl.sps, pl.over_s, 3, g, eq, GM_AUTOSHARE_DWELL_FIRST + k,
+                                      out, why, sizeof(why));
+    GM_CHECK_EQ(changed, 1);
+
+    for (int ov = 0; ov < 2; ov++) {
+        sm.rounds = 1;
+        sm.lag = ov ? (sm.h + 3) / 4 : 0; /* gm_gradsync_diloco_lag */
+        const long at[3] = {read_at[0] + sm.lag, read_at[1] + sm.lag, read_at[2] + sm.lag};
+
+        /* equal caps: equal speeds, the sync's cost per step as the collective, no change */
+        dl_run(&sm, v1, eq, 10 * h, at, o);
+        GM_CHECK(gm_autoshare_plan_for(o, 3, 1, &pl) >= 0);
+        for (int r = 0; r < 3; r++)
+            GM_CHECK(pl.slow[r] < 1.05);
+        /* the collective: the sync's cost per step, what the rounds take beyond compute */
+        GM_CHECK_NEAR(pl.coll_s, o[0].step_s - eq[0] * sm.c, 1e-3 * o[0].step_s, 0);
+        GM_CHECK(ov || pl.coll_s > 0.5 * sm.tun_s / sm.h); /* blocking: none of it hidden */
+        gm_autoshare_balance(pl.sps, pl.over_s, 3, g, c);
+        for (int r = 0; r < 3; r++)
+            GM_CHECK(c[r] >= 62 && c[r] <= 66);
+        GM_CHECK_EQ(first_spare_for(o, 3, g, 1, why, sizeof(why)), -1);
+        memset(&a, 0, sizeof(a));
+        a.rounds = 1;
+        gm_autoshare_group(&a, 0);
+        for (int k = 0; k < 4 * GM_AUTOSHARE_CONFIRM; k++)
+            GM_CHECK_EQ(gm_autoshare_decide(&a, pl.sps, pl.over_s, 3, g, eq,
+                                            GM_AUTOSHARE_DWELL_FIRST + k, out, why, sizeof(why)),
+                        0);
+
+        /* b1 at half the others' CPU: twice as slow, kept, about a fifth of the batch */
+        dl_run(&sm, vhalf, eq, 10 * h, at, o);
+        GM_CHECK(gm_autoshare_plan_for(o, 3, 1, &pl) >= 0);
+        GM_CHECK(pl.slow[0] < 1.05 && pl.slow[1] < 1.05);
+        GM_CHECK(pl.slow[2] > 1.8 && pl.slow[2] < 2.2);
+        GM_CHECK_EQ(first_spare_for(o, 3, g, 1, why, sizeof(why)), -1);
+        gm_autoshare_balance(pl.sps, pl.over_s, 3, g, c);
+        GM_CHECK(c[2] >= 30 && c[2] <= 42);
+        GM_CHECK(abs(c[0] - c[1]) <= 1);
+        /* at those shares the rounds read the same: no further change, no spare */
+        const int bal[3] = {c[0], c[1], c[2]};
+        dl_run(&sm, vhalf, bal, 10 * h, at, o);
+        GM_CHECK(gm_autoshare_plan_for(o, 3, 1, &pl) >= 0);
+        GM_CHECK(pl.slow[2] > 1.8 && pl.slow[2] < 2.2);
+        GM_CHECK_EQ(first_spare_for(o, 3, g, 1, why, sizeof(why)), -1);
+        gm_autoshare_balance(pl.sps, pl.over_s, 3, g, c);
+        GM_CHECK(abs(c[2] - bal[2]) <= 2);
+    }
+}
+
 /* the shares as the logs print them, and a buffer too small for them */
 static void test_text(void)
 {
@@ -979,6 +1221,8 @@ int main(void)
     GM_TEST_RUN(test_judge);
     GM_TEST_RUN(test_follow);
     GM_TEST_RUN(test_third);
+    GM_TEST_RUN(test_avg_steps);
+    GM_TEST_RUN(test_diloco);
     GM_TEST_RUN(test_text);
     return gm_test_finish("test_autoshare");
 }
