@@ -103,6 +103,22 @@ static void op_done(struct gm_coll *c, int status, void *arg)
     uv_async_send(&rk->async); /* reap retired groups outside this callback */
 }
 
+/* The xport's queue limit covers the group's largest op (xport.h): a peer that waits for
+ * our collective while we finish another op (a slow link's broadcast, rank 0's evaluation)
+ * must not have its link paused. */
+static void size_queue(struct gm_rank *rk)
+{
+    size_t op_bytes;
+
+    if (rk->x == NULL)
+        return;
+    pthread_mutex_lock(&rk->mu);
+    op_bytes = rk->op_bytes_max;
+    pthread_mutex_unlock(&rk->mu);
+    if (op_bytes > 0 && gm_xport_queue_max(rk->x) != gm_xport_queue_max_for(op_bytes))
+        gm_xport_set_queue_max(rk->x, gm_xport_queue_max_for(op_bytes));
+}
+
 static void start_req(struct gm_rank *rk, struct req *r)
 {
     int err;
@@ -115,6 +131,7 @@ static void start_req(struct gm_rank *rk, struct req *r)
         complete(rk, r, GM_ERR_REGROUP);
         return;
     }
+    size_queue(rk);
     r->t0 = 0; /* set when it starts running: now, or when the op before it ends */
     if (rk->inflight == NULL) {
         r->t0 = gm_time_mono_ns();
@@ -199,6 +216,7 @@ static void async_cb(uv_async_t *a)
     ck = rk->ckpt;
     rk->ckpt.pending = false;
     pthread_mutex_unlock(&rk->mu);
+    size_queue(rk); /* the trainer may have learnt the largest op */
     while (r != NULL) { /* in order: every rank starts the same ops in the same order */
         struct req *next = r->next;
         start_req(rk, r);
@@ -240,6 +258,7 @@ int gm_rank_set_group(struct gm_rank *rk, uint32_t gen, int rank, int world, str
 
     retire(rk);
     rk->x = x;
+    size_queue(rk); /* known from an earlier group: before the new group's first frame */
     rk->coll = gm_coll_new(gm_xport_transport(x), &cc);
     if (rk->coll == NULL) {
         retire(rk);

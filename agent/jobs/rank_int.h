@@ -92,6 +92,9 @@ struct gm_rank {
         char sha256[65];
         char path[GM_JOB_PATH_MAX + 64];
     } ckpt;
+    /* the largest collective's bytes to one peer (the resync broadcast: parameters and
+     * optimizer state in fp32; 0: not known yet): sizes the xports' queue limits */
+    size_t op_bytes_max;
 
     /* loop thread only */
     struct req *inflight, **inflight_tail; /* FIFO: started; gm_coll completes in order */

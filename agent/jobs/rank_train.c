@@ -84,6 +84,10 @@ static int hook_resync(void *ctx, struct gm_train_state *st)
     int rank, world, err;
 
     pthread_mutex_lock(&rk->mu);
+    if (b.n * sizeof(float) > rk->op_bytes_max) { /* the largest op: the loop sizes the xport's */
+        rk->op_bytes_max = b.n * sizeof(float);   /* queue by it (rank.c size_queue) */
+        uv_async_send(&rk->async);
+    }
     while (!rk->stopping && rk->group_gen <= rk->synced_gen)
         pthread_cond_wait(&rk->cv, &rk->mu);
     if (rk->stopping) {

@@ -12,6 +12,7 @@
 
 #include <errno.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -56,8 +57,9 @@ struct xpeer {
     gm_transport_recv_cb rcb;
     void *rarg;
     bool armed, deliver_pending, paused;
+    bool backlog_logged; /* event=xport-backlog said once for this peer */
     struct qmsg *qhead, **qtail; /* owned */
-    size_t qbytes;
+    size_t qbytes, qpeak;
     uint8_t *part; /* owned: reassembly buffer */
     size_t part_len, part_cap;
     bool in_part;
@@ -71,6 +73,7 @@ struct gm_xport {
     uv_idle_t idle; /* idle.data = this */
     uint32_t gen;
     int world;
+    size_t qmax;     /* a peer's queued bytes before its link pauses (gm_xport_set_queue_max) */
     struct xpeer *p; /* owned, world */
     struct posted *posts, **posts_tail;
     unsigned sends_out; /* handed to links, done not yet called */
@@ -104,10 +107,12 @@ static void qfree(struct xpeer *p)
     p->qbytes = 0;
 }
 
-static void resume_if_drained(struct xpeer *p)
+static void resume_if_drained(struct gm_xport *x, struct xpeer *p)
 {
-    if (p->paused && p->qbytes <= GM_XPORT_QUEUE_MAX / 2) {
+    if (p->paused && p->qbytes <= x->qmax / 2) {
         p->paused = false;
+        gm_info("event=xport-read-resumed rank=%d peer_rank=%d queued_bytes=%zu limit=%zu",
+                x->t.rank, (int)(p - x->p), p->qbytes, x->qmax);
         if (p->link != NULL)
             gm_link_pause_read(p->link, 0);
     }
@@ -136,7 +141,7 @@ static void deliver_queued(struct gm_xport *x)
                     p->qtail = &p->qhead;
                 p->qbytes -= m->len;
                 p->armed = false;
-                resume_if_drained(p);
+                resume_if_drained(x, p);
                 cb(&x->t, i, 0, m->data, m->len, p->rarg);
                 qrelease(x, m);
             }
@@ -302,6 +307,7 @@ int gm_xport_new(uv_loop_t *loop, uint32_t generation, int rank, int world, stru
     x->loop = loop;
     x->gen = generation;
     x->world = world;
+    x->qmax = GM_XPORT_QUEUE_MAX;
     x->posts_tail = &x->posts;
     x->t = (struct gm_transport){.ops = &xport_ops, .rank = rank, .world = world, .impl = x};
     if (uv_idle_init(loop, &x->idle) != 0) {
@@ -312,6 +318,30 @@ int gm_xport_new(uv_loop_t *loop, uint32_t generation, int rank, int world, stru
     x->idle.data = x;
     *out = x;
     return 0;
+}
+
+void gm_xport_set_queue_max(struct gm_xport *x, size_t bytes)
+{
+    if (bytes < GM_XPORT_QUEUE_MAX)
+        bytes = GM_XPORT_QUEUE_MAX;
+    x->qmax = bytes;
+    for (int i = 0; i < x->world; i++) /* a raised limit may cover a paused peer's queue */
+        resume_if_drained(x, &x->p[i]);
+}
+
+size_t gm_xport_queue_max(const struct gm_xport *x)
+{
+    return x->qmax;
+}
+
+size_t gm_xport_queue_max_for(size_t op_bytes)
+{
+    /* every GM_XPORT_CHUNK of payload travels with a collective header (< 64 bytes) */
+    size_t wire = op_bytes + (op_bytes / (GM_XPORT_CHUNK - 64) + 1) * 64;
+
+    if (wire > (SIZE_MAX - GM_XPORT_QUEUE_MAX) / 2)
+        return SIZE_MAX;
+    return 2 * wire + GM_XPORT_QUEUE_MAX;
 }
 
 struct gm_transport *gm_xport_transport(struct gm_xport *x)
@@ -377,8 +407,21 @@ static int enqueue(struct gm_xport *x, struct xpeer *p, const uint8_t *data, siz
     *p->qtail = m;
     p->qtail = &m->next;
     p->qbytes += len;
-    if (!p->paused && p->qbytes > GM_XPORT_QUEUE_MAX && p->link != NULL) {
+    if (p->qbytes > p->qpeak)
+        p->qpeak = p->qbytes;
+    if (!p->backlog_logged && p->qbytes > GM_XPORT_QUEUE_MAX) {
+        /* a peer ahead of our collective: legitimate up to the limit, but worth a line */
+        p->backlog_logged = true;
+        gm_info("event=xport-backlog rank=%d peer_rank=%d queued_bytes=%zu limit=%zu", x->t.rank,
+                (int)(p - x->p), p->qbytes, x->qmax);
+    }
+    if (!p->paused && p->qbytes > x->qmax && p->link != NULL) {
+        /* more than a correct peer ever runs ahead (xport.h): TCP back-pressure, which also
+         * holds back the link's control frames; the peer's kernel gives up on the
+         * connection after GM_LINK_USER_TIMEOUT_MS of it */
         p->paused = true;
+        gm_warn("event=xport-read-paused rank=%d peer_rank=%d queued_bytes=%zu limit=%zu",
+                x->t.rank, (int)(p - x->p), p->qbytes, x->qmax);
         gm_link_pause_read(p->link, 1);
     }
     return 0;
@@ -494,6 +537,7 @@ void gm_xport_stats(const struct gm_xport *x, int peer, struct gm_xport_stats *s
     if (peer >= 0 && peer < x->world) {
         *s = x->p[peer].st;
         s->queued_bytes = x->p[peer].qbytes;
+        s->queued_peak = x->p[peer].qpeak;
         s->read_paused = x->p[peer].paused;
     }
 }

@@ -16,8 +16,19 @@
  * chunks are reassembled per peer (at most GM_XPORT_MSG_MAX bytes); a whole
  * message goes straight to the armed recv (zero copy when it came in one
  * frame) or waits in the peer's queue.  While a peer's queue holds more than
- * GM_XPORT_QUEUE_MAX bytes its link stops reading (gm_link_pause_read): an
- * unarmed recv is the backpressure.  A chunk with the wrong sequence number,
+ * the queue limit its link stops reading (gm_link_pause_read): an unarmed recv
+ * is the backpressure.  Pausing stops the whole link (PINGs, raft, acks too) and a
+ * peer whose data we do not read gives up on the TCP connection after
+ * GM_LINK_USER_TIMEOUT_MS, so the limit must cover what a correct peer sends
+ * while it waits for us: a peer is at most one collective ahead of us (every op
+ * but rank 0's broadcast needs our data before it can finish), plus the start of
+ * its next one.  The owner sets the limit from the largest op of the group
+ * (gm_xport_set_queue_max: 2 x its bytes + GM_XPORT_QUEUE_MAX, which is also
+ * the floor); a peer that passes it is broken or hostile, and its pause is
+ * logged (event=xport-read-paused).  That limit is what bounds the queue's
+ * memory (issue 21: a 16 MiB limit paused the LAN link of a peer waiting for a
+ * leader whose op queue was busy with a slow tunnel's broadcast, and it timed
+ * out after 30 s).  A chunk with the wrong sequence number,
  * a message over the maximum, or a frame that interleaves two messages is
  * GM_ERR_PROTO: the owner closes that link with an ERROR frame.
  *
@@ -50,12 +61,13 @@ struct gm_xport;
 /* gm_coll chunk size on the training channel: one message fits one link frame */
 #define GM_XPORT_CHUNK ((256u << 10) - 64)
 #define GM_XPORT_MSG_MAX (64u << 20)   /* bytes in one training message at most */
-#define GM_XPORT_QUEUE_MAX (16u << 20) /* queued bytes per peer before its link pauses */
+#define GM_XPORT_QUEUE_MAX (16u << 20) /* queued bytes per peer before its link pauses, at least */
 
 struct gm_xport_stats {
     uint64_t bytes_sent, bytes_recv; /* training messages' bytes (no frame headers) */
     uint64_t msgs_sent, msgs_recv;
     uint64_t queued_bytes; /* whole messages waiting for a recv (now) */
+    uint64_t queued_peak;  /* the most queued_bytes has been */
     int read_paused;       /* 1 while the peer's link is paused by that queue */
 };
 
@@ -63,6 +75,14 @@ struct gm_xport_stats {
  * recvs to it fail with -ENOTCONN until gm_xport_set_link. */
 GM_MUST_CHECK int gm_xport_new(uv_loop_t *loop, uint32_t generation, int rank, int world,
                                struct gm_xport **out);
+/* A peer's queued bytes before its link pauses (at least GM_XPORT_QUEUE_MAX, the default);
+ * raising it resumes a paused link whose queue is under half the new limit. */
+void gm_xport_set_queue_max(struct gm_xport *x, size_t bytes);
+size_t gm_xport_queue_max(const struct gm_xport *x);
+/* The queue limit for a group whose largest collective moves op_bytes (one rank's buffer,
+ * fp32) to a peer: one op and the start of the next, plus GM_XPORT_QUEUE_MAX of small ops
+ * and framing. */
+size_t gm_xport_queue_max_for(size_t op_bytes);
 /* Attaches the member link that reaches peer (borrowed). */
 void gm_xport_set_link(struct gm_xport *x, int peer, struct gm_link *l);
 struct gm_link *gm_xport_link(const struct gm_xport *x, int peer);

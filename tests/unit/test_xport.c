@@ -23,7 +23,8 @@
  *      (later, once) and the collective fails on every rank within a deadline;
  *  (d) backpressure: with no recv armed, more than GM_XPORT_QUEUE_MAX queued
  *      pauses the link (no byte is read while paused); arming drains the queue
- *      in order and resumes the link.
+ *      in order and resumes the link;
+ *  (e) the queue limit (gm_xport_set_queue_max): see test_queue_limit.
  *
  * Waits poll a condition with a deadline; nothing sleeps.
  */
@@ -789,6 +790,12 @@ static int sends_done(const struct bp *b)
     return k;
 }
 
+static int bp_all_sent(struct net *n, void *arg)
+{
+    (void)n;
+    return sends_done(arg) == BP_MSGS;
+}
+
 static int bp_all(struct net *n, void *arg)
 {
     struct rcv *r = arg;
@@ -860,6 +867,119 @@ out:
         free(data[i]);
 }
 
+static int bp_all_read(struct net *n, void *arg)
+{
+    struct gm_xport_stats st;
+
+    (void)arg;
+    gm_xport_stats(n->x[0], 1, &st);
+    return st.msgs_recv == BP_MSGS;
+}
+
+/* Arms rank 0's recv from rank 1: every message comes, in order, and every send completes. */
+static void bp_drain(struct net *n, struct bp *b)
+{
+    struct rcv r = {.rearm = 1, .want = BP_MSGS};
+    struct gm_xport_stats st;
+
+    r.t = gm_xport_transport(n->x[0]);
+    GM_CHECK_OK(gm_transport_recv(r.t, 1, rcv_cb, &r));
+    GM_CHECK(run_until(n, bp_all, &r, 30000));
+    GM_CHECK_EQ(r.got, BP_MSGS);
+    GM_CHECK_EQ(r.order_bad, 0);
+    gm_xport_stats(n->x[0], 1, &st);
+    GM_CHECK(!st.read_paused);
+    GM_CHECK_EQ(st.queued_bytes, 0);
+    for (int i = 0; i < BP_MSGS; i++) {
+        GM_CHECK(run_until(n, sent_called, &b->s[i], 10000));
+        GM_CHECK_OK(b->s[i].status);
+    }
+    GM_CHECK(!n->closed[0][1]);
+}
+
+static bool bp_send_all(struct net *n, struct bp *b, uint8_t *data[BP_MSGS])
+{
+    for (int i = 0; i < BP_MSGS; i++) {
+        data[i] = malloc(BP_LEN);
+        GM_CHECK(data[i] != NULL);
+        if (data[i] == NULL)
+            return false;
+        memset(data[i], i + 1, BP_LEN);
+        GM_CHECK_OK(
+            gm_transport_send(gm_xport_transport(n->x[1]), 0, data[i], BP_LEN, sent_cb, &b->s[i]));
+    }
+    return true;
+}
+
+/*
+ * (e) the queue limit follows the group's largest op (issue 21): a peer that sends a whole
+ * collective while we are still busy with another is read to the end, never paused, however
+ * far past GM_XPORT_QUEUE_MAX that is; a limit under the backlog pauses at that limit, and
+ * raising it resumes the link.
+ */
+static void test_queue_limit(void)
+{
+    const size_t total = (size_t)BP_MSGS * BP_LEN;
+    struct net n;
+    struct bp b;
+    uint8_t *data[BP_MSGS] = {0};
+    struct gm_xport_stats st;
+
+    /* the arithmetic: one op and the start of the next, with framing, above the floor */
+    GM_CHECK(gm_xport_queue_max_for(0) > GM_XPORT_QUEUE_MAX);
+    GM_CHECK(gm_xport_queue_max_for(total) >= 2 * total + GM_XPORT_QUEUE_MAX);
+    GM_CHECK(gm_xport_queue_max_for(total) <= 2 * total + GM_XPORT_QUEUE_MAX + (64u << 10));
+    GM_CHECK_EQ(gm_xport_queue_max_for(SIZE_MAX / 2), SIZE_MAX);
+
+    /* a limit that covers the op: all 64 MiB read with no recv armed, the link never paused */
+    memset(&b, 0, sizeof(b));
+    net_up(&n, 2);
+    if (n.x[0] == NULL || n.x[1] == NULL)
+        goto out;
+    gm_xport_set_queue_max(n.x[0], 1); /* the floor */
+    GM_CHECK_EQ(gm_xport_queue_max(n.x[0]), GM_XPORT_QUEUE_MAX);
+    gm_xport_set_queue_max(n.x[0], gm_xport_queue_max_for(total));
+    if (!bp_send_all(&n, &b, data))
+        goto out;
+    GM_CHECK(run_until(&n, bp_all_read, NULL, 30000));
+    gm_xport_stats(n.x[0], 1, &st);
+    GM_CHECK(!st.read_paused);
+    GM_CHECK_EQ(st.queued_bytes, total);
+    GM_CHECK_EQ(st.queued_peak, total);
+    GM_CHECK(sends_done(&b) == BP_MSGS || run_until(&n, bp_all_sent, &b, 10000));
+    bp_drain(&n, &b);
+    net_down(&n);
+    for (int i = 0; i < BP_MSGS; i++) {
+        free(data[i]);
+        data[i] = NULL;
+    }
+
+    /* a limit under the backlog pauses there; raising it past twice the queue resumes */
+    memset(&b, 0, sizeof(b));
+    net_up(&n, 2);
+    if (n.x[0] == NULL || n.x[1] == NULL)
+        goto out;
+    gm_xport_set_queue_max(n.x[0], 2 * GM_XPORT_QUEUE_MAX);
+    if (!bp_send_all(&n, &b, data))
+        goto out;
+    GM_CHECK(run_until(&n, bp_paused, NULL, 20000));
+    gm_xport_stats(n.x[0], 1, &st);
+    GM_CHECK(st.queued_bytes > 2 * GM_XPORT_QUEUE_MAX);
+    GM_CHECK(st.queued_bytes <= 2 * GM_XPORT_QUEUE_MAX + BP_LEN);
+    gm_xport_set_queue_max(n.x[0], 2 * total);
+    gm_xport_stats(n.x[0], 1, &st);
+    GM_CHECK(!st.read_paused);
+    GM_CHECK(run_until(&n, bp_all_read, NULL, 30000));
+    gm_xport_stats(n.x[0], 1, &st);
+    GM_CHECK(!st.read_paused);
+    GM_CHECK_EQ(st.queued_bytes, total);
+    bp_drain(&n, &b);
+out:
+    net_down(&n);
+    for (int i = 0; i < BP_MSGS; i++)
+        free(data[i]);
+}
+
 int main(void)
 {
     GM_TEST_RUN(test_on_frame_refusals);
@@ -869,5 +989,6 @@ int main(void)
     GM_TEST_RUN(test_link_lost_send);
     GM_TEST_RUN(test_link_lost_collective);
     GM_TEST_RUN(test_backpressure);
+    GM_TEST_RUN(test_queue_limit);
     return gm_test_finish("test_xport");
 }
