@@ -123,6 +123,18 @@ GEN=$(sed -n 's/.*event=group generation=\([0-9]*\) rank=2 world=3 step=\([0-9]*
 grep -q "event=job-group job=$ID generation=${GEN% *} world=3 " "$WORK/alpha.log" ||
     fail "alpha formed no generation ${GEN% *} of world 3"
 pass "gamma rejoined: generation ${GEN% *}, world 3, from step ${GEN#* } (its log and alpha's)"
+# the group's start sends rank 0's state only where it is needed (agent/jobs/rank_train.c):
+# the first group (every rank from the same seed) and the world-2 group after the loss hold
+# the same state and skip the broadcast; gamma, back from a restart at an older step, does not
+for h in alpha beta gamma; do
+    grep -q "event=resync generation=1 bytes=[0-9]* same=1" "$WORK/$h.log" ||
+        fail "$h: the first group did not skip the broadcast: $(grep 'event=resync' "$WORK/$h.log" | head -n 1)"
+done
+grep -q "event=resync generation=$G2 bytes=[0-9]* same=1" "$WORK/alpha.log" ||
+    fail "alpha: the group after the loss did not skip the broadcast"
+grep -q "event=resync generation=${GEN% *} bytes=[0-9]* same=0" "$WORK/gamma.log" ||
+    fail "gamma: its rejoin took no broadcast: $(grep 'event=resync' "$WORK/gamma.log" | tail -n 1)"
+pass "resync: the broadcast skipped where every rank held rank 0's state, sent to the rejoining gamma"
 
 wait_until "$JOB_TIMEOUT" "the job to end" job_is alpha "$ID" 'j["state"] != "running"'
 job_is alpha "$ID" 'j["state"] == "done" and j["summary"]["steps"] == '$STEPS' and j["world"] == 3' ||
