@@ -502,9 +502,9 @@ static void test_bad_combinations(void)
     expect_bad(MINIMAL "[comm]\ncodec = fp16\nrank = 4\n",
                "error: job.ini:12: [comm] rank only applies with codec = powersgd or auto");
     expect_bad(MINIMAL "[comm]\ncodec = powersgd\nlocal_steps = 4\n",
-               "error: job.ini:12: [comm] local_steps only applies with codec = diloco or auto");
+               "error: job.ini:12: [comm] local_steps only applies with codec = diloco, diloco8 or auto");
     expect_bad(MINIMAL "[comm]\ncodec = fp32\noverlap = true\n",
-               "error: job.ini:12: [comm] overlap only applies with codec = diloco or auto");
+               "error: job.ini:12: [comm] overlap only applies with codec = diloco, diloco8 or auto");
 }
 
 /* [model] init and freeze, and image_size against the model's graph. */
