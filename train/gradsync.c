@@ -1209,8 +1209,9 @@ static bool diloco_resize(const struct gm_gradsync_auto_out *o,
  * "Switching").  To 8 bits: when the 16-bit sync leaves a wait well over budget (as a larger
  * H is judged in diloco_resize: cur's lag covering under 1/HYST of the 16-bit sync,
  * blocking: a sync per step over HYST x the budget; or 16-bit's best H over HYST x the
- * budget).  Back to 16 bits: when its sync is hidden by its H's lag with HYST to spare
- * (blocking: its share under budget / HYST), so a sync that hovers at the lag does not flap. */
+ * budget).  Back to 16 bits: when its sync would be hidden by the H cap's lag with HYST to
+ * spare (blocking: its share at the cap under budget / HYST), so that a sync that hovers at
+ * the lag does not flap between the widths; auto's smallest H that hides it then runs. */
 static bool diloco_width(const struct gm_gradsync_auto_out *o,
                          const struct gm_gradsync_strategy *cur, double compute_s, double budget)
 {
@@ -1228,9 +1229,9 @@ static bool diloco_width(const struct gm_gradsync_auto_out *o,
     }
     if (!c16->fits)
         return false;
-    return c16->s.overlap
-               ? gm_gradsync_diloco_lag(c16->s.local_steps) * compute_s >= hyst * c16->sync_s
-               : c16->comm_s < budget / hyst;
+    return c16->s.overlap ? gm_gradsync_diloco_lag(GM_GRADSYNC_AUTO_MAX_H) * compute_s >=
+                                hyst * c16->sync_s
+                          : c16->sync_s / GM_GRADSYNC_AUTO_MAX_H < budget / hyst;
 }
 
 int gm_gradsync_switch_decide(struct gm_gradsync_switch *sw, const struct gm_gradsync_auto_out *o,

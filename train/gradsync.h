@@ -72,8 +72,8 @@
  *    decision then until two rounds of the new H have synced (agent/jobs/autocodec.c), so
  *    that the next is made on its own syncs.  16-bit diloco to diloco8 likewise, when the
  *    16-bit sync leaves the running lag covering under 1/HYST of it (or 16-bit's best H's
- *    wait is over HYST x the budget); back when the 16-bit sync is hidden by its H's lag
- *    with HYST to spare (the measured sync of one width prices the other by the links'
+ *    wait is over HYST x the budget); back when the 16-bit sync would be hidden by the H
+ *    cap's lag with HYST to spare (the measured sync of one width prices the other by the links'
  *    ratio, gm_gradsync_auto_in.sync_codec); DiLoCo's residuals start at zero, as its
  *    momentum does.  Between 20% and 30% of compute, say, a codec stays;
  *  - codec state at a switch: PowerSGD's error feedback and Q are dropped (reset): the error

@@ -436,7 +436,7 @@ static void test_bad_names(void)
                "error: job.ini:2: unknown schedule kind 'linear' (known: constant, step, cosine)");
     expect_bad("[comm]\ncodec = zstd\n",
                "error: job.ini:2: unknown codec 'zstd' (known: auto, fp32, fp16, powersgd, "
-               "diloco)");
+               "diloco, diloco8)");
     expect_bad("[job]\nmodel = mlp\n[optimm]\nlr = 1\n",
                "error: job.ini:3: unknown section [optimm] (known: job, model, data, optim, "
                "schedule, comm)");
