@@ -133,7 +133,7 @@ static void test_bf16_fp32(void)
 
 
 /* q8's reference, from its definition (codec.h): per block, s = max|x| / 127, q = round to
- * nearest even of x / s, decoded q * s. */
+ * nearest even of x (127 / max|x|), decoded q * s. */
 static void q8_ref(const float *x, size_t n, float *out)
 {
     for (size_t b = 0; b < n; b += GM_CODEC_Q8_BLOCK) {
@@ -143,7 +143,7 @@ static void q8_ref(const float *x, size_t n, float *out)
             mx = fabsf(x[b + i]) > mx ? fabsf(x[b + i]) : mx;
         s = mx / 127.0f;
         for (size_t i = 0; i < m; i++)
-            out[b + i] = s == 0 ? 0 : (float)(int)rint((double)(x[b + i] / s)) * s;
+            out[b + i] = s == 0 ? 0 : (float)(int)rint((double)(x[b + i] * (127.0f / mx))) * s;
     }
 }
 
@@ -189,7 +189,7 @@ static void test_q8(void)
             worst = e > worst ? e : worst;
             GM_CHECK_EQ(f2u(y[b + i]), f2u(ref[b + i])); /* the definition, bit for bit */
         }
-        /* round to nearest: half a step, plus the rounding of q * s */
+        /* round to nearest: half a step, plus the roundings of x r and q * s */
         GM_CHECK(worst <= s * 0.5f * (1 + 1e-5f));
         GM_CHECK(worst > 0); /* random values do not all land on the grid */
     }

@@ -133,28 +133,48 @@ static void f16_decode_add(const unsigned char *in, const float *x, size_t n, fl
     }
 }
 
-/* One q8 block of m <= GM_CODEC_Q8_BLOCK elements (codec.h): scale, then the int8s.  The
- * division, not a multiplication by 127 / max: a subnormal max would make that Inf. */
+/* One q8 block of m <= GM_CODEC_Q8_BLOCK elements (codec.h): scale, then the int8s.  The max
+ * of |x| as the max of the bit patterns with the sign cleared (non-negative floats order as
+ * their bits do; at or above the exponent's all-ones pattern: Inf or NaN), and q from x
+ * times 127 / max, so that both loops vectorise; a max so small that 127 / max is Inf takes
+ * the division instead. */
 static void q8_encode_block(const float *in, size_t m, unsigned char *out)
 {
-    float mx = 0, s;
-    bool bad = false;
+    uint32_t mb = 0;
+    float mx, s, inv;
+    int8_t q[GM_CODEC_Q8_BLOCK];
 
     for (size_t i = 0; i < m; i++) {
-        float a = fabsf(in[i]);
-        if (!isfinite(a))
-            bad = true;
-        else if (a > mx)
-            mx = a;
+        uint32_t u;
+        memcpy(&u, &in[i], sizeof(u));
+        u &= 0x7fffffffu;
+        mb = u > mb ? u : mb;
     }
-    s = bad ? NAN : mx / 127.0f;
+    memcpy(&mx, &mb, sizeof(mx));
+    if (mb >= 0x7f800000u) { /* Inf or NaN */
+        s = NAN;
+        memset(q, 0, m);
+    } else if (mb == 0) {
+        s = 0;
+        memset(q, 0, m);
+    } else {
+        s = mx / 127.0f;
+        inv = 127.0f / mx;
+        if (isinf(inv)) {
+            for (size_t i = 0; i < m; i++)
+                q[i] = (int8_t)fminf(fmaxf(nearbyintf(in[i] / s), -127.0f), 127.0f);
+        } else { /* |x r| <= 127 (and a rounding): + and - 1.5 x 2^23 rounds it to the
+                  * nearest integer, ties to even, as nearbyintf would, in vector lanes */
+            for (size_t i = 0; i < m; i++) {
+                float v = (in[i] * inv + 12582912.0f) - 12582912.0f;
+                v = v > 127.0f ? 127.0f : v; /* not fminf: its NaN rules stop the vectoriser */
+                v = v < -127.0f ? -127.0f : v;
+                q[i] = (int8_t)(int)v;
+            }
+        }
+    }
     memcpy(out, &s, sizeof(s));
-    out += sizeof(s);
-    for (size_t i = 0; i < m; i++) {
-        float q = bad || s == 0 ? 0 : nearbyintf(in[i] / s);
-        q = q > 127 ? 127 : q < -127 ? -127 : q;
-        out[i] = (unsigned char)(int8_t)q;
-    }
+    memcpy(out + sizeof(s), q, m);
 }
 
 static void q8_encode(const float *in, size_t n, unsigned char *out)

@@ -11,8 +11,9 @@
  *
  * q8 (DiLoCo's 8-bit outer deltas, train/compress/diloco.h): blocks of GM_CODEC_Q8_BLOCK
  * elements, the last one shorter, each on the wire as its fp32 scale s (host byte order, as
- * every codec here) then one int8 per element, q = round-to-nearest-even(x / s) with
- * s = max|x| / 127 over the block, so |x - q s| <= s / 2 and decode is q * s.  Symmetric, no
+ * every codec here) then one int8 per element, q = round-to-nearest-even(x r), r = 127 / max|x|
+ * over the block (x / s when r would be Inf), s = max|x| / 127, so |x - q s| <= s / 2 (up to
+ * the rounding of r) and decode is q * s.  Symmetric, no
  * zero point: deltas are centred on zero.  An all-zero block has s = 0; a block holding an
  * Inf or NaN gets s = NaN and q = 0, so it decodes to NaN everywhere (the collective's finite
  * check then fails the op rather than sum a silently clipped value).  Decoding trusts no
