@@ -1229,9 +1229,9 @@ static bool diloco_width(const struct gm_gradsync_auto_out *o,
     }
     if (!c16->fits)
         return false;
-    return c16->s.overlap ? gm_gradsync_diloco_lag(GM_GRADSYNC_AUTO_MAX_H) * compute_s >=
-                                hyst * c16->sync_s
-                          : c16->sync_s / GM_GRADSYNC_AUTO_MAX_H < budget / hyst;
+    return c16->s.overlap
+               ? gm_gradsync_diloco_lag(GM_GRADSYNC_AUTO_MAX_H) * compute_s >= hyst * c16->sync_s
+               : c16->sync_s / GM_GRADSYNC_AUTO_MAX_H < budget / hyst;
 }
 
 int gm_gradsync_switch_decide(struct gm_gradsync_switch *sw, const struct gm_gradsync_auto_out *o,
@@ -1246,8 +1246,7 @@ int gm_gradsync_switch_decide(struct gm_gradsync_switch *sw, const struct gm_gra
         sw->target = sw->streak = 0;
         return -1;
     }
-    if (pi != ci && cur->kind == GM_GRADSYNC_KIND_DILOCO &&
-        o->pick.kind == GM_GRADSYNC_KIND_DILOCO)
+    if (pi != ci && cur->kind == GM_GRADSYNC_KIND_DILOCO && o->pick.kind == GM_GRADSYNC_KIND_DILOCO)
         want = diloco_width(o, cur, compute_s, budget) ? pi : -1; /* 16 <-> 8-bit deltas */
     else if (pi > ci && o->cand[ci].comm_s > GM_GRADSYNC_SWITCH_HYST * budget)
         want = pi; /* the running codec is well over budget: a cheaper, less faithful one */

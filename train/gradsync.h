@@ -23,18 +23,18 @@
  *    credited: the prediction errs slow), except for DiLoCo with [comm] overlap (the job's,
  *    in->job), whose sync runs during the first lag = gm_gradsync_diloco_lag(H) steps of the
  *    next round: a round costs H compute + max(0, sync - lag compute), not H compute + sync.
- *  - the pick is the first, in the order fp32, fp16, powersgd, diloco, diloco8, whose communication is
- *    at most comm_frac of the compute (default GM_GRADSYNC_AUTO_COMM_FRAC): the order is that
- *    of fidelity to synchronous fp32 SGD (fp16 within 0.2 points of fp32, PowerSGD within 0.7,
- *    DiLoCo changes the optimizer), so "cheapest" is the least lossy codec that keeps the
- *    link off the critical path.  DiLoCo's H is sized to the link: the smallest H >=
- *    GM_GRADSYNC_AUTO_MIN_H whose per-step share of a sync fits; capped at max_h.  Overlapped,
- *    the smallest H >= GM_GRADSYNC_AUTO_MIN_H whose lag steps of compute cover one sync (no
- *    predicted wait; the budget is left for jitter): about 2/5 of the blocking H.
- *    Overlapped 16-bit diloco fits only when some H up to the cap hides its sync entirely;
- *    when even the cap's lag leaves a wait, diloco8 (8-bit deltas with error feedback,
- *    train/compress/diloco.h: 0.51x the bytes, one hop) is tried next, sized the same way:
- *    at 5 Mbit/s the 16-bit sync (350-420 ms) outran H = 64's lag (~100 ms).
+ *  - the pick is the first, in the order fp32, fp16, powersgd, diloco, diloco8, whose
+ *    communication is at most comm_frac of the compute (default GM_GRADSYNC_AUTO_COMM_FRAC):
+ *    the order is that of fidelity to synchronous fp32 SGD (fp16 within 0.2 points of fp32,
+ *    PowerSGD within 0.7, DiLoCo changes the optimizer), so "cheapest" is the least lossy
+ *    codec that keeps the link off the critical path.  DiLoCo's H is sized to the link: the
+ *    smallest H >= GM_GRADSYNC_AUTO_MIN_H whose per-step share of a sync fits; capped at
+ *    max_h.  Overlapped, the smallest H >= GM_GRADSYNC_AUTO_MIN_H whose lag steps of compute
+ *    cover one sync (no predicted wait; the budget is left for jitter): about 2/5 of the
+ *    blocking H.  Overlapped 16-bit diloco fits only when some H up to the cap hides its sync
+ *    entirely; when even the cap's lag leaves a wait, diloco8 (8-bit deltas with error
+ *    feedback, train/compress/diloco.h: 0.51x the bytes, one hop) is tried next, sized the
+ *    same way: at 5 Mbit/s the 16-bit sync (350-420 ms) outran H = 64's lag (~100 ms).
  *  - one sync's cost is the links' estimate, or, while DiLoCo runs, what the coordinator's
  *    rank measures (in->sync_s, gm_gradsync_diloco_sync_s): on LeNet-5 over a 20 Mbit/s,
  *    51 ms tunnel the links said ~100 ms where syncs took 120-180 ms (TCP windows over the

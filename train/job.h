@@ -186,7 +186,7 @@ enum gm_job_schedule_kind {
     X(FP32, "fp32", DENSE, FP32)                                                                   \
     X(FP16, "fp16", DENSE, FP16)                                                                   \
     X(POWERSGD, "powersgd", POWERSGD, FP16)                                                        \
-    X(DILOCO, "diloco", DILOCO, FP16)                                                          \
+    X(DILOCO, "diloco", DILOCO, FP16)                                                              \
     X(DILOCO8, "diloco8", DILOCO, Q8)
 
 #define GM_JOB_CODEC_ENUM_(id, name, kind, wire) GM_JOB_CODEC_##id,

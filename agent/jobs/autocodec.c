@@ -301,7 +301,7 @@ int gm_autoswitch_decide(struct gm_autoswitch *a, const struct gm_gradsync_strat
                      "%s: a sync takes %.1f ms (%s), its lag of %u steps of %.2f ms covers "
                      "%.1f ms; %s's lag covered %.1f ms",
                      to, o.sync_s * 1e3,
-                     sync_s <= 0                    ? "the fitted link"
+                     sync_s <= 0                 ? "the fitted link"
                      : d->to.codec == cur->codec ? "measured"
                                                  : "measured at the other width, scaled",
                      gm_gradsync_diloco_lag(d->to.local_steps), compute * 1e3,

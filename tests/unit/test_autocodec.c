@@ -46,8 +46,8 @@ static void test_resolve(void)
     GM_CHECK(job.comm.local_steps >= GM_GRADSYNC_AUTO_MIN_H &&
              job.comm.local_steps <= GM_GRADSYNC_AUTO_MAX_H);
     GM_CHECK_EQ((uint32_t)job.comm.local_steps, o.pick.local_steps);
-    GM_CHECK(strncmp(why, o.cand[3].fits ? "diloco H=" : "diloco8 H=",
-                     o.cand[3].fits ? 9 : 10) == 0);
+    GM_CHECK(strncmp(why, o.cand[3].fits ? "diloco H=" : "diloco8 H=", o.cand[3].fits ? 9 : 10) ==
+             0);
 
     /* a 10 Gbit/s, 10 us LAN: fp32 */
     job_init(&job, 2);

@@ -131,7 +131,6 @@ static void test_bf16_fp32(void)
     }
 }
 
-
 /* q8's reference, from its definition (codec.h): per block, s = max|x| / 127, q = round to
  * nearest even of x (127 / max|x|), decoded q * s. */
 static void q8_ref(const float *x, size_t n, float *out)

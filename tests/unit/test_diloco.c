@@ -618,7 +618,7 @@ static void test_q8_feedback(void)
             worst = fmax(worst, fabs(-got[k] - KQ * mean));
             worst_plain = fmax(worst_plain, fabs(KQ * plain - KQ * mean));
         }
-        GM_CHECK(worst <= 0.5 / 127 + 1e-4); /* one round's error, + fp32 sums of 50 */
+        GM_CHECK(worst <= 0.5 / 127 + 1e-4);      /* one round's error, + fp32 sums of 50 */
         GM_CHECK(worst_plain > 10 * (0.5 / 127)); /* the test can tell: 0.003 x 50 is lost */
         /* deterministic: the same run, the same bits */
         run_q8(W, ov == 1, again);

@@ -520,8 +520,8 @@ static void test_auto(void)
                     char want[64];
                     GM_CHECK_EQ(h8, (uint32_t)GM_GRADSYNC_AUTO_MAX_H);
                     snprintf(want, sizeof(want),
-                             "H at its cap: %u lag steps cover %.0f of a %.0f ms", lag8,
-                             lag8 * 7.0, c8->sync_s * 1e3);
+                             "H at its cap: %u lag steps cover %.0f of a %.0f ms", lag8, lag8 * 7.0,
+                             c8->sync_s * 1e3);
                     GM_CHECK(strstr(o2.reason, want) != NULL);
                 } else {
                     GM_CHECK(h8 == GM_GRADSYNC_AUTO_MIN_H ||
@@ -728,7 +728,7 @@ static void test_switch(void)
     GM_CHECK_EQ(gm_gradsync_auto_index(&fp16), 1);
     GM_CHECK_EQ(gm_gradsync_auto_index(&diloco), 3);
     GM_CHECK_OK(pick_for(m, 50e-6, 1000, compute, &fast)); /* LAN: fp32 */
-    GM_CHECK_OK(pick_for(m, 0.025, 1, compute, &slow)); /* 1 Mbit/s, 50 ms RTT: 8-bit DiLoCo */
+    GM_CHECK_OK(pick_for(m, 0.025, 1, compute, &slow));    /* 1 Mbit/s, 50 ms RTT: 8-bit DiLoCo */
     GM_CHECK_EQ(fast.pick.id, GM_JOB_CODEC_FP32);
     GM_CHECK_EQ(slow.pick.id, GM_JOB_CODEC_DILOCO8);
     GM_CHECK_EQ(gm_gradsync_auto_index(&slow.pick), 4);
