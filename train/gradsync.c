@@ -1375,11 +1375,9 @@ int gm_gradsync_auto_choose(const struct gm_gradsync_auto_in *in, struct gm_grad
     if (best < 0)
         best = cheapest;
     out->pick = out->cand[best].s;
-    out->sync_s = out->pick.kind == GM_GRADSYNC_KIND_DILOCO
-                      ? out->cand[best].sync_s
-                      : out->cand[gm_gradsync_auto_index(&(struct gm_gradsync_strategy){
-                                      .kind = GM_GRADSYNC_KIND_DILOCO, .codec = GM_CODEC_FP16})]
-                            .sync_s;
+    /* the pick's sync, or 16-bit diloco's (candidate 3, gm_gradsync_auto_index) */
+    out->sync_s =
+        out->pick.kind == GM_GRADSYNC_KIND_DILOCO ? out->cand[best].sync_s : out->cand[3].sync_s;
     out->speedup = in->world * in->compute_s / out->cand[best].step_s;
     if (out->speedup < 1)
         out->too_slow = true;
