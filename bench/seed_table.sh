@@ -341,7 +341,7 @@ job_ended() { case $(job_field "$1" state) in done | failed | cancelled | refuse
 codec_of() { # ID: "fp32" or "diloco H=48"
     local c h
     c=$(job_field "$1" codec); h=$(job_field "$1" local_steps)
-    if [ "$c" = diloco ]; then echo "diloco H=$h"; else echo "$c"; fi
+    case $c in diloco | diloco8) echo "$c H=$h" ;; *) echo "$c" ;; esac
 }
 
 wanted() { [ -z "${ONLY:-}" ] || [[ $1 =~ $ONLY ]]; }

@@ -5,14 +5,14 @@
 # negative control.  Prints one line per run: codec, test accuracy, bytes
 # sent by all ranks, bytes of the last (steady-state) round, wall seconds.
 # Usage: bench/sim_codecs.sh [BIN] [WORKERS] [EPOCHS] [CASES...]
-#   cases: fp32 fp16 powersgd powersgd-noef diloco (default: all); SEED=n (default 1)
+#   cases: fp32 fp16 powersgd powersgd-noef diloco diloco8 (default: all); SEED=n (default 1)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${1:-./gradmesh}
 workers=${2:-4}
 epochs=${3:-5}
 shift $(( $# < 3 ? $# : 3 ))
-cases=${*:-fp32 fp16 powersgd powersgd-noef diloco}
+cases=${*:-fp32 fp16 powersgd powersgd-noef diloco diloco8}
 data=/usr/share/datasets/fashion-mnist
 [ -r "$data/train-images-idx3-ubyte.gz" ] || { echo "skip: $data missing"; exit 77; }
 tmp=$(mktemp -d)
@@ -24,7 +24,7 @@ for c in $cases; do
     [ "$c" = powersgd-noef ] && extra=(--no-error-feedback)
     comm="codec = $codec"
     [ "$codec" = powersgd ] && comm+=$'\nrank = 2'
-    [ "$codec" = diloco ] && comm+=$'\nlocal_steps = 16\nouter_lr = 0.7\nouter_momentum = 0.9'
+    case $codec in diloco | diloco8) comm+=$'\nlocal_steps = 16\nouter_lr = 0.7\nouter_momentum = 0.9' ;; esac
     cat >"$tmp/$c.ini" <<JOB
 [job]
 name = sim-$c

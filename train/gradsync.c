@@ -94,7 +94,8 @@ static void strategy_init(struct gm_gradsync_strategy *s, enum gm_job_codec id)
     s->id = id;
     s->kind = codec_rows[id].kind;
     s->codec = codec_rows[id].wire;
-    s->algo = GM_COLL_RING;
+    /* 8-bit deltas run DIRECT (train/compress/diloco.h, "8-bit deltas"); the rest the ring */
+    s->algo = s->codec == GM_CODEC_Q8 ? GM_COLL_DIRECT : GM_COLL_RING;
     s->rank = pc.rank;
     s->error_feedback = true;
     s->local_steps = dc.h;
@@ -242,19 +243,19 @@ int gm_gradsync_estimate_groups(const struct gm_gradsync_strategy *s, const stru
         return -EINVAL;
     switch (s->kind) {
     case GM_GRADSYNC_KIND_DENSE:
-        out->step_bytes = (uint64_t)params * esize;
+        out->step_bytes = gm_codec_bytes(s->codec, params);
         out->seconds = gm_coll_cost(s->algo, world, links, groups, params, s->codec);
         break;
     case GM_GRADSYNC_KIND_POWERSGD:
         if ((err = psgd_payload(s, m, &floats)) < 0)
             return err;
-        out->step_bytes = (uint64_t)floats * esize;
+        out->step_bytes = gm_codec_bytes(s->codec, floats);
         out->seconds = 2 * gm_coll_cost(s->algo, world, links, groups, floats / 2, s->codec);
         break;
     case GM_GRADSYNC_KIND_DILOCO:
         if (s->local_steps < 1)
             return -EINVAL;
-        out->step_bytes = (uint64_t)params * esize / s->local_steps;
+        out->step_bytes = gm_codec_bytes(s->codec, params) / s->local_steps;
         out->seconds =
             gm_coll_cost(s->algo, world, links, groups, params, s->codec) / s->local_steps;
         break;
@@ -1164,7 +1165,7 @@ int gm_gradsync_auto_index(const struct gm_gradsync_strategy *s)
     case GM_GRADSYNC_KIND_POWERSGD:
         return 2;
     case GM_GRADSYNC_KIND_DILOCO:
-        return 3;
+        return s->codec == GM_CODEC_Q8 ? 4 : 3;
     default:
         return s->codec == GM_CODEC_FP32 ? 0 : 1;
     }
@@ -1201,7 +1202,36 @@ static bool diloco_resize(const struct gm_gradsync_auto_out *o,
                o->sync_s;
     if (hp > hc)
         return o->sync_s / hc > GM_GRADSYNC_SWITCH_HYST * budget;
-    return hp * GM_GRADSYNC_RESIZE_SHRINK <= hc && o->cand[3].fits;
+    return hp * GM_GRADSYNC_RESIZE_SHRINK <= hc && o->cand[gm_gradsync_auto_index(cur)].fits;
+}
+
+/* DiLoCo runs cur and auto now picks the other width of deltas (the header comment,
+ * "Switching").  To 8 bits: when the 16-bit sync leaves a wait well over budget (as a larger
+ * H is judged in diloco_resize: cur's lag covering under 1/HYST of the 16-bit sync,
+ * blocking: a sync per step over HYST x the budget; or 16-bit's best H over HYST x the
+ * budget).  Back to 16 bits: when its sync would be hidden by the H cap's lag with HYST to
+ * spare (blocking: its share at the cap under budget / HYST), so that a sync that hovers at
+ * the lag does not flap between the widths; auto's smallest H that hides it then runs. */
+static bool diloco_width(const struct gm_gradsync_auto_out *o,
+                         const struct gm_gradsync_strategy *cur, double compute_s, double budget)
+{
+    const struct gm_gradsync_auto_cand *c16 = &o->cand[3];
+    const double hyst = GM_GRADSYNC_SWITCH_HYST;
+
+    if (cur->local_steps < 1 || !(c16->sync_s > 0))
+        return false;
+    if (o->pick.codec == GM_CODEC_Q8) {
+        if (c16->comm_s > hyst * budget)
+            return true;
+        return cur->overlap
+                   ? gm_gradsync_diloco_lag(cur->local_steps) * compute_s * hyst < c16->sync_s
+                   : c16->sync_s / cur->local_steps > hyst * budget;
+    }
+    if (!c16->fits)
+        return false;
+    return c16->s.overlap
+               ? gm_gradsync_diloco_lag(GM_GRADSYNC_AUTO_MAX_H) * compute_s >= hyst * c16->sync_s
+               : c16->sync_s / GM_GRADSYNC_AUTO_MAX_H < budget / hyst;
 }
 
 int gm_gradsync_switch_decide(struct gm_gradsync_switch *sw, const struct gm_gradsync_auto_out *o,
@@ -1216,11 +1246,14 @@ int gm_gradsync_switch_decide(struct gm_gradsync_switch *sw, const struct gm_gra
         sw->target = sw->streak = 0;
         return -1;
     }
-    if (pi > ci && o->cand[ci].comm_s > GM_GRADSYNC_SWITCH_HYST * budget)
+    if (pi != ci && cur->kind == GM_GRADSYNC_KIND_DILOCO && o->pick.kind == GM_GRADSYNC_KIND_DILOCO)
+        want = diloco_width(o, cur, compute_s, budget) ? pi : -1; /* 16 <-> 8-bit deltas */
+    else if (pi > ci && o->cand[ci].comm_s > GM_GRADSYNC_SWITCH_HYST * budget)
         want = pi; /* the running codec is well over budget: a cheaper, less faithful one */
     else if (pi < ci && o->cand[pi].comm_s < budget / GM_GRADSYNC_SWITCH_HYST)
         want = pi; /* a more faithful one is well under budget */
-    else if (pi == ci && ci == 3 && diloco_resize(o, cur, compute_s, budget))
+    else if (pi == ci && cur->kind == GM_GRADSYNC_KIND_DILOCO &&
+             diloco_resize(o, cur, compute_s, budget))
         want = pi; /* DiLoCo again, with H re-sized to the sync it now takes */
     if (want < 0) {
         sw->target = sw->streak = 0;
@@ -1238,9 +1271,29 @@ int gm_gradsync_switch_decide(struct gm_gradsync_switch *sw, const struct gm_gra
     return want;
 }
 
+/* The links' estimate of one DiLoCo sync with the wire codec of job codec id, run as auto's
+ * candidates run (HIER over splitting islands, except 8-bit deltas: DIRECT). */
+static int diloco_sync_est(const struct gm_gradsync_auto_in *in, enum gm_job_codec id, double *s)
+{
+    struct gm_gradsync_strategy st;
+    struct gm_gradsync_cost cost;
+    int err;
+
+    if ((err = gm_gradsync_strategy_of(id, in->job, &st)) < 0)
+        return err;
+    if (gm_gradsync_groups_hier(in->groups, in->world) && st.codec != GM_CODEC_Q8)
+        st.algo = GM_COLL_HIER;
+    st.local_steps = 1;
+    if ((err = gm_gradsync_estimate_groups(&st, in->m, in->world, in->links, in->groups, &cost)) <
+        0)
+        return err;
+    *s = cost.seconds;
+    return 0;
+}
+
 int gm_gradsync_auto_choose(const struct gm_gradsync_auto_in *in, struct gm_gradsync_auto_out *out)
 {
-    double frac, budget, sync_s = 0;
+    double frac, budget, est16 = 0, est8 = 0, measured_est;
     uint32_t max_h;
     int best = -1, cheapest = 0, err;
 
@@ -1253,25 +1306,30 @@ int gm_gradsync_auto_choose(const struct gm_gradsync_auto_in *in, struct gm_grad
     if (max_h < GM_GRADSYNC_AUTO_MIN_H)
         max_h = GM_GRADSYNC_AUTO_MIN_H;
     budget = frac * in->compute_s;
+    if ((err = diloco_sync_est(in, GM_JOB_CODEC_DILOCO, &est16)) < 0 ||
+        (err = diloco_sync_est(in, GM_JOB_CODEC_DILOCO8, &est8)) < 0)
+        return err;
+    measured_est = in->sync_codec == GM_CODEC_Q8 ? est8 : est16;
     for (int i = 0; i < GM_GRADSYNC_AUTO_NCAND; i++) {
         struct gm_gradsync_auto_cand *c = &out->cand[i];
         struct gm_gradsync_cost cost;
+        double sync_s = 0;
 
         if ((err = gm_gradsync_strategy_of((enum gm_job_codec)(GM_JOB_CODEC_AUTO + 1 + i), in->job,
                                            &c->s)) < 0)
             return err;
-        if (gm_gradsync_groups_hier(in->groups, in->world))
+        if (gm_gradsync_groups_hier(in->groups, in->world) && c->s.codec != GM_CODEC_Q8)
             c->s.algo = GM_COLL_HIER;
         if (c->s.kind == GM_GRADSYNC_KIND_DILOCO) {
-            double need;
-            c->s.local_steps = 1; /* one sync's cost, then H sized to the budget */
-            if ((err = gm_gradsync_estimate_groups(&c->s, in->m, in->world, in->links, in->groups,
-                                                   &cost)) < 0)
-                return err;
+            double need, est = c->s.codec == GM_CODEC_Q8 ? est8 : est16;
             /* measured while DiLoCo runs: what a sync really takes on these links, with the
              * TCP windows, the TLS records and the capped host's own work that the
-             * alpha-beta links leave out */
-            sync_s = in->sync_s > 0 && isfinite(in->sync_s) ? in->sync_s : cost.seconds;
+             * alpha-beta links leave out; for the other width of deltas than the one that
+             * ran, that time scaled by the links' ratio of the two */
+            sync_s = in->sync_s > 0 && isfinite(in->sync_s) && measured_est > 0
+                         ? in->sync_s * (est / measured_est)
+                         : est;
+            c->sync_s = sync_s;
             /* the smallest H whose per-step share of the sync fits the budget; overlapped,
              * the smallest whose lag steps cover the sync (the budget then absorbs jitter) */
             need = ceil(sync_s / budget * (1 - 1e-9));
@@ -1301,17 +1359,25 @@ int gm_gradsync_auto_choose(const struct gm_gradsync_auto_in *in, struct gm_grad
         }
         c->step_s = in->compute_s + c->comm_s;
         c->fits = c->comm_s <= budget * (1 + 1e-9);
+        /* overlapped 16-bit deltas whose sync the lag does not hide even at the H cap: 8-bit
+         * deltas (next) halve the bytes; the uncovered wait, though within the budget, is
+         * what kept 2 agents at 5 Mbit/s at 1.32x one (docs/BENCHMARKS.md) */
+        if (c->s.kind == GM_GRADSYNC_KIND_DILOCO && c->s.overlap && c->s.codec != GM_CODEC_Q8 &&
+            gm_gradsync_diloco_lag(c->s.local_steps) * in->compute_s < sync_s * (1 - 1e-9))
+            c->fits = false;
         if (c->fits && best < 0)
             best = i;
         if (c->step_s < out->cand[cheapest].step_s)
             cheapest = i;
     }
     out->compute_s = in->compute_s;
-    out->sync_s = sync_s;
     out->too_slow = best < 0;
     if (best < 0)
         best = cheapest;
     out->pick = out->cand[best].s;
+    /* the pick's sync, or 16-bit diloco's (candidate 3, gm_gradsync_auto_index) */
+    out->sync_s =
+        out->pick.kind == GM_GRADSYNC_KIND_DILOCO ? out->cand[best].sync_s : out->cand[3].sync_s;
     out->speedup = in->world * in->compute_s / out->cand[best].step_s;
     if (out->speedup < 1)
         out->too_slow = true;
@@ -1329,14 +1395,15 @@ int gm_gradsync_auto_choose(const struct gm_gradsync_auto_in *in, struct gm_grad
                      "fastest step (%.2f ms for %.2f ms of compute)",
                      label, frac * 100, out->cand[best].step_s * 1e3, in->compute_s * 1e3);
         if (out->pick.kind == GM_GRADSYNC_KIND_DILOCO && out->pick.overlap &&
-            gm_gradsync_diloco_lag(out->pick.local_steps) * in->compute_s < sync_s * (1 - 1e-9)) {
+            gm_gradsync_diloco_lag(out->pick.local_steps) * in->compute_s <
+                out->sync_s * (1 - 1e-9)) {
             /* the H cap, not the sync, sized it: say what the lag leaves uncovered */
             size_t len = strlen(out->reason);
             snprintf(out->reason + len, sizeof(out->reason) - len,
                      "; H at its cap: %u lag steps cover %.0f of a %.0f ms sync",
                      gm_gradsync_diloco_lag(out->pick.local_steps),
                      gm_gradsync_diloco_lag(out->pick.local_steps) * in->compute_s * 1e3,
-                     sync_s * 1e3);
+                     out->sync_s * 1e3);
         }
     }
     return 0;

@@ -23,14 +23,18 @@
  *    credited: the prediction errs slow), except for DiLoCo with [comm] overlap (the job's,
  *    in->job), whose sync runs during the first lag = gm_gradsync_diloco_lag(H) steps of the
  *    next round: a round costs H compute + max(0, sync - lag compute), not H compute + sync.
- *  - the pick is the first, in the order fp32, fp16, powersgd, diloco, whose communication is
- *    at most comm_frac of the compute (default GM_GRADSYNC_AUTO_COMM_FRAC): the order is that
- *    of fidelity to synchronous fp32 SGD (fp16 within 0.2 points of fp32, PowerSGD within 0.7,
- *    DiLoCo changes the optimizer), so "cheapest" is the least lossy codec that keeps the
- *    link off the critical path.  DiLoCo's H is sized to the link: the smallest H >=
- *    GM_GRADSYNC_AUTO_MIN_H whose per-step share of a sync fits; capped at max_h.  Overlapped,
- *    the smallest H >= GM_GRADSYNC_AUTO_MIN_H whose lag steps of compute cover one sync (no
- *    predicted wait; the budget is left for jitter): about 2/5 of the blocking H.
+ *  - the pick is the first, in the order fp32, fp16, powersgd, diloco, diloco8, whose
+ *    communication is at most comm_frac of the compute (default GM_GRADSYNC_AUTO_COMM_FRAC):
+ *    the order is that of fidelity to synchronous fp32 SGD (fp16 within 0.2 points of fp32,
+ *    PowerSGD within 0.7, DiLoCo changes the optimizer), so "cheapest" is the least lossy
+ *    codec that keeps the link off the critical path.  DiLoCo's H is sized to the link: the
+ *    smallest H >= GM_GRADSYNC_AUTO_MIN_H whose per-step share of a sync fits; capped at
+ *    max_h.  Overlapped, the smallest H >= GM_GRADSYNC_AUTO_MIN_H whose lag steps of compute
+ *    cover one sync (no predicted wait; the budget is left for jitter): about 2/5 of the
+ *    blocking H.  Overlapped 16-bit diloco fits only when some H up to the cap hides its sync
+ *    entirely; when even the cap's lag leaves a wait, diloco8 (8-bit deltas with error
+ *    feedback, train/compress/diloco.h: 0.51x the bytes, one hop) is tried next, sized the
+ *    same way: at 5 Mbit/s the 16-bit sync (350-420 ms) outran H = 64's lag (~100 ms).
  *  - one sync's cost is the links' estimate, or, while DiLoCo runs, what the coordinator's
  *    rank measures (in->sync_s, gm_gradsync_diloco_sync_s): on LeNet-5 over a 20 Mbit/s,
  *    51 ms tunnel the links said ~100 ms where syncs took 120-180 ms (TCP windows over the
@@ -66,8 +70,12 @@
  *    under 1/HYST of a measured sync (blocking: a sync per step over HYST x the budget), a
  *    smaller one when auto's H is at most the running one / GM_GRADSYNC_RESIZE_SHRINK; no
  *    decision then until two rounds of the new H have synced (agent/jobs/autocodec.c), so
- *    that the next is made on its own syncs.  Between 20% and 30% of
- *    compute, say, a codec stays;
+ *    that the next is made on its own syncs.  16-bit diloco to diloco8 likewise, when the
+ *    16-bit sync leaves the running lag covering under 1/HYST of it (or 16-bit's best H's
+ *    wait is over HYST x the budget); back when the 16-bit sync would be hidden by the H
+ *    cap's lag with HYST to spare (the measured sync of one width prices the other by the links'
+ *    ratio, gm_gradsync_auto_in.sync_codec); DiLoCo's residuals start at zero, as its
+ *    momentum does.  Between 20% and 30% of compute, say, a codec stays;
  *  - codec state at a switch: PowerSGD's error feedback and Q are dropped (reset): the error
  *    is each rank's own, flushing it would need a dense all-reduce of the whole gradient over
  *    the very link that became too slow, and what is lost is bounded by one step's
@@ -339,22 +347,28 @@ struct gm_gradsync_auto_in {
                         * candidate's codec between their leaders */
     double sync_s;     /* one DiLoCo sync as measured (gm_gradsync_diloco_sync_s) while DiLoCo
                         * runs, 0: none; DiLoCo's H is then sized from it, not the links */
+    enum gm_codec sync_codec; /* the deltas' wire codec of the DiLoCo that sync_s timed:
+                               * GM_CODEC_Q8 for diloco8, anything else reads as fp16; the
+                               * other width's sync is sync_s x the links' ratio of the two */
 };
 
-#define GM_GRADSYNC_AUTO_NCAND 4
+#define GM_GRADSYNC_AUTO_NCAND 5
 
 struct gm_gradsync_auto_cand {
     struct gm_gradsync_strategy s; /* diloco: H as sized to the link */
     double comm_s, step_s;         /* predicted per step */
+    double sync_s;                 /* diloco: one sync as priced (0 for the others) */
     bool fits;                     /* comm_s <= comm_frac * compute_s */
 };
 
 struct gm_gradsync_auto_out {
     struct gm_gradsync_strategy pick;
-    struct gm_gradsync_auto_cand cand[GM_GRADSYNC_AUTO_NCAND]; /* fp32, fp16, powersgd, diloco */
+    struct gm_gradsync_auto_cand cand[GM_GRADSYNC_AUTO_NCAND]; /* fp32, fp16, powersgd, diloco,
+                                                                * diloco8 */
     double speedup;                                            /* world * compute / pick's step */
     double compute_s;                                          /* in->compute_s */
-    double sync_s; /* one DiLoCo sync as priced: in->sync_s, or the links' estimate */
+    double sync_s; /* one DiLoCo sync as priced (the pick's when it is DiLoCo, else 16-bit
+                    * diloco's): in->sync_s (scaled), or the links' estimate */
     bool too_slow;
     char reason[240]; /* one line: why this pick */
 };
@@ -382,7 +396,8 @@ struct gm_gradsync_switch {
     long quiet_until; /* no decision before this step */
 };
 
-/* The candidate index (0 fp32, 1 fp16, 2 powersgd, 3 diloco: auto's order) of a strategy. */
+/* The candidate index (0 fp32, 1 fp16, 2 powersgd, 3 diloco, 4 diloco8: auto's order) of a
+ * strategy. */
 int gm_gradsync_auto_index(const struct gm_gradsync_strategy *s);
 
 /* One decision at rank 0's step, from auto's predictions over the fitted links (o, from

@@ -190,6 +190,10 @@ struct applies {
     const char *when;
 };
 
+/* the DiLoCo keys: diloco's, diloco8's and auto's (which may pick either) */
+#define DILOCO_KEY                                                                                 \
+    ((1u << GM_JOB_CODEC_AUTO) | (1u << GM_JOB_CODEC_DILOCO) | (1u << GM_JOB_CODEC_DILOCO8))
+
 static const struct applies applies[] = {
     {"model", "hidden", OFF(model), 1u << GM_JOB_MODEL_MLP, "[job] model = mlp"},
     {"data", "test_split", OFF(data.kind), 1u << GM_JOB_DATA_KIND_FOLDER, "kind = folder"},
@@ -217,14 +221,10 @@ static const struct applies applies[] = {
     {"schedule", "min_lr", OFF(schedule.kind), 1u << GM_JOB_SCHEDULE_KIND_COSINE, "kind = cosine"},
     {"comm", "rank", OFF(comm.codec), (1u << GM_JOB_CODEC_AUTO) | (1u << GM_JOB_CODEC_POWERSGD),
      "codec = powersgd or auto"},
-    {"comm", "local_steps", OFF(comm.codec),
-     (1u << GM_JOB_CODEC_AUTO) | (1u << GM_JOB_CODEC_DILOCO), "codec = diloco or auto"},
-    {"comm", "outer_lr", OFF(comm.codec), (1u << GM_JOB_CODEC_AUTO) | (1u << GM_JOB_CODEC_DILOCO),
-     "codec = diloco or auto"},
-    {"comm", "outer_momentum", OFF(comm.codec),
-     (1u << GM_JOB_CODEC_AUTO) | (1u << GM_JOB_CODEC_DILOCO), "codec = diloco or auto"},
-    {"comm", "overlap", OFF(comm.codec), (1u << GM_JOB_CODEC_AUTO) | (1u << GM_JOB_CODEC_DILOCO),
-     "codec = diloco or auto"},
+    {"comm", "local_steps", OFF(comm.codec), DILOCO_KEY, "codec = diloco, diloco8 or auto"},
+    {"comm", "outer_lr", OFF(comm.codec), DILOCO_KEY, "codec = diloco, diloco8 or auto"},
+    {"comm", "outer_momentum", OFF(comm.codec), DILOCO_KEY, "codec = diloco, diloco8 or auto"},
+    {"comm", "overlap", OFF(comm.codec), DILOCO_KEY, "codec = diloco, diloco8 or auto"},
 };
 
 /* --- messages ----------------------------------------------------------------------------- */

@@ -50,11 +50,12 @@
  *   [schedule] kind (constant | step | cosine, constant), warmup_steps (>= 0, 0),
  *              step_size (steps >= 1; required by and only for step), gamma ((0, 1], 0.1; step),
  *              min_lr (>= 0 and < lr, 0; cosine)
- *   [comm]     codec (auto | fp32 | fp16 | powersgd | diloco, auto), rank (1..1024, 2; powersgd),
- *              local_steps (>= 1, 16; diloco), outer_lr (> 0, 0.7; diloco),
+ *   [comm]     codec (auto | fp32 | fp16 | powersgd | diloco | diloco8, auto), rank (1..1024,
+ *              2; powersgd), local_steps (>= 1, 16; diloco), outer_lr (> 0, 0.7; diloco),
  *              outer_momentum ([0, 1), 0.9; diloco), overlap (bool, false; diloco: each outer
  *              sync runs during the first quarter of the next round, its update applied
- *              then, train/compress/diloco.h); auto may pick either, so it accepts all five
+ *              then, train/compress/diloco.h); diloco8 is diloco with 8-bit deltas and error
+ *              feedback, its keys diloco's; auto may pick any, so it accepts all five keys
  *
  * Choices (strict on purpose: a typo must not silently train the wrong thing):
  * - Unknown sections and keys, duplicate keys, keys outside any section, and keys that cannot
@@ -185,7 +186,8 @@ enum gm_job_schedule_kind {
     X(FP32, "fp32", DENSE, FP32)                                                                   \
     X(FP16, "fp16", DENSE, FP16)                                                                   \
     X(POWERSGD, "powersgd", POWERSGD, FP16)                                                        \
-    X(DILOCO, "diloco", DILOCO, FP16)
+    X(DILOCO, "diloco", DILOCO, FP16)                                                              \
+    X(DILOCO8, "diloco8", DILOCO, Q8)
 
 #define GM_JOB_CODEC_ENUM_(id, name, kind, wire) GM_JOB_CODEC_##id,
 enum gm_job_codec { GM_JOB_CODECS(GM_JOB_CODEC_ENUM_) GM_JOB_CODEC_COUNT };
@@ -329,6 +331,12 @@ const char *gm_job_data_kind_name(enum gm_job_data_kind k);
 const char *gm_job_augment_name(enum gm_job_augment a);
 const char *gm_job_optimizer_name(enum gm_job_optimizer o);
 const char *gm_job_schedule_kind_name(enum gm_job_schedule_kind k);
+/* DiLoCo, with 16- or 8-bit deltas: the codecs that [comm] local_steps and the outer keys
+ * apply to. */
+static inline bool gm_job_codec_is_diloco(enum gm_job_codec c)
+{
+    return c == GM_JOB_CODEC_DILOCO || c == GM_JOB_CODEC_DILOCO8;
+}
 /* The codec's name ("?" for a value outside the list). */
 const char *gm_job_codec_name(enum gm_job_codec c);
 /* The one parser of codec names (job files, wire messages): 0, or -EINVAL for a name not in

@@ -265,7 +265,8 @@ int gm_autoswitch_decide(struct gm_autoswitch *a, const struct gm_gradsync_strat
                                          /* rank 0's syncs, while DiLoCo runs: what H is
                                           * sized from then, not the fitted links */
                                          .sync_s =
-                                             cur->kind == GM_GRADSYNC_KIND_DILOCO ? sync_s : 0};
+                                             cur->kind == GM_GRADSYNC_KIND_DILOCO ? sync_s : 0,
+                                         .sync_codec = cur->codec};
         err = gm_gradsync_auto_choose(&in, &o);
     }
     free(l);
@@ -299,7 +300,10 @@ int gm_autoswitch_decide(struct gm_autoswitch *a, const struct gm_gradsync_strat
             snprintf(d->why, sizeof(d->why),
                      "%s: a sync takes %.1f ms (%s), its lag of %u steps of %.2f ms covers "
                      "%.1f ms; %s's lag covered %.1f ms",
-                     to, o.sync_s * 1e3, sync_s > 0 ? "measured" : "the fitted link",
+                     to, o.sync_s * 1e3,
+                     sync_s <= 0                 ? "the fitted link"
+                     : d->to.codec == cur->codec ? "measured"
+                                                 : "measured at the other width, scaled",
                      gm_gradsync_diloco_lag(d->to.local_steps), compute * 1e3,
                      gm_gradsync_diloco_lag(d->to.local_steps) * compute * 1e3, from,
                      gm_gradsync_diloco_lag(cur->local_steps) * compute * 1e3);

@@ -21,8 +21,8 @@ static void auto_chosen(struct job *jb, int world, int err, const struct gm_grad
         gm_notice("event=codec-auto job=%s codec=%s local_steps=%d world=%d speedup=%s "
                   "reason=\"%s\"",
                   jb->id, gm_job_codec_name(jb->job.comm.codec),
-                  jb->job.comm.codec == GM_JOB_CODEC_DILOCO ? jb->job.comm.local_steps : 0,
-                  world, sp, jb->codec_reason);
+                  gm_job_codec_is_diloco(jb->job.comm.codec) ? jb->job.comm.local_steps : 0, world,
+                  sp, jb->codec_reason);
     }
     if (err == 0 && o->compute_s > 0 && jb->job.comm.auto_resolved &&
         gm_autoswitch_new(&jb->job, o->compute_s, &jb->asw) < 0)

@@ -77,10 +77,10 @@ static json_t *job_json(struct gm_jobs *j, struct job *jb)
                         jb->codec_reason[0] ? json_string(jb->codec_reason) : json_null());
     /* DiLoCo's H as the ranks run it: auto's pick cut to the run's rounds (the same pure
      * gm_gradsync_diloco_plan every rank applies to the same total steps) */
-    if (jb->job.comm.codec == GM_JOB_CODEC_DILOCO) {
+    if (gm_job_codec_is_diloco(jb->job.comm.codec)) {
         struct gm_gradsync_strategy s;
         long h = jb->job.comm.local_steps;
-        if (p.total_steps > 0 && gm_gradsync_strategy_of(GM_JOB_CODEC_DILOCO, &jb->job, &s) == 0)
+        if (p.total_steps > 0 && gm_gradsync_strategy_of(jb->job.comm.codec, &jb->job, &s) == 0)
             h = gm_gradsync_diloco_h(&s, p.total_steps);
         json_object_set_new(o, "local_steps", json_integer(h));
     } else {

@@ -5,7 +5,9 @@
  * rank 2 is the attacker: the input is a list of messages [dst: u8][len:
  * u16 le][bytes] it sends to rank 0 or 1.  Then rank 2's links break.  Every
  * honest rank must complete exactly once (no crash, no hang, no leak), with
- * either an error or a finite result.
+ * either an error or a finite result.  Each input runs twice: the fp32 ring, then a
+ * DIRECT all-reduce of q8 (int8 blocks with an fp32 scale: DiLoCo's 8-bit deltas), whose
+ * payloads are decoded from whatever bytes arrive.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -34,12 +36,12 @@ static void sent_cb(struct gm_transport *t, int peer, int status, void *arg)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+static void one(const uint8_t *data, size_t size, const struct gm_coll_opts *op)
 {
     struct gm_memnet *net = gm_memnet_new(3);
     struct gm_coll *c[2];
     struct gm_coll_config cfg = {.chunk_bytes = 32};
-    struct gm_coll_opts o = {.algo = GM_COLL_RING, .codec = GM_CODEC_FP32};
+    struct gm_coll_opts o = *op;
     float buf[2][37];
     size_t at = 0;
 
@@ -70,5 +72,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (int r = 0; r < 2; r++)
         gm_coll_free(c[r]);
     gm_memnet_free(net);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    const struct gm_coll_opts ring = {.algo = GM_COLL_RING, .codec = GM_CODEC_FP32};
+    const struct gm_coll_opts q8 = {
+        .algo = GM_COLL_DIRECT, .codec = GM_CODEC_Q8, .reduce = GM_COLL_MEAN};
+
+    one(data, size, &ring);
+    one(data, size, &q8);
     return 0;
 }

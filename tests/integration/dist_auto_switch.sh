@@ -112,7 +112,7 @@ assert s1['from'].strip('"').split()[0] == ran, f"the switch after the change le
 # a DiLoCo already running (a loaded machine can time the step so that auto starts there)
 # answers a slower link with a larger H: that re-size is announced as a switch too
 hof = lambda label: int(re.search(r'H=(\d+)', label).group(1))
-assert n1['codec'] != ran or (ran == 'diloco' and hof(s1['to']) > hof(s1['from'])), \
+assert n1['codec'] != ran or (ran.startswith('diloco') and hof(s1['to']) > hof(s1['from'])), \
     f"switched to the codec it ran ({ran}) without a larger H: {s1['from']} -> {s1['to']}"
 before = [int(s['step']) for s in sw['a1'] if int(s['step']) <= changed]
 base = max([changed] + [b + DWELL for b in before])
@@ -120,7 +120,7 @@ delay = int(s1['step']) - base
 print(f'tbf replaced at step {changed} ({ran}); every rank switched to {s1["to"]} at step '
       f'{s1["step"]}: {delay} steps after step {base} (N = {N})')
 bound = N
-if ran == 'diloco' and n1['codec'] == ran:
+if ran.startswith('diloco') and n1['codec'] == ran:
     # a re-size reads the median of the last 8 measured syncs: it moves after 5 slow ones
     bound = N + 5 * hof(s1['from'])
 assert int(s1['step']) > changed and delay <= bound, f'switched {delay} steps after {base}, bound {bound}'

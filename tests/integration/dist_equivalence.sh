@@ -77,6 +77,10 @@
 #      (where each sync completes at once) must give the same weights bit for bit: the math
 #      may not depend on when a sync completes.  Every rank passes 21 hash checks (the outer
 #      parameters at each of the 20 boundaries, then the final weights).
+#      And with 8-bit deltas (codec = diloco8: int8 blocks, error feedback, DIRECT all-reduce)
+#      on 3 agents: the same bits as its simulation, 21 hash checks each; simulated on 3
+#      ranks, its bytes sent are 0.70-0.80x the 16-bit deltas' (DIRECT: 2 encodings of
+#      1.016 N bytes a rank, against the fp16 ring's 4/3 x 2 N: 0.76).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 . tests/integration/lib.bash
@@ -105,6 +109,8 @@ write_job "$WORK/ulp.ini" fp32 0.00100000012 "$WORK/data"
 write_job "$WORK/rot.ini" fp32 0.001 "$WORK/data-rot"
 job_ini "$WORK/diloco-ov.ini" eq job.model=lenet5 job.log_every=50 data.dir="$WORK/data" \
     optim.lr=0.001 optim.global_batch=$G comm.codec=diloco comm.local_steps=10 comm.overlap=true
+job_ini "$WORK/diloco8-ov.ini" eq job.model=lenet5 job.log_every=50 data.dir="$WORK/data" \
+    optim.lr=0.001 optim.global_batch=$G comm.codec=diloco8 comm.local_steps=10 comm.overlap=true
 
 # local RUN JOB [--simulate-workers W]: one process, weights in $WORK/RUN.safetensors
 local_run() {
@@ -123,6 +129,8 @@ local_run sim3 fp32 --simulate-workers 3
 local_run sim3-fp16 fp16 --simulate-workers 3
 local_run sim3-powersgd powersgd --simulate-workers 3
 local_run sim2-diloco-ov diloco-ov --simulate-workers 2
+local_run sim3-diloco-ov diloco-ov --simulate-workers 3 --summary-json "$WORK/sim3-diloco-ov.json"
+local_run sim3-diloco8-ov diloco8-ov --simulate-workers 3 --summary-json "$WORK/sim3-diloco8-ov.json"
 local_run ulp ulp
 local_run rot rot
 pass "reference runs on one process (local, simulated 2 and 3 ranks, two controls)"
@@ -244,6 +252,23 @@ for run in s112 s112-fp16; do
     submit_job "a3-$run" "$run" 3
     same_bits "a3-$run" "sim-$run"
 done
+submit_job a3-diloco8-ov diloco8-ov 3
+id=$(cat "$WORK/a3-diloco8-ov.id")
+for n in alpha beta gamma; do
+    hc=$(job_get $n "$id" 'j["hash_checks"]')
+    [ "$hc" = 21 ] || fail "diloco8 overlap: $n passed $hc hash checks, want 21"
+done
+same_bits a3-diloco8-ov sim3-diloco8-ov
+pass "diloco8 overlap, 3 agents: every rank passed 21 of 21 hash checks"
+# 3 ranks: DIRECT sends 2 encodings a rank (2 x 1.016 N bytes), the fp16 ring 4/3 x 2 N
+python3 - "$WORK/sim3-diloco-ov.json" "$WORK/sim3-diloco8-ov.json" <<'PY' || fail "diloco8 bytes"
+import json, sys
+b16 = json.load(open(sys.argv[1]))["bytes_sent"]
+b8 = json.load(open(sys.argv[2]))["bytes_sent"]
+r = b8 / b16
+print(f"diloco8 / diloco bytes_sent, 3 simulated ranks: {b8} / {b16} = {r:.3f}")
+sys.exit(0 if 0.70 <= r <= 0.80 else 1)
+PY
 
 # --- (b) across world sizes ----------------------------------------------------------------
 for pair in "a1 a2" "a1 a3" "a2 a3"; do

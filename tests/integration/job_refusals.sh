@@ -165,7 +165,7 @@ unknown model 'alexnet' (known: mlp, lenet5, vgg7, resnet20, resnet18, resnet34,
 mobilenet_v2, vgg11_bn, vgg16, vgg16_bn)"
 job "$WORK/codec.ini" "$DS/good" comm.codec=zstd
 refused codec "$WORK/codec.ini" 78 "error: $WORK/codec.ini:$(lineno codec "$WORK/codec.ini"): \
-unknown codec 'zstd' (known: auto, fp32, fp16, powersgd, diloco)"
+unknown codec 'zstd' (known: auto, fp32, fp16, powersgd, diloco, diloco8)"
 [ "$(submitted)" = "$n0" ] || fail "a job that does not parse reached the coordinator"
 pass "unknown model and codec: file:line on the command line, no agent involved (exit 78)"
 

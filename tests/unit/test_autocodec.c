@@ -40,11 +40,14 @@ static void test_resolve(void)
     job_init(&job, 2);
     uniform(l, 2, 0.25, 1);
     GM_CHECK_OK(gm_autocodec_resolve(&job, 2, l, NULL, &o, why, sizeof(why)));
-    GM_CHECK_EQ(job.comm.codec, GM_JOB_CODEC_DILOCO);
+    /* 16-bit deltas when some H up to the cap fits (a slow step: sanitizers), else 8-bit */
+    GM_CHECK_EQ(job.comm.codec, o.cand[3].fits ? GM_JOB_CODEC_DILOCO : GM_JOB_CODEC_DILOCO8);
+    GM_CHECK(o.cand[3].fits || o.cand[3].s.local_steps == GM_GRADSYNC_AUTO_MAX_H);
     GM_CHECK(job.comm.local_steps >= GM_GRADSYNC_AUTO_MIN_H &&
              job.comm.local_steps <= GM_GRADSYNC_AUTO_MAX_H);
     GM_CHECK_EQ((uint32_t)job.comm.local_steps, o.pick.local_steps);
-    GM_CHECK(strncmp(why, "diloco H=", 9) == 0);
+    GM_CHECK(strncmp(why, o.cand[3].fits ? "diloco H=" : "diloco8 H=", o.cand[3].fits ? 9 : 10) ==
+             0);
 
     /* a 10 Gbit/s, 10 us LAN: fp32 */
     job_init(&job, 2);
@@ -71,7 +74,9 @@ static void test_resolve(void)
     job_init(&job, 3);
     uniform(l, 3, 0.25, 1);
     GM_CHECK_OK(gm_autocodec_resolve(&job, 3, l, NULL, &o2, why, sizeof(why)));
-    GM_CHECK_EQ(o.pick.id, o2.pick.id);
+    /* the family: each call times the step afresh, and whether 16-bit DiLoCo's sync hides
+     * behind the cap's lag may differ between two timings of a loaded (or sanitized) step */
+    GM_CHECK_EQ(o.pick.kind, o2.pick.kind);
     GM_CHECK_NEAR(o.cand[0].comm_s, o2.cand[0].comm_s, 1e-12, 1e-9);
 
     /* not auto: untouched */
@@ -116,16 +121,17 @@ static void test_resize(void)
         GM_CHECK_EQ(gm_autoswitch_decide(a, &cur, links, NULL, 20, 0.007, 0.180, total, &d), 0);
         GM_CHECK_EQ(gm_autoswitch_decide(a, &cur, links, NULL, 21, 0.007, 0.180, total, &d), 0);
         gm_autoswitch_fit(a, 0, &fit, 2); /* new samples: the second decision */
-        if (k == 0) {
-            GM_CHECK_EQ(gm_autoswitch_decide(a, &cur, links, NULL, 22, 0.007, 0.180, total, &d), 1);
-            GM_CHECK_EQ(d.to.kind, GM_GRADSYNC_KIND_DILOCO);
-            GM_CHECK_EQ(d.to.local_steps, 64u); /* the cap: lag 16, 112 ms */
-            GM_CHECK(d.to.overlap);
-            GM_CHECK(d.step > 22 && d.seq == 1);
-            GM_CHECK(strstr(d.why, "a sync takes 180.0 ms (measured)") != NULL);
-        } else {
-            GM_CHECK_EQ(gm_autoswitch_decide(a, &cur, links, NULL, 22, 0.007, 0.180, total, &d), 0);
-        }
+        /* 16 bits would not be hidden even at the cap (lag 16, 112 ms): 8-bit deltas, whose
+         * sync (the measured one x the links' 8/16-bit ratio, about 90 ms) H=49 hides (lag
+         * 13, 91 ms); in the 100-step run at H 12 all the same, waiting half as long */
+        GM_CHECK_EQ(gm_autoswitch_decide(a, &cur, links, NULL, 22, 0.007, 0.180, total, &d), 1);
+        GM_CHECK_EQ(d.to.kind, GM_GRADSYNC_KIND_DILOCO);
+        GM_CHECK_EQ(d.to.id, GM_JOB_CODEC_DILOCO8);
+        GM_CHECK_EQ(d.to.codec, GM_CODEC_Q8);
+        GM_CHECK_EQ(d.to.local_steps, k == 0 ? 49u : 12u);
+        GM_CHECK(d.to.overlap);
+        GM_CHECK(d.step > 22 && d.seq == 1);
+        GM_CHECK(strstr(d.why, "(measured at the other width, scaled)") != NULL);
         gm_autoswitch_free(a);
     }
 }

@@ -213,6 +213,76 @@ static void test_mean_codecs(void)
     }
 }
 
+/* q8 MEAN: DIRECT gives, on every rank, exactly the reference (each rank's buffer encoded
+ * once from element 0, the decoded contributions summed in rank order in fp32, then x 1/N),
+ * whole blocks per chunk (chunks of 256 bytes hold one), and (N-1) encodings' bytes a rank;
+ * the ring and HIER re-encode partial sums: identical bits everywhere, within a looser bound. */
+static void test_q8(void)
+{
+    const size_t szs[] = {1, 255, 1031, 70000};
+
+    for (size_t wi = 0; wi < GM_ARRAY_SIZE(worlds); wi++) {
+        int n = worlds[wi];
+        int groups[MAXW];
+        for (int r = 0; r < n; r++)
+            groups[r] = r % 2;
+        for (size_t si = 0; si < GM_ARRAY_SIZE(szs); si++) {
+            size_t sz = szs[si];
+            struct gm_coll_config cfg = {.chunk_bytes = si % 2 ? 256 : 0, .groups = groups};
+            struct world w;
+            float *in[MAXW], *bufs[MAXW], *ref = malloc(sz * sizeof(float)),
+                                          *dec = malloc(sz * sizeof(float));
+            double *exact = calloc(sz, sizeof(double));
+            unsigned char *wire = malloc(gm_codec_bytes(GM_CODEC_Q8, sz));
+            GM_CHECK_OK(world_init(&w, n, &cfg));
+            for (int r = 0; r < n; r++) {
+                in[r] = malloc(sz * sizeof(float));
+                bufs[r] = malloc(sz * sizeof(float));
+                for (size_t i = 0; i < sz; i++) {
+                    in[r][i] = urand() * (i % 512 < 256 ? 1.0f : 1e-3f);
+                    exact[i] += in[r][i] / n;
+                }
+                gm_codec_encode(GM_CODEC_Q8, in[r], sz, wire);
+                gm_codec_decode(GM_CODEC_Q8, wire, sz, dec);
+                for (size_t i = 0; i < sz; i++)
+                    ref[i] = n == 1 ? in[r][i] : r == 0 ? dec[i] : dec[i] + ref[i];
+            }
+            for (size_t i = 0; i < sz; i++)
+                ref[i] *= 1.0f / (float)n;
+            for (size_t ai = 0; ai < 3; ai++) {
+                struct gm_coll_opts o = {
+                    .algo = algos[ai], .codec = GM_CODEC_Q8, .reduce = GM_COLL_MEAN};
+                double worst = 0;
+                gm_coll_traffic_reset(w.c[0]);
+                for (int r = 0; r < n; r++)
+                    memcpy(bufs[r], in[r], sz * sizeof(float));
+                run_allreduce(&w, bufs, sz, &o);
+                for (int r = 0; r < n; r++)
+                    GM_CHECK_OK(w.s[r].status);
+                check_identical(&w, bufs, sz);
+                for (size_t i = 0; i < sz; i++)
+                    worst = fmax(worst, fabs(bufs[0][i] - exact[i]));
+                if (algos[ai] == GM_COLL_DIRECT) {
+                    struct gm_coll_traffic t;
+                    GM_CHECK_EQ(memcmp(bufs[0], ref, sz * sizeof(float)), 0);
+                    gm_coll_traffic_codec(w.c[0], GM_CODEC_Q8, &t, NULL);
+                    GM_CHECK_EQ(t.payload_bytes,
+                                (uint64_t)(n - 1) * gm_codec_bytes(GM_CODEC_Q8, sz));
+                    GM_CHECK(worst <= 0.5 / 127 * 1.0001); /* each a half step of <= 1/127 */
+                } else {
+                    GM_CHECK(worst <= n * 1.0 / 127);
+                }
+            }
+            for (int r = 0; r < n; r++) {
+                free(in[r]);
+                free(bufs[r]);
+            }
+            free(ref), free(dec), free(exact), free(wire);
+            world_free(&w);
+        }
+    }
+}
+
 /* Ring payload per rank: 2S - seg(r+1) - seg(r+2); = 2(N-1)/N S when N | n.
  * Framing counted apart: one 56-byte header per message. */
 static void test_ring_bytes(void)
@@ -716,6 +786,7 @@ int main(void)
     GM_TEST_RUN(test_sum_exact);
     GM_TEST_RUN(test_star_hub);
     GM_TEST_RUN(test_mean_codecs);
+    GM_TEST_RUN(test_q8);
     GM_TEST_RUN(test_ring_bytes);
     GM_TEST_RUN(test_bad_input);
     GM_TEST_RUN(test_nonfinite);

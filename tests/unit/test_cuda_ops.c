@@ -456,6 +456,8 @@ static void test_hash_codecs(void)
     GM_CHECK_OK(gm_device_alloc(GM_DEVICE_CUDA, n * 4, &wire_d));
     for (int c = 0; c < GM_CODEC_COUNT; c++) {
         const size_t eb = gm_codec_elem_size((enum gm_codec)c);
+        if (c == GM_CODEC_Q8) /* host-only (DiLoCo's deltas live in host memory): ops.h */
+            continue;
         cpu->grad_encode((enum gm_codec)c, x.h, n, wire_h);
         gpu->grad_encode((enum gm_codec)c, x.d, n, wire_d);
         unsigned char *got = back(wire_d, n * eb);

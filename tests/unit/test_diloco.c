@@ -484,6 +484,153 @@ static void test_overlap_contracts(void)
     gm_memnet_free(net);
 }
 
+/* --- 8-bit deltas ------------------------------------------------------------------------- */
+
+#define NQ (2 * GM_CODEC_Q8_BLOCK + 88) /* two whole blocks and a short one */
+#define KQ 50                           /* rounds */
+
+/* Rank r's delta each round: per block one value of 1 (its max: a step of 1/127), values of
+ * 0.003 (r + 1) (under half a step: quantised alone, 0 every round) and random ones. */
+static void q8_delta(int r, float *v)
+{
+    uint64_t s = 99 + (uint64_t)r;
+    for (int k = 0; k < NQ; k++) {
+        s = s * 6364136223846793005u + 1442695040888963407u;
+        v[k] = k % GM_CODEC_Q8_BLOCK == 5 ? 1.0f
+               : k % 3 == 0               ? 0.003f * (float)(r + 1)
+                                          : (float)((s >> 40) & 0xffff) / 65536.0f - 0.5f;
+    }
+}
+
+/* w ranks of DiLoCo with q8 deltas, outer lr 1 and no momentum (the anchor moves by the mean
+ * delta), KQ rounds in which rank r's local steps move its params by -q8_delta(r); blocking,
+ * or overlapped (H 2, lag 1).  Checks every round that each residual is exactly
+ * x - decode(encode(x)), x = the delta + the residual before (with one rank: 0), and that
+ * the anchors are bitwise identical.  out: rank 0's anchor at the end. */
+static void run_q8(int w, bool overlap, float *out)
+{
+    struct gm_memnet *net = gm_memnet_new(w);
+    struct gm_coll_config cc = {0};
+    struct gm_coll *c[W];
+    struct gm_diloco *d[W];
+    struct gm_diloco_config cfg;
+    static float p[W][NQ], v[W][NQ], delta[W][NQ], e0[W][NQ], x[NQ], dec[NQ];
+    static unsigned char wire[2 * NQ];
+    const float *anchor, *mom, *anchor0;
+    int bad = 0;
+
+    gm_diloco_config_default(&cfg);
+    cfg.h = overlap ? 2 : 1;
+    cfg.outer_lr = 1.0f;
+    cfg.momentum = 0;
+    cfg.codec = GM_CODEC_Q8;
+    cfg.algo = GM_COLL_RING; /* q8 runs DIRECT whatever this says */
+    for (int r = 0; r < w; r++) {
+        memset(p[r], 0, sizeof(p[r]));
+        q8_delta(r, v[r]);
+        c[r] = gm_coll_new(gm_memnet_transport(net, r), &cc);
+        GM_CHECK_OK(gm_diloco_new(&cfg, p[r], NQ, &d[r]));
+        GM_CHECK(gm_diloco_residual(d[r]) != NULL);
+    }
+    for (int t = 0; t < KQ; t++) {
+        for (int r = 0; r < w; r++) { /* the local steps: params = anchor - v */
+            gm_diloco_state(d[r], &anchor, &mom);
+            for (int k = 0; k < NQ; k++) {
+                p[r][k] = anchor[k] - v[r][k];
+                delta[r][k] = anchor[k] - p[r][k]; /* as diloco.c takes it (weight 1) */
+            }
+            memcpy(e0[r], gm_diloco_residual(d[r]), sizeof(e0[r]));
+        }
+        if (overlap) {
+            memset(calls, 0, sizeof(calls));
+            for (int r = 0; r < w; r++) {
+                GM_CHECK_OK(gm_diloco_overlap_boundary(d[r], p[r]));
+                GM_CHECK_OK(gm_diloco_overlap_start(d[r], c[r], (uint64_t)t, done_cb, NULL));
+            }
+            gm_memnet_run(net);
+            for (int r = 0; r < w; r++) {
+                GM_CHECK_EQ(calls[r], 1);
+                GM_CHECK_OK(status[r]);
+                GM_CHECK_OK(gm_diloco_overlap_apply(d[r], p[r]));
+            }
+        } else {
+            memset(calls, 0, sizeof(calls));
+            for (int r = 0; r < w; r++)
+                GM_CHECK_OK(gm_diloco_sync_start(d[r], c[r], p[r], (uint64_t)t, done_cb, NULL));
+            gm_memnet_run(net);
+            for (int r = 0; r < w; r++) {
+                GM_CHECK_EQ(calls[r], 1);
+                GM_CHECK_OK(status[r]);
+            }
+        }
+        gm_diloco_state(d[0], &anchor0, &mom);
+        for (int r = 0; r < w; r++) {
+            const float *e = gm_diloco_residual(d[r]);
+            gm_diloco_state(d[r], &anchor, &mom);
+            bad += memcmp(anchor, anchor0, NQ * sizeof(float)) != 0;
+            for (int k = 0; k < NQ; k++)
+                x[k] = delta[r][k] + e0[r][k];
+            gm_codec_encode(GM_CODEC_Q8, x, NQ, wire);
+            gm_codec_decode(GM_CODEC_Q8, wire, NQ, dec);
+            for (int k = 0; k < NQ; k++) {
+                float want = w > 1 ? x[k] - dec[k] : 0.0f;
+                bad += memcmp(&e[k], &want, sizeof(float)) != 0;
+            }
+        }
+    }
+    GM_CHECK_EQ(bad, 0);
+    GM_CHECK_EQ(gm_diloco_syncs(d[0]), (uint64_t)KQ);
+    memcpy(out, anchor0, NQ * sizeof(float));
+    for (int r = 0; r < w; r++) {
+        gm_diloco_free(d[r]);
+        gm_coll_free(c[r]);
+    }
+    gm_memnet_free(net);
+}
+
+static void test_q8_feedback(void)
+{
+    static float got[NQ], again[NQ], v[W][NQ], q[NQ];
+    double worst = 0, worst_plain = 0;
+
+    for (int r = 0; r < W; r++)
+        q8_delta(r, v[r]);
+    for (int ov = 0; ov < 2; ov++) {
+        run_q8(W, ov == 1, got);
+        /* the anchor moved by KQ x the mean true delta, less the mean of the last residuals:
+         * each at most half a step of its block (1/254 here) */
+        worst = 0;
+        worst_plain = 0;
+        for (int k = 0; k < NQ; k++) {
+            double mean = 0, plain = 0;
+            for (int r = 0; r < W; r++) {
+                float one;
+                unsigned char wire[2 * GM_CODEC_Q8_BLOCK];
+                int b0 = k / GM_CODEC_Q8_BLOCK * GM_CODEC_Q8_BLOCK;
+                int m = NQ - b0 < GM_CODEC_Q8_BLOCK ? NQ - b0 : GM_CODEC_Q8_BLOCK;
+                mean += v[r][k] / (double)W;
+                /* without feedback: the same delta quantised afresh every round */
+                gm_codec_encode(GM_CODEC_Q8, v[r] + b0, (size_t)m, wire);
+                gm_codec_decode(GM_CODEC_Q8, wire, (size_t)m, q);
+                one = q[k - b0];
+                plain += one / (double)W;
+            }
+            worst = fmax(worst, fabs(-got[k] - KQ * mean));
+            worst_plain = fmax(worst_plain, fabs(KQ * plain - KQ * mean));
+        }
+        GM_CHECK(worst <= 0.5 / 127 + 1e-4);      /* one round's error, + fp32 sums of 50 */
+        GM_CHECK(worst_plain > 10 * (0.5 / 127)); /* the test can tell: 0.003 x 50 is lost */
+        /* deterministic: the same run, the same bits */
+        run_q8(W, ov == 1, again);
+        GM_CHECK_EQ(memcmp(got, again, sizeof(got)), 0);
+    }
+    /* one rank: nothing goes on the wire, so nothing is dropped and no residual kept */
+    run_q8(1, false, got);
+    for (int k = 0; k < NQ; k++)
+        worst = fmax(worst, fabs(-got[k] - KQ * (double)v[0][k]));
+    GM_CHECK(worst <= 0.5 / 127 + 1e-4);
+}
+
 int main(void)
 {
     setup();
@@ -494,5 +641,6 @@ int main(void)
     GM_TEST_RUN(test_h1_equals_sync_sgd);
     GM_TEST_RUN(test_h1_weighted);
     GM_TEST_RUN(test_defaults_converge);
+    GM_TEST_RUN(test_q8_feedback);
     return gm_test_finish("test_diloco");
 }

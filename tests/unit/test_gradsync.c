@@ -67,16 +67,16 @@ static struct gm_model *small_model(void)
 static void test_estimate(void)
 {
     struct gm_gradsync_strategy st[8];
-    struct gm_gradsync_cost c[4];
+    struct gm_gradsync_cost c[5];
     struct gm_model *m = small_model();
     size_t n = gm_gradsync_strategies(st, 8), params;
     char label[48];
 
-    GM_CHECK_EQ(n, 4u);
+    GM_CHECK_EQ(n, 5u);
     if (m == NULL)
         return;
     params = gm_model_num_params(m);
-    for (size_t i = 0; i < 4; i++)
+    for (size_t i = 0; i < 5; i++)
         GM_CHECK_OK(gm_gradsync_estimate(&st[i], m, 4, NULL, &c[i]));
     GM_CHECK_EQ(c[0].step_bytes, 4 * params);
     GM_CHECK_EQ(c[1].step_bytes, 2 * params);
@@ -88,6 +88,11 @@ static void test_estimate(void)
     GM_CHECK_STREQ(label, "powersgd rank 2 (fp16)");
     gm_gradsync_describe(&st[3], label, sizeof(label));
     GM_CHECK_STREQ(label, "diloco H=16 (fp16)");
+    /* 8-bit deltas: a byte each and a 4-byte scale per 256, over DIRECT */
+    GM_CHECK_EQ(c[4].step_bytes, (params + 4 * ((params + 255) / 256)) / 16);
+    GM_CHECK_EQ(st[4].algo, GM_COLL_DIRECT);
+    gm_gradsync_describe(&st[4], label, sizeof(label));
+    GM_CHECK_STREQ(label, "diloco8 H=16 (q8)");
     gm_model_free(m);
 }
 
@@ -456,18 +461,28 @@ static void test_auto(void)
         for (int i = 0; i < 4; i++)
             links[i] = (struct gm_coll_link){.alpha_s = 0.025, .bytes_per_s = 0.5e6 / 8};
         GM_CHECK_OK(gm_gradsync_auto_choose(&in, &o2));
-        GM_CHECK_EQ(o2.pick.local_steps, (uint32_t)GM_GRADSYNC_AUTO_MAX_H);
-        GM_CHECK(o2.cand[3].comm_s > 0);
-        {
-            struct gm_gradsync_strategy one = o2.pick;
+        GM_CHECK_EQ(o2.cand[3].s.local_steps, (uint32_t)GM_GRADSYNC_AUTO_MAX_H);
+        GM_CHECK(o2.cand[3].comm_s > 0 && !o2.cand[3].fits);
+        for (int c = 3; c < 5; c++) { /* 16- and 8-bit deltas, each at the cap */
+            struct gm_gradsync_strategy one = o2.cand[c].s;
             struct gm_gradsync_cost c1;
             one.local_steps = 1;
             GM_CHECK_OK(gm_gradsync_estimate(&one, m, 2, links, &c1));
-            GM_CHECK_NEAR(o2.cand[3].comm_s,
+            GM_CHECK_NEAR(o2.cand[c].sync_s, c1.seconds, 0, 0);
+            GM_CHECK_EQ(o2.cand[c].s.local_steps, (uint32_t)GM_GRADSYNC_AUTO_MAX_H);
+            GM_CHECK_NEAR(o2.cand[c].comm_s,
                           (c1.seconds - gm_gradsync_diloco_lag(GM_GRADSYNC_AUTO_MAX_H) * 0.010) /
                               GM_GRADSYNC_AUTO_MAX_H,
                           1e-12, 1e-9);
         }
+        /* 8-bit deltas: about half the sync (0.51x the bytes, one hop instead of two), so
+         * the cheaper step, and the pick: nothing fits */
+        GM_CHECK(o2.cand[4].sync_s < 0.55 * o2.cand[3].sync_s);
+        GM_CHECK(o2.cand[4].sync_s > 0.40 * o2.cand[3].sync_s);
+        GM_CHECK_EQ(o2.pick.id, GM_JOB_CODEC_DILOCO8);
+        GM_CHECK_EQ(o2.pick.codec, GM_CODEC_Q8);
+        GM_CHECK_EQ(o2.pick.algo, GM_COLL_DIRECT);
+        GM_CHECK(o2.too_slow);
         /* a measured sync (in.sync_s, while DiLoCo runs) sizes H, not the links (which
          * predict ~100 ms here): 80 ms at 7 ms of compute gets the smallest H whose lag steps
          * cover 80 ms; 180 ms (the tunnel's real sync, TCP and TLS included) the smallest
@@ -477,25 +492,42 @@ static void test_auto(void)
         in.compute_s = 0.007;
         for (int k = 0; k < 3; k++) {
             const double meas[3] = {0.080, 0.180, 0.600};
+            const struct gm_gradsync_auto_cand *c16 = &o2.cand[3], *c8 = &o2.cand[4];
             uint32_t h, lag;
             in.sync_s = meas[k];
             GM_CHECK_OK(gm_gradsync_auto_choose(&in, &o2));
-            h = o2.pick.local_steps;
+            h = c16->s.local_steps;
             lag = gm_gradsync_diloco_lag(h);
             GM_CHECK_EQ(o2.pick.kind, GM_GRADSYNC_KIND_DILOCO);
-            GM_CHECK_NEAR(o2.sync_s, meas[k], 0, 0);
-            if (lag * 0.007 >= meas[k]) { /* covered: by the smallest such H */
+            GM_CHECK_NEAR(c16->sync_s, meas[k], 0, 0);
+            /* the 8-bit sync is the measured 16-bit one x the links' ratio */
+            GM_CHECK(c8->sync_s > 0.40 * meas[k] && c8->sync_s < 0.55 * meas[k]);
+            if (lag * 0.007 >= meas[k]) { /* covered: by the smallest such H, at 16 bits */
                 GM_CHECK(h == GM_GRADSYNC_AUTO_MIN_H ||
                          gm_gradsync_diloco_lag(h - 1) * 0.007 < meas[k]);
-                GM_CHECK(o2.cand[3].comm_s == 0);
+                GM_CHECK(c16->comm_s == 0 && c16->fits);
+                GM_CHECK_EQ(o2.pick.id, GM_JOB_CODEC_DILOCO);
+                GM_CHECK_NEAR(o2.sync_s, meas[k], 0, 0);
                 GM_CHECK(strstr(o2.reason, "cap") == NULL);
-            } else { /* not even at the cap: the uncovered part shows, and is said */
-                char want[64];
+            } else { /* not even at the cap: 16 bits do not fit; 8-bit deltas are next */
+                uint32_t h8 = c8->s.local_steps, lag8 = gm_gradsync_diloco_lag(h8);
                 GM_CHECK_EQ(h, (uint32_t)GM_GRADSYNC_AUTO_MAX_H);
-                GM_CHECK_NEAR(o2.cand[3].comm_s, (meas[k] - lag * 0.007) / h, 1e-12, 1e-9);
-                snprintf(want, sizeof(want), "H at its cap: %u lag steps cover %.0f of a %.0f ms",
-                         lag, lag * 7.0, meas[k] * 1e3);
-                GM_CHECK(strstr(o2.reason, want) != NULL);
+                GM_CHECK_NEAR(c16->comm_s, (meas[k] - lag * 0.007) / h, 1e-12, 1e-9);
+                GM_CHECK(!c16->fits);
+                GM_CHECK_EQ(o2.pick.id, GM_JOB_CODEC_DILOCO8);
+                GM_CHECK_NEAR(o2.sync_s, c8->sync_s, 0, 0);
+                if (lag8 * 0.007 < c8->sync_s) { /* 8 bits at the cap too, and it is said */
+                    char want[64];
+                    GM_CHECK_EQ(h8, (uint32_t)GM_GRADSYNC_AUTO_MAX_H);
+                    snprintf(want, sizeof(want),
+                             "H at its cap: %u lag steps cover %.0f of a %.0f ms", lag8, lag8 * 7.0,
+                             c8->sync_s * 1e3);
+                    GM_CHECK(strstr(o2.reason, want) != NULL);
+                } else {
+                    GM_CHECK(h8 == GM_GRADSYNC_AUTO_MIN_H ||
+                             gm_gradsync_diloco_lag(h8 - 1) * 0.007 < c8->sync_s);
+                    GM_CHECK(c8->comm_s == 0);
+                }
             }
             if (k == 0)
                 GM_CHECK(lag * 0.007 >= meas[k]);
@@ -503,16 +535,34 @@ static void test_auto(void)
                 GM_CHECK(lag * 0.007 < meas[k]);
         }
         /* the 180 ms sync of LeNet-5 over the 20 Mbit/s tunnel at its 7 ms steps would need
-         * 26 lag steps, H=101: H stops at its cap of 64, whose 16 lag steps (112 ms) cover
-         * most of it, and the reason says so */
+         * 26 lag steps at 16 bits, H=101: at the cap of 64, 16 lag steps (112 ms) leave 68
+         * ms uncovered; 8-bit deltas (a sync of about 90 ms) are hidden below the cap */
         in.sync_s = 0.180;
         GM_CHECK_OK(gm_gradsync_auto_choose(&in, &o2));
+        GM_CHECK_EQ(o2.cand[3].s.local_steps, (uint32_t)GM_GRADSYNC_AUTO_MAX_H);
+        GM_CHECK_EQ(o2.pick.id, GM_JOB_CODEC_DILOCO8);
+        GM_CHECK(o2.pick.local_steps < (uint32_t)GM_GRADSYNC_AUTO_MAX_H);
+        GM_CHECK(gm_gradsync_diloco_lag(o2.pick.local_steps) * 0.007 >= o2.sync_s);
+        GM_CHECK(strstr(o2.reason, "cap") == NULL);
+        /* the 5 Mbit/s tunnel's 600 ms: 8 bits at the cap as well, covering 112 of ~300 */
+        in.sync_s = 0.600;
+        GM_CHECK_OK(gm_gradsync_auto_choose(&in, &o2));
+        GM_CHECK_EQ(o2.pick.id, GM_JOB_CODEC_DILOCO8);
         GM_CHECK_EQ(o2.pick.local_steps, (uint32_t)GM_GRADSYNC_AUTO_MAX_H);
-        GM_CHECK_EQ(gm_gradsync_diloco_lag(o2.pick.local_steps), 16u);
-        GM_CHECK(strstr(o2.reason, "H at its cap: 16 lag steps cover 112 of a 180 ms") != NULL);
-        /* 80 ms is covered below the cap: H=45, lag 12 (84 ms); H=44's 11 (77 ms) is not */
+        GM_CHECK(o2.cand[4].comm_s < o2.cand[3].comm_s / 2);
+        GM_CHECK(strstr(o2.reason, "H at its cap: 16 lag steps cover 112 of a") != NULL);
+        /* measured on the 8-bit deltas (sync_codec): the 16-bit sync is priced up from it */
+        in.sync_codec = GM_CODEC_Q8;
+        in.sync_s = 0.090;
+        GM_CHECK_OK(gm_gradsync_auto_choose(&in, &o2));
+        GM_CHECK_NEAR(o2.cand[4].sync_s, 0.090, 0, 0);
+        GM_CHECK(o2.cand[3].sync_s > 0.090 / 0.55 && o2.cand[3].sync_s < 0.090 / 0.40);
+        in.sync_codec = GM_CODEC_FP16;
+        /* 80 ms is covered below the cap at 16 bits: H=45, lag 12 (84 ms); H=44's 11 (77 ms)
+         * is not */
         in.sync_s = 0.080;
         GM_CHECK_OK(gm_gradsync_auto_choose(&in, &o2));
+        GM_CHECK_EQ(o2.pick.id, GM_JOB_CODEC_DILOCO);
         GM_CHECK_EQ(o2.pick.local_steps, 45u);
         GM_CHECK(strstr(o2.reason, "cap") == NULL);
         /* a measured sync is DiLoCo's alone: the blocking pick prices it per step too */
@@ -547,20 +597,22 @@ static void test_short_run(void)
     job.comm.overlap = true;
     for (int i = 0; i < 4; i++)
         links[i] = (struct gm_coll_link){.alpha_s = 0.025, .bytes_per_s = 20e6 / 8};
-    /* LeNet-5 over the 20 Mbit/s tunnel: a 180 ms sync, 7 ms steps; over 5 Mbit/s 600 ms:
-     * H at its cap, 64, both (the quarter-round lag's 16 steps cover 112 ms).  The table's
+    /* LeNet-5 over the 20 Mbit/s tunnel: a 180 ms sync at 16 bits, 7 ms steps; over 5
+     * Mbit/s 600 ms: 16 bits at the cap both (the quarter-round lag's 16 steps cover 112 ms),
+     * so 8-bit deltas: hidden at H=49 (lag 13: 91 ms), at the cap at 5 Mbit/s.  The table's
      * pair runs 5 epochs of 468 steps (--quick: 3): nothing changes */
     for (int k = 0; k < 2; k++) {
         const double sync[2] = {0.180, 0.600};
-        const uint32_t want[2] = {GM_GRADSYNC_AUTO_MAX_H, GM_GRADSYNC_AUTO_MAX_H};
+        const uint32_t want[2] = {49, GM_GRADSYNC_AUTO_MAX_H};
         in.compute_s = 0.007;
         in.sync_s = sync[k];
         GM_CHECK_OK(gm_gradsync_auto_choose(&in, &o));
+        GM_CHECK_EQ(o.pick.id, GM_JOB_CODEC_DILOCO8);
         GM_CHECK_EQ(o.pick.local_steps, want[k]);
         /* as the ranks get it: the coordinator's codec and H, the job's outer step, capped */
         job.comm.local_steps = (int)o.pick.local_steps;
         job.comm.auto_resolved = true;
-        GM_CHECK_OK(gm_gradsync_strategy_of(GM_JOB_CODEC_DILOCO, &job, &s));
+        GM_CHECK_OK(gm_gradsync_strategy_of(o.pick.id, &job, &s));
         GM_CHECK(s.cap_h);
         for (long total = 3 * 468; total <= 5 * 468; total += 2 * 468) {
             gm_gradsync_diloco_plan(&s, total, &r);
@@ -573,19 +625,28 @@ static void test_short_run(void)
         job.comm.auto_resolved = false;
     }
     /* resnet18's fine-tune over the same tunnel: a 10.5 s sync of the fp16 model, 0.4 s
-     * steps: H at its cap, 64 (lag 16, 6.4 s), 4 rounds in the run's 260 steps; cut to 32
-     * (8 rounds), with plain averaging for its outer step */
+     * steps: 16 bits at the cap, 64 (lag 16, 6.4 s); 8 bits (about 5.2 s) hidden at H=52
+     * (lag 13), 5 rounds in the run's 260 steps; cut to 32 (8 rounds), with plain averaging
+     * for its outer step */
     in.compute_s = 0.40;
     in.sync_s = 10.5;
     GM_CHECK_OK(gm_gradsync_auto_choose(&in, &o));
-    GM_CHECK_EQ(o.pick.local_steps, (uint32_t)GM_GRADSYNC_AUTO_MAX_H);
+    GM_CHECK_EQ(o.cand[3].s.local_steps, (uint32_t)GM_GRADSYNC_AUTO_MAX_H);
+    GM_CHECK_EQ(o.pick.id, GM_JOB_CODEC_DILOCO8);
+    GM_CHECK(o.pick.local_steps > 32 && o.pick.local_steps < (uint32_t)GM_GRADSYNC_AUTO_MAX_H);
     job.comm.local_steps = (int)o.pick.local_steps;
     job.comm.auto_resolved = true;
-    GM_CHECK_OK(gm_gradsync_strategy_of(GM_JOB_CODEC_DILOCO, &job, &s));
+    GM_CHECK_OK(gm_gradsync_strategy_of(o.pick.id, &job, &s));
     gm_gradsync_diloco_plan(&s, 260, &r);
     GM_CHECK_EQ(r.h, 32u);
-    GM_CHECK_STREQ(r.why, "H 64 -> 32: a run of 260 steps syncs at least 8 times; outer step "
-                          "plain averaging: 8 rounds < 16");
+    {
+        char want[160];
+        snprintf(want, sizeof(want),
+                 "H %u -> 32: a run of 260 steps syncs at least 8 times; outer step "
+                 "plain averaging: 8 rounds < 16",
+                 o.pick.local_steps);
+        GM_CHECK_STREQ(r.why, want);
+    }
     GM_CHECK_EQ(gm_gradsync_diloco_lag(r.h), 8u);
     /* the plan's rules, on a pick of H=54 (any H would do) */
     job.comm.local_steps = 54;
@@ -667,16 +728,17 @@ static void test_switch(void)
     GM_CHECK_EQ(gm_gradsync_auto_index(&fp16), 1);
     GM_CHECK_EQ(gm_gradsync_auto_index(&diloco), 3);
     GM_CHECK_OK(pick_for(m, 50e-6, 1000, compute, &fast)); /* LAN: fp32 */
-    GM_CHECK_OK(pick_for(m, 0.025, 1, compute, &slow));    /* 1 Mbit/s, 50 ms RTT: DiLoCo */
+    GM_CHECK_OK(pick_for(m, 0.025, 1, compute, &slow));    /* 1 Mbit/s, 50 ms RTT: 8-bit DiLoCo */
     GM_CHECK_EQ(fast.pick.id, GM_JOB_CODEC_FP32);
-    GM_CHECK_EQ(slow.pick.id, GM_JOB_CODEC_DILOCO);
+    GM_CHECK_EQ(slow.pick.id, GM_JOB_CODEC_DILOCO8);
+    GM_CHECK_EQ(gm_gradsync_auto_index(&slow.pick), 4);
 
     /* fp32 on a fast link stays, however often it is asked */
     for (long step = 0; step < 50; step++)
         GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &fast, &fp32, compute, 0, step), -1);
     /* the link turns slow: the first decision only starts a streak, the second switches */
     GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &slow, &fp32, compute, 0, 50), -1);
-    GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &slow, &fp32, compute, 0, 51), 3);
+    GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &slow, &fp32, compute, 0, 51), 4);
     /* an interrupted streak starts again */
     GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &slow, &fp32, compute, 0, 52), -1);
     GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &fast, &fp32, compute, 0, 53), -1);
@@ -686,15 +748,14 @@ static void test_switch(void)
     for (long step = 60; step < 60 + GM_GRADSYNC_SWITCH_DWELL; step++)
         GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &slow, &fp32, compute, 0, step), -1);
     GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &slow, &fp32, compute, 0, 80), -1);
-    GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &slow, &fp32, compute, 0, 81), 3);
+    GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &slow, &fp32, compute, 0, 81), 4);
     /* back up: DiLoCo on a fast link goes to fp32 (its communication is far under budget/1.5) */
     GM_CHECK(fast.cand[0].comm_s < 0.2 * compute / GM_GRADSYNC_SWITCH_HYST);
     GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &fast, &diloco, compute, 0, 90), -1);
     GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &fast, &diloco, compute, 0, 91), 0);
     /* DiLoCo on the slow link at the H auto picks there: nothing to change */
     {
-        struct gm_gradsync_strategy at = diloco;
-        at.local_steps = slow.pick.local_steps;
+        struct gm_gradsync_strategy at = slow.pick;
         for (long step = 100; step < 110; step++)
             GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &slow, &at, compute, 0, step), -1);
     }
@@ -714,14 +775,38 @@ static void test_switch(void)
         GM_CHECK_OK(gm_gradsync_strategy_of(GM_JOB_CODEC_DILOCO, &job, &cur));
         GM_CHECK(cur.overlap);
         /* H=33 (lag 9: 63 ms) against a measured 180 ms sync: a larger H, on the second
-         * decision in a row */
+         * decision in a row; 16 bits would not be hidden even at the cap (lag 16: 112 ms),
+         * so it is 8-bit deltas, hidden at auto's H */
         cur.local_steps = 33;
         in.sync_s = 0.180;
         GM_CHECK_OK(gm_gradsync_auto_choose(&in, &o));
         GM_CHECK(o.pick.local_steps > 33);
+        GM_CHECK_EQ(o.pick.id, GM_JOB_CODEC_DILOCO8);
         gm_gradsync_switch_quiet(&sw, 0);
         GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &o, &cur, 0.007, 0, 300), -1);
-        GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &o, &cur, 0.007, 0, 301), 3);
+        GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &o, &cur, 0.007, 0, 301), 4);
+        /* 8-bit deltas running at H=48, their own measured sync 45 ms: 16 bits (about 90 ms)
+         * would be hidden at H=53 (lag 14: 98 ms), but not with 1.5x to spare at the cap
+         * (112 ms < 135): they stay; at 30 ms (16 bits ~60 ms, 90 <= 112) they go back */
+        {
+            struct gm_gradsync_strategy c8;
+            GM_CHECK_OK(gm_gradsync_strategy_of(GM_JOB_CODEC_DILOCO8, &job, &c8));
+            c8.local_steps = 48;
+            in.sync_codec = GM_CODEC_Q8;
+            in.sync_s = 0.045;
+            GM_CHECK_OK(gm_gradsync_auto_choose(&in, &o));
+            GM_CHECK_EQ(o.pick.id, GM_JOB_CODEC_DILOCO);
+            for (long step = 302; step < 308; step++)
+                GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &o, &c8, 0.007, 0, step), -1);
+            in.sync_s = 0.030;
+            GM_CHECK_OK(gm_gradsync_auto_choose(&in, &o));
+            GM_CHECK_EQ(o.pick.id, GM_JOB_CODEC_DILOCO);
+            GM_CHECK(gm_gradsync_diloco_lag(GM_GRADSYNC_AUTO_MAX_H) * 0.007 >=
+                     GM_GRADSYNC_SWITCH_HYST * o.cand[3].sync_s);
+            GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &o, &c8, 0.007, 0, 308), -1);
+            GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &o, &c8, 0.007, 0, 309), 3);
+            in.sync_codec = GM_CODEC_FP16;
+        }
         /* H=40 (lag 10: 70 ms) against 100 ms, over 1/1.5 of it covered: H stays although
          * auto would size it at 57 (lag 15: 105 ms) now */
         cur.local_steps = 40;
@@ -744,13 +829,20 @@ static void test_switch(void)
         GM_CHECK_EQ(o.pick.local_steps, 37u);
         for (long step = 334; step < 340; step++)
             GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &o, &cur, 0.007, 0, step), -1);
-        /* ... nor against 200 ms, which H=64's lag (16 steps, 112 ms) covers under 1/1.5
-         * of: auto's H is the cap, the running one, so nothing to switch to */
+        /* against 150 ms, which H=64's lag (16 steps, 112 ms) covers over 1/1.5 of, 16 bits
+         * stay although auto would take 8 now */
+        in.sync_s = 0.150;
+        GM_CHECK_OK(gm_gradsync_auto_choose(&in, &o));
+        GM_CHECK_EQ(o.pick.id, GM_JOB_CODEC_DILOCO8);
+        for (long step = 340; step < 346; step++)
+            GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &o, &cur, 0.007, 0, step), -1);
+        /* against 200 ms, covered under 1/1.5: H is at its cap already, so 8-bit deltas */
         in.sync_s = 0.200;
         GM_CHECK_OK(gm_gradsync_auto_choose(&in, &o));
-        GM_CHECK_EQ(o.pick.local_steps, (uint32_t)GM_GRADSYNC_AUTO_MAX_H);
-        for (long step = 340; step < 350; step++)
-            GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &o, &cur, 0.007, 0, step), -1);
+        GM_CHECK_EQ(o.cand[3].s.local_steps, (uint32_t)GM_GRADSYNC_AUTO_MAX_H);
+        GM_CHECK_EQ(o.pick.id, GM_JOB_CODEC_DILOCO8);
+        GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &o, &cur, 0.007, 0, 348), -1);
+        GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &o, &cur, 0.007, 0, 349), 4);
         /* blocking DiLoCo: a larger H when a sync per step is over 1.5x the budget */
         job.comm.overlap = false;
         GM_CHECK_OK(gm_gradsync_strategy_of(GM_JOB_CODEC_DILOCO, &job, &cur));
@@ -758,8 +850,15 @@ static void test_switch(void)
         in.sync_s = 0.180; /* 11 ms a step against a budget of 1.4 */
         GM_CHECK_OK(gm_gradsync_auto_choose(&in, &o));
         GM_CHECK(!o.pick.overlap && o.pick.local_steps > 16);
+        GM_CHECK_EQ(o.pick.id, GM_JOB_CODEC_DILOCO8); /* 16 bits: H=129 would fit */
         GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &o, &cur, 0.007, 0, 360), -1);
-        GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &o, &cur, 0.007, 0, 361), 3);
+        GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &o, &cur, 0.007, 0, 361), 4);
+        /* 40 ms: 16 bits fit at H=29 and the running 16 < 29: a larger H, 16 bits */
+        in.sync_s = 0.040;
+        GM_CHECK_OK(gm_gradsync_auto_choose(&in, &o));
+        GM_CHECK_EQ(o.pick.id, GM_JOB_CODEC_DILOCO);
+        GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &o, &cur, 0.007, 0, 370), -1);
+        GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &o, &cur, 0.007, 0, 371), 3);
     }
 
     /* the band: fp32 over budget by less than GM_GRADSYNC_SWITCH_HYST stays although auto
@@ -842,8 +941,12 @@ static void test_star(void)
     GM_CHECK_OK(gm_gradsync_auto_choose(&in, &ring));
     in.groups = g;
     GM_CHECK_OK(gm_gradsync_auto_choose(&in, &star));
-    GM_CHECK_EQ(star.pick.algo, GM_COLL_HIER);
-    GM_CHECK_EQ(ring.pick.algo, GM_COLL_RING);
+    for (int i = 0; i < 4; i++) { /* all but 8-bit deltas, which run DIRECT everywhere */
+        GM_CHECK_EQ(star.cand[i].s.algo, GM_COLL_HIER);
+        GM_CHECK_EQ(ring.cand[i].s.algo, GM_COLL_RING);
+    }
+    GM_CHECK_EQ(star.cand[4].s.algo, GM_COLL_DIRECT);
+    GM_CHECK_EQ(ring.cand[4].s.algo, GM_COLL_DIRECT);
     /* PowerSGD's small all-reduces pay latency: 2 rounds of one leg at the hub against the
      * ring's 6 hops, two of which cross the hub (the model does not price the hub's shared
      * uplink, which would favour the star further for large payloads) */
@@ -888,13 +991,14 @@ static void test_islands(void)
     g[0] = 0, g[1] = 0, g[2] = 2;
     in.groups = g;
     GM_CHECK_OK(gm_gradsync_auto_choose(&in, &isl));
-    GM_CHECK_EQ(isl.pick.algo, GM_COLL_HIER);
-    GM_CHECK_EQ(flat.pick.algo, GM_COLL_RING);
+    GM_CHECK_EQ(isl.cand[3].s.algo, GM_COLL_HIER);
+    GM_CHECK_EQ(flat.cand[3].s.algo, GM_COLL_RING);
+    GM_CHECK_EQ(isl.cand[4].s.algo, GM_COLL_DIRECT); /* 8-bit deltas: DIRECT (diloco.h) */
     for (int i = 0; i < GM_GRADSYNC_AUTO_NCAND; i++) /* never worse than the ring here */
         GM_CHECK(isl.cand[i].comm_s * isl.cand[i].s.local_steps <=
                  flat.cand[i].comm_s * flat.cand[i].s.local_steps * 1.0001);
     GM_CHECK_EQ(isl.pick.kind, GM_GRADSYNC_KIND_DILOCO);
-    GM_CHECK(isl.pick.local_steps <= flat.pick.local_steps);
+    GM_CHECK(isl.cand[3].s.local_steps <= flat.cand[3].s.local_steps);
     gm_model_free(m);
 }
 

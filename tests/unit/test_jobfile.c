@@ -436,7 +436,7 @@ static void test_bad_names(void)
                "error: job.ini:2: unknown schedule kind 'linear' (known: constant, step, cosine)");
     expect_bad("[comm]\ncodec = zstd\n",
                "error: job.ini:2: unknown codec 'zstd' (known: auto, fp32, fp16, powersgd, "
-               "diloco)");
+               "diloco, diloco8)");
     expect_bad("[job]\nmodel = mlp\n[optimm]\nlr = 1\n",
                "error: job.ini:3: unknown section [optimm] (known: job, model, data, optim, "
                "schedule, comm)");
@@ -501,10 +501,12 @@ static void test_bad_combinations(void)
                "error: job.ini:12: [schedule] min_lr = 0.1 must be below [optim] lr = 0.1");
     expect_bad(MINIMAL "[comm]\ncodec = fp16\nrank = 4\n",
                "error: job.ini:12: [comm] rank only applies with codec = powersgd or auto");
-    expect_bad(MINIMAL "[comm]\ncodec = powersgd\nlocal_steps = 4\n",
-               "error: job.ini:12: [comm] local_steps only applies with codec = diloco or auto");
-    expect_bad(MINIMAL "[comm]\ncodec = fp32\noverlap = true\n",
-               "error: job.ini:12: [comm] overlap only applies with codec = diloco or auto");
+    expect_bad(
+        MINIMAL "[comm]\ncodec = powersgd\nlocal_steps = 4\n",
+        "error: job.ini:12: [comm] local_steps only applies with codec = diloco, diloco8 or auto");
+    expect_bad(
+        MINIMAL "[comm]\ncodec = fp32\noverlap = true\n",
+        "error: job.ini:12: [comm] overlap only applies with codec = diloco, diloco8 or auto");
 }
 
 /* [model] init and freeze, and image_size against the model's graph. */

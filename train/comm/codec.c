@@ -1,5 +1,5 @@
 /*
- * train/comm/codec.c - fp32/fp16/bf16 wire codecs (see codec.h for the choices).
+ * train/comm/codec.c - fp32/fp16/bf16/q8 wire codecs (see codec.h for the choices).
  *
  * Wire byte order is the host's (little-endian x86-64 and arm64 are all we
  * build for); the collective's message header is explicit big-endian.
@@ -7,6 +7,8 @@
 #include "train/comm/codec.h"
 
 #include <errno.h>
+#include <math.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "train/kernels/kfn.h"
@@ -47,9 +49,28 @@ size_t gm_codec_elem_size(enum gm_codec c)
     case GM_CODEC_FP16:
     case GM_CODEC_BF16:
         return 2;
+    case GM_CODEC_Q8:
+        return 1;
     default:
         return 0;
     }
+}
+
+size_t gm_codec_bytes(enum gm_codec c, size_t n)
+{
+    if (c == GM_CODEC_Q8)
+        return n + sizeof(float) * ((n + GM_CODEC_Q8_BLOCK - 1) / GM_CODEC_Q8_BLOCK);
+    return n * gm_codec_elem_size(c);
+}
+
+size_t gm_codec_chunk_elems(enum gm_codec c, size_t max_bytes)
+{
+    const size_t block_bytes = GM_CODEC_Q8_BLOCK + sizeof(float);
+    size_t esz = gm_codec_elem_size(c);
+
+    if (c == GM_CODEC_Q8)
+        return GM_CODEC_Q8_BLOCK * (max_bytes > block_bytes ? max_bytes / block_bytes : 1);
+    return esz == 0 || max_bytes < esz ? 1 : max_bytes / esz;
 }
 
 const char *gm_codec_name(enum gm_codec c)
@@ -61,6 +82,8 @@ const char *gm_codec_name(enum gm_codec c)
         return "fp16";
     case GM_CODEC_BF16:
         return "bf16";
+    case GM_CODEC_Q8:
+        return "q8";
     default:
         return "?";
     }
@@ -110,6 +133,74 @@ static void f16_decode_add(const unsigned char *in, const float *x, size_t n, fl
     }
 }
 
+/* One q8 block of m <= GM_CODEC_Q8_BLOCK elements (codec.h): scale, then the int8s.  The max
+ * of |x| as the max of the bit patterns with the sign cleared (non-negative floats order as
+ * their bits do; at or above the exponent's all-ones pattern: Inf or NaN), and q from x
+ * times 127 / max, so that both loops vectorise; a max so small that 127 / max is Inf takes
+ * the division instead. */
+static void q8_encode_block(const float *in, size_t m, unsigned char *out)
+{
+    uint32_t mb = 0;
+    float mx, s, inv;
+    int8_t q[GM_CODEC_Q8_BLOCK];
+
+    for (size_t i = 0; i < m; i++) {
+        uint32_t u;
+        memcpy(&u, &in[i], sizeof(u));
+        u &= 0x7fffffffu;
+        mb = u > mb ? u : mb;
+    }
+    memcpy(&mx, &mb, sizeof(mx));
+    if (mb >= 0x7f800000u) { /* Inf or NaN */
+        s = NAN;
+        memset(q, 0, m);
+    } else if (mb == 0) {
+        s = 0;
+        memset(q, 0, m);
+    } else {
+        s = mx / 127.0f;
+        inv = 127.0f / mx;
+        if (isinf(inv)) {
+            for (size_t i = 0; i < m; i++)
+                q[i] = (int8_t)fminf(fmaxf(nearbyintf(in[i] / s), -127.0f), 127.0f);
+        } else { /* |x r| <= 127 (and a rounding): + and - 1.5 x 2^23 rounds it to the
+                  * nearest integer, ties to even, as nearbyintf would, in vector lanes */
+            for (size_t i = 0; i < m; i++) {
+                float v = (in[i] * inv + 12582912.0f) - 12582912.0f;
+                v = v > 127.0f ? 127.0f : v; /* not fminf: its NaN rules stop the vectoriser */
+                v = v < -127.0f ? -127.0f : v;
+                q[i] = (int8_t)(int)v;
+            }
+        }
+    }
+    memcpy(out, &s, sizeof(s));
+    memcpy(out + sizeof(s), q, m);
+}
+
+static void q8_encode(const float *in, size_t n, unsigned char *out)
+{
+    for (size_t b = 0; b < n; b += GM_CODEC_Q8_BLOCK) {
+        size_t m = n - b < GM_CODEC_Q8_BLOCK ? n - b : GM_CODEC_Q8_BLOCK;
+        q8_encode_block(in + b, m, out);
+        out += sizeof(float) + m;
+    }
+}
+
+static void q8_decode_add(const unsigned char *in, const float *x, size_t n, float *out)
+{
+    for (size_t b = 0; b < n; b += GM_CODEC_Q8_BLOCK) {
+        size_t m = n - b < GM_CODEC_Q8_BLOCK ? n - b : GM_CODEC_Q8_BLOCK;
+        float s;
+        memcpy(&s, in, sizeof(s));
+        in += sizeof(s);
+        for (size_t i = 0; i < m; i++) {
+            float v = (float)(int8_t)in[i] * s;
+            out[b + i] = x != NULL ? v + x[b + i] : v;
+        }
+        in += m;
+    }
+}
+
 void gm_codec_encode(enum gm_codec c, const float *in, size_t n, void *out)
 {
     if (n == 0)
@@ -129,6 +220,9 @@ void gm_codec_encode(enum gm_codec c, const float *in, size_t n, void *out)
         }
         break;
     }
+    case GM_CODEC_Q8:
+        q8_encode(in, n, out);
+        break;
     default:
         break;
     }
@@ -161,6 +255,9 @@ void gm_codec_decode_add(enum gm_codec c, const void *in, const float *x, size_t
         }
         break;
     }
+    case GM_CODEC_Q8:
+        q8_decode_add(in, x, n, out);
+        break;
     default:
         break;
     }

@@ -115,9 +115,9 @@ static int send_chunk(struct gm_coll *c, struct op *op, int peer, uint32_t stage
                       const unsigned char **payload)
 {
     struct phase *p = &op->ph[op->cur];
-    size_t esz = gm_codec_elem_size(p->codec);
+    size_t bytes = gm_codec_bytes(p->codec, cnt);
     bool in_place = p->kind == PH_RING && p->codec == GM_CODEC_FP32 && src != NULL && cnt > 0;
-    struct wire *w = gm_coll_wire_new(c, in_place ? 0 : cnt * esz);
+    struct wire *w = gm_coll_wire_new(c, in_place ? 0 : bytes);
     struct gm_coll_hdr h;
     unsigned char *pl;
 
@@ -126,12 +126,12 @@ static int send_chunk(struct gm_coll *c, struct op *op, int peer, uint32_t stage
     pl = w->data + GM_COLL_HDR_BYTES;
     if (in_place) {
         w->body = src;
-        w->body_len = cnt * esz;
+        w->body_len = bytes;
         pl = (unsigned char *)src;
     } else if (src != NULL) {
         gm_codec_encode(p->codec, src, cnt, pl);
     } else if (cnt > 0 && raw != NULL) {
-        memcpy(pl, raw, cnt * esz);
+        memcpy(pl, raw, bytes);
     }
     if (payload != NULL)
         *payload = pl;
@@ -140,7 +140,7 @@ static int send_chunk(struct gm_coll *c, struct op *op, int peer, uint32_t stage
     h.chunk = chunk;
     h.offset = off;
     h.count = (uint32_t)cnt;
-    h.payload_bytes = (uint32_t)(cnt * esz);
+    h.payload_bytes = (uint32_t)bytes;
     return gm_coll_wire_send(c, peer, w, &h);
 }
 
@@ -242,7 +242,7 @@ static int ring_on_msg(struct gm_coll *c, struct op *op, struct phase *p, int fr
                        const struct gm_coll_hdr *h, const unsigned char *pl)
 {
     int nm = p->nm, seg, right = p->members[mod(p->me + 1, nm)];
-    size_t off, cnt, esz = gm_codec_elem_size(p->codec);
+    size_t off, cnt;
     uint32_t st = p->stage;
     float *dst;
     int err = 0;
@@ -252,7 +252,7 @@ static int ring_on_msg(struct gm_coll *c, struct op *op, struct phase *p, int fr
     seg = ring_recv_seg(p, st);
     chunk_range(p, p->seg_off[seg], seg_len(p, seg), p->chunk, &off, &cnt);
     if (h->stage != st || h->chunk != p->chunk || h->offset != off || h->count != cnt ||
-        h->payload_bytes != cnt * esz)
+        h->payload_bytes != gm_codec_bytes(p->codec, cnt))
         return GM_ERR_PROTO;
     dst = op->buf + off;
     if (st < (uint32_t)nm - 1) { /* reduce-scatter: incoming partial + mine */
@@ -290,7 +290,7 @@ static int ring_on_msg(struct gm_coll *c, struct op *op, struct phase *p, int fr
 /* DIRECT, REDUCE (to root) and BCAST (from root): whole buffer, chunked. */
 static int star_alloc(struct phase *p, size_t n, bool store)
 {
-    size_t esz = gm_codec_elem_size(p->codec);
+    size_t bytes = gm_codec_bytes(p->codec, n);
 
     p->next_chunk = calloc((size_t)p->nm, sizeof(uint32_t));
     if (p->next_chunk == NULL)
@@ -303,7 +303,7 @@ static int star_alloc(struct phase *p, size_t n, bool store)
     for (int j = 0; j < p->nm; j++) {
         if (p->kind == PH_REDUCE && j == p->root)
             continue;
-        p->store[j] = malloc(n * esz + 1);
+        p->store[j] = malloc(bytes + 1);
         if (p->store[j] == NULL)
             return -ENOMEM;
     }
@@ -313,13 +313,15 @@ static int star_alloc(struct phase *p, size_t n, bool store)
 static int send_all_chunks(struct gm_coll *c, struct op *op, struct phase *p, int peer,
                            const float *src, const unsigned char *raw)
 {
-    size_t esz = gm_codec_elem_size(p->codec), off, cnt;
+    size_t off, cnt;
 
+    /* raw holds the whole buffer encoded: a chunk's bytes start where its first element's do
+     * (q8: chunks are whole blocks, gm_codec_chunk_elems) */
     for (size_t k = 0; k < nchunks(p, op->n); k++) {
         int err;
         chunk_range(p, 0, op->n, k, &off, &cnt);
         err = send_chunk(c, op, peer, 0, (uint32_t)k, off, cnt, src != NULL ? src + off : NULL,
-                         raw != NULL ? raw + off * esz : NULL, NULL);
+                         raw != NULL ? raw + gm_codec_bytes(p->codec, off) : NULL, NULL);
         if (err < 0)
             return err;
     }
@@ -415,20 +417,21 @@ static int star_start(struct gm_coll *c, struct op *op, struct phase *p)
 static int star_on_msg(struct gm_coll *c, struct op *op, struct phase *p, int from,
                        const struct gm_coll_hdr *h, const unsigned char *pl)
 {
-    size_t esz = gm_codec_elem_size(p->codec), off, cnt;
+    size_t off, cnt, bytes;
     size_t k = p->next_chunk[from];
 
     if (from == p->me || (p->kind != PH_DIRECT && p->me != p->root && from != p->root) ||
         k >= nchunks(p, op->n))
         return GM_ERR_PROTO;
     chunk_range(p, 0, op->n, k, &off, &cnt);
+    bytes = gm_codec_bytes(p->codec, cnt);
     if (h->stage != 0 || h->chunk != k || h->offset != off || h->count != cnt ||
-        h->payload_bytes != cnt * esz)
+        h->payload_bytes != bytes)
         return GM_ERR_PROTO;
     if (p->kind == PH_BCAST)
         gm_codec_decode(p->codec, pl, cnt, op->buf + off);
     else if (cnt > 0)
-        memcpy(p->store[from] + off * esz, pl, cnt * esz);
+        memcpy(p->store[from] + gm_codec_bytes(p->codec, off), pl, bytes);
     if (++p->next_chunk[from] < nchunks(p, op->n))
         return arm(c, p->members[from]);
     if (--p->pending > 0)

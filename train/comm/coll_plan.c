@@ -97,7 +97,7 @@ static double hier_cost(const struct gm_coll_link *links, int world, const int *
     int leaders[4096];
     int nl, members[4096];
     double intra_r = 0, intra_b = 0, inter;
-    double b32 = (double)n * 4, bw = (double)n * (double)gm_codec_elem_size(codec);
+    double b32 = (double)n * 4, bw = (double)gm_codec_bytes(codec, n);
 
     if (groups == NULL) { /* one group: reduce to rank 0 and broadcast */
         nl = 1;
@@ -135,7 +135,7 @@ double gm_coll_cost(enum gm_coll_algo algo, int world, const struct gm_coll_link
                     const int *groups, size_t n, enum gm_codec codec)
 {
     int all[4096];
-    double bytes = (double)n * (double)gm_codec_elem_size(codec);
+    double bytes = (double)gm_codec_bytes(codec, n);
 
     GM_ASSERT(world >= 1 && world <= 4096);
     for (int i = 0; i < world; i++)

@@ -44,7 +44,7 @@ static void set_phase(const struct gm_coll *c, struct phase *p, enum ph_kind kin
     p->root = root;
     p->codec = codec;
     p->prescale = p->postscale = 1.0f;
-    p->chunk_elems = GM_MAX((size_t)1, c->chunk_bytes / gm_codec_elem_size(codec));
+    p->chunk_elems = gm_codec_chunk_elems(codec, c->chunk_bytes);
 }
 
 static void build_phases(struct gm_coll *c, struct op *op)
@@ -63,7 +63,9 @@ static void build_phases(struct gm_coll *c, struct op *op)
         return;
     }
     if (op->opts.reduce == GM_COLL_MEAN) {
-        if (codec == GM_CODEC_FP32)
+        /* q8 too: its fp32 scale leaves no overflow to make room for, and a sender's bytes
+         * are then the encoding of its buffer as given (DiLoCo's error feedback needs that) */
+        if (codec == GM_CODEC_FP32 || codec == GM_CODEC_Q8)
             post = 1.0f / (float)c->world;
         else
             pre = 1.0f / (float)c->world;

@@ -29,7 +29,11 @@
  *  - AUTO: the cheapest under the alpha-beta model (train/comm/coll_plan.c) from
  *    cfg.links; all ranks must hold the same link table so they agree.
  * Codecs: fp32, or fp16/bf16 with the input pre-scaled by 1/N for MEAN
- * (overflow headroom); fp32 MEAN divides once, at the segment owner.
+ * (overflow headroom); fp32 and q8 MEAN divide once, at the segment owner (DIRECT: every
+ * rank, after its sum).  q8 (int8 blocks with an fp32 scale, codec.h) runs with any
+ * algorithm; its chunks are whole blocks.  DIRECT sends each rank's encoding of its own
+ * buffer unchanged, so a sender knows exactly what of its contribution the wire lost
+ * (DiLoCo's 8-bit error feedback relies on it); the ring re-encodes partial sums.
  *
  * Errors (reported through the callback; the collective never completes with a
  * silently wrong sum): GM_ERR_MISMATCH (peer disagrees on generation, op

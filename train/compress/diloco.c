@@ -20,6 +20,8 @@ struct gm_diloco {
     float *momentum; /* owned, n */
     float *delta;    /* owned, n: what goes to the collective */
     float *start;    /* owned, n, overlapped rounds: params at the last boundary (local) */
+    float *resid;    /* owned, n, q8 only: the error feedback (diloco.h, "8-bit deltas") */
+    unsigned char *wire; /* owned, q8 only: gm_codec_bytes of n, the delta encoded */
     bool busy;
     enum pend pend; /* overlapped rounds: what delta holds */
     float *params;  /* borrowed while busy */
@@ -63,6 +65,15 @@ int gm_diloco_new(const struct gm_diloco_config *cfg, const float *params, size_
         gm_diloco_free(d);
         return -ENOMEM;
     }
+    if (cfg->codec == GM_CODEC_Q8) {
+        d->cfg.algo = GM_COLL_DIRECT; /* see diloco.h, "8-bit deltas" */
+        d->resid = calloc(n + 1, sizeof(float));
+        d->wire = malloc(gm_codec_bytes(GM_CODEC_Q8, n) + 1);
+        if (d->resid == NULL || d->wire == NULL) {
+            gm_diloco_free(d);
+            return -ENOMEM;
+        }
+    }
     if (n > 0)
         memcpy(d->anchor, params, n * sizeof(float));
     *out = d;
@@ -78,6 +89,8 @@ void gm_diloco_free(struct gm_diloco *d)
     free(d->momentum);
     free(d->delta);
     free(d->start);
+    free(d->resid);
+    free(d->wire);
     free(d);
 }
 
@@ -100,6 +113,30 @@ static inline void outer_step(const struct gm_diloco *d, size_t i, float g)
 
     d->momentum[i] = m;
     d->anchor[i] -= lr * (d->cfg.nesterov ? g + mu * m : m);
+}
+
+/* 8-bit deltas, just before the all-reduce (diloco.h): delta += e, then e = what the wire
+ * will drop of it.  The all-reduce's DIRECT encodes the whole delta from element 0, as here,
+ * so e is exact.  With one rank the collective sends nothing and encodes nothing: e = 0. */
+static void feed_back(struct gm_diloco *d, int world)
+{
+    if (d->resid == NULL)
+        return;
+    for (size_t i = 0; i < d->n; i++)
+        d->delta[i] += d->resid[i];
+    if (world < 2) {
+        memset(d->resid, 0, d->n * sizeof(float));
+        return;
+    }
+    gm_codec_encode(GM_CODEC_Q8, d->delta, d->n, d->wire);
+    gm_codec_decode(GM_CODEC_Q8, d->wire, d->n, d->resid);
+    for (size_t i = 0; i < d->n; i++)
+        d->resid[i] = d->delta[i] - d->resid[i];
+}
+
+const float *gm_diloco_residual(const struct gm_diloco *d)
+{
+    return d->resid;
 }
 
 static void on_reduced(struct gm_coll *c, int status, void *arg)
@@ -132,6 +169,7 @@ int gm_diloco_sync_start(struct gm_diloco *d, struct gm_coll *c, float *params, 
         return -EPROTO; /* an overlapped round is pending: flush it first */
     for (size_t i = 0; i < d->n; i++)
         d->delta[i] = (d->anchor[i] - params[i]) * d->weight;
+    feed_back(d, gm_coll_world(c));
     d->params = params;
     d->cb = cb;
     d->arg = arg;
@@ -241,6 +279,7 @@ int gm_diloco_overlap_start(struct gm_diloco *d, struct gm_coll *c, uint64_t ste
         return -EBUSY;
     if (d->pend != PEND_LOCAL)
         return -EPROTO;
+    feed_back(d, gm_coll_world(c));
     d->cb = cb;
     d->arg = arg;
     d->busy = true;

@@ -13,6 +13,25 @@
  * The inner optimizer's state (Adam moments...) stays local.  One gm_diloco per
  * rank; loop thread (or the simulation's single thread).
  *
+ * 8-bit deltas (codec GM_CODEC_Q8, the job's `diloco8`): the delta goes on the wire as int8
+ * blocks with an fp32 scale (train/comm/codec.h), with error feedback: each rank keeps what
+ * the quantisation dropped of its own delta (its residual e) and adds it to the next round's,
+ *   x = delta + e;  e = x - decode(encode(x));  x is what the all-reduce is given
+ * so over rounds nothing of a rank's delta is lost, only delayed by a round (Seide et al.
+ * 2014; Karimireddy et al. 2019).  The all-reduce is DIRECT whatever cfg.algo says: every
+ * rank sends its own encoding of x to every other and each sums the N decoded contributions
+ * in rank order in fp32 (the same IEEE adds everywhere: bit-identical results), so what a
+ * rank's contribution lost is exactly e, computed before the op with the codec's own encode.
+ * Not the ring: it re-encodes partial sums at every hop and owner, losses that belong to no
+ * rank's residual.  For 2 ranks DIRECT moves as many bytes as the ring (N + N/64 a rank:
+ * 0.51x fp16's ring) in one hop instead of two; for w ranks (w - 1) x that, so below fp16's
+ * ring up to w = 3 and at par at 4 (codec = auto prices it with gm_coll_cost).
+ * Round-to-nearest, not stochastic rounding: it is deterministic by construction, and error
+ * feedback removes the bias stochastic rounding would be for.  The residual is per rank and
+ * not in checkpoints (a resumed or switched run starts it at zero: one round's quantisation
+ * error, at most max|delta| / 254 per block, is dropped).  With one rank nothing is encoded
+ * (the collective runs no wire) and e is added in and cleared.
+ *
  * Overlapped rounds (gm_diloco_overlap_*; after Streaming DiLoCo, Douillard et al. 2025,
  * with the whole model as one fragment): the sync of round r runs during the first `lag`
  * steps of round r+1 (1 <= lag < H, chosen by the caller: gm_gradsync_diloco_lag, a quarter of
@@ -47,7 +66,7 @@ struct gm_diloco_config {
     float outer_lr;
     float momentum;
     bool nesterov;
-    enum gm_codec codec; /* wire codec of the delta */
+    enum gm_codec codec; /* wire codec of the delta (GM_CODEC_Q8: with error feedback) */
     enum gm_coll_algo algo;
 };
 
@@ -107,6 +126,10 @@ GM_MUST_CHECK int gm_diloco_pending_set(struct gm_diloco *d, const float *delta,
  * for another n, -EBUSY while an op runs.  gm_diloco_state_set leaves it alone. */
 const float *gm_diloco_round_start(const struct gm_diloco *d);
 GM_MUST_CHECK int gm_diloco_round_start_set(struct gm_diloco *d, const float *start, size_t n);
+
+/* 8-bit deltas: this rank's error-feedback residual (n floats, see the top); NULL for
+ * another codec. */
+const float *gm_diloco_residual(const struct gm_diloco *d);
 
 /* Floats all-reduced per sync (n) and syncs completed (overlapped: deltas folded in). */
 size_t gm_diloco_payload_floats(const struct gm_diloco *d);

@@ -48,7 +48,9 @@
  *   loss        xent                                  kernels/xent.h
  *   optimizer   sgd_update, adam_update               kernels/update.h
  *   hash        param_hash (the replicas' check)      comm/coll_wire.h gm_coll_hash
- *   wire        grad_encode, grad_decode_add          comm/codec.h (fp32/fp16/bf16)
+ *   wire        grad_encode, grad_decode_add          comm/codec.h (fp32/fp16/bf16; q8, DiLoCo's
+ *                                                     8-bit deltas, is host-only: the CUDA
+ *                                                     table leaves it alone)
  */
 #ifndef GM_TRAIN_NN_OPS_H
 #define GM_TRAIN_NN_OPS_H
