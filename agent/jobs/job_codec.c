@@ -421,7 +421,12 @@ void jobs_shares_probe(struct gm_jobs *j, struct job *jb)
         if (k > 0 && (size_t)k < sizeof(pts) - o_len)
             o_len += (size_t)k;
     }
-    const double k_s = probe_coll_s(j, nodes, w, jb->probe.params);
+    /* on one LAN island the collective is taken as free: a PING RTT and a throughput probe on
+     * a loaded machine read its load, not the link (loopback: 52 ms and 331 Mb/s in
+     * dist_shares_auto, where the collective took 0.16 ms); the rule on the group's own steps
+     * prices it after the dwell */
+    const bool lan = jobs_one_lan(j, nodes, w);
+    const double k_s = lan ? 0 : probe_coll_s(j, nodes, w, jb->probe.params);
     if (gm_autoshare_probe_plan(pr, (int)w, g, k_s, &o, why, sizeof(why)) < 0) {
         gm_warn("event=shares-probe-skip job=%s: the probes make no sense (%s); the first group "
                 "runs equal shares",
@@ -429,9 +434,10 @@ void jobs_shares_probe(struct gm_jobs *j, struct job *jb)
         free(nodes);
         return;
     }
-    gm_info("event=shares-probe-plan job=%s world=%zu points=n/pass_ms:%s coll_ms=%.3f "
+    gm_info("event=shares-probe-plan job=%s world=%zu points=n/pass_ms:%s coll_ms=%.3f%s "
             "equal_ms=%.2f balanced_ms=%.2f",
-            jb->id, w, pts, k_s * 1e3, o.equal_s * 1e3, o.step_s * 1e3);
+            jb->id, w, pts, k_s * 1e3, lan ? " (one LAN: taken as 0)" : "", o.equal_s * 1e3,
+            o.step_s * 1e3);
     /* every kept rank's history starts with its probe's line, the collective at its pace on
      * top (the fit of busy = n / s + o, which its own steps then extend) */
     for (size_t r = 0; r < w; r++) {
@@ -462,9 +468,9 @@ void jobs_shares_probe(struct gm_jobs *j, struct job *jb)
                      o.slow[r], o.step_s * 1e3);
             shares_mark_spare(j, jb, nodes[r], 0, sw);
         }
-    gm_notice("event=shares-change job=%s generation=%u step=0 from=%s to=%s reason=\"%s\"", jb->id,
-              (jb->gen + 1) & 0xffff, from, to, why);
-    if (nk >= 2) {
+    if (nk >= 2) { /* (one rank left: no shares, only the spares) */
+        gm_notice("event=shares-change job=%s generation=%u step=0 from=%s to=%s reason=\"%s\"",
+                  jb->id, (jb->gen + 1) & 0xffff, from, to, why);
         memcpy(jb->shares, kept, sizeof(int) * (size_t)nk);
         jb->nshares = nk;
         jb->probe_shares = true;
@@ -475,7 +481,8 @@ void jobs_shares_probe(struct gm_jobs *j, struct job *jb)
         memcpy(jb->ash.before, eq, sizeof(int) * w);
         jb->ash.before_s = o.equal_s;
     }
-    snprintf(jb->shares_reason, sizeof(jb->shares_reason), "%.319s", why);
+    if (nk >= 2)
+        snprintf(jb->shares_reason, sizeof(jb->shares_reason), "%.319s", why);
     free(nodes);
 }
 

@@ -11,6 +11,7 @@
 
 #include "agent/jobs/autocodec.h"
 #include "common/time.h"
+#include "train/kernels/cuda.h"
 #include "train/nn/device.h"
 #include "train/nn/tensor.h"
 #include "train/nn/model.h"
@@ -33,6 +34,7 @@ int gm_shareprobe_run(const struct gm_job *job, int world, struct gm_shareprobe 
     const int g = job->optim.global_batch;
     struct gm_model *m = NULL;
     int32_t *labels = NULL;
+    char dwhy[320];
     size_t per = 0;
     int n0, n1, err;
 
@@ -42,7 +44,8 @@ int gm_shareprobe_run(const struct gm_job *job, int world, struct gm_shareprobe 
         snprintf(why, cap, "global batch %d for %d ranks", g, world);
         return -EINVAL;
     }
-    if (job->device.want != GM_DEVICE_WANT_CPU && gm_device_available(GM_DEVICE_CUDA)) {
+    if (job->device.want != GM_DEVICE_WANT_CPU && gm_device_available(GM_DEVICE_CUDA) &&
+        gm_cuda_device_count(dwhy, sizeof(dwhy)) >= 1) {
         snprintf(why, cap, "the rank trains on a GPU here: a CPU probe would not time it");
         return -ENOTSUP;
     }

@@ -30,7 +30,7 @@ struct gm_shareprobe {
  * share n = ceil(g / world) (fewer where a pass at n would take more than a sixth of the budget:
  * the line extrapolates) and n / 2, interleaved (a quota's periods fall on both alike), each
  * for GM_SHAREPROBE_MIN_S at least or until GM_SHAREPROBE_BUDGET_S.  Only on the CPU: a job that
- * may train on a GPU here (device not cpu, a GPU answers) returns -ENOTSUP (the probe would not
+ * may train on a GPU here (device not cpu, this build's layers run on CUDA and a GPU answers) returns -ENOTSUP (the probe would not
  * time what the rank runs).
  * 0 or a negative error; why filled (one line) on an error. */
 GM_MUST_CHECK int gm_shareprobe_run(const struct gm_job *job, int world, struct gm_shareprobe *out,
