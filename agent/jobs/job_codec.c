@@ -470,7 +470,7 @@ void jobs_shares_probe(struct gm_jobs *j, struct job *jb)
         }
     if (nk >= 2) { /* (one rank left: no shares, only the spares) */
         gm_notice("event=shares-change job=%s generation=%u step=0 from=%s to=%s reason=\"%s\"",
-                  jb->id, (jb->gen + 1) & 0xffff, from, to, why);
+                  jb->id, jb->gen & 0xffff, from, to, why); /* (no group yet: 0) */
         memcpy(jb->shares, kept, sizeof(int) * (size_t)nk);
         jb->nshares = nk;
         jb->probe_shares = true;

@@ -10,7 +10,7 @@
 # event=shares-probe on each); beta is at least 5x slower than alpha however loaded this machine
 # is (alpha gets more than 0.1 of a core among the other engineers' work), so the coordinator
 # must act, and from the probe, before the first step: either give alpha the larger share
-# (event=shares-change generation=1 step=0 to=A:B with A > B, reason "probe: ...") or leave beta
+# (event=shares-change generation=0 step=0 to=A:B with A > B, reason "probe: ...") or leave beta
 # out as a spare (event=shares-spare step=0, the first group alpha alone).  Either way:
 #   - the job ends done, 200 steps, and every rank that trained to the end holds the same
 #     parameters (event=job-final-hash);
@@ -78,14 +78,15 @@ fi
 
 # the speed probe: both ranks timed their passes before the job's first group, and the first
 # decision (the change, or beta left out) came from it, before the first step: generation 1
-# already ran it (a change logs generation=1 step=0; a spare: the first group has world 1)
+# already ran it (a change logs generation=0 step=0, no group yet; a spare: the first group has
+# world 1)
 grep -q "event=shares-probe job=$id node=alpha ms=" "$WORK/alpha.log" || fail "alpha logged no probe"
 grep -q "event=shares-probe job=$id node=beta ms=" "$WORK/beta.log" || fail "beta logged no probe"
 first=$(grep -h -E "event=shares-(change|spare) job=$id " "$WORK/alpha.log" | head -1)
 grep -q " step=0 " <<<"$first" && grep -q 'probe' <<<"$first" ||
     fail "the first decision was not the probe's, before the first step: $first"
 if [ -n "$change" ]; then
-    grep -q "generation=1 step=0" <<<"$change" || fail "the probe's shares are not the first group's: $change"
+    grep -q "generation=0 step=0" <<<"$change" || fail "the probe's shares are not the first group's: $change"
 else
     grep -q "event=job-group job=$id generation=1 world=1 " "$WORK/alpha.log" ||
         fail "beta, left out by the probe, is in the first group"
