@@ -111,7 +111,7 @@
 #define GM_AUTOSHARE_HYST 1.15 /* predicted step compute at least this much faster */
 #define GM_AUTOSHARE_CONFIRM 3 /* decisions in a row (ticks of 200 ms: 0.6 s) */
 #define GM_AUTOSHARE_DWELL 20  /* steps after a group forms before a decision */
-#define GM_AUTOSHARE_DWELL_FIRST 5 /* the job's first group (equal shares): sooner */
+#define GM_AUTOSHARE_DWELL_FIRST 5 /* the job's first group (equal or the probe's): sooner */
 
 /* A rank's last steps, averaged: samples per step, a step's wall time, its collective part and
  * the part of that the rank's own machine stalled (<= coll_s; 0: none or not known). */

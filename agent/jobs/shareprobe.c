@@ -87,22 +87,29 @@ int gm_shareprobe_run(const struct gm_job *job, int world, struct gm_shareprobe 
     if (n0 <= n1)
         n0 = n1 + 1; /* n0 >= 2 here; the model holds the equal share or more */
     {
+        /* blocks of passes at one count, n0 n1 n0 n1, each timed whole over BLOCK_S at least:
+         * a quota's throttle lands in whichever pass runs out of it, so single passes, or
+         * passes alternated one by one, read the cap unevenly between the two counts (at 0.5
+         * core a pass of 64 read 4.47 ms and one of 32 4.17: no line); a block spans many
+         * periods */
         const int ns[2] = {n0, n1};
         double t[2] = {0, 0};
         int reps[2] = {0, 0};
+        uint64_t seed = 2;
         const uint64_t t0 = gm_time_mono_ns();
-        for (uint64_t seed = 2;; seed++) {
-            const int k = t[0] <= t[1] ? 0 : 1; /* the two alike in time, interleaved */
+        for (int b = 0; b < 2 * GM_SHAREPROBE_BLOCKS; b++) {
+            const int k = b % 2;
             const uint64_t a = gm_time_mono_ns();
-            if ((err = pass(m, ns[k], labels, seed)) < 0)
-                goto out;
-            t[k] += (double)(gm_time_mono_ns() - a) / 1e9;
-            reps[k]++;
-            const double spent = (double)(gm_time_mono_ns() - t0) / 1e9;
-            if (reps[0] > 0 && reps[1] > 0 &&
-                ((t[0] >= GM_SHAREPROBE_MIN_S && t[1] >= GM_SHAREPROBE_MIN_S) ||
-                 spent >= GM_SHAREPROBE_BUDGET_S))
-                break;
+            double wall = 0;
+            do {
+                if ((err = pass(m, ns[k], labels, seed++)) < 0)
+                    goto out;
+                reps[k]++;
+                wall = (double)(gm_time_mono_ns() - a) / 1e9;
+            } while (wall < GM_SHAREPROBE_BLOCK_S);
+            t[k] += wall;
+            if (b >= 1 && (double)(gm_time_mono_ns() - t0) / 1e9 >= GM_SHAREPROBE_BUDGET_S)
+                break; /* both counts timed once at least */
         }
         for (int i = 0; i < 2; i++) {
             out->p.n[i] = ns[i];

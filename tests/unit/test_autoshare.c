@@ -1242,7 +1242,7 @@ static struct gm_autoshare_probe probe_of(double c, double o, double v, int n)
 
 /* The speed probe's decision before the first group (gm_autoshare_probe_plan): unequal machines
  * get their balanced shares at once, equal ones stay equal, a rank too slow to help is left out
- * (never rank 0), and the histories seeded from the probe fit the line it measured. */
+ * (never rank 0). */
 static void test_probe(void)
 {
     struct gm_autoshare_probe pr[3];
@@ -1319,16 +1319,6 @@ static void test_probe(void)
     pr[0] = probe_of(LENET_C, 0, 1, 32);
     GM_CHECK_EQ(gm_autoshare_probe_plan(pr, 2, 1, 0, &o, why, sizeof(why)), -EINVAL);
     GM_CHECK_EQ(gm_autoshare_probe_plan(pr, 2, 64, NAN, &o, why, sizeof(why)), -EINVAL);
-
-    /* a history seeded with the probe's two points fits its line: busy = n / s + o */
-    struct gm_autoshare_hist h = {0};
-    double sps, over;
-    pr[0] = probe_of(LENET_C, 0.3e-3, 0.5, 32);
-    for (int i = 0; i < 2; i++)
-        (void)gm_autoshare_hist_add(&h, pr[0].n[i], pr[0].busy_s[i]);
-    GM_CHECK_EQ(gm_autoshare_fit(&h, &sps, &over), 2);
-    GM_CHECK_NEAR(1 / sps, LENET_C / 0.5, 1e-12, 0);
-    GM_CHECK_NEAR(over, 0.3e-3 / 0.5, 1e-12, 0);
 
     /* any probes: the whole batch over the kept ranks, at least one each, rank 0 kept */
     uint64_t s = 7;
