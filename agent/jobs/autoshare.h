@@ -253,9 +253,9 @@ struct gm_autoshare {
 int gm_autoshare_new_round(struct gm_autoshare *a, int rounds, int folds);
 
 /* A group formed at step: the count restarts, and no decision for GM_AUTOSHARE_DWELL steps
- * (GM_AUTOSHARE_DWELL_FIRST for the job's first group: it runs equal shares, at the slowest
- * rank's pace, until the first decision; its first steps, warm-up and resync, are not in the
- * ranks' averages, agent/jobs/rank_train.c). */
+ * (GM_AUTOSHARE_DWELL_FIRST for the job's first group: it runs the speed probe's shares, or
+ * without a probe equal shares at the slowest rank's pace, until the first decision; its first
+ * steps, warm-up and resync, are not in the ranks' averages, agent/jobs/rank_train.c). */
 void gm_autoshare_group(struct gm_autoshare *a, long step);
 
 #define GM_AUTOSHARE_KEEP_GAIN 1.10 /* a rank stays when the step with it is this much faster */
@@ -330,7 +330,9 @@ double gm_autoshare_hyst(const struct gm_autoshare *a);
  * rule above then runs on these models (repeatedly: the slowest rank r >= 1 left out while
  * keeping it does not predict a step GM_AUTOSHARE_KEEP_GAIN faster), the kept ranks are
  * balanced, and the shares change from equal only when the balanced step is predicted
- * GM_AUTOSHARE_HYST times faster than the equal one (or a rank was left out). */
+ * GM_AUTOSHARE_HYST times faster than the equal one (or a rank was left out).  The first group
+ * then decides from its own steps past its dwell, as any first group (the probe's decision is
+ * not judged by outcome: no group ran the equal shares it would be judged against). */
 struct gm_autoshare_probe {
     int n[2];         /* the sample counts timed, n[0] > n[1] >= 1 */
     double busy_s[2]; /* a pass (forward and backward) at each, seconds, > 0 */

@@ -353,9 +353,13 @@ static void shares_leave_out(struct gm_jobs *j, struct job *jb, int r, long step
     jobs_reform(j, jb, "a rank too slow to help left out");
 }
 
-/* The collective's own cost for a model of params floats over the nodes' links (fp32, ring:
- * 2 (w - 1) / w of its bytes over the slowest measured link, 2 (w - 1) latencies of the
- * farthest), at the fastest machine's pace; 0 when no link between them is measured. */
+/* The collective's own cost for a model of params floats over the nodes' links that are known
+ * not to be on a LAN (fp32, ring: 2 (w - 1) / w of its bytes over the slowest of them, 2 (w - 1)
+ * latencies of the farthest), at the fastest machine's pace; 0 when there is none.  A LAN pair,
+ * or one not measured yet (a member's LINK_STATS still to come), is left out: a PING RTT and a
+ * throughput probe on a loaded machine read its load, not the link (loopback under load: 52 ms
+ * and 331 Mb/s, where the collective took 0.16 ms); the rule on the group's own steps prices
+ * the collective after the dwell. */
 static double probe_coll_s(struct gm_jobs *j, char (*nodes)[NODE_LEN], size_t w, size_t params)
 {
     double bw = 0, alpha = 0;
@@ -365,7 +369,10 @@ static double probe_coll_s(struct gm_jobs *j, char (*nodes)[NODE_LEN], size_t w,
         for (size_t b = 0; b < w; b++) {
             double rtt, mbps;
             if (a == b || j->env.link_measured(j->env.agent, nodes[a], nodes[b], &rtt, &mbps) < 0 ||
-                !(mbps > 0))
+                !(mbps > 0) ||
+                (j->env.link_is_lan != NULL &&
+                 (j->env.link_is_lan(j->env.agent, nodes[a], nodes[b]) ||
+                  j->env.link_is_lan(j->env.agent, nodes[b], nodes[a]))))
                 continue;
             if (!known || mbps * 1e6 / 8 < bw)
                 bw = mbps * 1e6 / 8;
@@ -421,12 +428,7 @@ void jobs_shares_probe(struct gm_jobs *j, struct job *jb)
         if (k > 0 && (size_t)k < sizeof(pts) - o_len)
             o_len += (size_t)k;
     }
-    /* on one LAN island the collective is taken as free: a PING RTT and a throughput probe on
-     * a loaded machine read its load, not the link (loopback: 52 ms and 331 Mb/s in
-     * dist_shares_auto, where the collective took 0.16 ms); the rule on the group's own steps
-     * prices it after the dwell */
-    const bool lan = jobs_one_lan(j, nodes, w);
-    const double k_s = lan ? 0 : probe_coll_s(j, nodes, w, jb->probe.params);
+    const double k_s = probe_coll_s(j, nodes, w, jb->probe.params);
     if (gm_autoshare_probe_plan(pr, (int)w, g, k_s, &o, why, sizeof(why)) < 0) {
         gm_warn("event=shares-probe-skip job=%s: the probes make no sense (%s); the first group "
                 "runs equal shares",
@@ -434,10 +436,9 @@ void jobs_shares_probe(struct gm_jobs *j, struct job *jb)
         free(nodes);
         return;
     }
-    gm_info("event=shares-probe-plan job=%s world=%zu points=n/pass_ms:%s coll_ms=%.3f%s "
+    gm_info("event=shares-probe-plan job=%s world=%zu points=n/pass_ms:%s coll_ms=%.3f "
             "equal_ms=%.2f balanced_ms=%.2f",
-            jb->id, w, pts, k_s * 1e3, lan ? " (one LAN: taken as 0)" : "", o.equal_s * 1e3,
-            o.step_s * 1e3);
+            jb->id, w, pts, k_s * 1e3, o.equal_s * 1e3, o.step_s * 1e3);
     if (!o.change) {
         gm_info("event=shares-probe-keep job=%s reason=\"%s\"", jb->id, why);
         snprintf(jb->shares_reason, sizeof(jb->shares_reason), "%.319s", why);
