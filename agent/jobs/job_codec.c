@@ -353,15 +353,26 @@ static void shares_leave_out(struct gm_jobs *j, struct job *jb, int r, long step
     jobs_reform(j, jb, "a rank too slow to help left out");
 }
 
-/* The collective's own cost for a model of params floats over the nodes' links that are known
- * not to be on a LAN (fp32, ring: 2 (w - 1) / w of its bytes over the slowest of them, 2 (w - 1)
- * latencies of the farthest), at the fastest machine's pace; 0 when there is none.  A LAN pair,
+/* The collective's own cost a step for a model of params floats over the nodes' links that are
+ * known not to be on a LAN (ring: 2 (w - 1) / w of its bytes over the slowest of them, 2 (w - 1)
+ * latencies of the farthest; the bytes and the syncs of jb's codec), at the fastest machine's
+ * pace; 0 when there is none.  A LAN pair,
  * or one not measured yet (a member's LINK_STATS still to come), is left out: a PING RTT and a
  * throughput probe on a loaded machine read its load, not the link (loopback under load: 52 ms
  * and 331 Mb/s, where the collective took 0.16 ms); the rule on the group's own steps prices
  * the collective after the dwell. */
-static double probe_coll_s(struct gm_jobs *j, char (*nodes)[NODE_LEN], size_t w, size_t params)
+static double probe_coll_s(struct gm_jobs *j, const struct job *jb, char (*nodes)[NODE_LEN],
+                           size_t w, size_t params)
 {
+    /* the codec the group runs: fp16 and DiLoCo send 2 bytes a parameter, PowerSGD's factors
+     * are small (its latencies only), and DiLoCo syncs once every H steps */
+    const enum gm_job_codec codec = jb->job.comm.codec;
+    const double bytes = codec == GM_JOB_CODEC_FP16 || codec == GM_JOB_CODEC_DILOCO ? 2
+                         : codec == GM_JOB_CODEC_POWERSGD                          ? 0
+                                                                                   : 4;
+    const double per_step =
+        codec == GM_JOB_CODEC_DILOCO && jb->job.comm.local_steps > 1 ? jb->job.comm.local_steps
+                                                                      : 1;
     double bw = 0, alpha = 0;
     bool known = false;
 
@@ -381,8 +392,9 @@ static double probe_coll_s(struct gm_jobs *j, char (*nodes)[NODE_LEN], size_t w,
         }
     if (!known || w < 2)
         return 0;
-    return 2.0 * (double)(w - 1) / (double)w * (double)params * 4 / bw +
-           2.0 * (double)(w - 1) * alpha;
+    return (2.0 * (double)(w - 1) / (double)w * (double)params * bytes / bw +
+            2.0 * (double)(w - 1) * alpha) /
+           per_step;
 }
 
 void jobs_shares_probe(struct gm_jobs *j, struct job *jb)
@@ -428,7 +440,7 @@ void jobs_shares_probe(struct gm_jobs *j, struct job *jb)
         if (k > 0 && (size_t)k < sizeof(pts) - o_len)
             o_len += (size_t)k;
     }
-    const double k_s = probe_coll_s(j, nodes, w, jb->probe.params);
+    const double k_s = probe_coll_s(j, jb, nodes, w, jb->probe.params);
     if (gm_autoshare_probe_plan(pr, (int)w, g, k_s, &o, why, sizeof(why)) < 0) {
         gm_warn("event=shares-probe-skip job=%s: the probes make no sense (%s); the first group "
                 "runs equal shares",
