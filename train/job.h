@@ -13,8 +13,9 @@
  *              checkpoint_every (steps >= 0, 0 = no checkpoints), checkpoint_keep (>= 1, 3),
  *              checkpoint_dir (train --local only; default "<name>.checkpoints"),
  *              shares (equal | auto | N:N[:N...], equal): each rank's part of the global
- *              batch; auto: from each rank's measured speed, re-balanced during the run by the
- *              job's coordinator (agent/jobs/autoshare.h; equal in `train --local`);
+ *              batch; auto: from each rank's speed, probed before the first group and
+ *              measured and re-balanced during the run by the job's coordinator
+ *              (agent/jobs/autoshare.h, shareprobe.h; equal in `train --local`);
  *              N:N... lists one positive weight per rank, in rank order (at most
  *              GM_JOB_SHARES_MAX, each 1..1000000): the global batch stays the same and is
  *              split in proportion (train/trainer.h gm_train_split), the gradient is the

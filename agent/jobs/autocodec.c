@@ -17,8 +17,7 @@
 #define TIME_MIN_S 0.3     /* and at least this long: longer than a CFS quota period (100 ms) */
 #define TIME_BATCH_MAX 256 /* larger per-rank batches: timed at this, scaled linearly */
 
-/* The job's model with the input shape its data kind implies (see the header). */
-static int job_model(const struct gm_job *job, int batch, struct gm_model **m, size_t *per)
+int gm_autocodec_model(const struct gm_job *job, int batch, struct gm_model **m, size_t *per)
 {
     struct gm_model_spec ms;
     int c, h, w, err;
@@ -74,7 +73,7 @@ int gm_autocodec_resolve(struct gm_job *job, int world, const struct gm_coll_lin
     if (batch < 1)
         batch = 1;
     timed = batch < TIME_BATCH_MAX ? batch : TIME_BATCH_MAX;
-    if ((err = job_model(job, timed, &m, &per)) < 0) {
+    if ((err = gm_autocodec_model(job, timed, &m, &per)) < 0) {
         snprintf(reason, cap, "fp32: the model cannot be built to time it (%s)", gm_strerror(err));
         goto out;
     }
@@ -151,7 +150,7 @@ int gm_autoswitch_new(const struct gm_job *job, double compute_s, struct gm_auto
     a->job.text = NULL; /* not owned here: only the settings are read */
     a->job.text_len = 0;
     a->compute_s = compute_s;
-    if ((err = job_model(job, 1, &a->m, &per)) < 0) {
+    if ((err = gm_autocodec_model(job, 1, &a->m, &per)) < 0) {
         free(a);
         return err;
     }

@@ -59,6 +59,12 @@ GM_MUST_CHECK int gm_autocodec_resolve(struct gm_job *job, int world,
                                        const struct gm_coll_link *links, const int *islands,
                                        struct gm_gradsync_auto_out *out, char *reason, size_t cap);
 
+struct gm_model;
+/* The job's model on the CPU, for max_batch samples, with the input shape its data kind implies
+ * (*per: floats per sample).  0 or a negative error. */
+GM_MUST_CHECK int gm_autocodec_model(const struct gm_job *job, int batch, struct gm_model **m,
+                                     size_t *per);
+
 /* Switching mid-run, on the coordinator (see above).  Opaque; loop thread. */
 struct gm_autoswitch;
 

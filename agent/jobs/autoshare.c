@@ -1,6 +1,7 @@
 /* agent/jobs/autoshare.c - shares = auto's rule (see autoshare.h). */
 #include "agent/jobs/autoshare.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -339,10 +340,11 @@ int gm_autoshare_plan_for(const struct gm_autoshare_obs *obs, int world, int rou
     return pl->ref;
 }
 
-/* The predicted step with the ranks in keep (those with keep[r]) at their balanced shares
- * (counts filled for them, 0 for the others): one rank alone has no collective. */
-static double plan_step(const struct gm_autoshare_plan *pl, int world, int g, const bool *keep,
-                        int *counts)
+/* The predicted step with the ranks in keep (those with keep[r]) at their balanced shares of
+ * models sps, over_s (counts filled for them, 0 for the others): one rank alone has no
+ * collective, its overhead is alone_s[r] (NULL: 0). */
+static double kept_step(const double *sps_in, const double *over_in, const double *alone_s,
+                        int world, int g, const int *keep, int *counts)
 {
     double sps[GM_JOB_SHARES_MAX] = {0}, over[GM_JOB_SHARES_MAX] = {0};
     int idx[GM_JOB_SHARES_MAX], c[GM_JOB_SHARES_MAX], k = 0;
@@ -355,8 +357,8 @@ static double plan_step(const struct gm_autoshare_plan *pl, int world, int g, co
     if (k == 0 || g < k)
         return INFINITY;
     for (int i = 0; i < k; i++) {
-        sps[i] = pl->sps[idx[i]];
-        over[i] = k > 1 ? pl->over_s[idx[i]] : 0;
+        sps[i] = sps_in[idx[i]];
+        over[i] = k > 1 ? over_in[idx[i]] : alone_s != NULL ? alone_s[idx[i]] : 0;
     }
     (void)gm_autoshare_balance(sps, over, k, g, c);
     for (int i = 0; i < k; i++)
@@ -368,7 +370,7 @@ int gm_autoshare_spare(struct gm_autoshare *a, const struct gm_autoshare_obs *ob
                        int g, long step, char *why, size_t cap)
 {
     struct gm_autoshare_plan pl;
-    bool keep[GM_JOB_SHARES_MAX];
+    int keep[GM_JOB_SHARES_MAX];
     int with[GM_JOB_SHARES_MAX], without[GM_JOB_SHARES_MAX], slow = -1;
     double with_s, without_s;
 
@@ -379,10 +381,10 @@ int gm_autoshare_spare(struct gm_autoshare *a, const struct gm_autoshare_obs *ob
         if (slow < 0 || pl.slow[r] > pl.slow[slow])
             slow = r;
     for (int r = 0; r < world; r++)
-        keep[r] = true;
-    with_s = plan_step(&pl, world, g, keep, with);
-    keep[slow] = false;
-    without_s = plan_step(&pl, world, g, keep, without);
+        keep[r] = 1;
+    with_s = kept_step(pl.sps, pl.over_s, NULL, world, g, keep, with);
+    keep[slow] = 0;
+    without_s = kept_step(pl.sps, pl.over_s, NULL, world, g, keep, without);
     if (!(with_s * GM_AUTOSHARE_KEEP_GAIN > without_s)) {
         a->spare_confirm = 0;
         return -1;
@@ -598,4 +600,95 @@ int gm_autoshare_decide(struct gm_autoshare *a, const double *sps, const double 
                         "takes one)"
                       : "");
     return 1;
+}
+
+/* A probe's compute line t(n) = n / s + o (o >= 0; else the proportional rule at n[0]). */
+static void probe_line(const struct gm_autoshare_probe *p, double *sps, double *o)
+{
+    const double slope = (p->busy_s[0] - p->busy_s[1]) / (p->n[0] - p->n[1]);
+    const double icpt = p->busy_s[0] - slope * p->n[0];
+
+    if (slope > 0 && icpt >= 0 && isfinite(slope) && isfinite(icpt)) {
+        *sps = 1 / slope;
+        *o = icpt;
+        return;
+    }
+    *sps = p->n[0] / p->busy_s[0];
+    *o = 0;
+}
+
+int gm_autoshare_probe_plan(const struct gm_autoshare_probe *pr, int world, int g, double coll_s,
+                            struct gm_autoshare_probed *out, char *why, size_t cap)
+{
+    double own_o[GM_JOB_SHARES_MAX], at_eq[GM_JOB_SHARES_MAX], fastest = INFINITY;
+    int eq[GM_JOB_SHARES_MAX], with[GM_JOB_SHARES_MAX], without[GM_JOB_SHARES_MAX];
+    char left[160] = "";
+    size_t lo = 0;
+
+    memset(out, 0, sizeof(*out));
+    if (cap > 0)
+        why[0] = '\0';
+    if (world < 1 || world > GM_JOB_SHARES_MAX || g < world || !(coll_s >= 0) || !isfinite(coll_s))
+        return -EINVAL;
+    gm_job_split_by(g, world, NULL, eq);
+    for (int r = 0; r < world; r++) {
+        const struct gm_autoshare_probe *p = &pr[r];
+        if (p->n[1] < 1 || p->n[0] <= p->n[1] || !(p->busy_s[0] > 0) || !(p->busy_s[1] > 0) ||
+            !isfinite(p->busy_s[0]) || !isfinite(p->busy_s[1]))
+            return -EINVAL;
+        probe_line(p, &out->sps[r], &own_o[r]);
+        at_eq[r] = eq[r] / out->sps[r] + own_o[r];
+        fastest = at_eq[r] < fastest ? at_eq[r] : fastest;
+    }
+    const double k = world > 1 ? coll_s : 0;
+    for (int r = 0; r < world; r++) {
+        out->slow[r] = at_eq[r] / fastest;
+        out->over_s[r] = own_o[r] + out->slow[r] * k;
+        out->keep[r] = 1;
+    }
+    out->equal_s = gm_autoshare_step_s(out->sps, world > 1 ? out->over_s : own_o, world, eq);
+    /* the spare rule, the slowest first, as long as it holds */
+    for (int kept = world; kept >= 2; kept--) {
+        int slow = -1;
+        for (int r = 1; r < world; r++)
+            if (out->keep[r] && (slow < 0 || out->slow[r] > out->slow[slow]))
+                slow = r;
+        const double with_s = kept_step(out->sps, out->over_s, own_o, world, g, out->keep, with);
+        out->keep[slow] = 0;
+        const double without_s =
+            kept_step(out->sps, out->over_s, own_o, world, g, out->keep, without);
+        if (!(with_s * GM_AUTOSHARE_KEEP_GAIN > without_s)) { /* it pays its way */
+            out->keep[slow] = 1;
+            break;
+        }
+        out->spares++;
+        int n = snprintf(left + lo, sizeof(left) - lo,
+                         "%s%d (%.1fx slower, share %d: %.2f ms "
+                         "against %.2f ms without it)",
+                         lo ? ", " : "", slow, out->slow[slow], with[slow], with_s * 1e3,
+                         without_s * 1e3);
+        if (n > 0 && (size_t)n < sizeof(left) - lo)
+            lo += (size_t)n;
+    }
+    out->step_s = kept_step(out->sps, out->over_s, own_o, world, g, out->keep, out->counts);
+    out->change = out->spares > 0;
+    if (!out->change && out->equal_s >= GM_AUTOSHARE_HYST * out->step_s)
+        out->change = 1;
+    if (!out->change)
+        memcpy(out->counts, eq, sizeof(int) * (size_t)world);
+    if (out->change && out->spares == 0 &&
+        memcmp(out->counts, eq, sizeof(int) * (size_t)world) == 0)
+        out->change = 0; /* balanced rounds to the equal split */
+    if (out->change)
+        snprintf(why, cap,
+                 "probe: predicted step %.2f ms at equal shares, %.2f ms at these (the "
+                 "collective %.2f ms at the fastest's pace)%s%s",
+                 out->equal_s * 1e3, out->step_s * 1e3, k * 1e3,
+                 out->spares ? "; too slow to help, left out: rank " : "", left);
+    else
+        snprintf(why, cap,
+                 "probe: equal shares kept: predicted step %.2f ms, %.2f ms balanced (not %.2fx "
+                 "faster)",
+                 out->equal_s * 1e3, out->step_s * 1e3, GM_AUTOSHARE_HYST);
+    return 0;
 }

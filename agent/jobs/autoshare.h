@@ -111,7 +111,7 @@
 #define GM_AUTOSHARE_HYST 1.15 /* predicted step compute at least this much faster */
 #define GM_AUTOSHARE_CONFIRM 3 /* decisions in a row (ticks of 200 ms: 0.6 s) */
 #define GM_AUTOSHARE_DWELL 20  /* steps after a group forms before a decision */
-#define GM_AUTOSHARE_DWELL_FIRST 5 /* the job's first group (equal shares): sooner */
+#define GM_AUTOSHARE_DWELL_FIRST 5 /* the job's first group (equal or the probe's): sooner */
 
 /* A rank's last steps, averaged: samples per step, a step's wall time, its collective part and
  * the part of that the rank's own machine stalled (<= coll_s; 0: none or not known). */
@@ -253,9 +253,9 @@ struct gm_autoshare {
 int gm_autoshare_new_round(struct gm_autoshare *a, int rounds, int folds);
 
 /* A group formed at step: the count restarts, and no decision for GM_AUTOSHARE_DWELL steps
- * (GM_AUTOSHARE_DWELL_FIRST for the job's first group: it runs equal shares, at the slowest
- * rank's pace, until the first decision; its first steps, warm-up and resync, are not in the
- * ranks' averages, agent/jobs/rank_train.c). */
+ * (GM_AUTOSHARE_DWELL_FIRST for the job's first group: it runs the speed probe's shares, or
+ * without a probe equal shares at the slowest rank's pace, until the first decision; its first
+ * steps, warm-up and resync, are not in the ranks' averages, agent/jobs/rank_train.c). */
 void gm_autoshare_group(struct gm_autoshare *a, long step);
 
 #define GM_AUTOSHARE_KEEP_GAIN 1.10 /* a rank stays when the step with it is this much faster */
@@ -319,5 +319,41 @@ void gm_autoshare_forget(struct gm_autoshare *a);
 /* The hysteresis now: GM_AUTOSHARE_HYST, its excess doubled for each change that did not pay,
  * at most GM_AUTOSHARE_HYST_MAX. */
 double gm_autoshare_hyst(const struct gm_autoshare *a);
+
+/* The speed probe (agent/jobs/job_check.c): before the job's first group, every rank times its
+ * own forward and backward passes of the job's model (no optimizer step, no collective, a
+ * scratch model: nothing of the job's state) at two sample counts, so that the first group
+ * already runs the plan's shares instead of paying its first steps at the slowest rank's pace.
+ * A rank's two points give its compute line t(n) = n / s + o; its slowness f_r is its t at the
+ * equal share over the fastest rank's; the collective's own cost K (estimated from the links and
+ * the model's size: coll_s) is paid at each rank's pace, f_r K, as in the plan above.  The spare
+ * rule above then runs on these models (repeatedly: the slowest rank r >= 1 left out while
+ * keeping it does not predict a step GM_AUTOSHARE_KEEP_GAIN faster), the kept ranks are
+ * balanced, and the shares change from equal only when the balanced step is predicted
+ * GM_AUTOSHARE_HYST times faster than the equal one (or a rank was left out).  The first group
+ * then decides from its own steps past its dwell, as any first group (the probe's decision is
+ * not judged by outcome: no group ran the equal shares it would be judged against). */
+struct gm_autoshare_probe {
+    int n[2];         /* the sample counts timed, n[0] > n[1] >= 1 */
+    double busy_s[2]; /* a pass (forward and backward) at each, seconds, > 0 */
+};
+
+struct gm_autoshare_probed {
+    int keep[GM_JOB_SHARES_MAX];      /* 1: in the first group; 0: left out as a spare */
+    int counts[GM_JOB_SHARES_MAX];    /* the kept ranks' samples (0 for a spare), summing to g */
+    double sps[GM_JOB_SHARES_MAX];    /* each rank's model: samples per second */
+    double over_s[GM_JOB_SHARES_MAX]; /* and overhead per step (o_r + f_r K) */
+    double slow[GM_JOB_SHARES_MAX];   /* its slowness f_r (the fastest's 1) */
+    double step_s;                    /* the predicted step with counts */
+    double equal_s;                   /* the predicted step at equal shares, every rank kept */
+    int spares;                       /* ranks left out */
+    int change;                       /* 1: counts differ from the equal split of every rank */
+};
+
+/* The decision above from world ranks' probes pr at global batch g (g >= world), the
+ * collective's own cost coll_s (>= 0) at the fastest rank's pace.  Rank 0 is never a spare.
+ * Returns 0 with out filled and why (one line), or -EINVAL (a probe makes no sense). */
+int gm_autoshare_probe_plan(const struct gm_autoshare_probe *pr, int world, int g, double coll_s,
+                            struct gm_autoshare_probed *out, char *why, size_t cap);
 
 #endif

@@ -637,6 +637,13 @@ void jobs_shares_for_group(struct job *jb, char (*old_ranks)[NODE_LEN], size_t o
         jb->nshares = 0;
         return;
     }
+    if (old_ranks == NULL && jb->probe_shares) { /* the job's first group: the probe's shares */
+        jb->probe_shares = false;
+        if (jb->nshares != w)
+            jb->nshares = 0;
+        memset(jb->obs, 0, sizeof(jb->obs));
+        return;
+    }
     /* the old group's plan, from all its ranks (a rank left out was the one the others waited
      * for: the collective's cost is read on it), its models following their nodes */
     struct gm_autoshare_plan old_pl, pl;
@@ -672,6 +679,42 @@ void jobs_shares_for_group(struct job *jb, char (*old_ranks)[NODE_LEN], size_t o
     memset(jb->obs, 0, sizeof(jb->obs));
 }
 
+void jobs_probe_logged(struct gm_jobs *j, const char *id, int err, const struct gm_shareprobe *p,
+                       const char *why)
+{
+    if (err == 0)
+        gm_notice("event=shares-probe job=%s node=%s ms=%.0f n=%d/%d pass_ms=%.2f/%.2f", id,
+                  j->env.node, p->cost_s * 1e3, p->p.n[0], p->p.n[1], p->p.busy_s[0] * 1e3,
+                  p->p.busy_s[1] * 1e3);
+    else
+        gm_warn("event=shares-probe-failed job=%s node=%s err=\"%s\": %s; the first group runs "
+                "equal shares",
+                id, j->env.node, gm_strerror(err), why);
+}
+
+size_t jobs_group_nodes(struct gm_jobs *j, struct job *jb, char (*out)[NODE_LEN], bool warn)
+{
+    size_t n = 1;
+
+    snprintf(out[0], NODE_LEN, "%s", j->env.node);
+    for (size_t i = 0; i < jb->nparts; i++) {
+        if (!jb->parts[i].checked || jb->parts[i].spare ||
+            j->env.link_to(j->env.agent, jb->parts[i].node) == NULL)
+            continue;
+        if (jobs_quiet(j, jb->parts[i].node)) { /* silent: back once it answers (timer_cb) */
+            if (warn)
+                gm_warn("event=job-member-quiet job=%s node=%s quiet_ms=%u: left out of the "
+                        "group",
+                        jb->id, jb->parts[i].node,
+                        gm_link_quiet_ms(j->env.link_to(j->env.agent, jb->parts[i].node)));
+            continue;
+        }
+        snprintf(out[n++], NODE_LEN, "%s", jb->parts[i].node);
+    }
+    qsort(out + 1, n - 1, NODE_LEN, cmp_node);
+    return n;
+}
+
 /* Coordinator: a new generation with every participant that has an up link. */
 void jobs_reform(struct gm_jobs *j, struct job *jb, const char *reason)
 {
@@ -702,20 +745,7 @@ void jobs_reform(struct gm_jobs *j, struct job *jb, const char *reason)
     char(*old_ranks)[NODE_LEN] = NULL;
     if (old_world > 0 && (old_ranks = calloc(old_world, NODE_LEN)) != NULL)
         memcpy(old_ranks, jb->ranks, old_world * NODE_LEN);
-    snprintf(jb->ranks[0], NODE_LEN, "%s", j->env.node);
-    for (size_t i = 0; i < jb->nparts; i++) {
-        if (!jb->parts[i].checked || jb->parts[i].spare ||
-            j->env.link_to(j->env.agent, jb->parts[i].node) == NULL)
-            continue;
-        if (jobs_quiet(j, jb->parts[i].node)) { /* silent: back once it answers (timer_cb) */
-            gm_warn("event=job-member-quiet job=%s node=%s quiet_ms=%u: left out of the group",
-                    jb->id, jb->parts[i].node,
-                    gm_link_quiet_ms(j->env.link_to(j->env.agent, jb->parts[i].node)));
-            continue;
-        }
-        snprintf(jb->ranks[n++], NODE_LEN, "%s", jb->parts[i].node);
-    }
-    qsort(jb->ranks + 1, n - 1, NODE_LEN, cmp_node);
+    n = jobs_group_nodes(j, jb, jb->ranks, true);
     jb->world = n;
     jobs_shares_for_group(jb, old_ranks, old_world); /* shares = auto */
     free(old_ranks);
@@ -838,6 +868,7 @@ void jobs_refuse(struct gm_jobs *j, struct job *jb, const char *fmt, ...)
 void jobs_offer_clear(struct pending_offer *po)
 {
     free(po->ranks);
+    free(po->text);
     free(po->files);
     memset(po, 0, sizeof(*po));
 }

@@ -81,12 +81,83 @@ static void resolve_auto(struct gm_jobs *j, struct job *jb, char (*up)[NODE_LEN]
     jb->codec_pending = true;
 }
 
+/* shares = auto's speed probe on the coordinator (agent/jobs/shareprobe.h), on libuv's
+ * threadpool once its own dataset is hashed and the job checked (so that neither slows it),
+ * while the members' checks, each with its own probe, come in. */
+struct cprobe {
+    uv_work_t req;
+    struct gm_jobs *j;
+    char id[GM_JOB_ID_LEN + 1];
+    struct gm_job job; /* a copy of the settings, text NULL: owns nothing */
+    int world, err;
+    struct gm_shareprobe out;
+    char why[256];
+};
+
+static void cprobe_work(uv_work_t *req)
+{
+    struct cprobe *r = req->data;
+
+    r->err = gm_shareprobe_run(&r->job, r->world, &r->out, r->why, sizeof(r->why));
+}
+
+static void cprobe_done(uv_work_t *req, int status)
+{
+    struct cprobe *r = req->data;
+    struct gm_jobs *j = r->j;
+    struct job *jb = jobs_find(j, r->id);
+
+    j->prechecks--;
+    if (status < 0 && r->err == 0) {
+        r->err = status;
+        snprintf(r->why, sizeof(r->why), "%s", uv_strerror(status));
+    }
+    jobs_probe_logged(j, r->id, r->err, &r->out, r->why);
+    if (jb != NULL && jb == j->cur && jb->coord && jb->state == J_CHECKING) {
+        jb->probe_done = true;
+        jb->have_probe = r->err == 0;
+        jb->probe = r->out;
+        jobs_maybe_start(j, jb);
+    }
+    free(r);
+}
+
+/* Starts the coordinator's probe; false when it cannot (the job then starts at equal shares). */
+static bool cprobe_start(struct gm_jobs *j, struct job *jb)
+{
+    struct cprobe *r = calloc(1, sizeof(*r));
+
+    if (r == NULL)
+        return false;
+    r->j = j;
+    r->req.data = r;
+    snprintf(r->id, sizeof(r->id), "%s", jb->id);
+    r->job = jb->job;
+    r->job.text = NULL;
+    r->job.text_len = 0;
+    if (!r->job.device_set) /* the job file did not choose: this agent's [train] device */
+        r->job.device = j->env.device;
+    r->world = (int)jb->nparts + 1;
+    if (uv_queue_work(j->env.loop, &r->req, cprobe_work, cprobe_done) < 0) {
+        free(r);
+        return false;
+    }
+    j->prechecks++;
+    return true;
+}
+
 void jobs_maybe_start(struct gm_jobs *j, struct job *jb)
 {
     int err = -ENOMEM; /* when the calloc fails */
 
     if (jb->state != J_CHECKING || !jb->own_hashed || !jb->prechecked || jb->codec_pending)
         return;
+    if (jb->job.shares.mode == GM_JOB_SHARES_AUTO && jb->nparts > 0 && !jb->probe_started) {
+        jb->probe_started = true;
+        jb->probe_done = !cprobe_start(j, jb);
+    }
+    if (jb->probe_started && !jb->probe_done)
+        return; /* the coordinator's own probe: bounded (shareprobe.h) */
     for (size_t i = 0; i < jb->nparts; i++)
         if (!jb->parts[i].checked)
             return;
@@ -99,6 +170,7 @@ void jobs_maybe_start(struct gm_jobs *j, struct job *jb)
         jobs_refuse(j, jb, "cannot start the trainer: %s", gm_strerror(err));
         return;
     }
+    jobs_shares_probe(j, jb); /* shares = auto: the first group's shares from the probes */
     jobs_reform(j, jb, "start");
 }
 
@@ -241,6 +313,10 @@ int jobs_on_check(struct gm_jobs *j, const char *node, struct gm_jobmsg *m)
     snprintf(p->error, sizeof(p->error), "%s", m->message);
     p->have_room = m->have_room;
     p->ckpt_room = m->ckpt_room;
+    p->have_probe = m->have_probe;
+    if (m->have_probe)
+        p->probe = (struct gm_autoshare_probe){{m->probe_n[0], m->probe_n[1]},
+                                               {m->probe_s[0], m->probe_s[1]}};
     p->answered = true;
     evaluate(j, jb);
     return 0;

@@ -39,6 +39,7 @@
 #include "agent/net/proto.h"
 #include "agent/service/metrics.h"
 #include "agent/jobs/rank.h"
+#include "agent/jobs/shareprobe.h"
 #include "agent/jobs/xport.h"
 #include "common/assert.h"
 #include "common/log.h"
@@ -71,6 +72,8 @@ struct part {
     char error[GM_JOB_MSG_MAX];
     bool have_room;     /* its answer said how much its checkpoint directory can take */
     uint64_t ckpt_room; /* bytes */
+    bool have_probe;    /* shares = auto: its speed probe came with its answer */
+    struct gm_autoshare_probe probe;
 };
 
 struct job {
@@ -137,6 +140,10 @@ struct job {
         struct gm_autoshare_hist h;
     } fits[GM_JOB_SHARES_MAX];
     char shares_reason[320]; /* coordinator: why the last change */
+    /* coordinator, shares = auto: its own speed probe (agent/jobs/shareprobe.h) before the
+     * first group, and whether the first group takes the probe's shares (jobs_shares_probe) */
+    bool probe_started, probe_done, have_probe, probe_shares;
+    struct gm_shareprobe probe;
     uint64_t shares_log_ns;  /* coordinator: the last event=shares-measure line */
     struct gm_rank_progress last;
 };
@@ -175,6 +182,12 @@ struct pending_offer {
     uint64_t ckpt_room; /* what this node's checkpoint directory of the job can take */
     uint64_t deadline;
     uint64_t term; /* the offer's: answered once this node's term has caught up with it */
+    /* shares = auto: the speed probe, run once hashed (the answer waits for it) */
+    bool want_probe, probing, have_probe;
+    struct gm_autoshare_probe probe;
+    char *text; /* owned: the offered job's text, for the probe */
+    size_t text_len;
+    char origin[300];
 };
 
 struct gm_jobs {
@@ -230,6 +243,13 @@ struct gm_autoshare_hist *jobs_shares_hist(struct job *jb, const char *node);
 int jobs_shares_models(struct job *jb, const struct gm_autoshare_plan *plan, double *sps,
                        double *over_s);
 void jobs_job_free(struct job *jb);
+/* shares = auto: this node's speed probe of job id done (err < 0: failed, for why), logged. */
+void jobs_probe_logged(struct gm_jobs *j, const char *id, int err, const struct gm_shareprobe *p,
+                       const char *why);
+/* Coordinator: the nodes of the group jobs_reform would form now (this node first, then every
+ * checked participant that is not a spare, has an up link and is not quiet, sorted), into out
+ * (nparts + 1 entries); warn: log the quiet ones.  Returns how many. */
+size_t jobs_group_nodes(struct gm_jobs *j, struct job *jb, char (*out)[NODE_LEN], bool warn);
 uint32_t jobs_job_tag(const char *id);
 uint64_t jobs_my_term(struct gm_jobs *j);
 int jobs_send_msg(struct gm_jobs *j, const char *node, uint16_t type, const struct gm_jobmsg *m);
@@ -269,6 +289,10 @@ void jobs_switch_tick(struct gm_jobs *j, struct job *jb);
 void jobs_shares_tick(struct gm_jobs *j, struct job *jb);
 /* Coordinator: the group's shares and speeds to the metrics endpoint (every tick). */
 void jobs_shares_publish(struct gm_jobs *j, struct job *jb);
+/* Coordinator, shares = auto, before the first group: the speed probes of every rank it would
+ * have (its own and the members' answers) into the first group's shares and spares
+ * (agent/jobs/autoshare.h gm_autoshare_probe_plan); nothing when a probe is missing. */
+void jobs_shares_probe(struct gm_jobs *j, struct job *jb);
 int jobs_on_switch(struct gm_jobs *j, const char *node, struct gm_jobmsg *m);
 void jobs_on_switch_report(struct gm_jobs *j, struct job *jb, const char *node,
                            const struct gm_jobmsg *m);

@@ -25,6 +25,8 @@ void jobs_try_answer(struct gm_jobs *j)
             missing = po->ranks[i];
     if (missing != NULL && gm_time_mono_ns() < po->deadline)
         return; /* its link may be coming up (a restarted member redials with backoff) */
+    if (po->probing)
+        return; /* shares = auto: the speed probe's answer goes with it (bounded: shareprobe.h) */
     snprintf(m.id, sizeof(m.id), "%s", po->id);
     if (po->error[0])
         snprintf(m.message, sizeof(m.message), "%s", po->error);
@@ -38,8 +40,100 @@ void jobs_try_answer(struct gm_jobs *j)
     }
     m.have_room = po->have_room;
     m.ckpt_room = po->ckpt_room;
+    if (po->have_probe && m.message[0] == '\0') {
+        m.have_probe = true;
+        memcpy(m.probe_n, po->probe.n, sizeof(m.probe_n));
+        memcpy(m.probe_s, po->probe.busy_s, sizeof(m.probe_s));
+    }
     (void)jobs_send_msg(j, po->coord, GM_MSG_JOB_CHECK, &m);
     jobs_offer_clear(po);
+}
+
+/* shares = auto's speed probe of an offered job (agent/jobs/shareprobe.h), on libuv's
+ * threadpool once the dataset is hashed (not beside the hashing, which would slow it); counted
+ * in j->prechecks so that the room outlives it (gm_jobs_idle). */
+struct proberq {
+    uv_work_t req;
+    struct gm_jobs *j;
+    char id[GM_JOB_ID_LEN + 1];
+    char *text; /* owned */
+    size_t len;
+    char origin[300];
+    struct gm_device_spec device; /* this agent's [train] device (the job's own wins) */
+    int world, err;
+    struct gm_shareprobe out;
+    char why[256];
+};
+
+static void probe_work(uv_work_t *req)
+{
+    struct proberq *r = req->data;
+    struct gm_job job;
+    int g;
+
+    if ((r->err = gm_job_parse(r->text, r->len, r->origin, &job)) < 0) {
+        snprintf(r->why, sizeof(r->why), "the job does not parse");
+        return;
+    }
+    if (!job.device_set)
+        job.device = r->device;
+    if ((r->err = gm_job_global_batch(&job, r->world, &g)) == 0) {
+        job.optim.global_batch = g;
+        r->err = gm_shareprobe_run(&job, r->world, &r->out, r->why, sizeof(r->why));
+    } else {
+        snprintf(r->why, sizeof(r->why), "no global batch for %d ranks", r->world);
+    }
+    gm_job_free(&job);
+}
+
+static void probe_done(uv_work_t *req, int status)
+{
+    struct proberq *r = req->data;
+    struct gm_jobs *j = r->j;
+    struct pending_offer *po = &j->po;
+
+    j->prechecks--;
+    if (status < 0 && r->err == 0) {
+        r->err = status;
+        snprintf(r->why, sizeof(r->why), "%s", uv_strerror(status));
+    }
+    jobs_probe_logged(j, r->id, r->err, &r->out, r->why);
+    if (po->active && po->probing && strcmp(po->id, r->id) == 0) {
+        po->probing = false;
+        po->have_probe = r->err == 0;
+        po->probe = r->out.p;
+        jobs_try_answer(j);
+    }
+    free(r->text);
+    free(r);
+}
+
+/* Starts the probe of the pending offer; false when it cannot (the answer goes without). */
+static bool probe_start(struct gm_jobs *j, struct pending_offer *po)
+{
+    struct proberq *r = calloc(1, sizeof(*r));
+
+    if (r == NULL || po->text == NULL)
+        goto fail;
+    r->text = po->text; /* the request owns it now */
+    r->len = po->text_len;
+    po->text = NULL;
+    r->j = j;
+    r->req.data = r;
+    snprintf(r->id, sizeof(r->id), "%s", po->id);
+    snprintf(r->origin, sizeof(r->origin), "%s", po->origin);
+    r->device = j->env.device;
+    r->world = po->nranks > 0 ? (int)po->nranks : 1;
+    if (uv_queue_work(j->env.loop, &r->req, probe_work, probe_done) < 0)
+        goto fail;
+    j->prechecks++;
+    po->probing = true;
+    return true;
+fail:
+    if (r != NULL)
+        free(r->text);
+    free(r);
+    return false;
 }
 
 /* The member's dataset, hashed to answer an offer: the answer goes once it can reach every
@@ -72,6 +166,8 @@ static void offer_hashed(void *arg, struct gm_jobfile *files, size_t n, const ch
     po->files = files;
     po->nfiles = po->error[0] ? 0 : n;
     free(hr);
+    if (po->want_probe && po->error[0] == 0)
+        (void)probe_start(j, po);
     jobs_try_answer(j);
 }
 
@@ -111,6 +207,13 @@ int jobs_on_offer(struct gm_jobs *j, const char *node, struct gm_jobmsg *m)
     j->po.deadline = gm_time_mono_ns() + (uint64_t)MESH_TIMEOUT_MS * 1000000ull;
     j->po.term = j->frame_term;
     j->po.have_room = jobs_ckpt_room(j, &job, &j->po.ckpt_room);
+    if (job.shares.mode == GM_JOB_SHARES_AUTO && (j->po.text = malloc(m->text_len + 1)) != NULL) {
+        memcpy(j->po.text, m->text, m->text_len);
+        j->po.text[m->text_len] = '\0';
+        j->po.text_len = m->text_len;
+        snprintf(j->po.origin, sizeof(j->po.origin), "%s", m->origin[0] ? m->origin : "job");
+        j->po.want_probe = true;
+    }
     hr->j = j;
     snprintf(hr->id, sizeof(hr->id), "%s", m->id);
     snprintf(hr->reply_to, sizeof(hr->reply_to), "%s", node);

@@ -267,6 +267,37 @@ static int get_speed(json_t *o, struct gm_jobmsg *m)
     return 0;
 }
 
+/* CHECK's optional probe: {n: [n0, n1], busy_s: [t0, t1]}, n0 > n1 >= 1, each t finite > 0. */
+static int get_probe(json_t *o, struct gm_jobmsg *m)
+{
+    json_t *p = json_object_get(o, "probe"), *n, *t;
+
+    if (p == NULL)
+        return 0;
+    if (!json_is_object(p) || json_object_size(p) != 2)
+        return GM_ERR_PROTO;
+    n = json_object_get(p, "n");
+    t = json_object_get(p, "busy_s");
+    if (!json_is_array(n) || !json_is_array(t) || json_array_size(n) != 2 ||
+        json_array_size(t) != 2)
+        return GM_ERR_PROTO;
+    for (size_t i = 0; i < 2; i++) {
+        json_t *a = json_array_get(n, i), *b = json_array_get(t, i);
+        if (!json_is_integer(a) || json_integer_value(a) < 1 || json_integer_value(a) > INT_MAX ||
+            !json_is_number(b) || !isfinite(json_number_value(b)) || !(json_number_value(b) > 0))
+            return GM_ERR_PROTO;
+        m->probe_n[i] = (int)json_integer_value(a);
+        m->probe_s[i] = json_number_value(b);
+    }
+    if (m->probe_n[0] <= m->probe_n[1]) {
+        memset(m->probe_n, 0, sizeof(m->probe_n));
+        memset(m->probe_s, 0, sizeof(m->probe_s));
+        return GM_ERR_PROTO;
+    }
+    m->have_probe = true;
+    return 0;
+}
+
 /* SWITCH's and its answers' seq (>= 1) and step. */
 static int get_seq_step(json_t *o, struct gm_jobmsg *m)
 {
@@ -331,6 +362,8 @@ static int decode(uint16_t type, json_t *o, struct gm_jobmsg *m)
                 return err;
             m->have_room = true;
         }
+        if ((err = get_probe(o, m)) < 0)
+            return err;
         return get_files(o, m);
     case GM_MSG_JOB_GROUP:
         if ((err = get_text(o, m)) < 0 || (err = gm_jsonmsg_get_uint(o, "gen", UINT32_MAX, &u)) < 0)
@@ -470,6 +503,11 @@ int gm_jobmsg_encode(uint16_t type, const struct gm_jobmsg *m, char **out, size_
             json_object_set_new(o, "error", json_string(m->message));
         if (m->have_room)
             json_object_set_new(o, "ckpt_room", json_integer((json_int_t)m->ckpt_room));
+        if (m->have_probe)
+            json_object_set_new(o, "probe",
+                                json_pack("{s:[I,I],s:[f,f]}", "n", (json_int_t)m->probe_n[0],
+                                          (json_int_t)m->probe_n[1], "busy_s", m->probe_s[0],
+                                          m->probe_s[1]));
         break;
     case GM_MSG_JOB_REPORT:
         json_object_set_new(o, "gen", json_integer(m->gen));

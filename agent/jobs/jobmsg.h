@@ -8,7 +8,7 @@
  *                                                        nodes it will train with (it answers
  *                                                        once it has a link to each)
  *   JOB_CHECK  {id, error?, group?: "dir"|"bucket", files: [{name, size, sha256, count?}],
- *               ckpt_room?}
+ *               ckpt_room?, probe?: {n: [int, int], busy_s: [number, number]}}
  *                                                        member -> coordinator; at most
  *                                                        GM_JOB_FILES_MAX entries: one per
  *                                                        file, or (group) one per top-level
@@ -16,7 +16,11 @@
  *                                                        (gm_datahash_group); ckpt_room: the
  *                                                        bytes the member's checkpoint
  *                                                        directory of the job can take (free
- *                                                        space plus its earlier checkpoints)
+ *                                                        space plus its earlier checkpoints);
+ *                                                        probe: shares = auto's speed probe
+ *                                                        (agent/jobs/shareprobe.h), a pass of
+ *                                                        the model at n[0] > n[1] >= 1 samples
+ *                                                        took busy_s (> 0) seconds
  *   JOB_GROUP  {id, text, origin, gen, ranks: [node], global_batch,
  *               comm?: {codec: a name of GM_JOB_CODECS but "auto" (train/job.h), local_steps},
  *               islands?: [int], shares?: [int]}
@@ -104,6 +108,9 @@ struct gm_jobmsg {
     enum gm_jobfile_group group; /* CHECK: what the files entries stand for */
     bool have_room;              /* CHECK: ckpt_room was said */
     uint64_t ckpt_room;          /* CHECK: bytes */
+    bool have_probe;             /* CHECK: the speed probe's points (shares = auto) */
+    int probe_n[2];              /* samples, probe_n[0] > probe_n[1] >= 1 */
+    double probe_s[2];           /* seconds a pass, finite, > 0 */
     char event[16];              /* REPORT */
     uint32_t seq;  /* SWITCH, REPORT switch-*: the switch's number in the job */
     long step;     /* SWITCH: the step it takes effect at; REPORT switch-*: where the rank is */

@@ -113,6 +113,12 @@ static void check_fields(uint16_t type, const struct gm_jobmsg *m)
     } else {
         need(m->files == NULL && m->nfiles == 0 && m->group == GM_JOBFILE_GROUP_FILE);
     }
+    if (m->have_probe) /* CHECK only: two counts, the larger first, and their times */
+        need(type == GM_MSG_JOB_CHECK && m->probe_n[0] > m->probe_n[1] && m->probe_n[1] >= 1 &&
+             isfinite(m->probe_s[0]) && m->probe_s[0] > 0 && isfinite(m->probe_s[1]) &&
+             m->probe_s[1] > 0);
+    else
+        need(m->probe_n[0] == 0 && m->probe_n[1] == 0 && m->probe_s[0] == 0 && m->probe_s[1] == 0);
     if (type == GM_MSG_JOB_REPORT) {
         need(strcmp(m->event, "group-failed") == 0 || strcmp(m->event, "exit") == 0 ||
              strcmp(m->event, "fit") == 0 || strcmp(m->event, "switch-ok") == 0 ||
@@ -149,6 +155,9 @@ static void same(const struct gm_jobmsg *a, const struct gm_jobmsg *b)
     need(!a->have_fit || (a->fit_ops == b->fit_ops && a->fit_alpha_s == b->fit_alpha_s &&
                           a->fit_bytes_per_s == b->fit_bytes_per_s));
     need(a->codec == b->codec && a->local_steps == b->local_steps);
+    need(a->have_probe == b->have_probe && a->probe_n[0] == b->probe_n[0] &&
+         a->probe_n[1] == b->probe_n[1] && a->probe_s[0] == b->probe_s[0] &&
+         a->probe_s[1] == b->probe_s[1]);
     need(strcmp(a->state, b->state) == 0 && strcmp(a->message, b->message) == 0);
     for (size_t i = 0; i < a->nranks; i++)
         need(strcmp(a->ranks[i], b->ranks[i]) == 0);
@@ -237,6 +246,15 @@ static void write_seeds(const char *dir)
     m = (struct gm_jobmsg){.files = files, .nfiles = 2};
     snprintf(m.id, sizeof(m.id), "0123456789abcdef");
     write_seed(dir, "check", GM_MSG_JOB_CHECK, &m);
+    m.have_probe = true; /* shares = auto's speed probe */
+    m.probe_n[0] = 32;
+    m.probe_n[1] = 16;
+    m.probe_s[0] = 0.0123;
+    m.probe_s[1] = 0.0071;
+    write_seed(dir, "check-probe", GM_MSG_JOB_CHECK, &m);
+    m.have_probe = false;
+    memset(m.probe_n, 0, sizeof(m.probe_n));
+    memset(m.probe_s, 0, sizeof(m.probe_s));
     /* a folder of more than GM_JOB_FILES_MAX files: one entry per class folder, or per bucket */
     snprintf(files[0].name, sizeof(files[0].name), "cat/");
     files[0].count = 2500;

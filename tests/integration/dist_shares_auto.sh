@@ -6,11 +6,12 @@
 #   alpha (coordinator, rank 0) --TLS-- beta (rank 1, cgroup: 1 ms of CPU every 50 ms)
 #
 # The job: LeNet-5, Adam, global batch 128, one epoch of 25600 images (200 steps), shares = auto.
-# The first group splits equally (64:64) until every rank has been measured; beta is then at
-# least 5x slower than alpha however loaded this machine is (alpha gets more than 0.1 of a core
-# among the other engineers' work), so the coordinator must act: either give alpha the larger
-# share (event=shares-change to=A:B with A > B) or leave beta out as a spare (event=shares-spare,
-# too slow to help).  Either way:
+# Before the first group every rank times its own passes of the model (the speed probe,
+# event=shares-probe on each); beta is at least 5x slower than alpha however loaded this machine
+# is (alpha gets more than 0.1 of a core among the other engineers' work), so the coordinator
+# must act, and from the probe, before the first step: either give alpha the larger share
+# (event=shares-change generation=0 step=0 to=A:B with A > B, reason "probe: ...") or leave beta
+# out as a spare (event=shares-spare step=0, the first group alpha alone).  Either way:
 #   - the job ends done, 200 steps, and every rank that trained to the end holds the same
 #     parameters (event=job-final-hash);
 #   - every rank of the group that followed the change started it at the same step (each
@@ -74,6 +75,23 @@ if [ -n "$spare" ]; then
         fail "jobs --json does not list beta as a spare"
     pass "beta left out as a spare: $(sed 's/.*reason=//' <<<"$spare")"
 fi
+
+# the speed probe: both ranks timed their passes before the job's first group, and the first
+# decision (the change, or beta left out) came from it, before the first step: generation 1
+# already ran it (a change logs generation=0 step=0, no group yet; a spare: the first group has
+# world 1)
+grep -q "event=shares-probe job=$id node=alpha ms=" "$WORK/alpha.log" || fail "alpha logged no probe"
+grep -q "event=shares-probe job=$id node=beta ms=" "$WORK/beta.log" || fail "beta logged no probe"
+first=$(grep -h -E "event=shares-(change|spare) job=$id " "$WORK/alpha.log" | head -1)
+grep -q " step=0 " <<<"$first" && grep -q 'probe' <<<"$first" ||
+    fail "the first decision was not the probe's, before the first step: $first"
+if [ -n "$change" ]; then
+    grep -q "generation=0 step=0" <<<"$change" || fail "the probe's shares are not the first group's: $change"
+else
+    grep -q "event=job-group job=$id generation=1 world=1 " "$WORK/alpha.log" ||
+        fail "beta, left out by the probe, is in the first group"
+fi
+pass "the probe decided before the first group: $(sed 's/.*event=//; s/ reason=.*//' <<<"$first"); probes: $(grep -h -o "event=shares-probe job=$id node=[a-z]* ms=[0-9]*" "$WORK/alpha.log" "$WORK/beta.log" | sed 's/.*node=//' | tr '\n' ' ')"
 
 # every rank of each group formed after the first started it at the same step
 for g in $(grep -h "event=job-group job=$id" "$WORK/alpha.log" | sed -n 's/.*generation=\([0-9]*\) .*/\1/p'); do

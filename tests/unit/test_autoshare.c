@@ -6,10 +6,13 @@
  * group); the speeds from the ranks' steps (waiting is not work); the plan and the spare rule
  * (test_plan: lockstep steps of quota-capped ranks, wherever their stalls land: 0.1 of the
  * speed left out in the first decision, 0.5 kept with about a third, equal ranks equal); and
- * the wire (agent/jobs/jobmsg.c): JOB_GROUP "shares" and JOB_REPORT "speed" round-trip, and
- * every malformed one is refused.
+ * the wire (agent/jobs/jobmsg.c): JOB_GROUP "shares", JOB_REPORT "speed" and JOB_CHECK "probe"
+ * round-trip, and every malformed one is refused; the speed probe's decision before the first
+ * group (test_probe).
  */
+#include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -229,6 +232,45 @@ static void test_wire(void)
                          bad_speed[i]);
         GM_CHECK_ERR(gm_jobmsg_decode(GM_MSG_JOB_REPORT, (const uint8_t *)bad, (size_t)n, &d),
                      GM_ERR_PROTO);
+    }
+
+    /* a check answer with the speed probe (agent/jobs/shareprobe.h); malformed ones refused */
+    struct gm_jobmsg c = {.id = "0123456789abcdef", .have_probe = true};
+    c.probe_n[0] = 32;
+    c.probe_n[1] = 16;
+    c.probe_s[0] = 0.0123;
+    c.probe_s[1] = 0.0071;
+    GM_CHECK_OK(gm_jobmsg_encode(GM_MSG_JOB_CHECK, &c, &txt, &len));
+    GM_CHECK_OK(gm_jobmsg_decode(GM_MSG_JOB_CHECK, (const uint8_t *)txt, len, &d));
+    GM_CHECK(d.have_probe && d.probe_n[0] == 32 && d.probe_n[1] == 16);
+    GM_CHECK(d.probe_s[0] == 0.0123 && d.probe_s[1] == 0.0071); /* bit for bit */
+    gm_jobmsg_free(&d);
+    free(txt);
+    static const char *const bad_probe[] = {
+        "{\"n\":[16,32],\"busy_s\":[0.01,0.02]}",          /* the larger count first */
+        "{\"n\":[16,16],\"busy_s\":[0.01,0.01]}",          /* one count twice */
+        "{\"n\":[32,0],\"busy_s\":[0.01,0.01]}",           /* no sample */
+        "{\"n\":[32,16],\"busy_s\":[0.01,0]}",             /* no time */
+        "{\"n\":[32,16],\"busy_s\":[0.01,-1]}",            /* negative */
+        "{\"n\":[32,16.5],\"busy_s\":[0.01,0.005]}",       /* not an integer */
+        "{\"n\":[32,16,8],\"busy_s\":[0.01,0.005]}",       /* three counts */
+        "{\"n\":[32,16],\"busy_s\":[0.01]}",               /* a time missing */
+        "{\"n\":[32,16]}",                                 /* no times */
+        "{\"n\":[32,16],\"busy_s\":[0.01,0.005],\"x\":1}", /* one too many */
+        "{\"n\":[4294967328,16],\"busy_s\":[0.01,0.005]}", /* too large */
+        "[32,16]",
+    };
+    for (size_t i = 0; i < sizeof(bad_probe) / sizeof(bad_probe[0]); i++) {
+        int n = snprintf(bad, sizeof(bad),
+                         "{\"id\":\"0123456789abcdef\",\"files\":[],\"probe\":%s}", bad_probe[i]);
+        GM_CHECK_ERR(gm_jobmsg_decode(GM_MSG_JOB_CHECK, (const uint8_t *)bad, (size_t)n, &d),
+                     GM_ERR_PROTO);
+    }
+    { /* and without one: none */
+        int n = snprintf(bad, sizeof(bad), "{\"id\":\"0123456789abcdef\",\"files\":[]}");
+        GM_CHECK_OK(gm_jobmsg_decode(GM_MSG_JOB_CHECK, (const uint8_t *)bad, (size_t)n, &d));
+        GM_CHECK(!d.have_probe);
+        gm_jobmsg_free(&d);
     }
 }
 
@@ -1192,6 +1234,112 @@ static void test_diloco(void)
     }
 }
 
+/* A rank's probe: a pass of n samples at speed v (a core's fraction) takes (n c + o) / v. */
+static struct gm_autoshare_probe probe_of(double c, double o, double v, int n)
+{
+    return (struct gm_autoshare_probe){{n, n / 2}, {(n * c + o) / v, (n / 2 * c + o) / v}};
+}
+
+/* The speed probe's decision before the first group (gm_autoshare_probe_plan): unequal machines
+ * get their balanced shares at once, equal ones stay equal, a rank too slow to help is left out
+ * (never rank 0). */
+static void test_probe(void)
+{
+    struct gm_autoshare_probe pr[3];
+    struct gm_autoshare_probed o;
+    char why[400];
+
+    /* 1.0 + 0.5 core, LeNet-5, global batch 64: about 2:1 at once */
+    pr[0] = probe_of(LENET_C, 0.2e-3, 1.0, 32);
+    pr[1] = probe_of(LENET_C, 0.2e-3, 0.5, 32);
+    GM_CHECK_EQ(gm_autoshare_probe_plan(pr, 2, 64, 0.1e-3, &o, why, sizeof(why)), 0);
+    GM_CHECK_EQ(o.change, 1);
+    GM_CHECK_EQ(o.spares, 0);
+    GM_CHECK_EQ(o.counts[0] + o.counts[1], 64);
+    GM_CHECK(o.counts[0] >= 43 && o.counts[0] <= 46); /* its fixed cost, slow too, counts */
+    GM_CHECK_NEAR(o.slow[1], 2.0, 1e-9, 0);
+    GM_CHECK_NEAR(1 / o.sps[1], 2 * LENET_C, 1e-12, 0);
+    GM_CHECK(o.equal_s >= GM_AUTOSHARE_HYST * o.step_s);
+    GM_CHECK(strncmp(why, "probe: predicted step", 21) == 0);
+
+    /* equal machines (a little noise): equal shares, no change */
+    pr[0] = probe_of(LENET_C, 0.2e-3, 1.0, 32);
+    pr[1] = probe_of(LENET_C, 0.2e-3, 0.97, 32);
+    GM_CHECK_EQ(gm_autoshare_probe_plan(pr, 2, 64, 0.1e-3, &o, why, sizeof(why)), 0);
+    GM_CHECK_EQ(o.change, 0);
+    GM_CHECK_EQ(o.counts[0], 32);
+    GM_CHECK_EQ(o.counts[1], 32);
+    GM_CHECK(strstr(why, "equal shares kept") != NULL);
+
+    /* 1.0 + 0.5 + 0.1: the tenth of a core is left out, the others balanced over the batch */
+    pr[0] = probe_of(LENET_C, 0.2e-3, 1.0, 22);
+    pr[1] = probe_of(LENET_C, 0.2e-3, 0.5, 22);
+    pr[2] = probe_of(LENET_C, 0.2e-3, 0.1, 22);
+    GM_CHECK_EQ(gm_autoshare_probe_plan(pr, 3, 64, 0.1e-3, &o, why, sizeof(why)), 0);
+    GM_CHECK_EQ(o.spares, 1);
+    GM_CHECK_EQ(o.change, 1);
+    GM_CHECK_EQ(o.keep[2], 0);
+    GM_CHECK_EQ(o.counts[2], 0);
+    GM_CHECK_EQ(o.counts[0] + o.counts[1], 64);
+    GM_CHECK(o.counts[0] > o.counts[1]);
+    GM_CHECK(strstr(why, "left out: rank 2") != NULL);
+
+    /* 1.0 + 0.2: kept (it still adds more than the keep gain), about 5:1 */
+    pr[0] = probe_of(LENET_C, 0.02e-3, 1.0, 32);
+    pr[1] = probe_of(LENET_C, 0.02e-3, 0.2, 32);
+    GM_CHECK_EQ(gm_autoshare_probe_plan(pr, 2, 64, 0.1e-3, &o, why, sizeof(why)), 0);
+    GM_CHECK_EQ(o.spares, 0);
+    GM_CHECK(o.counts[1] >= 8 && o.counts[1] <= 12);
+    /* the same with a dear collective, paid at the slow rank's pace: left out */
+    GM_CHECK_EQ(gm_autoshare_probe_plan(pr, 2, 64, 1.5e-3, &o, why, sizeof(why)), 0);
+    GM_CHECK_EQ(o.spares, 1);
+    GM_CHECK_EQ(o.counts[0], 64);
+
+    /* the slow one is rank 0 (the coordinator trains): never a spare, the least share */
+    pr[0] = probe_of(LENET_C, 0.2e-3, 0.1, 32);
+    pr[1] = probe_of(LENET_C, 0.2e-3, 1.0, 32);
+    GM_CHECK_EQ(gm_autoshare_probe_plan(pr, 2, 64, 1.5e-3, &o, why, sizeof(why)), 0);
+    GM_CHECK_EQ(o.spares, 0);
+    GM_CHECK(o.counts[0] >= 1 && o.counts[0] < o.counts[1]);
+
+    /* a line that makes no sense (a larger count faster): the proportional rule, still decided */
+    pr[0] = (struct gm_autoshare_probe){{32, 16}, {1e-3, 1.5e-3}};
+    pr[1] = probe_of(LENET_C, 0, 0.5, 32);
+    GM_CHECK_EQ(gm_autoshare_probe_plan(pr, 2, 64, 0, &o, why, sizeof(why)), 0);
+    GM_CHECK_NEAR(o.sps[0], 32 / 1e-3, 1e-6, 0);
+
+    /* what makes no sense is refused */
+    struct gm_autoshare_probe bad = {{16, 16}, {1e-3, 1e-3}};
+    pr[0] = bad;
+    GM_CHECK_EQ(gm_autoshare_probe_plan(pr, 2, 64, 0, &o, why, sizeof(why)), -EINVAL);
+    pr[0] = (struct gm_autoshare_probe){{32, 16}, {0, 1e-3}};
+    GM_CHECK_EQ(gm_autoshare_probe_plan(pr, 2, 64, 0, &o, why, sizeof(why)), -EINVAL);
+    pr[0] = (struct gm_autoshare_probe){{32, 0}, {1e-3, 1e-3}};
+    GM_CHECK_EQ(gm_autoshare_probe_plan(pr, 2, 64, 0, &o, why, sizeof(why)), -EINVAL);
+    pr[0] = probe_of(LENET_C, 0, 1, 32);
+    GM_CHECK_EQ(gm_autoshare_probe_plan(pr, 2, 1, 0, &o, why, sizeof(why)), -EINVAL);
+    GM_CHECK_EQ(gm_autoshare_probe_plan(pr, 2, 64, NAN, &o, why, sizeof(why)), -EINVAL);
+
+    /* any probes: the whole batch over the kept ranks, at least one each, rank 0 kept */
+    uint64_t s = 7;
+    for (int t = 0; t < 500; t++) {
+        const int g = 3 + t % 300;
+        for (int r = 0; r < 3; r++) {
+            s = s * 6364136223846793005u + 1442695040888963407u;
+            pr[r] = probe_of(1e-5 * (1 + (double)((s >> 33) % 1000)), 1e-4 * (double)(t % 7), 1,
+                             2 + (int)((s >> 20) % 100));
+        }
+        GM_CHECK_EQ(gm_autoshare_probe_plan(pr, 3, g, 1e-3 * (t % 5), &o, why, sizeof(why)), 0);
+        int sum = 0;
+        GM_CHECK_EQ(o.keep[0], 1);
+        for (int r = 0; r < 3; r++) {
+            GM_CHECK(o.keep[r] ? o.counts[r] >= 1 : o.counts[r] == 0);
+            sum += o.counts[r];
+        }
+        GM_CHECK_EQ(sum, g);
+    }
+}
+
 /* the shares as the logs print them, and a buffer too small for them */
 static void test_text(void)
 {
@@ -1223,6 +1371,7 @@ int main(void)
     GM_TEST_RUN(test_third);
     GM_TEST_RUN(test_avg_steps);
     GM_TEST_RUN(test_diloco);
+    GM_TEST_RUN(test_probe);
     GM_TEST_RUN(test_text);
     return gm_test_finish("test_autoshare");
 }
