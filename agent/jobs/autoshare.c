@@ -671,6 +671,24 @@ int gm_autoshare_probe_plan(const struct gm_autoshare_probe *pr, int world, int 
             lo += (size_t)n;
     }
     out->step_s = kept_step(out->sps, out->over_s, own_o, world, g, out->keep, out->counts);
+    if (out->spares > 0) { /* the kept ranks: balanced only past the hysteresis, as below */
+        int nk = 0, idx[GM_JOB_SHARES_MAX], c[GM_JOB_SHARES_MAX];
+        double sps[GM_JOB_SHARES_MAX], over[GM_JOB_SHARES_MAX];
+        for (int r = 0; r < world; r++)
+            if (out->keep[r])
+                idx[nk++] = r;
+        gm_job_split_by(g, nk, NULL, c);
+        for (int i = 0; i < nk; i++) {
+            sps[i] = out->sps[idx[i]];
+            over[i] = nk > 1 ? out->over_s[idx[i]] : own_o[idx[i]];
+        }
+        const double kept_eq_s = gm_autoshare_step_s(sps, over, nk, c);
+        if (!(kept_eq_s >= GM_AUTOSHARE_HYST * out->step_s)) {
+            for (int i = 0; i < nk; i++)
+                out->counts[idx[i]] = c[i];
+            out->step_s = kept_eq_s;
+        }
+    }
     out->change = out->spares > 0;
     if (!out->change && out->equal_s >= GM_AUTOSHARE_HYST * out->step_s)
         out->change = 1;

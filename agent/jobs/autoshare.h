@@ -330,7 +330,9 @@ double gm_autoshare_hyst(const struct gm_autoshare *a);
  * rule above then runs on these models (repeatedly: the slowest rank r >= 1 left out while
  * keeping it does not predict a step GM_AUTOSHARE_KEEP_GAIN faster), the kept ranks are
  * balanced, and the shares change from equal only when the balanced step is predicted
- * GM_AUTOSHARE_HYST times faster than the equal one (or a rank was left out).  The first group
+ * GM_AUTOSHARE_HYST times faster than the equal one (or a rank was left out: then the kept
+ * ranks split the batch equally unless balancing them passes the same hysteresis, so that two
+ * equal machines beside a spare do not start at a split the probe's noise drew).  The first group
  * then decides from its own steps past its dwell, as any first group (the probe's decision is
  * not judged by outcome: no group ran the equal shares it would be judged against). */
 struct gm_autoshare_probe {

@@ -1284,6 +1284,19 @@ static void test_probe(void)
     GM_CHECK(o.counts[0] > o.counts[1]);
     GM_CHECK(strstr(why, "left out: rank 2") != NULL);
 
+    /* 1.0 + 1.0 (a little noise) + 0.1, as bench/unequal.sh's third host: the tenth left
+     * out, the two equal machines split the batch equally, not as the noise draws it */
+    pr[0] = probe_of(LENET_C, 0.2e-3, 0.92, 22);
+    pr[1] = probe_of(LENET_C, 0.2e-3, 1.0, 22);
+    pr[2] = probe_of(LENET_C, 0.2e-3, 0.08, 22);
+    GM_CHECK_EQ(gm_autoshare_probe_plan(pr, 3, 128, 0.1e-3, &o, why, sizeof(why)), 0);
+    GM_CHECK_EQ(o.spares, 1);
+    GM_CHECK_EQ(o.change, 1);
+    GM_CHECK_EQ(o.keep[2], 0);
+    GM_CHECK_EQ(o.counts[0], 64);
+    GM_CHECK_EQ(o.counts[1], 64);
+    GM_CHECK_EQ(o.counts[2], 0);
+
     /* 1.0 + 0.2: kept (it still adds more than the keep gain), about 5:1 */
     pr[0] = probe_of(LENET_C, 0.02e-3, 1.0, 32);
     pr[1] = probe_of(LENET_C, 0.02e-3, 0.2, 32);
