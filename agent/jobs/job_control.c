@@ -150,14 +150,16 @@ static json_t *job_json(struct gm_jobs *j, struct job *jb)
             json_array_append_new(ranks, json_string(jb->ranks[i]));
         json_object_set_new(o, "ranks", ranks);
     }
+    /* kept once the rank is gone (p is then its last progress): a job that resumed and ended
+     * between two polls of `submit --follow` still says where it went on from */
     json_object_set_new(o, "resumed_from",
-                        jb->rank != NULL && p.resumed_step >= 0
+                        p.resumed_step >= 0 && p.resumed_from[0] != '\0'
                             ? json_pack("{s:I,s:s}", "step", (json_int_t)p.resumed_step,
                                         "checkpoint", p.resumed_from)
                             : json_null());
     /* a run extended (or shortened) by [job] epochs: the epochs of the run it goes on from */
-    if (jb->rank != NULL && p.resumed_step >= 0 && p.resumed_total_steps > 0 && p.total_steps > 0 &&
-        p.resumed_total_steps != p.total_steps && jb->job.epochs > 0) {
+    if (p.resumed_step >= 0 && p.resumed_from[0] != '\0' && p.resumed_total_steps > 0 &&
+        p.total_steps > 0 && p.resumed_total_steps != p.total_steps && jb->job.epochs > 0) {
         long spe = p.total_steps / jb->job.epochs;
         json_t *res = json_object_get(o, "resumed_from");
         json_object_set_new(res, "from_epochs",

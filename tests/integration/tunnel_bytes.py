@@ -22,9 +22,12 @@ The chain, each link checked:
    The simulation of the same job counts 2 x C (both ranks; hash checks are not counted).
 2. The runtime's summary bytes_sent (gm_coll_traffic payload_bytes of the rank; jobs --json
    shows rank 0's on a1 and rank 1's on b1) is C plus what is not the codec's: the hash checks
-   (16 fp32 per check, every 100 steps and after the last: 64 B per rank each) and, on rank 0
-   only, the broadcast of its initial state to rank 1 (params, Adam's m and v, and 8 floats of
-   step counters, fp32: (3 x params + 8) x 4 B).  Equal to the byte.
+   (16 fp32 per check, every 100 steps and after the last: 64 B per rank each), the group's
+   start's check of rank 0's state (one more of those), and, on rank 0 only and only when that
+   check found the ranks' states different (event=resync ... same=0; a fresh start from one
+   seed finds them the same and skips it), the broadcast of its initial state to rank 1
+   (params, Adam's m and v, and 8 floats of step counters, fp32: (3 x params + 8) x 4 B).
+   Equal to the byte.
 3. The training channel (jobs --json links[].bytes_sent, agent/jobs/xport.c) counts whole
    collective messages: payload plus a 56-byte collective header each.  Messages per rank:
    4 a PowerSGD step (P and Q all-reduces, 2 ring stages each), 2 a warm-up step, 1 a hash
@@ -161,18 +164,24 @@ def main():
           f'(--simulate-workers 2: {sim["bytes_sent"]} B for both)')
 
     # --- 2. the runtime's summaries ------------------------------------------------------
-    hashb = checks * HASH_FLOATS * 4
-    bcast_floats = 3 * params + 8
+    # the group's start: a hash check of rank 0's state, then its broadcast only if it differed
+    resync = re.findall(r'event=resync generation=1 bytes=(\d+) same=([01])', open(D('a1.log')).read())
+    expect(len(resync) == 1, f'a1 logged {len(resync)} resyncs of generation 1, not one')
+    same = resync[-1][1] == '1' if resync else False
+    checks_all = checks + 1
+    hashb = checks_all * HASH_FLOATS * 4
+    bcast_floats = 0 if same else 3 * params + 8
     bcast = bcast_floats * 4
+    print(f'the group\'s start: rank 0\'s state {"the same on both ranks: no broadcast" if same else "broadcast"}')
     print(f'summary bytes_sent: rank 0 {s0["bytes_sent"]} = codec {codec} + broadcast {bcast} '
-          f'+ {checks} hash checks {hashb}; rank 1 {s1["bytes_sent"]}')
+          f'+ {checks_all} hash checks {hashb}; rank 1 {s1["bytes_sent"]}')
     expect(s0['bytes_sent'] == codec + bcast + hashb,
            f'rank 0 sent {s0["bytes_sent"]} B of payload, accounted {codec + bcast + hashb}')
     expect(s1['bytes_sent'] == codec + hashb,
            f'rank 1 sent {s1["bytes_sent"]} B of payload, accounted {codec + hashb}')
 
     # --- 3. the training channel -----------------------------------------------------------
-    msgs1 = 4 * (steps - warm) + 2 * warm + checks
+    msgs1 = 4 * (steps - warm) + 2 * warm + checks_all
     msgs0 = msgs1 + math.ceil(bcast_floats / (COLL_CHUNK // 4))
     l0, l1 = j0['links'][0], j1['links'][0]
     chan0, chan1 = s0['bytes_sent'] + COLL_HDR * msgs0, s1['bytes_sent'] + COLL_HDR * msgs1
