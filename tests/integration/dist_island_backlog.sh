@@ -20,8 +20,9 @@
 # and no pause (the full failure needs over 30 s of a zero window; bench/seed_table.sh's
 # WORKLOAD=finetune 3-agent row shows it).
 # Asserted:
-#  - a1 queued a2's share past 16 MiB (event=xport-backlog rank=0 peer_rank=1: the scenario
-#    happened) and no agent paused a link (no event=xport-read-paused);
+#  - no agent paused a link (no event=xport-read-paused), and a1 queued a2's share past 16 MiB
+#    (event=xport-backlog rank=0 peer_rank=1: the scenario happened; a run where it did not is
+#    a skip, exit 77: a fresh job's start no longer broadcasts, see the end);
 #  - one group for the whole job (no event=job-group but the start, no group-failed) and no
 #    link went down before the agents stopped;
 #  - the job ends done, every rank's final parameter hash equal.
@@ -80,10 +81,7 @@ JOB=$(sed -n 's/^job \([^ ]*\) submitted.*/\1/p' "$WORK/submit.out")
 done_on() { job_is "$1" "$JOB" 'j["state"] == "done"'; }
 wait_for "a2 to finish" done_on a2
 wait_for "b1 to finish" done_on b1
-grep -q "event=xport-backlog rank=0 peer_rank=1 " "$WORK/a1.log" ||
-    fail "a1 never queued more than 16 MiB of a2's share: the test did not make the backlog"
 ! grep -h "event=xport-read-paused" "$WORK"/{a1,a2,b1}.log || fail "a link was paused"
-pass "a1 queued a2's whole share while it broadcast to b1, and read on"
 groups=$(grep -c "event=job-group job=$JOB " "$WORK/a1.log")
 [ "$groups" = 1 ] || { grep -h "event=job-group\|link-down\|group-failed" "$WORK"/{a1,a2,b1}.log; fail "$groups groups, not 1"; }
 ! grep -h "event=link-down\|event=group-failed" "$WORK"/{a1,a2,b1}.log || fail "a link went down during the job"
@@ -91,4 +89,14 @@ pass "one group, no link lost"
 hashes=$(grep -h "event=job-final-hash job=$JOB" "$WORK"/{a1,a2,b1}.log | sed 's/.*params_sha256=//' | sort -u | wc -l)
 [ "$hashes" = 1 ] || fail "the ranks' final parameters differ"
 pass "3 ranks, identical final parameters"
+# The scenario itself: since the group's start skips the broadcast where every rank already
+# holds rank 0's state (a fresh job does), what keeps a1 busy while a2's share arrives is a
+# matter of timing (seen here without sanitizers, not under them).  A run without the backlog
+# checked the rest but not the limit: it says so and counts as skipped, not passed.
+if ! grep -q "event=xport-backlog rank=0 peer_rank=1 " "$WORK/a1.log"; then
+    ns_stop_agents b1 a2 a1
+    echo "skip: a1 never queued more than 16 MiB of a2's share in this run (no start broadcast to wait behind): the queue limit was not exercised"
+    exit 77
+fi
+pass "a1 queued a2's whole share past 16 MiB while busy with another collective, and read on"
 ns_stop_agents b1 a2 a1
