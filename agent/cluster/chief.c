@@ -561,6 +561,36 @@ int gm_chief_hand_over(struct gm_agent *a, const char *why)
     return 0;
 }
 
+int gm_chief_hand_to(struct gm_agent *a, const char *node, const char *why)
+{
+    struct gm_chief *ch = a->chief;
+    const struct raft_configuration *c;
+    const struct raft_server *s = NULL;
+    int err;
+
+    if (ch == NULL || !gm_chief_is_leader(a) || strcmp(node, a->cfg.node) == 0)
+        return -ENOENT;
+    c = &ch->raft.configuration;
+    for (unsigned i = 0; i < c->n && s == NULL; i++)
+        if (strcmp(c->servers[i].address, node) == 0)
+            s = &c->servers[i];
+    if (s == NULL || s->role != RAFT_VOTER || gm_agent_up_link(a, node) == NULL ||
+        gm_chief_role_of(a, node) != GM_CHIEF_ROLE_VOTER || gm_chief_fsm_is_revoked(&ch->fsm, node))
+        return -ENOENT;
+    if (ch->transfer_busy || ch->handing_over || ch->change_busy)
+        return -EBUSY;
+    ch->transfer.data = ch;
+    err = raft_transfer(&ch->raft, &ch->transfer, s->id, transfer_cb);
+    if (err != 0) {
+        gm_warn("event=chief-transfer-failed to=%s err=\"%s\"", node, raft_strerror(err));
+        return -EIO;
+    }
+    ch->transfer_busy = 1;
+    gm_notice("event=chief-transfer to=%s term=%llu reason=\"%s\"", node,
+              (unsigned long long)ch->raft.current_term, why);
+    return 0;
+}
+
 /* The election timeout this node wants from its links to the other voters (see ELECTION_SLOW_MS):
  * raised at once, lowered only once the links want less than half of it. */
 static void tune_election(struct gm_chief *ch)

@@ -132,6 +132,13 @@ int gm_chief_can_hand_over(struct gm_agent *a);
  * turns 0 once it is done), -ENOENT when this node is not the chief or nobody can take
  * over. */
 GM_MUST_CHECK int gm_chief_hand_over(struct gm_agent *a, const char *why);
+/* Hands leadership to node, a voter (recorded and in raft) with an up link, for why (logged
+ * as event=chief-transfer): raft_transfer, this node going on as a voter.  Used when the chief
+ * is too slow to take part in the job it would coordinate (agent/jobs/job_codec.c).  0 when
+ * the transfer started (gm_chief_is_leader turns 0 once it is done, or stays 1 when it
+ * failed); -ENOENT when this node is not the chief or node cannot lead; -EBUSY while a change
+ * or a transfer is in flight; -EIO when raft refuses. */
+GM_MUST_CHECK int gm_chief_hand_to(struct gm_agent *a, const char *node, const char *why);
 /* The role the replicated state gives node (GM_CHIEF_ROLE_VOTER when unknown). */
 enum gm_chief_role gm_chief_role_of(struct gm_agent *a, const char *node);
 /* The current raft term (0 before raft started). */

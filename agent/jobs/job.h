@@ -114,6 +114,9 @@ struct gm_jobs_env {
      * chief): 0, or -ENOENT with why there is none in why.  NULL: no consensus (tests):
      * the lowest node id up coordinates and frames carry term 0. */
     int (*chief)(void *agent, char out[GM_ID_NAME_MAX + 1], uint64_t *term, char *why, size_t cap);
+    /* Hands the chief's role to node (a voter with an up link), for why; 0 when the transfer
+     * started, else a negative error (optional: NULL in tests without consensus). */
+    int (*hand_chief_to)(void *agent, const char *node, const char *why);
     /* Records a coordinated job's state in the replicated state (optional), with its name
      * and, once it ended other than done, the reason (NULL: none). */
     void (*record)(void *agent, const char *id, const char *state, long step, const char *name,

@@ -397,6 +397,48 @@ static double probe_coll_s(struct gm_jobs *j, const struct job *jb, char (*nodes
            per_step;
 }
 
+/* The coordinator is the chief, and rank 0 trains: the rule never leaves it out.  When the
+ * probe says that, were the fastest rank coordinating, this node would be left out as too slow
+ * to help, the chief's role (and with it the job) goes to the fastest rank, if it can lead (a
+ * voter with an up link): a slow machine that happens to be the chief (the one that ran `init`,
+ * an old PC) would otherwise hold every step of the job back.  The first group runs the plan
+ * here; once it has stepped, the shares tick hands over (jobs_shares_tick), and the new chief
+ * takes the job over at its last finished step (agent/jobs/job_partition.c), where the
+ * ordinary rule leaves this node out.  One try per job: a failed transfer leaves the job here. */
+static void probe_handover(struct gm_jobs *j, struct job *jb, const struct gm_autoshare_probe *pr,
+                           char (*nodes)[NODE_LEN], int w, double k_s,
+                           const struct gm_autoshare_probed *o)
+{
+    struct gm_autoshare_probe re[GM_JOB_SHARES_MAX];
+    struct gm_autoshare_probed o2;
+    char why[400];
+    int f = 0;
+
+    if (j->env.hand_chief_to == NULL || w < 2)
+        return;
+    for (int r = 1; r < w; r++)
+        if (o->slow[r] < o->slow[f])
+            f = r;
+    if (f == 0)
+        return;
+    re[0] = pr[f]; /* as if the fastest coordinated: this node as its rank 1 */
+    re[1] = pr[0];
+    for (int r = 1, k = 2; r < w; r++)
+        if (r != f)
+            re[k++] = pr[r];
+    if (gm_autoshare_probe_plan(re, w, jb->job.optim.global_batch, k_s, &o2, why, sizeof(why)) < 0 ||
+        o2.keep[1])
+        return;
+    snprintf(jb->handover_to, sizeof(jb->handover_to), "%s", nodes[f]);
+    snprintf(jb->handover_why, sizeof(jb->handover_why),
+             "shares: this node works %.1fx slower than %s, too slow to help job %s (probe), "
+             "and the chief trains: %s takes the chief's role and the job",
+             o2.slow[1], nodes[f], jb->id, nodes[f]);
+    gm_notice("event=shares-handover-plan job=%s to=%s slowness=%.1f: the coordinator is too slow "
+              "to help; the chief's role goes to %s once the first group has stepped",
+              jb->id, nodes[f], o2.slow[1], nodes[f]);
+}
+
 void jobs_shares_probe(struct gm_jobs *j, struct job *jb)
 {
     struct gm_autoshare_probe pr[GM_JOB_SHARES_MAX];
@@ -451,6 +493,7 @@ void jobs_shares_probe(struct gm_jobs *j, struct job *jb)
     gm_info("event=shares-probe-plan job=%s world=%zu points=n/pass_ms:%s coll_ms=%.3f "
             "equal_ms=%.2f balanced_ms=%.2f",
             jb->id, w, pts, k_s * 1e3, o.equal_s * 1e3, o.step_s * 1e3);
+    probe_handover(j, jb, pr, nodes, (int)w, k_s, &o);
     if (!o.change) {
         gm_info("event=shares-probe-keep job=%s reason=\"%s\"", jb->id, why);
         snprintf(jb->shares_reason, sizeof(jb->shares_reason), "%.319s", why);
@@ -506,6 +549,16 @@ void jobs_shares_tick(struct gm_jobs *j, struct job *jb)
     gm_rank_get_progress(jb->rank, &p);
     if (p.generation != jb->gen || p.share <= 0 || p.step_s <= 0)
         return; /* rank 0 has not taken the current group, or no step yet */
+    if (jb->handover_to[0] != '\0') { /* probe_handover: one try, every rank has stepped */
+        int err = j->env.hand_chief_to(j->env.agent, jb->handover_to, jb->handover_why);
+        if (err < 0)
+            gm_warn("event=shares-handover-failed job=%s to=%s err=\"%s\": this node goes on "
+                    "coordinating",
+                    jb->id, jb->handover_to, gm_strerror(err));
+        jb->handover_to[0] = '\0';
+        if (err == 0)
+            return;
+    }
     jb->obs[0] = (struct gm_autoshare_obs){p.share, p.step_s, p.coll_s, p.stall_s};
     jb->ash.rounds = p.rounds; /* every rank runs rank 0's codec: DiLoCo's rounds or steps */
     double sps[GM_JOB_SHARES_MAX], over[GM_JOB_SHARES_MAX], prop[GM_JOB_SHARES_MAX];

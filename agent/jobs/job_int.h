@@ -143,6 +143,10 @@ struct job {
     /* coordinator, shares = auto: its own speed probe (agent/jobs/shareprobe.h) before the
      * first group, and whether the first group takes the probe's shares (jobs_shares_probe) */
     bool probe_started, probe_done, have_probe, probe_shares;
+    /* shares = auto: the probe found this coordinator (the chief) too slow to help and a
+     * faster voter to lead: handed over once the first group has stepped ("" when not) */
+    char handover_to[NODE_LEN];
+    char handover_why[256];
     struct gm_shareprobe probe;
     uint64_t shares_log_ns;  /* coordinator: the last event=shares-measure line */
     struct gm_rank_progress last;

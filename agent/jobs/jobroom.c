@@ -62,6 +62,11 @@ static int chief_of(void *agent, char out[GM_ID_NAME_MAX + 1], uint64_t *term, c
     return gm_chief_coordinator(agent, out, term, why, cap);
 }
 
+static int hand_chief_to(void *agent, const char *node, const char *why)
+{
+    return gm_chief_hand_to(agent, node, why);
+}
+
 static void record_job(void *agent, const char *id, const char *state, long step, const char *name,
                        const char *error)
 {
@@ -155,6 +160,7 @@ int gm_jobroom_open(struct gm_agent *a)
                               .link_to = link_to,
                               .members_up = members_up,
                               .chief = chief_of,
+                              .hand_chief_to = hand_chief_to,
                               .record = record_job,
                               .recorded = recorded,
                               .record_spec = record_spec,

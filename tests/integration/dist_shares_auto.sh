@@ -29,16 +29,7 @@ cd "$(dirname "$0")/../.." || exit 1
 . tests/integration/lib.bash
 
 need_fashion_mnist
-CG=/sys/fs/cgroup/cpu
-[ -w "$CG" ] || { echo "skip: needs a writable cgroup v1 cpu controller at $CG (root)"; exit 77; }
-CGB=$CG/gm-shares-$$-beta
-auto_cleanup() {
-    cleanup
-    rmdir "$CGB" 2>/dev/null || true
-}
-trap auto_cleanup EXIT
-mkdir "$CGB" && echo 50000 >"$CGB/cpu.cfs_period_us" && echo 1000 >"$CGB/cpu.cfs_quota_us" ||
-    fail "cannot make the cgroup $CGB"
+cpu_cgroup CGB beta 1000
 
 TOOLS="python3 $PWD/tests/integration/dist_tools.py"
 $TOOLS subset "$DATA" "$WORK/data" 25600 1000 || fail "making the data subset"
@@ -50,7 +41,7 @@ sh -c 'echo $$ >"$0/cgroup.procs" && exec "$@"' "$CGB" "$GM" agent --config "$WO
     2>>"$WORK/beta.log" &
 PIDS+=($!)
 wait_for "agent beta" "$GM" status --config "$WORK/beta.conf"
-grep -q "gm-shares-$$-beta" "/proc/${PIDS[-1]}/cgroup" || fail "beta's agent is not in its cgroup"
+grep -q "${CGB##*/}" "/proc/${PIDS[-1]}/cgroup" || fail "beta's agent is not in its cgroup"
 wait_for "alpha-beta link" links_up alpha 1
 wait_for "beta-alpha link" links_up beta 1
 # beta follows raft as a spare (raft standby): a voter at 0.02 of a core answers heartbeats

@@ -30,18 +30,8 @@ cd "$(dirname "$0")/../.." || exit 1
 . tests/integration/lib.bash
 
 need_fashion_mnist
-CG=/sys/fs/cgroup/cpu
-[ -w "$CG" ] || { echo "skip: needs a writable cgroup v1 cpu controller at $CG (root)"; exit 77; }
-CGG=$CG/gm-sharesloss-$$-gamma CGB=$CG/gm-sharesloss-$$-beta
-loss_cleanup() {
-    cleanup
-    rmdir "$CGG" "$CGB" 2>/dev/null || true
-}
-trap loss_cleanup EXIT
-mkdir "$CGG" && echo 50000 >"$CGG/cpu.cfs_period_us" && echo 1000 >"$CGG/cpu.cfs_quota_us" ||
-    fail "cannot make the cgroup $CGG"
-mkdir "$CGB" && echo 50000 >"$CGB/cpu.cfs_period_us" && echo 15000 >"$CGB/cpu.cfs_quota_us" ||
-    fail "cannot make the cgroup $CGB"
+cpu_cgroup CGG gamma 1000
+cpu_cgroup CGB beta 15000
 # start_in CGROUP NAME: NAME's agent inside CGROUP (joined before exec: its threads follow)
 start_in() {
     sh -c 'echo $$ >"$0/cgroup.procs" && exec "$@"' "$1" "$GM" agent --config "$WORK/$2.conf" \

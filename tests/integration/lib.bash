@@ -10,10 +10,12 @@ PIDS=()
 
 # (|| true: the scripts of `gradmesh train --local` run under set -e, where a failing kill or
 # wait would end the trap before WORK is removed)
+CGROUPS=()
 cleanup() {
     local p
     for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
     for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+    for p in "${CGROUPS[@]}"; do rmdir "$p" 2>/dev/null || true; done
     if [ "${KEEP:-0}" = 1 ]; then echo "kept $WORK"; else rm -rf "$WORK"; fi
 }
 trap cleanup EXIT
@@ -27,6 +29,21 @@ fail() {
     exit 1
 }
 pass() { echo "ok: $*"; }
+
+# cpu_cgroup VAR NAME QUOTA_US: a CPU cgroup of this test (v1 cpu controller: 50 ms periods,
+# QUOTA_US of CPU in each, -1: none) into VAR, removed by cleanup; a process joins it by
+# writing its pid to VAR/cgroup.procs, and the test may rewrite VAR/cpu.cfs_quota_us.  Skips
+# the test (77) without a writable controller (it needs root).
+cpu_cgroup() {
+    local cg=/sys/fs/cgroup/cpu
+    [ -w "$cg" ] || { echo "skip: needs a writable cgroup v1 cpu controller at $cg (root)"; exit 77; }
+    cg=$cg/gm-$(basename "$0" .sh)-$$-$2
+    mkdir "$cg" || fail "cannot make the cgroup $cg"
+    CGROUPS+=("$cg")
+    echo 50000 >"$cg/cpu.cfs_period_us" && echo "$3" >"$cg/cpu.cfs_quota_us" ||
+        fail "cannot cap the cgroup $cg at $3 us per 50 ms"
+    printf -v "$1" %s "$cg"
+}
 
 # free_port: a port the kernel just gave us (closed again).
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
