@@ -63,7 +63,7 @@ log_has a1 'world=2 reason="a member was lost"'
 ns_agent b1
 came_back() { grep "event=job-group job=$JOB generation=[0-9]* world=3 reason=\"a member came (back)\"" "$WORK/a1.log"; }
 wait_until 60 "b1 to rejoin" came_back
-pass "b1's agent back, in the group from step $(step_of a1 "$JOB") ($((SECONDS - T0)) s into the job)"
+pass "b1's agent back: a world-3 group formed at a1's step $(step_of a1 "$JOB") ($((SECONDS - T0)) s into the job)"
 
 done_on() { job_is "$1" "$JOB" 'j["state"] == "done"'; }
 wait_until 120 "a1 to finish" done_on a1
