@@ -2,7 +2,7 @@
 # tests/integration/dist_islands.sh - LAN islands: 2 agents on a LAN and 1 behind a real
 # OpenVPN tunnel (20 Mbit/s tbf, 25 ms each way through the delay relay) run one job; the
 # coordinator finds the islands from the measured link classes and the group runs the
-# hierarchical all-reduce.
+# hierarchical all-reduce.  The testbed and cluster: lib.bash's ns_islands 21,
 #
 #   sw-lan: a1 10.74.21.1/24, a2 10.74.21.2/24
 #   a1 eth1 10.74.22.1/30 --veth, tbf 20 Mbit/s, relay 25 ms each way-- b1 eth0 10.74.22.2/30
@@ -25,47 +25,7 @@ set -o pipefail
 cd "$(dirname "$0")/../.." || exit 1
 . tests/integration/lib.bash
 . tests/integration/netns.bash
-nb_require openvpn python3
-
-need_fashion_mnist
-
-nb_host a1; nb_host a2; nb_host b1; nb_bridge lan
-nb_lan lan a1 eth0 10.74.21.1/24
-nb_lan lan a2 eth0 10.74.21.2/24
-nb_link a1 eth1 10.74.22.1/30 b1 eth0 10.74.22.2/30
-nb_rate a1 eth1 20mbit
-nb_rate b1 eth0 20mbit
-nb_delay 25
-nb_openvpn a1 10.74.22.1 b1 10.8.21.1 10.8.21.2
-nb_forward a1
-nb_route b1 10.74.21.0/24 "$NB_TUN_DEV"
-nb_route a2 10.8.21.0/24 10.74.21.1
-nb_ping a2 10.8.21.2 10 || fail "a2 cannot reach b1 through a1 and the tunnel"
-
-declare -A ADDR=([a1]=10.74.21.1 [a2]=10.74.21.2 [b1]=10.8.21.2)
-nb_exec a1 "$GM" init --cluster lab --node a1 --config "$WORK/a1.conf" --state "$WORK/a1" \
-    --listen 10.74.21.1:7450 --multicast off >/dev/null 2>>"$WORK/a1.log" || fail "init a1"
-ns_agent a1
-wait_for "agent a1" "$GM" status --config "$WORK/a1.conf"
-for h in a2 b1; do
-    TOKEN=$("$GM" token create --config "$WORK/a1.conf") || fail "token create"
-    nb_exec "$h" "$GM" join "$TOKEN" --peer 10.74.21.1:7450 --node "$h" --config "$WORK/$h.conf" \
-        --state "$WORK/$h" --listen "${ADDR[$h]}:7450" --multicast off >"$WORK/$h.join" 2>&1 ||
-        { cat "$WORK/$h.join"; fail "join $h"; }
-    ns_agent "$h"
-done
-wait_for "a1 links a2 on the LAN" ns_linked a1 lan a2
-nb_wait "a1 links b1 through the tunnel" 30 ns_linked a1 tunnel b1
-nb_wait "a2 links b1 through the tunnel" 30 ns_linked a2 tunnel b1
-nb_wait "b1 links a2" 30 ns_linked b1 tunnel a2
-pass "a1-a2 lan, a1-b1 and a2-b1 tunnel"
-# the coordinator needs b1's view of its links too (LINK_STATS, every 5 s)
-lan_known() {
-    "$GM" doctor --json --config "$WORK/a1.conf" | python3 -c 'import json,sys
-m = json.load(sys.stdin)["matrix"]
-sys.exit(0 if all(v is not None for i, r in enumerate(m["rtt_ms"]) for j, v in enumerate(r) if i != j) else 1)'
-}
-nb_wait "a1 to know every link's RTT" 30 lan_known
+ns_islands 21 # the testbed and cluster above (lib.bash)
 
 job_ini "$WORK/job.ini" islands model.hidden=32 optim.batch=256 schedule.kind=constant comm.codec=fp16
 "$GM" submit "$WORK/job.ini" --follow --config "$WORK/a1.conf" >"$WORK/submit.out" 2>&1 ||

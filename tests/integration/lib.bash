@@ -214,6 +214,62 @@ ns_tunnel_pair() {
 }
 ns__measured() { ns_status "$1" | python3 "$PWD/tests/integration/disc_tools.py" field "$2" throughput_mbps >/dev/null 2>&1; }
 
+# ns_islands N: the testbed and cluster of the islands tests (dist_islands.sh,
+# dist_island_backlog.sh): 2 agents on a LAN and 1 behind a real OpenVPN tunnel (20 Mbit/s tbf,
+# 25 ms each way through the delay relay).  N (0-253) numbers the subnets:
+#
+#   sw-lan: a1 10.74.N.1/24, a2 10.74.N.2/24
+#   a1 eth1 10.74.N+1.1/30 --veth, tbf 20 Mbit/s, relay 25 ms each way-- b1 eth0 10.74.N+1.2/30
+#   OpenVPN a1 10.8.N.1 <-> b1 10.8.N.2; a1 routes between the LAN and the tunnel.
+#
+# Checks root, namespaces, openvpn, python3 and the dataset first (exit 77 where one is missing).
+# `init` on a1 (cluster lab, 10.74.N.1:7450), a2 and b1 joined through it, every agent started
+# in its namespace (ns_agent: PID_a1, PID_a2, PID_b1; ADDR[HOST] is each one's address).
+# Returns once a1-a2 are linked as lan, a1-b1 and a2-b1 as tunnel, and a1 knows every link's
+# RTT (b1's view comes in its LINK_STATS, every 5 s): the coordinator's islands need them.
+ns_islands() {
+    local n=$1 h token
+    nb_require openvpn python3
+    need_fashion_mnist
+    nb_host a1; nb_host a2; nb_host b1; nb_bridge lan
+    nb_lan lan a1 eth0 "10.74.$n.1/24"
+    nb_lan lan a2 eth0 "10.74.$n.2/24"
+    nb_link a1 eth1 "10.74.$((n + 1)).1/30" b1 eth0 "10.74.$((n + 1)).2/30"
+    nb_rate a1 eth1 20mbit
+    nb_rate b1 eth0 20mbit
+    nb_delay 25
+    nb_openvpn a1 "10.74.$((n + 1)).1" b1 "10.8.$n.1" "10.8.$n.2"
+    nb_forward a1
+    nb_route b1 "10.74.$n.0/24" "$NB_TUN_DEV"
+    nb_route a2 "10.8.$n.0/24" "10.74.$n.1"
+    nb_ping a2 "10.8.$n.2" 10 || fail "a2 cannot reach b1 through a1 and the tunnel"
+
+    declare -gA ADDR=([a1]=10.74.$n.1 [a2]=10.74.$n.2 [b1]=10.8.$n.2)
+    nb_exec a1 "$GM" init --cluster lab --node a1 --config "$WORK/a1.conf" --state "$WORK/a1" \
+        --listen "${ADDR[a1]}:7450" --multicast off >/dev/null 2>>"$WORK/a1.log" || fail "init a1"
+    ns_agent a1
+    wait_for "agent a1" "$GM" status --config "$WORK/a1.conf"
+    for h in a2 b1; do
+        token=$("$GM" token create --config "$WORK/a1.conf") || fail "token create"
+        nb_exec "$h" "$GM" join "$token" --peer "${ADDR[a1]}:7450" --node "$h" --config "$WORK/$h.conf" \
+            --state "$WORK/$h" --listen "${ADDR[$h]}:7450" --multicast off >"$WORK/$h.join" 2>&1 ||
+            { cat "$WORK/$h.join"; fail "join $h"; }
+        ns_agent "$h"
+    done
+    wait_for "a1 links a2 on the LAN" ns_linked a1 lan a2
+    nb_wait "a1 links b1 through the tunnel" 30 ns_linked a1 tunnel b1
+    nb_wait "a2 links b1 through the tunnel" 30 ns_linked a2 tunnel b1
+    nb_wait "b1 links a2" 30 ns_linked b1 tunnel a2
+    pass "a1-a2 lan, a1-b1 and a2-b1 tunnel"
+    nb_wait "a1 to know every link's RTT" 30 ns__rtts_known a1
+}
+# ns__rtts_known HOST: HOST's doctor matrix has an RTT for every pair of nodes.
+ns__rtts_known() {
+    "$GM" doctor --json --config "$WORK/$1.conf" | python3 -c 'import json,sys
+m = json.load(sys.stdin)["matrix"]
+sys.exit(0 if all(v is not None for i, r in enumerate(m["rtt_ms"]) for j, v in enumerate(r) if i != j) else 1)'
+}
+
 # job_key JOBFILE: the checkpoint key of a job file: the first 16 hex digits of its identity,
 # the SHA-256 of its text less the line that sets [job] epochs (train/job.h; a test's own
 # reading of the rule, for the files job_ini writes).
