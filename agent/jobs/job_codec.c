@@ -24,6 +24,12 @@ static void auto_chosen(struct job *jb, int world, int err, const struct gm_grad
                   gm_job_codec_is_diloco(jb->job.comm.codec) ? jb->job.comm.local_steps : 0, world,
                   sp, jb->codec_reason);
     }
+    if (err == 0 && gm_job_codec_is_diloco(jb->job.comm.codec)) {
+        int k = gm_gradsync_auto_index(&o->pick);
+        jb->have_auto_comm = k >= 0 && k < GM_GRADSYNC_AUTO_NCAND && o->cand[k].comm_s >= 0 &&
+                             isfinite(o->cand[k].comm_s);
+        jb->auto_comm_s = jb->have_auto_comm ? o->cand[k].comm_s : 0;
+    }
     if (err == 0 && o->compute_s > 0 && jb->job.comm.auto_resolved &&
         gm_autoswitch_new(&jb->job, o->compute_s, &jb->asw) < 0)
         gm_warn("event=codec-auto-switch-off job=%s: no switching mid-run (out of memory)", jb->id);
@@ -367,15 +373,22 @@ static void shares_leave_out(struct gm_jobs *j, struct job *jb, int r, long step
 static double probe_coll_s(struct gm_jobs *j, const struct job *jb, char (*nodes)[NODE_LEN],
                            size_t w, size_t params)
 {
-    /* the codec the group runs: fp16 and DiLoCo send 2 bytes a parameter, PowerSGD's factors
-     * are small (its latencies only), and DiLoCo syncs once every H steps */
+    /* the codec the group runs: fp16 and DiLoCo send 2 bytes a parameter (diloco8 one),
+     * PowerSGD's factors are small (its latencies only), and DiLoCo syncs once every H steps.
+     * DiLoCo picked by auto: auto's own price of it per step, which knows the islands (one
+     * tunnel exchange a sync, not a ring's 2(w-1) latencies) and the overlap; this ring
+     * formula priced LeNet-5's 3-host rows at 12-17 ms a step where the syncs cost ~2, and the
+     * probe left two of three equal hosts out */
     const enum gm_job_codec codec = jb->job.comm.codec;
-    const double bytes = codec == GM_JOB_CODEC_FP16 || codec == GM_JOB_CODEC_DILOCO ? 2
-                         : codec == GM_JOB_CODEC_POWERSGD                          ? 0
-                                                                                   : 4;
+    if (jb->have_auto_comm && gm_job_codec_is_diloco(codec))
+        return jb->auto_comm_s;
+    const double bytes = codec == GM_JOB_CODEC_DILOCO8 ? 1
+                         : codec == GM_JOB_CODEC_FP16 || codec == GM_JOB_CODEC_DILOCO ? 2
+                         : codec == GM_JOB_CODEC_POWERSGD                             ? 0
+                                                                                      : 4;
     const double per_step =
-        codec == GM_JOB_CODEC_DILOCO && jb->job.comm.local_steps > 1 ? jb->job.comm.local_steps
-                                                                      : 1;
+        gm_job_codec_is_diloco(codec) && jb->job.comm.local_steps > 1 ? jb->job.comm.local_steps
+                                                                       : 1;
     double bw = 0, alpha = 0;
     bool known = false;
 

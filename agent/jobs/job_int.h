@@ -117,6 +117,10 @@ struct job {
     size_t nacc;
     bool remote_summary;    /* a member: the coordinator's figures came with JOB_END */
     bool codec_auto;        /* [comm] codec = auto, resolved by the coordinator into job.comm */
+    /* coordinator: auto's DiLoCo pick priced its communication per step (auto_comm_s, s):
+     * the shares probe's collective (job_codec.c probe_coll_s) */
+    bool have_auto_comm;
+    double auto_comm_s;
     char codec_reason[340]; /* coordinator: why auto picked what it did */
     /* coordinator: why a job named like an earlier one did not go on from its checkpoints */
     char note[512];
