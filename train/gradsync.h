@@ -35,8 +35,9 @@
  *    entirely; when even the cap's lag leaves a wait, diloco8 (8-bit deltas with error
  *    feedback, train/compress/diloco.h: 0.51x the bytes, one hop) is tried next, sized the
  *    same way: at 5 Mbit/s the 16-bit sync (350-420 ms) outran H = 64's lag (~100 ms).
- *  - one sync's cost is the links' estimate, or, while DiLoCo runs, what the coordinator's
- *    rank measures (in->sync_s, gm_gradsync_diloco_sync_s): on LeNet-5 over a 20 Mbit/s,
+ *  - one sync's cost is the links' estimate, or, while DiLoCo runs, what the ranks measure
+ *    (in->sync_s, gm_gradsync_diloco_sync_s; the least over the ranks, agent/jobs/autocodec.h
+ *    gm_autoswitch_sync): on LeNet-5 over a 20 Mbit/s,
  *    51 ms tunnel the links said ~100 ms where syncs took 120-180 ms (TCP windows over the
  *    RTT, TLS, the capped host's own work), and the lag hid half of each.
  *  - auto's DiLoCo H is sized before the run's length is known; every rank caps it when DiLoCo

@@ -127,6 +127,7 @@ struct gm_autoswitch {
     int world;                /* of the current group */
     struct gm_coll_link *fit; /* owned, world: each rank's newest fit */
     uint64_t *ops;            /* owned, world: its samples (0: none yet) */
+    double *sync;             /* owned, world: members' DiLoCo syncs (0: none; [0] unused) */
     uint64_t ops_decided;     /* the sum of ops at the last decision */
     struct gm_gradsync_switch hyst;
     uint32_t seq;   /* switches announced */
@@ -165,6 +166,7 @@ void gm_autoswitch_free(struct gm_autoswitch *a)
     gm_model_free(a->m);
     free(a->fit);
     free(a->ops);
+    free(a->sync);
     free(a->answered);
     free(a);
 }
@@ -173,12 +175,14 @@ void gm_autoswitch_group(struct gm_autoswitch *a, int world, long step)
 {
     free(a->fit);
     free(a->ops);
+    free(a->sync);
     free(a->answered);
     a->world = world > 0 ? world : 1;
     a->fit = calloc((size_t)a->world, sizeof(*a->fit));
     a->ops = calloc((size_t)a->world, sizeof(*a->ops));
+    a->sync = calloc((size_t)a->world, sizeof(*a->sync));
     a->answered = calloc((size_t)a->world, sizeof(*a->answered));
-    if (a->fit == NULL || a->ops == NULL || a->answered == NULL)
+    if (a->fit == NULL || a->ops == NULL || a->sync == NULL || a->answered == NULL)
         a->world = 0; /* out of memory: no decisions in this group */
     a->ops_decided = 0;
     a->pending = false;
@@ -191,6 +195,12 @@ void gm_autoswitch_fit(struct gm_autoswitch *a, int r, const struct gm_coll_link
         return;
     a->fit[r] = *fit;
     a->ops[r] = ops;
+}
+
+void gm_autoswitch_sync(struct gm_autoswitch *a, int r, double sync_s)
+{
+    if (r >= 1 && r < a->world && sync_s >= 0 && isfinite(sync_s))
+        a->sync[r] = sync_s;
 }
 
 bool gm_autoswitch_pending(const struct gm_autoswitch *a, uint32_t *seq)
@@ -245,6 +255,10 @@ int gm_autoswitch_decide(struct gm_autoswitch *a, const struct gm_gradsync_strat
     }
     if (worst < 0 || ops == a->ops_decided)
         return 0; /* nothing new since the last decision */
+    const double sync0 = sync_s; /* rank 0's, for the log */
+    for (int r = 1; sync_s > 0 && r < w; r++) /* the last to arrive waited for nobody */
+        if (a->sync[r] > 0 && a->sync[r] < sync_s)
+            sync_s = a->sync[r];
     a->ops_decided = ops;
     gm_gradsync_ab_hop(&slow, w, &hop);
     l = calloc((size_t)w * (size_t)w, sizeof(*l));
@@ -297,12 +311,13 @@ int gm_autoswitch_decide(struct gm_autoswitch *a, const struct gm_gradsync_strat
         gm_gradsync_describe(&d->to, to, sizeof(to));
         if (cur->kind == GM_GRADSYNC_KIND_DILOCO && d->to.kind == GM_GRADSYNC_KIND_DILOCO)
             snprintf(d->why, sizeof(d->why),
-                     "%s: a sync takes %.1f ms (%s), its lag of %u steps of %.2f ms covers "
-                     "%.1f ms; %s's lag covered %.1f ms",
+                     "%s: a sync takes %.1f ms (%s; rank 0's %.1f ms), its lag of %u steps of "
+                     "%.2f ms covers %.1f ms; %s's lag covered %.1f ms",
                      to, o.sync_s * 1e3,
                      sync_s <= 0                 ? "the fitted link"
                      : d->to.codec == cur->codec ? "measured"
                                                  : "measured at the other width, scaled",
+                     sync0 * 1e3,
                      gm_gradsync_diloco_lag(d->to.local_steps), compute * 1e3,
                      gm_gradsync_diloco_lag(d->to.local_steps) * compute * 1e3, from,
                      gm_gradsync_diloco_lag(cur->local_steps) * compute * 1e3);

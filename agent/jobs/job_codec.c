@@ -172,6 +172,8 @@ void jobs_fit_report_tick(struct gm_jobs *j, struct job *jb)
     m.fit_alpha_s = f.alpha_s;
     m.fit_bytes_per_s = f.bytes_per_s;
     m.fit_ops = ops;
+    if (p.sync_s > 0 && p.sync_s <= GM_JOBMSG_SYNC_MAX_S)
+        m.fit_sync_s = p.sync_s; /* DiLoCo: the coordinator sizes H from the least */
     (void)jobs_send_msg(j, jb->coordinator, GM_MSG_JOB_REPORT, &m);
 }
 
@@ -312,6 +314,7 @@ void jobs_on_switch_report(struct gm_jobs *j, struct job *jb, const char *node,
     if (m->have_fit) {
         struct gm_coll_link f = {m->fit_alpha_s, m->fit_bytes_per_s};
         gm_autoswitch_fit(jb->asw, r, &f, m->fit_ops);
+        gm_autoswitch_sync(jb->asw, r, m->fit_sync_s);
         return;
     }
     res = gm_autoswitch_answer(jb->asw, r, m->seq, strcmp(m->event, "switch-ok") == 0);

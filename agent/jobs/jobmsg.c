@@ -208,14 +208,21 @@ static int get_files(json_t *o, struct gm_jobmsg *m)
     return 0;
 }
 
-/* REPORT fit's {alpha_s, bytes_per_s, ops}: finite, alpha >= 0, bytes_per_s > 0. */
+/* REPORT fit's {alpha_s, bytes_per_s, ops, and optionally sync_s}: finite, alpha >= 0,
+ * bytes_per_s > 0, 0 <= sync_s <= GM_JOBMSG_SYNC_MAX_S (0 when absent). */
 static int get_fit(json_t *o, struct gm_jobmsg *m)
 {
-    json_t *f = json_object_get(o, "fit"), *a, *b;
+    json_t *f = json_object_get(o, "fit"), *a, *b, *c;
     uint64_t u;
     int err;
 
-    if (!json_is_object(f) || json_object_size(f) != 3)
+    if (!json_is_object(f))
+        return GM_ERR_PROTO;
+    c = json_object_get(f, "sync_s");
+    if (json_object_size(f) != (c != NULL ? 4u : 3u))
+        return GM_ERR_PROTO;
+    if (c != NULL && (!json_is_number(c) || !isfinite(json_number_value(c)) ||
+                      json_number_value(c) < 0 || json_number_value(c) > GM_JOBMSG_SYNC_MAX_S))
         return GM_ERR_PROTO;
     a = json_object_get(f, "alpha_s");
     b = json_object_get(f, "bytes_per_s");
@@ -225,6 +232,7 @@ static int get_fit(json_t *o, struct gm_jobmsg *m)
     if ((err = gm_jsonmsg_get_uint(f, "ops", UINT32_MAX, &u)) < 0)
         return err;
     m->have_fit = true;
+    m->fit_sync_s = c != NULL ? json_number_value(c) : 0;
     m->fit_alpha_s = json_number_value(a);
     m->fit_bytes_per_s = json_number_value(b);
     m->fit_ops = u;
@@ -514,10 +522,13 @@ int gm_jobmsg_encode(uint16_t type, const struct gm_jobmsg *m, char **out, size_
         json_object_set_new(o, "event", json_string(m->event));
         json_object_set_new(o, "code", json_integer(m->code < 0 ? -m->code : m->code));
         json_object_set_new(o, "message", json_string(m->message));
-        if (m->have_fit)
-            json_object_set_new(o, "fit",
-                                json_pack("{s:f,s:f,s:I}", "alpha_s", m->fit_alpha_s, "bytes_per_s",
-                                          m->fit_bytes_per_s, "ops", (json_int_t)m->fit_ops));
+        if (m->have_fit) {
+            json_t *f = json_pack("{s:f,s:f,s:I}", "alpha_s", m->fit_alpha_s, "bytes_per_s",
+                                  m->fit_bytes_per_s, "ops", (json_int_t)m->fit_ops);
+            if (f != NULL && m->fit_sync_s > 0)
+                json_object_set_new(f, "sync_s", json_real(m->fit_sync_s));
+            json_object_set_new(o, "fit", f);
+        }
         if (m->have_fit && m->have_speed)
             json_object_set_new(o, "speed",
                                 json_pack("{s:I,s:f,s:f,s:f}", "samples",

@@ -66,6 +66,7 @@
 #include "crypto/identity.h"
 #include "train/job.h"
 
+#define GM_JOBMSG_SYNC_MAX_S 3600.0 /* REPORT fit sync_s: at most an hour */
 #define GM_JOB_ID_LEN 16 /* hex digits */
 #define GM_JOB_RANKS_MAX 256
 #define GM_JOB_FILES_MAX 4096 /* entries in one JOB_CHECK (files or groups of them) */
@@ -117,6 +118,9 @@ struct gm_jobmsg {
     bool have_fit; /* REPORT fit */
     double fit_alpha_s, fit_bytes_per_s; /* >= 0, > 0 */
     uint64_t fit_ops;
+    /* REPORT fit, optional: the rank's DiLoCo sync (gm_gradsync_diloco_sync_s), seconds,
+     * 0 <= sync_s <= GM_JOBMSG_SYNC_MAX_S; 0: none (not sent) */
+    double fit_sync_s;
     /* REPORT fit, optional: the rank's last steps (shares = auto, agent/jobs/autoshare.h):
      * its samples per step (>= 1), a step's wall time (> 0) and the part of it in the
      * collective (>= 0, <= step_s), averaged */

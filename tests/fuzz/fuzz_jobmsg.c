@@ -129,7 +129,10 @@ static void check_fields(uint16_t type, const struct gm_jobmsg *m)
     }
     if (m->have_fit)
         need(isfinite(m->fit_alpha_s) && m->fit_alpha_s >= 0 && isfinite(m->fit_bytes_per_s) &&
-             m->fit_bytes_per_s > 0);
+             m->fit_bytes_per_s > 0 && m->fit_sync_s >= 0 &&
+             m->fit_sync_s <= GM_JOBMSG_SYNC_MAX_S);
+    else
+        need(m->fit_sync_s == 0);
     if (type == GM_MSG_JOB_SWITCH)
         need(m->gen > 0 && m->seq > 0 && m->step >= 0 && m->codec != GM_JOB_CODEC_AUTO &&
              m->local_steps > 0);
@@ -153,7 +156,8 @@ static void same(const struct gm_jobmsg *a, const struct gm_jobmsg *b)
     need(a->nfiles == b->nfiles && a->group == b->group && strcmp(a->event, b->event) == 0);
     need(a->seq == b->seq && a->step == b->step && a->have_fit == b->have_fit);
     need(!a->have_fit || (a->fit_ops == b->fit_ops && a->fit_alpha_s == b->fit_alpha_s &&
-                          a->fit_bytes_per_s == b->fit_bytes_per_s));
+                          a->fit_bytes_per_s == b->fit_bytes_per_s &&
+                          a->fit_sync_s == b->fit_sync_s));
     need(a->codec == b->codec && a->local_steps == b->local_steps);
     need(a->have_probe == b->have_probe && a->probe_n[0] == b->probe_n[0] &&
          a->probe_n[1] == b->probe_n[1] && a->probe_s[0] == b->probe_s[0] &&
@@ -287,6 +291,9 @@ static void write_seeds(const char *dir)
     m.fit_bytes_per_s = 2500000;
     m.fit_ops = 40;
     write_seed(dir, "report-fit", GM_MSG_JOB_REPORT, &m);
+    m.fit_sync_s = 0.1875; /* a DiLoCo member's sync */
+    write_seed(dir, "report-fit-sync", GM_MSG_JOB_REPORT, &m);
+    m.fit_sync_s = 0;
     m.have_fit = false;
     snprintf(m.event, sizeof(m.event), "switch-late");
     m.seq = 3;

@@ -6,9 +6,13 @@
  * the slowest measured link, a job that is not auto left alone, names parsed.
  */
 #include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "agent/jobs/autocodec.h"
+#include "agent/jobs/jobmsg.h"
+#include "agent/net/proto.h"
 #include "common/test.h"
 
 GM_TEST_DEFINE_STATE;
@@ -131,9 +135,100 @@ static void test_resize(void)
         GM_CHECK_EQ(d.to.local_steps, k == 0 ? 49u : 12u);
         GM_CHECK(d.to.overlap);
         GM_CHECK(d.step > 22 && d.seq == 1);
-        GM_CHECK(strstr(d.why, "(measured at the other width, scaled)") != NULL);
+        GM_CHECK(strstr(d.why, "(measured at the other width, scaled; rank 0's 180.0 ms)") !=
+                 NULL);
         gm_autoswitch_free(a);
     }
+}
+
+/* The least of the ranks' syncs sizes H (gm_autoswitch_sync): rank 0 reached the boundary
+ * first and its 180 ms include 130 ms of waiting for the member, whose own sync (it arrived
+ * last) took 50 ms; H=33's lag (9 steps of 7 ms, 63 ms) covers that, so nothing is announced
+ * where rank 0's figure alone moved to 8-bit deltas at H=49 (test_resize).  A member's sync
+ * longer than rank 0's changes nothing, nor one from a rank outside the group. */
+static void test_resize_least(void)
+{
+    struct gm_job job;
+    struct gm_autoswitch *a;
+    struct gm_gradsync_strategy cur;
+    struct gm_autoswitch_decision d;
+    const struct gm_coll_link fit = {0.050, 20e6 / 8};
+    const struct gm_coll_link links[4] = {{0, 0}};
+
+    job_init(&job, 2);
+    job.comm.codec = GM_JOB_CODEC_DILOCO;
+    job.comm.overlap = true;
+    job.comm.local_steps = 33;
+    GM_CHECK_OK(gm_gradsync_strategy_from_job(&job, &cur));
+    for (int k = 0; k < 2; k++) {
+        GM_CHECK_OK(gm_autoswitch_new(&job, 0.007, &a));
+        gm_autoswitch_group(a, 2, 0);
+        gm_autoswitch_fit(a, 0, &fit, 1);
+        gm_autoswitch_fit(a, 1, &fit, 1);
+        gm_autoswitch_sync(a, 1, k == 0 ? 0.050 : 0.400);
+        gm_autoswitch_sync(a, 2, 0.001); /* no rank 2 in a group of 2: ignored */
+        GM_CHECK_EQ(gm_autoswitch_decide(a, &cur, links, NULL, 20, 0.007, 0.180, 2340, &d), 0);
+        GM_CHECK_EQ(gm_autoswitch_decide(a, &cur, links, NULL, 21, 0.007, 0.180, 2340, &d), 0);
+        gm_autoswitch_fit(a, 0, &fit, 2);
+        int got = gm_autoswitch_decide(a, &cur, links, NULL, 22, 0.007, 0.180, 2340, &d);
+        if (k == 0) {
+            GM_CHECK_EQ(got, 0);
+        } else { /* rank 0's 180 ms: as test_resize */
+            GM_CHECK_EQ(got, 1);
+            GM_CHECK_EQ(d.to.id, GM_JOB_CODEC_DILOCO8);
+            GM_CHECK_EQ(d.to.local_steps, 49u);
+        }
+        gm_autoswitch_free(a);
+    }
+}
+
+/* The member's sync goes in JOB_REPORT fit's optional sync_s: round-trips, absent when 0, and
+ * a malformed one is refused. */
+static void test_fit_sync_wire(void)
+{
+    struct gm_jobmsg r = {.id = "0123456789abcdef",
+                          .gen = 2,
+                          .event = "fit",
+                          .have_fit = true,
+                          .fit_alpha_s = 1e-4,
+                          .fit_bytes_per_s = 1e8,
+                          .fit_ops = 7,
+                          .fit_sync_s = 0.0625};
+    struct gm_jobmsg d;
+    char *txt, bad[512];
+    size_t len;
+
+    GM_CHECK_OK(gm_jobmsg_encode(GM_MSG_JOB_REPORT, &r, &txt, &len));
+    GM_CHECK_OK(gm_jobmsg_decode(GM_MSG_JOB_REPORT, (const uint8_t *)txt, len, &d));
+    GM_CHECK(d.have_fit);
+    GM_CHECK_EQ(d.fit_sync_s, 0.0625);
+    gm_jobmsg_free(&d);
+    free(txt);
+    r.fit_sync_s = 0;
+    GM_CHECK_OK(gm_jobmsg_encode(GM_MSG_JOB_REPORT, &r, &txt, &len));
+    GM_CHECK(strstr(txt, "sync_s") == NULL);
+    GM_CHECK_OK(gm_jobmsg_decode(GM_MSG_JOB_REPORT, (const uint8_t *)txt, len, &d));
+    GM_CHECK(d.have_fit && d.fit_sync_s == 0);
+    gm_jobmsg_free(&d);
+    free(txt);
+    static const char *const refused[] = {
+        "-0.5", "1e9", "\"fast\"", "null",
+    };
+    for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+        int n = snprintf(bad, sizeof(bad),
+                         "{\"id\":\"0123456789abcdef\",\"gen\":2,\"event\":\"fit\",\"code\":0,"
+                         "\"message\":\"\",\"fit\":{\"alpha_s\":0.001,\"bytes_per_s\":1e8,"
+                         "\"ops\":3,\"sync_s\":%s}}",
+                         refused[i]);
+        GM_CHECK_ERR(gm_jobmsg_decode(GM_MSG_JOB_REPORT, (const uint8_t *)bad, (size_t)n, &d),
+                     GM_ERR_PROTO);
+    }
+    int n = snprintf(bad, sizeof(bad),
+                     "{\"id\":\"0123456789abcdef\",\"gen\":2,\"event\":\"fit\",\"code\":0,"
+                     "\"message\":\"\",\"fit\":{\"alpha_s\":0.001,\"bytes_per_s\":1e8,"
+                     "\"ops\":3,\"x\":1}}"); /* a fourth key that is not sync_s */
+    GM_CHECK_ERR(gm_jobmsg_decode(GM_MSG_JOB_REPORT, (const uint8_t *)bad, (size_t)n, &d),
+                 GM_ERR_PROTO);
 }
 
 static void test_codec_table(void)
@@ -172,6 +267,8 @@ int main(void)
 {
     GM_TEST_RUN(test_resolve);
     GM_TEST_RUN(test_resize);
+    GM_TEST_RUN(test_resize_least);
+    GM_TEST_RUN(test_fit_sync_wire);
     GM_TEST_RUN(test_codec_table);
     return gm_test_finish("test_autocodec");
 }
