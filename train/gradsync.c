@@ -687,8 +687,11 @@ static void dl_settle(struct gm_gradsync *g)
         g->dl_err = err;
     if (g->dl_err == 0)
         g->hash_checks++; /* the anchor's hash check at dl_step passed */
-    if (g->dl_err == 0 && g->dl_submit_ns != 0 && g->dl_done_ns > g->dl_submit_ns)
-        note_sync(g, g->dl_done_ns - g->dl_submit_ns);
+    if (g->dl_err == 0 && g->dl_submit_ns != 0 && g->dl_done_ns > g->dl_submit_ns) {
+        uint64_t in = g->ex.peers_in != NULL ? g->ex.peers_in(g->ex.ctx) : 0;
+        uint64_t from = in > g->dl_submit_ns && in < g->dl_done_ns ? in : g->dl_submit_ns;
+        note_sync(g, g->dl_done_ns - from); /* from when every rank's data was on its way */
+    }
     g->dl_submit_ns = 0;
 }
 
@@ -816,7 +819,10 @@ int gm_gradsync_after_step(struct gm_gradsync *g, struct gm_model *m, long step,
             g->dl_wait_ns += dt;
             g->dl_wait_max_ns = GM_MAX(g->dl_wait_max_ns, dt);
             g->dl_waits++;
-            note_sync(g, dt); /* blocking: the trainer waits the whole sync */
+            /* blocking: the trainer waits the whole sync; its cost starts once every rank's
+             * data is on its way */
+            uint64_t in = g->ex.peers_in != NULL ? g->ex.peers_in(g->ex.ctx) : 0;
+            note_sync(g, in > t0 && in < t0 + dt ? t0 + dt - in : dt);
             if (last)
                 log_waits(g);
         } else if (last) { /* mid-round: end on the outer parameters, like every rank */

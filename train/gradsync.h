@@ -36,8 +36,8 @@
  *    feedback, train/compress/diloco.h: 0.51x the bytes, one hop) is tried next, sized the
  *    same way: at 5 Mbit/s the 16-bit sync (350-420 ms) outran H = 64's lag (~100 ms).
  *  - one sync's cost is the links' estimate, or, while DiLoCo runs, what the ranks measure
- *    (in->sync_s, gm_gradsync_diloco_sync_s; the least over the ranks, agent/jobs/autocodec.h
- *    gm_autoswitch_sync): on LeNet-5 over a 20 Mbit/s,
+ *    (in->sync_s, gm_gradsync_diloco_sync_s, from when the peers' data came; the longest over
+ *    the ranks, agent/jobs/autocodec.h gm_autoswitch_sync): on LeNet-5 over a 20 Mbit/s,
  *    51 ms tunnel the links said ~100 ms where syncs took 120-180 ms (TCP windows over the
  *    RTT, TLS, the capped host's own work), and the lag hid half of each.
  *  - auto's DiLoCo H is sized before the run's length is known; every rank caps it when DiLoCo
@@ -176,6 +176,11 @@ struct gm_gradsync_exec {
      * [comm] overlap then run blocking). */
     void (*submit)(void *ctx, gm_gradsync_start_fn start, void *arg, bool counted);
     int (*wait)(void *ctx);
+    /* Optional: for the last counted op to complete, when the last of the peers' data began
+     * to arrive, if that was after the op started (monotonic ns; 0: every peer was in time).
+     * DiLoCo's measured sync (gm_gradsync_diloco_sync_s) leaves out the time before it: a
+     * rank that reached the boundary first would otherwise time its wait for the others. */
+    uint64_t (*peers_in)(void *ctx);
     void *ctx; /* borrowed */
 };
 

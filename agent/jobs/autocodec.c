@@ -256,8 +256,8 @@ int gm_autoswitch_decide(struct gm_autoswitch *a, const struct gm_gradsync_strat
     if (worst < 0 || ops == a->ops_decided)
         return 0; /* nothing new since the last decision */
     const double sync0 = sync_s; /* rank 0's, for the log */
-    for (int r = 1; sync_s > 0 && r < w; r++) /* the last to arrive waited for nobody */
-        if (a->sync[r] > 0 && a->sync[r] < sync_s)
+    for (int r = 1; sync_s > 0 && r < w; r++) /* the sync's critical path: the longest */
+        if (a->sync[r] > sync_s)
             sync_s = a->sync[r];
     a->ops_decided = ops;
     gm_gradsync_ab_hop(&slow, w, &hop);

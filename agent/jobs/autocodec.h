@@ -80,11 +80,14 @@ void gm_autoswitch_group(struct gm_autoswitch *a, int world, long step);
 void gm_autoswitch_fit(struct gm_autoswitch *a, int r, const struct gm_coll_link *fit,
                        uint64_t ops);
 /* Member rank r's DiLoCo sync as it measured it (gm_gradsync_diloco_sync_s, reported with its
- * fit; 0: none).  A sync's submit-to-done time includes the wait for the ranks that reached
- * the boundary later, which grows with H wherever the ranks' steps differ (a capped host, a
- * follower waiting for its island's leader): the rank that arrived last waits for nobody, so
- * the least of the ranks' syncs is the sync's own cost, and that is what H is sized from (with
- * rank 0's alone, H went 8 <-> 64 ten times a run on the 3-host rows). */
+ * fit; 0: none).  Each rank times a sync from when the last of its peers' data began to arrive
+ * (gradsync's peers_in), not from its own boundary: a rank that arrived first would otherwise
+ * time its wait for the others, which grows with H wherever the ranks' steps differ (a capped
+ * host, an island's follower).  Timed so, the rank that arrived last sees the others' data
+ * there already and times little more than its own part; a rank that waited for it times the
+ * rest of the exchange.  H is sized from the longest of them, rank 0's included (rank 0's
+ * whole wait alone swung H 8 <-> 64 ten times a run on the 3-host rows; the least, tried, went
+ * to H = 8 when the island's leader arrived last). */
 void gm_autoswitch_sync(struct gm_autoswitch *a, int r, double sync_s);
 
 struct gm_autoswitch_decision {
@@ -98,7 +101,7 @@ struct gm_autoswitch_decision {
 /* One decision for a job running cur, rank 0 at step, on links (world*world: the lan pairs'
  * measurements, bytes_per_s 0 elsewhere; the fit fills those) in islands (NULL: none), with
  * compute_s: rank 0's measured compute per step (0: the one timed at submit), sync_s: what
- * rank 0's DiLoCo syncs took (gm_gradsync_diloco_sync_s; 0: none; a member's shorter one,
+ * rank 0's DiLoCo syncs took (gm_gradsync_diloco_sync_s; 0: none; a member's longer one,
  * gm_autoswitch_sync, counts instead), total_steps: the run's (H
  * compared as capped to a quarter of it).  Re-sizing DiLoCo's H is a switch to DiLoCo with
  * the new H, announced as any other (train/gradsync.h, "Switching").  Returns 1 with

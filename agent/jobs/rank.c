@@ -75,6 +75,10 @@ static void op_done(struct gm_coll *c, int status, void *arg)
         gm_coll_traffic_total(c, &t, NULL);
         pthread_mutex_lock(&rk->mu);
         rk->bytes_sent_total += t.payload_bytes - rk->coll_bytes_seen;
+        if (r != NULL && r->counted) {
+            uint64_t in = rk->x != NULL ? gm_xport_rx_last_first(rk->x) : 0;
+            rk->peers_in_ns = in > r->t0 && in <= now ? in : 0;
+        }
         if (r != NULL && r->fit && status == 0 && r->t0 != 0) {
             /* the op's time on the link: from its start (ops run one after another: when it
              * was started or the one before it ended), or from when the peers' data first
@@ -477,7 +481,8 @@ static void wait_done(struct gm_rank *rk, struct req *r)
 int gm_rank_bridge_run(void *ctx, gm_gradsync_start_fn start, void *arg, bool counted)
 {
     struct gm_rank *rk = ctx;
-    struct req r = {.start = start, .arg = arg, .fit = counted && !rk->fit_skip};
+    struct req r = {
+        .start = start, .arg = arg, .fit = counted && !rk->fit_skip, .counted = counted};
     int err;
 
     if (counted)
@@ -504,6 +509,7 @@ static void bridge_submit(void *ctx, gm_gradsync_start_fn start, void *arg, bool
     r->start = start;
     r->arg = arg;
     r->fit = counted && !rk->fit_skip; /* as gm_rank_bridge_run */
+    r->counted = counted;
     if (counted)
         rk->fit_skip = false;
     if ((err = enqueue(rk, r)) < 0) {
@@ -533,12 +539,26 @@ int gm_rank_bridge_wait(void *ctx)
     return err;
 }
 
+static uint64_t bridge_peers_in(void *ctx)
+{
+    struct gm_rank *rk = ctx;
+    uint64_t in;
+
+    pthread_mutex_lock(&rk->mu);
+    in = rk->peers_in_ns;
+    pthread_mutex_unlock(&rk->mu);
+    return in;
+}
+
 int gm_rank_bridge_open(struct gm_rank *rk)
 {
     int err;
 
-    rk->exec = (struct gm_gradsync_exec){
-        .run = gm_rank_bridge_run, .submit = bridge_submit, .wait = gm_rank_bridge_wait, .ctx = rk};
+    rk->exec = (struct gm_gradsync_exec){.run = gm_rank_bridge_run,
+                                         .submit = bridge_submit,
+                                         .wait = gm_rank_bridge_wait,
+                                         .peers_in = bridge_peers_in,
+                                         .ctx = rk};
     rk->pending_tail = &rk->pending;
     rk->inflight_tail = &rk->inflight;
     rk->submitted_tail = &rk->submitted;

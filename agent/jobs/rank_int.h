@@ -40,6 +40,7 @@ struct req {
     int status;
     bool done;
     bool fit;    /* a sample for the rank's alpha-beta fit (set by the trainer) */
+    bool counted; /* it moves gradients or parameters (gradsync's counted) */
     uint64_t t0; /* loop: when it was started */
 };
 
@@ -85,6 +86,9 @@ struct gm_rank {
     bool next_strat_set;
     int next_shares[GM_JOB_SHARES_MAX]; /* the next group's samples per rank (set_shares) */
     int next_nshares;                   /* 0: none, the trainer's own (the job's) */
+    /* the last counted op to complete: when the last of its peers' data began to arrive, if
+     * after the op started (0: every peer's was there in time); gradsync's peers_in */
+    uint64_t peers_in_ns;
     struct ckpt_note {                  /* the newest checkpoint written, until the loop takes it */
         bool pending;
         int err; /* not written: why (the path it was for) */

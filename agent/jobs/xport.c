@@ -63,6 +63,7 @@ struct xpeer {
     uint8_t *part; /* owned: reassembly buffer */
     size_t part_len, part_cap;
     bool in_part;
+    uint64_t rx_first_ns; /* its first frame since gm_xport_rx_mark (0: none yet) */
     uint32_t send_seq, recv_seq;
     struct gm_xport_stats st;
 };
@@ -452,9 +453,14 @@ int gm_xport_on_frame(struct gm_xport *x, int peer, const struct gm_frame_hdr *h
 
     if (peer < 0 || peer >= x->world || peer == x->t.rank || x->closing)
         return GM_ERR_PROTO;
-    if (x->rx_first_ns == 0)
-        x->rx_first_ns = gm_time_mono_ns();
     p = &x->p[peer];
+    if (x->rx_first_ns == 0 || p->rx_first_ns == 0) {
+        uint64_t now = gm_time_mono_ns();
+        if (x->rx_first_ns == 0)
+            x->rx_first_ns = now;
+        if (p->rx_first_ns == 0)
+            p->rx_first_ns = now;
+    }
     if (gm_xport_req_generation(h->req) != x->gen || seq != p->recv_seq)
         return GM_ERR_PROTO; /* out of order, or a second message inside the first */
     if (h->len == 0)
@@ -490,12 +496,25 @@ int gm_xport_on_frame(struct gm_xport *x, int peer, const struct gm_frame_hdr *h
 
 void gm_xport_rx_mark(struct gm_xport *x)
 {
+    const uint64_t now = gm_time_mono_ns();
+
     x->rx_first_ns = 0;
+    for (int i = 0; i < x->world; i++) {
+        /* a peer's data here already: it came before the op started */
+        x->p[i].rx_first_ns = x->p[i].qhead != NULL || x->p[i].in_part ? now : 0;
+        if (x->p[i].rx_first_ns != 0)
+            x->rx_first_ns = now;
+    }
+}
+
+uint64_t gm_xport_rx_last_first(const struct gm_xport *x)
+{
+    uint64_t last = 0;
+
     for (int i = 0; i < x->world; i++)
-        if (x->p[i].qhead != NULL || x->p[i].in_part) { /* the peers' data is here already */
-            x->rx_first_ns = gm_time_mono_ns();
-            break;
-        }
+        if (x->p[i].rx_first_ns > last)
+            last = x->p[i].rx_first_ns;
+    return last;
 }
 
 uint64_t gm_xport_rx_first(const struct gm_xport *x)

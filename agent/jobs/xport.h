@@ -106,6 +106,9 @@ void gm_xport_stats(const struct gm_xport *x, int peer, struct gm_xport_stats *s
  * message was already queued or partly received), 0 while none has come. */
 void gm_xport_rx_mark(struct gm_xport *x);
 uint64_t gm_xport_rx_first(const struct gm_xport *x);
+/* The same per peer, the latest of them: when the last peer that sent anything since the mark
+ * sent its first frame (0: none).  A sync whose peers came late waited until then for them. */
+uint64_t gm_xport_rx_last_first(const struct gm_xport *x);
 
 /* Frees x once its outstanding sends have completed; NULL-safe.  No callback
  * of x runs after this call. */

@@ -141,12 +141,12 @@ static void test_resize(void)
     }
 }
 
-/* The least of the ranks' syncs sizes H (gm_autoswitch_sync): rank 0 reached the boundary
- * first and its 180 ms include 130 ms of waiting for the member, whose own sync (it arrived
- * last) took 50 ms; H=33's lag (9 steps of 7 ms, 63 ms) covers that, so nothing is announced
- * where rank 0's figure alone moved to 8-bit deltas at H=49 (test_resize).  A member's sync
- * longer than rank 0's changes nothing, nor one from a rank outside the group. */
-static void test_resize_least(void)
+/* The longest of the ranks' syncs sizes H (gm_autoswitch_sync): rank 0 reached the boundary
+ * last and timed 50 ms, the member, which waited for it, timed the exchange's 180 ms: as
+ * test_resize's 180 ms, 8-bit deltas at H=49.  With rank 0's 180 ms and the member's 50 ms, the
+ * same; a rank outside the group is ignored; with no member sync, rank 0's 50 ms moves
+ * nothing. */
+static void test_resize_longest(void)
 {
     struct gm_job job;
     struct gm_autoswitch *a;
@@ -160,20 +160,21 @@ static void test_resize_least(void)
     job.comm.overlap = true;
     job.comm.local_steps = 33;
     GM_CHECK_OK(gm_gradsync_strategy_from_job(&job, &cur));
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < 3; k++) {
+        const double own = k == 1 ? 0.180 : 0.050, member = k == 0 ? 0.180 : k == 1 ? 0.050 : 0;
         GM_CHECK_OK(gm_autoswitch_new(&job, 0.007, &a));
         gm_autoswitch_group(a, 2, 0);
         gm_autoswitch_fit(a, 0, &fit, 1);
         gm_autoswitch_fit(a, 1, &fit, 1);
-        gm_autoswitch_sync(a, 1, k == 0 ? 0.050 : 0.400);
-        gm_autoswitch_sync(a, 2, 0.001); /* no rank 2 in a group of 2: ignored */
-        GM_CHECK_EQ(gm_autoswitch_decide(a, &cur, links, NULL, 20, 0.007, 0.180, 2340, &d), 0);
-        GM_CHECK_EQ(gm_autoswitch_decide(a, &cur, links, NULL, 21, 0.007, 0.180, 2340, &d), 0);
+        gm_autoswitch_sync(a, 1, member);
+        gm_autoswitch_sync(a, 2, 9.0); /* no rank 2 in a group of 2: ignored */
+        GM_CHECK_EQ(gm_autoswitch_decide(a, &cur, links, NULL, 20, 0.007, own, 2340, &d), 0);
+        GM_CHECK_EQ(gm_autoswitch_decide(a, &cur, links, NULL, 21, 0.007, own, 2340, &d), 0);
         gm_autoswitch_fit(a, 0, &fit, 2);
-        int got = gm_autoswitch_decide(a, &cur, links, NULL, 22, 0.007, 0.180, 2340, &d);
-        if (k == 0) {
-            GM_CHECK_EQ(got, 0);
-        } else { /* rank 0's 180 ms: as test_resize */
+        int got = gm_autoswitch_decide(a, &cur, links, NULL, 22, 0.007, own, 2340, &d);
+        if (k == 2) {
+            GM_CHECK_EQ(got, 0); /* H=33's lag covers 50 ms */
+        } else {
             GM_CHECK_EQ(got, 1);
             GM_CHECK_EQ(d.to.id, GM_JOB_CODEC_DILOCO8);
             GM_CHECK_EQ(d.to.local_steps, 49u);
@@ -182,8 +183,6 @@ static void test_resize_least(void)
     }
 }
 
-/* The member's sync goes in JOB_REPORT fit's optional sync_s: round-trips, absent when 0, and
- * a malformed one is refused. */
 static void test_fit_sync_wire(void)
 {
     struct gm_jobmsg r = {.id = "0123456789abcdef",
@@ -267,7 +266,7 @@ int main(void)
 {
     GM_TEST_RUN(test_resolve);
     GM_TEST_RUN(test_resize);
-    GM_TEST_RUN(test_resize_least);
+    GM_TEST_RUN(test_resize_longest);
     GM_TEST_RUN(test_fit_sync_wire);
     GM_TEST_RUN(test_codec_table);
     return gm_test_finish("test_autocodec");
