@@ -580,6 +580,47 @@ out:
     free(bulk);
 }
 
+/* When the peers' data came (gm_xport_rx_mark, _rx_first, _rx_last_first), world 3, rank 0:
+ * nothing since the mark reads 0; rank 1's frame sets both; rank 2's, later, only the last;
+ * a new mark with rank 1's message still queued (undelivered: nobody asked for it) reads the
+ * mark's own time for both. */
+static void test_rx_times(void)
+{
+    uv_loop_t loop;
+    struct gm_xport *x = NULL;
+    struct gm_frame_hdr h;
+    uint8_t small[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    uint64_t t1, t2, m;
+
+    GM_CHECK_OK(uv_loop_init(&loop));
+    GM_CHECK_OK(gm_xport_new(&loop, GEN, 0, 3, &x));
+    if (x == NULL)
+        goto out;
+    gm_xport_rx_mark(x);
+    GM_CHECK_EQ(gm_xport_rx_first(x), 0);
+    GM_CHECK_EQ(gm_xport_rx_last_first(x), 0);
+    h = hdr(GEN, 0, sizeof(small), 0);
+    GM_CHECK_OK(gm_xport_on_frame(x, 1, &h, small));
+    t1 = gm_xport_rx_first(x);
+    GM_CHECK(t1 > 0 && gm_xport_rx_last_first(x) == t1);
+    while (gm_time_mono_ns() == t1)
+        ;
+    h = hdr(GEN, 0, sizeof(small), 0);
+    GM_CHECK_OK(gm_xport_on_frame(x, 2, &h, small));
+    t2 = gm_xport_rx_last_first(x);
+    GM_CHECK(t2 > t1 && gm_xport_rx_first(x) == t1);
+    while (gm_time_mono_ns() == t2)
+        ;
+    gm_xport_rx_mark(x); /* both messages still queued: here already */
+    m = gm_xport_rx_first(x);
+    GM_CHECK(m > t2 && gm_xport_rx_last_first(x) == m);
+out:
+    gm_xport_close(x);
+    while (uv_run(&loop, UV_RUN_NOWAIT) != 0)
+        ;
+    GM_CHECK_OK(uv_loop_close(&loop));
+}
+
 static int link_closed_01(struct net *n, void *arg)
 {
     (void)arg;
@@ -983,6 +1024,7 @@ out:
 int main(void)
 {
     GM_TEST_RUN(test_on_frame_refusals);
+    GM_TEST_RUN(test_rx_times);
     GM_TEST_RUN(test_allreduce);
     GM_TEST_RUN(test_bad_frames_over_links);
     GM_TEST_RUN(test_link_lost_recv);
