@@ -618,7 +618,7 @@ static void probe_line(const struct gm_autoshare_probe *p, double *sps, double *
 }
 
 int gm_autoshare_probe_plan(const struct gm_autoshare_probe *pr, int world, int g, double coll_s,
-                            struct gm_autoshare_probed *out, char *why, size_t cap)
+                            int rounds, struct gm_autoshare_probed *out, char *why, size_t cap)
 {
     double own_o[GM_JOB_SHARES_MAX], at_eq[GM_JOB_SHARES_MAX], fastest = INFINITY;
     int eq[GM_JOB_SHARES_MAX], with[GM_JOB_SHARES_MAX], without[GM_JOB_SHARES_MAX];
@@ -643,7 +643,7 @@ int gm_autoshare_probe_plan(const struct gm_autoshare_probe *pr, int world, int 
     const double k = world > 1 ? coll_s : 0;
     for (int r = 0; r < world; r++) {
         out->slow[r] = at_eq[r] / fastest;
-        out->over_s[r] = own_o[r] + out->slow[r] * k;
+        out->over_s[r] = own_o[r] + (rounds ? 1 : out->slow[r]) * k;
         out->keep[r] = 1;
     }
     out->equal_s = gm_autoshare_step_s(out->sps, world > 1 ? out->over_s : own_o, world, eq);

@@ -344,7 +344,7 @@ struct gm_autoshare_probed {
     int keep[GM_JOB_SHARES_MAX];      /* 1: in the first group; 0: left out as a spare */
     int counts[GM_JOB_SHARES_MAX];    /* the kept ranks' samples (0 for a spare), summing to g */
     double sps[GM_JOB_SHARES_MAX];    /* each rank's model: samples per second */
-    double over_s[GM_JOB_SHARES_MAX]; /* and overhead per step (o_r + f_r K) */
+    double over_s[GM_JOB_SHARES_MAX]; /* and overhead per step (o_r + f_r K; rounds: o_r + K) */
     double slow[GM_JOB_SHARES_MAX];   /* its slowness f_r (the fastest's 1) */
     double step_s;                    /* the predicted step with counts */
     double equal_s;                   /* the predicted step at equal shares, every rank kept */
@@ -353,9 +353,12 @@ struct gm_autoshare_probed {
 };
 
 /* The decision above from world ranks' probes pr at global batch g (g >= world), the
- * collective's own cost coll_s (>= 0) at the fastest rank's pace.  Rank 0 is never a spare.
- * Returns 0 with out filled and why (one line), or -EINVAL (a probe makes no sense). */
+ * collective's own cost coll_s (>= 0) at the fastest rank's pace; rounds: the group runs
+ * DiLoCo, whose sync (coll_s, per step) is paid once a round over the links, not at each rank's
+ * compute pace, so every rank's overhead is o_r + K, as in the plan of measured rounds
+ * (gm_autoshare_plan_for).  Rank 0 is never a spare.  Returns 0 with out filled and why (one
+ * line), or -EINVAL (a probe makes no sense). */
 int gm_autoshare_probe_plan(const struct gm_autoshare_probe *pr, int world, int g, double coll_s,
-                            struct gm_autoshare_probed *out, char *why, size_t cap);
+                            int rounds, struct gm_autoshare_probed *out, char *why, size_t cap);
 
 #endif

@@ -442,7 +442,9 @@ static void probe_handover(struct gm_jobs *j, struct job *jb, const struct gm_au
     for (int r = 1, k = 2; r < w; r++)
         if (r != f)
             re[k++] = pr[r];
-    if (gm_autoshare_probe_plan(re, w, jb->job.optim.global_batch, k_s, &o2, why, sizeof(why)) < 0 ||
+    if (gm_autoshare_probe_plan(re, w, jb->job.optim.global_batch, k_s,
+                                gm_job_codec_is_diloco(jb->job.comm.codec), &o2, why,
+                                sizeof(why)) < 0 ||
         o2.keep[1])
         return;
     snprintf(jb->handover_to, sizeof(jb->handover_to), "%s", nodes[f]);
@@ -499,7 +501,8 @@ void jobs_shares_probe(struct gm_jobs *j, struct job *jb)
             o_len += (size_t)k;
     }
     const double k_s = probe_coll_s(j, jb, nodes, w, jb->probe.params);
-    if (gm_autoshare_probe_plan(pr, (int)w, g, k_s, &o, why, sizeof(why)) < 0) {
+    if (gm_autoshare_probe_plan(pr, (int)w, g, k_s, gm_job_codec_is_diloco(jb->job.comm.codec), &o,
+                                why, sizeof(why)) < 0) {
         gm_warn("event=shares-probe-skip job=%s: the probes make no sense (%s); the first group "
                 "runs equal shares",
                 jb->id, pts);
