@@ -173,7 +173,7 @@ void jobs_fit_report_tick(struct gm_jobs *j, struct job *jb)
     m.fit_bytes_per_s = f.bytes_per_s;
     m.fit_ops = ops;
     if (p.sync_s > 0 && p.sync_s <= GM_JOBMSG_SYNC_MAX_S)
-        m.fit_sync_s = p.sync_s; /* DiLoCo: the coordinator sizes H from the least */
+        m.fit_sync_s = p.sync_s; /* DiLoCo: the coordinator sizes H from the longest */
     (void)jobs_send_msg(j, jb->coordinator, GM_MSG_JOB_REPORT, &m);
 }
 
