@@ -6,13 +6,9 @@
  * the slowest measured link, a job that is not auto left alone, names parsed.
  */
 #include <errno.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "agent/jobs/autocodec.h"
-#include "agent/jobs/jobmsg.h"
-#include "agent/net/proto.h"
 #include "common/test.h"
 
 GM_TEST_DEFINE_STATE;
@@ -183,53 +179,6 @@ static void test_resize_longest(void)
     }
 }
 
-static void test_fit_sync_wire(void)
-{
-    struct gm_jobmsg r = {.id = "0123456789abcdef",
-                          .gen = 2,
-                          .event = "fit",
-                          .have_fit = true,
-                          .fit_alpha_s = 1e-4,
-                          .fit_bytes_per_s = 1e8,
-                          .fit_ops = 7,
-                          .fit_sync_s = 0.0625};
-    struct gm_jobmsg d;
-    char *txt, bad[512];
-    size_t len;
-
-    GM_CHECK_OK(gm_jobmsg_encode(GM_MSG_JOB_REPORT, &r, &txt, &len));
-    GM_CHECK_OK(gm_jobmsg_decode(GM_MSG_JOB_REPORT, (const uint8_t *)txt, len, &d));
-    GM_CHECK(d.have_fit);
-    GM_CHECK_EQ(d.fit_sync_s, 0.0625);
-    gm_jobmsg_free(&d);
-    free(txt);
-    r.fit_sync_s = 0;
-    GM_CHECK_OK(gm_jobmsg_encode(GM_MSG_JOB_REPORT, &r, &txt, &len));
-    GM_CHECK(strstr(txt, "sync_s") == NULL);
-    GM_CHECK_OK(gm_jobmsg_decode(GM_MSG_JOB_REPORT, (const uint8_t *)txt, len, &d));
-    GM_CHECK(d.have_fit && d.fit_sync_s == 0);
-    gm_jobmsg_free(&d);
-    free(txt);
-    static const char *const refused[] = {
-        "-0.5", "1e9", "\"fast\"", "null",
-    };
-    for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
-        int n = snprintf(bad, sizeof(bad),
-                         "{\"id\":\"0123456789abcdef\",\"gen\":2,\"event\":\"fit\",\"code\":0,"
-                         "\"message\":\"\",\"fit\":{\"alpha_s\":0.001,\"bytes_per_s\":1e8,"
-                         "\"ops\":3,\"sync_s\":%s}}",
-                         refused[i]);
-        GM_CHECK_ERR(gm_jobmsg_decode(GM_MSG_JOB_REPORT, (const uint8_t *)bad, (size_t)n, &d),
-                     GM_ERR_PROTO);
-    }
-    int n = snprintf(bad, sizeof(bad),
-                     "{\"id\":\"0123456789abcdef\",\"gen\":2,\"event\":\"fit\",\"code\":0,"
-                     "\"message\":\"\",\"fit\":{\"alpha_s\":0.001,\"bytes_per_s\":1e8,"
-                     "\"ops\":3,\"x\":1}}"); /* a fourth key that is not sync_s */
-    GM_CHECK_ERR(gm_jobmsg_decode(GM_MSG_JOB_REPORT, (const uint8_t *)bad, (size_t)n, &d),
-                 GM_ERR_PROTO);
-}
-
 static void test_codec_table(void)
 {
     struct gm_gradsync_strategy all[GM_JOB_CODEC_COUNT];
@@ -267,7 +216,6 @@ int main(void)
     GM_TEST_RUN(test_resolve);
     GM_TEST_RUN(test_resize);
     GM_TEST_RUN(test_resize_longest);
-    GM_TEST_RUN(test_fit_sync_wire);
     GM_TEST_RUN(test_codec_table);
     return gm_test_finish("test_autocodec");
 }

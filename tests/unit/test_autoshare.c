@@ -192,8 +192,18 @@ static void test_wire(void)
     GM_CHECK_NEAR(d.speed_step_s, 0.0125, 1e-12, 0);
     GM_CHECK_NEAR(d.speed_coll_s, 0.002, 1e-12, 0);
     GM_CHECK_NEAR(d.speed_stall_s, 0.0015, 1e-12, 0);
+    GM_CHECK_EQ(d.fit_sync_s, 0.0); /* no DiLoCo sync: not sent */
     gm_jobmsg_free(&d);
     free(txt);
+    /* a DiLoCo member's sync (agent/jobs/autocodec.h gm_autoswitch_sync) in the fit */
+    r.fit_sync_s = 0.0625;
+    GM_CHECK_OK(gm_jobmsg_encode(GM_MSG_JOB_REPORT, &r, &txt, &len));
+    GM_CHECK(strstr(txt, "\"sync_s\"") != NULL);
+    GM_CHECK_OK(gm_jobmsg_decode(GM_MSG_JOB_REPORT, (const uint8_t *)txt, len, &d));
+    GM_CHECK_EQ(d.fit_sync_s, 0.0625);
+    gm_jobmsg_free(&d);
+    free(txt);
+    r.fit_sync_s = 0;
     r.have_speed = false;
     GM_CHECK_OK(gm_jobmsg_encode(GM_MSG_JOB_REPORT, &r, &txt, &len));
     GM_CHECK(strstr(txt, "speed") == NULL);
@@ -224,12 +234,20 @@ static void test_wire(void)
         "{\"samples\":5,\"step_s\":0.01,\"coll_s\":0.002,\"x\":0.001}", /* not stall_s */
         "\"fast\"",
     };
-    for (size_t i = 0; i < sizeof(bad_speed) / sizeof(bad_speed[0]); i++) {
-        int n = snprintf(bad, sizeof(bad),
-                         "{\"id\":\"0123456789abcdef\",\"gen\":2,\"event\":\"fit\",\"code\":0,"
-                         "\"message\":\"\",\"fit\":{\"alpha_s\":0.001,\"bytes_per_s\":1e8,"
-                         "\"ops\":3},\"speed\":%s}",
-                         bad_speed[i]);
+    /* then the fit's DiLoCo sync: out of range, not a number, null; and a fourth key */
+    static const char *const bad_sync[] = {"-0.5", "1e9", "\"fast\"", "null"};
+    for (size_t i = 0; i < sizeof(bad_speed) / sizeof(bad_speed[0]) + 5; i++) {
+        const size_t ns = sizeof(bad_speed) / sizeof(bad_speed[0]);
+        int n = i < ns ? snprintf(bad, sizeof(bad),
+                                  "{\"id\":\"0123456789abcdef\",\"gen\":2,\"event\":\"fit\","
+                                  "\"code\":0,\"message\":\"\",\"fit\":{\"alpha_s\":0.001,"
+                                  "\"bytes_per_s\":1e8,\"ops\":3},\"speed\":%s}",
+                                  bad_speed[i])
+                       : snprintf(bad, sizeof(bad),
+                                  "{\"id\":\"0123456789abcdef\",\"gen\":2,\"event\":\"fit\","
+                                  "\"code\":0,\"message\":\"\",\"fit\":{\"alpha_s\":0.001,"
+                                  "\"bytes_per_s\":1e8,\"ops\":3,\"%s\":%s}}",
+                                  i - ns < 4 ? "sync_s" : "x", i - ns < 4 ? bad_sync[i - ns] : "1");
         GM_CHECK_ERR(gm_jobmsg_decode(GM_MSG_JOB_REPORT, (const uint8_t *)bad, (size_t)n, &d),
                      GM_ERR_PROTO);
     }
