@@ -26,7 +26,10 @@ prints, per round, the two times to the target and half / equal (<= 1.00: the ba
 the shares each ended with; without a 1-agent row the target is the pair's lower final accuracy
 minus 0.5.  Rows repeated over rounds (bench/seed_table.sh ROUNDS) print medians,
 each round's figure in brackets, and the ratio of each round against the 1-agent run of the
-same round (the machine's load drifts; a round's runs are back to back).
+same round (the machine's load drifts; a round's runs are back to back); a round that did not
+reach the target counts as a ratio of 0 in the median ("n/r").  Where the rounds ran with
+different seeds (the fine-tuning table: round r with seed SEED + r - 1), each round's target is
+its own 1-agent run's final accuracy minus 0.5, so each ratio compares runs of one seed.
 Standard library only.
 """
 import json
@@ -164,6 +167,11 @@ def table(path, bars=False):
     # but for the order of float sums across load) minus 0.5
     acc1 = median(r.get('acc') for r in base.values())
     target = acc1 - 0.5 if acc1 is not None else None
+    # rounds of other seeds (the fine-tuning table): each round's rows are timed to its own
+    # 1-agent run's accuracy, so every ratio pairs runs of one seed
+    seeds = {r['round']: r.get('seed') for r in base.values()}
+    per_seed = len(set(seeds.values())) > 1
+    targets = {rnd: b['acc'] - 0.5 for rnd, b in base.items()} if per_seed else {}
     paired = [r for r in rows if r.get('pair')]
     if target is None and paired:  # ONLY ran the capped pair: its own target
         target = min(r['acc'] for r in paired) - 0.5
@@ -172,15 +180,20 @@ def table(path, bars=False):
     def tta(r):
         if r.get('epochs') is None or target is None:
             return None, None
+        tgt = targets.get(r['round'], target)
         t = 0.0
         for e in r['epochs']:
             t += e['epoch_s']
-            if e['acc'] is not None and e['acc'] >= target:
+            if e['acc'] is not None and e['acc'] >= tgt:
                 return t, e['epoch']
         return None, 'not reached'
 
-    print(f'target accuracy: {fmt(target, ".2f")}% ' + (f'(1 agent\'s {acc1:.2f}% - 0.5)' if acc1 is not None
-                                                       else '(no 1-agent row)'))
+    if per_seed:
+        print('target accuracy per round, its 1-agent run\'s - 0.5: ' +
+              ', '.join(f'round {rnd} (seed {seeds[rnd]}) {targets[rnd]:.2f}%' for rnd in sorted(targets)))
+    else:
+        print(f'target accuracy: {fmt(target, ".2f")}% ' + (f'(1 agent\'s {acc1:.2f}% - 0.5)' if acc1 is not None
+                                                           else '(no 1-agent row)'))
     hdr = ['row', 's/epoch', 'time to target (s)', 'vs 1 agent', 'test acc %', 'tunnel MB/epoch',
            'codec']
     lines, names, got = [], [], {}
@@ -197,7 +210,8 @@ def table(path, bars=False):
             eps.append(ep)
             b = base.get(r['round'])
             t1 = tta(b)[0] if b else None
-            ratios.append(t1 / t if t and t1 else None)
+            # a round that never reached the target counts as the slowest (0), not as absent
+            ratios.append(t1 / t if t and t1 else 0.0 if t1 and ep == 'not reached' else None)
         tm = median(ts)
         if tm is not None:
             tts = f'{tm:.1f}' + (f' (ep {eps[0]})' if len(rs) == 1 else '')
@@ -209,7 +223,7 @@ def table(path, bars=False):
         got[name] = (rm, median(r.get('tunnel_bytes_epoch') for r in rs))
         ratio = fmt(rm, '.2f') + 'x' if rm is not None else '-'
         if len(rs) > 1 and rm is not None:
-            ratio += ' [' + ', '.join(fmt(x, '.2f', '-') for x in ratios) + ']'
+            ratio += ' [' + ', '.join('n/r' if x == 0.0 else fmt(x, '.2f', '-') for x in ratios) + ']'
         spe = fmt(median(r.get('s_epoch') for r in rs), '.1f') + ('*' if rs[0].get('partial') else '')
         mb = median(r.get('tunnel_bytes_epoch') for r in rs)
         codecs = sorted(set(r.get('codec', '-') for r in rs))

@@ -31,7 +31,10 @@
 #   DELAY_MS (25), RATES ("20 5"), RESULTS (a file to keep the JSON rows in), KEEP=1,
 #   ONLY (an extended regex: run only the rows whose names match; a diagnosis, since the
 #   time to accuracy needs the 1-agent row), CODEC_AUTO (what the "auto" rows submit; auto),
-#   ROUNDS (1: rounds 2.. repeat every row trained to the end, not the timed windows),
+#   ROUNDS (1: rounds 2.. repeat every row trained to the end, not the timed windows;
+#   WORKLOAD=finetune: round r with the job seed SEED + r - 1, each timed to its own 1-agent
+#   run's accuracy: one seed's curve crosses its target at an epoch that the test split's noise
+#   decides, so the table's medians are over seeds),
 #   HOST_CPU (cores each host may use, 0.5; 0: no cap), OVERLAP (true or false: [comm] overlap
 #   of the auto/diloco rows; unset: the job's default, or true with WORKLOAD=finetune),
 #   PAIR_EPOCHS (epochs of the capped pair's rows; EPOCHS + EXTRA).
@@ -181,8 +184,10 @@ PRE
         python3 -c 'import sys; sys.exit(0 if float(sys.argv[1] or 0) >= float(sys.argv[2]) else 1)' \
             "$acc" "$PRE_MIN" || fail "the pretraining reached ${acc:-no}% held out, under PRE_MIN=$PRE_MIN%"
     fi
-    $PY fresh_head "$WORK/pre.safetensors" "$WORK/init.safetensors" "$SEED" || fail "fresh_head"
 fi
+# JSEED: the job's seed (data order, crops, flips) and, fine-tuning, the fresh head's; round r
+# of a fine-tuning table runs with SEED + r - 1 (the photos and the pretrained file keep SEED)
+JSEED=$SEED
 
 set_rate() { nb_rate a1 eth1 "${1}mbit"; nb_rate b1 eth0 "${1}mbit"; }
 nb_host a1; nb_host a2; nb_host b1; nb_bridge lan
@@ -210,7 +215,7 @@ job_ini() {
 name    = seed-finetune
 model   = resnet18
 epochs  = $3
-seed    = $SEED
+seed    = $JSEED
 threads = 1
 ${SHARES:+shares         = $SHARES}
 [data]
@@ -223,7 +228,7 @@ normalize      = imagenet
 test_split     = 0.2
 loader_threads = 1
 [model]
-init = $WORK/init.safetensors
+init = $WORK/init-$JSEED.safetensors
 ${4:+freeze = $4}
 [optim]
 name  = adam
@@ -379,7 +384,7 @@ full() {
     sp=$($PY split "${logs[@]}") || fail "step split of $name"
     python3 - "$name" "$(codec_of "$id")" "$($PY counters "$WORK/r$ROW.c0" "$WORK/r$ROW.c1")" \
         "$e" "$(job_field "$id" codec_reason)" "$ROUND" "$(job_shares "$id")" "${PAIR:-}" \
-        "$sp" >>"$RES" <<'EOF' || fail "row $name"
+        "$sp" "$JSEED" >>"$RES" <<'EOF' || fail "row $name"
 import json, sys
 name, codec, tb, ep, why = sys.argv[1], sys.argv[2], int(sys.argv[3]), json.loads(sys.argv[4]), sys.argv[5]
 rnd = int(sys.argv[6])
@@ -389,6 +394,7 @@ row = {'row': name, 'round': rnd, 'codec': codec, 'epochs': ep,
        'acc': ev[-1]['acc'], 'tunnel_bytes_epoch': tb / len(ep), 'why': why}
 row.update(json.loads(sys.argv[7]))
 row['split'] = json.loads(sys.argv[9])
+row['seed'] = int(sys.argv[10])
 if sys.argv[8]:
     row['pair'] = sys.argv[8]
 print(json.dumps(row))
@@ -514,7 +520,9 @@ fi
 ROUND=1
 if [ "$WORKLOAD" = finetune ]; then
     for ROUND in $(seq 1 "${ROUNDS:-1}"); do
-        [ "$ROUND" = 1 ] || echo "round $ROUND; $(uptime | sed 's/.*load/load/')"
+        JSEED=$((SEED + ROUND - 1))
+        [ "$ROUND" = 1 ] || echo "round $ROUND (seed $JSEED); $(uptime | sed 's/.*load/load/')"
+        $PY fresh_head "$WORK/pre.safetensors" "$WORK/init-$JSEED.safetensors" "$JSEED" || fail "fresh_head"
         set_rate 20
         full "1 agent" fp32 "$EPOCHS" a1
         # the same for a 1-agent row that did not climb: its accuracy is every row's target
