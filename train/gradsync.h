@@ -350,6 +350,15 @@ struct gm_gradsync_auto_in {
     enum gm_codec sync_codec; /* the deltas' wire codec of the DiLoCo that sync_s timed:
                                * GM_CODEC_Q8 for diloco8, anything else reads as fp16; the
                                * other width's sync is sync_s x the links' ratio of the two */
+    /* What the running strategy's collective costs a step beyond what the links price, as
+     * measured on the ranks (0: nothing measured): the compute its CPU work (TLS, summing,
+     * encoding, on the loop thread) took from the trainer on a capped or busy host
+     * (gm_gradsync_cpu_taken), and, where links are given as free (one LAN island, whose
+     * bucketed all-reduce overlaps backward: the probe knows neither), the trainer's wait for
+     * it too.  Each candidate pays it scaled by its bytes per step against meas_of's
+     * (gm_gradsync_estimate's step_bytes): half the bytes, half the TLS and summing. */
+    double meas_s;
+    const struct gm_gradsync_strategy *meas_of; /* what ran while meas_s was measured */
 };
 
 #define GM_GRADSYNC_AUTO_NCAND 5
@@ -357,6 +366,7 @@ struct gm_gradsync_auto_in {
 struct gm_gradsync_auto_cand {
     struct gm_gradsync_strategy s; /* diloco: H as sized to the link */
     double comm_s, step_s;         /* predicted per step */
+    double meas_s;                 /* of comm_s: in->meas_s scaled by the bytes (0: none) */
     double sync_s;                 /* diloco: one sync as priced (0 for the others) */
     bool fits;                     /* comm_s <= comm_frac * compute_s */
 };
@@ -456,6 +466,16 @@ uint32_t gm_gradsync_diloco_h(const struct gm_gradsync_strategy *s, long total_s
  * state that the others hold too: DiLoCo's next round boundary (its sync has run, every rank
  * holds the outer parameters), else step itself. */
 long gm_gradsync_switch_step(const struct gm_gradsync *g, long step);
+
+/* The compute a step's collective took from the trainer, in seconds, from one rank's
+ * scheduler statistics over a step (or their averages): loop_cpu_s, the CPU time of the loop
+ * thread that runs the collective; trainer_cpu_s and trainer_delay_s, the trainer thread's CPU
+ * time and its run delay (runnable, not running).  While the trainer is runnable, the process
+ * gets q = (trainer_cpu_s + loop_cpu_s) / (trainer_cpu_s + trainer_delay_s) cores; had the
+ * loop taken nothing, the trainer would have run loop_cpu_s / q sooner.  At most
+ * trainer_delay_s: a trainer that was never held off a core (a spare core ran the loop) lost
+ * nothing to it.  0 for a value that is not finite and positive.  Pure. */
+double gm_gradsync_cpu_taken(double loop_cpu_s, double trainer_cpu_s, double trainer_delay_s);
 
 /* Predicts every candidate and picks one (see the header comment).  0, -EINVAL, -ENOMEM. */
 GM_MUST_CHECK int gm_gradsync_auto_choose(const struct gm_gradsync_auto_in *in,

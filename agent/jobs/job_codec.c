@@ -24,7 +24,9 @@ static void auto_chosen(struct job *jb, int world, int err, const struct gm_grad
                   gm_job_codec_is_diloco(jb->job.comm.codec) ? jb->job.comm.local_steps : 0, world,
                   sp, jb->codec_reason);
     }
-    if (err == 0 && o->compute_s > 0 && jb->job.comm.auto_resolved &&
+    /* compute_s 0: one LAN island, fp32 without timing; the switches then price the
+     * measured cost (agent/jobs/autocodec.h) from rank 0's measured steps */
+    if (err == 0 && jb->job.comm.auto_resolved &&
         gm_autoswitch_new(&jb->job, o->compute_s, &jb->asw) < 0)
         gm_warn("event=codec-auto-switch-off job=%s: no switching mid-run (out of memory)", jb->id);
     if (err == 0 && o->too_slow)
@@ -86,8 +88,10 @@ struct autoreq *jobs_resolve_auto(struct gm_jobs *j, struct job *jb, char (*up)[
              * model would price a loaded machine's PING RTT as the link's latency) */
             memset(&o, 0, sizeof(o));
             jb->job.comm.codec = GM_JOB_CODEC_FP32;
+            jb->job.comm.auto_resolved = true; /* switches priced on the ranks' measurements */
             snprintf(jb->codec_reason, sizeof(jb->codec_reason),
-                     "fp32: every link of the group is on a LAN (one island: full precision)");
+                     "fp32: every link of the group is on a LAN (one island: full precision "
+                     "until the ranks' measured steps say its cost is over budget)");
             err = 0;
         } else if (links != NULL && (r = calloc(1, sizeof(*r))) != NULL) {
             /* the model's steps are timed elsewhere: the request owns links and isl */
@@ -158,6 +162,7 @@ void jobs_fit_report_tick(struct gm_jobs *j, struct job *jb)
         m.speed_step_s = p.step_s;
         m.speed_coll_s = p.coll_s;
         m.speed_stall_s = p.stall_s < p.coll_s ? p.stall_s : p.coll_s;
+        m.speed_cpu_s = p.cpu_taken_s >= 0 && p.cpu_taken_s < p.step_s ? p.cpu_taken_s : 0;
     }
     jb->fit_sent_ns = now;
     jb->fit_sent_ops = ops;
@@ -169,18 +174,24 @@ void jobs_fit_report_tick(struct gm_jobs *j, struct job *jb)
     (void)jobs_send_msg(j, jb->coordinator, GM_MSG_JOB_REPORT, &m);
 }
 
-/* Coordinator: the lan pairs' measurements among the current ranks (others 0). */
-static struct gm_coll_link *lan_links(struct gm_jobs *j, struct job *jb)
+/* Coordinator: the lan pairs' measurements among the current ranks (others 0); *all_lan:
+ * every pair is lan (one island). */
+static struct gm_coll_link *lan_links(struct gm_jobs *j, struct job *jb, bool *all_lan)
 {
     const size_t w = jb->world;
     struct gm_coll_link *l = calloc(w * w, sizeof(*l));
 
+    *all_lan = l != NULL;
     for (size_t a = 0; l != NULL && a < w; a++)
         for (size_t b = 0; b < w; b++) {
             double rtt, mbps;
-            if (a == b || j->env.link_is_lan == NULL || j->env.link_measured == NULL ||
-                !j->env.link_is_lan(j->env.agent, jb->ranks[a], jb->ranks[b]))
+            if (a == b)
                 continue;
+            if (j->env.link_is_lan == NULL || j->env.link_measured == NULL ||
+                !j->env.link_is_lan(j->env.agent, jb->ranks[a], jb->ranks[b])) {
+                *all_lan = false;
+                continue;
+            }
             if (j->env.link_measured(j->env.agent, jb->ranks[a], jb->ranks[b], &rtt, &mbps) == 0)
                 l[a * w + b] = (struct gm_coll_link){rtt / 2e3, mbps * 1e6 / 8};
         }
@@ -197,6 +208,7 @@ void jobs_switch_tick(struct gm_jobs *j, struct job *jb)
     struct gm_jobmsg m = {0};
     uint64_t ops;
     long at;
+    bool all_lan;
     int err;
 
     if (jb->asw == NULL || jb->rank == NULL || jb->state != J_RUNNING || jb->world < 2)
@@ -217,12 +229,15 @@ void jobs_switch_tick(struct gm_jobs *j, struct job *jb)
         return; /* rank 0 has not taken the current group yet */
     gm_rank_get_fit(jb->rank, &f, &ops);
     gm_autoswitch_fit(jb->asw, 0, &f, ops);
+    if (p.step_s > 0)
+        gm_autoswitch_cost(jb->asw, 0, p.coll_s, p.cpu_taken_s);
     if (gm_gradsync_strategy_from_job(&jb->job, &cur) < 0)
         return;
     cur.algo = jb->islands != NULL ? GM_COLL_HIER : GM_COLL_RING;
-    links = lan_links(j, jb);
+    links = lan_links(j, jb, &all_lan);
     if (links == NULL)
         return;
+    gm_autoswitch_one_island(jb->asw, all_lan);
     err = gm_autoswitch_decide(jb->asw, &cur, links, jb->islands, p.step, p.compute_s, p.sync_s,
                                p.total_steps, &d);
     free(links);
@@ -306,6 +321,8 @@ void jobs_on_switch_report(struct gm_jobs *j, struct job *jb, const char *node,
     if (m->have_fit) {
         struct gm_coll_link f = {m->fit_alpha_s, m->fit_bytes_per_s};
         gm_autoswitch_fit(jb->asw, r, &f, m->fit_ops);
+        if (m->have_speed)
+            gm_autoswitch_cost(jb->asw, r, m->speed_coll_s, m->speed_cpu_s);
         return;
     }
     res = gm_autoswitch_answer(jb->asw, r, m->seq, strcmp(m->event, "switch-ok") == 0);

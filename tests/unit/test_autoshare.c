@@ -184,7 +184,8 @@ static void test_wire(void)
                           .speed_samples = 20,
                           .speed_step_s = 0.0125,
                           .speed_coll_s = 0.002,
-                          .speed_stall_s = 0.0015};
+                          .speed_stall_s = 0.0015,
+                          .speed_cpu_s = 0.003};
     GM_CHECK_OK(gm_jobmsg_encode(GM_MSG_JOB_REPORT, &r, &txt, &len));
     GM_CHECK_OK(gm_jobmsg_decode(GM_MSG_JOB_REPORT, (const uint8_t *)txt, len, &d));
     GM_CHECK(d.have_fit && d.have_speed);
@@ -192,6 +193,7 @@ static void test_wire(void)
     GM_CHECK_NEAR(d.speed_step_s, 0.0125, 1e-12, 0);
     GM_CHECK_NEAR(d.speed_coll_s, 0.002, 1e-12, 0);
     GM_CHECK_NEAR(d.speed_stall_s, 0.0015, 1e-12, 0);
+    GM_CHECK_NEAR(d.speed_cpu_s, 0.003, 1e-12, 0); /* codec = auto's measured cost */
     gm_jobmsg_free(&d);
     free(txt);
     r.have_speed = false;
@@ -209,6 +211,7 @@ static void test_wire(void)
         GM_CHECK_OK(gm_jobmsg_decode(GM_MSG_JOB_REPORT, (const uint8_t *)bad, (size_t)n, &d));
         GM_CHECK(d.have_speed);
         GM_CHECK_EQ(d.speed_stall_s, 0.0);
+        GM_CHECK_EQ(d.speed_cpu_s, 0.0);
         gm_jobmsg_free(&d);
     }
     static const char *const bad_speed[] = {
@@ -222,6 +225,10 @@ static void test_wire(void)
         "{\"samples\":5,\"step_s\":0.01,\"coll_s\":0.002,\"stall_s\":0.003}", /* > coll */
         "{\"samples\":5,\"step_s\":0.01,\"coll_s\":0.002,\"stall_s\":-1}",    /* negative */
         "{\"samples\":5,\"step_s\":0.01,\"coll_s\":0.002,\"x\":0.001}", /* not stall_s */
+        "{\"samples\":5,\"step_s\":0.01,\"coll_s\":0.002,\"cpu_s\":0.01}", /* a whole step */
+        "{\"samples\":5,\"step_s\":0.01,\"coll_s\":0.002,\"cpu_s\":-1}",   /* negative */
+        "{\"samples\":5,\"step_s\":0.01,\"coll_s\":0.002,\"cpu_s\":\"1\"}", /* a string */
+        "{\"samples\":5,\"step_s\":0.01,\"coll_s\":0,\"stall_s\":0,\"cpu_s\":0,\"x\":0}",
         "\"fast\"",
     };
     for (size_t i = 0; i < sizeof(bad_speed) / sizeof(bad_speed[0]); i++) {
