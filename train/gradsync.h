@@ -47,6 +47,12 @@
  *    and ended 8.6 points below synchronous training, its Nesterov step overshooting
  *    (docs/BENCHMARKS.md, "A codec for the short fine-tune").  The price is a sync that the
  *    shorter round's lag hides less of: in a short run accuracy is worth more than speed.
+ *  - the measured cost (in->meas_s, issue 21): what the running strategy's collective costs a
+ *    step beyond the links, as the ranks measured it (the compute its CPU work took from the
+ *    trainer of a capped host, gm_gradsync_cpu_taken; for one LAN island, whose links are
+ *    given as free, the wait for it too), is added to every candidate's communication in
+ *    proportion to its bytes a step (fp16: half of fp32's).  No overlap hides it: on a capped
+ *    host the loop's TLS and summing run inside the trainer's cores.
  *  - too_slow: even DiLoCo at max_h does not fit, or the predicted speed of world agents is
  *    below one agent's (world * compute / step < 1): the caller warns that the link does not
  *    help.  The pick is then still the cheapest-step candidate.

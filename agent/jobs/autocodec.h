@@ -11,7 +11,8 @@
  *   0's is read here, the members' come in JOB_REPORT "fit" once a second); on every tick with
  *   new samples the coordinator builds the links from the slowest rank's fit
  *   (gm_gradsync_ab_hop) for the pairs that are not lan, the link layer's measurements for
- *   the lan pairs, and runs the same auto_choose with rank 0's measured compute per step
+ *   the lan pairs (none in one island: "Measured cost" below), adds the ranks' measured cost,
+ *   and runs the same auto_choose with rank 0's measured compute per step
  *   (an average of the trainer's own step times: the timing at submit, one moment on a
  *   machine whose load changes, stands in only until steps are measured); the hysteresis is
  *   gm_gradsync_switch_decide's (train/gradsync.h).  A switch is announced
