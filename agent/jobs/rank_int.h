@@ -121,6 +121,7 @@ struct gm_rank {
      * each step); sched_ok: they were read */
     uint64_t sched_loop_run, sched_tr_run, sched_tr_delay;
     bool sched_ok;
+    long taken_n; /* steps in prog.cpu_taken_s since the group or codec began */
     int fit_epoch;          /* the epoch last logged */
     struct {                /* this epoch's step time, summed: event=step-split */
         long steps;

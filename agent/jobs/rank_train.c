@@ -108,6 +108,7 @@ static int hook_resync(void *ctx, struct gm_train_state *st)
     }
     /* the step averages start afresh with the group: its shares, and so its steps, differ */
     rk->prog.step_s = rk->prog.coll_s = rk->prog.stall_s = rk->prog.cpu_taken_s = 0;
+    rk->taken_n = 0;
     rk->prog.sync_s = 0; /* another group: other links */
     gm_autoshare_avg_start(&rk->avg);
     rk->prog.share = 0;
@@ -274,6 +275,10 @@ static int maybe_switch(struct gm_rank *rk, struct gm_train_state *st)
         0)
         return err;
     gm_autoshare_avg_switch(&rk->avg); /* a DiLoCo round in progress is not one */
+    pthread_mutex_lock(&rk->mu);
+    rk->prog.cpu_taken_s = 0; /* the new codec's collective takes its own */
+    rk->taken_n = 0;
+    pthread_mutex_unlock(&rk->mu);
     gm_notice("event=codec-switch generation=%u rank=%d step=%ld announced_step=%ld seq=%u "
               "from=\"%s\" to=\"%s\"",
               rk->synced_gen & 0xffff, st->rank, st->step, sw.step, sw.seq, from, to);
@@ -541,7 +546,11 @@ static void hook_step(void *ctx, const struct gm_train_step_info *si)
     rk->mjob.compute_s = si->compute_s;
     rk->prog.compute_s =
         rk->prog.compute_s > 0 ? 0.9 * rk->prog.compute_s + 0.1 * si->compute_s : si->compute_s;
-    rk->prog.cpu_taken_s = 0.9 * rk->prog.cpu_taken_s + 0.1 * taken;
+    /* a plain mean over the first ten steps of a group or codec, then x0.9: what the last
+     * codec's collective took is not carried into the new one's */
+    rk->taken_n++;
+    rk->prog.cpu_taken_s +=
+        (taken - rk->prog.cpu_taken_s) / (rk->taken_n < 10 ? (double)rk->taken_n : 10.0);
     /* what shares = auto reads (agent/jobs/autoshare.h): a group's first steps wait for its
      * resync and warm its buffers, and are left out (else the first decisions,
      * GM_AUTOSHARE_DWELL steps in, still carry them); DiLoCo's steps averaged by rounds */
