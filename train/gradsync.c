@@ -1385,6 +1385,10 @@ int gm_gradsync_auto_choose(const struct gm_gradsync_auto_in *in, struct gm_grad
         c->comm_s += c->meas_s;
         c->step_s = in->compute_s + c->comm_s;
         c->fits = c->comm_s <= budget * (1 + 1e-9);
+        if (in->dense_only && c->s.kind != GM_GRADSYNC_KIND_DENSE) {
+            c->fits = false;
+            continue; /* not a candidate: neither the pick nor the cheapest */
+        }
         /* overlapped 16-bit deltas whose sync the lag does not hide even at the H cap: 8-bit
          * deltas (next) halve the bytes; the uncovered wait, though within the budget, is
          * what kept 2 agents at 5 Mbit/s at 1.32x one (docs/BENCHMARKS.md) */

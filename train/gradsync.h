@@ -365,6 +365,11 @@ struct gm_gradsync_auto_in {
      * (gm_gradsync_estimate's step_bytes): half the bytes, half the TLS and summing. */
     double meas_s;
     const struct gm_gradsync_strategy *meas_of; /* what ran while meas_s was measured */
+    /* only the dense codecs (fp32, fp16) are candidates; the others never fit and are never
+     * the cheapest: where the price is the measured cost alone (one LAN island), theirs does
+     * not follow from a dense all-reduce's by the bytes (PowerSGD's compression and its
+     * blocking all-reduces run on the trainer; DiLoCo changes the optimizer) */
+    bool dense_only;
 };
 
 #define GM_GRADSYNC_AUTO_NCAND 5

@@ -316,7 +316,8 @@ int gm_autoswitch_decide(struct gm_autoswitch *a, const struct gm_gradsync_strat
                                              cur->kind == GM_GRADSYNC_KIND_DILOCO ? sync_s : 0,
                                          .sync_codec = cur->codec,
                                          .meas_s = meas,
-                                         .meas_of = cur};
+                                         .meas_of = cur,
+                                         .dense_only = a->one_island};
         err = gm_gradsync_auto_choose(&in, &o);
     }
     free(l);

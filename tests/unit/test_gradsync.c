@@ -1069,6 +1069,18 @@ static void test_measured_cost(void)
     GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &o, &fp32, in.compute_s, 0, 20), -1);
     GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &o, &fp32, in.compute_s, 0, 21), -1);
 
+    /* 20 ms measured: even fp16 (10 ms) is over the budget, so PowerSGD would be picked;
+     * dense_only (one LAN island): fp16, the cheapest dense codec, and never another */
+    in.meas_s = 0.020;
+    GM_CHECK_OK(gm_gradsync_auto_choose(&in, &o));
+    GM_CHECK(o.pick.kind != GM_GRADSYNC_KIND_DENSE);
+    in.dense_only = true;
+    GM_CHECK_OK(gm_gradsync_auto_choose(&in, &o));
+    GM_CHECK_EQ(o.pick.id, GM_JOB_CODEC_FP16);
+    for (int i = 2; i < GM_GRADSYNC_AUTO_NCAND; i++)
+        GM_CHECK(!o.cand[i].fits);
+    in.dense_only = false;
+
     /* uncapped: nothing taken, a small wait: fp32 */
     in.meas_s = gm_gradsync_cpu_taken(0.060, 0.190, 0);
     GM_CHECK_OK(gm_gradsync_auto_choose(&in, &o));
