@@ -1304,7 +1304,8 @@ double gm_gradsync_cpu_taken(double loop_cpu_s, double trainer_cpu_s, double tra
 
 int gm_gradsync_auto_choose(const struct gm_gradsync_auto_in *in, struct gm_gradsync_auto_out *out)
 {
-    double frac, budget, est16 = 0, est8 = 0, measured_est, meas_per_byte = 0;
+    double frac, budget, est16 = 0, est8 = 0, measured_est, meas_per_byte = 0, meas_own = 0;
+    int meas_idx = -1;
     uint32_t max_h;
     int best = -1, cheapest = 0, err;
 
@@ -1321,7 +1322,14 @@ int gm_gradsync_auto_choose(const struct gm_gradsync_auto_in *in, struct gm_grad
         (err = diloco_sync_est(in, GM_JOB_CODEC_DILOCO8, &est8)) < 0)
         return err;
     measured_est = in->sync_codec == GM_CODEC_Q8 ? est8 : est16;
-    if (in->meas_s > 0 && isfinite(in->meas_s) && in->meas_of != NULL) {
+    if (in->meas_s > 0 && isfinite(in->meas_s) && in->meas_of != NULL &&
+        in->meas_of->kind != GM_GRADSYNC_KIND_DENSE) {
+        /* PowerSGD's or DiLoCo's measured cost is its own (compression on the trainer, a
+         * baseline of the loop's other work that its few bytes would multiply): it prices
+         * that candidate alone */
+        meas_idx = gm_gradsync_auto_index(in->meas_of);
+        meas_own = in->meas_s;
+    } else if (in->meas_s > 0 && isfinite(in->meas_s) && in->meas_of != NULL) {
         /* the measured cost per byte of what ran: TLS, summing and copies go by the bytes */
         struct gm_gradsync_strategy mo = *in->meas_of;
         struct gm_gradsync_cost mc;
@@ -1381,7 +1389,8 @@ int gm_gradsync_auto_choose(const struct gm_gradsync_auto_in *in, struct gm_grad
             c->comm_s = sync_s > lag * in->compute_s ? (sync_s - lag * in->compute_s) / h : 0;
         }
         /* the measured part, which no overlap hides: the CPU it takes is the trainer's */
-        c->meas_s = meas_per_byte * (double)cost.step_bytes;
+        c->meas_s = meas_idx >= 0 ? (i == meas_idx ? meas_own : 0)
+                                  : meas_per_byte * (double)cost.step_bytes;
         c->comm_s += c->meas_s;
         c->step_s = in->compute_s + c->comm_s;
         c->fits = c->comm_s <= budget * (1 + 1e-9);
@@ -1424,7 +1433,7 @@ int gm_gradsync_auto_choose(const struct gm_gradsync_auto_in *in, struct gm_grad
                      "%s: nothing keeps communication under %.0f%% of compute; this is the "
                      "fastest step (%.2f ms for %.2f ms of compute)",
                      label, frac * 100, out->cand[best].step_s * 1e3, in->compute_s * 1e3);
-        if (meas_per_byte > 0) {
+        if (meas_per_byte > 0 || meas_own > 0) {
             size_t len = strlen(out->reason);
             snprintf(out->reason + len, sizeof(out->reason) - len,
                      "; of it %.2f ms measured on the ranks (%.2f ms for the running codec)",

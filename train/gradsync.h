@@ -361,8 +361,13 @@ struct gm_gradsync_auto_in {
      * encoding, on the loop thread) took from the trainer on a capped or busy host
      * (gm_gradsync_cpu_taken), and, where links are given as free (one LAN island, whose
      * bucketed all-reduce overlaps backward: the probe knows neither), the trainer's wait for
-     * it too.  Each candidate pays it scaled by its bytes per step against meas_of's
-     * (gm_gradsync_estimate's step_bytes): half the bytes, half the TLS and summing. */
+     * it too.  Measured on a dense codec, each candidate pays it scaled by its bytes per step
+     * against meas_of's (gm_gradsync_estimate's step_bytes): half the bytes, half the TLS and
+     * summing (measured on the capped fine-tune pair: fp16 took 37% less than fp32, not 50%,
+     * so the rule errs towards leaving fp32 and, with the hysteresis, against coming back).
+     * Measured on PowerSGD or DiLoCo, it prices that candidate alone: their compression
+     * runs on the trainer and the loop's own baseline work (~7 ms a step on a capped host
+     * with no collective at all) would be multiplied by their small bytes. */
     double meas_s;
     const struct gm_gradsync_strategy *meas_of; /* what ran while meas_s was measured */
     /* only the dense codecs (fp32, fp16) are candidates; the others never fit and are never

@@ -1081,6 +1081,20 @@ static void test_measured_cost(void)
         GM_CHECK(!o.cand[i].fits);
     in.dense_only = false;
 
+    /* measured on PowerSGD (7 ms: its compression, the loop's baseline): its own cost, not
+     * scaled to fp32's bytes (which would price fp32 at seconds) */
+    {
+        struct gm_gradsync_strategy ps;
+        GM_CHECK_OK(gm_gradsync_strategy_of(GM_JOB_CODEC_POWERSGD, NULL, &ps));
+        in.meas_of = &ps;
+        in.meas_s = 0.007;
+        GM_CHECK_OK(gm_gradsync_auto_choose(&in, &o));
+        GM_CHECK_NEAR(o.cand[2].meas_s, 0.007, 1e-12, 1e-9);
+        GM_CHECK_EQ(o.cand[0].meas_s, 0.0);
+        GM_CHECK_EQ(o.pick.id, GM_JOB_CODEC_FP32);
+        in.meas_of = &fp32;
+    }
+
     /* uncapped: nothing taken, a small wait: fp32 */
     in.meas_s = gm_gradsync_cpu_taken(0.060, 0.190, 0);
     GM_CHECK_OK(gm_gradsync_auto_choose(&in, &o));
