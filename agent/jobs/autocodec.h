@@ -33,12 +33,16 @@
  *   out of rank 0's measured compute (which holds it).  In a group that is one LAN island
  *   (every pair lan) the links are not priced at all: the bucketed all-reduce overlaps
  *   backward, which neither the probe nor PING sees, so the codec is priced on the measured
- *   cost alone: the least wait for the collective of any rank plus the most compute taken.
- *   Such a group starts at fp32 (below, and job_codec.c) and switches only on measurements:
+ *   cost alone: the least wait for the collective of any rank plus the most compute taken,
+ *   and only among fp32 and fp16 (gm_gradsync_auto_in.dense_only: a dense all-reduce's cost
+ *   does not predict PowerSGD's, whose compression and blocking all-reduces run on the
+ *   trainer).  Such a group starts at fp32 (job_codec.c) and switches only on measurements:
  *   with the hysteresis above, fp32 is left when its measured cost is over 1.5 x the budget
- *   (30% of compute), for the first codec that fits (fp16: half the bytes, half the TLS and
- *   summing), and the same rank-0-step switch rules apply.  On an uncapped host with a spare
- *   core the compute taken is ~0 and a fast LAN's wait small: fp32 stays.
+ *   (30% of compute), for fp16 (half the bytes: half the TLS and summing), and the same
+ *   rank-0-step switch rules apply.  On an uncapped host with a spare core the compute taken
+ *   is ~0 and a fast LAN's wait small: fp32 stays.  The loop's other work (heartbeats, link
+ *   stats: ~7 ms a step on a 0.5-core host with no collective) is counted as the
+ *   collective's: a small overestimate.
  * - Compute: one training step of the job's model (forward, loss, backward) at the per-rank
  *   batch (above 256 samples: at 256, scaled linearly, so that the loop, which the timing
  *   blocks, answers a submit well within the CLI's 10 s even for large batches) on random
