@@ -1335,8 +1335,8 @@ int gm_gradsync_auto_choose(const struct gm_gradsync_auto_in *in, struct gm_grad
         struct gm_gradsync_cost mc;
         if (gm_gradsync_groups_hier(in->groups, in->world) && mo.codec != GM_CODEC_Q8)
             mo.algo = GM_COLL_HIER;
-        if ((err = gm_gradsync_estimate_groups(&mo, in->m, in->world, in->links, in->groups,
-                                               &mc)) < 0)
+        if ((err = gm_gradsync_estimate_groups(&mo, in->m, in->world, in->links, in->groups, &mc)) <
+            0)
             return err;
         if (mc.step_bytes > 0)
             meas_per_byte = in->meas_s / (double)mc.step_bytes;

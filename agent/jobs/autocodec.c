@@ -276,8 +276,8 @@ int gm_autoswitch_decide(struct gm_autoswitch *a, const struct gm_gradsync_strat
      * compute is the rest (never under half: a measure gone wrong does not price the step
      * at nothing) */
     if (compute_s > 0 && a->costed[0])
-        compute = compute_s - a->cpu_s[0] > 0.5 * compute_s ? compute_s - a->cpu_s[0]
-                                                             : 0.5 * compute_s;
+        compute =
+            compute_s - a->cpu_s[0] > 0.5 * compute_s ? compute_s - a->cpu_s[0] : 0.5 * compute_s;
     if (!(compute > 0))
         return 0; /* nothing timed at submit, no step measured yet */
     for (int r = 0; r < w; r++) {

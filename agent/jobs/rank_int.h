@@ -111,19 +111,19 @@ struct gm_rank {
     struct req *submitted, **submitted_tail; /* overlap: heap reqs, until wait */
     int submit_err;
     uint32_t synced_gen;
-    struct gm_gradsync *gs; /* owned */
-    int trainer_sched_fd;   /* this thread's /proc/.../schedstat (-1: none) */
-    uint64_t wait_delay_ns; /* its and the loop's run delay inside collective waits since the
-                             * last step (rank.c wait_done) */
+    struct gm_gradsync *gs;    /* owned */
+    int trainer_sched_fd;      /* this thread's /proc/.../schedstat (-1: none) */
+    uint64_t wait_delay_ns;    /* its and the loop's run delay inside collective waits since the
+                                * last step (rank.c wait_done) */
     uint64_t wait_loop_cpu_ns; /* the loop thread's CPU time inside those waits (the trainer
                                 * slept: taken from nobody) */
     /* the schedstat readings at the last step's end (cpu_taken: gm_gradsync_cpu_taken over
      * each step); sched_ok: they were read */
     uint64_t sched_loop_run, sched_tr_run, sched_tr_delay;
     bool sched_ok;
-    long taken_n; /* steps in prog.cpu_taken_s since the group or codec began */
-    int fit_epoch;          /* the epoch last logged */
-    struct {                /* this epoch's step time, summed: event=step-split */
+    long taken_n;  /* steps in prog.cpu_taken_s since the group or codec began */
+    int fit_epoch; /* the epoch last logged */
+    struct {       /* this epoch's step time, summed: event=step-split */
         long steps;
         double compute_s, data_s, collective_s, optimizer_s, cpu_taken_s;
     } split;

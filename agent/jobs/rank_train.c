@@ -502,9 +502,9 @@ static void hook_step(void *ctx, const struct gm_train_step_info *si)
             td >= rk->sched_tr_delay) {
             uint64_t loop = lr - rk->sched_loop_run;
             loop = loop > rk->wait_loop_cpu_ns ? loop - rk->wait_loop_cpu_ns : 0;
-            taken = gm_gradsync_cpu_taken((double)loop * 1e-9,
-                                          (double)(tr - rk->sched_tr_run) * 1e-9,
-                                          (double)(td - rk->sched_tr_delay) * 1e-9);
+            taken =
+                gm_gradsync_cpu_taken((double)loop * 1e-9, (double)(tr - rk->sched_tr_run) * 1e-9,
+                                      (double)(td - rk->sched_tr_delay) * 1e-9);
         }
         rk->sched_loop_run = lr;
         rk->sched_tr_run = tr;

@@ -224,9 +224,9 @@ static void test_wire(void)
         "{\"samples\":1.5,\"step_s\":0.01,\"coll_s\":0}",       /* not an integer */
         "{\"samples\":5,\"step_s\":0.01,\"coll_s\":0.002,\"stall_s\":0.003}", /* > coll */
         "{\"samples\":5,\"step_s\":0.01,\"coll_s\":0.002,\"stall_s\":-1}",    /* negative */
-        "{\"samples\":5,\"step_s\":0.01,\"coll_s\":0.002,\"x\":0.001}", /* not stall_s */
-        "{\"samples\":5,\"step_s\":0.01,\"coll_s\":0.002,\"cpu_s\":0.01}", /* a whole step */
-        "{\"samples\":5,\"step_s\":0.01,\"coll_s\":0.002,\"cpu_s\":-1}",   /* negative */
+        "{\"samples\":5,\"step_s\":0.01,\"coll_s\":0.002,\"x\":0.001}",       /* not stall_s */
+        "{\"samples\":5,\"step_s\":0.01,\"coll_s\":0.002,\"cpu_s\":0.01}",    /* a whole step */
+        "{\"samples\":5,\"step_s\":0.01,\"coll_s\":0.002,\"cpu_s\":-1}",      /* negative */
         "{\"samples\":5,\"step_s\":0.01,\"coll_s\":0.002,\"cpu_s\":\"1\"}", /* a string */
         "{\"samples\":5,\"step_s\":0.01,\"coll_s\":0,\"stall_s\":0,\"cpu_s\":0,\"x\":0}",
         "\"fast\"",

@@ -1028,8 +1028,8 @@ static void test_measured_cost(void)
     struct gm_gradsync_strategy fp32;
     struct gm_gradsync_auto_out o;
     struct gm_gradsync_switch sw = {0};
-    struct gm_gradsync_auto_in in = {.m = m, .world = 2, .links = links, .compute_s = 0.020,
-                                     .meas_of = &fp32};
+    struct gm_gradsync_auto_in in = {
+        .m = m, .world = 2, .links = links, .compute_s = 0.020, .meas_of = &fp32};
 
     /* 0.5 core: the trainer ran 190 ms of CPU in a 500 ms step, the loop 60 ms outside the
      * waits: (190 + 60) / 500 = 0.5 cores, so the loop's 60 ms cost the trainer 120 ms */
