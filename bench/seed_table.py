@@ -67,6 +67,11 @@ def split(paths):
       slowest    of allreduce + after, the part spent waiting for the slowest rank, estimated as
                  this rank's allreduce + after minus the least of any rank of the row (the
                  slowest rank waits least; what it waits is the link's): an estimate
+      taken      of compute, what the rank's collective took from its trainer: the loop
+                 thread's CPU for it (TLS, summing) inside the host's cap (cpu_taken_s, agents
+                 that log it; codec = auto prices it: agent/jobs/autocodec.h)
+      switches   codec = auto's switches announced by this rank (the coordinator): at which
+                 step, to what (event=codec-switch-announce)
       diloco     (DiLoCo only) the H and lag this rank ran (event=diloco: after the cut to 8
                  rounds in the run, so possibly below the codec column's; each in turn where
                  auto re-sized H mid-run), and what its syncs blocked the trainer: syncs,
@@ -84,6 +89,11 @@ def split(paths):
                 r['steps'] += int(d['steps'])
                 for k in ('compute_s', 'data_s', 'collective_s', 'optimizer_s'):
                     r[k] += float(d[k])
+                if 'cpu_taken_s' in d:
+                    r['taken_s'] = r.get('taken_s', 0.0) + float(d['cpu_taken_s'])
+            elif 'event=codec-switch-announce ' in line:
+                d = kv(line)
+                r.setdefault('switches', []).append(f'{d.get("codec")} at step {d.get("step")}')
             elif 'event=diloco ' in line:
                 d = kv(line)  # DiLoCo as this rank runs it: H after the cap, the lag
                 h = f'H={d.get("local_steps")} lag={d.get("lag")}'
@@ -107,6 +117,8 @@ def split(paths):
                    'allreduce': r['collective_s'] / n * 1e3,
                    'after': r['optimizer_s'] / n * 1e3,
                    'slowest': (r['collective_s'] + r['optimizer_s'] - least) / n * 1e3}
+        if 'taken_s' in r:
+            r['ms']['taken'] = r['taken_s'] / n * 1e3
     return out
 
 
@@ -122,6 +134,10 @@ def split_lines(row):
                 f'+ optimizer and after {m["after"]:.0f}')
         if len(row['split']) > 1:
             line += f' (of these two, waiting for the slowest rank ~{m["slowest"]:.0f})'
+        if 'taken' in m:
+            line += f'; of compute, taken by the collective\'s CPU ~{m["taken"]:.0f}'
+        if r.get('switches'):
+            line += '; codec switched to ' + ', '.join(r['switches'])
         dl = r.get('diloco')
         if dl and dl['syncs'] > 0:
             line += (f'; DiLoCo {r.get("diloco_h", "")} '

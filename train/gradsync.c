@@ -1297,9 +1297,21 @@ static int diloco_sync_est(const struct gm_gradsync_auto_in *in, enum gm_job_cod
     return 0;
 }
 
+double gm_gradsync_cpu_taken(double loop_cpu_s, double trainer_cpu_s, double trainer_delay_s)
+{
+    double taken;
+
+    if (!(loop_cpu_s > 0) || !(trainer_cpu_s > 0) || !(trainer_delay_s > 0) ||
+        !isfinite(loop_cpu_s) || !isfinite(trainer_cpu_s) || !isfinite(trainer_delay_s))
+        return 0;
+    taken = loop_cpu_s * (trainer_cpu_s + trainer_delay_s) / (trainer_cpu_s + loop_cpu_s);
+    return taken < trainer_delay_s ? taken : trainer_delay_s;
+}
+
 int gm_gradsync_auto_choose(const struct gm_gradsync_auto_in *in, struct gm_gradsync_auto_out *out)
 {
-    double frac, budget, est16 = 0, est8 = 0, measured_est;
+    double frac, budget, est16 = 0, est8 = 0, measured_est, meas_per_byte = 0, meas_own = 0;
+    int meas_idx = -1;
     uint32_t max_h;
     int best = -1, cheapest = 0, err;
 
@@ -1316,6 +1328,25 @@ int gm_gradsync_auto_choose(const struct gm_gradsync_auto_in *in, struct gm_grad
         (err = diloco_sync_est(in, GM_JOB_CODEC_DILOCO8, &est8)) < 0)
         return err;
     measured_est = in->sync_codec == GM_CODEC_Q8 ? est8 : est16;
+    if (in->meas_s > 0 && isfinite(in->meas_s) && in->meas_of != NULL &&
+        in->meas_of->kind != GM_GRADSYNC_KIND_DENSE) {
+        /* PowerSGD's or DiLoCo's measured cost is its own (compression on the trainer, a
+         * baseline of the loop's other work that its few bytes would multiply): it prices
+         * that candidate alone */
+        meas_idx = gm_gradsync_auto_index(in->meas_of);
+        meas_own = in->meas_s;
+    } else if (in->meas_s > 0 && isfinite(in->meas_s) && in->meas_of != NULL) {
+        /* the measured cost per byte of what ran: TLS, summing and copies go by the bytes */
+        struct gm_gradsync_strategy mo = *in->meas_of;
+        struct gm_gradsync_cost mc;
+        if (gm_gradsync_groups_hier(in->groups, in->world) && mo.codec != GM_CODEC_Q8)
+            mo.algo = GM_COLL_HIER;
+        if ((err = gm_gradsync_estimate_groups(&mo, in->m, in->world, in->links, in->groups, &mc)) <
+            0)
+            return err;
+        if (mc.step_bytes > 0)
+            meas_per_byte = in->meas_s / (double)mc.step_bytes;
+    }
     for (int i = 0; i < GM_GRADSYNC_AUTO_NCAND; i++) {
         struct gm_gradsync_auto_cand *c = &out->cand[i];
         struct gm_gradsync_cost cost;
@@ -1363,8 +1394,16 @@ int gm_gradsync_auto_choose(const struct gm_gradsync_auto_in *in, struct gm_grad
             double h = c->s.local_steps, lag = gm_gradsync_diloco_lag(c->s.local_steps);
             c->comm_s = sync_s > lag * in->compute_s ? (sync_s - lag * in->compute_s) / h : 0;
         }
+        /* the measured part, which no overlap hides: the CPU it takes is the trainer's */
+        c->meas_s = meas_idx >= 0 ? (i == meas_idx ? meas_own : 0)
+                                  : meas_per_byte * (double)cost.step_bytes;
+        c->comm_s += c->meas_s;
         c->step_s = in->compute_s + c->comm_s;
         c->fits = c->comm_s <= budget * (1 + 1e-9);
+        if (in->dense_only && c->s.kind != GM_GRADSYNC_KIND_DENSE) {
+            c->fits = false;
+            continue; /* not a candidate: neither the pick nor the cheapest */
+        }
         /* overlapped 16-bit deltas whose sync the lag does not hide even at the H cap: 8-bit
          * deltas (next) halve the bytes; the uncovered wait, though within the budget, is
          * what kept 2 agents at 5 Mbit/s at 1.32x one (docs/BENCHMARKS.md) */
@@ -1400,6 +1439,12 @@ int gm_gradsync_auto_choose(const struct gm_gradsync_auto_in *in, struct gm_grad
                      "%s: nothing keeps communication under %.0f%% of compute; this is the "
                      "fastest step (%.2f ms for %.2f ms of compute)",
                      label, frac * 100, out->cand[best].step_s * 1e3, in->compute_s * 1e3);
+        if (meas_per_byte > 0 || meas_own > 0) {
+            size_t len = strlen(out->reason);
+            snprintf(out->reason + len, sizeof(out->reason) - len,
+                     "; of it %.2f ms measured on the ranks (%.2f ms for the running codec)",
+                     out->cand[best].meas_s * 1e3, in->meas_s * 1e3);
+        }
         if (out->pick.kind == GM_GRADSYNC_KIND_DILOCO && out->pick.overlap &&
             gm_gradsync_diloco_lag(out->pick.local_steps) * in->compute_s <
                 out->sync_s * (1 - 1e-9)) {

@@ -48,6 +48,12 @@
  *    and ended 8.6 points below synchronous training, its Nesterov step overshooting
  *    (docs/BENCHMARKS.md, "A codec for the short fine-tune").  The price is a sync that the
  *    shorter round's lag hides less of: in a short run accuracy is worth more than speed.
+ *  - the measured cost (in->meas_s, issue 21): what the running strategy's collective costs a
+ *    step beyond the links, as the ranks measured it (the compute its CPU work took from the
+ *    trainer of a capped host, gm_gradsync_cpu_taken; for one LAN island, whose links are
+ *    given as free, the wait for it too), is added to every candidate's communication in
+ *    proportion to its bytes a step (fp16: half of fp32's).  No overlap hides it: on a capped
+ *    host the loop's TLS and summing run inside the trainer's cores.
  *  - too_slow: even DiLoCo at max_h does not fit, or the predicted speed of world agents is
  *    below one agent's (world * compute / step < 1): the caller warns that the link does not
  *    help.  The pick is then still the cheapest-step candidate.
@@ -356,6 +362,25 @@ struct gm_gradsync_auto_in {
     enum gm_codec sync_codec; /* the deltas' wire codec of the DiLoCo that sync_s timed:
                                * GM_CODEC_Q8 for diloco8, anything else reads as fp16; the
                                * other width's sync is sync_s x the links' ratio of the two */
+    /* What the running strategy's collective costs a step beyond what the links price, as
+     * measured on the ranks (0: nothing measured): the compute its CPU work (TLS, summing,
+     * encoding, on the loop thread) took from the trainer on a capped or busy host
+     * (gm_gradsync_cpu_taken), and, where links are given as free (one LAN island, whose
+     * bucketed all-reduce overlaps backward: the probe knows neither), the trainer's wait for
+     * it too.  Measured on a dense codec, each candidate pays it scaled by its bytes per step
+     * against meas_of's (gm_gradsync_estimate's step_bytes): half the bytes, half the TLS and
+     * summing (measured on the capped fine-tune pair: fp16 took 37% less than fp32, not 50%,
+     * so the rule errs towards leaving fp32 and, with the hysteresis, against coming back).
+     * Measured on PowerSGD or DiLoCo, it prices that candidate alone: their compression
+     * runs on the trainer and the loop's own baseline work (~7 ms a step on a capped host
+     * with no collective at all) would be multiplied by their small bytes. */
+    double meas_s;
+    const struct gm_gradsync_strategy *meas_of; /* what ran while meas_s was measured */
+    /* only the dense codecs (fp32, fp16) are candidates; the others never fit and are never
+     * the cheapest: where the price is the measured cost alone (one LAN island), theirs does
+     * not follow from a dense all-reduce's by the bytes (PowerSGD's compression and its
+     * blocking all-reduces run on the trainer; DiLoCo changes the optimizer) */
+    bool dense_only;
 };
 
 #define GM_GRADSYNC_AUTO_NCAND 5
@@ -363,6 +388,7 @@ struct gm_gradsync_auto_in {
 struct gm_gradsync_auto_cand {
     struct gm_gradsync_strategy s; /* diloco: H as sized to the link */
     double comm_s, step_s;         /* predicted per step */
+    double meas_s;                 /* of comm_s: in->meas_s scaled by the bytes (0: none) */
     double sync_s;                 /* diloco: one sync as priced (0 for the others) */
     bool fits;                     /* comm_s <= comm_frac * compute_s */
 };
@@ -462,6 +488,16 @@ uint32_t gm_gradsync_diloco_h(const struct gm_gradsync_strategy *s, long total_s
  * state that the others hold too: DiLoCo's next round boundary (its sync has run, every rank
  * holds the outer parameters), else step itself. */
 long gm_gradsync_switch_step(const struct gm_gradsync *g, long step);
+
+/* The compute a step's collective took from the trainer, in seconds, from one rank's
+ * scheduler statistics over a step (or their averages): loop_cpu_s, the CPU time of the loop
+ * thread that runs the collective; trainer_cpu_s and trainer_delay_s, the trainer thread's CPU
+ * time and its run delay (runnable, not running).  While the trainer is runnable, the process
+ * gets q = (trainer_cpu_s + loop_cpu_s) / (trainer_cpu_s + trainer_delay_s) cores; had the
+ * loop taken nothing, the trainer would have run loop_cpu_s / q sooner.  At most
+ * trainer_delay_s: a trainer that was never held off a core (a spare core ran the loop) lost
+ * nothing to it.  0 for a value that is not finite and positive.  Pure. */
+double gm_gradsync_cpu_taken(double loop_cpu_s, double trainer_cpu_s, double trainer_delay_s);
 
 /* Predicts every candidate and picks one (see the header comment).  0, -EINVAL, -ENOMEM. */
 GM_MUST_CHECK int gm_gradsync_auto_choose(const struct gm_gradsync_auto_in *in,

@@ -129,6 +129,10 @@ struct gm_autoswitch {
     uint64_t *ops;            /* owned, world: its samples (0: none yet) */
     double *sync;             /* owned, world: members' DiLoCo syncs (0: none; [0] unused) */
     uint64_t ops_decided;     /* the sum of ops at the last decision */
+    double *wait_s;           /* owned, world: each rank's wait for the collective a step */
+    double *cpu_s;            /* owned, world: the compute its collective took a step */
+    bool *costed;             /* owned, world: rank r reported those */
+    bool one_island;          /* every pair is lan: priced on the ranks' measurements alone */
     struct gm_gradsync_switch hyst;
     uint32_t seq;   /* switches announced */
     bool pending;   /* seq announced, answers missing */
@@ -142,7 +146,7 @@ int gm_autoswitch_new(const struct gm_job *job, double compute_s, struct gm_auto
     int err;
 
     *out = NULL;
-    if (!(compute_s > 0))
+    if (!(compute_s >= 0) || !isfinite(compute_s))
         return -EINVAL;
     a = calloc(1, sizeof(*a));
     if (a == NULL)
@@ -168,6 +172,9 @@ void gm_autoswitch_free(struct gm_autoswitch *a)
     free(a->ops);
     free(a->sync);
     free(a->answered);
+    free(a->wait_s);
+    free(a->cpu_s);
+    free(a->costed);
     free(a);
 }
 
@@ -177,12 +184,19 @@ void gm_autoswitch_group(struct gm_autoswitch *a, int world, long step)
     free(a->ops);
     free(a->sync);
     free(a->answered);
+    free(a->wait_s);
+    free(a->cpu_s);
+    free(a->costed);
     a->world = world > 0 ? world : 1;
     a->fit = calloc((size_t)a->world, sizeof(*a->fit));
     a->ops = calloc((size_t)a->world, sizeof(*a->ops));
     a->sync = calloc((size_t)a->world, sizeof(*a->sync));
     a->answered = calloc((size_t)a->world, sizeof(*a->answered));
-    if (a->fit == NULL || a->ops == NULL || a->sync == NULL || a->answered == NULL)
+    a->wait_s = calloc((size_t)a->world, sizeof(*a->wait_s));
+    a->cpu_s = calloc((size_t)a->world, sizeof(*a->cpu_s));
+    a->costed = calloc((size_t)a->world, sizeof(*a->costed));
+    if (a->fit == NULL || a->ops == NULL || a->sync == NULL || a->answered == NULL ||
+        a->wait_s == NULL || a->cpu_s == NULL || a->costed == NULL)
         a->world = 0; /* out of memory: no decisions in this group */
     a->ops_decided = 0;
     a->pending = false;
@@ -201,6 +215,21 @@ void gm_autoswitch_sync(struct gm_autoswitch *a, int r, double sync_s)
 {
     if (r >= 1 && r < a->world && sync_s >= 0 && isfinite(sync_s))
         a->sync[r] = sync_s;
+}
+
+void gm_autoswitch_cost(struct gm_autoswitch *a, int r, double wait_s, double cpu_s)
+{
+    if (r < 0 || r >= a->world || !(wait_s >= 0) || !(cpu_s >= 0) || !isfinite(wait_s) ||
+        !isfinite(cpu_s))
+        return;
+    a->wait_s[r] = wait_s;
+    a->cpu_s[r] = cpu_s;
+    a->costed[r] = true;
+}
+
+void gm_autoswitch_one_island(struct gm_autoswitch *a, bool one)
+{
+    a->one_island = one;
 }
 
 bool gm_autoswitch_pending(const struct gm_autoswitch *a, uint32_t *seq)
@@ -234,13 +263,33 @@ int gm_autoswitch_decide(struct gm_autoswitch *a, const struct gm_gradsync_strat
     struct gm_coll_link slow = {0}, hop, *l;
     struct gm_gradsync_auto_out o;
     uint64_t ops = 0;
-    double worst = -1;
+    double worst = -1, taken = 0, wait = -1, meas;
     double compute = compute_s > 0 ? compute_s : a->compute_s;
     int err, pick, lead;
 
     memset(d, 0, sizeof(*d));
     if (w < 2 || a->pending)
         return 0;
+    /* the measured part (autocodec.h, "Measured cost"): the most compute any rank's collective
+     * took from its trainer; in one island also the least any rank waited for it (the slowest
+     * rank waits least: what it waits is the collective's, not another rank's lateness) */
+    for (int r = 0; r < w; r++) {
+        if (!a->costed[r])
+            continue;
+        if (a->cpu_s[r] > taken)
+            taken = a->cpu_s[r];
+        if (wait < 0 || a->wait_s[r] < wait)
+            wait = a->wait_s[r];
+    }
+    meas = taken + (a->one_island && wait > 0 ? wait : 0);
+    /* rank 0's measured compute holds what its collective took from it: the trainer's own
+     * compute is the rest (never under half: a measure gone wrong does not price the step
+     * at nothing) */
+    if (compute_s > 0 && a->costed[0])
+        compute =
+            compute_s - a->cpu_s[0] > 0.5 * compute_s ? compute_s - a->cpu_s[0] : 0.5 * compute_s;
+    if (!(compute > 0))
+        return 0; /* nothing timed at submit, no step measured yet */
     for (int r = 0; r < w; r++) {
         /* the slowest rank's fit: the one predicting the longest fp32 all-reduce */
         double t;
@@ -254,8 +303,8 @@ int gm_autoswitch_decide(struct gm_autoswitch *a, const struct gm_gradsync_strat
         }
     }
     if (worst < 0 || ops == a->ops_decided)
-        return 0; /* nothing new since the last decision */
-    const double sync0 = sync_s; /* rank 0's, for the log */
+        return 0;                             /* nothing new since the last decision */
+    const double sync0 = sync_s;              /* rank 0's, for the log */
     for (int r = 1; sync_s > 0 && r < w; r++) /* the sync's critical path: the longest */
         if (a->sync[r] > sync_s)
             sync_s = a->sync[r];
@@ -265,7 +314,7 @@ int gm_autoswitch_decide(struct gm_autoswitch *a, const struct gm_gradsync_strat
     if (l == NULL)
         return -ENOMEM;
     for (int i = 0; i < w * w; i++)
-        l[i] = i / w == i % w                              ? (struct gm_coll_link){0, 1e15}
+        l[i] = i / w == i % w || a->one_island             ? (struct gm_coll_link){0, 1e15}
                : links != NULL && links[i].bytes_per_s > 0 ? links[i]
                                                            : hop;
     {
@@ -279,7 +328,10 @@ int gm_autoswitch_decide(struct gm_autoswitch *a, const struct gm_gradsync_strat
                                           * sized from then, not the fitted links */
                                          .sync_s =
                                              cur->kind == GM_GRADSYNC_KIND_DILOCO ? sync_s : 0,
-                                         .sync_codec = cur->codec};
+                                         .sync_codec = cur->codec,
+                                         .meas_s = meas,
+                                         .meas_of = cur,
+                                         .dense_only = a->one_island};
         err = gm_gradsync_auto_choose(&in, &o);
     }
     free(l);
@@ -317,16 +369,23 @@ int gm_autoswitch_decide(struct gm_autoswitch *a, const struct gm_gradsync_strat
                      sync_s <= 0                 ? "the fitted link"
                      : d->to.codec == cur->codec ? "measured"
                                                  : "measured at the other width, scaled",
-                     sync0 * 1e3,
-                     gm_gradsync_diloco_lag(d->to.local_steps), compute * 1e3,
+                     sync0 * 1e3, gm_gradsync_diloco_lag(d->to.local_steps), compute * 1e3,
                      gm_gradsync_diloco_lag(d->to.local_steps) * compute * 1e3, from,
                      gm_gradsync_diloco_lag(cur->local_steps) * compute * 1e3);
+        else if (a->one_island)
+            snprintf(d->why, sizeof(d->why),
+                     "%s: predicted %.2f ms of communication per %.2f ms step of compute, as "
+                     "measured on the ranks of one LAN island (%s: %.2f ms, of it %.2f ms of "
+                     "compute its CPU work took from the trainer), scaled by the bytes",
+                     to, o.cand[pick].comm_s * 1e3, compute * 1e3, from, c->comm_s * 1e3,
+                     taken * 1e3);
         else
             snprintf(d->why, sizeof(d->why),
                      "%s: predicted %.2f ms of communication per %.2f ms step of compute on the "
-                     "fitted link (%.3f ms, %.2f Mbit/s a hop); %s would take %.2f ms",
+                     "fitted link (%.3f ms, %.2f Mbit/s a hop) and %.2f ms of compute measured "
+                     "taken by the collective's CPU work; %s would take %.2f ms",
                      to, o.cand[pick].comm_s * 1e3, compute * 1e3, hop.alpha_s * 1e3,
-                     hop.bytes_per_s * 8e-6, from, c->comm_s * 1e3);
+                     hop.bytes_per_s * 8e-6, o.cand[pick].meas_s * 1e3, from, c->comm_s * 1e3);
     }
     a->pending = true;
     memset(a->answered, 0, (size_t)w * sizeof(*a->answered));

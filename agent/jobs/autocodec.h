@@ -11,7 +11,8 @@
  *   0's is read here, the members' come in JOB_REPORT "fit" once a second); on every tick with
  *   new samples the coordinator builds the links from the slowest rank's fit
  *   (gm_gradsync_ab_hop) for the pairs that are not lan, the link layer's measurements for
- *   the lan pairs, and runs the same auto_choose with rank 0's measured compute per step
+ *   the lan pairs (none in one island: "Measured cost" below), adds the ranks' measured cost,
+ *   and runs the same auto_choose with rank 0's measured compute per step
  *   (an average of the trainer's own step times: the timing at submit, one moment on a
  *   machine whose load changes, stands in only until steps are measured); the hysteresis is
  *   gm_gradsync_switch_decide's (train/gradsync.h).  A switch is announced
@@ -22,6 +23,26 @@
  *   will (agent/jobs/rank.h gm_rank_switch); a member already past that step answers
  *   "switch-late" and the group is re-formed with the new codec instead (a resync from rank
  *   0's state: slower, still consistent).
+ * - Measured cost (issue 21): what the running collective costs the step beyond the links, as
+ *   the ranks measure it (agent/jobs/rank.h cpu_taken_s, coll_s; members send it in JOB_REPORT
+ *   "fit"'s speed), is priced on every candidate in proportion to its bytes a step
+ *   (gm_gradsync_auto_in.meas_s): on a host whose CPU is capped (or busy), the loop thread's
+ *   TLS, summing and copies for the all-reduce run inside the same cores as the trainer, so
+ *   each CPU second of it is compute the trainer does not get (gm_gradsync_cpu_taken: 0 where
+ *   a spare core ran it).  The most any rank lost is added to the links' estimate, and taken
+ *   out of rank 0's measured compute (which holds it).  In a group that is one LAN island
+ *   (every pair lan) the links are not priced at all: the bucketed all-reduce overlaps
+ *   backward, which neither the probe nor PING sees, so the codec is priced on the measured
+ *   cost alone: the least wait for the collective of any rank plus the most compute taken,
+ *   and only among fp32 and fp16 (gm_gradsync_auto_in.dense_only: a dense all-reduce's cost
+ *   does not predict PowerSGD's, whose compression and blocking all-reduces run on the
+ *   trainer).  Such a group starts at fp32 (job_codec.c) and switches only on measurements:
+ *   with the hysteresis above, fp32 is left when its measured cost is over 1.5 x the budget
+ *   (30% of compute), for fp16 (half the bytes: half the TLS and summing), and the same
+ *   rank-0-step switch rules apply.  On an uncapped host with a spare core the compute taken
+ *   is ~0 and a fast LAN's wait small: fp32 stays.  The loop's other work (heartbeats, link
+ *   stats: ~7 ms a step on a 0.5-core host with no collective) is counted as the
+ *   collective's: a small overestimate.
  * - Compute: one training step of the job's model (forward, loss, backward) at the per-rank
  *   batch (above 256 samples: at 256, scaled linearly, so that the loop, which the timing
  *   blocks, answers a submit well within the CLI's 10 s even for large batches) on random
@@ -68,8 +89,9 @@ GM_MUST_CHECK int gm_autocodec_model(const struct gm_job *job, int batch, struct
 /* Switching mid-run, on the coordinator (see above).  Opaque; loop thread. */
 struct gm_autoswitch;
 
-/* For job (codec resolved by auto) on world ranks, with the compute timed at submit.  0,
- * -EINVAL, -ENOMEM (then *out is NULL and the job keeps its codec). */
+/* For job (codec resolved by auto) on world ranks, with the compute timed at submit (0: none
+ * was: one LAN island; decisions then wait for rank 0's measured steps).  0, -EINVAL,
+ * -ENOMEM (then *out is NULL and the job keeps its codec). */
 GM_MUST_CHECK int gm_autoswitch_new(const struct gm_job *job, double compute_s,
                                     struct gm_autoswitch **out);
 void gm_autoswitch_free(struct gm_autoswitch *a);
@@ -113,6 +135,13 @@ GM_MUST_CHECK int gm_autoswitch_decide(struct gm_autoswitch *a,
                                        const struct gm_coll_link *links, const int *islands,
                                        long step, double compute_s, double sync_s, long total_steps,
                                        struct gm_autoswitch_decision *d);
+/* Rank r's measured cost of the running collective a step (averaged): wait_s, the trainer's
+ * wait for it (gm_rank_progress.coll_s), and cpu_s, the compute its CPU work took from the
+ * trainer (gm_rank_progress.cpu_taken_s).  Dropped with the group. */
+void gm_autoswitch_cost(struct gm_autoswitch *a, int r, double wait_s, double cpu_s);
+/* Whether every pair of the current group is lan (one island): its codecs are then priced on
+ * the measured cost alone (above), not on links. */
+void gm_autoswitch_one_island(struct gm_autoswitch *a, bool one);
 /* Whether a switch is announced and waits for answers (*seq: its number). */
 bool gm_autoswitch_pending(const struct gm_autoswitch *a, uint32_t *seq);
 /* Member rank r's answer to switch seq: 1 when every member has now answered ok, -1 when one

@@ -30,7 +30,9 @@ static void auto_chosen(struct job *jb, int world, int err, const struct gm_grad
                              isfinite(o->cand[k].comm_s);
         jb->auto_comm_s = jb->have_auto_comm ? o->cand[k].comm_s : 0;
     }
-    if (err == 0 && o->compute_s > 0 && jb->job.comm.auto_resolved &&
+    /* compute_s 0: one LAN island, fp32 without timing; the switches then price the
+     * measured cost (agent/jobs/autocodec.h) from rank 0's measured steps */
+    if (err == 0 && jb->job.comm.auto_resolved &&
         gm_autoswitch_new(&jb->job, o->compute_s, &jb->asw) < 0)
         gm_warn("event=codec-auto-switch-off job=%s: no switching mid-run (out of memory)", jb->id);
     if (err == 0 && o->too_slow)
@@ -43,7 +45,7 @@ static void auto_chosen(struct job *jb, int world, int err, const struct gm_grad
 void jobs_auto_apply(struct job *jb, struct autoreq *r, int status)
 {
     if (status < 0 && r->err == 0)
-        r->err = status; /* fp32, said */
+        r->err = status;        /* fp32, said */
     jb->job.comm = r->job.comm; /* the choice (fp32 at least: never auto past here) */
     if (r->err < 0)
         jb->job.comm.codec = GM_JOB_CODEC_FP32;
@@ -56,8 +58,7 @@ void jobs_auto_apply(struct job *jb, struct autoreq *r, int status)
  * NULL when it is made (no timing needed, or no memory to time it elsewhere), else the request
  * that times the model: the caller runs it on the threadpool and hands its answer to
  * jobs_auto_apply. */
-struct autoreq *jobs_resolve_auto(struct gm_jobs *j, struct job *jb, char (*up)[NODE_LEN],
-                                  size_t n)
+struct autoreq *jobs_resolve_auto(struct gm_jobs *j, struct job *jb, char (*up)[NODE_LEN], size_t n)
 {
     int world = (int)n + 1, err;
     struct gm_coll_link *links = calloc((size_t)world * (size_t)world, sizeof(*links));
@@ -92,8 +93,10 @@ struct autoreq *jobs_resolve_auto(struct gm_jobs *j, struct job *jb, char (*up)[
              * model would price a loaded machine's PING RTT as the link's latency) */
             memset(&o, 0, sizeof(o));
             jb->job.comm.codec = GM_JOB_CODEC_FP32;
+            jb->job.comm.auto_resolved = true; /* switches priced on the ranks' measurements */
             snprintf(jb->codec_reason, sizeof(jb->codec_reason),
-                     "fp32: every link of the group is on a LAN (one island: full precision)");
+                     "fp32: every link of the group is on a LAN (one island: full precision "
+                     "until the ranks' measured steps say its cost is over budget)");
             err = 0;
         } else if (links != NULL && (r = calloc(1, sizeof(*r))) != NULL) {
             /* the model's steps are timed elsewhere: the request owns links and isl */
@@ -164,6 +167,7 @@ void jobs_fit_report_tick(struct gm_jobs *j, struct job *jb)
         m.speed_step_s = p.step_s;
         m.speed_coll_s = p.coll_s;
         m.speed_stall_s = p.stall_s < p.coll_s ? p.stall_s : p.coll_s;
+        m.speed_cpu_s = p.cpu_taken_s >= 0 && p.cpu_taken_s < p.step_s ? p.cpu_taken_s : 0;
     }
     jb->fit_sent_ns = now;
     jb->fit_sent_ops = ops;
@@ -177,18 +181,24 @@ void jobs_fit_report_tick(struct gm_jobs *j, struct job *jb)
     (void)jobs_send_msg(j, jb->coordinator, GM_MSG_JOB_REPORT, &m);
 }
 
-/* Coordinator: the lan pairs' measurements among the current ranks (others 0). */
-static struct gm_coll_link *lan_links(struct gm_jobs *j, struct job *jb)
+/* Coordinator: the lan pairs' measurements among the current ranks (others 0); *all_lan:
+ * every pair is lan (one island). */
+static struct gm_coll_link *lan_links(struct gm_jobs *j, struct job *jb, bool *all_lan)
 {
     const size_t w = jb->world;
     struct gm_coll_link *l = calloc(w * w, sizeof(*l));
 
+    *all_lan = l != NULL;
     for (size_t a = 0; l != NULL && a < w; a++)
         for (size_t b = 0; b < w; b++) {
             double rtt, mbps;
-            if (a == b || j->env.link_is_lan == NULL || j->env.link_measured == NULL ||
-                !j->env.link_is_lan(j->env.agent, jb->ranks[a], jb->ranks[b]))
+            if (a == b)
                 continue;
+            if (j->env.link_is_lan == NULL || j->env.link_measured == NULL ||
+                !j->env.link_is_lan(j->env.agent, jb->ranks[a], jb->ranks[b])) {
+                *all_lan = false;
+                continue;
+            }
             if (j->env.link_measured(j->env.agent, jb->ranks[a], jb->ranks[b], &rtt, &mbps) == 0)
                 l[a * w + b] = (struct gm_coll_link){rtt / 2e3, mbps * 1e6 / 8};
         }
@@ -205,6 +215,7 @@ void jobs_switch_tick(struct gm_jobs *j, struct job *jb)
     struct gm_jobmsg m = {0};
     uint64_t ops;
     long at;
+    bool all_lan;
     int err;
 
     if (jb->asw == NULL || jb->rank == NULL || jb->state != J_RUNNING || jb->world < 2)
@@ -225,12 +236,15 @@ void jobs_switch_tick(struct gm_jobs *j, struct job *jb)
         return; /* rank 0 has not taken the current group yet */
     gm_rank_get_fit(jb->rank, &f, &ops);
     gm_autoswitch_fit(jb->asw, 0, &f, ops);
+    if (p.step_s > 0)
+        gm_autoswitch_cost(jb->asw, 0, p.coll_s, p.cpu_taken_s);
     if (gm_gradsync_strategy_from_job(&jb->job, &cur) < 0)
         return;
     cur.algo = jb->islands != NULL ? GM_COLL_HIER : GM_COLL_RING;
-    links = lan_links(j, jb);
+    links = lan_links(j, jb, &all_lan);
     if (links == NULL)
         return;
+    gm_autoswitch_one_island(jb->asw, all_lan);
     err = gm_autoswitch_decide(jb->asw, &cur, links, jb->islands, p.step, p.compute_s, p.sync_s,
                                p.total_steps, &d);
     free(links);
@@ -308,13 +322,15 @@ void jobs_on_switch_report(struct gm_jobs *j, struct job *jb, const char *node,
 
     if (m->have_speed && m->gen == jb->gen && r >= 1 && r < GM_JOB_SHARES_MAX) /* shares = auto */
         jb->obs[r] = (struct gm_autoshare_obs){m->speed_samples, m->speed_step_s, m->speed_coll_s,
-                                                m->speed_stall_s};
+                                               m->speed_stall_s};
     if (jb->asw == NULL || m->gen != jb->gen || r < 1)
         return;
     if (m->have_fit) {
         struct gm_coll_link f = {m->fit_alpha_s, m->fit_bytes_per_s};
         gm_autoswitch_fit(jb->asw, r, &f, m->fit_ops);
         gm_autoswitch_sync(jb->asw, r, m->fit_sync_s);
+        if (m->have_speed)
+            gm_autoswitch_cost(jb->asw, r, m->speed_coll_s, m->speed_cpu_s);
         return;
     }
     res = gm_autoswitch_answer(jb->asw, r, m->seq, strcmp(m->event, "switch-ok") == 0);
@@ -382,13 +398,13 @@ static double probe_coll_s(struct gm_jobs *j, const struct job *jb, char (*nodes
     const enum gm_job_codec codec = jb->job.comm.codec;
     if (jb->have_auto_comm && gm_job_codec_is_diloco(codec))
         return jb->auto_comm_s;
-    const double bytes = codec == GM_JOB_CODEC_DILOCO8 ? 1
+    const double bytes = codec == GM_JOB_CODEC_DILOCO8                                ? 1
                          : codec == GM_JOB_CODEC_FP16 || codec == GM_JOB_CODEC_DILOCO ? 2
                          : codec == GM_JOB_CODEC_POWERSGD                             ? 0
                                                                                       : 4;
-    const double per_step =
-        gm_job_codec_is_diloco(codec) && jb->job.comm.local_steps > 1 ? jb->job.comm.local_steps
-                                                                       : 1;
+    const double per_step = gm_job_codec_is_diloco(codec) && jb->job.comm.local_steps > 1
+                                ? jb->job.comm.local_steps
+                                : 1;
     double bw = 0, alpha = 0;
     bool known = false;
 
@@ -567,7 +583,7 @@ void jobs_shares_tick(struct gm_jobs *j, struct job *jb)
         return; /* a codec switch first: re-forming now would abandon it */
     gm_rank_get_progress(jb->rank, &p);
     if (p.generation != jb->gen || p.share <= 0 || p.step_s <= 0)
-        return; /* rank 0 has not taken the current group, or no step yet */
+        return;                       /* rank 0 has not taken the current group, or no step yet */
     if (jb->handover_to[0] != '\0') { /* probe_handover: one try, every rank has stepped */
         int err = j->env.hand_chief_to(j->env.agent, jb->handover_to, jb->handover_why);
         if (err < 0)
@@ -604,10 +620,10 @@ void jobs_shares_tick(struct gm_jobs *j, struct job *jb)
         size_t o = 0;
         ob[0] = '\0';
         for (int r = 0; r < w && o + 1 < sizeof(ob); r++) {
-            int k = snprintf(ob + o, sizeof(ob) - o, "%s%d/%.2f/%.2f/%.2f/%.0f/%.0f/%.2f",
-                             r ? "," : "", jb->obs[r].samples, jb->obs[r].step_s * 1e3,
-                             jb->obs[r].coll_s * 1e3, jb->obs[r].stall_s * 1e3, prop[r], sps[r],
-                             over[r] * 1e3);
+            int k =
+                snprintf(ob + o, sizeof(ob) - o, "%s%d/%.2f/%.2f/%.2f/%.0f/%.0f/%.2f", r ? "," : "",
+                         jb->obs[r].samples, jb->obs[r].step_s * 1e3, jb->obs[r].coll_s * 1e3,
+                         jb->obs[r].stall_s * 1e3, prop[r], sps[r], over[r] * 1e3);
             if (k < 0 || (size_t)k >= sizeof(ob) - o)
                 break;
             o += (size_t)k;
@@ -618,8 +634,8 @@ void jobs_shares_tick(struct gm_jobs *j, struct job *jb)
         sl[0] = '\0';
         if (gm_autoshare_plan_for(jb->obs, w, jb->ash.rounds, &pl) >= 0)
             for (int r = 0, q = 0; r < w && (size_t)q + 1 < sizeof(sl); r++) {
-                int k = snprintf(sl + q, sizeof(sl) - (size_t)q, "%s%.2f", r ? ":" : "",
-                                 pl.slow[r]);
+                int k =
+                    snprintf(sl + q, sizeof(sl) - (size_t)q, "%s%.2f", r ? ":" : "", pl.slow[r]);
                 if (k < 0 || (size_t)k >= sizeof(sl) - (size_t)q)
                     break;
                 q += k;

@@ -240,10 +240,10 @@ static int get_fit(json_t *o, struct gm_jobmsg *m)
 }
 
 /* REPORT fit's optional speed {samples >= 1, step_s > 0, 0 <= coll_s <= step_s, and optionally
- * 0 <= stall_s <= coll_s (0 when absent)}. */
+ * 0 <= stall_s <= coll_s and 0 <= cpu_s < step_s (each 0 when absent)}. */
 static int get_speed(json_t *o, struct gm_jobmsg *m)
 {
-    json_t *f = json_object_get(o, "speed"), *a, *b, *c;
+    json_t *f = json_object_get(o, "speed"), *a, *b, *c, *p;
     uint64_t u;
     int err;
 
@@ -252,7 +252,8 @@ static int get_speed(json_t *o, struct gm_jobmsg *m)
     if (!json_is_object(f))
         return GM_ERR_PROTO;
     c = json_object_get(f, "stall_s");
-    if (json_object_size(f) != (c != NULL ? 4u : 3u))
+    p = json_object_get(f, "cpu_s");
+    if (json_object_size(f) != 3u + (c != NULL) + (p != NULL))
         return GM_ERR_PROTO;
     a = json_object_get(f, "step_s");
     b = json_object_get(f, "coll_s");
@@ -263,12 +264,16 @@ static int get_speed(json_t *o, struct gm_jobmsg *m)
     if (c != NULL && (!json_is_number(c) || !isfinite(json_number_value(c)) ||
                       json_number_value(c) < 0 || json_number_value(c) > json_number_value(b)))
         return GM_ERR_PROTO;
+    if (p != NULL && (!json_is_number(p) || !isfinite(json_number_value(p)) ||
+                      json_number_value(p) < 0 || json_number_value(p) >= json_number_value(a)))
+        return GM_ERR_PROTO;
     if ((err = gm_jsonmsg_get_uint(f, "samples", INT_MAX, &u)) < 0)
         return err;
     if (u == 0)
         return GM_ERR_PROTO;
     m->have_speed = true;
     m->speed_stall_s = c != NULL ? json_number_value(c) : 0;
+    m->speed_cpu_s = p != NULL ? json_number_value(p) : 0;
     m->speed_samples = (int)u;
     m->speed_step_s = json_number_value(a);
     m->speed_coll_s = json_number_value(b);
@@ -531,9 +536,10 @@ int gm_jobmsg_encode(uint16_t type, const struct gm_jobmsg *m, char **out, size_
         }
         if (m->have_fit && m->have_speed)
             json_object_set_new(o, "speed",
-                                json_pack("{s:I,s:f,s:f,s:f}", "samples",
+                                json_pack("{s:I,s:f,s:f,s:f,s:f}", "samples",
                                           (json_int_t)m->speed_samples, "step_s", m->speed_step_s,
-                                          "coll_s", m->speed_coll_s, "stall_s", m->speed_stall_s));
+                                          "coll_s", m->speed_coll_s, "stall_s", m->speed_stall_s,
+                                          "cpu_s", m->speed_cpu_s));
         if (m->seq > 0) {
             json_object_set_new(o, "seq", json_integer(m->seq));
             json_object_set_new(o, "step", json_integer(m->step));

@@ -127,6 +127,9 @@ struct gm_jobmsg {
     bool have_speed;
     int speed_samples;
     double speed_step_s, speed_coll_s, speed_stall_s;
+    /* optional (0 when absent): the compute its collective took from its trainer a step,
+     * 0 <= cpu_s < step_s (agent/jobs/rank.h cpu_taken_s; codec = auto prices it) */
+    double speed_cpu_s;
     char state[16]; /* END */
     int code;
     char message[GM_JOB_MSG_MAX]; /* CHECK error, REPORT, END */

@@ -431,17 +431,28 @@ static void withdraw_pending(struct gm_rank *rk)
     rk->pending_tail = &rk->pending;
 }
 
-uint64_t gm_rank_sched_delay_ns(int fd)
+int gm_rank_sched_read(int fd, uint64_t *run, uint64_t *delay)
 {
     char buf[96];
-    unsigned long long run = 0, delay = 0;
+    unsigned long long r = 0, d = 0;
     ssize_t n;
 
+    *run = *delay = 0;
     if (fd < 0 || (n = pread(fd, buf, sizeof(buf) - 1, 0)) <= 0)
-        return 0;
+        return -1;
     buf[n] = '\0';
-    if (sscanf(buf, "%llu %llu", &run, &delay) != 2)
-        return 0;
+    if (sscanf(buf, "%llu %llu", &r, &d) != 2)
+        return -1;
+    *run = r;
+    *delay = d;
+    return 0;
+}
+
+uint64_t gm_rank_sched_delay_ns(int fd)
+{
+    uint64_t run, delay;
+
+    (void)gm_rank_sched_read(fd, &run, &delay);
     return delay;
 }
 
@@ -452,11 +463,16 @@ uint64_t gm_rank_sched_delay_ns(int fd)
  * overlapped bucket during backward, a heartbeat while throttled) are not in the collective's
  * time, and counted over the whole step they ate it whole (a rank at 0.2 core read its
  * collective as all stall, which priced the collective at nothing); at most the wait's wall
- * time (both threads throttled at once count once). */
+ * time (both threads throttled at once count once).  The loop thread's CPU time inside the
+ * wait is counted too (rk->wait_loop_cpu_ns): the trainer slept through it, so the step's
+ * measure of the compute the collective took from the trainer leaves it out. */
 static void wait_done(struct gm_rank *rk, struct req *r)
 {
     const uint64_t d0 = gm_rank_sched_delay_ns(rk->trainer_sched_fd);
-    const uint64_t l0 = gm_rank_sched_delay_ns(rk->loop_sched_fd), t0 = gm_time_mono_ns();
+    uint64_t l0, lc0, t0;
+
+    (void)gm_rank_sched_read(rk->loop_sched_fd, &lc0, &l0);
+    t0 = gm_time_mono_ns();
 
     pthread_mutex_lock(&rk->mu);
     while (!r->done) {
@@ -468,10 +484,12 @@ static void wait_done(struct gm_rank *rk, struct req *r)
     pthread_mutex_unlock(&rk->mu);
     {
         const uint64_t d1 = gm_rank_sched_delay_ns(rk->trainer_sched_fd);
-        const uint64_t l1 = gm_rank_sched_delay_ns(rk->loop_sched_fd),
-                       wall = gm_time_mono_ns() - t0;
-        uint64_t d = (rk->trainer_sched_fd >= 0 && d1 > d0 ? d1 - d0 : 0) +
-                     (rk->loop_sched_fd >= 0 && l1 > l0 ? l1 - l0 : 0);
+        uint64_t l1, lc1, wall, d;
+        (void)gm_rank_sched_read(rk->loop_sched_fd, &lc1, &l1);
+        wall = gm_time_mono_ns() - t0;
+        rk->wait_loop_cpu_ns += lc1 > lc0 ? lc1 - lc0 : 0;
+        d = (rk->trainer_sched_fd >= 0 && d1 > d0 ? d1 - d0 : 0) +
+            (rk->loop_sched_fd >= 0 && l1 > l0 ? l1 - l0 : 0);
         rk->wait_delay_ns += d < wall ? d : wall;
     }
 }

@@ -81,6 +81,12 @@ struct gm_rank_progress {
      * there, so the wall clock alone cannot say whose that time is; this says it is this
      * rank's (agent/jobs/autoshare.h) */
     double stall_s;
+    /* the compute this rank's collective took from its trainer a step: the loop thread's CPU
+     * outside the trainer's waits, as far as the trainer was held off a core meanwhile
+     * (train/gradsync.h gm_gradsync_cpu_taken; 0 on an uncapped host with a spare core),
+     * averaged (a mean over a group's or codec's first 10 steps, then x0.9); what codec =
+     * auto prices beside the links (agent/jobs/autocodec.h) */
+    double cpu_taken_s;
     int rounds;           /* 1: those are DiLoCo's, averaged by rounds (agent/jobs/autoshare.h) */
     int round_folds;      /* and how many rounds are in them (a new one: a new reading) */
     double test_accuracy; /* NAN until evaluated */

@@ -115,14 +115,21 @@ struct gm_rank {
     struct req *submitted, **submitted_tail; /* overlap: heap reqs, until wait */
     int submit_err;
     uint32_t synced_gen;
-    struct gm_gradsync *gs; /* owned */
-    int trainer_sched_fd;   /* this thread's /proc/.../schedstat (-1: none) */
-    uint64_t wait_delay_ns; /* its and the loop's run delay inside collective waits since the
-                             * last step (rank.c wait_done) */
-    int fit_epoch;          /* the epoch last logged */
-    struct {                /* this epoch's step time, summed: event=step-split */
+    struct gm_gradsync *gs;    /* owned */
+    int trainer_sched_fd;      /* this thread's /proc/.../schedstat (-1: none) */
+    uint64_t wait_delay_ns;    /* its and the loop's run delay inside collective waits since the
+                                * last step (rank.c wait_done) */
+    uint64_t wait_loop_cpu_ns; /* the loop thread's CPU time inside those waits (the trainer
+                                * slept: taken from nobody) */
+    /* the schedstat readings at the last step's end (cpu_taken: gm_gradsync_cpu_taken over
+     * each step); sched_ok: they were read */
+    uint64_t sched_loop_run, sched_tr_run, sched_tr_delay;
+    bool sched_ok;
+    long taken_n;  /* steps in prog.cpu_taken_s since the group or codec began */
+    int fit_epoch; /* the epoch last logged */
+    struct {       /* this epoch's step time, summed: event=step-split */
         long steps;
-        double compute_s, data_s, collective_s, optimizer_s;
+        double compute_s, data_s, collective_s, optimizer_s, cpu_taken_s;
     } split;
     bool fit_skip; /* the next counted op waits for rank 0's evaluation or a resync */
     /* shares = auto: this group's step averages (prog.step_s and the rest), and the last
@@ -153,6 +160,9 @@ struct gm_rank {
 /* The run delay (ns: time runnable but not running, field 2) of the thread whose
  * /proc/.../schedstat fd is, 0 where it cannot be read.  Any thread. */
 uint64_t gm_rank_sched_delay_ns(int fd);
+/* Both fields: CPU time (ns: field 1) into *run and run delay into *delay; 0, or -1 (both
+ * then 0) where they cannot be read.  Any thread. */
+int gm_rank_sched_read(int fd, uint64_t *run, uint64_t *delay);
 
 GM_MUST_CHECK int gm_rank_bridge_open(struct gm_rank *rk);
 /* The thread never started: closes the async handle, which frees rk. */

@@ -107,7 +107,8 @@ static int hook_resync(void *ctx, struct gm_train_state *st)
         st->share_n = 0; /* none measured yet: equal */
     }
     /* the step averages start afresh with the group: its shares, and so its steps, differ */
-    rk->prog.step_s = rk->prog.coll_s = rk->prog.stall_s = 0;
+    rk->prog.step_s = rk->prog.coll_s = rk->prog.stall_s = rk->prog.cpu_taken_s = 0;
+    rk->taken_n = 0;
     rk->prog.sync_s = 0; /* another group: other links */
     gm_autoshare_avg_start(&rk->avg);
     rk->prog.share = 0;
@@ -274,6 +275,10 @@ static int maybe_switch(struct gm_rank *rk, struct gm_train_state *st)
         0)
         return err;
     gm_autoshare_avg_switch(&rk->avg); /* a DiLoCo round in progress is not one */
+    pthread_mutex_lock(&rk->mu);
+    rk->prog.cpu_taken_s = 0; /* the new codec's collective takes its own */
+    rk->taken_n = 0;
+    pthread_mutex_unlock(&rk->mu);
     gm_notice("event=codec-switch generation=%u rank=%d step=%ld announced_step=%ld seq=%u "
               "from=\"%s\" to=\"%s\"",
               rk->synced_gen & 0xffff, st->rank, st->step, sw.step, sw.seq, from, to);
@@ -485,8 +490,28 @@ static void hook_step(void *ctx, const struct gm_train_step_info *si)
     /* this step's stalls in its collective: the loop thread's (which runs it) and the
      * trainer's own, woken at its end but not run, each inside the waits (rank.c wait_done) */
     double stall = (double)rk->wait_delay_ns * 1e-9;
+    double taken = 0;
+    uint64_t lr, lrd, tr, td;
 
     rk->wait_delay_ns = 0;
+    /* the compute the collective took from the trainer this step (gm_gradsync_cpu_taken):
+     * the loop's CPU outside the waits, against the trainer's CPU and run delay */
+    if (gm_rank_sched_read(rk->loop_sched_fd, &lr, &lrd) == 0 &&
+        gm_rank_sched_read(rk->trainer_sched_fd, &tr, &td) == 0) {
+        if (rk->sched_ok && lr >= rk->sched_loop_run && tr >= rk->sched_tr_run &&
+            td >= rk->sched_tr_delay) {
+            uint64_t loop = lr - rk->sched_loop_run;
+            loop = loop > rk->wait_loop_cpu_ns ? loop - rk->wait_loop_cpu_ns : 0;
+            taken =
+                gm_gradsync_cpu_taken((double)loop * 1e-9, (double)(tr - rk->sched_tr_run) * 1e-9,
+                                      (double)(td - rk->sched_tr_delay) * 1e-9);
+        }
+        rk->sched_loop_run = lr;
+        rk->sched_tr_run = tr;
+        rk->sched_tr_delay = td;
+        rk->sched_ok = true;
+    }
+    rk->wait_loop_cpu_ns = 0;
 
     stall = stall < coll ? stall : coll;
     if (rk->tb != NULL)
@@ -508,11 +533,12 @@ static void hook_step(void *ctx, const struct gm_train_step_info *si)
     rk->split.data_s += si->data_s;
     rk->split.collective_s += si->collective_s;
     rk->split.optimizer_s += si->optimizer_s;
+    rk->split.cpu_taken_s += taken;
     if (si->epoch_end) {
         gm_info("event=step-split epoch=%d steps=%ld compute_s=%.2f data_s=%.2f collective_s=%.2f "
-                "optimizer_s=%.2f",
+                "optimizer_s=%.2f cpu_taken_s=%.2f",
                 si->epoch, rk->split.steps, rk->split.compute_s, rk->split.data_s,
-                rk->split.collective_s, rk->split.optimizer_s);
+                rk->split.collective_s, rk->split.optimizer_s, rk->split.cpu_taken_s);
         memset(&rk->split, 0, sizeof(rk->split));
     }
     rk->mjob.step = si->step;
@@ -520,6 +546,11 @@ static void hook_step(void *ctx, const struct gm_train_step_info *si)
     rk->mjob.compute_s = si->compute_s;
     rk->prog.compute_s =
         rk->prog.compute_s > 0 ? 0.9 * rk->prog.compute_s + 0.1 * si->compute_s : si->compute_s;
+    /* a plain mean over the first ten steps of a group or codec, then x0.9: what the last
+     * codec's collective took is not carried into the new one's */
+    rk->taken_n++;
+    rk->prog.cpu_taken_s +=
+        (taken - rk->prog.cpu_taken_s) / (rk->taken_n < 10 ? (double)rk->taken_n : 10.0);
     /* what shares = auto reads (agent/jobs/autoshare.h): a group's first steps wait for its
      * resync and warm its buffers, and are left out (else the first decisions,
      * GM_AUTOSHARE_DWELL steps in, still carry them); DiLoCo's steps averaged by rounds */

@@ -131,8 +131,7 @@ static void test_resize(void)
         GM_CHECK_EQ(d.to.local_steps, k == 0 ? 49u : 12u);
         GM_CHECK(d.to.overlap);
         GM_CHECK(d.step > 22 && d.seq == 1);
-        GM_CHECK(strstr(d.why, "(measured at the other width, scaled; rank 0's 180.0 ms)") !=
-                 NULL);
+        GM_CHECK(strstr(d.why, "(measured at the other width, scaled; rank 0's 180.0 ms)") != NULL);
         gm_autoswitch_free(a);
     }
 }
@@ -211,11 +210,77 @@ static void test_codec_table(void)
     GM_CHECK_ERR(gm_gradsync_strategy_of(GM_JOB_CODEC_AUTO, NULL, &all[0]), -EINVAL);
 }
 
+/* The measured cost mid-run (issue 21): a capped pair on one LAN island starts at fp32 (no
+ * timing at submit); rank 0 measures 500 ms a step of compute of which its collective took
+ * 100 ms, rank 1 lost 130 ms, the least wait is 10 ms: fp32 costs 140 ms a step against a
+ * budget of 80 (20% of the trainer's own 400): a switch to fp16 (70 ms) past the hysteresis.
+ * The same with the probe's LAN links given (free) and not one island: the CPU taken alone
+ * moves it.  Uncapped (nothing taken, 10 ms of wait): fp32 stays.  In one island a cost that
+ * fp16 would not fit either (400 ms taken of 900: fp16 200 ms against a budget of 100) still
+ * moves only to fp16, never to PowerSGD or DiLoCo, whose costs the dense one's does not
+ * predict; not one island, to PowerSGD. */
+static void test_measured_switch(void)
+{
+    struct gm_job job;
+    struct gm_autoswitch *a;
+    struct gm_gradsync_strategy cur;
+    struct gm_autoswitch_decision d;
+    const struct gm_coll_link fit = {0.0002, 1e9 / 8};
+    struct gm_coll_link links[4];
+    static const struct {
+        double cpu0, cpu1, compute;
+        bool one_island;
+        int switches;
+        enum gm_job_codec to;
+    } cases[] = {
+        {0.100, 0.130, 0.500, true, 1, GM_JOB_CODEC_FP16},
+        {0.100, 0.130, 0.500, false, 1, GM_JOB_CODEC_FP16},
+        {0, 0, 0.500, true, 0, GM_JOB_CODEC_FP32},
+        {0.400, 0.400, 0.900, true, 1, GM_JOB_CODEC_FP16},
+        {0.400, 0.400, 0.900, false, 1, GM_JOB_CODEC_POWERSGD},
+    };
+
+    job_init(&job, 2);
+    job.comm.codec = GM_JOB_CODEC_FP32;
+    GM_CHECK_OK(gm_gradsync_strategy_from_job(&job, &cur));
+    uniform(links, 2, 0, 10000); /* the probe: 10 Gbit/s, fp32 free on the links */
+    GM_CHECK_ERR(gm_autoswitch_new(&job, -1, &a), -EINVAL);
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        const double c = cases[k].compute;
+        GM_CHECK_OK(gm_autoswitch_new(&job, 0, &a)); /* one island: nothing timed */
+        gm_autoswitch_group(a, 2, 0);
+        gm_autoswitch_one_island(a, cases[k].one_island);
+        /* no measured step yet: no decision */
+        gm_autoswitch_fit(a, 0, &fit, 1);
+        GM_CHECK_EQ(gm_autoswitch_decide(a, &cur, links, NULL, 20, 0, 0, 1000, &d), 0);
+        gm_autoswitch_cost(a, 0, 0.010, cases[k].cpu0);
+        gm_autoswitch_cost(a, 1, 0.060, cases[k].cpu1);
+        gm_autoswitch_cost(a, 1, NAN, 0.5); /* refused: kept as it was */
+        gm_autoswitch_fit(a, 1, &fit, 1);
+        GM_CHECK_EQ(gm_autoswitch_decide(a, &cur, links, NULL, 21, c, 0, 1000, &d), 0);
+        gm_autoswitch_fit(a, 0, &fit, 2);
+        GM_CHECK_EQ(gm_autoswitch_decide(a, &cur, links, NULL, 22, c, 0, 1000, &d),
+                    cases[k].switches);
+        if (cases[k].switches) {
+            GM_CHECK_EQ(d.to.id, cases[k].to);
+            GM_CHECK(d.step > 22 && d.seq == 1);
+            GM_CHECK(strstr(d.why, cases[k].one_island ? "one LAN island"
+                                                       : "taken by the collective") != NULL);
+        }
+        for (int s = 23; !cases[k].switches && s < 30; s++) { /* uncapped: never */
+            gm_autoswitch_fit(a, 0, &fit, (uint64_t)s);
+            GM_CHECK_EQ(gm_autoswitch_decide(a, &cur, links, NULL, s, c, 0, 1000, &d), 0);
+        }
+        gm_autoswitch_free(a);
+    }
+}
+
 int main(void)
 {
     GM_TEST_RUN(test_resolve);
     GM_TEST_RUN(test_resize);
     GM_TEST_RUN(test_resize_longest);
+    GM_TEST_RUN(test_measured_switch);
     GM_TEST_RUN(test_codec_table);
     return gm_test_finish("test_autocodec");
 }

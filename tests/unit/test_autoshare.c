@@ -184,7 +184,8 @@ static void test_wire(void)
                           .speed_samples = 20,
                           .speed_step_s = 0.0125,
                           .speed_coll_s = 0.002,
-                          .speed_stall_s = 0.0015};
+                          .speed_stall_s = 0.0015,
+                          .speed_cpu_s = 0.003};
     GM_CHECK_OK(gm_jobmsg_encode(GM_MSG_JOB_REPORT, &r, &txt, &len));
     GM_CHECK_OK(gm_jobmsg_decode(GM_MSG_JOB_REPORT, (const uint8_t *)txt, len, &d));
     GM_CHECK(d.have_fit && d.have_speed);
@@ -192,7 +193,8 @@ static void test_wire(void)
     GM_CHECK_NEAR(d.speed_step_s, 0.0125, 1e-12, 0);
     GM_CHECK_NEAR(d.speed_coll_s, 0.002, 1e-12, 0);
     GM_CHECK_NEAR(d.speed_stall_s, 0.0015, 1e-12, 0);
-    GM_CHECK_EQ(d.fit_sync_s, 0.0); /* no DiLoCo sync: not sent */
+    GM_CHECK_EQ(d.fit_sync_s, 0.0);                /* no DiLoCo sync: not sent */
+    GM_CHECK_NEAR(d.speed_cpu_s, 0.003, 1e-12, 0); /* codec = auto's measured cost */
     gm_jobmsg_free(&d);
     free(txt);
     /* a DiLoCo member's sync (agent/jobs/autocodec.h gm_autoswitch_sync) in the fit */
@@ -219,6 +221,7 @@ static void test_wire(void)
         GM_CHECK_OK(gm_jobmsg_decode(GM_MSG_JOB_REPORT, (const uint8_t *)bad, (size_t)n, &d));
         GM_CHECK(d.have_speed);
         GM_CHECK_EQ(d.speed_stall_s, 0.0);
+        GM_CHECK_EQ(d.speed_cpu_s, 0.0);
         gm_jobmsg_free(&d);
     }
     static const char *const bad_speed[] = {
@@ -231,7 +234,11 @@ static void test_wire(void)
         "{\"samples\":1.5,\"step_s\":0.01,\"coll_s\":0}",       /* not an integer */
         "{\"samples\":5,\"step_s\":0.01,\"coll_s\":0.002,\"stall_s\":0.003}", /* > coll */
         "{\"samples\":5,\"step_s\":0.01,\"coll_s\":0.002,\"stall_s\":-1}",    /* negative */
-        "{\"samples\":5,\"step_s\":0.01,\"coll_s\":0.002,\"x\":0.001}", /* not stall_s */
+        "{\"samples\":5,\"step_s\":0.01,\"coll_s\":0.002,\"x\":0.001}",       /* not stall_s */
+        "{\"samples\":5,\"step_s\":0.01,\"coll_s\":0.002,\"cpu_s\":0.01}",    /* a whole step */
+        "{\"samples\":5,\"step_s\":0.01,\"coll_s\":0.002,\"cpu_s\":-1}",      /* negative */
+        "{\"samples\":5,\"step_s\":0.01,\"coll_s\":0.002,\"cpu_s\":\"1\"}",   /* a string */
+        "{\"samples\":5,\"step_s\":0.01,\"coll_s\":0,\"stall_s\":0,\"cpu_s\":0,\"x\":0}",
         "\"fast\"",
     };
     /* then the fit's DiLoCo sync: out of range, not a number, null; and a fourth key */
@@ -1375,7 +1382,8 @@ static void test_probe(void)
             pr[r] = probe_of(1e-5 * (1 + (double)((s >> 33) % 1000)), 1e-4 * (double)(t % 7), 1,
                              2 + (int)((s >> 20) % 100));
         }
-        GM_CHECK_EQ(gm_autoshare_probe_plan(pr, 3, g, 1e-3 * (t % 5), t % 2, &o, why, sizeof(why)), 0);
+        GM_CHECK_EQ(gm_autoshare_probe_plan(pr, 3, g, 1e-3 * (t % 5), t % 2, &o, why, sizeof(why)),
+                    0);
         int sum = 0;
         GM_CHECK_EQ(o.keep[0], 1);
         for (int r = 0; r < 3; r++) {

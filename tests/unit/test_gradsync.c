@@ -1015,9 +1015,100 @@ static void test_time_compute(void)
     gm_model_free(m);
 }
 
+/* The collective's CPU work on a capped host (issue 21): gm_gradsync_cpu_taken turns one
+ * rank's scheduler readings into the compute the loop took from the trainer, and auto prices
+ * that measured cost on every candidate by its bytes.  The links say fp32 is free; the ranks
+ * say it costs 7 ms of a 20 ms step: fp16 (half the bytes) is picked and, past the
+ * hysteresis, switched to; with nothing taken (a spare core ran the loop) fp32 stays, and
+ * between the budget and 1.5 x it the running fp32 stays too. */
+static void test_measured_cost(void)
+{
+    struct gm_model *m = lenet();
+    struct gm_coll_link links[4];
+    struct gm_gradsync_strategy fp32;
+    struct gm_gradsync_auto_out o;
+    struct gm_gradsync_switch sw = {0};
+    struct gm_gradsync_auto_in in = {
+        .m = m, .world = 2, .links = links, .compute_s = 0.020, .meas_of = &fp32};
+
+    /* 0.5 core: the trainer ran 190 ms of CPU in a 500 ms step, the loop 60 ms outside the
+     * waits: (190 + 60) / 500 = 0.5 cores, so the loop's 60 ms cost the trainer 120 ms */
+    GM_CHECK_NEAR(gm_gradsync_cpu_taken(0.060, 0.190, 0.310), 0.120, 1e-12, 1e-9);
+    /* uncapped, a spare core: never held off a core, nothing taken */
+    GM_CHECK_EQ(gm_gradsync_cpu_taken(0.060, 0.190, 0), 0.0);
+    /* at most the trainer's run delay */
+    GM_CHECK_NEAR(gm_gradsync_cpu_taken(0.060, 0.190, 0.010), 0.010, 1e-12, 1e-9);
+    GM_CHECK_EQ(gm_gradsync_cpu_taken(0, 0.190, 0.310), 0.0);
+    GM_CHECK_EQ(gm_gradsync_cpu_taken(0.06, 0.190, NAN), 0.0);
+    GM_CHECK_EQ(gm_gradsync_cpu_taken(-1, 0.190, 0.3), 0.0);
+
+    GM_CHECK_OK(gm_gradsync_strategy_of(GM_JOB_CODEC_FP32, NULL, &fp32));
+    for (int i = 0; i < 4; i++) /* the probe: 10 Gbit/s, no latency: fp32 free on the links */
+        links[i] = (struct gm_coll_link){0, 10e9 / 8};
+    GM_CHECK_OK(gm_gradsync_auto_choose(&in, &o));
+    GM_CHECK_EQ(o.pick.id, GM_JOB_CODEC_FP32);
+    GM_CHECK(o.cand[0].comm_s < 0.001);
+
+    in.meas_s = 0.007; /* measured: 7 ms a step for fp32, over 1.5 x the 4 ms budget */
+    GM_CHECK_OK(gm_gradsync_auto_choose(&in, &o));
+    GM_CHECK_NEAR(o.cand[0].meas_s, 0.007, 1e-12, 1e-9);
+    GM_CHECK_NEAR(o.cand[1].meas_s, 0.0035, 1e-12, 1e-6); /* half the bytes */
+    GM_CHECK(!o.cand[0].fits && o.cand[1].fits);
+    GM_CHECK_EQ(o.pick.id, GM_JOB_CODEC_FP16);
+    GM_CHECK(strstr(o.reason, "measured on the ranks") != NULL);
+    gm_gradsync_switch_quiet(&sw, 0);
+    GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &o, &fp32, in.compute_s, 0, 20), -1);
+    GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &o, &fp32, in.compute_s, 0, 21), 1);
+
+    /* 5 ms: over the budget, not over 1.5 x it: auto would pick fp16 at submit, but the
+     * running fp32 stays */
+    in.meas_s = 0.005;
+    GM_CHECK_OK(gm_gradsync_auto_choose(&in, &o));
+    GM_CHECK_EQ(o.pick.id, GM_JOB_CODEC_FP16);
+    gm_gradsync_switch_quiet(&sw, 0);
+    GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &o, &fp32, in.compute_s, 0, 20), -1);
+    GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &o, &fp32, in.compute_s, 0, 21), -1);
+
+    /* 20 ms measured: even fp16 (10 ms) is over the budget, so PowerSGD would be picked;
+     * dense_only (one LAN island): fp16, the cheapest dense codec, and never another */
+    in.meas_s = 0.020;
+    GM_CHECK_OK(gm_gradsync_auto_choose(&in, &o));
+    GM_CHECK(o.pick.kind != GM_GRADSYNC_KIND_DENSE);
+    in.dense_only = true;
+    GM_CHECK_OK(gm_gradsync_auto_choose(&in, &o));
+    GM_CHECK_EQ(o.pick.id, GM_JOB_CODEC_FP16);
+    for (int i = 2; i < GM_GRADSYNC_AUTO_NCAND; i++)
+        GM_CHECK(!o.cand[i].fits);
+    in.dense_only = false;
+
+    /* measured on PowerSGD (7 ms: its compression, the loop's baseline): its own cost, not
+     * scaled to fp32's bytes (which would price fp32 at seconds) */
+    {
+        struct gm_gradsync_strategy ps;
+        GM_CHECK_OK(gm_gradsync_strategy_of(GM_JOB_CODEC_POWERSGD, NULL, &ps));
+        in.meas_of = &ps;
+        in.meas_s = 0.007;
+        GM_CHECK_OK(gm_gradsync_auto_choose(&in, &o));
+        GM_CHECK_NEAR(o.cand[2].meas_s, 0.007, 1e-12, 1e-9);
+        GM_CHECK_EQ(o.cand[0].meas_s, 0.0);
+        GM_CHECK_EQ(o.pick.id, GM_JOB_CODEC_FP32);
+        in.meas_of = &fp32;
+    }
+
+    /* uncapped: nothing taken, a small wait: fp32 */
+    in.meas_s = gm_gradsync_cpu_taken(0.060, 0.190, 0);
+    GM_CHECK_OK(gm_gradsync_auto_choose(&in, &o));
+    GM_CHECK_EQ(o.pick.id, GM_JOB_CODEC_FP32);
+    gm_gradsync_switch_quiet(&sw, 0);
+    GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &o, &fp32, in.compute_s, 0, 20), -1);
+    GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &o, &fp32, in.compute_s, 0, 21), -1);
+    gm_model_free(m);
+}
+
 int main(void)
 {
     GM_TEST_RUN(test_ab_fit);
+    GM_TEST_RUN(test_measured_cost);
     GM_TEST_RUN(test_auto);
     GM_TEST_RUN(test_switch);
     GM_TEST_RUN(test_short_run);
