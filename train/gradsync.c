@@ -1254,8 +1254,12 @@ int gm_gradsync_switch_decide(struct gm_gradsync_switch *sw, const struct gm_gra
     }
     if (pi != ci && cur->kind == GM_GRADSYNC_KIND_DILOCO && o->pick.kind == GM_GRADSYNC_KIND_DILOCO)
         want = diloco_width(o, cur, compute_s, budget) ? pi : -1; /* 16 <-> 8-bit deltas */
-    else if (pi > ci && o->cand[ci].comm_s > GM_GRADSYNC_SWITCH_HYST * budget)
-        want = pi; /* the running codec is well over budget: a cheaper, less faithful one */
+    else if (pi > ci && o->cand[ci].comm_s > (cur->kind == GM_GRADSYNC_KIND_DENSE &&
+                                                      o->pick.kind == GM_GRADSYNC_KIND_DENSE
+                                                  ? GM_GRADSYNC_SWITCH_HYST_DENSE
+                                                  : GM_GRADSYNC_SWITCH_HYST) *
+                                                 budget)
+        want = pi; /* the running codec is (well) over budget: a cheaper, less faithful one */
     else if (pi < ci && o->cand[pi].comm_s < budget / GM_GRADSYNC_SWITCH_HYST)
         want = pi; /* a more faithful one is well under budget */
     else if (pi == ci && cur->kind == GM_GRADSYNC_KIND_DILOCO &&

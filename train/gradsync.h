@@ -69,7 +69,8 @@
  *    measured compute per step: the same model and rule as the first pick;
  *  - hysteresis (gm_gradsync_switch_decide): the pick replaces the running codec only when
  *    the running one's predicted communication is above GM_GRADSYNC_SWITCH_HYST x the budget
- *    (a less faithful pick), or the pick's is below the budget / GM_GRADSYNC_SWITCH_HYST (a
+ *    (a less faithful pick; from fp32 to fp16, above the budget itself:
+ *    GM_GRADSYNC_SWITCH_HYST_DENSE), or the pick's is below the budget / GM_GRADSYNC_SWITCH_HYST (a
  *    more faithful one), on GM_GRADSYNC_SWITCH_CONFIRM decisions in a row, and never within
  *    GM_GRADSYNC_SWITCH_DWELL steps of a group forming or a switch taking effect.  DiLoCo
  *    re-sized is a switch to DiLoCo with the new H (every rank changes H and lag at the same
@@ -410,6 +411,15 @@ struct gm_gradsync_auto_out {
 /* Leave the current codec only when its predicted communication is above HYST x the budget;
  * move to a more faithful one only when that one's is below budget / HYST. */
 #define GM_GRADSYNC_SWITCH_HYST 1.5
+/* fp32 -> fp16 (a dense codec to a narrower dense one) as soon as the running one is over the
+ * budget, the threshold auto's first pick uses: the margin above is for moves that cost
+ * accuracy (PowerSGD's low rank, DiLoCo's local steps), and fp16 gradients cost none that the
+ * tables measure (docs/BENCHMARKS.md, the capped LAN pair).  Measured on a quiet capped LAN
+ * pair, fp32 cost 28-31% of compute, inside the 1.5 margin's band, while fp16 stepped 14% faster
+ * (issue 21); within the band the switch came only when the measure's noise crossed 30%, at
+ * step 105 of 260.  The way back keeps the margin (fp32 below budget / HYST), so a measure
+ * near the budget switches once, not back and forth. */
+#define GM_GRADSYNC_SWITCH_HYST_DENSE 1.0
 /* DiLoCo's H is made smaller only when auto's is at most the running one / this: a re-size
  * restarts the outer momentum, and on a loaded machine the measured compute and sync move
  * by 1.5x within a minute (the testbed at load 8-9: H 14 -> 28 -> 18 -> 30 -> 50 -> 30 with

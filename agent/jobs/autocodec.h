@@ -37,8 +37,9 @@
  *   and only among fp32 and fp16 (gm_gradsync_auto_in.dense_only: a dense all-reduce's cost
  *   does not predict PowerSGD's, whose compression and blocking all-reduces run on the
  *   trainer).  Such a group starts at fp32 (job_codec.c) and switches only on measurements:
- *   with the hysteresis above, fp32 is left when its measured cost is over 1.5 x the budget
- *   (30% of compute), for fp16 (half the bytes: half the TLS and summing), and the same
+ *   fp32 is left when its measured cost is over the budget (20% of compute:
+ *   GM_GRADSYNC_SWITCH_HYST_DENSE, no margin from fp32 to fp16), for fp16 (half the bytes:
+ *   half the TLS and summing), and the same
  *   rank-0-step switch rules apply.  On an uncapped host with a spare core the compute taken
  *   is ~0 and a fast LAN's wait small: fp32 stays.  The loop's other work (heartbeats, link
  *   stats: ~7 ms a step on a 0.5-core host with no collective) is counted as the

@@ -861,21 +861,32 @@ static void test_switch(void)
         GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &o, &cur, 0.007, 0, 371), 3);
     }
 
-    /* the band: fp32 over budget by less than GM_GRADSYNC_SWITCH_HYST stays although auto
-     * would pick fp16 now; over by more, it goes */
+    /* the band between the dense codecs: fp32 under the budget stays; over it (by less than
+     * GM_GRADSYNC_SWITCH_HYST too) it goes to fp16, where auto's first pick would; fp16 goes
+     * back only once fp32 is under budget / GM_GRADSYNC_SWITCH_HYST */
     {
         double c;
         GM_CHECK_OK(pick_for(m, 0.5e-3, 100, compute, &band));
-        c = band.cand[0].comm_s / (0.2 * 1.2); /* fp32 at 1.2x the budget of compute c */
+        c = band.cand[0].comm_s / (0.2 * 0.9); /* fp32 at 0.9x the budget of compute c */
         GM_CHECK_OK(pick_for(m, 0.5e-3, 100, c, &band));
-        GM_CHECK_EQ(band.pick.id, GM_JOB_CODEC_FP16);
+        GM_CHECK_EQ(band.pick.id, GM_JOB_CODEC_FP32);
         for (long step = 200; step < 210; step++)
             GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &band, &fp32, c, 0, step), -1);
-        c = band.cand[0].comm_s / (0.2 * 1.6);
+        c = band.cand[0].comm_s / (0.2 * 1.2); /* 1.2x: inside the 1.5 margin, still a move */
         GM_CHECK_OK(pick_for(m, 0.5e-3, 100, c, &band));
         GM_CHECK_EQ(band.pick.id, GM_JOB_CODEC_FP16);
         GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &band, &fp32, c, 0, 210), -1);
         GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &band, &fp32, c, 0, 211), 1);
+        /* on fp16: fp32 at 0.9x (auto would pick it) is not under budget / 1.5: no way back */
+        c = band.cand[0].comm_s / (0.2 * 0.9);
+        GM_CHECK_OK(pick_for(m, 0.5e-3, 100, c, &band));
+        GM_CHECK_EQ(band.pick.id, GM_JOB_CODEC_FP32);
+        for (long step = 212; step < 222; step++)
+            GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &band, &fp16, c, 0, step), -1);
+        c = band.cand[0].comm_s / (0.2 * 0.6); /* 0.6x: under 1/1.5, back on the second */
+        GM_CHECK_OK(pick_for(m, 0.5e-3, 100, c, &band));
+        GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &band, &fp16, c, 0, 222), -1);
+        GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &band, &fp16, c, 0, 223), 0);
     }
 
     /* a rank's fit over a ring of 3: the intercept is 4 hops' latency */
@@ -1060,11 +1071,18 @@ static void test_measured_cost(void)
     GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &o, &fp32, in.compute_s, 0, 20), -1);
     GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &o, &fp32, in.compute_s, 0, 21), 1);
 
-    /* 5 ms: over the budget, not over 1.5 x it: auto would pick fp16 at submit, but the
-     * running fp32 stays */
+    /* 5 ms: over the budget, not over 1.5 x it: fp32 -> fp16 needs no margin
+     * (GM_GRADSYNC_SWITCH_HYST_DENSE), so the running fp32 goes as auto's pick at submit would;
+     * 3.5 ms, under the budget: it stays */
     in.meas_s = 0.005;
     GM_CHECK_OK(gm_gradsync_auto_choose(&in, &o));
     GM_CHECK_EQ(o.pick.id, GM_JOB_CODEC_FP16);
+    gm_gradsync_switch_quiet(&sw, 0);
+    GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &o, &fp32, in.compute_s, 0, 20), -1);
+    GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &o, &fp32, in.compute_s, 0, 21), 1);
+    in.meas_s = 0.0035;
+    GM_CHECK_OK(gm_gradsync_auto_choose(&in, &o));
+    GM_CHECK_EQ(o.pick.id, GM_JOB_CODEC_FP32);
     gm_gradsync_switch_quiet(&sw, 0);
     GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &o, &fp32, in.compute_s, 0, 20), -1);
     GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &o, &fp32, in.compute_s, 0, 21), -1);
