@@ -7,7 +7,9 @@
                                   the bytes that crossed it (tx + rx) between them
   table RESULTS.jsonl [--bars]    one table of the rows bench/seed_table.sh wrote, with time to
                                   the single-agent accuracy computed here (see below); --bars:
-                                  then issue 21's bars for the fine-tuning rows (BARS), met or not
+                                  then issue 21's bars for the fine-tuning rows (BARS), met or not;
+                                  rounds of several seeds: then each row's curve averaged over
+                                  the seeds, timed to the mean 1-agent curve (mean_curves)
   split LOG...                    where each rank's step time went, from its agent's log
                                   (r<ROW>-<host>.log): one JSON list, see split() below
   fresh_head SRC DST SEED         copies safetensors SRC to DST with fc.weight and fc.bias drawn
@@ -255,6 +257,8 @@ def table(path, bars=False):
               '1-agent run of the same round')
     if any(r.get('partial') for r in rows):
         print('* extrapolated from a timed window of steps (the row is not trained to the end)')
+    if per_seed:
+        mean_curves(rows, names)
     if paired:
         print()
         print('the capped pair (issue 25, "Done when" 4: the tunnel host at half the others\' cap '
@@ -297,6 +301,54 @@ def table(path, bars=False):
                 print(f'  {r["row"]} (round {r["round"]}):')
                 for line in split_lines(r):
                     print(line)
+
+
+def mean_curves(rows, names):
+    """Rounds of different seeds: each row's test accuracy by epoch averaged over the seeds that
+    ran it (one accuracy of one seed moves several points between epochs; the mean of n seeds
+    about 1/sqrt(n) as much), and the time to the mean 1-agent curve's final accuracy - 0.5 on
+    those curves, each epoch's seconds the seeds' mean.  Printed under the per-seed table."""
+    def curve(rs):
+        n = min(len(r['epochs']) for r in rs)
+        accs = []
+        for i in range(n):
+            a = [r['epochs'][i]['acc'] for r in rs]
+            accs.append(sum(a) / len(a) if None not in a else None)
+        secs = [sum(r['epochs'][i]['epoch_s'] for r in rs) / len(rs) for i in range(n)]
+        return accs, secs
+
+    def reach(accs, secs, tgt):
+        t = 0.0
+        for i, (a, s) in enumerate(zip(accs, secs)):
+            t += s
+            if a is not None and a >= tgt:
+                return t, i + 1
+        return None, None
+
+    full = [r for r in rows if r.get('epochs') and not r.get('partial')]
+    one = [r for r in full if r['row'] == '1 agent']
+    if not one:
+        return
+    a1, s1 = curve(one)
+    if a1[-1] is None:
+        return
+    tgt = a1[-1] - 0.5
+    t1, _ = reach(a1, s1, tgt)
+    seeds = sorted(set(r.get('seed') for r in one))
+    print()
+    print(f'over the mean of the seeds\' curves (seeds {", ".join(str(x) for x in seeds)}): the '
+          f'target is the mean 1-agent curve\'s final {a1[-1]:.2f}% - 0.5 = {tgt:.2f}%')
+    for name in names:
+        rs = [r for r in full if r['row'] == name]
+        if not rs:
+            continue
+        accs, secs = curve(rs)
+        t, ep = reach(accs, secs, tgt)
+        ratio = f'{t1 / t:.2f}x' if t and t1 else '-'
+        print(f'  {name} ({len(rs)} seed{"s" if len(rs) > 1 else ""}): ' +
+              ', '.join('-' if a is None else f'{a:.2f}' for a in accs) +
+              f'; {sum(secs) / len(secs):.1f} s an epoch; target ' +
+              (f'at epoch {ep}, {t:.1f} s, {ratio} of one agent\'s speed' if t else 'not reached'))
 
 
 def fresh_head(src, dst, seed):
