@@ -7,19 +7,24 @@
 #
 #   alpha (cgroup: 0.5 core) --TLS, loopback: one LAN island-- beta (cgroup: 0.5 core)
 #
-# The job: LeNet-5, Adam, global batch 128, one epoch of 12800 images (100 steps), codec = auto.
+# The job: the MLP (784-256-10: 203,530 parameters, 0.8 MB of fp32 gradients a step for about a
+# millisecond of compute at 64 images a rank), Adam, global batch 128, 8 epochs of 12800 images
+# (800 steps), codec = auto.  A model whose all-reduce is large against its compute keeps the
+# premise under the sanitizers too, which slow the trainer ~5x but not OpenSSL: LeNet-5's
+# collective there cost 17% of its compute, under the 20% budget, and nothing switched.
 # Expected:
 #   - at submit auto picks fp32 for the island (`codec-auto ... codec=fp32`, reason "every link
 #     of the group is on a LAN");
 #   - the coordinator announces fp16 (event=codec-switch-announce codec=fp16, reason "as
-#     measured on the ranks of one LAN island") by step 80 (the dwell is 10 steps, and the
-#     coordinator decides on its 200 ms ticks, 30-40 of these ~5 ms steps apart: steps 31-43
-#     in four runs; on a 0.5-core host the loop's work for a step, and the trainer's wait for
-#     it behind the cap's throttling, are a large share of LeNet-5's compute, so the first
-#     decisions find fp32 over the budget);
+#     measured on the ranks of one LAN island") by step 400, half the run (the dwell is 10
+#     steps, and the coordinator decides on its 200 ms ticks, two decisions in a row: at 2-3 ms
+#     a step, steps 67-160 in its runs; on a 0.5-core host the all-reduce and the trainer's
+#     wait for it behind the cap's throttling are several times the MLP's compute);
+#     The MLP's cost is mostly the trainer's wait for its blocking all-reduce, the part one
+#     island prices besides the compute taken; the resnet18 fine-tune's is mostly compute
+#     taken (docs/BENCHMARKS.md, "The LAN pair's collective on a capped CPU");
 #   - both ranks switch (event=codec-switch from="fp32" to="fp16") at the announced step;
-#   - each rank logged a measured cost (cpu_taken_s > 0 in some event=step-split);
-#   - the job ends done, 100 steps, with the same final hash on both ranks; jobs --json says
+#   - the job ends done, 800 steps, with the same final hash on both ranks; jobs --json says
 #     fp16 and why.
 # Needs root (the cgroups): else skip.  Cleans up its cgroups and agents on any exit.
 set -uo pipefail
@@ -32,7 +37,7 @@ cpu_cgroup CGB beta 25000
 
 TOOLS="python3 $PWD/tests/integration/dist_tools.py"
 $TOOLS subset "$DATA" "$WORK/data" 12800 1000 || fail "making the data subset"
-job_ini "$WORK/job.ini" lancost job.model=lenet5 job.log_every=10 data.dir="$WORK/data" \
+job_ini "$WORK/job.ini" lancost job.model=mlp job.epochs=8 job.log_every=10 data.dir="$WORK/data" \
     optim.global_batch=128 comm.codec=auto
 
 make_cluster lancost alpha beta
@@ -57,23 +62,21 @@ ann=$(grep -h "event=codec-switch-announce job=$id " "$WORK/alpha.log" | head -n
 [ -n "$ann" ] || fail "no switch announced; the ranks' measured cost: $(grep -h 'event=step-split' "$WORK/alpha.log" "$WORK/beta.log")"
 case $ann in *" codec=fp16 "*"as measured on the ranks of one LAN island"*) ;; *) fail "not the island's switch to fp16: $ann" ;; esac
 at=$(sed -n 's/.* step=\([0-9]*\) at_step=.*/\1/p' <<<"$ann")
-[ -n "$at" ] && [ "$at" -le 80 ] || fail "fp16 announced for step ${at:-?}, not by step 80: $ann"
+[ -n "$at" ] && [ "$at" -le 400 ] || fail "fp16 announced for step ${at:-?}, not by step 400: $ann"
 pass "fp16 announced for step $at: ${ann#*reason=}"
 
 for n in alpha beta; do
     sw=$(grep -h 'event=codec-switch generation=' "$WORK/$n.log")
     [ "$(wc -l <<<"$sw")" = 1 ] || fail "$n switched other than once: $sw"
     case $sw in *" step=$at announced_step=$at "*'from="fp32" to="fp16"'*) ;; *) fail "$n: $sw" ;; esac
-    grep -h 'event=step-split' "$WORK/$n.log" | grep -qv 'cpu_taken_s=0.00' ||
-        fail "$n measured no compute taken by the collective: $(grep -h 'event=step-split' "$WORK/$n.log")"
 done
-pass "both ranks switched fp32 -> fp16 at step $at and measured the collective's cost"
+pass "both ranks switched fp32 -> fp16 at step $at"
 
-[ "$(job_get alpha "$id" 'j["summary"]["steps"]')" = 100 ] || fail "job $id: not 100 steps"
+[ "$(job_get alpha "$id" 'j["summary"]["steps"]')" = 800 ] || fail "job $id: not 800 steps"
 [ "$(job_get alpha "$id" 'j["codec"]')" = fp16 ] || fail "jobs --json: codec $(job_get alpha "$id" 'j["codec"]')"
 job_is alpha "$id" '"as measured on the ranks of one LAN island" in j["codec_reason"]' ||
     fail "jobs --json: codec_reason $(job_get alpha "$id" 'j["codec_reason"]')"
 ha=$(final_hash alpha "$id") hb=$(final_hash beta "$id")
 [ -n "$ha" ] && [ "$ha" = "$hb" ] || fail "final hashes differ: alpha $ha, beta $hb"
-pass "done, 100 steps, fp16 in jobs --json, the same final hash on both ranks"
+pass "done, 800 steps, fp16 in jobs --json, the same final hash on both ranks"
 stop_agents
