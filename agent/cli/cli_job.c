@@ -284,6 +284,10 @@ static int watch_poll(const char *verb, const char *config, const char *id, int 
             char dur[16];
             if (tty && w->last_step >= 0)
                 fputc('\n', stderr);
+            w->last_step = -1; /* the bar's line is ended */
+            /* what the last polls missed: a run that resumed and ended between two of them
+             * (jobs --json keeps resumed_from once the rank is gone) */
+            print_events(o, tty, w);
             if (strcmp(state, "done") == 0) {
                 printf("job %s done: test accuracy %.2f%%, %lld steps, %.0f samples/s, %s\n"
                        "weights: %s\n",
