@@ -254,7 +254,11 @@ void jobs_switch_tick(struct gm_jobs *j, struct job *jb)
         gm_autoswitch_answer(jb->asw, 1, d.seq, false);
         return;
     }
-    if ((err = gm_rank_switch(jb->rank, jb->gen, d.seq, d.step, &d.to, true, &at)) < 0) {
+    if ((err = gm_rank_switch(jb->rank, jb->gen, d.seq, d.step, &d.to, true, &at)) == -ERANGE) {
+        gm_autoswitch_answer(jb->asw, 1, d.seq, false); /* as above: its round ends too late */
+        return;
+    }
+    if (err < 0) {
         gm_warn("event=codec-switch-skip job=%s seq=%u step=%ld err=\"%s\"", jb->id, d.seq, d.step,
                 gm_strerror(err));
         gm_autoswitch_group(jb->asw, (int)jb->world, p.step); /* decide again later */

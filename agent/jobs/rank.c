@@ -220,7 +220,7 @@ static void async_cb(uv_async_t *a)
     ck = rk->ckpt;
     rk->ckpt.pending = false;
     pthread_mutex_unlock(&rk->mu);
-    size_queue(rk); /* the trainer may have learnt the largest op */
+    size_queue(rk);     /* the trainer may have learnt the largest op */
     while (r != NULL) { /* in order: every rank starts the same ops in the same order */
         struct req *next = r->next;
         start_req(rk, r);
@@ -369,6 +369,8 @@ int gm_rank_switch(struct gm_rank *rk, uint32_t gen, uint32_t seq, long step,
         err = -ESTALE; /* not (or no longer) in that group */
     else if ((step + h - 1) / h * h <= rk->at_step)
         err = -EALREADY; /* the trainer is past the step it would take effect at */
+    else if (rk->prog.total_steps > 0 && (step + h - 1) / h * h >= rk->prog.total_steps)
+        err = -ERANGE; /* the run ends before the (DiLoCo round) boundary it would take */
     else
         rk->sw = (struct pending_switch){
             .pending = true, .wait = wait, .gen = gen, .seq = seq, .step = step, .to = *to};

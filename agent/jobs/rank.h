@@ -102,7 +102,6 @@ struct gm_rank_progress {
     long resumed_total_steps; /* the run the checkpoint was written by: its steps (0: unknown) */
 };
 
-
 /* Checkpoints of a rank (train/ckpt/ckpt.h): rank 0 writes them into dir every
  * checkpoint_every steps of the job, at the end and when stopped; resume: go on from the newest
  * valid checkpoint of this job in dir, if there is one (the coordinator; the other ranks take
@@ -166,7 +165,8 @@ void gm_rank_set_fit_prior(struct gm_rank *rk, double alpha_s, double bytes_per_
  * boundary, which every rank computes alike), before any of that step's communication, so all
  * switch at the same step.  Returns 0 when it will; -ESTALE when this rank is not in group
  * gen; -EALREADY when its trainer has already passed that step (*at_step: the last step
- * boundary it passed).  wait (rank 0): at that step the trainer waits for
+ * boundary it passed); -ERANGE when the run ends before the boundary it would take effect at
+ * (a DiLoCo round boundary past the last step).  wait (rank 0): at that step the trainer waits for
  * gm_rank_switch_answer: ok, every member accepted; not ok, one could not, and the trainer
  * leaves the group (GM_ERR_REGROUP: the coordinator re-forms it with the new codec, so the
  * ranks still agree).  A new group drops a pending switch.  Loop thread. */
