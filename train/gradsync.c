@@ -738,6 +738,17 @@ void gm_gradsync_note_share(struct gm_gradsync *g, int n, int global_batch)
     g->step_g = global_batch;
 }
 
+const float *gm_gradsync_outer_params(const struct gm_gradsync *g, size_t *n)
+{
+    const float *anchor, *mom;
+
+    *n = 0;
+    if (g == NULL || g->s.kind != GM_GRADSYNC_KIND_DILOCO || g->dl == NULL)
+        return NULL;
+    *n = gm_diloco_state(g->dl, &anchor, &mom);
+    return anchor;
+}
+
 bool gm_gradsync_local_grads(const struct gm_gradsync *g)
 {
     return g != NULL && g->s.kind == GM_GRADSYNC_KIND_DILOCO;

@@ -238,6 +238,12 @@ void gm_gradsync_grads_ready(struct gm_gradsync *g, size_t first_tensor, size_t 
 void gm_gradsync_note_share(struct gm_gradsync *g, int n, int global_batch);
 /* True when the strategy's optimizer steps on this rank's own gradients (DiLoCo). */
 bool gm_gradsync_local_grads(const struct gm_gradsync *g);
+/* DiLoCo: its outer parameters, *n floats (the model's trainable prefix), bitwise identical on
+ * every rank: what a test evaluation is of (train/trainer.h eval_params).  Mid-round each
+ * replica's own parameters are its local steps away from them, one worker's drift rather than
+ * the job's model.  Overlapped, the round in flight is not in them until its update is applied.
+ * NULL (and *n = 0) for the other codecs, whose replicas are identical after every step. */
+const float *gm_gradsync_outer_params(const struct gm_gradsync *g, size_t *n);
 
 /* After backward, before the optimizer step (trainer's reduce_grads).  0 or an error. */
 GM_MUST_CHECK int gm_gradsync_reduce(struct gm_gradsync *g, struct gm_model *m, long step,

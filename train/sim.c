@@ -158,6 +158,13 @@ static int hook_after(void *ctx, struct gm_train_state *st)
  * the other ranks' error feedback too (GM_GRADSYNC_PSGD_ERROR ".rankR"), so that a resumed
  * simulation continues bitwise.  The others' buffers do not change meanwhile: PowerSGD
  * updates them only in a round, which waits for rank 0. */
+static const float *hook_eval_params(void *ctx, size_t *n)
+{
+    struct rank_ctx *rc = ctx;
+
+    return gm_gradsync_outer_params(rc->sync, n);
+}
+
 static size_t hook_codec_state(void *ctx, struct gm_st_tensor *t, size_t cap, const char **codec)
 {
     struct rank_ctx *rc = ctx;
@@ -242,6 +249,7 @@ int gm_sim_train(const struct gm_job *job, const struct gm_train_opts *opts,
                                           .after_step = hook_after,
                                           .local_grads = hook_local_grads,
                                           .codec_state = hook_codec_state,
+                                          .eval_params = hook_eval_params,
                                           .codec_restore = hook_codec_restore,
                                           .ctx = rc};
         rc->opts = *opts;

@@ -57,6 +57,7 @@ struct run {
     struct gm_sched sched;
     int32_t *labels;    /* owned: one batch */
     uint32_t *eval_idx; /* owned */
+    float *eval_keep;   /* owned: the replica's parameters while others are evaluated */
     struct gm_train_state st;
     struct gm_device_choice device; /* where the model lives */
     struct gm_cuda *cu;             /* owned: this thread's CUDA context, on a GPU */
@@ -151,7 +152,7 @@ static void progress_bar(struct run *r, long step_in_epoch, double loss, double 
     fflush(stderr);
 }
 
-static int evaluate(struct run *r, double *acc, double *loss)
+static int evaluate_replica(struct run *r, double *acc, double *loss)
 {
     const size_t n_test = r->n_test;
     const int bmax = gm_model_max_batch(r->model);
@@ -182,6 +183,37 @@ static int evaluate(struct run *r, double *acc, double *loss)
     *acc = n_test > 0 ? 100.0 * (double)correct_total / (double)n_test : 0;
     *loss = n_test > 0 ? loss_sum / (double)n_test : 0;
     return 0;
+}
+
+/* A test evaluation: of this replica's parameters, or of those the comm's eval_params names
+ * (DiLoCo's outer parameters), put in their place for it and the replica's own put back
+ * after, bit for bit: training goes on from them.  The buffers (batch norm's running
+ * statistics) stay this replica's. */
+static int evaluate(struct run *r, double *acc, double *loss)
+{
+    const struct gm_train_comm *comm = r->opts->comm;
+    const float *other = NULL;
+    float *p = gm_model_params(r->model);
+    size_t n = 0;
+    int err, err2;
+
+    if (comm != NULL && comm->eval_params != NULL)
+        other = comm->eval_params(comm->ctx, &n);
+    if (other == NULL || n == 0)
+        return evaluate_replica(r, acc, loss);
+    if (n > gm_model_num_params(r->model))
+        return -EINVAL;
+    if (r->eval_keep == NULL && (r->eval_keep = malloc(n * sizeof(float))) == NULL)
+        return -ENOMEM;
+    if ((err = gm_model_params_to_host(r->model)) < 0)
+        return err;
+    memcpy(r->eval_keep, p, n * sizeof(float));
+    memcpy(p, other, n * sizeof(float));
+    if ((err = gm_model_params_to_device(r->model)) == 0)
+        err = evaluate_replica(r, acc, loss);
+    memcpy(p, r->eval_keep, n * sizeof(float));
+    err2 = gm_model_params_to_device(r->model);
+    return err < 0 ? err : err2;
 }
 
 /* The weights as safetensors tensors in PyTorch layout: t[0..nt) point into *buf (owned by
@@ -964,6 +996,7 @@ static void teardown(struct run *r)
     r->data = NULL;
     free(r->labels);
     free(r->eval_idx);
+    free(r->eval_keep);
     gm_cuda_free(r->cu); /* last: the model and the optimizer held its memory */
     r->cu = NULL;
 }

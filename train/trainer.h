@@ -152,6 +152,11 @@ struct gm_train_comm {
      * gm_gradsync_ckpt_restore); 0 or an error (logged), which fails the resume */
     int (*codec_restore)(void *ctx, const struct gm_st_file *f, const char *codec,
                          const char *origin);
+    /* optional: the parameters a test evaluation is of, when they are not this replica's own
+     * (DiLoCo: its outer parameters, the model every rank agrees on; train/gradsync.h
+     * gm_gradsync_outer_params): n floats from the start of the model's parameters (the
+     * trainable prefix), borrowed until the next hook call; NULL: the replica's own */
+    const float *(*eval_params)(void *ctx, size_t *n);
     void *ctx;
 };
 

@@ -320,6 +320,13 @@ static bool hook_local_grads(void *ctx)
     return gm_gradsync_local_grads(rk->gs);
 }
 
+static const float *hook_eval_params(void *ctx, size_t *n)
+{
+    struct gm_rank *rk = ctx;
+
+    return gm_gradsync_outer_params(rk->gs, n);
+}
+
 static int hook_after(void *ctx, struct gm_train_state *st)
 {
     struct gm_rank *rk = ctx;
@@ -696,6 +703,7 @@ int gm_rank_start(uv_loop_t *loop, const struct gm_job *job, const char *out,
                                       .progress = hook_progress,
                                       .finish = hook_finish,
                                       .codec_state = hook_codec_state,
+                                      .eval_params = hook_eval_params,
                                       .codec_restore = hook_codec_restore,
                                       .ctx = rk};
     rk->hooks = (struct gm_train_hooks){.on_step = hook_step, .on_eval = hook_eval, .ctx = rk};

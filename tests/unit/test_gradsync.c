@@ -152,6 +152,11 @@ static void test_rank_logic(void)
         GM_CHECK_OK(gm_gradsync_reduce(g, m, step, 150));
         GM_CHECK_OK(gm_gradsync_after_step(g, m, step, 150));
     }
+    { /* a dense codec's replicas are the model: nothing else to evaluate */
+        size_t n = 1;
+        GM_CHECK(gm_gradsync_outer_params(g, &n) == NULL);
+        GM_CHECK_EQ(n, 0u);
+    }
     GM_CHECK_EQ(e.counted, 150); /* one all-reduce a step */
     GM_CHECK_EQ(e.uncounted, 2); /* hash checks: after step 99 and the last */
     GM_CHECK_EQ(gm_gradsync_hash_checks(g), 2u);
@@ -169,6 +174,16 @@ static void test_rank_logic(void)
     for (long step = 0; step < 10 && g != NULL; step++) {
         GM_CHECK_OK(gm_gradsync_reduce(g, m, step, 10));
         GM_CHECK_OK(gm_gradsync_after_step(g, m, step, 10));
+        if (step == 5) { /* mid-round: the outer parameters are the anchor, not the replica's */
+            size_t n = 0;
+            const float *outer = gm_gradsync_outer_params(g, &n);
+            float *p = gm_model_params(m);
+            GM_CHECK(outer != NULL && outer != p);
+            GM_CHECK_EQ(n, gm_model_num_trainable(m));
+            GM_CHECK(outer != NULL && memcmp(outer, p, n * sizeof(float)) == 0);
+            p[0] += 1.0f; /* a local step's move: the anchor does not follow it */
+            GM_CHECK(outer != NULL && outer[0] != p[0]);
+        }
     }
     GM_CHECK_EQ(e.counted, 2);
     GM_CHECK_EQ(e.uncounted, 3);

@@ -11,6 +11,10 @@
  *  - after_step sees st->step already counting the step just taken;
  *  - finish runs once on a run that ends, with st->step = total_steps, and not at all on
  *    a run that is stopped early;
+ *  - eval_params: the evaluations are of the parameters the hook names (here the model
+ *    before its first step: they equal those of a run whose learning rate is 0, bit for bit,
+ *    and differ from the replica's own), and the replica trains on from its own parameters,
+ *    put back bit for bit (its weights equal a run without the hook's);
  *  - codec state in checkpoints (codec_state / codec_restore, train/sim.h with 2 workers,
  *    16 steps, a checkpoint every 4): a PowerSGD run resumed from the checkpoint of step 8
  *    ends with weights bitwise those of the run that never stopped; the same checkpoint with
@@ -217,6 +221,11 @@ struct fake {
     /* the snapshot taken in reduce_grads of step regroup_after */
     float *params, *ostate;
     long ostep, snap_step;
+    /* eval_params: evaluate the parameters from before the first step instead */
+    int eval_first;
+    float *first;
+    size_t nfirst;
+    int eval_calls;
 };
 
 static int fake_reduce(void *ctx, struct gm_train_state *st)
@@ -225,6 +234,12 @@ static int fake_reduce(void *ctx, struct gm_train_state *st)
     size_t np = gm_model_num_params(st->model), no = gm_optim_state_len(st->optim);
 
     f->expect_after = st->step + 1;
+    if (f->eval_first && f->first == NULL) {
+        f->nfirst = np;
+        if ((f->first = malloc(np * sizeof(float))) == NULL)
+            return -ENOMEM;
+        memcpy(f->first, gm_model_params(st->model), np * sizeof(float));
+    }
     if (st->step != f->regroup_after || !f->rollback || f->params != NULL)
         return 0;
     f->params = malloc(np * sizeof(float));
@@ -269,6 +284,15 @@ static int fake_resync(void *ctx, struct gm_train_state *st)
     return 0;
 }
 
+static const float *fake_eval_params(void *ctx, size_t *n)
+{
+    struct fake *f = ctx;
+
+    f->eval_calls++;
+    *n = f->nfirst;
+    return f->first;
+}
+
 static void fake_finish(void *ctx, const struct gm_train_state *st)
 {
     struct fake *f = ctx;
@@ -277,7 +301,26 @@ static void fake_finish(void *ctx, const struct gm_train_state *st)
     f->finish_step = st->step;
 }
 
-static int run(const char *out, struct fake *f, struct gm_train_summary *sum)
+/* The test losses of a run's evaluations, in order. */
+struct evals {
+    int n;
+    double loss[4], acc[4];
+};
+
+static void on_eval(void *ctx, const struct gm_train_eval_info *e)
+{
+    struct evals *v = ctx;
+
+    if (v->n < 4) {
+        v->loss[v->n] = e->test_loss;
+        v->acc[v->n] = e->test_accuracy;
+    }
+    v->n++;
+}
+
+/* run_ev: with epochs, the learning rate (< 0: the job's) and the evaluations recorded */
+static int run_ev(const char *out, struct fake *f, struct gm_train_summary *sum, int epochs,
+                  float lr, struct evals *ev)
 {
     struct gm_job job;
     volatile sig_atomic_t stop = 0;
@@ -287,17 +330,66 @@ static int run(const char *out, struct fake *f, struct gm_train_summary *sum)
                                  .after_step = fake_after,
                                  .resync = fake_resync,
                                  .finish = fake_finish,
+                                 .eval_params = f && f->eval_first ? fake_eval_params : NULL,
                                  .ctx = f};
-    struct gm_train_opts o = {.progress = 0, .stop = &stop, .out = out, .comm = f ? &comm : NULL};
+    struct gm_train_hooks hooks = {.on_eval = on_eval, .ctx = ev};
+    struct gm_train_opts o = {.progress = 0,
+                              .stop = &stop,
+                              .out = out,
+                              .comm = f ? &comm : NULL,
+                              .hooks = ev != NULL ? &hooks : NULL};
     int err;
 
     if ((err = load_job(&job)) < 0)
         return err;
+    if (epochs > 0)
+        job.epochs = epochs;
+    if (lr >= 0)
+        job.optim.lr = lr;
     if (f != NULL)
         f->stop = &stop;
     err = gm_trainer_run(&job, &o, sum);
     gm_job_free(&job);
     return err;
+}
+
+static int run(const char *out, struct fake *f, struct gm_train_summary *sum)
+{
+    return run_ev(out, f, sum, 0, -1, NULL);
+}
+
+/* eval_params (DiLoCo's outer parameters in the real runs): 2 epochs, an evaluation after
+ * each, of the parameters from before the first step. */
+static void test_eval_params(void)
+{
+    char a[128], b[128], c[128];
+    struct gm_train_summary sum;
+    struct fake own = {.regroup_after = -1, .stop_after = -1};
+    struct fake first = {.regroup_after = -1, .stop_after = -1, .eval_first = 1};
+    struct fake still = {.regroup_after = -1, .stop_after = -1};
+    struct evals ea = {0}, eb = {0}, ec = {0};
+
+    snprintf(a, sizeof(a), "%s/a.safetensors", dir);
+    snprintf(b, sizeof(b), "%s/b.safetensors", dir);
+    snprintf(c, sizeof(c), "%s/c.safetensors", dir);
+    GM_CHECK_OK(run_ev(a, &own, &sum, 2, -1, &ea));   /* its own parameters */
+    GM_CHECK_OK(run_ev(b, &first, &sum, 2, -1, &eb)); /* those before its first step */
+    GM_CHECK_OK(run_ev(c, &still, &sum, 2, 0, &ec));  /* lr 0: its own never move */
+    GM_CHECK_EQ(ea.n, 2);
+    GM_CHECK_EQ(eb.n, 2);
+    GM_CHECK_EQ(ec.n, 2);
+    GM_CHECK_EQ(first.eval_calls, 2);
+    GM_CHECK(first.first != NULL);
+    check_same_file(a, b); /* the hook's evaluations left the training alone */
+    for (int i = 0; i < 2; i++) {
+        GM_CHECK(eb.loss[i] == ec.loss[i]); /* the model before any step, bit for bit */
+        GM_CHECK(eb.acc[i] == ec.acc[i]);
+    }
+    GM_CHECK(ea.loss[0] != eb.loss[0] && ea.loss[1] != eb.loss[1]); /* not the replica's */
+    free(first.first);
+    (void)unlink(a);
+    (void)unlink(b);
+    (void)unlink(c);
 }
 
 /* A model with batch norm (on padded images, 8x8 + 2*4): the weights file holds its buffers
@@ -733,6 +825,7 @@ int main(void)
     write_idx("t10k-images-idx3-ubyte", GM_IDX_MAGIC_IMAGES, NTEST, 1, 2);
     write_idx("t10k-labels-idx1-ubyte", GM_IDX_MAGIC_LABELS, NTEST, 0, 0);
     GM_TEST_RUN(test_regroup_in_after_step);
+    GM_TEST_RUN(test_eval_params);
     GM_TEST_RUN(test_batchnorm_checkpoint);
     GM_TEST_RUN(test_model_spec);
     GM_TEST_RUN(test_bf16_refused_on_cpu);
