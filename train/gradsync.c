@@ -1381,6 +1381,9 @@ int gm_gradsync_auto_choose(const struct gm_gradsync_auto_in *in, struct gm_grad
             sync_s = in->sync_s > 0 && isfinite(in->sync_s) && measured_est > 0
                          ? in->sync_s * (est / measured_est)
                          : est;
+            if ((c->s.codec == GM_CODEC_Q8) != (in->sync_codec == GM_CODEC_Q8) &&
+                in->sync_s > 0 && in->other_sync_s > sync_s && isfinite(in->other_sync_s))
+                sync_s = in->other_sync_s; /* the other width, as it measured when it ran */
             c->sync_s = sync_s;
             /* the smallest H whose per-step share of the sync fits the budget; overlapped,
              * the smallest whose lag steps cover the sync (the budget then absorbs jitter) */

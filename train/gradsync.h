@@ -82,7 +82,8 @@
  *    16-bit sync leaves the running lag covering under 1/HYST of it (or 16-bit's best H's
  *    wait is over HYST x the budget); back when the 16-bit sync would be hidden by the H
  *    cap's lag with HYST to spare (the measured sync of one width prices the other by the links'
- *    ratio, gm_gradsync_auto_in.sync_codec); DiLoCo's residuals start at zero, as its
+ *    ratio, gm_gradsync_auto_in.sync_codec, or at what the other measured when it last ran in
+ *    the group where that is longer, other_sync_s); DiLoCo's residuals start at zero, as its
  *    momentum does.  Between 20% and 30% of compute, say, a codec stays;
  *  - codec state at a switch: PowerSGD's error feedback and Q are dropped (reset): the error
  *    is each rank's own, flushing it would need a dense all-reduce of the whole gradient over
@@ -368,7 +369,13 @@ struct gm_gradsync_auto_in {
                         * runs, 0: none; DiLoCo's H is then sized from it, not the links */
     enum gm_codec sync_codec; /* the deltas' wire codec of the DiLoCo that sync_s timed:
                                * GM_CODEC_Q8 for diloco8, anything else reads as fp16; the
-                               * other width's sync is sync_s x the links' ratio of the two */
+                               * other width's sync is sync_s x the links' ratio of the two,
+                               * or other_sync_s where that is longer */
+    double other_sync_s; /* the other width's sync as measured when it last ran in this group
+                          * (0: it has not): a width left for its measured sync is judged on
+                          * that, not only on the scaled one (which read 73 ms for a 16-bit
+                          * sync measured at 88-123 ms, and the deltas' width changed four
+                          * times in a LeNet-5 run over the 20 Mbit/s tunnel) */
     /* What the running strategy's collective costs a step beyond what the links price, as
      * measured on the ranks (0: nothing measured): the compute its CPU work (TLS, summing,
      * encoding, on the loop thread) took from the trainer on a capped or busy host

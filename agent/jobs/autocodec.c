@@ -128,6 +128,8 @@ struct gm_autoswitch {
     struct gm_coll_link *fit; /* owned, world: each rank's newest fit */
     uint64_t *ops;            /* owned, world: its samples (0: none yet) */
     double *sync;             /* owned, world: members' DiLoCo syncs (0: none; [0] unused) */
+    double width_sync[2];     /* the group's last measured sync of 16-bit [0] and 8-bit [1]
+                               * deltas (the longest rank's; 0: not run in this group) */
     uint64_t ops_decided;     /* the sum of ops at the last decision */
     double *wait_s;           /* owned, world: each rank's wait for the collective a step */
     double *cpu_s;            /* owned, world: the compute its collective took a step */
@@ -188,6 +190,7 @@ void gm_autoswitch_group(struct gm_autoswitch *a, int world, long step)
     free(a->cpu_s);
     free(a->costed);
     a->world = world > 0 ? world : 1;
+    a->width_sync[0] = a->width_sync[1] = 0; /* other links, other syncs */
     a->fit = calloc((size_t)a->world, sizeof(*a->fit));
     a->ops = calloc((size_t)a->world, sizeof(*a->ops));
     a->sync = calloc((size_t)a->world, sizeof(*a->sync));
@@ -309,6 +312,8 @@ int gm_autoswitch_decide(struct gm_autoswitch *a, const struct gm_gradsync_strat
         if (a->sync[r] > sync_s)
             sync_s = a->sync[r];
     a->ops_decided = ops;
+    if (cur->kind == GM_GRADSYNC_KIND_DILOCO && sync_s > 0 && isfinite(sync_s))
+        a->width_sync[cur->codec == GM_CODEC_Q8] = sync_s;
     gm_gradsync_ab_hop(&slow, w, &hop);
     l = calloc((size_t)w * (size_t)w, sizeof(*l));
     if (l == NULL)
@@ -329,6 +334,10 @@ int gm_autoswitch_decide(struct gm_autoswitch *a, const struct gm_gradsync_strat
                                          .sync_s =
                                              cur->kind == GM_GRADSYNC_KIND_DILOCO ? sync_s : 0,
                                          .sync_codec = cur->codec,
+                                         .other_sync_s =
+                                             cur->kind == GM_GRADSYNC_KIND_DILOCO
+                                                 ? a->width_sync[cur->codec != GM_CODEC_Q8]
+                                                 : 0,
                                          .meas_s = meas,
                                          .meas_of = cur,
                                          .dense_only = a->one_island};
@@ -368,7 +377,9 @@ int gm_autoswitch_decide(struct gm_autoswitch *a, const struct gm_gradsync_strat
                      to, o.sync_s * 1e3,
                      sync_s <= 0                 ? "the fitted link"
                      : d->to.codec == cur->codec ? "measured"
-                                                 : "measured at the other width, scaled",
+                     : o.sync_s == a->width_sync[d->to.codec == GM_CODEC_Q8]
+                         ? "measured when it last ran"
+                         : "measured at the other width, scaled",
                      sync0 * 1e3, gm_gradsync_diloco_lag(d->to.local_steps), compute * 1e3,
                      gm_gradsync_diloco_lag(d->to.local_steps) * compute * 1e3, from,
                      gm_gradsync_diloco_lag(cur->local_steps) * compute * 1e3);

@@ -136,6 +136,63 @@ static void test_resize(void)
     }
 }
 
+/* A width left for its measured sync is judged on that measure (gm_autoswitch_decide's
+ * width_sync): 16-bit deltas measured at 180 ms go to 8 bits (test_resize); the 8-bit sync
+ * then measures 30 ms, which scaled by the links would price 16 bits at about 60 ms, hidden
+ * at H's cap with 1.5x to spare: without the memory they would be announced again (k = 1,
+ * a new group, which forgets), with it the 180 ms they took stands and 8 bits stay (re-sized
+ * to the smaller H that their own 30 ms allow). */
+static void test_width_memory(void)
+{
+    struct gm_job job;
+    struct gm_autoswitch *a;
+    struct gm_gradsync_strategy cur;
+    struct gm_autoswitch_decision d;
+    const struct gm_coll_link fit = {0.050, 20e6 / 8};
+    const struct gm_coll_link links[4] = {{0, 0}};
+    uint64_t ops = 1;
+    long step = 20;
+
+    job_init(&job, 2);
+    job.comm.codec = GM_JOB_CODEC_DILOCO;
+    job.comm.overlap = true;
+    job.comm.local_steps = 33;
+    for (int k = 0; k < 2; k++) {
+        int got = 0;
+        GM_CHECK_OK(gm_gradsync_strategy_from_job(&job, &cur));
+        GM_CHECK_OK(gm_autoswitch_new(&job, 0.007, &a));
+        gm_autoswitch_group(a, 2, 0);
+        for (int i = 0; i < 3 && got == 0; i++, step++) {
+            gm_autoswitch_fit(a, 0, &fit, ops++);
+            gm_autoswitch_fit(a, 1, &fit, 1);
+            got = gm_autoswitch_decide(a, &cur, links, NULL, step, 0.007, 0.180, 2340, &d);
+        }
+        GM_CHECK_EQ(got, 1);
+        GM_CHECK_EQ(d.to.id, GM_JOB_CODEC_DILOCO8);
+        GM_CHECK_EQ(gm_autoswitch_answer(a, 1, d.seq, true), 1);
+        cur = d.to; /* every rank switched */
+        step = d.step + 1000; /* past the dwell after the switch */
+        if (k == 1)
+            gm_autoswitch_group(a, 2, step); /* a new group: nothing measured in it */
+        got = 0;
+        for (int i = 0; i < 40 && got == 0; i++, step++) {
+            gm_autoswitch_fit(a, 0, &fit, ops++);
+            gm_autoswitch_fit(a, 1, &fit, 1);
+            got = gm_autoswitch_decide(a, &cur, links, NULL, step, 0.007, 0.030, 2340, &d);
+        }
+        GM_CHECK_EQ(got, 1);
+        if (k == 0) { /* 8 bits stay, at the smaller H their 30 ms allow */
+            GM_CHECK_EQ(d.to.id, GM_JOB_CODEC_DILOCO8);
+            GM_CHECK(d.to.local_steps < cur.local_steps);
+        } else {
+            GM_CHECK_EQ(got, 1); /* the scaled 16-bit sync alone: back to 16 bits */
+            GM_CHECK_EQ(d.to.id, GM_JOB_CODEC_DILOCO);
+            GM_CHECK(strstr(d.why, "measured at the other width, scaled") != NULL);
+        }
+        gm_autoswitch_free(a);
+    }
+}
+
 /* The longest of the ranks' syncs sizes H (gm_autoswitch_sync): rank 0 reached the boundary
  * last and timed 50 ms, the member, which waited for it, timed the exchange's 180 ms: as
  * test_resize's 180 ms, 8-bit deltas at H=49.  With rank 0's 180 ms and the member's 50 ms, the
@@ -280,6 +337,7 @@ int main(void)
     GM_TEST_RUN(test_resolve);
     GM_TEST_RUN(test_resize);
     GM_TEST_RUN(test_resize_longest);
+    GM_TEST_RUN(test_width_memory);
     GM_TEST_RUN(test_measured_switch);
     GM_TEST_RUN(test_codec_table);
     return gm_test_finish("test_autocodec");

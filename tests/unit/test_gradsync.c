@@ -572,6 +572,15 @@ static void test_auto(void)
         GM_CHECK_OK(gm_gradsync_auto_choose(&in, &o2));
         GM_CHECK_NEAR(o2.cand[4].sync_s, 0.090, 0, 0);
         GM_CHECK(o2.cand[3].sync_s > 0.090 / 0.55 && o2.cand[3].sync_s < 0.090 / 0.40);
+        /* ... or at what 16 bits measured when they ran, where that is longer */
+        in.other_sync_s = 0.300;
+        GM_CHECK_OK(gm_gradsync_auto_choose(&in, &o2));
+        GM_CHECK_NEAR(o2.cand[3].sync_s, 0.300, 0, 0);
+        GM_CHECK_NEAR(o2.cand[4].sync_s, 0.090, 0, 0); /* the running width: its own measure */
+        in.other_sync_s = 0.100;
+        GM_CHECK_OK(gm_gradsync_auto_choose(&in, &o2));
+        GM_CHECK(o2.cand[3].sync_s > 0.090 / 0.55); /* the scaled one, longer */
+        in.other_sync_s = 0;
         in.sync_codec = GM_CODEC_FP16;
         /* 80 ms is covered below the cap at 16 bits: H=45, lag 12 (84 ms); H=44's 11 (77 ms)
          * is not */
@@ -813,7 +822,14 @@ static void test_switch(void)
             GM_CHECK_EQ(o.pick.id, GM_JOB_CODEC_DILOCO);
             for (long step = 302; step < 308; step++)
                 GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &o, &c8, 0.007, 0, step), -1);
+            /* at 30 ms, had 16 bits measured 120 ms when they ran: 112 < 180, auto keeps 8 bits
+             * (at the smaller H their 30 ms allow) */
             in.sync_s = 0.030;
+            in.other_sync_s = 0.120;
+            GM_CHECK_OK(gm_gradsync_auto_choose(&in, &o));
+            GM_CHECK_EQ(o.pick.id, GM_JOB_CODEC_DILOCO8);
+            GM_CHECK(o.cand[3].sync_s == 0.120);
+            in.other_sync_s = 0;
             GM_CHECK_OK(gm_gradsync_auto_choose(&in, &o));
             GM_CHECK_EQ(o.pick.id, GM_JOB_CODEC_DILOCO);
             GM_CHECK(gm_gradsync_diloco_lag(GM_GRADSYNC_AUTO_MAX_H) * 0.007 >=
