@@ -34,7 +34,8 @@
 #   ROUNDS (1: rounds 2.. repeat every row trained to the end, not the timed windows;
 #   WORKLOAD=finetune: round r with the job seed SEED + r - 1, each timed to its own 1-agent
 #   run's accuracy: one seed's curve crosses its target at an epoch that the test split's noise
-#   decides, so the table's medians are over seeds),
+#   decides, so the table's medians are over seeds; SEEDS=vary does the same for LeNet-5,
+#   whose rounds otherwise all run SEED),
 #   HOST_CPU (cores each host may use, 0.5; 0: no cap), OVERLAP (true or false: [comm] overlap
 #   of the auto/diloco rows; unset: the job's default, or true with WORKLOAD=finetune),
 #   PAIR_EPOCHS (epochs of the capped pair's rows; EPOCHS + EXTRA).
@@ -247,7 +248,7 @@ FT
 name    = seed-table
 model   = lenet5
 epochs  = $3
-seed    = $SEED
+seed    = $JSEED
 threads = 1
 ${SHARES:+shares  = $SHARES}
 [data]
@@ -556,7 +557,8 @@ set_rate 20
 full "3 agents (2 LAN + 1 tunnel 20 Mbit/s), auto" auto "$E2" a1 a2 b1
 capped_pair
 for ROUND in $(seq 2 "${ROUNDS:-1}"); do
-    echo "round $ROUND; $(uptime | sed 's/.*load/load/')"
+    [ "${SEEDS:-}" = vary ] && JSEED=$((SEED + ROUND - 1))
+    echo "round $ROUND (seed $JSEED); $(uptime | sed 's/.*load/load/')"
     full "1 agent" fp32 "$EPOCHS" a1
     full "2 agents, LAN" auto "$E2" a1 a2
     for r in $RATES; do
