@@ -154,10 +154,6 @@ static int hook_after(void *ctx, struct gm_train_state *st)
     return gm_gradsync_after_step(rc->sync, m, step, total_steps);
 }
 
-/* Rank 0's checkpoint holds its own codec state and, since every rank lives in this process,
- * the other ranks' error feedback too (GM_GRADSYNC_PSGD_ERROR ".rankR"), so that a resumed
- * simulation continues bitwise.  The others' buffers do not change meanwhile: PowerSGD
- * updates them only in a round, which waits for rank 0. */
 static const float *hook_eval_params(void *ctx, size_t *n)
 {
     struct rank_ctx *rc = ctx;
@@ -165,6 +161,10 @@ static const float *hook_eval_params(void *ctx, size_t *n)
     return gm_gradsync_outer_params(rc->sync, n);
 }
 
+/* Rank 0's checkpoint holds its own codec state and, since every rank lives in this process,
+ * the other ranks' error feedback too (GM_GRADSYNC_PSGD_ERROR ".rankR"), so that a resumed
+ * simulation continues bitwise.  The others' buffers do not change meanwhile: PowerSGD
+ * updates them only in a round, which waits for rank 0. */
 static size_t hook_codec_state(void *ctx, struct gm_st_tensor *t, size_t cap, const char **codec)
 {
     struct rank_ctx *rc = ctx;

@@ -58,6 +58,7 @@ struct run {
     int32_t *labels;    /* owned: one batch */
     uint32_t *eval_idx; /* owned */
     float *eval_keep;   /* owned: the replica's parameters while others are evaluated */
+    size_t eval_keep_n; /* floats eval_keep holds */
     struct gm_train_state st;
     struct gm_device_choice device; /* where the model lives */
     struct gm_cuda *cu;             /* owned: this thread's CUDA context, on a GPU */
@@ -203,8 +204,13 @@ static int evaluate(struct run *r, double *acc, double *loss)
         return evaluate_replica(r, acc, loss);
     if (n > gm_model_num_params(r->model))
         return -EINVAL;
-    if (r->eval_keep == NULL && (r->eval_keep = malloc(n * sizeof(float))) == NULL)
-        return -ENOMEM;
+    if (r->eval_keep_n < n) {
+        free(r->eval_keep);
+        r->eval_keep_n = 0;
+        if ((r->eval_keep = malloc(n * sizeof(float))) == NULL)
+            return -ENOMEM;
+        r->eval_keep_n = n;
+    }
     if ((err = gm_model_params_to_host(r->model)) < 0)
         return err;
     memcpy(r->eval_keep, p, n * sizeof(float));
@@ -1412,7 +1418,8 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
         gm_notice("event=interrupted step=%ld epoch=%d: stopping, saving weights", r.st.step,
                   r.epoch + 1);
         if (r.st.rank == 0) {
-            if ((err = evaluate(&r, &acc, &tloss)) < 0)
+            /* of the weights saved below: this replica's, mid-round under DiLoCo */
+            if ((err = evaluate_replica(&r, &acc, &tloss)) < 0)
                 goto out;
             eval_hook(&r, r.epoch, tloss, acc, epoch_loss, 0);
         }
