@@ -386,6 +386,19 @@ static void test_eval_params(void)
         GM_CHECK(eb.acc[i] == ec.acc[i]);
     }
     GM_CHECK(ea.loss[0] != eb.loss[0] && ea.loss[1] != eb.loss[1]); /* not the replica's */
+    { /* stopped early, a run writes its own weights and evaluates those, hook or not */
+        struct fake own2 = {.regroup_after = -1, .stop_after = 3};
+        struct fake first2 = {.regroup_after = -1, .stop_after = 3, .eval_first = 1};
+        struct gm_train_summary s1, s2;
+        GM_CHECK_OK(run_ev(a, &own2, &s1, 2, -1, NULL));
+        GM_CHECK_OK(run_ev(b, &first2, &s2, 2, -1, NULL));
+        GM_CHECK(s1.interrupted && s2.interrupted);
+        GM_CHECK_EQ(first2.eval_calls, 0);
+        GM_CHECK(s1.test_loss == s2.test_loss);
+        GM_CHECK(s2.test_loss != ec.loss[0]); /* not the model before its first step */
+        check_same_file(a, b);
+        free(first2.first);
+    }
     free(first.first);
     (void)unlink(a);
     (void)unlink(b);
