@@ -92,6 +92,15 @@ static void test_resolve(void)
 
 /* One table (GM_JOB_CODECS): each name parses to its enum and back, auto's candidates and
  * the strategies are every codec but auto, in the table's order. */
+/* The re-sizing tests' job: 2 ranks, overlapped 16-bit DiLoCo at H=33. */
+static void overlapped_diloco_job(struct gm_job *job)
+{
+    job_init(job, 2);
+    job->comm.codec = GM_JOB_CODEC_DILOCO;
+    job->comm.overlap = true;
+    job->comm.local_steps = 33;
+}
+
 /* Re-sizing overlapped DiLoCo's H mid-run (gm_autoswitch_decide): rank 0's measured sync, not
  * the fitted link, sizes it; the new H is announced as a switch past the hysteresis (two
  * decisions on new samples); where the cap (at least GM_GRADSYNC_AUTO_MIN_ROUNDS rounds in the
@@ -105,10 +114,7 @@ static void test_resize(void)
     const struct gm_coll_link fit = {0.050, 20e6 / 8}; /* 20 Mbit/s, 25 ms a hop (of 2) */
     const struct gm_coll_link links[4] = {{0, 0}};     /* no lan pair: the fit everywhere */
 
-    job_init(&job, 2);
-    job.comm.codec = GM_JOB_CODEC_DILOCO;
-    job.comm.overlap = true;
-    job.comm.local_steps = 33;
+    overlapped_diloco_job(&job);
     GM_CHECK_OK(gm_gradsync_strategy_from_job(&job, &cur));
     GM_CHECK(cur.overlap && cur.local_steps == 33);
     for (int k = 0; k < 2; k++) {
@@ -153,10 +159,7 @@ static void test_width_memory(void)
     uint64_t ops = 1;
     long step = 20;
 
-    job_init(&job, 2);
-    job.comm.codec = GM_JOB_CODEC_DILOCO;
-    job.comm.overlap = true;
-    job.comm.local_steps = 33;
+    overlapped_diloco_job(&job);
     for (int k = 0; k < 2; k++) {
         int got = 0;
         GM_CHECK_OK(gm_gradsync_strategy_from_job(&job, &cur));
@@ -207,10 +210,7 @@ static void test_resize_longest(void)
     const struct gm_coll_link fit = {0.050, 20e6 / 8};
     const struct gm_coll_link links[4] = {{0, 0}};
 
-    job_init(&job, 2);
-    job.comm.codec = GM_JOB_CODEC_DILOCO;
-    job.comm.overlap = true;
-    job.comm.local_steps = 33;
+    overlapped_diloco_job(&job);
     GM_CHECK_OK(gm_gradsync_strategy_from_job(&job, &cur));
     for (int k = 0; k < 3; k++) {
         const double own = k == 1 ? 0.180 : 0.050, member = k == 0 ? 0.180 : k == 1 ? 0.050 : 0;
