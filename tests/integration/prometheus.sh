@@ -146,7 +146,9 @@ want = {"compute", "collective", "optimizer"}
 todo, end = set(sys.argv[1:]), time.time() + 30
 shares = {}  # the coordinator's: each rank's part of the global batch, {rank: samples}
 while (todo or not shares) and time.time() < end:
-    for port in sorted(todo):
+    # a port stays scraped until its own series and, on the coordinator, the shares are seen:
+    # the shares may appear a scrape after the step series
+    for port in sorted(todo if shares else sys.argv[1:]):
         try:
             text = urllib.request.urlopen("http://127.0.0.1:%s/metrics" % port, timeout=2).read().decode()
         except OSError:
@@ -167,7 +169,7 @@ while (todo or not shares) and time.time() < end:
                     shares[rank] = int(line.split()[-1])
         if shares and (len(shares) != 2 or sum(shares.values()) != 128):
             shares = {}  # a group forming: read it again
-        if seen == want and sps > 0 and step > 0:
+        if port in todo and seen == want and sps > 0 and step > 0:
             print("ok: :%s step %d, %.0f samples/s" % (port, step, sps))
             todo.discard(port)
     time.sleep(0.02)
