@@ -31,10 +31,15 @@ struct gm_gradsync {
     uint32_t dl_lag;      /* overlapped: steps from a boundary to its update, 0: blocking */
     /* overlapped DiLoCo: the sync and hash check of the boundary at dl_step were handed to
      * the executor (submit, or run when it has none) and not yet waited for; dl_err: the
-     * first error among them (0) */
-    bool dl_inflight;
+     * first error among them (0).  With the executor's wait_one, the lag step waits for the
+     * sync alone and leaves the hash check running (dl_hash_inflight) until the next
+     * boundary: its round trip is then off the trainer's path.  It exchanges dl_anchor_hash,
+     * the anchor's hash taken when the sync started (the loop thread; the trainer applies the
+     * update to the anchor while the check still runs) */
+    bool dl_inflight, dl_hash_inflight;
     long dl_step;
     int dl_err;
+    uint64_t dl_anchor_hash;
     uint64_t dl_wait_ns, dl_wait_max_ns; /* the trainer blocked on DiLoCo's syncs, for the log */
     uint64_t dl_waits;
     /* what a sync really takes (gm_gradsync_diloco_sync_s): the overlapped sync's done
@@ -352,21 +357,29 @@ static void late_done(struct gm_coll *c, int status, void *arg)
 static int start_diloco_late(struct gm_coll *c, void *arg, gm_coll_done_cb done, void *done_arg)
 {
     struct gm_gradsync *g = arg;
+    const float *anchor, *mom;
+    size_t n;
+    int err;
 
     g->dl_done = done;
     g->dl_done_arg = done_arg;
     g->dl_done_ns = 0;
-    return gm_diloco_overlap_start(g->dl, c, (uint64_t)g->dl_step, late_done, g);
+    if ((err = gm_diloco_overlap_start(g->dl, c, (uint64_t)g->dl_step, late_done, g)) < 0)
+        return err;
+    /* the anchor is still the boundary's (the trainer applies the update only after waiting
+     * for this op): its hash, for the check after it, taken while the sync's first bytes go */
+    n = gm_diloco_state(g->dl, &anchor, &mom);
+    g->dl_anchor_hash = gm_coll_hash(anchor, n * sizeof(float));
+    return 0;
 }
 
+/* The anchor's hash at dl_step (start_diloco_late took it), the same on every rank. */
 static int start_hash_anchor(struct gm_coll *c, void *arg, gm_coll_done_cb done, void *done_arg)
 {
     struct gm_gradsync *g = arg;
-    const float *anchor, *mom;
-    size_t n = gm_diloco_state(g->dl, &anchor, &mom);
 
-    return gm_coll_hashcheck_start(c, anchor, n * sizeof(float), (uint64_t)g->dl_step, done,
-                                   done_arg);
+    return gm_coll_hashcheck_start(c, &g->dl_anchor_hash, sizeof(g->dl_anchor_hash),
+                                   (uint64_t)g->dl_step, done, done_arg);
 }
 
 static int start_hashcheck(struct gm_coll *c, void *arg, gm_coll_done_cb done, void *done_arg)
@@ -667,39 +680,77 @@ double gm_gradsync_diloco_sync_s(const struct gm_gradsync *g)
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-/* Waits for the ops dl_submit handed over (if any); their first error stays in dl_err. */
-static void dl_settle(struct gm_gradsync *g)
+/* The time the trainer blocked in one of DiLoCo's waits, for the log. */
+static void note_wait(struct gm_gradsync *g, uint64_t dt)
 {
-    int err = 0;
-
-    uint64_t t0 = gm_time_mono_ns(), dt;
-
-    if (!g->dl_inflight)
-        return;
-    g->dl_inflight = false;
-    if (g->ex.submit != NULL && g->ex.wait != NULL)
-        err = g->ex.wait(g->ex.ctx);
-    dt = gm_time_mono_ns() - t0;
     g->dl_wait_ns += dt;
     g->dl_wait_max_ns = GM_MAX(g->dl_wait_max_ns, dt);
-    g->dl_waits++;
+}
+
+/* Waits for the hash check a lag step left running (the only op then handed over); its
+ * error stays in dl_err. */
+static void dl_settle_hash(struct gm_gradsync *g)
+{
+    uint64_t t0 = gm_time_mono_ns();
+    int err;
+
+    if (!g->dl_hash_inflight)
+        return;
+    g->dl_hash_inflight = false;
+    err = g->ex.wait(g->ex.ctx);
+    note_wait(g, gm_time_mono_ns() - t0);
     if (g->dl_err == 0 && err < 0)
         g->dl_err = err;
     if (g->dl_err == 0)
+        g->hash_checks++; /* the anchor's hash check at dl_step passed */
+}
+
+/* Waits for the ops dl_submit handed over (if any); their first error stays in dl_err.
+ * sync_only (the lag step): with the executor's wait_one, for the sync alone, leaving its
+ * hash check running (dl_hash_inflight; an error drains it at once). */
+static void dl_settle(struct gm_gradsync *g, bool sync_only)
+{
+    const bool one = sync_only && g->ex.submit != NULL && g->ex.wait_one != NULL;
+    uint64_t t0 = gm_time_mono_ns(), dt;
+    int err = 0;
+
+    if (!g->dl_inflight) {
+        if (!sync_only)
+            dl_settle_hash(g);
+        return;
+    }
+    g->dl_inflight = false;
+    if (g->ex.submit != NULL && g->ex.wait != NULL)
+        err = one ? g->ex.wait_one(g->ex.ctx) : g->ex.wait(g->ex.ctx);
+    if (one && err < 0)
+        (void)g->ex.wait(g->ex.ctx); /* nothing stays running after an error */
+    dt = gm_time_mono_ns() - t0;
+    note_wait(g, dt);
+    g->dl_waits++;
+    if (g->dl_err == 0 && err < 0)
+        g->dl_err = err;
+    if (one && err == 0)
+        g->dl_hash_inflight = true;
+    else if (g->dl_err == 0)
         g->hash_checks++; /* the anchor's hash check at dl_step passed */
     if (g->dl_err == 0 && g->dl_submit_ns != 0 && g->dl_done_ns > g->dl_submit_ns) {
         uint64_t in = g->ex.peers_in != NULL ? g->ex.peers_in(g->ex.ctx) : 0;
         uint64_t from = in > g->dl_submit_ns && in < g->dl_done_ns ? in : g->dl_submit_ns;
         note_sync(g, g->dl_done_ns - from); /* from when every rank's data was on its way */
+        gm_debug("event=diloco-sync rank=%d step=%ld submit_to_peers_ms=%.1f "
+                 "peers_to_done_ms=%.1f wait_ms=%.1f",
+                 g->rank, g->dl_step, (double)(from - g->dl_submit_ns) * 1e-6,
+                 (double)(g->dl_done_ns - from) * 1e-6, (double)dt * 1e-6);
     }
     g->dl_submit_ns = 0;
 }
 
-static int dl_wait(struct gm_gradsync *g)
+/* dl_settle, then the first error, which it clears */
+static int dl_wait(struct gm_gradsync *g, bool sync_only)
 {
     int err;
 
-    dl_settle(g);
+    dl_settle(g, sync_only);
     err = g->dl_err;
     g->dl_err = 0;
     if (err == GM_ERR_MISMATCH)
@@ -767,12 +818,14 @@ static int after_step_overlap(struct gm_gradsync *g, struct gm_model *m, long st
     int err;
 
     if (pos == g->dl_lag && (g->dl_inflight || gm_diloco_pending(g->dl) != NULL)) {
-        if ((err = dl_wait(g)) < 0)
+        if ((err = dl_wait(g, true)) < 0)
             return err;
         if ((err = gm_diloco_overlap_apply(g->dl, params)) < 0)
             return err;
     }
     if (pos == 0) {
+        if (g->dl_hash_inflight && (err = dl_wait(g, false)) < 0)
+            return err; /* the last round's hash check, long done: dl_step is still its step */
         round_weight(g);
         if ((err = gm_diloco_overlap_boundary(g->dl, params)) < 0)
             return err;
@@ -784,7 +837,7 @@ static int after_step_overlap(struct gm_gradsync *g, struct gm_model *m, long st
     }
     if (!last)
         return 0;
-    if ((err = dl_wait(g)) < 0)
+    if ((err = dl_wait(g, false)) < 0)
         return err;
     log_waits(g);
     return gm_diloco_overlap_flush(g->dl, params); /* mid-round: the local steps are dropped */
@@ -807,7 +860,7 @@ int gm_gradsync_flush(struct gm_gradsync *g, struct gm_model *m)
 
     if (g == NULL || g->s.kind != GM_GRADSYNC_KIND_DILOCO || g->dl_lag == 0 || g->dl == NULL)
         return 0;
-    if ((err = dl_wait(g)) < 0)
+    if ((err = dl_wait(g, false)) < 0)
         return err;
     return gm_diloco_overlap_flush(g->dl, gm_model_params(m));
 }
@@ -883,7 +936,8 @@ size_t gm_gradsync_ckpt_state(struct gm_gradsync *g, struct gm_st_tensor *t, siz
     if (g->dl != NULL && cap >= k + 2) {
         const float *anchor, *mom, *late;
         size_t n;
-        dl_settle(g); /* overlapped: the round's sync completes first (its error: next wait) */
+        /* overlapped: the round's sync completes first (its error: next wait) */
+        dl_settle(g, false);
         n = gm_diloco_state(g->dl, &anchor, &mom);
         k += flat(&t[k], GM_CKPT_CODEC_PREFIX "diloco.anchor", anchor, n);
         k += flat(&t[k], GM_CKPT_CODEC_PREFIX "diloco.momentum", mom, n);

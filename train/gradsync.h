@@ -92,6 +92,8 @@
  *    (gm_gradsync_switch_step: after its sync, when every rank holds the outer parameters), so
  *    its last round is flushed, not lost; its outer momentum starts afresh.  A codec switched
  *    to starts fresh (PowerSGD from the job's seed, DiLoCo anchored at the shared weights).
+ *    Carrying DiLoCo's momentum over a re-size (scaled by the H's ratio or not) was tried
+ *    and ended lower in simulated replays of the testbed's re-sizes (docs/BENCHMARKS.md).
  *
  * Settings, as the simulation has always used them: every kind runs the ring all-reduce (byte
  * counts compare like with like); fp32/fp16 average the gradients every step; powersgd: rank
@@ -184,6 +186,11 @@ struct gm_gradsync_exec {
      * [comm] overlap then run blocking). */
     void (*submit)(void *ctx, gm_gradsync_start_fn start, void *arg, bool counted);
     int (*wait)(void *ctx);
+    /* Optional, with submit and wait: waits for the oldest submitted op not yet waited for
+     * and returns its status (0 when none is left; a submit error as wait would).
+     * Overlapped DiLoCo waits at its lag step for the sync alone and leaves the anchor's hash
+     * check (one round trip) running until the next boundary; NULL: it waits for both. */
+    int (*wait_one)(void *ctx);
     /* Optional: for the last counted op to complete, when the last of the peers' data began
      * to arrive, if that was after the op started (monotonic ns; 0: every peer was in time).
      * DiLoCo's measured sync (gm_gradsync_diloco_sync_s) leaves out the time before it: a

@@ -559,6 +559,23 @@ int gm_rank_bridge_wait(void *ctx)
     return err;
 }
 
+static int bridge_wait_one(void *ctx)
+{
+    struct gm_rank *rk = ctx;
+    struct req *r = rk->submitted;
+    int err;
+
+    if (rk->submit_err < 0 || r == NULL)
+        return gm_rank_bridge_wait(rk); /* the submit's error, once the rest ended; or 0 */
+    wait_done(rk, r);
+    err = r->status;
+    rk->submitted = r->sub_next;
+    if (rk->submitted == NULL)
+        rk->submitted_tail = &rk->submitted;
+    free(r);
+    return err;
+}
+
 static uint64_t bridge_peers_in(void *ctx)
 {
     struct gm_rank *rk = ctx;
@@ -577,6 +594,7 @@ int gm_rank_bridge_open(struct gm_rank *rk)
     rk->exec = (struct gm_gradsync_exec){.run = gm_rank_bridge_run,
                                          .submit = bridge_submit,
                                          .wait = gm_rank_bridge_wait,
+                                         .wait_one = bridge_wait_one,
                                          .peers_in = bridge_peers_in,
                                          .ctx = rk};
     rk->pending_tail = &rk->pending;

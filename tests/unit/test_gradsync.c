@@ -223,6 +223,9 @@ struct exec_late {
     void *arg[8];
     bool counted[8];
     int n, submits, waits;
+    /* wait_one's: calls, how many ran a counted op (the sync), submits that found an op of
+     * the round before still queued */
+    int ones, ones_counted, behind;
 };
 
 static void submit_late(void *ctx, gm_gradsync_start_fn start, void *arg, bool counted)
@@ -230,6 +233,8 @@ static void submit_late(void *ctx, gm_gradsync_start_fn start, void *arg, bool c
     struct exec_late *l = ctx;
 
     GM_ASSERT(l->n < 8);
+    if (l->n > 0 && counted) /* a boundary's sync, with the last round's hash check queued */
+        l->behind++;
     l->start[l->n] = start;
     l->arg[l->n] = arg;
     l->counted[l->n] = counted;
@@ -250,6 +255,26 @@ static int wait_late(void *ctx)
     return err;
 }
 
+/* The oldest queued op only (overlapped DiLoCo's lag step: the sync; its hash check stays). */
+static int wait_one_late(void *ctx)
+{
+    struct exec_late *l = ctx;
+    int err;
+
+    l->ones++;
+    if (l->n == 0)
+        return 0;
+    l->ones_counted += l->counted[0];
+    err = run1(&l->e, l->start[0], l->arg[0], l->counted[0]);
+    for (int i = 1; i < l->n; i++) {
+        l->start[i - 1] = l->start[i];
+        l->arg[i - 1] = l->arg[i];
+        l->counted[i - 1] = l->counted[i];
+    }
+    l->n--;
+    return err;
+}
+
 static int run_late(void *ctx, gm_gradsync_start_fn start, void *arg, bool counted)
 {
     struct exec_late *l = ctx;
@@ -259,36 +284,47 @@ static int run_late(void *ctx, gm_gradsync_start_fn start, void *arg, bool count
 }
 
 /* Overlapped DiLoCo: the weights do not depend on when a sync completes: an executor that
- * completes each op inside submit (run) and one that starts them only at the next wait give
- * the same bits; the late one was handed 2 ops at each of 3 boundaries. */
+ * completes each op inside submit (run), one that starts them only at the next wait, and one
+ * that also has wait_one (the lag step waits for the sync alone, the hash check is waited
+ * for at the next boundary) give the same bits; the late ones were handed 2 ops at each of 3
+ * boundaries and every hash check passed. */
 static void test_overlap_timing(void)
 {
     struct gm_coll_config cc = {0};
     struct exec1 e = {0};
-    struct exec_late l = {0};
+    struct exec_late l = {0}, o = {0};
     struct gm_gradsync_exec now = {.run = run1, .ctx = &e};
     struct gm_gradsync_exec late = {
         .run = run_late, .submit = submit_late, .wait = wait_late, .ctx = &l};
+    struct gm_gradsync_exec one = {.run = run_late,
+                                   .submit = submit_late,
+                                   .wait = wait_late,
+                                   .wait_one = wait_one_late,
+                                   .ctx = &o};
+    const struct gm_gradsync_exec *ex[3] = {&now, &late, &one};
     struct gm_gradsync_strategy s;
     struct gm_gradsync *g = NULL;
     struct gm_job job;
-    struct gm_model *m[2] = {small_model(), small_model()};
+    struct gm_model *m[3] = {small_model(), small_model(), small_model()};
     size_t np;
 
     e.net = gm_memnet_new(1);
     l.e.net = gm_memnet_new(1);
-    if (e.net == NULL || l.e.net == NULL || m[0] == NULL || m[1] == NULL)
+    o.e.net = gm_memnet_new(1);
+    if (e.net == NULL || l.e.net == NULL || o.e.net == NULL || m[0] == NULL || m[1] == NULL ||
+        m[2] == NULL)
         goto out;
     e.c = gm_coll_new(gm_memnet_transport(e.net, 0), &cc);
     l.e.c = gm_coll_new(gm_memnet_transport(l.e.net, 0), &cc);
+    o.e.c = gm_coll_new(gm_memnet_transport(o.e.net, 0), &cc);
     gm_job_defaults(&job);
     job.comm.codec = GM_JOB_CODEC_DILOCO;
     job.comm.local_steps = 3;
     job.comm.overlap = true;
     GM_CHECK_OK(gm_gradsync_strategy_from_job(&job, &s));
     np = gm_model_num_params(m[0]);
-    for (int k = 0; k < 2; k++) {
-        GM_CHECK_OK(gm_gradsync_new(&s, 0, 1, 1, k == 0 ? &now : &late, &g));
+    for (int k = 0; k < 3; k++) {
+        GM_CHECK_OK(gm_gradsync_new(&s, 0, 1, 1, ex[k], &g));
         for (long step = 0; step < 11 && g != NULL; step++) {
             float *p = gm_model_params(m[k]);
             GM_CHECK_OK(gm_gradsync_reduce(g, m[k], step, 11));
@@ -296,23 +332,39 @@ static void test_overlap_timing(void)
                 p[i] -= 1e-3f * (float)((i + (size_t)step) % 7) - 2e-3f;
             GM_CHECK_OK(gm_gradsync_after_step(g, m[k], step, 11));
         }
+        if (g != NULL) /* each round's anchor, and the end's parameters */
+            GM_CHECK_EQ(gm_gradsync_hash_checks(g), 4u);
         gm_gradsync_free(g);
         g = NULL;
     }
     GM_CHECK_EQ(l.submits, 6);
     GM_CHECK(l.waits >= 3);
-    GM_CHECK(memcmp(gm_model_params(m[0]), gm_model_params(m[1]), np * sizeof(float)) == 0);
+    GM_CHECK_EQ(l.ones, 0);
+    /* wait_one: each round's lag step (steps 3, 6 and 9) waited for its sync alone; each hash
+     * check was still queued then and was waited for before the next boundary handed over
+     * its ops (the last one by the run's end) */
+    GM_CHECK_EQ(o.submits, 6);
+    GM_CHECK_EQ(o.ones, 3);
+    GM_CHECK_EQ(o.ones_counted, 3);
+    GM_CHECK_EQ(o.behind, 0);
+    GM_CHECK_EQ(o.n, 0);
+    for (int k = 1; k < 3; k++)
+        GM_CHECK(memcmp(gm_model_params(m[0]), gm_model_params(m[k]), np * sizeof(float)) == 0);
 out:
-    for (int k = 0; k < 2; k++)
+    for (int k = 0; k < 3; k++)
         gm_model_free(m[k]);
     if (e.net != NULL)
         gm_memnet_run(e.net);
     if (l.e.net != NULL)
         gm_memnet_run(l.e.net);
+    if (o.e.net != NULL)
+        gm_memnet_run(o.e.net);
     gm_coll_free(e.c);
     gm_coll_free(l.e.c);
+    gm_coll_free(o.e.c);
     gm_memnet_free(e.net);
     gm_memnet_free(l.e.net);
+    gm_memnet_free(o.e.net);
 }
 
 /* The alpha-beta fit: recovers a link from samples at two sizes; with one size only it passes
