@@ -58,6 +58,8 @@ struct gm_gradsync {
     /* the op being started: set by the trainer thread, read by start while run blocks it */
     struct gm_model *m; /* borrowed */
     long step;
+    float *eval_f; /* a sharded evaluation's op: its floats (borrowed), eval_n of them */
+    size_t eval_n;
     uint64_t hash_checks;
     /* overlap (dense, exec with submit/wait): the bucket layout, made on first use */
     struct bucket *buckets; /* owned, nbuckets */
@@ -397,6 +399,57 @@ static int run(struct gm_gradsync *g, gm_gradsync_start_fn start, struct gm_mode
     g->m = m;
     g->step = step;
     return g->ex.run(g->ex.ctx, start, g, counted);
+}
+
+/* A sharded evaluation's ops (gm_gradsync_eval_sum, gm_gradsync_eval_bcast): their buffer,
+ * set by the trainer thread while run blocks it. */
+static int start_eval_sum(struct gm_coll *c, void *arg, gm_coll_done_cb done, void *done_arg)
+{
+    struct gm_gradsync *g = arg;
+    const struct gm_coll_opts o = {.algo = GM_COLL_DIRECT,
+                                   .codec = GM_CODEC_FP32,
+                                   .reduce = GM_COLL_SUM,
+                                   .step = (uint64_t)g->step};
+
+    return gm_coll_allreduce_start(c, g->eval_f, g->eval_n, &o, done, done_arg);
+}
+
+static int start_eval_bcast(struct gm_coll *c, void *arg, gm_coll_done_cb done, void *done_arg)
+{
+    struct gm_gradsync *g = arg;
+
+    return gm_coll_broadcast_start(c, g->eval_f, g->eval_n, 0, (uint64_t)g->step, done, done_arg);
+}
+
+int gm_gradsync_eval_sum(struct gm_gradsync *g, long step, double *v, size_t n)
+{
+    float f[2 * GM_GRADSYNC_EVAL_SUM_MAX];
+    int err;
+
+    if (n > GM_GRADSYNC_EVAL_SUM_MAX)
+        return -EINVAL;
+    for (size_t i = 0; i < n; i++) { /* each double as a float and the float of the rest */
+        f[2 * i] = (float)v[i];
+        f[2 * i + 1] = (float)(v[i] - (double)f[2 * i]);
+    }
+    g->eval_f = f;
+    g->eval_n = 2 * n;
+    err = run(g, start_eval_sum, g->m, step, false);
+    g->eval_f = NULL;
+    for (size_t i = 0; err == 0 && i < n; i++)
+        v[i] = (double)f[2 * i] + (double)f[2 * i + 1];
+    return err;
+}
+
+int gm_gradsync_eval_bcast(struct gm_gradsync *g, long step, float *buf, size_t n)
+{
+    int err;
+
+    g->eval_f = buf;
+    g->eval_n = n;
+    err = run(g, start_eval_bcast, g->m, step, false);
+    g->eval_f = NULL;
+    return err;
 }
 
 static void drop_pending(float **p, size_t *n)

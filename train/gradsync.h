@@ -253,6 +253,17 @@ bool gm_gradsync_local_grads(const struct gm_gradsync *g);
  * NULL (and *n = 0) for the other codecs, whose replicas are identical after every step. */
 const float *gm_gradsync_outer_params(const struct gm_gradsync *g, size_t *n);
 
+/* A sharded evaluation's collectives (train/trainer.h eval_sum and eval_bcast), run on the
+ * executor like the codec's ops (uncounted: no gradient traffic).  eval_sum: v[0..n) summed
+ * over the ranks in place (n <= GM_GRADSYNC_EVAL_SUM_MAX; each double travels as two floats,
+ * its float and the float of the rest, summed in float: counts of samples are exact below
+ * 2^24, sums of losses good to float rounding, ~1e-7 relative); eval_bcast: rank 0's
+ * buf[0..n) to every rank.  0, -EINVAL, or the op's error (GM_ERR_REGROUP in the agent when
+ * the group broke). */
+#define GM_GRADSYNC_EVAL_SUM_MAX 8
+GM_MUST_CHECK int gm_gradsync_eval_sum(struct gm_gradsync *g, long step, double *v, size_t n);
+GM_MUST_CHECK int gm_gradsync_eval_bcast(struct gm_gradsync *g, long step, float *buf, size_t n);
+
 /* After backward, before the optimizer step (trainer's reduce_grads).  0 or an error. */
 GM_MUST_CHECK int gm_gradsync_reduce(struct gm_gradsync *g, struct gm_model *m, long step,
                                      long total_steps);

@@ -34,11 +34,13 @@ struct rank_ctx {
     int err;
     pthread_t th;
     char error_name[64]; /* its error feedback's tensor name in rank 0's checkpoints */
+    int next_resize;     /* so->resize[next_resize] is the next one this rank takes */
 };
 
 struct sim {
     struct gm_job job; /* shallow copy, threads = 1 */
     struct gm_gradsync_strategy strategy;
+    const struct gm_sim_opts *so;
     int n;
     struct gm_memnet *net; /* owned */
     pthread_mutex_t mu;
@@ -138,6 +140,47 @@ static int hook_reduce(void *ctx, struct gm_train_state *st)
     return gm_gradsync_reduce(rc->sync, m, step, total_steps);
 }
 
+/* The strategy a re-size switches to: the job's, with H and the deltas' width replaced. */
+static int resized(const struct sim *s, const struct gm_sim_resize *z,
+                   struct gm_gradsync_strategy *out)
+{
+    struct gm_job job = s->job;
+
+    job.comm.codec = z->bits == 8 ? GM_JOB_CODEC_DILOCO8 : GM_JOB_CODEC_DILOCO;
+    job.comm.local_steps = (int)z->h;
+    return gm_gradsync_strategy_from_job(&job, out);
+}
+
+/* A replayed re-size takes effect at the first round boundary at or after its step, as an
+ * announced switch does in agent/jobs/rank_train.c: the round in flight flushed, a new
+ * gradsync (its outer momentum afresh). */
+static int hook_backward_begin(void *ctx, struct gm_train_state *st)
+{
+    struct rank_ctx *rc = ctx;
+    const struct sim *s = rc->s;
+    struct gm_gradsync_strategy to;
+    struct gm_gradsync *next = NULL;
+    int err;
+
+    while (rc->next_resize < s->so->nresize) {
+        const struct gm_sim_resize *z = &s->so->resize[rc->next_resize];
+        if (st->step < z->step || gm_gradsync_switch_step(rc->sync, z->step) > st->step)
+            return 0;
+        rc->next_resize++;
+        if ((err = resized(s, z, &to)) < 0 || (err = gm_gradsync_flush(rc->sync, st->model)) < 0)
+            return err;
+        gm_gradsync_log_waits(rc->sync);
+        struct gm_gradsync_exec ex = {.run = rendezvous, .ctx = rc};
+        if ((err = gm_gradsync_new(&to, rc->rank, s->n, s->job.seed, &ex, &next)) < 0)
+            return err;
+        gm_gradsync_free(rc->sync);
+        rc->sync = next;
+        if (rc->rank == 0)
+            gm_info("event=simulate-resize step=%ld h=%u bits=%d", st->step, z->h, z->bits);
+    }
+    return 0;
+}
+
 static bool hook_local_grads(void *ctx)
 {
     struct rank_ctx *rc = ctx;
@@ -159,6 +202,21 @@ static const float *hook_eval_params(void *ctx, size_t *n)
     struct rank_ctx *rc = ctx;
 
     return gm_gradsync_outer_params(rc->sync, n);
+}
+
+/* A sharded evaluation's collectives (train/trainer.h eval_sum, eval_bcast) */
+static int hook_eval_sum(void *ctx, long step, double *v, size_t n)
+{
+    struct rank_ctx *rc = ctx;
+
+    return gm_gradsync_eval_sum(rc->sync, step, v, n);
+}
+
+static int hook_eval_bcast(void *ctx, long step, float *buf, size_t n)
+{
+    struct rank_ctx *rc = ctx;
+
+    return gm_gradsync_eval_bcast(rc->sync, step, buf, n);
 }
 
 /* Rank 0's checkpoint holds its own codec state and, since every rank lives in this process,
@@ -218,9 +276,16 @@ int gm_sim_train(const struct gm_job *job, const struct gm_train_opts *opts,
         return -EINVAL;
     s.job = *job;
     s.job.threads = 1;
+    s.so = so;
     s.n = so->workers;
     if ((err = gm_gradsync_strategy_from_job(job, &s.strategy)) < 0)
         return err;
+    if (so->nresize > 0 && s.strategy.kind != GM_GRADSYNC_KIND_DILOCO) {
+        gm_err("event=simulate-resize-refused codec=%s: re-sizes replay DiLoCo's; the job's "
+               "[comm] codec must be diloco or diloco8",
+               gm_job_codec_name(s.strategy.id));
+        return GM_ERR_CONFIG;
+    }
     s.strategy.error_feedback = so->error_feedback;
     pthread_mutex_init(&s.mu, NULL);
     pthread_cond_init(&s.cv, NULL);
@@ -243,15 +308,19 @@ int gm_sim_train(const struct gm_job *job, const struct gm_train_opts *opts,
         }
         if ((err = gm_gradsync_new(&s.strategy, i, s.n, job->seed, &ex, &rc->sync)) < 0)
             goto out;
-        rc->comm = (struct gm_train_comm){.rank = i,
-                                          .world = s.n,
-                                          .reduce_grads = hook_reduce,
-                                          .after_step = hook_after,
-                                          .local_grads = hook_local_grads,
-                                          .codec_state = hook_codec_state,
-                                          .eval_params = hook_eval_params,
-                                          .codec_restore = hook_codec_restore,
-                                          .ctx = rc};
+        rc->comm =
+            (struct gm_train_comm){.rank = i,
+                                   .world = s.n,
+                                   .reduce_grads = hook_reduce,
+                                   .after_step = hook_after,
+                                   .backward_begin = so->nresize > 0 ? hook_backward_begin : NULL,
+                                   .local_grads = hook_local_grads,
+                                   .codec_state = hook_codec_state,
+                                   .eval_params = hook_eval_params,
+                                   .eval_sum = so->eval_alone ? NULL : hook_eval_sum,
+                                   .eval_bcast = so->eval_alone ? NULL : hook_eval_bcast,
+                                   .codec_restore = hook_codec_restore,
+                                   .ctx = rc};
         rc->opts = *opts;
         rc->opts.comm = &rc->comm;
         if (i != 0)
@@ -307,4 +376,63 @@ out:
     pthread_mutex_destroy(&s.mu);
     pthread_cond_destroy(&s.cv);
     return err;
+}
+
+int gm_sim_resize_parse(const char *arg, struct gm_sim_opts *so, char *why, size_t why_len)
+{
+    const char *p = arg;
+    long last = 0;
+
+    so->nresize = 0;
+    while (p != NULL && *p != '\0') {
+        struct gm_sim_resize z = {.bits = 16};
+        char *end;
+        long v;
+
+        if (so->nresize == GM_SIM_RESIZE_MAX) {
+            snprintf(why, why_len, "more than %d re-sizes", GM_SIM_RESIZE_MAX);
+            return -EINVAL;
+        }
+        errno = 0;
+        v = strtol(p, &end, 10);
+        if (end == p || *end != ':' || errno != 0 || v < 1 || v <= last) {
+            snprintf(why, why_len,
+                     "re-size %d: want STEP:H[:BITS] with STEP >= 1 and above "
+                     "the one before",
+                     so->nresize + 1);
+            return -EINVAL;
+        }
+        z.step = last = v;
+        p = end + 1;
+        v = strtol(p, &end, 10);
+        if (end == p || (*end != ':' && *end != ',' && *end != '\0') || errno != 0 || v < 1 ||
+            v > 1000000) {
+            snprintf(why, why_len, "re-size %d: H wants 1..1000000", so->nresize + 1);
+            return -EINVAL;
+        }
+        z.h = (uint32_t)v;
+        p = end;
+        if (*p == ':') {
+            v = strtol(p + 1, &end, 10);
+            if (end == p + 1 || (*end != ',' && *end != '\0') || (v != 8 && v != 16)) {
+                snprintf(why, why_len, "re-size %d: BITS wants 16 or 8", so->nresize + 1);
+                return -EINVAL;
+            }
+            z.bits = (int)v;
+            p = end;
+        }
+        so->resize[so->nresize++] = z;
+        if (*p == ',') {
+            p++;
+            if (*p == '\0') {
+                snprintf(why, why_len, "a trailing ','");
+                return -EINVAL;
+            }
+        }
+    }
+    if (so->nresize == 0) {
+        snprintf(why, why_len, "no re-size given");
+        return -EINVAL;
+    }
+    return 0;
 }

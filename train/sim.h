@@ -27,15 +27,39 @@
 #define GM_TRAIN_SIM_H
 
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 
 #include "common/err.h"
 #include "train/job.h"
 #include "train/trainer.h"
 
+/* A DiLoCo re-size replayed (`--simulate-resize`): what `codec = auto` does in a cluster when
+ * it re-sizes H or changes the deltas' width (train/gradsync.h, "Switching"), at a step a
+ * cluster's log names (event=codec-switch step=...), so that a run with re-sizes can be
+ * studied here.  From the first round boundary at or after step every rank runs DiLoCo with
+ * H = h and bits-bit deltas, as the agents would (the round in flight flushed there, the outer
+ * momentum afresh). */
+struct gm_sim_resize {
+    long step;  /* >= 1 */
+    uint32_t h; /* >= 1 */
+    int bits;   /* 16 (diloco) or 8 (diloco8) */
+};
+#define GM_SIM_RESIZE_MAX 16
+
 struct gm_sim_opts {
     int workers;         /* 1 .. 64 */
     bool error_feedback; /* powersgd; false only for the negative control */
+    /* re-sizes, in increasing step order (the job's codec must be diloco or diloco8) */
+    struct gm_sim_resize resize[GM_SIM_RESIZE_MAX];
+    int nresize;
+    bool eval_alone; /* rank 0 evaluates alone instead of every rank its slice (tests) */
 };
+
+/* "STEP:H[:BITS][,STEP:H[:BITS]...]" (BITS 16 or 8; 16 when left out) into so->resize, steps
+ * increasing.  0, or -EINVAL with a reason in why (why_len bytes). */
+GM_MUST_CHECK int gm_sim_resize_parse(const char *arg, struct gm_sim_opts *so, char *why,
+                                      size_t why_len);
 
 GM_MUST_CHECK int gm_sim_train(const struct gm_job *job, const struct gm_train_opts *opts,
                                const struct gm_sim_opts *so, struct gm_train_summary *sum);

@@ -59,6 +59,7 @@ struct run {
     uint32_t *eval_idx; /* owned */
     float *eval_keep;   /* owned: the replica's parameters while others are evaluated */
     size_t eval_keep_n; /* floats eval_keep holds */
+    float *eval_bufs;   /* owned: a sharded evaluation's buffers: rank 0's, then this rank's */
     struct gm_train_state st;
     struct gm_device_choice device; /* where the model lives */
     struct gm_cuda *cu;             /* owned: this thread's CUDA context, on a GPU */
@@ -153,44 +154,129 @@ static void progress_bar(struct run *r, long step_in_epoch, double loss, double 
     fflush(stderr);
 }
 
-static int evaluate_replica(struct run *r, double *acc, double *loss)
+/* The model as it is on test samples [lo, hi): the sum of their losses and how many it got
+ * right. */
+static int eval_range(struct run *r, size_t lo, size_t hi, double *loss_sum, long *correct_total)
 {
-    const size_t n_test = r->n_test;
     const int bmax = gm_model_max_batch(r->model);
-    long correct_total = 0;
-    double loss_sum = 0;
     int dev_err;
 
-    for (size_t i = 0; i < n_test; i++)
+    *loss_sum = 0;
+    *correct_total = 0;
+    for (size_t i = lo; i < hi; i++)
         r->eval_idx[i] = (uint32_t)i;
-    for (size_t off = 0; off < n_test; off += (size_t)bmax) {
-        int n = (int)(n_test - off < (size_t)bmax ? n_test - off : (size_t)bmax);
+    for (size_t off = lo; off < hi; off += (size_t)bmax) {
+        int n = (int)(hi - off < (size_t)bmax ? hi - off : (size_t)bmax);
         long correct = 0;
         int err;
-        if (off + (size_t)n < n_test) /* the next batch decodes while this one runs */
+        if (off + (size_t)n < hi) /* the next batch decodes while this one runs */
             gm_loader_prefetch(r->data, GM_SPLIT_TEST, 0, r->eval_idx + off + (size_t)n,
-                               n_test - off - (size_t)n < (size_t)bmax ? n_test - off - (size_t)n
-                                                                       : (size_t)bmax);
+                               hi - off - (size_t)n < (size_t)bmax ? hi - off - (size_t)n
+                                                                   : (size_t)bmax);
         if ((err = gm_loader_batch(r->data, GM_SPLIT_TEST, 0, r->eval_idx + off, (size_t)n,
                                    gm_model_input(r->model), r->labels)) < 0)
             return err; /* logged with the file */
         if ((err = gm_model_forward(r->model, n, 0, 0)) < 0)
             return err;
-        loss_sum += gm_model_loss(r->model, n, r->labels, &correct) * n;
-        correct_total += correct;
+        *loss_sum += gm_model_loss(r->model, n, r->labels, &correct) * n;
+        *correct_total += correct;
     }
     if ((dev_err = gm_model_take_error(r->model)) < 0) /* a device error (logged) */
         return dev_err;
+    return 0;
+}
+
+static int evaluate_replica(struct run *r, double *acc, double *loss)
+{
+    const size_t n_test = r->n_test;
+    long correct_total;
+    double loss_sum;
+    int err;
+
+    if ((err = eval_range(r, 0, n_test, &loss_sum, &correct_total)) < 0)
+        return err;
     *acc = n_test > 0 ? 100.0 * (double)correct_total / (double)n_test : 0;
     *loss = n_test > 0 ? loss_sum / (double)n_test : 0;
     return 0;
 }
 
+static bool eval_sharded(const struct run *r)
+{
+    const struct gm_train_comm *comm = r->opts->comm;
+
+    return comm != NULL && comm->eval_sum != NULL && comm->eval_bcast != NULL && r->st.world > 1;
+}
+
+/* The model's buffers, one after another, to / from buf (NULL: their total length). */
+static size_t buffers_len(const struct gm_model *m)
+{
+    size_t n = 0;
+
+    for (size_t i = 0; i < gm_model_num_buffers(m); i++)
+        n += gm_model_buffer_len(m, i);
+    return n;
+}
+
+static int buffers_io(struct gm_model *m, float *buf, bool to_model)
+{
+    int err;
+
+    for (size_t i = 0; i < gm_model_num_buffers(m); i++) {
+        err = to_model ? gm_model_import_buffer(m, i, buf) : gm_model_export_buffer(m, i, buf);
+        if (err < 0)
+            return err;
+        buf += gm_model_buffer_len(m, i);
+    }
+    return 0;
+}
+
+/* This rank's slice of a sharded evaluation (train/trainer.h eval_sum), with rank 0's
+ * buffers; its sums over every rank's slice. */
+static int evaluate_shard(struct run *r, double *acc, double *loss)
+{
+    const struct gm_train_comm *comm = r->opts->comm;
+    const size_t nb = buffers_len(r->model);
+    double v[2] = {0, 0};
+    long correct = 0;
+    int off, cnt, err = 0, err2;
+
+    if (r->n_test > (size_t)INT32_MAX)
+        return -EINVAL;
+    if (nb > 0) { /* rank 0's running statistics, this rank's kept in the second half */
+        if (r->eval_bufs == NULL && (r->eval_bufs = malloc(2 * nb * sizeof(float))) == NULL)
+            return -ENOMEM;
+        if ((err = buffers_io(r->model, r->eval_bufs + nb, false)) < 0)
+            return err;
+        memcpy(r->eval_bufs, r->eval_bufs + nb, nb * sizeof(float));
+        if ((err = comm->eval_bcast(comm->ctx, r->st.step, r->eval_bufs, nb)) < 0 ||
+            (err = buffers_io(r->model, r->eval_bufs, true)) < 0)
+            goto out;
+    }
+    gm_train_share((int)r->n_test, r->st.world, r->st.rank, &off, &cnt);
+    if ((err = eval_range(r, (size_t)off, (size_t)off + (size_t)cnt, &v[0], &correct)) < 0)
+        goto out;
+    v[1] = (double)correct;
+    if ((err = comm->eval_sum(comm->ctx, r->st.step, v, 2)) < 0)
+        goto out;
+    *acc = r->n_test > 0 ? 100.0 * v[1] / (double)r->n_test : 0;
+    *loss = r->n_test > 0 ? v[0] / (double)r->n_test : 0;
+out:
+    if (nb > 0 && (err2 = buffers_io(r->model, r->eval_bufs + nb, true)) < 0 && err == 0)
+        err = err2;
+    return err;
+}
+
 /* A test evaluation: of this replica's parameters, or of those the comm's eval_params names
  * (DiLoCo's outer parameters), put in their place for it and the replica's own put back
  * after, bit for bit: training goes on from them.  The buffers (batch norm's running
- * statistics) stay this replica's. */
-static int evaluate(struct run *r, double *acc, double *loss)
+ * statistics) stay this replica's.  shard: every rank calls this at the same evaluation,
+ * each evaluates its slice (evaluate_shard) when the comm shares evaluations. */
+static int evaluate_replica_or_shard(struct run *r, bool shard, double *acc, double *loss)
+{
+    return shard ? evaluate_shard(r, acc, loss) : evaluate_replica(r, acc, loss);
+}
+
+static int evaluate_as(struct run *r, bool shard, double *acc, double *loss)
 {
     const struct gm_train_comm *comm = r->opts->comm;
     const float *other = NULL;
@@ -201,7 +287,7 @@ static int evaluate(struct run *r, double *acc, double *loss)
     if (comm != NULL && comm->eval_params != NULL)
         other = comm->eval_params(comm->ctx, &n);
     if (other == NULL || n == 0)
-        return evaluate_replica(r, acc, loss);
+        return evaluate_replica_or_shard(r, shard, acc, loss);
     if (n > gm_model_num_params(r->model))
         return -EINVAL;
     if (r->eval_keep_n < n) {
@@ -216,10 +302,34 @@ static int evaluate(struct run *r, double *acc, double *loss)
     memcpy(r->eval_keep, p, n * sizeof(float));
     memcpy(p, other, n * sizeof(float));
     if ((err = gm_model_params_to_device(r->model)) == 0)
-        err = evaluate_replica(r, acc, loss);
+        err = evaluate_replica_or_shard(r, shard, acc, loss);
     memcpy(p, r->eval_keep, n * sizeof(float));
     err2 = gm_model_params_to_device(r->model);
     return err < 0 ? err : err2;
+}
+
+/* Rank 0's evaluation, alone. */
+static int evaluate(struct run *r, double *acc, double *loss)
+{
+    return evaluate_as(r, false, acc, loss);
+}
+
+/* An epoch's evaluation, which every rank reaches at the same step: shared when the comm
+ * shares evaluations (the ranks' slices), else rank 0's alone (the others return 0 at once,
+ * acc and loss untouched).  A shared one that fails on the group (a rank lost) is rank 0's
+ * alone; the group's failure reaches the next step's collective as it would have. */
+static int evaluate_epoch(struct run *r, double *acc, double *loss)
+{
+    int err;
+
+    if (!eval_sharded(r))
+        return r->st.rank == 0 ? evaluate(r, acc, loss) : 0;
+    err = evaluate_as(r, true, acc, loss);
+    if (err != GM_ERR_REGROUP && err != GM_ERR_ABORTED)
+        return err;
+    gm_warn("event=eval-shared-failed rank=%d step=%ld err=\"%s\"%s", r->st.rank, r->st.step,
+            gm_strerror(err), r->st.rank == 0 ? ": rank 0 evaluates alone" : "");
+    return r->st.rank == 0 ? evaluate(r, acc, loss) : 0;
 }
 
 /* The weights as safetensors tensors in PyTorch layout: t[0..nt) point into *buf (owned by
@@ -1003,6 +1113,7 @@ static void teardown(struct run *r)
     free(r->labels);
     free(r->eval_idx);
     free(r->eval_keep);
+    free(r->eval_bufs);
     gm_cuda_free(r->cu); /* last: the model and the optimizer held its memory */
     r->cu = NULL;
 }
@@ -1387,13 +1498,17 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
         train_s += epoch_s;
         epoch_loss = es.steps > 0 ? es.loss_sum / (double)es.steps : NAN;
         sum->epochs = e + 1;
-        if (r.st.rank != 0)
+        if (r.st.rank != 0) {
+            if (((e + 1) % job->eval_every == 0 || e + 1 == job->epochs) &&
+                (err = evaluate_epoch(&r, &acc, &tloss)) < 0)
+                goto out;
             continue;
+        }
         if (opts->progress)
             progress_bar(&r, r.steps_per_epoch, epoch_loss,
                          (double)es.steps * G / (epoch_s > 0 ? epoch_s : 1), 1);
         if ((e + 1) % job->eval_every == 0 || e + 1 == job->epochs) {
-            if ((err = evaluate(&r, &acc, &tloss)) < 0)
+            if ((err = evaluate_epoch(&r, &acc, &tloss)) < 0)
                 goto out;
             eval_hook(&r, e, tloss, acc, epoch_loss, (double)es.steps * G / epoch_s);
             gm_info("event=epoch epoch=%d steps=%ld train_loss=%.4f test_loss=%.4f "

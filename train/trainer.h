@@ -122,8 +122,8 @@ const char *gm_train_shares_text(const struct gm_train_state *st, char *buf, siz
  * Any other negative return ends the run with that error.  finish runs on
  * every rank once the last step is taken (not when the run is stopped
  * early), before rank 0 writes the weights.  Only rank 0 logs progress,
- * evaluates and writes weights.  min_world: the smallest world the run may
- * shrink to (sizes the per-rank batch buffers; 0: world).
+ * reports evaluations (which the ranks share when eval_sum is set) and writes weights.  min_world:
+ * the smallest world the run may shrink to (sizes the per-rank batch buffers; 0: world).
  */
 struct gm_train_comm {
     int rank, world, min_world;
@@ -157,13 +157,23 @@ struct gm_train_comm {
      * gm_gradsync_outer_params): n floats from the start of the model's parameters (the
      * trainable prefix), borrowed until the next hook call; NULL: the replica's own */
     const float *(*eval_params)(void *ctx, size_t *n);
+    /* optional, both or neither: a sharded evaluation.  At an epoch's evaluation every rank
+     * evaluates its slice of the test set (gm_train_share of it by rank) instead of rank 0
+     * all of it, with rank 0's buffers (batch norm's running statistics: eval_bcast copies
+     * rank 0's buf[0..n) to every rank, in place; the rank's own are put back after), and
+     * eval_sum adds v[0..n) over the ranks, in place.  Both are collectives: every rank calls
+     * them at the same evaluation with the same n.  The result is rank 0's evaluation of the
+     * whole set up to float rounding of the loss; an error (a group that broke) makes rank 0
+     * evaluate alone.  NULL: rank 0 evaluates alone (as after a stop, always). */
+    int (*eval_sum)(void *ctx, long step, double *v, size_t n);
+    int (*eval_bcast)(void *ctx, long step, float *buf, size_t n);
     void *ctx;
 };
 
 /*
  * Optional observer of a run (train/tbevents.h writes TensorBoard events from it; the
  * agent's job runtime can feed agent/service/metrics.h the same way): on_step after every optimizer
- * step, on_eval after every test evaluation (rank 0 evaluates).  Called on the trainer's
+ * step, on_eval after every test evaluation (rank 0 reports them).  Called on the trainer's
  * thread of the replica given them (sim.c gives them to rank 0 only); they must not block
  * for long.  The step time split: compute is batch, forward, loss and backward (with the
  * overlap hooks, the collective runs during it); collective is the wait in reduce_grads

@@ -140,7 +140,8 @@ static const struct verb_help verbs[] = {
     {"train",
      "--local JOB.ini [--summary-json FILE] [--out FILE] [--tensorboard DIR]\n"
      "                     [--no-tensorboard] [--no-progress] [--resume CKPT|DIR]\n"
-     "                     [--simulate-workers N] [--no-error-feedback]",
+     "                     [--simulate-workers N] [--no-error-feedback]\n"
+     "                     [--simulate-resize STEP:H[:BITS],...]",
      "train a job on this machine alone (no agent, no network)",
      "  --local JOB.ini        the job file (gradmesh-job(5))\n"
      "  --summary-json FILE    write the run summary (accuracy, speed, ...) as JSON\n"
@@ -155,6 +156,10 @@ static const struct verb_help verbs[] = {
      "  --simulate-workers N   N data-parallel replicas in this process (1-64), codec from\n"
      "                         the job's [comm]; bytes_sent and codec in the summary\n"
      "  --no-error-feedback    with powersgd: turn error feedback off (experiments)\n"
+     "  --simulate-resize STEP:H[:BITS],...\n"
+     "                         with diloco: replay auto's re-sizes from a cluster's log\n"
+     "                         (event=codec-switch step=...): from the first round boundary\n"
+     "                         at or after STEP, H local steps and BITS-bit deltas (16, 8)\n"
      "  SIGINT/SIGTERM stop at the next step and still save the weights (exit 130).\n"},
     {"version", "[--json]", "this binary's version, commit, build options (CUDA) and peer protocol",
      "  --json                 as JSON: version, commit, cuda, options, proto\n"

@@ -1,11 +1,13 @@
 /*
  * agent/cli/cli_train.c - `gradmesh train --local JOB.ini [--summary-json FILE]
  * [--out FILE] [--tensorboard DIR | --no-tensorboard] [--no-progress]
- * [--resume CKPT|DIR] [--simulate-workers N [--no-error-feedback]]`:
+ * [--resume CKPT|DIR] [--simulate-workers N [--no-error-feedback]
+ * [--simulate-resize STEP:H[:BITS],...]]`:
  * the single-machine trainer, no network.  --simulate-workers runs N
  * data-parallel replicas in this process over the in-memory transport with
  * the job's [comm] codec (train/sim.h); --no-error-feedback turns PowerSGD's
- * error feedback off (the negative control of docs/BENCHMARKS.md).
+ * error feedback off (the negative control of docs/BENCHMARKS.md);
+ * --simulate-resize replays DiLoCo re-sizes that auto made in a cluster.
  * --resume goes on from a checkpoint (train/ckpt/ckpt.h; the job's
  * checkpoint_every writes them), or from the newest valid one of a directory.
  *
@@ -49,6 +51,7 @@ int gm_cli_train(int argc, char **argv)
         {"no-progress", no_argument, NULL, 'n'},
         {"simulate-workers", required_argument, NULL, 'w'},
         {"no-error-feedback", no_argument, NULL, 'e'},
+        {"simulate-resize", required_argument, NULL, 'z'},
         {"tensorboard", required_argument, NULL, 't'},
         {"no-tensorboard", no_argument, NULL, 'T'},
         {"resume", required_argument, NULL, 'r'},
@@ -65,7 +68,7 @@ int gm_cli_train(int argc, char **argv)
     struct gm_train_opts opts = {0};
     struct sigaction sa;
     struct gm_sim_opts so = {.workers = 0, .error_feedback = true};
-    char *end;
+    char *end, why[128];
     long workers;
     int c, err;
 
@@ -96,6 +99,12 @@ int gm_cli_train(int argc, char **argv)
         case 'e':
             so.error_feedback = false;
             break;
+        case 'z':
+            if (gm_sim_resize_parse(optarg, &so, why, sizeof(why)) < 0) {
+                fprintf(stderr, "gradmesh train: --simulate-resize '%s': %s\n", optarg, why);
+                return GM_EXIT_USAGE;
+            }
+            break;
         case 't':
             tb_dir = optarg;
             break;
@@ -117,6 +126,10 @@ int gm_cli_train(int argc, char **argv)
             fprintf(stderr, "gradmesh train: --local JOB.ini is required\n");
         else
             fprintf(stderr, "gradmesh train: unexpected argument '%s'\n", argv[optind]);
+        return gm_cli_usage_err("train");
+    }
+    if (so.nresize > 0 && so.workers == 0) {
+        fprintf(stderr, "gradmesh train: --simulate-resize needs --simulate-workers N\n");
         return gm_cli_usage_err("train");
     }
     if ((err = gm_job_load(job_path, &job)) < 0)

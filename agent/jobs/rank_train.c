@@ -292,7 +292,7 @@ static int hook_backward_begin(void *ctx, struct gm_train_state *st)
 
     if (rk->job.epochs > 0 && st->total_steps >= rk->job.epochs &&
         st->step % (st->total_steps / rk->job.epochs) == 0)
-        rk->fit_skip = true; /* this step's first op waits while rank 0 evaluates */
+        rk->fit_skip = true; /* this step's first op comes after the evaluation */
     if ((err = maybe_switch(rk, st)) < 0)
         return err;
     return gm_gradsync_backward_begin(rk->gs, st->model, st->step);
@@ -325,6 +325,21 @@ static const float *hook_eval_params(void *ctx, size_t *n)
     struct gm_rank *rk = ctx;
 
     return gm_gradsync_outer_params(rk->gs, n);
+}
+
+/* A sharded evaluation's collectives (train/trainer.h eval_sum, eval_bcast) */
+static int hook_eval_sum(void *ctx, long step, double *v, size_t n)
+{
+    struct gm_rank *rk = ctx;
+
+    return gm_gradsync_eval_sum(rk->gs, step, v, n);
+}
+
+static int hook_eval_bcast(void *ctx, long step, float *buf, size_t n)
+{
+    struct gm_rank *rk = ctx;
+
+    return gm_gradsync_eval_bcast(rk->gs, step, buf, n);
 }
 
 static int hook_after(void *ctx, struct gm_train_state *st)
@@ -641,7 +656,7 @@ static void *trainer_main(void *arg)
         struct gm_metrics_job_final f = {.steps = rk->sum.steps, .wall_s = rk->sum.wall_s};
         snprintf(f.id, sizeof(f.id), "%s", rk->mjob.id);
         snprintf(f.name, sizeof(f.name), "%s", rk->mjob.name);
-        /* rank 0 evaluates; the others hold no test figures */
+        /* rank 0 reports the evaluations; the others hold no test figures */
         f.accuracy_pct = rk->mjob.accuracy_pct >= 0 ? rk->sum.test_accuracy : -1;
         f.loss = rk->mjob.accuracy_pct >= 0 ? rk->sum.test_loss : -1;
         gm_metrics_job_finish(rk->metrics, &f);
@@ -704,6 +719,8 @@ int gm_rank_start(uv_loop_t *loop, const struct gm_job *job, const char *out,
                                       .finish = hook_finish,
                                       .codec_state = hook_codec_state,
                                       .eval_params = hook_eval_params,
+                                      .eval_sum = hook_eval_sum,
+                                      .eval_bcast = hook_eval_bcast,
                                       .codec_restore = hook_codec_restore,
                                       .ctx = rk};
     rk->hooks = (struct gm_train_hooks){.on_step = hook_step, .on_eval = hook_eval, .ctx = rk};
@@ -743,7 +760,7 @@ int gm_rank_start(uv_loop_t *loop, const struct gm_job *job, const char *out,
     }
     {
         /* the job's TensorBoard events, beside its weights: JOBDIR/tensorboard/ (each agent
-         * writes its own view; only rank 0 evaluates) */
+         * writes its own view; only rank 0 reports evaluations) */
         char dir[GM_JOB_PATH_MAX + 16];
         const char *slash = strrchr(rk->out, '/');
         int n = slash != NULL ? (int)(slash - rk->out) : 1;

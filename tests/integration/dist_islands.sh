@@ -14,7 +14,7 @@
 #  - the coordinator sent islands [0,0,2] (a1 and a2 one island, b1 its own), every rank's
 #    log says so;
 #  - no gradient crosses between a2 and b1 (a2 is not a leader): only the parameter-hash
-#    checks, 120 bytes a check each way;
+#    checks, 120 bytes a check each way, and the shared evaluation's sums, 72 bytes;
 #  - a2 -> a1 (the reduce inside the island) and a1 -> a2 (the broadcast) carry fp32: 4 bytes
 #    a parameter a step, plus headers;
 #  - a1 <-> b1 (the leaders, over the tunnel) carry fp16: 2 bytes a parameter a step each way,
@@ -63,9 +63,13 @@ print(f'steps {steps}, {P} parameters')
 print(f'a2<->b1: {a2b1} / {b1a2} bytes (sent, received)')
 # only the parameter-hash checks (every rank's 64-byte hash in one 56-byte-header message to
 # every other rank: after the last step, every 100 steps, and the group's start, whose check
-# of rank 0's state spares the broadcast when every rank holds it) pass between them
+# of rank 0's state spares the broadcast when every rank holds it) and the shared evaluation's
+# sums (the epoch's one: loss and correct answers as 4 floats, 16 bytes and a header, to every
+# other rank; the MLP has no batch norm statistics to broadcast) pass between them
 checks = steps // 100 + 1 + 1
-assert a2b1 == b1a2[::-1] and a2b1[0] == a2b1[1] == 120 * checks, 'training bytes between a2 and b1'
+evals = 1
+want = 120 * checks + (56 + 16) * evals
+assert a2b1 == b1a2[::-1] and a2b1[0] == a2b1[1] == want, f'training bytes between a2 and b1: want {want}'
 up, down = link('a2', 'a1')  # a2 sends its fp32 gradients up, receives the fp32 mean
 lead_out, lead_in = link('b1', 'a1')  # the leaders' fp16 exchange over the tunnel
 print(f'a2 -> a1 {up} B, a1 -> a2 {down} B: {up / steps / P:.3f} / {down / steps / P:.3f} B a parameter a step')

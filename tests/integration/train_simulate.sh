@@ -4,7 +4,12 @@
 #  2. fp16, 2 workers, 1 epoch: the summary reports codec "fp16" and exactly
 #     the ring's bytes: steps * 2(N-1) * params * 2 bytes; it learns (> 70%);
 #  3. the run is deterministic: a second run writes byte-identical weights;
-#  4. powersgd runs and sends far fewer bytes than fp16.
+#  4. powersgd runs and sends far fewer bytes than fp16;
+#  5. --simulate-resize (DiLoCo re-sizes replayed): its usage errors; a blocking diloco run
+#     re-sized to the same H at a round boundary is deterministic and not the run without the
+#     re-size (its outer momentum restarts there, as the agents'); an overlapped run re-sized
+#     twice (H 8 -> 16 -> 8 with 8-bit deltas) takes both at round boundaries and passes its
+#     hash checks.
 # Under sanitizers (GM_SAN set; ~4x slower) only 1 and 2 run: they cover the
 # code, 3 and 4 repeat it.  Every run also passes the periodic parameter-hash
 # check (replicas bitwise identical) or fails.
@@ -57,4 +62,51 @@ assert p["codec"] == "powersgd", p["codec"]
 assert p["bytes_sent"] * 10 < a["bytes_sent"], (p["bytes_sent"], a["bytes_sent"])
 assert p["test_accuracy"] > 60, p["test_accuracy"]
 PY
+
+# 5. re-sizes replayed
+dl() { # NAME OVERLAP
+    job_ini "$WORK/$1.ini" "$1" job.out="$WORK/$1.safetensors" model.hidden=32 optim.batch=64 \
+        comm.codec=diloco comm.local_steps=8 comm.overlap="$2"
+}
+dl dlb false
+dl dlo true
+for bad in "0:8" "10:0" "10:8:4" "20:8,10:8" "10:8," "x"; do
+    set +e
+    "$GM" train --local "$WORK/dlb.ini" --simulate-workers 2 --simulate-resize "$bad" 2>"$WORK/e.log"
+    rc=$?
+    set -e
+    [ $rc -eq 2 ] && grep -q -- "--simulate-resize '$bad'" "$WORK/e.log" ||
+        fail "--simulate-resize '$bad' exited $rc, want 2 with a reason: $(cat "$WORK/e.log")"
+done
+set +e
+"$GM" train --local "$WORK/dlb.ini" --simulate-resize 200:8 2>/dev/null; rc=$?
+set -e
+[ $rc -eq 2 ] || fail "--simulate-resize without --simulate-workers exited $rc, want 2"
+set +e
+"$GM" train --local "$WORK/sim16.ini" --simulate-workers 2 --simulate-resize 200:8 2>"$WORK/e.log"
+rc=$?
+set -e
+[ $rc -eq 78 ] && grep -q 'simulate-resize-refused' "$WORK/e.log" ||
+    fail "--simulate-resize with fp16 exited $rc, want 78"
+for run in none 200:8 200:8; do
+    args=()
+    [ "$run" = none ] || args=(--simulate-resize "$run")
+    "$GM" train --local "$WORK/dlb.ini" --no-progress --no-tensorboard --simulate-workers 2 \
+        "${args[@]}" 2>"$WORK/dl.log" || { tail "$WORK/dl.log"; fail "diloco run ($run)"; }
+    [ -e "$WORK/dlb-${run/:/-}.safetensors" ] && run=$run-again
+    cp "$WORK/dlb.safetensors" "$WORK/dlb-${run/:/-}.safetensors"
+done
+grep -q 'event=simulate-resize step=200 h=8 bits=16' "$WORK/dl.log" ||
+    fail "the re-size is not in the log"
+cmp -s "$WORK/dlb-200-8.safetensors" "$WORK/dlb-200-8-again.safetensors" ||
+    fail "two runs with the same re-size differ"
+cmp -s "$WORK/dlb-none.safetensors" "$WORK/dlb-200-8.safetensors" &&
+    fail "re-sized to the same H: the run without the re-size (the momentum did not restart)"
+"$GM" train --local "$WORK/dlo.ini" --no-progress --no-tensorboard --simulate-workers 2 \
+    --simulate-resize 100:16,300:8:8 2>"$WORK/dlo.log" || { tail "$WORK/dlo.log"; fail "overlapped re-sizes"; }
+for want in 'event=simulate-resize step=104 h=16 bits=16' 'event=simulate-resize step=304 h=8 bits=8' \
+    'local_steps=16 .*start_step=104' 'local_steps=8 .*codec=q8 .*start_step=304'; do
+    grep -q "$want" "$WORK/dlo.log" || fail "overlapped re-sizes: no '$want' in the log"
+done
+grep -q 'hash_checks=[1-9]' "$WORK/dlo.log" || fail "overlapped re-sizes: no hash check passed"
 echo "ok"

@@ -22,7 +22,9 @@ The chain, each link checked:
    The simulation of the same job counts 2 x C (both ranks; hash checks are not counted).
 2. The runtime's summary bytes_sent (gm_coll_traffic payload_bytes of the rank; jobs --json
    shows rank 0's on a1 and rank 1's on b1) is C plus what is not the codec's: the hash checks
-   (16 fp32 per check, every 100 steps and after the last: 64 B per rank each), the group's
+   (16 fp32 per check, every 100 steps and after the last: 64 B per rank each), the shared
+   evaluation's sums (4 fp32 an evaluation, one an epoch: 16 B per rank each; LeNet-5 has no
+   batch norm statistics to broadcast first), the group's
    start's check of rank 0's state (one more of those), and, on rank 0 only and only when that
    check found the ranks' states different (event=resync ... same=0; a fresh start from one
    seed finds them the same and skips it), the broadcast of its initial state to rank 1
@@ -31,7 +33,7 @@ The chain, each link checked:
 3. The training channel (jobs --json links[].bytes_sent, agent/jobs/xport.c) counts whole
    collective messages: payload plus a 56-byte collective header each.  Messages per rank:
    4 a PowerSGD step (P and Q all-reduces, 2 ring stages each), 2 a warm-up step, 1 a hash
-   check, and on rank 0 the broadcast cut into gm_coll chunks of GM_XPORT_CHUNK (262080 B).
+   check, 1 an evaluation, and on rank 0 the broadcast cut into gm_coll chunks of GM_XPORT_CHUNK (262080 B).
    Equal to the byte, both ranks; and what one sent the other received.
 4. The tunnel.  Predicted = both ranks' training-channel bytes (3.).  Measured = what came out
    of the far end of the tunnel (a1's tun rx + b1's tun rx) during the job, less the idle
@@ -75,6 +77,7 @@ TCPIP = 52             # IPv4 20 + TCP 20 + timestamps 12
 VPN_PKT = 14 + 20 + 8 + 4 + 4 + 16  # Ethernet + IPv4 + UDP + P_DATA_V2 + packet id + GCM tag
 COLL_CHUNK = (256 << 10) - 64       # agent/jobs/xport.h: GM_XPORT_CHUNK
 HASH_FLOATS = 16       # gm_coll_hashcheck_start: 8 bytes of the hash and their squares
+EVAL_FLOATS = 4        # gm_gradsync_eval_sum: loss and correct answers, each as 2 floats
 BAND = (1.00, 1.25)
 ACC_MIN = 70.0
 
@@ -170,18 +173,20 @@ def main():
     same = resync[-1][1] == '1' if resync else False
     checks_all = checks + 1
     hashb = checks_all * HASH_FLOATS * 4
+    evals = s0['epochs']  # eval_every = 1
+    hashb += evals * EVAL_FLOATS * 4
     bcast_floats = 0 if same else 3 * params + 8
     bcast = bcast_floats * 4
     print(f'the group\'s start: rank 0\'s state {"the same on both ranks: no broadcast" if same else "broadcast"}')
     print(f'summary bytes_sent: rank 0 {s0["bytes_sent"]} = codec {codec} + broadcast {bcast} '
-          f'+ {checks_all} hash checks {hashb}; rank 1 {s1["bytes_sent"]}')
+          f'+ {checks_all} hash checks and {evals} evaluation sums {hashb}; rank 1 {s1["bytes_sent"]}')
     expect(s0['bytes_sent'] == codec + bcast + hashb,
            f'rank 0 sent {s0["bytes_sent"]} B of payload, accounted {codec + bcast + hashb}')
     expect(s1['bytes_sent'] == codec + hashb,
            f'rank 1 sent {s1["bytes_sent"]} B of payload, accounted {codec + hashb}')
 
     # --- 3. the training channel -----------------------------------------------------------
-    msgs1 = 4 * (steps - warm) + 2 * warm + checks_all
+    msgs1 = 4 * (steps - warm) + 2 * warm + checks_all + evals
     msgs0 = msgs1 + math.ceil(bcast_floats / (COLL_CHUNK // 4))
     l0, l1 = j0['links'][0], j1['links'][0]
     chan0, chan1 = s0['bytes_sent'] + COLL_HDR * msgs0, s1['bytes_sent'] + COLL_HDR * msgs1

@@ -448,6 +448,66 @@ static void test_batchnorm_checkpoint(void)
     gm_safetensors_free(&f);
 }
 
+/* --- evaluations shared by the ranks ------------------------------------------------------ */
+
+static int same_weights(const char *a, const char *b);
+
+/* A simulated resnet20 run (batch norm: its buffers are each rank's own), `workers` ranks of
+ * 4 samples a step, 2 epochs, comm's [comm], every evaluation recorded; evaluations shared, or rank
+ * 0's alone. */
+static int eval_run(const char *comm, int workers, bool alone, const char *out, struct evals *ev)
+{
+    char text[1024];
+    struct gm_job job;
+    struct gm_train_summary sum;
+    volatile sig_atomic_t stop = 0;
+    struct gm_train_hooks hooks = {.on_eval = on_eval, .ctx = ev};
+    struct gm_train_opts o = {.progress = 0, .stop = &stop, .out = out, .hooks = &hooks};
+    struct gm_sim_opts so = {.workers = workers, .error_feedback = true, .eval_alone = alone};
+    int n = snprintf(text, sizeof(text),
+                     "[job]\nname = ev\nmodel = resnet20\nepochs = 2\nseed = 4\ndevice = cpu\n"
+                     "[data]\nkind = idx\ndir = %s\npad = 4\n"
+                     "[optim]\nname = sgd\nlr = 0.05\nmomentum = 0.9\nglobal_batch = %d\n"
+                     "[comm]\n%s",
+                     dir, 4 * workers, comm);
+    int err;
+
+    memset(ev, 0, sizeof(*ev));
+    if ((err = gm_job_parse(text, (size_t)n, "test", &job)) < 0)
+        return err;
+    err = gm_sim_train(&job, &o, &so, &sum);
+    gm_job_free(&job);
+    return err;
+}
+
+/* Every rank evaluating its slice of the test set, with rank 0's batch norm statistics, gives
+ * rank 0's evaluation of all of it: the same accuracy, the loss to float rounding, the same
+ * weights after (the ranks' own statistics put back); with 2 and 3 ranks (slices 8 + 8 and
+ * 6 + 5 + 5 of 16), a dense codec and DiLoCo (whose evaluations are of the outer parameters). */
+static void test_eval_shared(void)
+{
+    static const char *const comms[] = {"codec = fp32\n", "codec = diloco\nlocal_steps = 3\n"};
+    char a[128], b[128];
+
+    snprintf(a, sizeof(a), "%s/shared.safetensors", dir);
+    snprintf(b, sizeof(b), "%s/alone.safetensors", dir);
+    for (int w = 2; w <= 3; w++)
+        for (size_t c = 0; c < sizeof(comms) / sizeof(comms[0]); c++) {
+            struct evals shared, alone;
+            GM_CHECK_OK(eval_run(comms[c], w, false, a, &shared));
+            GM_CHECK_OK(eval_run(comms[c], w, true, b, &alone));
+            GM_CHECK_EQ(shared.n, 2);
+            GM_CHECK_EQ(alone.n, 2);
+            for (int i = 0; i < 2 && i < shared.n && i < alone.n; i++) {
+                GM_CHECK(shared.acc[i] == alone.acc[i]);
+                GM_CHECK_NEAR(shared.loss[i], alone.loss[i], 0, 1e-6);
+            }
+            GM_CHECK(same_weights(a, b));
+        }
+    (void)unlink(a);
+    (void)unlink(b);
+}
+
 /* --- codec state across a resume ------------------------------------------------------- */
 
 /* `workers` simulated workers, 2 epochs of 8 steps, a checkpoint every 4 steps into ckdir;
@@ -843,6 +903,7 @@ int main(void)
     GM_TEST_RUN(test_model_spec);
     GM_TEST_RUN(test_bf16_refused_on_cpu);
     GM_TEST_RUN(test_cuda_trainer);
+    GM_TEST_RUN(test_eval_shared);
     GM_TEST_RUN(test_powersgd_resume);
     GM_TEST_RUN(test_diloco_overlap_resume);
     GM_TEST_RUN(test_trainer_check);
