@@ -231,7 +231,8 @@ static int buffers_io(struct gm_model *m, float *buf, bool to_model)
 }
 
 /* This rank's slice of a sharded evaluation (train/trainer.h eval_sum), with rank 0's
- * buffers; its sums over every rank's slice. */
+ * buffers, in proportion to its share of the global batch; its sums over every rank's
+ * slice. */
 static int evaluate_shard(struct run *r, double *acc, double *loss)
 {
     const struct gm_train_comm *comm = r->opts->comm;
@@ -252,7 +253,10 @@ static int evaluate_shard(struct run *r, double *acc, double *loss)
             (err = buffers_io(r->model, r->eval_bufs, true)) < 0)
             goto out;
     }
-    gm_train_share((int)r->n_test, r->st.world, r->st.rank, &off, &cnt);
+    /* slices as the global batch is split (its shares follow the ranks' measured speeds):
+     * a slower rank evaluates less */
+    gm_train_share_by((int)r->n_test, r->st.world,
+                      r->st.share_n == r->st.world ? r->st.share_w : NULL, r->st.rank, &off, &cnt);
     if ((err = eval_range(r, (size_t)off, (size_t)off + (size_t)cnt, &v[0], &correct)) < 0)
         goto out;
     v[1] = (double)correct;

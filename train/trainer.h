@@ -158,13 +158,14 @@ struct gm_train_comm {
      * trainable prefix), borrowed until the next hook call; NULL: the replica's own */
     const float *(*eval_params)(void *ctx, size_t *n);
     /* optional, both or neither: a sharded evaluation.  At an epoch's evaluation every rank
-     * evaluates its slice of the test set (gm_train_share of it by rank) instead of rank 0
-     * all of it, with rank 0's buffers (batch norm's running statistics: eval_bcast copies
-     * rank 0's buf[0..n) to every rank, in place; the rank's own are put back after), and
-     * eval_sum adds v[0..n) over the ranks, in place.  Both are collectives: every rank calls
-     * them at the same evaluation with the same n.  The result is rank 0's evaluation of the
-     * whole set up to float rounding of the loss; an error (a group that broke) makes rank 0
-     * evaluate alone.  NULL: rank 0 evaluates alone (as after a stop, always). */
+     * evaluates its slice of the test set (split as the global batch is: gm_train_share_by
+     * with the step's shares) instead of rank 0 all of it, with rank 0's buffers (batch
+     * norm's running statistics: eval_bcast copies rank 0's buf[0..n) to every rank, in
+     * place; the rank's own are put back after), and eval_sum adds v[0..n) over the ranks, in
+     * place.  Both are collectives: every rank calls them at the same evaluation with the
+     * same n.  The result is rank 0's evaluation of the whole set up to float rounding of the
+     * loss; an error (a group that broke) makes rank 0 evaluate alone.  NULL: rank 0
+     * evaluates alone (as after a stop, always). */
     int (*eval_sum)(void *ctx, long step, double *v, size_t n);
     int (*eval_bcast)(void *ctx, long step, float *buf, size_t n);
     void *ctx;

@@ -455,7 +455,8 @@ static int same_weights(const char *a, const char *b);
 /* A simulated resnet20 run (batch norm: its buffers are each rank's own), `workers` ranks of
  * 4 samples a step, 2 epochs, comm's [comm], every evaluation recorded; evaluations shared, or rank
  * 0's alone. */
-static int eval_run(const char *comm, int workers, bool alone, const char *out, struct evals *ev)
+static int eval_run(const char *shares, const char *comm, int workers, bool alone, const char *out,
+                    struct evals *ev)
 {
     char text[1024];
     struct gm_job job;
@@ -466,10 +467,10 @@ static int eval_run(const char *comm, int workers, bool alone, const char *out, 
     struct gm_sim_opts so = {.workers = workers, .error_feedback = true, .eval_alone = alone};
     int n = snprintf(text, sizeof(text),
                      "[job]\nname = ev\nmodel = resnet20\nepochs = 2\nseed = 4\ndevice = cpu\n"
-                     "[data]\nkind = idx\ndir = %s\npad = 4\n"
+                     "%s[data]\nkind = idx\ndir = %s\npad = 4\n"
                      "[optim]\nname = sgd\nlr = 0.05\nmomentum = 0.9\nglobal_batch = %d\n"
                      "[comm]\n%s",
-                     dir, 4 * workers, comm);
+                     shares, dir, 4 * workers, comm);
     int err;
 
     memset(ev, 0, sizeof(*ev));
@@ -483,19 +484,25 @@ static int eval_run(const char *comm, int workers, bool alone, const char *out, 
 /* Every rank evaluating its slice of the test set, with rank 0's batch norm statistics, gives
  * rank 0's evaluation of all of it: the same accuracy, the loss to float rounding, the same
  * weights after (the ranks' own statistics put back); with 2 and 3 ranks (slices 8 + 8 and
- * 6 + 5 + 5 of 16), a dense codec and DiLoCo (whose evaluations are of the outer parameters). */
+ * 6 + 5 + 5 of 16; with shares 3:1, 12 + 4), a dense codec and DiLoCo (whose evaluations are of
+ * the outer parameters). */
 static void test_eval_shared(void)
 {
     static const char *const comms[] = {"codec = fp32\n", "codec = diloco\nlocal_steps = 3\n"};
     char a[128], b[128];
+    static const struct {
+        int workers;
+        const char *shares;
+    } cases[] = {{2, ""}, {3, ""}, {2, "shares = 3:1\n"}};
 
     snprintf(a, sizeof(a), "%s/shared.safetensors", dir);
     snprintf(b, sizeof(b), "%s/alone.safetensors", dir);
-    for (int w = 2; w <= 3; w++)
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++)
         for (size_t c = 0; c < sizeof(comms) / sizeof(comms[0]); c++) {
+            const int w = cases[k].workers;
             struct evals shared, alone;
-            GM_CHECK_OK(eval_run(comms[c], w, false, a, &shared));
-            GM_CHECK_OK(eval_run(comms[c], w, true, b, &alone));
+            GM_CHECK_OK(eval_run(cases[k].shares, comms[c], w, false, a, &shared));
+            GM_CHECK_OK(eval_run(cases[k].shares, comms[c], w, true, b, &alone));
             GM_CHECK_EQ(shared.n, 2);
             GM_CHECK_EQ(alone.n, 2);
             for (int i = 0; i < 2 && i < shared.n && i < alone.n; i++) {
