@@ -597,8 +597,7 @@ int gm_gradsync_reduce(struct gm_gradsync *g, struct gm_model *m, long step, lon
         return 0;
     default:
         if (g->world < 2)
-            return 0; /* the mean over one rank: no op (its hand-off to the loop and back cost
-                       * a CPU-capped host ~2 ms a step) */
+            return 0; /* the mean over one rank: no op (and no hand-off to the loop) */
         if (g->overlap) {
             g->overlap = false;
             if (g->submitted == g->nbuckets)
