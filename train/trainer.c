@@ -207,7 +207,7 @@ static bool eval_sharded(const struct run *r)
     return comm != NULL && comm->eval_sum != NULL && comm->eval_bcast != NULL && r->st.world > 1;
 }
 
-/* The model's buffers, one after another, to / from buf (NULL: their total length). */
+/* The floats of the model's buffers (batch norm's running statistics), all together. */
 static size_t buffers_len(const struct gm_model *m)
 {
     size_t n = 0;
@@ -217,6 +217,7 @@ static size_t buffers_len(const struct gm_model *m)
     return n;
 }
 
+/* The model's buffers, one after another, from buf into the model (to_model) or out to it. */
 static int buffers_io(struct gm_model *m, float *buf, bool to_model)
 {
     int err;
@@ -273,8 +274,8 @@ out:
 /* A test evaluation: of this replica's parameters, or of those the comm's eval_params names
  * (DiLoCo's outer parameters), put in their place for it and the replica's own put back
  * after, bit for bit: training goes on from them.  The buffers (batch norm's running
- * statistics) stay this replica's.  shard: every rank calls this at the same evaluation,
- * each evaluates its slice (evaluate_shard) when the comm shares evaluations. */
+ * statistics) are this replica's alone, rank 0's when shared.  shard: every rank calls this
+ * at the same evaluation and evaluates its slice (evaluate_shard). */
 static int evaluate_replica_or_shard(struct run *r, bool shard, double *acc, double *loss)
 {
     return shard ? evaluate_shard(r, acc, loss) : evaluate_replica(r, acc, loss);
