@@ -606,8 +606,6 @@ int gm_gradsync_reduce(struct gm_gradsync *g, struct gm_model *m, long step, lon
         g->round_g += (uint64_t)g->step_g;
         return 0;
     default:
-        if (g->world < 2)
-            return 0; /* the mean over one rank: no op (and no hand-off to the loop) */
         if (g->overlap) {
             g->overlap = false;
             if (g->submitted == g->nbuckets)
@@ -678,8 +676,7 @@ int gm_gradsync_backward_begin(struct gm_gradsync *g, struct gm_model *m, long s
     int err;
 
     g->overlap = false;
-    if (g->s.kind != GM_GRADSYNC_KIND_DENSE || g->world < 2 || g->ex.submit == NULL ||
-        g->ex.wait == NULL)
+    if (g->s.kind != GM_GRADSYNC_KIND_DENSE || g->ex.submit == NULL || g->ex.wait == NULL)
         return 0;
     if (g->buckets == NULL && (err = make_buckets(g, m)) < 0)
         return err;
@@ -962,8 +959,8 @@ int gm_gradsync_after_step(struct gm_gradsync *g, struct gm_model *m, long step,
         } else {
             return 0;
         }
-    } else if (((step + 1) % GM_GRADSYNC_HASH_EVERY != 0 && !last) || g->world < 2) {
-        return 0; /* (one rank: nothing to compare) */
+    } else if ((step + 1) % GM_GRADSYNC_HASH_EVERY != 0 && !last) {
+        return 0;
     }
     err = run(g, start_hashcheck, m, step, false);
     if (err == 0)
