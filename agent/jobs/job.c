@@ -980,6 +980,7 @@ static void timer_closed(uv_handle_t *h)
     }
     stash_drop(j, NULL, 0);
     jobs_offer_clear(&j->po);
+    jobs_held_clear(&j->held);
     gm_datahash_free(j->dh);
     if (j->auto_req != NULL) /* its answer comes to nobody (job_check.c frees it) */
         j->auto_req->j = NULL;

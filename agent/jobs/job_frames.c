@@ -60,6 +60,70 @@ static const struct {
     {GM_MSG_JOB_SWITCH, jobs_on_switch},
 };
 
+void jobs_held_clear(struct held_group *hg)
+{
+    free(hg->payload);
+    memset(hg, 0, sizeof(*hg));
+}
+
+/* Holds a group for the current job from node, of a term newer than ours, that raft has not
+ * named chief here yet (struct held_group); true: held (a newer one replaces it). */
+static bool group_hold(struct gm_jobs *j, const char *node, const struct gm_frame_hdr *h,
+                       const uint8_t *payload, const struct gm_jobmsg *m)
+{
+    struct job *jb = j->cur;
+    struct held_group *hg = &j->held;
+    uint8_t *copy;
+
+    if (jb == NULL || strcmp(jb->id, m->id) != 0 || jb->rank == NULL || jb->state != J_RUNNING ||
+        h->req <= jobs_my_term(j) || strcmp(node, jb->coordinator) == 0 || jobs_is_chief(j, node) ||
+        (copy = malloc(h->len > 0 ? h->len : 1)) == NULL)
+        return false;
+    memcpy(copy, payload, h->len);
+    jobs_held_clear(hg);
+    hg->payload = copy;
+    hg->len = h->len;
+    hg->term = h->req;
+    hg->until = gm_time_mono_ns() + (uint64_t)ORPHAN_TIMEOUT_MS * 1000000ull;
+    snprintf(hg->node, sizeof(hg->node), "%s", node);
+    gm_notice("event=job-group-held job=%s from=%s term=%llu current_term=%llu: until raft names "
+              "it chief here",
+              jb->id, node, (unsigned long long)h->req, (unsigned long long)jobs_my_term(j));
+    return true;
+}
+
+/* Every tick: the held group, replayed once raft names its sender chief. */
+static void held_tick(struct gm_jobs *j)
+{
+    struct held_group *hg = &j->held;
+    struct gm_frame_hdr h = {.type = GM_MSG_JOB_GROUP};
+    uint64_t term = jobs_my_term(j);
+    uint8_t *payload;
+    int err;
+
+    if (hg->payload == NULL)
+        return;
+    if (!jobs_is_chief(j, hg->node) && term <= hg->term && gm_time_mono_ns() < hg->until)
+        return; /* not yet */
+    if (!jobs_is_chief(j, hg->node)) {
+        gm_warn("event=job-group-dropped from=%s term=%llu current_term=%llu: %s", hg->node,
+                (unsigned long long)hg->term, (unsigned long long)term,
+                term > hg->term ? "a newer term came" : "raft did not name it chief in time");
+        jobs_held_clear(hg);
+        return;
+    }
+    payload = hg->payload; /* the replay may hold again: it owns a fresh copy then */
+    hg->payload = NULL;
+    h.len = hg->len;
+    h.req = hg->term;
+    gm_notice("event=job-group-replayed from=%s term=%llu", hg->node, (unsigned long long)hg->term);
+    if ((err = gm_jobs_on_frame(j, NULL, hg->node, &h, payload)) < 0)
+        gm_warn("event=job-group-replay-failed from=%s err=\"%s\"", hg->node, gm_strerror(err));
+    free(payload);
+    if (hg->payload == NULL)
+        jobs_held_clear(hg);
+}
+
 int gm_jobs_on_frame(struct gm_jobs *j, struct gm_link *l, const char *node,
                      const struct gm_frame_hdr *h, const uint8_t *payload)
 {
@@ -78,6 +142,10 @@ int gm_jobs_on_frame(struct gm_jobs *j, struct gm_link *l, const char *node,
         gm_warn("event=job-message-stale type=%s from=%s term=%llu current_term=%llu",
                 gm_proto_type_name(h->type), node, (unsigned long long)h->req,
                 (unsigned long long)jobs_my_term(j));
+        gm_jobmsg_free(&m);
+        return 0;
+    }
+    if (h->type == GM_MSG_JOB_GROUP && group_hold(j, node, h, payload, &m)) {
         gm_jobmsg_free(&m);
         return 0;
     }
@@ -193,6 +261,8 @@ static void timer_cb(uv_timer_t *t)
     }
     j->t_tick = now;
     jobs_try_answer(j); /* the mesh deadline */
+    held_tick(j);
+    jb = j->cur;
     if (jb != NULL)
         jobs_partition_tick(j, jb);
     jb = j->cur;

@@ -198,9 +198,22 @@ struct pending_offer {
     char origin[300];
 };
 
+/* A JOB_GROUP for the current job from a node of a newer term that raft has not yet named
+ * chief here (a chief that handed its role on, starved of CPU, hears the new chief's group
+ * before raft's messages): dropped, it would never come again and the new chief's group would
+ * wait for this node for ever.  Replayed by the room's tick once raft names its sender chief;
+ * dropped once a newer term comes or after ORPHAN_TIMEOUT_MS. */
+struct held_group {
+    uint8_t *payload; /* owned, NULL: none */
+    uint32_t len;
+    char node[NODE_LEN];
+    uint64_t term, until;
+};
+
 struct gm_jobs {
     struct gm_jobs_env env;
     struct pending_offer po;
+    struct held_group held;
     struct gm_datahash *dh; /* owned */
     struct job *cur;        /* owned */
     struct job *history;    /* owned, newest first */
@@ -319,6 +332,7 @@ int jobs_on_submit(struct gm_jobs *j, const char *node, struct gm_jobmsg *m);
 /* job_partition.c */
 const char *jobs_paused_why(struct gm_jobs *j, const struct job *jb, char *buf, size_t cap);
 void jobs_step_down(struct gm_jobs *j, struct job *jb, const char *why);
+void jobs_held_clear(struct held_group *hg);
 void jobs_partition_tick(struct gm_jobs *j, struct job *jb);
 
 /* job_member.c */

@@ -12,7 +12,9 @@
  *     rank takes no further step and forms no further group (the 1-rank group that thinks it
  *     is the job, stopped);
  *  5. another chief (boss, term 7) sends a group: alpha follows it (coordinator boss); a group
- *     of the older term 6 is dropped.
+ *     of the older term 6 is dropped;
+ *  6. alpha, chief and coordinator again, hears boss's group of a newer term before raft names
+ *     boss chief (a chief that handed its role on): the group is held, then followed.
  * And a node back from a split answers the new chief's offer in the offer's term, once raft
  * has brought it there (an answer in its old term would be dropped as stale).
  */
@@ -308,6 +310,28 @@ static void test_split(void)
     GM_CHECK_OK(group(j, "boss", 7, (uint32_t)g0 + 1));
     GM_CHECK(field_is(j, "coordinator", "boss"));
     GM_CHECK_EQ(field_int(j, "generation"), g0 + 1);
+
+    /* 6. alpha, the chief again (term 8), coordinates; it hands the role to boss, whose group
+     * of term 9 comes before raft tells alpha of boss's election: held, not dropped, and
+     * followed once raft names boss chief (dropped, boss's group would wait for alpha for
+     * ever) */
+    snprintf(F.chief, sizeof(F.chief), "alpha");
+    F.term = 8;
+    run_for(&loop, 400);
+    GM_CHECK(field_is(j, "coordinator", "alpha"));
+    GM_CHECK(field_is(j, "state", "running"));
+    g0 = field_int(j, "generation");
+    GM_CHECK_OK(group(j, "boss", 9, 1));
+    GM_CHECK(field_is(j, "coordinator", "alpha"));
+    GM_CHECK_EQ(field_int(j, "generation"), g0);
+    snprintf(F.chief, sizeof(F.chief), "boss");
+    F.term = 9;
+    run_for(&loop, 400);
+    GM_CHECK(field_is(j, "coordinator", "boss"));
+    GM_CHECK_EQ(field_int(j, "generation"), 1);
+    v = field(j, "paused_reason");
+    GM_CHECK(json_is_null(v));
+    json_decref(v);
 
     room_free(&loop, j);
 }
