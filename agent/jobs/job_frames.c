@@ -66,8 +66,9 @@ void jobs_held_clear(struct held_group *hg)
     memset(hg, 0, sizeof(*hg));
 }
 
-/* Holds a group for the current job from node, of a term newer than ours, that raft has not
- * named chief here yet (struct held_group); true: held (a newer one replaces it). */
+/* Holds a group for the current job from node, of our term or a newer one, that raft has not
+ * named chief here yet (struct held_group): raft may have brought this node to the new term
+ * (a vote) before it names the term's chief.  True: held (a newer one replaces it). */
 static bool group_hold(struct gm_jobs *j, const char *node, const struct gm_frame_hdr *h,
                        const uint8_t *payload, const struct gm_jobmsg *m)
 {
@@ -75,8 +76,9 @@ static bool group_hold(struct gm_jobs *j, const char *node, const struct gm_fram
     struct held_group *hg = &j->held;
     uint8_t *copy;
 
-    if (jb == NULL || strcmp(jb->id, m->id) != 0 || jb->rank == NULL || jb->state != J_RUNNING ||
-        h->req <= jobs_my_term(j) || strcmp(node, jb->coordinator) == 0 || jobs_is_chief(j, node) ||
+    if (j->env.chief == NULL || h->req == 0 || h->req < jobs_my_term(j) || jb == NULL ||
+        strcmp(jb->id, m->id) != 0 || jb->rank == NULL || jb->state != J_RUNNING ||
+        strcmp(node, jb->coordinator) == 0 || jobs_is_chief(j, node) ||
         (copy = malloc(h->len > 0 ? h->len : 1)) == NULL)
         return false;
     memcpy(copy, payload, h->len);

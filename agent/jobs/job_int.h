@@ -198,11 +198,11 @@ struct pending_offer {
     char origin[300];
 };
 
-/* A JOB_GROUP for the current job from a node of a newer term that raft has not yet named
- * chief here (a chief that handed its role on, starved of CPU, hears the new chief's group
- * before raft's messages): dropped, it would never come again and the new chief's group would
- * wait for this node for ever.  Replayed by the room's tick once raft names its sender chief;
- * dropped once a newer term comes or after ORPHAN_TIMEOUT_MS. */
+/* A JOB_GROUP for the current job, of this node's term or a newer one, from a node that raft
+ * has not yet named chief here (a chief that handed its role on, starved of CPU, hears the new
+ * chief's group before raft names it): dropped, it would never come again and the new chief's
+ * group would wait for this node for ever.  Replayed by the room's tick once raft names its
+ * sender chief; dropped once a newer term comes or after ORPHAN_TIMEOUT_MS. */
 struct held_group {
     uint8_t *payload; /* owned, NULL: none */
     uint32_t len;

@@ -14,7 +14,8 @@
  *  5. another chief (boss, term 7) sends a group: alpha follows it (coordinator boss); a group
  *     of the older term 6 is dropped;
  *  6. alpha, chief and coordinator again, hears boss's group of a newer term before raft names
- *     boss chief (a chief that handed its role on): the group is held, then followed.
+ *     boss chief (a chief that handed its role on): the group is held, then followed;
+ *  7. the same with alpha already at boss's term (it voted) and no chief named yet.
  * And a node back from a split answers the new chief's offer in the offer's term, once raft
  * has brought it there (an answer in its old term would be dropped as stale).
  */
@@ -332,6 +333,26 @@ static void test_split(void)
     v = field(j, "paused_reason");
     GM_CHECK(json_is_null(v));
     json_decref(v);
+
+    /* 7. the same when raft has brought alpha to boss's term (alpha voted) but names no chief
+     * yet: alpha pauses (no chief), holds boss's group of its own term, then follows it */
+    snprintf(F.chief, sizeof(F.chief), "alpha");
+    F.term = 10;
+    run_for(&loop, 400);
+    GM_CHECK(field_is(j, "coordinator", "alpha"));
+    g0 = field_int(j, "generation");
+    F.chief[0] = '\0';
+    F.term = 11;
+    run_for(&loop, 400);
+    GM_CHECK(field_is(j, "state", "paused"));
+    GM_CHECK_OK(group(j, "boss", 11, 1));
+    GM_CHECK(field_is(j, "coordinator", "alpha"));
+    GM_CHECK_EQ(field_int(j, "generation"), g0);
+    snprintf(F.chief, sizeof(F.chief), "boss");
+    run_for(&loop, 400);
+    GM_CHECK(field_is(j, "coordinator", "boss"));
+    GM_CHECK_EQ(field_int(j, "generation"), 1);
+    GM_CHECK(field_is(j, "state", "running"));
 
     room_free(&loop, j);
 }
