@@ -441,16 +441,6 @@ int gm_gradsync_eval_sum(struct gm_gradsync *g, long step, double *v, size_t n)
     return err;
 }
 
-bool gm_gradsync_eval_now(const struct gm_gradsync *g, long step, long total_steps)
-{
-    if (g == NULL)
-        return false;
-    if (g->s.kind != GM_GRADSYNC_KIND_DILOCO || g->dl == NULL || g->dl_lag == 0 ||
-        step + 1 >= total_steps)
-        return true; /* nothing overlapped, or the run's end, which waited for everything */
-    return (uint64_t)(step + 1) % g->dl_h >= g->dl_lag; /* after_step_overlap's schedule */
-}
-
 int gm_gradsync_eval_bcast(struct gm_gradsync *g, long step, float *buf, size_t n)
 {
     int err;

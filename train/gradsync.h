@@ -261,11 +261,6 @@ const float *gm_gradsync_outer_params(const struct gm_gradsync *g, size_t *n);
  * buf[0..n) to every rank.  0, -EINVAL, or the op's error (GM_ERR_REGROUP in the agent when
  * the group broke). */
 #define GM_GRADSYNC_EVAL_SUM_MAX 8
-/* Whether an evaluation after step `step` of total_steps may be shared (train/trainer.h
- * eval_now): not while an overlapped DiLoCo sync is in flight (from a boundary to its lag
- * step's wait), which its collectives would wait behind.  From the round's schedule alone, so
- * the same on every rank (a rank's own waits, a checkpoint's on rank 0, do not change it). */
-bool gm_gradsync_eval_now(const struct gm_gradsync *g, long step, long total_steps);
 GM_MUST_CHECK int gm_gradsync_eval_sum(struct gm_gradsync *g, long step, double *v, size_t n);
 GM_MUST_CHECK int gm_gradsync_eval_bcast(struct gm_gradsync *g, long step, float *buf, size_t n);
 

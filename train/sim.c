@@ -219,13 +219,6 @@ static int hook_eval_bcast(void *ctx, long step, float *buf, size_t n)
     return gm_gradsync_eval_bcast(rc->sync, step, buf, n);
 }
 
-static bool hook_eval_now(void *ctx, const struct gm_train_state *st)
-{
-    struct rank_ctx *rc = ctx;
-
-    return gm_gradsync_eval_now(rc->sync, st->step - 1, st->total_steps);
-}
-
 /* Rank 0's checkpoint holds its own codec state and, since every rank lives in this process,
  * the other ranks' error feedback too (GM_GRADSYNC_PSGD_ERROR ".rankR"), so that a resumed
  * simulation continues bitwise.  The others' buffers do not change meanwhile: PowerSGD
@@ -326,7 +319,6 @@ int gm_sim_train(const struct gm_job *job, const struct gm_train_opts *opts,
                                    .eval_params = hook_eval_params,
                                    .eval_sum = so->eval_alone ? NULL : hook_eval_sum,
                                    .eval_bcast = so->eval_alone ? NULL : hook_eval_bcast,
-                                   .eval_now = hook_eval_now,
                                    .codec_restore = hook_codec_restore,
                                    .ctx = rc};
         rc->opts = *opts;

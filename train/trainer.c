@@ -204,8 +204,7 @@ static bool eval_sharded(const struct run *r)
 {
     const struct gm_train_comm *comm = r->opts->comm;
 
-    return comm != NULL && comm->eval_sum != NULL && comm->eval_bcast != NULL &&
-           r->st.world > 1 && (comm->eval_now == NULL || comm->eval_now(comm->ctx, &r->st));
+    return comm != NULL && comm->eval_sum != NULL && comm->eval_bcast != NULL && r->st.world > 1;
 }
 
 /* The floats of the model's buffers (batch norm's running statistics), all together. */

@@ -168,11 +168,6 @@ struct gm_train_comm {
      * evaluates alone (as after a stop, always). */
     int (*eval_sum)(void *ctx, long step, double *v, size_t n);
     int (*eval_bcast)(void *ctx, long step, float *buf, size_t n);
-    /* optional, with them: false when this evaluation is rank 0's alone after all (an
-     * overlapped DiLoCo sync in flight, which the shared one's collectives would queue
-     * behind, where rank 0 alone evaluates beside it); every rank must answer the same for
-     * the same st (the step, st->step - 1, just taken) */
-    bool (*eval_now)(void *ctx, const struct gm_train_state *st);
     void *ctx;
 };
 

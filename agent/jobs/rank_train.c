@@ -342,13 +342,6 @@ static int hook_eval_bcast(void *ctx, long step, float *buf, size_t n)
     return gm_gradsync_eval_bcast(rk->gs, step, buf, n);
 }
 
-static bool hook_eval_now(void *ctx, const struct gm_train_state *st)
-{
-    struct gm_rank *rk = ctx;
-
-    return gm_gradsync_eval_now(rk->gs, st->step - 1, st->total_steps);
-}
-
 static int hook_after(void *ctx, struct gm_train_state *st)
 {
     struct gm_rank *rk = ctx;
@@ -728,7 +721,6 @@ int gm_rank_start(uv_loop_t *loop, const struct gm_job *job, const char *out,
                                       .eval_params = hook_eval_params,
                                       .eval_sum = hook_eval_sum,
                                       .eval_bcast = hook_eval_bcast,
-                                      .eval_now = hook_eval_now,
                                       .codec_restore = hook_codec_restore,
                                       .ctx = rk};
     rk->hooks = (struct gm_train_hooks){.on_step = hook_step, .on_eval = hook_eval, .ctx = rk};
