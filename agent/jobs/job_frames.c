@@ -88,6 +88,7 @@ static bool group_hold(struct gm_jobs *j, const char *node, const struct gm_fram
     hg->term = h->req;
     hg->until = gm_time_mono_ns() + (uint64_t)ORPHAN_TIMEOUT_MS * 1000000ull;
     snprintf(hg->node, sizeof(hg->node), "%s", node);
+    snprintf(hg->id, sizeof(hg->id), "%s", jb->id);
     gm_notice("event=job-group-held job=%s from=%s term=%llu current_term=%llu: until raft names "
               "it chief here",
               jb->id, node, (unsigned long long)h->req, (unsigned long long)jobs_my_term(j));
@@ -100,30 +101,38 @@ static void held_tick(struct gm_jobs *j)
     struct held_group *hg = &j->held;
     struct gm_frame_hdr h = {.type = GM_MSG_JOB_GROUP};
     uint64_t term = jobs_my_term(j);
+    char from[NODE_LEN];
     uint8_t *payload;
     int err;
 
     if (hg->payload == NULL)
         return;
+    if (j->cur == NULL || strcmp(j->cur->id, hg->id) != 0) { /* its job ended here meanwhile */
+        gm_notice("event=job-group-dropped job=%s from=%s: the job is not current here any more",
+                  hg->id, hg->node);
+        jobs_held_clear(hg);
+        return;
+    }
     if (!jobs_is_chief(j, hg->node) && term <= hg->term && gm_time_mono_ns() < hg->until)
         return; /* not yet */
     if (!jobs_is_chief(j, hg->node)) {
-        gm_warn("event=job-group-dropped from=%s term=%llu current_term=%llu: %s", hg->node,
-                (unsigned long long)hg->term, (unsigned long long)term,
+        gm_warn("event=job-group-dropped job=%s from=%s term=%llu current_term=%llu: %s", hg->id,
+                hg->node, (unsigned long long)hg->term, (unsigned long long)term,
                 term > hg->term ? "a newer term came" : "raft did not name it chief in time");
         jobs_held_clear(hg);
         return;
     }
-    payload = hg->payload; /* the replay may hold again: it owns a fresh copy then */
-    hg->payload = NULL;
+    /* taken out first: a replay that held again would own a fresh copy */
+    payload = hg->payload;
+    snprintf(from, sizeof(from), "%s", hg->node);
     h.len = hg->len;
     h.req = hg->term;
-    gm_notice("event=job-group-replayed from=%s term=%llu", hg->node, (unsigned long long)hg->term);
-    if ((err = gm_jobs_on_frame(j, NULL, hg->node, &h, payload)) < 0)
-        gm_warn("event=job-group-replay-failed from=%s err=\"%s\"", hg->node, gm_strerror(err));
+    hg->payload = NULL;
+    jobs_held_clear(hg);
+    gm_notice("event=job-group-replayed from=%s term=%llu", from, (unsigned long long)h.req);
+    if ((err = gm_jobs_on_frame(j, NULL, from, &h, payload)) < 0)
+        gm_warn("event=job-group-replay-failed from=%s err=\"%s\"", from, gm_strerror(err));
     free(payload);
-    if (hg->payload == NULL)
-        jobs_held_clear(hg);
 }
 
 int gm_jobs_on_frame(struct gm_jobs *j, struct gm_link *l, const char *node,

@@ -204,7 +204,8 @@ struct pending_offer {
  * group would wait for this node for ever.  Replayed by the room's tick once raft names its
  * sender chief; dropped once a newer term comes or after ORPHAN_TIMEOUT_MS. */
 struct held_group {
-    uint8_t *payload; /* owned, NULL: none */
+    char id[GM_JOB_ID_LEN + 1]; /* its job's: replayed only while that job is current */
+    uint8_t *payload;           /* owned, NULL: none */
     uint32_t len;
     char node[NODE_LEN];
     uint64_t term, until;

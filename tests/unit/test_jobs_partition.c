@@ -15,7 +15,8 @@
  *     of the older term 6 is dropped;
  *  6. alpha, chief and coordinator again, hears boss's group of a newer term before raft names
  *     boss chief (a chief that handed its role on): the group is held, then followed;
- *  7. the same with alpha already at boss's term (it voted) and no chief named yet.
+ *  7. the same with alpha already at boss's term (it voted) and no chief named yet;
+ *  8. a held group whose sender is never named chief before a newer term comes is dropped.
  * And a node back from a split answers the new chief's offer in the offer's term, once raft
  * has brought it there (an answer in its old term would be dropped as stale).
  */
@@ -353,6 +354,18 @@ static void test_split(void)
     GM_CHECK(field_is(j, "coordinator", "boss"));
     GM_CHECK_EQ(field_int(j, "generation"), 1);
     GM_CHECK(field_is(j, "state", "running"));
+
+    /* 8. a held group whose sender raft never names chief (a newer term comes, boss again) is
+     * dropped: alpha stays with boss */
+    GM_CHECK_OK(group(j, "carol", 12, 5));
+    F.term = 13;
+    run_for(&loop, 400);
+    GM_CHECK(field_is(j, "coordinator", "boss"));
+    GM_CHECK_EQ(field_int(j, "generation"), 1);
+    snprintf(F.chief, sizeof(F.chief), "carol");
+    run_for(&loop, 400);
+    GM_CHECK(field_is(j, "coordinator", "boss")); /* not replayed once dropped */
+    GM_CHECK_EQ(field_int(j, "generation"), 1);
 
     room_free(&loop, j);
 }
