@@ -8,7 +8,8 @@
 # 2 ms, not 1: at 1 ms the agent's loop thread, sharing the quota with the threadpool's probe
 # and hashing, answered alpha's pings up to 0.5-0.8 s late here (4 runs) and once 2.1 s late in
 # CI, past a LAN link's 2 s silence deadline, so alpha dropped the link mid-check and the job
-# failed; at 2 ms no gap passed 0.3 s in 4 runs, and beta's probe still read it 30-43x slower.
+# failed; at 2 ms no gap passed 0.3 s in 4 runs, and beta's probe still read it 17-46x slower
+# in 14 runs.
 #
 # The job: LeNet-5, Adam, global batch 128, one epoch of 25600 images (200 steps), shares = auto,
 # submitted on alpha.  Expected:
