@@ -873,6 +873,12 @@ void jobs_offer_clear(struct pending_offer *po)
     memset(po, 0, sizeof(*po));
 }
 
+void jobs_held_clear(struct held_group *hg)
+{
+    free(hg->payload);
+    memset(hg, 0, sizeof(*hg));
+}
+
 json_t *jobs_ctl_error(int code, const char *msg)
 {
     return json_pack("{s:s,s:i}", "error", msg, "code", code);

@@ -60,12 +60,6 @@ static const struct {
     {GM_MSG_JOB_SWITCH, jobs_on_switch},
 };
 
-void jobs_held_clear(struct held_group *hg)
-{
-    free(hg->payload);
-    memset(hg, 0, sizeof(*hg));
-}
-
 /* Holds a group for the current job from node, of our term or a newer one, that raft has not
  * named chief here yet (struct held_group): raft may have brought this node to the new term
  * (a vote) before it names the term's chief.  True: held (a newer one replaces it). */

@@ -293,6 +293,7 @@ void jobs_end_job(struct gm_jobs *j, struct job *jb, enum jstate st, const char 
 void jobs_refuse(struct gm_jobs *j, struct job *jb, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void jobs_offer_clear(struct pending_offer *po);
+void jobs_held_clear(struct held_group *hg);
 json_t *jobs_ctl_error(int code, const char *msg);
 bool jobs_is_chief(struct gm_jobs *j, const char *node);
 bool jobs_ckpt_room(struct gm_jobs *j, const struct gm_job *job, uint64_t *room);
@@ -333,7 +334,6 @@ int jobs_on_submit(struct gm_jobs *j, const char *node, struct gm_jobmsg *m);
 /* job_partition.c */
 const char *jobs_paused_why(struct gm_jobs *j, const struct job *jb, char *buf, size_t cap);
 void jobs_step_down(struct gm_jobs *j, struct job *jb, const char *why);
-void jobs_held_clear(struct held_group *hg);
 void jobs_partition_tick(struct gm_jobs *j, struct job *jb);
 
 /* job_member.c */
