@@ -488,7 +488,10 @@ static int eval_run(const char *shares, const char *comm, int workers, bool alon
  * the outer parameters). */
 static void test_eval_shared(void)
 {
-    static const char *const comms[] = {"codec = fp32\n", "codec = diloco\nlocal_steps = 3\n"};
+    static const char *const comms[] = {"codec = fp32\n", "codec = diloco\nlocal_steps = 3\n",
+                                        /* 2 ranks: a sync in flight at each epoch's end (the shared
+                                         * evaluation's collectives queue behind it) */
+                                        "codec = diloco\nlocal_steps = 4\noverlap = true\n"};
     char a[128], b[128];
     static const struct {
         int workers;
