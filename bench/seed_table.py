@@ -2,7 +2,8 @@
 """bench/seed_table.py - the arithmetic and the table of bench/seed_table.sh.
 
   epochs LOG                      the rank-0 agent's log: one JSON list of its event=epoch lines
-                                  [{epoch, steps, acc, epoch_s}] (acc null where not evaluated)
+                                  [{epoch, steps, acc, epoch_s, eval_delay_s}] (acc null where
+                                  not evaluated; eval_delay_s 0 unless the evaluation waited)
   counters BEFORE AFTER           two `cat` dumps of a tun device's tx_bytes and rx_bytes: prints
                                   the bytes that crossed it (tx + rx) between them
   table RESULTS.jsonl [--bars]    one table of the rows bench/seed_table.sh wrote, with time to
@@ -19,7 +20,9 @@
 Time to accuracy: the target is the 1-agent row's final test accuracy minus 0.5 points (the
 issue's "within 0.5 points"); a row's time is the sum of its epochs' training seconds
 (epoch_s, evaluation excluded, the same rule for every row) up to and including the first
-epoch whose test accuracy reaches the target.  A row that never reaches it prints "not
+epoch whose test accuracy reaches the target, plus that epoch's eval_delay_s: overlapped
+DiLoCo evaluates an epoch once the update of its last round is in, a few steps after its
+end, and the model that reached the target existed only then.  A row that never reaches it prints "not
 reached"; a row cut short after a timed window (fp32 and DDP over a tunnel) prints "-" and its
 s/epoch is extrapolated from the window's steps per second (the table says so).  The ratio
 column is 1-agent time to accuracy / the row's (>= 1.3 is the issue's bar for 20 Mbit/s auto,
@@ -53,7 +56,8 @@ def epochs(path):
         d = kv(line)
         out.append({'epoch': int(d['epoch']), 'steps': int(d['steps']),
                     'acc': float(d['test_accuracy']) if 'test_accuracy' in d else None,
-                    'epoch_s': float(d['epoch_s'])})
+                    'epoch_s': float(d['epoch_s']),
+                    'eval_delay_s': float(d.get('eval_delay_s', 0))})
     return out
 
 
@@ -203,7 +207,7 @@ def table(path, bars=False):
         for e in r['epochs']:
             t += e['epoch_s']
             if e['acc'] is not None and e['acc'] >= tgt:
-                return t, e['epoch']
+                return t + e.get('eval_delay_s', 0), e['epoch']
         return None, 'not reached'
 
     if per_seed:
@@ -315,25 +319,26 @@ def mean_curves(rows, names):
             a = [r['epochs'][i]['acc'] for r in rs]
             accs.append(sum(a) / len(a) if None not in a else None)
         secs = [sum(r['epochs'][i]['epoch_s'] for r in rs) / len(rs) for i in range(n)]
-        return accs, secs
+        delays = [sum(r['epochs'][i].get('eval_delay_s', 0) for r in rs) / len(rs) for i in range(n)]
+        return accs, secs, delays
 
-    def reach(accs, secs, tgt):
+    def reach(accs, secs, delays, tgt):
         t = 0.0
-        for i, (a, s) in enumerate(zip(accs, secs)):
+        for i, (a, s, d) in enumerate(zip(accs, secs, delays)):
             t += s
             if a is not None and a >= tgt:
-                return t, i + 1
+                return t + d, i + 1
         return None, None
 
     full = [r for r in rows if r.get('epochs') and not r.get('partial')]
     one = [r for r in full if r['row'] == '1 agent']
     if not one:
         return
-    a1, s1 = curve(one)
+    a1, s1, d1 = curve(one)
     if a1[-1] is None:
         return
     tgt = a1[-1] - 0.5
-    t1, _ = reach(a1, s1, tgt)
+    t1, _ = reach(a1, s1, d1, tgt)
     seeds = sorted(set(r.get('seed') for r in one))
     print()
     print(f'over the mean of the seeds\' curves (seeds {", ".join(str(x) for x in seeds)}): the '
@@ -342,8 +347,8 @@ def mean_curves(rows, names):
         rs = [r for r in full if r['row'] == name]
         if not rs:
             continue
-        accs, secs = curve(rs)
-        t, ep = reach(accs, secs, tgt)
+        accs, secs, delays = curve(rs)
+        t, ep = reach(accs, secs, delays, tgt)
         ratio = f'{t1 / t:.2f}x' if t and t1 else '-'
         print(f'  {name} ({len(rs)} seed{"s" if len(rs) > 1 else ""}): ' +
               ', '.join('-' if a is None else f'{a:.2f}' for a in accs) +

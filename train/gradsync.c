@@ -896,6 +896,21 @@ static int after_step_overlap(struct gm_gradsync *g, struct gm_model *m, long st
     return gm_diloco_overlap_flush(g->dl, params); /* mid-round: the local steps are dropped */
 }
 
+long gm_gradsync_eval_defer(const struct gm_gradsync *g, long steps_done, long total_steps)
+{
+    uint64_t pos;
+
+    if (g == NULL || g->s.kind != GM_GRADSYNC_KIND_DILOCO || g->dl_lag == 0 || g->dl == NULL ||
+        steps_done >= total_steps || steps_done < 0)
+        return 0;
+    if (!g->dl_inflight && gm_diloco_pending(g->dl) == NULL)
+        return 0;
+    pos = (uint64_t)steps_done % g->dl_h; /* after_step_overlap's, of the step just taken */
+    if (pos >= g->dl_lag)
+        return 0;
+    return GM_MIN((long)(g->dl_lag - pos), total_steps - steps_done);
+}
+
 uint32_t gm_gradsync_diloco_lag(uint32_t h)
 {
     return h >= 2 ? (h + 3) / 4 : 0; /* a quarter of the round rounded up: 1 to h - 1 */

@@ -253,6 +253,14 @@ bool gm_gradsync_local_grads(const struct gm_gradsync *g);
  * NULL (and *n = 0) for the other codecs, whose replicas are identical after every step. */
 const float *gm_gradsync_outer_params(const struct gm_gradsync *g, size_t *n);
 
+/* Overlapped DiLoCo: how many more steps until the update of the round in flight is in the
+ * outer parameters (gm_gradsync_outer_params), after steps_done steps; 0 when none is pending
+ * (or blocking DiLoCo, or another codec), capped at the steps left (the last step applies it).
+ * From the round schedule alone, so the same on every rank of a group: the trainer puts an
+ * epoch's evaluation off by that many steps (train/trainer.h eval_defer), so that it is of the
+ * model the epoch's last round made rather than the round before's. */
+long gm_gradsync_eval_defer(const struct gm_gradsync *g, long steps_done, long total_steps);
+
 /* A sharded evaluation's collectives (train/trainer.h eval_sum and eval_bcast), run on the
  * executor like the codec's ops (uncounted: no gradient traffic).  eval_sum: v[0..n) summed
  * over the ranks in place (n <= GM_GRADSYNC_EVAL_SUM_MAX; each double travels as two floats,

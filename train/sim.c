@@ -204,6 +204,13 @@ static const float *hook_eval_params(void *ctx, size_t *n)
     return gm_gradsync_outer_params(rc->sync, n);
 }
 
+static long hook_eval_defer(void *ctx, long steps_done, long total_steps)
+{
+    struct rank_ctx *rc = ctx;
+
+    return gm_gradsync_eval_defer(rc->sync, steps_done, total_steps);
+}
+
 /* A sharded evaluation's collectives (train/trainer.h eval_sum, eval_bcast) */
 static int hook_eval_sum(void *ctx, long step, double *v, size_t n)
 {
@@ -317,6 +324,7 @@ int gm_sim_train(const struct gm_job *job, const struct gm_train_opts *opts,
                                    .local_grads = hook_local_grads,
                                    .codec_state = hook_codec_state,
                                    .eval_params = hook_eval_params,
+                                   .eval_defer = hook_eval_defer,
                                    .eval_sum = so->eval_alone ? NULL : hook_eval_sum,
                                    .eval_bcast = so->eval_alone ? NULL : hook_eval_bcast,
                                    .codec_restore = hook_codec_restore,

@@ -71,6 +71,21 @@ struct run {
     char job_hash[65];          /* the job's identity (gm_job): checkpoints name their job by it */
     long last_checkpoint;       /* step of the last checkpoint written, -1 */
     struct ckpt_write *writing; /* owned: the checkpoint the writer thread has, or NULL */
+    unsigned regroups;          /* group states taken (run_hook's resyncs) */
+    struct epoch_end *defer;    /* an epoch's evaluation put off (eval_defer), or NULL */
+};
+
+/* An epoch's end, to report: its evaluation runs at once, or at step at_step when the comm
+ * puts it off (eval_defer) */
+struct epoch_end {
+    int epoch; /* 0-based */
+    long step; /* steps done at its end */
+    long at_step;
+    unsigned regroups; /* the run's count when it ended */
+    double loss, epoch_s, sps;
+    uint64_t t_end;
+    bool eval;  /* an evaluation is due */
+    bool armed; /* put off: r->defer points here */
 };
 
 /* A checkpoint handed to the writer thread: every byte it writes is its own copy (names are
@@ -1167,8 +1182,10 @@ static int run_hook(struct run *r, int (*fn)(void *, struct gm_train_state *), u
             return GM_ERR_ABORTED;
         err = comm->resync(comm->ctx, &r->st);
     }
-    if (err >= 0 && (err = state_to_device(r)) >= 0)
+    if (err >= 0 && (err = state_to_device(r)) >= 0) {
+        r->regroups++;
         return 1;
+    }
     return err;
 }
 
@@ -1242,12 +1259,12 @@ static void step_hook(const struct run *r, int epoch, double loss, uint64_t t_st
     h->on_step(h->ctx, &si);
 }
 
-static void eval_hook(const struct run *r, int epoch, double tloss, double acc, double epoch_loss,
-                      double epoch_sps)
+static void eval_hook(const struct run *r, long step, int epoch, double tloss, double acc,
+                      double epoch_loss, double epoch_sps)
 {
     const struct gm_train_hooks *h = r->opts->hooks;
     const struct gm_train_eval_info ei = {
-        .step = r->st.step,
+        .step = step,
         .epoch = epoch + 1,
         .test_loss = tloss,
         .test_accuracy = acc,
@@ -1257,6 +1274,42 @@ static void eval_hook(const struct run *r, int epoch, double tloss, double acc, 
 
     if (h != NULL && h->on_eval != NULL)
         h->on_eval(h->ctx, &ei);
+}
+
+/* An epoch's report, rank 0's line (event=epoch) and on_eval: with its evaluation when one is
+ * due (every rank's: shared, or rank 0's alone when alone is set, after a regroup). */
+static int epoch_report(struct run *r, struct epoch_end *d, bool alone, double *acc, double *tloss)
+{
+    double delay_s = d->at_step > d->step ? (double)(gm_time_mono_ns() - d->t_end) * 1e-9 : 0;
+    int err;
+
+    if (d->armed) {
+        d->armed = false;
+        r->defer = NULL;
+    }
+    if (d->eval && alone && r->st.rank == 0 && (err = evaluate(r, acc, tloss)) < 0)
+        return err;
+    if (d->eval && !alone && (err = evaluate_epoch(r, acc, tloss)) < 0)
+        return err;
+    if (r->st.rank != 0)
+        return 0;
+    if (!d->eval) {
+        gm_info("event=epoch epoch=%d steps=%ld train_loss=%.4f epoch_s=%.1f samples_per_s=%.0f",
+                d->epoch + 1, d->step, d->loss, d->epoch_s, d->sps);
+        return 0;
+    }
+    eval_hook(r, d->step, d->epoch, *tloss, *acc, d->loss, d->sps);
+    if (delay_s > 0)
+        gm_info("event=epoch epoch=%d steps=%ld train_loss=%.4f test_loss=%.4f "
+                "test_accuracy=%.2f epoch_s=%.1f samples_per_s=%.0f eval_step=%ld "
+                "eval_delay_s=%.2f",
+                d->epoch + 1, d->step, d->loss, *tloss, *acc, d->epoch_s, d->sps, r->st.step,
+                delay_s);
+    else
+        gm_info("event=epoch epoch=%d steps=%ld train_loss=%.4f test_loss=%.4f "
+                "test_accuracy=%.2f epoch_s=%.1f samples_per_s=%.0f",
+                d->epoch + 1, d->step, d->loss, *tloss, *acc, d->epoch_s, d->sps);
+    return 0;
 }
 
 /* The shares of a new group (its first step, or re-formed after a loss): what a hook set
@@ -1304,6 +1357,7 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
     const char *out = opts->out != NULL ? opts->out : job->out;
     const struct gm_train_comm *comm = opts->comm;
     struct epoch_stats es = {.epoch = -1};
+    struct epoch_end ended = {0}; /* the last epoch's end, r.defer's while put off */
     struct rusage ru;
     long steps_done = 0;  /* by this replica, for samples/s */
     int shares_world = 0; /* the world st's shares were set for */
@@ -1362,6 +1416,11 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
         }
         if (e != es.epoch)
             epoch_begin(&es, e);
+        /* the group's state was replaced before an evaluation put off came due: rank 0's
+         * alone, now (the new group need not share the wait) */
+        if (r.defer != NULL && r.defer->regroups != r.regroups &&
+            (err = epoch_report(&r, r.defer, true, &acc, &tloss)) < 0)
+            goto out;
         if (opts->stop != NULL && *opts->stop) {
             sum->interrupted = 1;
             break;
@@ -1496,37 +1555,53 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
         }
         if (job->checkpoint_every > 0 && r.st.rank == 0 && r.st.step % job->checkpoint_every == 0)
             checkpoint(&r);
+        if (r.defer != NULL && r.st.step >= r.defer->at_step &&
+            (err = epoch_report(&r, r.defer, false, &acc, &tloss)) < 0)
+            goto out;
         if (r.st.step % r.steps_per_epoch != 0)
             continue;
         /* the end of epoch e */
-        double epoch_s = (double)(gm_time_mono_ns() - es.t0) * 1e-9;
+        uint64_t t_end = gm_time_mono_ns();
+        double epoch_s = (double)(t_end - es.t0) * 1e-9;
         train_s += epoch_s;
         epoch_loss = es.steps > 0 ? es.loss_sum / (double)es.steps : NAN;
         sum->epochs = e + 1;
-        if (r.st.rank != 0) {
-            if (((e + 1) % job->eval_every == 0 || e + 1 == job->epochs) &&
-                (err = evaluate_epoch(&r, &acc, &tloss)) < 0)
-                goto out;
-            continue;
-        }
-        if (opts->progress)
+        /* an epoch shorter than an evaluation's wait: the earlier one's evaluation now */
+        if (r.defer != NULL && (err = epoch_report(&r, r.defer, false, &acc, &tloss)) < 0)
+            goto out;
+        if (r.st.rank == 0 && opts->progress)
             progress_bar(&r, r.steps_per_epoch, epoch_loss,
                          (double)es.steps * G / (epoch_s > 0 ? epoch_s : 1), 1);
-        if ((e + 1) % job->eval_every == 0 || e + 1 == job->epochs) {
-            if ((err = evaluate_epoch(&r, &acc, &tloss)) < 0)
-                goto out;
-            eval_hook(&r, e, tloss, acc, epoch_loss, (double)es.steps * G / epoch_s);
-            gm_info("event=epoch epoch=%d steps=%ld train_loss=%.4f test_loss=%.4f "
-                    "test_accuracy=%.2f epoch_s=%.1f samples_per_s=%.0f",
-                    e + 1, r.st.step, epoch_loss, tloss, acc, epoch_s,
-                    (double)es.steps * G / epoch_s);
-        } else {
-            gm_info("event=epoch epoch=%d steps=%ld train_loss=%.4f epoch_s=%.1f "
-                    "samples_per_s=%.0f",
-                    e + 1, r.st.step, epoch_loss, epoch_s, (double)es.steps * G / epoch_s);
+        ended = (struct epoch_end){
+            .epoch = e,
+            .step = r.st.step,
+            .at_step = r.st.step,
+            .regroups = r.regroups,
+            .loss = epoch_loss,
+            .epoch_s = epoch_s,
+            .sps = (double)es.steps * G / epoch_s,
+            .t_end = t_end,
+            .eval = (e + 1) % job->eval_every == 0 || e + 1 == job->epochs,
+        };
+        /* overlapped DiLoCo: the epoch's last round is not in the outer parameters until its
+         * update lands a few steps on; evaluate then, not the round before's model */
+        long wait = ended.eval && comm != NULL && comm->eval_defer != NULL
+                        ? comm->eval_defer(comm->ctx, r.st.step, r.st.total_steps)
+                        : 0;
+        if (wait > 0) {
+            ended.at_step += wait;
+            ended.armed = true;
+            r.defer = &ended;
+        } else if ((err = epoch_report(&r, &ended, false, &acc, &tloss)) < 0) {
+            goto out;
         }
-        if (comm != NULL && comm->progress != NULL)
+        if (r.st.rank == 0 && comm != NULL && comm->progress != NULL)
             comm->progress(comm->ctx, &r.st, e, epoch_loss, es.sps);
+    }
+    if (sum->interrupted && r.defer != NULL) {
+        r.defer->eval = false; /* the interrupted run's evaluation below stands in for it */
+        if ((err = epoch_report(&r, r.defer, true, &acc, &tloss)) < 0)
+            goto out;
     }
     if (sum->interrupted) {
         double epoch_s = (double)(gm_time_mono_ns() - es.t0) * 1e-9;
@@ -1541,14 +1616,14 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
             /* of the weights saved below: this replica's, mid-round under DiLoCo */
             if ((err = evaluate_replica(&r, &acc, &tloss)) < 0)
                 goto out;
-            eval_hook(&r, r.epoch, tloss, acc, epoch_loss, 0);
+            eval_hook(&r, r.st.step, r.epoch, tloss, acc, epoch_loss, 0);
         }
     }
     if (!sum->interrupted && r.st.rank == 0 && isnan(acc)) {
         /* resumed from a checkpoint at the end: nothing was trained, evaluate what is there */
         if ((err = evaluate(&r, &acc, &tloss)) < 0)
             goto out;
-        eval_hook(&r, r.epoch, tloss, acc, epoch_loss, 0);
+        eval_hook(&r, r.st.step, r.epoch, tloss, acc, epoch_loss, 0);
         gm_info("event=eval step=%ld test_loss=%.4f test_accuracy=%.2f", r.st.step, tloss, acc);
     }
     if (!sum->interrupted && comm != NULL && comm->finish != NULL) {

@@ -157,6 +157,14 @@ struct gm_train_comm {
      * gm_gradsync_outer_params): n floats from the start of the model's parameters (the
      * trainable prefix), borrowed until the next hook call; NULL: the replica's own */
     const float *(*eval_params)(void *ctx, size_t *n);
+    /* optional: after steps_done steps (an epoch's end), how many more steps until the
+     * parameters eval_params names take in an update still in flight (overlapped DiLoCo:
+     * train/gradsync.h gm_gradsync_eval_defer), the same on every rank; 0: none.  The
+     * epoch's evaluation then runs that many steps later, of the model the epoch made, and
+     * its event=epoch line says how long after the epoch's end (eval_delay_s).  A regroup
+     * before then makes rank 0 evaluate it alone at once; a stop, an interrupted run's
+     * evaluation, stands in for it.  NULL: never put off. */
+    long (*eval_defer)(void *ctx, long steps_done, long total_steps);
     /* optional, both or neither: a sharded evaluation.  At an epoch's evaluation every rank
      * evaluates its slice of the test set (split as the global batch is: gm_train_share_by
      * with the step's shares) instead of rank 0 all of it, with rank 0's buffers (batch
@@ -195,8 +203,9 @@ struct gm_train_step_info {
 };
 
 struct gm_train_eval_info {
-    long step;                       /* steps done at the evaluation */
-    int epoch;                       /* 1-based; the epoch just finished */
+    long step; /* steps done at the epoch's end (an evaluation put off, eval_defer, is of the
+                * model those steps made) */
+    int epoch; /* 1-based; the epoch just finished */
     double test_loss, test_accuracy; /* percent */
     double epoch_loss;               /* mean training loss of the epoch */
     double epoch_samples_per_s;

@@ -327,6 +327,13 @@ static const float *hook_eval_params(void *ctx, size_t *n)
     return gm_gradsync_outer_params(rk->gs, n);
 }
 
+static long hook_eval_defer(void *ctx, long steps_done, long total_steps)
+{
+    struct gm_rank *rk = ctx;
+
+    return gm_gradsync_eval_defer(rk->gs, steps_done, total_steps);
+}
+
 /* A sharded evaluation's collectives (train/trainer.h eval_sum, eval_bcast) */
 static int hook_eval_sum(void *ctx, long step, double *v, size_t n)
 {
@@ -719,6 +726,7 @@ int gm_rank_start(uv_loop_t *loop, const struct gm_job *job, const char *out,
                                       .finish = hook_finish,
                                       .codec_state = hook_codec_state,
                                       .eval_params = hook_eval_params,
+                                      .eval_defer = hook_eval_defer,
                                       .eval_sum = hook_eval_sum,
                                       .eval_bcast = hook_eval_bcast,
                                       .codec_restore = hook_codec_restore,

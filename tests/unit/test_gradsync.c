@@ -287,7 +287,8 @@ static int run_late(void *ctx, gm_gradsync_start_fn start, void *arg, bool count
  * completes each op inside submit (run), one that starts them only at the next wait, and one
  * that also has wait_one (the lag step waits for the sync alone, the hash check is waited
  * for at the next boundary) give the same bits; the late ones were handed 2 ops at each of 3
- * boundaries and every hash check passed. */
+ * boundaries and every hash check passed.  gm_gradsync_eval_defer counts the steps from an
+ * epoch's end to the update of the round in flight (H = 3 and 8). */
 static void test_overlap_timing(void)
 {
     struct gm_coll_config cc = {0};
@@ -331,6 +332,10 @@ static void test_overlap_timing(void)
             for (size_t i = 0; i < np; i++) /* a local step: deterministic, step-dependent */
                 p[i] -= 1e-3f * (float)((i + (size_t)step) % 7) - 2e-3f;
             GM_CHECK_OK(gm_gradsync_after_step(g, m[k], step, 11));
+            /* an epoch ending here waits for the round's update: lag (1) steps after each
+             * boundary (3, 6, 9 steps done), none elsewhere nor at the run's end */
+            GM_CHECK_EQ(gm_gradsync_eval_defer(g, step + 1, 11),
+                        (step + 1) % 3 == 0 && step + 1 < 11 ? 1 : 0);
         }
         if (g != NULL) /* each round's anchor, and the end's parameters */
             GM_CHECK_EQ(gm_gradsync_hash_checks(g), 4u);
@@ -350,6 +355,20 @@ static void test_overlap_timing(void)
     GM_CHECK_EQ(o.n, 0);
     for (int k = 1; k < 3; k++)
         GM_CHECK(memcmp(gm_model_params(m[0]), gm_model_params(m[k]), np * sizeof(float)) == 0);
+    /* H = 8, lag 2: an epoch ending 1 step after a boundary waits 1 more; none before the
+     * first boundary (nothing in flight) */
+    job.comm.local_steps = 8;
+    GM_CHECK_OK(gm_gradsync_strategy_from_job(&job, &s));
+    GM_CHECK_OK(gm_gradsync_new(&s, 0, 1, 1, &now, &g));
+    for (long step = 0; step < 20 && g != NULL; step++) {
+        const long done = step + 1, pos = done % 8;
+        GM_CHECK_OK(gm_gradsync_reduce(g, m[0], step, 20));
+        gm_model_params(m[0])[0] += 1e-3f;
+        GM_CHECK_OK(gm_gradsync_after_step(g, m[0], step, 20));
+        GM_CHECK_EQ(gm_gradsync_eval_defer(g, done, 20), done >= 8 && pos < 2 ? 2 - pos : 0);
+    }
+    gm_gradsync_free(g);
+    g = NULL;
 out:
     for (int k = 0; k < 3; k++)
         gm_model_free(m[k]);

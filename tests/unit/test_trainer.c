@@ -226,6 +226,9 @@ struct fake {
     float *first;
     size_t nfirst;
     int eval_calls;
+    /* eval_defer: every epoch's evaluation put off by this many steps (0: no hook); the
+     * steps done at each eval_params call (after_step's last st->step) */
+    long defer, last_step, eval_at[8];
 };
 
 static int fake_reduce(void *ctx, struct gm_train_state *st)
@@ -258,6 +261,7 @@ static int fake_after(void *ctx, struct gm_train_state *st)
     struct fake *f = ctx;
     long taken = st->step - 1;
 
+    f->last_step = st->step;
     if (st->step != f->expect_after)
         f->bad_after_step++;
     if (taken == f->stop_after && f->stop != NULL)
@@ -288,9 +292,18 @@ static const float *fake_eval_params(void *ctx, size_t *n)
 {
     struct fake *f = ctx;
 
+    if (f->eval_calls < 8)
+        f->eval_at[f->eval_calls] = f->last_step;
     f->eval_calls++;
     *n = f->nfirst;
     return f->first;
+}
+
+static long fake_eval_defer(void *ctx, long steps_done, long total_steps)
+{
+    struct fake *f = ctx;
+
+    return f->defer < total_steps - steps_done ? f->defer : total_steps - steps_done;
 }
 
 static void fake_finish(void *ctx, const struct gm_train_state *st)
@@ -305,6 +318,7 @@ static void fake_finish(void *ctx, const struct gm_train_state *st)
 struct evals {
     int n;
     double loss[4], acc[4];
+    long step[4];
 };
 
 static void on_eval(void *ctx, const struct gm_train_eval_info *e)
@@ -314,6 +328,7 @@ static void on_eval(void *ctx, const struct gm_train_eval_info *e)
     if (v->n < 4) {
         v->loss[v->n] = e->test_loss;
         v->acc[v->n] = e->test_accuracy;
+        v->step[v->n] = e->step;
     }
     v->n++;
 }
@@ -331,6 +346,7 @@ static int run_ev(const char *out, struct fake *f, struct gm_train_summary *sum,
                                  .resync = fake_resync,
                                  .finish = fake_finish,
                                  .eval_params = f && f->eval_first ? fake_eval_params : NULL,
+                                 .eval_defer = f && f->defer > 0 ? fake_eval_defer : NULL,
                                  .ctx = f};
     struct gm_train_hooks hooks = {.on_eval = on_eval, .ctx = ev};
     struct gm_train_opts o = {.progress = 0,
@@ -403,6 +419,71 @@ static void test_eval_params(void)
     (void)unlink(a);
     (void)unlink(b);
     (void)unlink(c);
+}
+
+/* eval_defer (overlapped DiLoCo's update in flight at an epoch's end): 3 epochs of STEPS
+ * steps.  Put off 3 steps, each evaluation runs 3 steps after its epoch's end (the last at
+ * the run's end), still reports its epoch's end step, and the training is untouched (the
+ * weights of a run without the hook).  Put off more than an epoch, an evaluation runs at the
+ * next epoch's end at the latest.  A regroup before it is due makes rank 0 evaluate at once;
+ * a stop before it leaves the interrupted run's evaluation alone. */
+static void test_eval_defer(void)
+{
+    char a[128], b[128];
+    struct gm_train_summary sum;
+    struct fake plain = {.regroup_after = -1, .stop_after = -1, .eval_first = 1};
+    struct fake later = {.regroup_after = -1, .stop_after = -1, .eval_first = 1, .defer = 3};
+    struct fake long_ = {.regroup_after = -1, .stop_after = -1, .eval_first = 1, .defer = 10};
+    struct fake regr = {.regroup_after = 9, .stop_after = -1, .eval_first = 1, .defer = 3};
+    struct fake stop = {.regroup_after = -1, .stop_after = 9, .eval_first = 1, .defer = 3};
+    struct evals ep = {0}, el = {0}, eg = {0}, er = {0}, es = {0};
+    const long want_plain[] = {STEPS, 2 * STEPS, 3 * STEPS};
+    const long want_later[] = {STEPS + 3, 2 * STEPS + 3, 3 * STEPS};
+    const long want_long[] = {2 * STEPS, 3 * STEPS, 3 * STEPS};
+    const long want_regr[] = {10, 2 * STEPS + 3, 3 * STEPS};
+
+    snprintf(a, sizeof(a), "%s/a.safetensors", dir);
+    snprintf(b, sizeof(b), "%s/b.safetensors", dir);
+    GM_CHECK_OK(run_ev(a, &plain, &sum, 3, -1, &ep));
+    GM_CHECK_OK(run_ev(b, &later, &sum, 3, -1, &el));
+    check_same_file(a, b);
+    GM_CHECK_OK(run_ev(b, &long_, &sum, 3, -1, &eg));
+    check_same_file(a, b);
+    GM_CHECK_OK(run_ev(b, &regr, &sum, 3, -1, &er));
+    GM_CHECK_EQ(regr.resyncs, 1);
+    GM_CHECK_EQ(plain.eval_calls, 3);
+    GM_CHECK_EQ(later.eval_calls, 3);
+    GM_CHECK_EQ(long_.eval_calls, 3);
+    GM_CHECK_EQ(regr.eval_calls, 3);
+    GM_CHECK_EQ(ep.n, 3);
+    GM_CHECK_EQ(el.n, 3);
+    GM_CHECK_EQ(eg.n, 3);
+    GM_CHECK_EQ(er.n, 3);
+    for (int i = 0; i < 3; i++) {
+        GM_CHECK_EQ(plain.eval_at[i], want_plain[i]);
+        GM_CHECK_EQ(later.eval_at[i], want_later[i]);
+        GM_CHECK_EQ(long_.eval_at[i], want_long[i]);
+        GM_CHECK_EQ(regr.eval_at[i], want_regr[i]);
+        /* reported at the epoch's end, and of the parameters eval_params names */
+        GM_CHECK_EQ(el.step[i], (i + 1) * STEPS);
+        GM_CHECK_EQ(eg.step[i], (i + 1) * STEPS);
+        GM_CHECK_EQ(er.step[i], (i + 1) * STEPS);
+        GM_CHECK(el.loss[i] == ep.loss[i]);
+    }
+    GM_CHECK_OK(run_ev(b, &stop, &sum, 3, -1, &es));
+    GM_CHECK(sum.interrupted);
+    GM_CHECK_EQ(stop.eval_calls, 0); /* epoch 1's was still put off */
+    GM_CHECK_EQ(es.n, 1);            /* the interrupted run's, of the replica */
+    GM_CHECK_EQ(es.step[0], 10);
+    free(plain.first);
+    free(later.first);
+    free(long_.first);
+    free(regr.first);
+    free(stop.first);
+    free(regr.params);
+    free(regr.ostate);
+    (void)unlink(a);
+    (void)unlink(b);
 }
 
 /* A model with batch norm (on padded images, 8x8 + 2*4): the weights file holds its buffers
@@ -909,6 +990,7 @@ int main(void)
     write_idx("t10k-labels-idx1-ubyte", GM_IDX_MAGIC_LABELS, NTEST, 0, 0);
     GM_TEST_RUN(test_regroup_in_after_step);
     GM_TEST_RUN(test_eval_params);
+    GM_TEST_RUN(test_eval_defer);
     GM_TEST_RUN(test_batchnorm_checkpoint);
     GM_TEST_RUN(test_model_spec);
     GM_TEST_RUN(test_bf16_refused_on_cpu);
