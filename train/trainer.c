@@ -1312,6 +1312,20 @@ static int epoch_report(struct run *r, struct epoch_end *d, bool alone, double *
     return 0;
 }
 
+/* A put-off epoch's report inside the next epoch: its evaluation is not that epoch's training
+ * time (epoch_s excludes evaluations, the rule for every epoch) */
+static int epoch_report_within(struct run *r, struct epoch_stats *es, bool alone, double *acc,
+                               double *tloss)
+{
+    uint64_t t0 = gm_time_mono_ns(), dt;
+    int err = epoch_report(r, r->defer, alone, acc, tloss);
+
+    dt = gm_time_mono_ns() - t0;
+    es->t0 += dt;
+    es->t_window += dt;
+    return err;
+}
+
 /* The shares of a new group (its first step, or re-formed after a loss): what a hook set
  * for this world (the agent's measured ones, shares = auto), else the job's fixed weights
  * when they list this world, else equal (logged when the job had fixed ones). */
@@ -1419,7 +1433,7 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
         /* the group's state was replaced before an evaluation put off came due: rank 0's
          * alone, now (the new group need not share the wait) */
         if (r.defer != NULL && r.defer->regroups != r.regroups &&
-            (err = epoch_report(&r, r.defer, true, &acc, &tloss)) < 0)
+            (err = epoch_report_within(&r, &es, true, &acc, &tloss)) < 0)
             goto out;
         if (opts->stop != NULL && *opts->stop) {
             sum->interrupted = 1;
@@ -1556,7 +1570,7 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
         if (job->checkpoint_every > 0 && r.st.rank == 0 && r.st.step % job->checkpoint_every == 0)
             checkpoint(&r);
         if (r.defer != NULL && r.st.step >= r.defer->at_step &&
-            (err = epoch_report(&r, r.defer, false, &acc, &tloss)) < 0)
+            (err = epoch_report_within(&r, &es, false, &acc, &tloss)) < 0)
             goto out;
         if (r.st.step % r.steps_per_epoch != 0)
             continue;
