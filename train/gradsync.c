@@ -575,7 +575,7 @@ int gm_gradsync_reduce(struct gm_gradsync *g, struct gm_model *m, long step, lon
             gm_gradsync_diloco_plan(&g->s, total_steps, &plan);
             cfg.h = plan.h;
             g->dl_h = cfg.h;
-            g->dl_lag = g->s.overlap ? gm_gradsync_diloco_lag(cfg.h) : 0;
+            g->dl_lag = plan.lag;
             cfg.outer_lr = (float)plan.outer_lr;
             cfg.momentum = (float)plan.outer_momentum;
             cfg.codec = g->s.codec;
@@ -1270,6 +1270,15 @@ void gm_gradsync_diloco_plan(const struct gm_gradsync_strategy *s, long total_st
     }
     out->h = h;
     out->rounds = total_steps > 0 ? total_steps / h : 0;
+    out->lag = s->overlap ? gm_gradsync_diloco_lag(h) : 0;
+    if (s->overlap && s->cap_h && total_steps >= GM_GRADSYNC_AUTO_MIN_ROUNDS &&
+        (long)h >= total_steps / GM_GRADSYNC_AUTO_MIN_ROUNDS && h >= 2) {
+        out->lag = (h + 1) / 2; /* H at the run's cap: a longer lag instead (gradsync.h) */
+        if (len < sizeof(out->why))
+            len += (size_t)snprintf(out->why + len, sizeof(out->why) - len,
+                                    "%slag %u, half the round: H is at the run's cap",
+                                    len > 0 ? "; " : "", out->lag);
+    }
     if (s->cap_h && out->rounds > 0 && out->rounds < GM_GRADSYNC_AUTO_NESTEROV_ROUNDS &&
         (s->outer_lr != 1.0 || s->outer_momentum != 0)) {
         out->outer_lr = 1.0; /* few outer steps: Nesterov's overshoot is not averaged out */

@@ -519,15 +519,23 @@ void gm_gradsync_log_waits(const struct gm_gradsync *g);
  * (docs/BENCHMARKS.md, "Overlapped DiLoCo", session 11's pairing). */
 uint32_t gm_gradsync_diloco_lag(uint32_t h);
 /* DiLoCo as a rank runs it over a run of total_steps (0 or less: unknown): the strategy's H,
- * outer lr and momentum, except for auto's pick (cap_h), whose H is cut to total_steps /
- * GM_GRADSYNC_AUTO_MIN_ROUNDS (at least 1) and whose outer step is plain averaging below
+ * its lag (overlapped), outer lr and momentum, except for auto's pick (cap_h), whose H is cut
+ * to total_steps / GM_GRADSYNC_AUTO_MIN_ROUNDS (at least 1), whose lag at that cap is half the
+ * round (rounded up) instead of a quarter, and whose outer step is plain averaging below
  * GM_GRADSYNC_AUTO_NESTEROV_ROUNDS rounds (total_steps / H); why says what changed ("" when
- * nothing did).  Pure: every rank computes the same from the same total_steps. */
+ * nothing did).  Pure: every rank computes the same from the same total_steps.
+ * The half lag at the cap: auto sizes H so that a quarter of it covers a sync; where the run
+ * is too short for that H, the sync would block every lag step for the rest (the 3-agent
+ * fine-tune over the tunnel: 5-6 s of each 11 s sync, a quarter of a round's time), and the
+ * longer lag hides it instead.  Below the cap a longer lag only costs accuracy (LeNet-5 over
+ * the tunnel, docs/BENCHMARKS.md "Overlapped DiLoCo"). */
 struct gm_gradsync_diloco_run {
     uint32_t h;
+    uint32_t lag; /* overlapped: gm_gradsync_diloco_lag(h), or half of h at the run's cap; 0:
+                   * blocking */
     double outer_lr, outer_momentum;
     long rounds; /* total_steps / h; 0 when total_steps is unknown */
-    char why[160];
+    char why[224];
 };
 void gm_gradsync_diloco_plan(const struct gm_gradsync_strategy *s, long total_steps,
                              struct gm_gradsync_diloco_run *out);

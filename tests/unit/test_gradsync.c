@@ -715,6 +715,7 @@ static void test_short_run(void)
             GM_CHECK_NEAR(r.outer_lr, 0.7, 0, 0);
             GM_CHECK_NEAR(r.outer_momentum, 0.9, 0, 0);
             GM_CHECK_EQ(r.rounds, total / (long)want[k]);
+            GM_CHECK_EQ(r.lag, gm_gradsync_diloco_lag(want[k])); /* a quarter: below the cap */
             GM_CHECK_EQ(r.why[0], '\0');
         }
         job.comm.auto_resolved = false;
@@ -722,7 +723,8 @@ static void test_short_run(void)
     /* resnet18's fine-tune over the same tunnel: a 10.5 s sync of the fp16 model, 0.4 s
      * steps: 16 bits at the cap, 64 (lag 16, 6.4 s); 8 bits (about 5.2 s) hidden at H=52
      * (lag 13), 5 rounds in the run's 260 steps; cut to 32 (8 rounds), with plain averaging
-     * for its outer step */
+     * for its outer step and, H at the run's cap, half of it as the lag (16 steps, 6.4 s: the
+     * quarter's 8 would leave 2 s of each sync blocking) */
     in.compute_s = 0.40;
     in.sync_s = 10.5;
     GM_CHECK_OK(gm_gradsync_auto_choose(&in, &o));
@@ -735,14 +737,15 @@ static void test_short_run(void)
     gm_gradsync_diloco_plan(&s, 260, &r);
     GM_CHECK_EQ(r.h, 32u);
     {
-        char want[160];
+        char want[224];
         snprintf(want, sizeof(want),
-                 "H %u -> 32: a run of 260 steps syncs at least 8 times; outer step "
-                 "plain averaging: 8 rounds < 16",
+                 "H %u -> 32: a run of 260 steps syncs at least 8 times; lag 16, half the "
+                 "round: H is at the run's cap; outer step plain averaging: 8 rounds < 16",
                  o.pick.local_steps);
         GM_CHECK_STREQ(r.why, want);
     }
     GM_CHECK_EQ(gm_gradsync_diloco_lag(r.h), 8u);
+    GM_CHECK_EQ(r.lag, 16u);
     /* the plan's rules, on a pick of H=54 (any H would do) */
     job.comm.local_steps = 54;
     job.comm.auto_resolved = true;
@@ -753,8 +756,9 @@ static void test_short_run(void)
     GM_CHECK_EQ(r.rounds, 8);
     GM_CHECK_NEAR(r.outer_lr, 1.0, 0, 0);
     GM_CHECK_NEAR(r.outer_momentum, 0, 0, 0);
-    GM_CHECK_STREQ(r.why, "H 54 -> 32: a run of 260 steps syncs at least 8 times; outer step "
-                          "plain averaging: 8 rounds < 16");
+    GM_CHECK_STREQ(r.why, "H 54 -> 32: a run of 260 steps syncs at least 8 times; lag 16, half "
+                          "the round: H is at the run's cap; outer step plain averaging: 8 "
+                          "rounds < 16");
     GM_CHECK_EQ(gm_gradsync_diloco_h(&s, 260), r.h);
     /* 16 rounds of H: Nesterov's outer step kept; one step fewer: plain averaging, H kept */
     gm_gradsync_diloco_plan(&s, 54L * GM_GRADSYNC_AUTO_NESTEROV_ROUNDS, &r);
@@ -762,21 +766,35 @@ static void test_short_run(void)
     GM_CHECK_NEAR(r.outer_lr, 0.7, 0, 0);
     GM_CHECK_NEAR(r.outer_momentum, 0.9, 0, 0);
     GM_CHECK_EQ(r.why[0], '\0');
+    GM_CHECK_EQ(r.lag, 14u); /* a quarter of 54: below the run's cap (107) */
     gm_gradsync_diloco_plan(&s, 54L * GM_GRADSYNC_AUTO_NESTEROV_ROUNDS - 1, &r);
     GM_CHECK_EQ(r.h, 54u);
     GM_CHECK_EQ(r.rounds, (long)GM_GRADSYNC_AUTO_NESTEROV_ROUNDS - 1);
     GM_CHECK_NEAR(r.outer_momentum, 0, 0, 0);
     GM_CHECK_STREQ(r.why, "outer step plain averaging: 15 rounds < 16");
-    /* the run just long enough for 8 rounds of H: H kept; one step shorter: cut by one */
+    /* the run just long enough for 8 rounds of H: H kept, at the cap (half lag); one step
+     * shorter: cut by one; one round more: below the cap, a quarter */
     gm_gradsync_diloco_plan(&s, 54L * GM_GRADSYNC_AUTO_MIN_ROUNDS, &r);
     GM_CHECK_EQ(r.h, 54u);
+    GM_CHECK_EQ(r.lag, 27u);
     gm_gradsync_diloco_plan(&s, 54L * GM_GRADSYNC_AUTO_MIN_ROUNDS - 1, &r);
     GM_CHECK_EQ(r.h, 53u);
-    /* a job that asked for plain averaging itself: nothing to say about it */
+    GM_CHECK_EQ(r.lag, 27u);
+    gm_gradsync_diloco_plan(&s, 54L * (GM_GRADSYNC_AUTO_MIN_ROUNDS + 1), &r);
+    GM_CHECK_EQ(r.lag, 14u);
+    { /* blocking rounds: no lag, at the cap or not */
+        struct gm_gradsync_strategy b = s;
+        b.overlap = false;
+        gm_gradsync_diloco_plan(&b, 260, &r);
+        GM_CHECK_EQ(r.h, 32u);
+        GM_CHECK_EQ(r.lag, 0u);
+    }
+    /* a job that asked for plain averaging itself (and blocking rounds): nothing to say */
     {
         struct gm_gradsync_strategy p = s;
         p.outer_lr = 1.0;
         p.outer_momentum = 0;
+        p.overlap = false;
         gm_gradsync_diloco_plan(&p, 260, &r);
         GM_CHECK_STREQ(r.why, "H 54 -> 32: a run of 260 steps syncs at least 8 times");
     }
@@ -797,6 +815,7 @@ static void test_short_run(void)
     GM_CHECK(!s.cap_h);
     gm_gradsync_diloco_plan(&s, 260, &r);
     GM_CHECK_EQ(r.h, 64u);
+    GM_CHECK_EQ(r.lag, 16u);
     GM_CHECK_EQ(r.rounds, 4);
     GM_CHECK_NEAR(r.outer_momentum, 0.9, 0, 0);
     GM_CHECK_EQ(r.why[0], '\0');
