@@ -516,7 +516,10 @@ void gm_gradsync_log_waits(const struct gm_gradsync *g);
  * A quarter, not half: on the tunnel testbed the half lag's accuracy after 3 epochs fell
  * short of the target where the quarter's did not, so with H re-sized from the measured syncs
  * (up to the cap of 64) the quarter lag reached the target sooner at 20 and at 5 Mbit/s
- * (docs/BENCHMARKS.md, "Overlapped DiLoCo", session 11's pairing). */
+ * (docs/BENCHMARKS.md, "Overlapped DiLoCo", session 11's pairing; again in session 18, with
+ * each epoch evaluated once its round's update was in).  The rank runs the plan's lag
+ * (gm_gradsync_diloco_plan below): this, or half the round where auto's H is at the run's cap;
+ * auto's pricing uses this one. */
 uint32_t gm_gradsync_diloco_lag(uint32_t h);
 /* DiLoCo as a rank runs it over a run of total_steps (0 or less: unknown): the strategy's H,
  * its lag (overlapped), outer lr and momentum, except for auto's pick (cap_h), whose H is cut

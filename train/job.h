@@ -54,8 +54,8 @@
  *   [comm]     codec (auto | fp32 | fp16 | powersgd | diloco | diloco8, auto), rank (1..1024,
  *              2; powersgd), local_steps (>= 1, 16; diloco), outer_lr (> 0, 0.7; diloco),
  *              outer_momentum ([0, 1), 0.9; diloco), overlap (bool, false; diloco: each outer
- *              sync runs during the first quarter of the next round, its update applied
- *              then, train/compress/diloco.h); diloco8 is diloco with 8-bit deltas and error
+ *              sync runs during the first quarter of the next round, half with auto's H
+ *              at a short run's cap, its update applied then, train/compress/diloco.h); diloco8 is diloco with 8-bit deltas and error
  *              feedback, its keys diloco's; auto may pick any, so it accepts all five keys
  *
  * Choices (strict on purpose: a typo must not silently train the wrong thing):

@@ -34,8 +34,8 @@
  *
  * Overlapped rounds (gm_diloco_overlap_*; after Streaming DiLoCo, Douillard et al. 2025,
  * with the whole model as one fragment): the sync of round r runs during the first `lag`
- * steps of round r+1 (1 <= lag < H, chosen by the caller: gm_gradsync_diloco_lag, a quarter of
- * H), and the outer update is applied then, lag steps late:
+ * steps of round r+1 (1 <= lag < H, chosen by the caller: gm_gradsync_diloco_plan, a quarter of
+ * H or half of it), and the outer update is applied then, lag steps late:
  *   at the boundary (gm_diloco_overlap_boundary): d[r] = anchor - params, the delta of the
  *     blocking rounds; start = params (this rank's); the all-reduce of d[r] is started
  *     (gm_diloco_overlap_start, on the loop thread) and the local steps go on;
