@@ -1313,12 +1313,12 @@ static int epoch_report(struct run *r, struct epoch_end *d, bool alone, double *
 }
 
 /* A put-off epoch's report inside the next epoch: its evaluation is not that epoch's training
- * time (epoch_s excludes evaluations, the rule for every epoch) */
-static int epoch_report_within(struct run *r, struct epoch_stats *es, bool alone, double *acc,
-                               double *tloss)
+ * time (epoch_s excludes evaluations, the rule for every epoch).  After a regroup since its
+ * epoch ended, rank 0's alone: the new group need not share the wait (a newcomer has none). */
+static int epoch_report_within(struct run *r, struct epoch_stats *es, double *acc, double *tloss)
 {
     uint64_t t0 = gm_time_mono_ns(), dt;
-    int err = epoch_report(r, r->defer, alone, acc, tloss);
+    int err = epoch_report(r, r->defer, r->defer->regroups != r->regroups, acc, tloss);
 
     dt = gm_time_mono_ns() - t0;
     es->t0 += dt;
@@ -1433,7 +1433,7 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
         /* the group's state was replaced before an evaluation put off came due: rank 0's
          * alone, now (the new group need not share the wait) */
         if (r.defer != NULL && r.defer->regroups != r.regroups &&
-            (err = epoch_report_within(&r, &es, true, &acc, &tloss)) < 0)
+            (err = epoch_report_within(&r, &es, &acc, &tloss)) < 0)
             goto out;
         if (opts->stop != NULL && *opts->stop) {
             sum->interrupted = 1;
@@ -1570,7 +1570,7 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
         if (job->checkpoint_every > 0 && r.st.rank == 0 && r.st.step % job->checkpoint_every == 0)
             checkpoint(&r);
         if (r.defer != NULL && r.st.step >= r.defer->at_step &&
-            (err = epoch_report_within(&r, &es, false, &acc, &tloss)) < 0)
+            (err = epoch_report_within(&r, &es, &acc, &tloss)) < 0)
             goto out;
         if (r.st.step % r.steps_per_epoch != 0)
             continue;
@@ -1581,7 +1581,8 @@ int gm_trainer_run(const struct gm_job *job, const struct gm_train_opts *opts,
         epoch_loss = es.steps > 0 ? es.loss_sum / (double)es.steps : NAN;
         sum->epochs = e + 1;
         /* an epoch shorter than an evaluation's wait: the earlier one's evaluation now */
-        if (r.defer != NULL && (err = epoch_report(&r, r.defer, false, &acc, &tloss)) < 0)
+        if (r.defer != NULL &&
+            (err = epoch_report(&r, r.defer, r.defer->regroups != r.regroups, &acc, &tloss)) < 0)
             goto out;
         if (r.st.rank == 0 && opts->progress)
             progress_bar(&r, r.steps_per_epoch, epoch_loss,

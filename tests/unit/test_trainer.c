@@ -229,6 +229,11 @@ struct fake {
     /* eval_defer: every epoch's evaluation put off by this many steps (0: no hook); the
      * steps done at each eval_params call (after_step's last st->step) */
     long defer, last_step, eval_at[8];
+    /* eval_sum and eval_bcast, with the comm saying world 2 (rank 0 alone runs: its
+     * evaluations are of its slice, which is all these count): the steps of the eval_sum
+     * calls, one per shared evaluation */
+    int shared, sums;
+    long sum_at[8];
 };
 
 static int fake_reduce(void *ctx, struct gm_train_state *st)
@@ -306,6 +311,23 @@ static long fake_eval_defer(void *ctx, long steps_done, long total_steps)
     return f->defer < total_steps - steps_done ? f->defer : total_steps - steps_done;
 }
 
+static int fake_eval_sum(void *ctx, long step, double *v, size_t n)
+{
+    struct fake *f = ctx;
+
+    (void)step, (void)v, (void)n; /* one rank: the sums are its own */
+    if (f->sums < 8)
+        f->sum_at[f->sums] = f->last_step;
+    f->sums++;
+    return 0;
+}
+
+static int fake_eval_bcast(void *ctx, long step, float *buf, size_t n)
+{
+    (void)ctx, (void)step, (void)buf, (void)n; /* rank 0's buffers are its own */
+    return 0;
+}
+
 static void fake_finish(void *ctx, const struct gm_train_state *st)
 {
     struct fake *f = ctx;
@@ -340,13 +362,15 @@ static int run_ev(const char *out, struct fake *f, struct gm_train_summary *sum,
     struct gm_job job;
     volatile sig_atomic_t stop = 0;
     struct gm_train_comm comm = {.rank = 0,
-                                 .world = 1,
+                                 .world = f && f->shared ? 2 : 1,
                                  .reduce_grads = fake_reduce,
                                  .after_step = fake_after,
                                  .resync = fake_resync,
                                  .finish = fake_finish,
                                  .eval_params = f && f->eval_first ? fake_eval_params : NULL,
                                  .eval_defer = f && f->defer > 0 ? fake_eval_defer : NULL,
+                                 .eval_sum = f && f->shared ? fake_eval_sum : NULL,
+                                 .eval_bcast = f && f->shared ? fake_eval_bcast : NULL,
                                  .ctx = f};
     struct gm_train_hooks hooks = {.on_eval = on_eval, .ctx = ev};
     struct gm_train_opts o = {.progress = 0,
@@ -425,8 +449,9 @@ static void test_eval_params(void)
  * steps.  Put off 3 steps, each evaluation runs 3 steps after its epoch's end (the last at
  * the run's end), still reports its epoch's end step, and the training is untouched (the
  * weights of a run without the hook).  Put off more than an epoch, an evaluation runs at the
- * next epoch's end at the latest.  A regroup before it is due makes rank 0 evaluate at once;
- * a stop before it leaves the interrupted run's evaluation alone. */
+ * next epoch's end at the latest.  A regroup before it is due makes rank 0 evaluate at once,
+ * alone (not shared: the new group need not have put it off), and so does one at the step it
+ * is due; a stop before it leaves the interrupted run's evaluation alone. */
 static void test_eval_defer(void)
 {
     char a[128], b[128];
@@ -469,6 +494,23 @@ static void test_eval_defer(void)
         GM_CHECK_EQ(eg.step[i], (i + 1) * STEPS);
         GM_CHECK_EQ(er.step[i], (i + 1) * STEPS);
         GM_CHECK(el.loss[i] == ep.loss[i]);
+    }
+    { /* shared evaluations: a regroup at the step epoch 1's is due (11) makes it rank 0's
+       * alone; epochs 2 and 3 are shared */
+        struct fake at = {.regroup_after = 10, .stop_after = -1, .eval_first = 1, .defer = 3,
+                          .shared = 1};
+        struct evals ea = {0};
+        GM_CHECK_OK(run_ev(b, &at, &sum, 3, -1, &ea));
+        GM_CHECK_EQ(at.resyncs, 1);
+        GM_CHECK_EQ(ea.n, 3);
+        GM_CHECK_EQ(at.eval_calls, 3);
+        GM_CHECK_EQ(at.eval_at[0], STEPS + 3);
+        GM_CHECK_EQ(at.sums, 2);
+        GM_CHECK_EQ(at.sum_at[0], 2 * STEPS + 3);
+        GM_CHECK_EQ(at.sum_at[1], 3 * STEPS);
+        free(at.first);
+        free(at.params);
+        free(at.ostate);
     }
     GM_CHECK_OK(run_ev(b, &stop, &sum, 3, -1, &es));
     GM_CHECK(sum.interrupted);
