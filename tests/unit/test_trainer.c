@@ -497,8 +497,8 @@ static void test_eval_defer(void)
     }
     { /* shared evaluations: a regroup at the step epoch 1's is due (11) makes it rank 0's
        * alone; epochs 2 and 3 are shared */
-        struct fake at = {.regroup_after = 10, .stop_after = -1, .eval_first = 1, .defer = 3,
-                          .shared = 1};
+        struct fake at = {
+            .regroup_after = 10, .stop_after = -1, .eval_first = 1, .defer = 3, .shared = 1};
         struct evals ea = {0};
         GM_CHECK_OK(run_ev(b, &at, &sum, 3, -1, &ea));
         GM_CHECK_EQ(at.resyncs, 1);
