@@ -1423,8 +1423,18 @@ int gm_gradsync_switch_decide(struct gm_gradsync_switch *sw, const struct gm_gra
     return want;
 }
 
+/* Whether a candidate of wire codec `codec` runs HIER on these groups: where
+ * gm_gradsync_groups_hier says so; 8-bit deltas only over islands that split the world
+ * (around a star's hub they run DIRECT, as gm_diloco_sync_start does: fp32 over the spokes
+ * would be four times their bytes). */
+static bool runs_hier(enum gm_codec codec, const int *groups, int world)
+{
+    return codec == GM_CODEC_Q8 ? gm_gradsync_islands_split(groups, world)
+                                : gm_gradsync_groups_hier(groups, world);
+}
+
 /* The links' estimate of one DiLoCo sync with the wire codec of job codec id, run as auto's
- * candidates run (HIER over splitting islands, except 8-bit deltas: DIRECT). */
+ * candidates run (HIER over splitting islands, runs_hier). */
 static int diloco_sync_est(const struct gm_gradsync_auto_in *in, enum gm_job_codec id, double *s)
 {
     struct gm_gradsync_strategy st;
@@ -1433,7 +1443,7 @@ static int diloco_sync_est(const struct gm_gradsync_auto_in *in, enum gm_job_cod
 
     if ((err = gm_gradsync_strategy_of(id, in->job, &st)) < 0)
         return err;
-    if (gm_gradsync_groups_hier(in->groups, in->world) && st.codec != GM_CODEC_Q8)
+    if (runs_hier(st.codec, in->groups, in->world))
         st.algo = GM_COLL_HIER;
     st.local_steps = 1;
     if ((err = gm_gradsync_estimate_groups(&st, in->m, in->world, in->links, in->groups, &cost)) <
@@ -1485,7 +1495,7 @@ int gm_gradsync_auto_choose(const struct gm_gradsync_auto_in *in, struct gm_grad
         /* the measured cost per byte of what ran: TLS, summing and copies go by the bytes */
         struct gm_gradsync_strategy mo = *in->meas_of;
         struct gm_gradsync_cost mc;
-        if (gm_gradsync_groups_hier(in->groups, in->world) && mo.codec != GM_CODEC_Q8)
+        if (runs_hier(mo.codec, in->groups, in->world))
             mo.algo = GM_COLL_HIER;
         if ((err = gm_gradsync_estimate_groups(&mo, in->m, in->world, in->links, in->groups, &mc)) <
             0)
@@ -1501,7 +1511,7 @@ int gm_gradsync_auto_choose(const struct gm_gradsync_auto_in *in, struct gm_grad
         if ((err = gm_gradsync_strategy_of((enum gm_job_codec)(GM_JOB_CODEC_AUTO + 1 + i), in->job,
                                            &c->s)) < 0)
             return err;
-        if (gm_gradsync_groups_hier(in->groups, in->world) && c->s.codec != GM_CODEC_Q8)
+        if (runs_hier(c->s.codec, in->groups, in->world))
             c->s.algo = GM_COLL_HIER;
         if (c->s.kind == GM_GRADSYNC_KIND_DILOCO) {
             double need, est = c->s.codec == GM_CODEC_Q8 ? est8 : est16;

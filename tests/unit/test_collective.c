@@ -283,6 +283,99 @@ static void test_q8(void)
     }
 }
 
+/* q8 with opts.loss: DIRECT writes each rank's buffer minus the decoding of its encoding;
+ * HIER (islands r % 2) runs DIRECT between the leaders, each sending its encoding of its
+ * island's fp32 sum (members added in rank order), writes that sum's loss on the leader and
+ * zeros on the others; every rank ends with the same bits, the leaders' decoded encodings
+ * summed in leader order, x 1/N.  So the losses add up to what the wire dropped.  A loss with
+ * the ring or another codec is refused. */
+static void test_q8_loss(void)
+{
+    const size_t sz = 1031;
+
+    for (size_t wi = 0; wi < GM_ARRAY_SIZE(worlds); wi++) {
+        int n = worlds[wi];
+        int groups[MAXW];
+        for (int r = 0; r < n; r++)
+            groups[r] = r % 2;
+        for (int hier = 0; hier < 2; hier++) {
+            struct gm_coll_config cfg = {.chunk_bytes = 256, .groups = groups};
+            struct gm_coll_opts o = {.algo = hier ? GM_COLL_HIER : GM_COLL_DIRECT,
+                                     .codec = GM_CODEC_Q8,
+                                     .reduce = GM_COLL_MEAN};
+            struct world w;
+            float *in[MAXW], *bufs[MAXW], *loss[MAXW], *want_loss[MAXW];
+            float *ref = calloc(sz, sizeof(float)), *dec = malloc(sz * sizeof(float));
+            float *sum = malloc(sz * sizeof(float));
+            unsigned char *wire = malloc(gm_codec_bytes(GM_CODEC_Q8, sz));
+            int first = 1;
+            GM_CHECK_OK(world_init(&w, n, &cfg));
+            for (int r = 0; r < n; r++) {
+                in[r] = malloc(sz * sizeof(float));
+                bufs[r] = malloc(sz * sizeof(float));
+                loss[r] = malloc(sz * sizeof(float));
+                want_loss[r] = calloc(sz, sizeof(float));
+                for (size_t i = 0; i < sz; i++) {
+                    in[r][i] = urand() * (i % 512 < 256 ? 1.0f : 1e-3f);
+                    loss[r][i] = 99.0f; /* overwritten: zeros where nothing was encoded */
+                }
+                memcpy(bufs[r], in[r], sz * sizeof(float));
+            }
+            /* what each sender encodes: its buffer (DIRECT), its island's sum (HIER leaders) */
+            for (int r = 0; r < n && n > 1; r++) {
+                if (hier && r >= 2)
+                    break; /* leaders: ranks 0 and 1 */
+                memcpy(sum, in[r], sz * sizeof(float));
+                for (int q = r + 2; hier && q < n; q += 2)
+                    for (size_t i = 0; i < sz; i++)
+                        sum[i] += in[q][i];
+                gm_codec_encode(GM_CODEC_Q8, sum, sz, wire);
+                gm_codec_decode(GM_CODEC_Q8, wire, sz, dec);
+                for (size_t i = 0; i < sz; i++) {
+                    want_loss[r][i] = sum[i] - dec[i];
+                    ref[i] = first ? dec[i] : ref[i] + dec[i];
+                }
+                first = 0;
+            }
+            if (n == 1)
+                memcpy(ref, in[0], sz * sizeof(float));
+            for (size_t i = 0; i < sz; i++)
+                ref[i] *= 1.0f / (float)n;
+            world_reset_slots(&w);
+            for (int r = 0; r < n; r++) {
+                struct gm_coll_opts mine = o;
+                mine.loss = loss[r];
+                GM_CHECK_OK(gm_coll_allreduce_start(w.c[r], bufs[r], sz, &mine, done_cb, &w.s[r]));
+            }
+            gm_memnet_run(w.net);
+            for (int r = 0; r < n; r++) {
+                GM_CHECK_EQ(w.s[r].calls, 1);
+                GM_CHECK_OK(w.s[r].status);
+                GM_CHECK_EQ(memcmp(bufs[r], ref, sz * sizeof(float)), 0);
+                GM_CHECK_EQ(memcmp(loss[r], want_loss[r], sz * sizeof(float)), 0);
+            }
+            if (n > 1) { /* refused: the ring, and a loss of fp16 */
+                o.loss = loss[0];
+                o.algo = GM_COLL_RING;
+                GM_CHECK_EQ(gm_coll_allreduce_start(w.c[0], bufs[0], sz, &o, done_cb, &w.s[0]),
+                            -EINVAL);
+                o.algo = GM_COLL_DIRECT;
+                o.codec = GM_CODEC_FP16;
+                GM_CHECK_EQ(gm_coll_allreduce_start(w.c[0], bufs[0], sz, &o, done_cb, &w.s[0]),
+                            -EINVAL);
+            }
+            for (int r = 0; r < n; r++) {
+                free(in[r]);
+                free(bufs[r]);
+                free(loss[r]);
+                free(want_loss[r]);
+            }
+            free(ref), free(dec), free(sum), free(wire);
+            world_free(&w);
+        }
+    }
+}
+
 /* Ring payload per rank: 2S - seg(r+1) - seg(r+2); = 2(N-1)/N S when N | n.
  * Framing counted apart: one 56-byte header per message. */
 static void test_ring_bytes(void)
@@ -787,6 +880,7 @@ int main(void)
     GM_TEST_RUN(test_star_hub);
     GM_TEST_RUN(test_mean_codecs);
     GM_TEST_RUN(test_q8);
+    GM_TEST_RUN(test_q8_loss);
     GM_TEST_RUN(test_ring_bytes);
     GM_TEST_RUN(test_bad_input);
     GM_TEST_RUN(test_nonfinite);

@@ -504,13 +504,16 @@ static void q8_delta(int r, float *v)
 
 /* w ranks of DiLoCo with q8 deltas, outer lr 1 and no momentum (the anchor moves by the mean
  * delta), KQ rounds in which rank r's local steps move its params by -q8_delta(r); blocking,
- * or overlapped (H 2, lag 1).  Checks every round that each residual is exactly
- * x - decode(encode(x)), x = the delta + the residual before (with one rank: 0), and that
- * the anchors are bitwise identical.  out: rank 0's anchor at the end. */
-static void run_q8(int w, bool overlap, float *out)
+ * or overlapped (H 2, lag 1); DIRECT, or (hier, w = 3) HIER over islands {0, 1} and {2}.
+ * Checks every round that each residual is exactly x - decode(encode(x)), x = the delta + the
+ * residual before (with one rank: 0); HIER: on each leader (ranks 0 and 2) x is its island's
+ * sum of those (rank order, fp32), on rank 1 the residual is 0; and that the anchors are
+ * bitwise identical.  out: rank 0's anchor at the end. */
+static void run_q8(int w, bool overlap, bool hier, float *out)
 {
+    static const int islands[W] = {0, 0, 2};
     struct gm_memnet *net = gm_memnet_new(w);
-    struct gm_coll_config cc = {0};
+    struct gm_coll_config cc = {.groups = hier ? islands : NULL};
     struct gm_coll *c[W];
     struct gm_diloco *d[W];
     struct gm_diloco_config cfg;
@@ -524,7 +527,7 @@ static void run_q8(int w, bool overlap, float *out)
     cfg.outer_lr = 1.0f;
     cfg.momentum = 0;
     cfg.codec = GM_CODEC_Q8;
-    cfg.algo = GM_COLL_RING; /* q8 runs DIRECT whatever this says */
+    cfg.algo = hier ? GM_COLL_HIER : GM_COLL_RING; /* q8: DIRECT unless HIER over islands */
     for (int r = 0; r < w; r++) {
         memset(p[r], 0, sizeof(p[r]));
         q8_delta(r, v[r]);
@@ -568,12 +571,15 @@ static void run_q8(int w, bool overlap, float *out)
             const float *e = gm_diloco_residual(d[r]);
             gm_diloco_state(d[r], &anchor, &mom);
             bad += memcmp(anchor, anchor0, NQ * sizeof(float)) != 0;
-            for (int k = 0; k < NQ; k++)
+            for (int k = 0; k < NQ; k++) {
                 x[k] = delta[r][k] + e0[r][k];
+                if (hier && r == 0) /* the island's sum, as the group reduce adds it */
+                    x[k] += delta[1][k] + e0[1][k];
+            }
             gm_codec_encode(GM_CODEC_Q8, x, NQ, wire);
             gm_codec_decode(GM_CODEC_Q8, wire, NQ, dec);
             for (int k = 0; k < NQ; k++) {
-                float want = w > 1 ? x[k] - dec[k] : 0.0f;
+                float want = w > 1 && !(hier && r == 1) ? x[k] - dec[k] : 0.0f;
                 bad += memcmp(&e[k], &want, sizeof(float)) != 0;
             }
         }
@@ -595,8 +601,8 @@ static void test_q8_feedback(void)
 
     for (int r = 0; r < W; r++)
         q8_delta(r, v[r]);
-    for (int ov = 0; ov < 2; ov++) {
-        run_q8(W, ov == 1, got);
+    for (int ov = 0; ov < 4; ov++) {
+        run_q8(W, ov % 2 == 1, ov >= 2, got);
         /* the anchor moved by KQ x the mean true delta, less the mean of the last residuals:
          * each at most half a step of its block (1/254 here) */
         worst = 0;
@@ -621,11 +627,11 @@ static void test_q8_feedback(void)
         GM_CHECK(worst <= 0.5 / 127 + 1e-4);      /* one round's error, + fp32 sums of 50 */
         GM_CHECK(worst_plain > 10 * (0.5 / 127)); /* the test can tell: 0.003 x 50 is lost */
         /* deterministic: the same run, the same bits */
-        run_q8(W, ov == 1, again);
+        run_q8(W, ov % 2 == 1, ov >= 2, again);
         GM_CHECK_EQ(memcmp(got, again, sizeof(got)), 0);
     }
     /* one rank: nothing goes on the wire, so nothing is dropped and no residual kept */
-    run_q8(1, false, got);
+    run_q8(1, false, false, got);
     for (int k = 0; k < NQ; k++)
         worst = fmax(worst, fabs(-got[k] - KQ * (double)v[0][k]));
     GM_CHECK(worst <= 0.5 / 127 + 1e-4);

@@ -1073,7 +1073,7 @@ static void test_star(void)
     GM_CHECK_OK(gm_gradsync_auto_choose(&in, &ring));
     in.groups = g;
     GM_CHECK_OK(gm_gradsync_auto_choose(&in, &star));
-    for (int i = 0; i < 4; i++) { /* all but 8-bit deltas, which run DIRECT everywhere */
+    for (int i = 0; i < 4; i++) { /* all but 8-bit deltas: DIRECT around a star (diloco.h) */
         GM_CHECK_EQ(star.cand[i].s.algo, GM_COLL_HIER);
         GM_CHECK_EQ(ring.cand[i].s.algo, GM_COLL_RING);
     }
@@ -1125,7 +1125,15 @@ static void test_islands(void)
     GM_CHECK_OK(gm_gradsync_auto_choose(&in, &isl));
     GM_CHECK_EQ(isl.cand[3].s.algo, GM_COLL_HIER);
     GM_CHECK_EQ(flat.cand[3].s.algo, GM_COLL_RING);
-    GM_CHECK_EQ(isl.cand[4].s.algo, GM_COLL_DIRECT); /* 8-bit deltas: DIRECT (diloco.h) */
+    /* 8-bit deltas: HIER too, one encoding of the island's sum over the tunnel each way
+     * (diloco.h), against DIRECT's two (each LAN rank's to rank 2, rank 2's to each) */
+    GM_CHECK_EQ(isl.cand[4].s.algo, GM_COLL_HIER);
+    GM_CHECK_EQ(flat.cand[4].s.algo, GM_COLL_DIRECT);
+    GM_CHECK(isl.cand[4].sync_s > 0 && isl.cand[4].sync_s < flat.cand[4].sync_s);
+    /* resnet18's 11.2 M: 0.58x DIRECT (the tunnel's half, plus the LAN's fp32 legs; LeNet-5's
+     * 62 KB above pay mostly the 25 ms latency) */
+    GM_CHECK(gm_coll_cost(GM_COLL_HIER, 3, links, g, 11200000, GM_CODEC_Q8) <
+             0.6 * gm_coll_cost(GM_COLL_DIRECT, 3, links, g, 11200000, GM_CODEC_Q8));
     for (int i = 0; i < GM_GRADSYNC_AUTO_NCAND; i++) /* never worse than the ring here */
         GM_CHECK(isl.cand[i].comm_s * isl.cand[i].s.local_steps <=
                  flat.cand[i].comm_s * flat.cand[i].s.local_steps * 1.0001);

@@ -359,6 +359,11 @@ static int star_start(struct gm_coll *c, struct op *op, struct phase *p)
         if (err < 0)
             return err;
         gm_codec_encode(p->codec, op->buf, op->n, p->store[p->me]);
+        if (op->opts.loss != NULL) { /* what the wire drops of this rank's contribution */
+            gm_codec_decode(p->codec, p->store[p->me], op->n, op->opts.loss);
+            for (size_t i = 0; i < op->n; i++)
+                op->opts.loss[i] = op->buf[i] - op->opts.loss[i];
+        }
         for (int j = 0; j < p->nm; j++) {
             if (j == p->me)
                 continue;

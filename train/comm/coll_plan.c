@@ -126,8 +126,8 @@ static double hier_cost(const struct gm_coll_link *links, int world, const int *
     }
     for (int i = 0; i < nl; i++)
         members[i] = leaders[i];
-    inter = nl <= 2 ? direct_cost(links, world, members, nl, bw)
-                    : ring_cost(links, world, members, nl, bw);
+    inter = nl <= 2 || codec == GM_CODEC_Q8 ? direct_cost(links, world, members, nl, bw)
+                                            : ring_cost(links, world, members, nl, bw);
     return intra_r + inter + intra_b;
 }
 

@@ -78,8 +78,9 @@ static void build_phases(struct gm_coll *c, struct op *op)
     case GM_COLL_HIER:
         op->nph = 3;
         set_phase(c, &op->ph[0], PH_REDUCE, c->grp, c->ngrp, c->grp_me, c->grp_root, GM_CODEC_FP32);
-        set_phase(c, &op->ph[1], c->nleaders <= 2 ? PH_DIRECT : PH_RING, c->leaders, c->nleaders,
-                  c->leader_me, 0, codec);
+        /* q8: DIRECT, each leader's encoding of its group's sum unchanged (its loss known) */
+        set_phase(c, &op->ph[1], c->nleaders <= 2 || codec == GM_CODEC_Q8 ? PH_DIRECT : PH_RING,
+                  c->leaders, c->nleaders, c->leader_me, 0, codec);
         set_phase(c, &op->ph[2], PH_BCAST, c->grp, c->ngrp, c->grp_me, c->grp_root, GM_CODEC_FP32);
         op->ph[1].prescale = pre;
         op->ph[1].postscale = post;
@@ -185,6 +186,8 @@ static void activate(struct gm_coll *c)
     op->next = NULL;
     c->active = op;
     build_phases(c, op);
+    if (op->opts.loss != NULL && op->n > 0) /* a leader's DIRECT phase overwrites its own */
+        memset(op->opts.loss, 0, op->n * sizeof(float));
     op->cur = 0;
     err = gm_coll_phase_start(c, op);
     if (err < 0)
@@ -347,6 +350,12 @@ int gm_coll_allreduce_start(struct gm_coll *c, float *buf, size_t n, const struc
     op->kind = OP_ALLREDUCE;
     op->opts = *o;
     op->algo = gm_coll_resolve(c, o, n);
+    if (o->loss != NULL &&
+        (o->codec != GM_CODEC_Q8 ||
+         (c->world > 1 && op->algo != GM_COLL_DIRECT && op->algo != GM_COLL_HIER))) {
+        free(op);
+        return -EINVAL; /* the ring re-encodes partial sums: no rank's loss is known */
+    }
     op->buf = buf;
     op->n = n;
     op->cb = cb;
@@ -488,6 +497,11 @@ int gm_coll_rank(const struct gm_coll *c)
 int gm_coll_world(const struct gm_coll *c)
 {
     return c->world;
+}
+
+int gm_coll_leaders(const struct gm_coll *c)
+{
+    return c->nleaders;
 }
 
 bool gm_coll_busy(const struct gm_coll *c)

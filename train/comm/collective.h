@@ -25,7 +25,7 @@
  *  - HIER: reduce inside each group (cfg.groups; LAN islands, or one group
  *    around a star VPN's hub) to its leader (the rank the group's label names
  *    when that rank is in the group, else its lowest rank) in fp32, all-reduce among leaders (ring,
- * or direct if that is cheaper) with the requested codec, broadcast fp32 inside each group.
+ * or direct for two leaders and for q8) with the requested codec, broadcast fp32 inside each group.
  *  - AUTO: the cheapest under the alpha-beta model (train/comm/coll_plan.c) from
  *    cfg.links; all ranks must hold the same link table so they agree.
  * Codecs: fp32, or fp16/bf16 with the input pre-scaled by 1/N for MEAN
@@ -34,6 +34,12 @@
  * algorithm; its chunks are whole blocks.  DIRECT sends each rank's encoding of its own
  * buffer unchanged, so a sender knows exactly what of its contribution the wire lost
  * (DiLoCo's 8-bit error feedback relies on it); the ring re-encodes partial sums.
+ * Loss (opts.loss, q8 with DIRECT or HIER): n floats the op fills, before its callback, with
+ * what the wire lost of this rank's contribution: DIRECT, its buffer minus the decoding of its
+ * encoding; HIER, on a group's leader the same of the group's fp32 sum (the leaders' stage
+ * runs DIRECT for q8, each leader's encoding of its group's sum sent unchanged), zeros on the
+ * other members (their buffers travel in fp32) and on a leader alone (nothing encoded); a world
+ * of one: zeros.  So the losses of all ranks add up to what the wire dropped of the sum.
  *
  * Errors (reported through the callback; the collective never completes with a
  * silently wrong sum): GM_ERR_MISMATCH (peer disagrees on generation, op
@@ -94,6 +100,7 @@ struct gm_coll_opts {
     enum gm_codec codec; /* wire codec (HIER: between leaders) */
     enum gm_coll_reduce reduce;
     uint64_t step; /* training step, checked against every peer */
+    float *loss;   /* q8, DIRECT or HIER: n floats, the wire's loss (above); NULL: none wanted */
 };
 
 struct gm_coll_traffic {
@@ -114,11 +121,15 @@ void gm_coll_free(struct gm_coll *c);
 int gm_coll_rank(const struct gm_coll *c);
 int gm_coll_world(const struct gm_coll *c);
 bool gm_coll_busy(const struct gm_coll *c);
+/* Group leaders in the world (cfg.groups; 1 without groups): HIER's leaders' stage. */
+int gm_coll_leaders(const struct gm_coll *c);
 /* The algorithm an op with these options would run (AUTO resolved). */
 enum gm_coll_algo gm_coll_resolve(const struct gm_coll *c, const struct gm_coll_opts *o, size_t n);
 
-/* buf[0..n) = sum (or mean) over ranks.  -EINVAL on bad options,
- * GM_ERR_ABORTED if the gm_coll is broken; otherwise cb runs exactly once. */
+/* buf[0..n) = sum (or mean) over ranks.  -EINVAL on bad options (a loss with another codec
+ * than q8, or with an algorithm other than DIRECT or HIER in a world of more than one),
+ * GM_ERR_ABORTED if the gm_coll is broken; otherwise cb runs exactly once.  opts.loss, like
+ * buf, is borrowed until cb. */
 GM_MUST_CHECK int gm_coll_allreduce_start(struct gm_coll *c, float *buf, size_t n,
                                           const struct gm_coll_opts *o, gm_coll_done_cb cb,
                                           void *arg);

@@ -21,7 +21,6 @@ struct gm_diloco {
     float *delta;    /* owned, n: what goes to the collective */
     float *start;    /* owned, n, overlapped rounds: params at the last boundary (local) */
     float *resid;    /* owned, n, q8 only: the error feedback (diloco.h, "8-bit deltas") */
-    unsigned char *wire; /* owned, q8 only: gm_codec_bytes of n, the delta encoded */
     bool busy;
     enum pend pend; /* overlapped rounds: what delta holds */
     float *params;  /* borrowed while busy */
@@ -66,10 +65,10 @@ int gm_diloco_new(const struct gm_diloco_config *cfg, const float *params, size_
         return -ENOMEM;
     }
     if (cfg->codec == GM_CODEC_Q8) {
-        d->cfg.algo = GM_COLL_DIRECT; /* see diloco.h, "8-bit deltas" */
+        if (d->cfg.algo != GM_COLL_HIER)
+            d->cfg.algo = GM_COLL_DIRECT; /* see diloco.h, "8-bit deltas" */
         d->resid = calloc(n + 1, sizeof(float));
-        d->wire = malloc(gm_codec_bytes(GM_CODEC_Q8, n) + 1);
-        if (d->resid == NULL || d->wire == NULL) {
+        if (d->resid == NULL) {
             gm_diloco_free(d);
             return -ENOMEM;
         }
@@ -90,7 +89,6 @@ void gm_diloco_free(struct gm_diloco *d)
     free(d->delta);
     free(d->start);
     free(d->resid);
-    free(d->wire);
     free(d);
 }
 
@@ -115,23 +113,29 @@ static inline void outer_step(const struct gm_diloco *d, size_t i, float g)
     d->anchor[i] -= lr * (d->cfg.nesterov ? g + mu * m : m);
 }
 
-/* 8-bit deltas, just before the all-reduce (diloco.h): delta += e, then e = what the wire
- * will drop of it.  The all-reduce's DIRECT encodes the whole delta from element 0, as here,
- * so e is exact.  With one rank the collective sends nothing and encodes nothing: e = 0. */
-static void feed_back(struct gm_diloco *d, int world)
+/* 8-bit deltas, just before the all-reduce (diloco.h): delta += e; the all-reduce then writes
+ * e anew, what the wire drops of this rank's contribution (collective.h, "Loss"). */
+static void feed_back(struct gm_diloco *d)
 {
     if (d->resid == NULL)
         return;
     for (size_t i = 0; i < d->n; i++)
         d->delta[i] += d->resid[i];
-    if (world < 2) {
-        memset(d->resid, 0, d->n * sizeof(float));
-        return;
-    }
-    gm_codec_encode(GM_CODEC_Q8, d->delta, d->n, d->wire);
-    gm_codec_decode(GM_CODEC_Q8, d->wire, d->n, d->resid);
-    for (size_t i = 0; i < d->n; i++)
-        d->resid[i] = d->delta[i] - d->resid[i];
+}
+
+/* The all-reduce of a round's deltas: 8-bit deltas run HIER only where the groups split the
+ * world (a star's hub alone leading would carry fp32 over its spokes), DIRECT otherwise. */
+static void sync_opts(const struct gm_diloco *d, const struct gm_coll *c, uint64_t step,
+                      struct gm_coll_opts *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->algo = d->cfg.algo;
+    o->codec = d->cfg.codec;
+    o->reduce = GM_COLL_MEAN;
+    o->step = step;
+    o->loss = d->resid;
+    if (d->resid != NULL && o->algo == GM_COLL_HIER && gm_coll_leaders(c) < 2)
+        o->algo = GM_COLL_DIRECT;
 }
 
 const float *gm_diloco_residual(const struct gm_diloco *d)
@@ -157,8 +161,7 @@ static void on_reduced(struct gm_coll *c, int status, void *arg)
 int gm_diloco_sync_start(struct gm_diloco *d, struct gm_coll *c, float *params, uint64_t step,
                          gm_coll_done_cb cb, void *arg)
 {
-    struct gm_coll_opts o = {
-        .algo = d->cfg.algo, .codec = d->cfg.codec, .reduce = GM_COLL_MEAN, .step = step};
+    struct gm_coll_opts o;
     int err;
 
     if (c == NULL || cb == NULL || (params == NULL && d->n > 0))
@@ -169,7 +172,8 @@ int gm_diloco_sync_start(struct gm_diloco *d, struct gm_coll *c, float *params, 
         return -EPROTO; /* an overlapped round is pending: flush it first */
     for (size_t i = 0; i < d->n; i++)
         d->delta[i] = (d->anchor[i] - params[i]) * d->weight;
-    feed_back(d, gm_coll_world(c));
+    feed_back(d);
+    sync_opts(d, c, step, &o);
     d->params = params;
     d->cb = cb;
     d->arg = arg;
@@ -269,8 +273,7 @@ static void on_reduced_late(struct gm_coll *c, int status, void *arg)
 int gm_diloco_overlap_start(struct gm_diloco *d, struct gm_coll *c, uint64_t step,
                             gm_coll_done_cb cb, void *arg)
 {
-    struct gm_coll_opts o = {
-        .algo = d->cfg.algo, .codec = d->cfg.codec, .reduce = GM_COLL_MEAN, .step = step};
+    struct gm_coll_opts o;
     int err;
 
     if (c == NULL || cb == NULL)
@@ -279,7 +282,8 @@ int gm_diloco_overlap_start(struct gm_diloco *d, struct gm_coll *c, uint64_t ste
         return -EBUSY;
     if (d->pend != PEND_LOCAL)
         return -EPROTO;
-    feed_back(d, gm_coll_world(c));
+    feed_back(d);
+    sync_opts(d, c, step, &o);
     d->cb = cb;
     d->arg = arg;
     d->busy = true;

@@ -18,11 +18,17 @@
  * the quantisation dropped of its own delta (its residual e) and adds it to the next round's,
  *   x = delta + e;  e = x - decode(encode(x));  x is what the all-reduce is given
  * so over rounds nothing of a rank's delta is lost, only delayed by a round (Seide et al.
- * 2014; Karimireddy et al. 2019).  The all-reduce is DIRECT whatever cfg.algo says: every
- * rank sends its own encoding of x to every other and each sums the N decoded contributions
- * in rank order in fp32 (the same IEEE adds everywhere: bit-identical results), so what a
- * rank's contribution lost is exactly e, computed before the op with the codec's own encode.
- * Not the ring: it re-encodes partial sums at every hop and owner, losses that belong to no
+ * 2014; Karimireddy et al. 2019).  The all-reduce writes e itself (gm_coll_opts.loss,
+ * collective.h "Loss"), from the very bytes it sends.  It runs DIRECT: every rank sends its
+ * own encoding of x to every other and each sums the N decoded contributions in rank order in
+ * fp32 (the same IEEE adds everywhere: bit-identical results).  Or, where cfg.algo is HIER and
+ * the collective's groups have two leaders or more (LAN islands that split the world), HIER:
+ * x goes in fp32 to the island's leader, which sends one encoding of the island's sum to the
+ * other leaders (DIRECT among them) and keeps what it lost as its e; the other members' e is
+ * zero (nothing of theirs was encoded).  An island then sends one encoding over the slow
+ * links instead of one per member: for 2 LAN ranks and 1 over a tunnel, half the tunnel's
+ * bytes.  Around a star's hub (one group) DIRECT runs: HIER would carry fp32 over the spokes.
+ * Never the ring: it re-encodes partial sums at every hop and owner, losses that belong to no
  * rank's residual.  For 2 ranks DIRECT moves as many bytes as the ring (N + N/64 a rank:
  * 0.51x fp16's ring) in one hop instead of two; for w ranks (w - 1) x that, so below fp16's
  * ring up to w = 3 and at par at 4 (codec = auto prices it with gm_coll_cost).
