@@ -1298,6 +1298,16 @@ uint32_t gm_gradsync_diloco_h(const struct gm_gradsync_strategy *s, long total_s
     return r.h;
 }
 
+uint32_t gm_gradsync_run_lag(const struct gm_gradsync_strategy *s, long total_steps)
+{
+    struct gm_gradsync_strategy c = *s;
+    struct gm_gradsync_diloco_run r;
+
+    c.cap_h = true;
+    gm_gradsync_diloco_plan(&c, total_steps, &r);
+    return r.lag;
+}
+
 long gm_gradsync_switch_step(const struct gm_gradsync *g, long step)
 {
     if (g == NULL || g->s.kind != GM_GRADSYNC_KIND_DILOCO || g->dl == NULL || g->dl_h < 2)
@@ -1339,14 +1349,15 @@ void gm_gradsync_switch_quiet(struct gm_gradsync_switch *sw, long step)
  * over HYST x the budget.  A smaller H (more syncs: closer to synchronous SGD) when the pick's
  * is at most cur's / GM_GRADSYNC_RESIZE_SHRINK and fits. */
 static bool diloco_resize(const struct gm_gradsync_auto_out *o,
-                          const struct gm_gradsync_strategy *cur, double compute_s, double budget)
+                          const struct gm_gradsync_strategy *cur, double compute_s, double budget,
+                          long total_steps)
 {
     const double hc = cur->local_steps, hp = o->pick.local_steps;
 
     if (cur->local_steps < 1 || cur->overlap != o->pick.overlap || !(o->sync_s > 0))
         return false;
     if (hp > hc && cur->overlap)
-        return gm_gradsync_diloco_lag(cur->local_steps) * compute_s * GM_GRADSYNC_SWITCH_HYST <
+        return gm_gradsync_run_lag(cur, total_steps) * compute_s * GM_GRADSYNC_SWITCH_HYST <
                o->sync_s;
     if (hp > hc)
         return o->sync_s / hc > GM_GRADSYNC_SWITCH_HYST * budget;
@@ -1361,24 +1372,26 @@ static bool diloco_resize(const struct gm_gradsync_auto_out *o,
  * spare (blocking: its share at the cap under budget / HYST), so that a sync that hovers at
  * the lag does not flap between the widths; auto's smallest H that hides it then runs. */
 static bool diloco_width(const struct gm_gradsync_auto_out *o,
-                         const struct gm_gradsync_strategy *cur, double compute_s, double budget)
+                         const struct gm_gradsync_strategy *cur, double compute_s, double budget,
+                         long total_steps)
 {
     const struct gm_gradsync_auto_cand *c16 = &o->cand[3];
     const double hyst = GM_GRADSYNC_SWITCH_HYST;
+    struct gm_gradsync_strategy cap = c16->s;
 
     if (cur->local_steps < 1 || !(c16->sync_s > 0))
         return false;
     if (o->pick.codec == GM_CODEC_Q8) {
         if (c16->comm_s > hyst * budget)
             return true;
-        return cur->overlap
-                   ? gm_gradsync_diloco_lag(cur->local_steps) * compute_s * hyst < c16->sync_s
-                   : c16->sync_s / cur->local_steps > hyst * budget;
+        return cur->overlap ? gm_gradsync_run_lag(cur, total_steps) * compute_s * hyst < c16->sync_s
+                            : c16->sync_s / cur->local_steps > hyst * budget;
     }
     if (!c16->fits)
         return false;
+    cap.local_steps = GM_GRADSYNC_AUTO_MAX_H; /* auto's H cap, as the run would cut it */
     return c16->s.overlap
-               ? gm_gradsync_diloco_lag(GM_GRADSYNC_AUTO_MAX_H) * compute_s >= hyst * c16->sync_s
+               ? gm_gradsync_run_lag(&cap, total_steps) * compute_s >= hyst * c16->sync_s
                : c16->sync_s / GM_GRADSYNC_AUTO_MAX_H < budget / hyst;
 }
 
@@ -1395,7 +1408,8 @@ int gm_gradsync_switch_decide(struct gm_gradsync_switch *sw, const struct gm_gra
         return -1;
     }
     if (pi != ci && cur->kind == GM_GRADSYNC_KIND_DILOCO && o->pick.kind == GM_GRADSYNC_KIND_DILOCO)
-        want = diloco_width(o, cur, compute_s, budget) ? pi : -1; /* 16 <-> 8-bit deltas */
+        want = diloco_width(o, cur, compute_s, budget, sw->total_steps) ? pi
+                                                                         : -1; /* 16 <-> 8 bits */
     else if (pi > ci && o->cand[ci].comm_s > (cur->kind == GM_GRADSYNC_KIND_DENSE &&
                                                       o->pick.kind == GM_GRADSYNC_KIND_DENSE
                                                   ? GM_GRADSYNC_SWITCH_HYST_DENSE
@@ -1405,7 +1419,7 @@ int gm_gradsync_switch_decide(struct gm_gradsync_switch *sw, const struct gm_gra
     else if (pi < ci && o->cand[pi].comm_s < budget / GM_GRADSYNC_SWITCH_HYST)
         want = pi; /* a more faithful one is well under budget */
     else if (pi == ci && cur->kind == GM_GRADSYNC_KIND_DILOCO &&
-             diloco_resize(o, cur, compute_s, budget))
+             diloco_resize(o, cur, compute_s, budget, sw->total_steps))
         want = pi; /* DiLoCo again, with H re-sized to the sync it now takes */
     if (want < 0) {
         sw->target = sw->streak = 0;

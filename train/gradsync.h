@@ -475,6 +475,8 @@ struct gm_gradsync_switch {
     int target;       /* candidate index (auto order) decided last, + 1 (0: none) */
     int streak;       /* decisions in a row for it */
     long quiet_until; /* no decision before this step */
+    long total_steps; /* the run's, set by the caller (0: unknown): DiLoCo's lags are judged as
+                       * the ranks run them (gm_gradsync_run_lag: half the round at the cap) */
 };
 
 /* The candidate index (0 fp32, 1 fp16, 2 powersgd, 3 diloco, 4 diloco8: auto's order) of a
@@ -544,6 +546,9 @@ void gm_gradsync_diloco_plan(const struct gm_gradsync_strategy *s, long total_st
                              struct gm_gradsync_diloco_run *out);
 /* Its H alone. */
 uint32_t gm_gradsync_diloco_h(const struct gm_gradsync_strategy *s, long total_steps);
+/* The lag auto's pick s runs with over total_steps (its plan with cap_h set; total_steps 0 or
+ * less: gm_gradsync_diloco_lag of s's H; 0 when s is blocking). */
+uint32_t gm_gradsync_run_lag(const struct gm_gradsync_strategy *s, long total_steps);
 /* The first step >= step at which a rank running g may leave its strategy without losing
  * state that the others hold too: DiLoCo's next round boundary (its sync has run, every rank
  * holds the outer parameters), else step itself. */

@@ -257,18 +257,6 @@ int gm_autoswitch_answer(struct gm_autoswitch *a, int r, uint32_t seq, bool ok)
     return 1;
 }
 
-/* The lag s runs with over total_steps, auto's pick as every rank runs it (cap_h: half the
- * round at the run's cap, gm_gradsync_diloco_plan) */
-static uint32_t run_lag(const struct gm_gradsync_strategy *s, long total_steps)
-{
-    struct gm_gradsync_strategy c = *s;
-    struct gm_gradsync_diloco_run r;
-
-    c.cap_h = true;
-    gm_gradsync_diloco_plan(&c, total_steps, &r);
-    return r.lag;
-}
-
 int gm_autoswitch_decide(struct gm_autoswitch *a, const struct gm_gradsync_strategy *cur,
                          const struct gm_coll_link *links, const int *islands, long step,
                          double compute_s, double sync_s, long total_steps,
@@ -365,6 +353,7 @@ int gm_autoswitch_decide(struct gm_autoswitch *a, const struct gm_gradsync_strat
         c.cap_h = o.pick.cap_h = true; /* as every member takes a switch (job_codec.c) */
         c.local_steps = gm_gradsync_diloco_h(&c, total_steps);
         o.pick.local_steps = gm_gradsync_diloco_h(&o.pick, total_steps);
+        a->hyst.total_steps = total_steps; /* the lags as the ranks run them */
         pick = gm_gradsync_switch_decide(&a->hyst, &o, &c, compute, 0, step);
     }
     if (pick < 0 || gm_gradsync_auto_index(&o.pick) != pick)
@@ -392,9 +381,9 @@ int gm_autoswitch_decide(struct gm_autoswitch *a, const struct gm_gradsync_strat
                      : o.sync_s == a->width_sync[d->to.codec == GM_CODEC_Q8]
                          ? "measured when it last ran"
                          : "measured at the other width, scaled",
-                     sync0 * 1e3, run_lag(&d->to, total_steps), compute * 1e3,
-                     run_lag(&d->to, total_steps) * compute * 1e3, from,
-                     run_lag(cur, total_steps) * compute * 1e3);
+                     sync0 * 1e3, gm_gradsync_run_lag(&d->to, total_steps), compute * 1e3,
+                     gm_gradsync_run_lag(&d->to, total_steps) * compute * 1e3, from,
+                     gm_gradsync_run_lag(cur, total_steps) * compute * 1e3);
         else if (a->one_island)
             snprintf(d->why, sizeof(d->why),
                      "%s: predicted %.2f ms of communication per %.2f ms step of compute, as "

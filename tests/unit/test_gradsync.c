@@ -964,6 +964,25 @@ static void test_switch(void)
         GM_CHECK_EQ(o.pick.id, GM_JOB_CODEC_DILOCO8);
         GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &o, &cur, 0.007, 0, 348), -1);
         GM_CHECK_EQ(gm_gradsync_switch_decide(&sw, &o, &cur, 0.007, 0, 349), 4);
+        /* at the run's cap (256 steps: H 32 and half the round as lag, 16 steps: 112 ms),
+         * 16 bits against 150 ms stay; judged by a quarter's lag (8 steps: 56 ms), as when the
+         * run's steps are unknown, they would go to 8 bits */
+        {
+            struct gm_gradsync_switch capped = {.total_steps = 256};
+            struct gm_gradsync_strategy c32 = cur;
+            c32.cap_h = true;
+            c32.local_steps = 32;
+            in.sync_s = 0.150;
+            GM_CHECK_OK(gm_gradsync_auto_choose(&in, &o));
+            GM_CHECK_EQ(o.pick.id, GM_JOB_CODEC_DILOCO8);
+            GM_CHECK_EQ(gm_gradsync_run_lag(&c32, 256), 16u);
+            GM_CHECK_EQ(gm_gradsync_run_lag(&c32, 0), 8u);
+            for (long step = 350; step < 356; step++)
+                GM_CHECK_EQ(gm_gradsync_switch_decide(&capped, &o, &c32, 0.007, 0, step), -1);
+            capped.total_steps = 0;
+            GM_CHECK_EQ(gm_gradsync_switch_decide(&capped, &o, &c32, 0.007, 0, 356), -1);
+            GM_CHECK_EQ(gm_gradsync_switch_decide(&capped, &o, &c32, 0.007, 0, 357), 4);
+        }
         /* blocking DiLoCo: a larger H when a sync per step is over 1.5x the budget */
         job.comm.overlap = false;
         GM_CHECK_OK(gm_gradsync_strategy_of(GM_JOB_CODEC_DILOCO, &job, &cur));
