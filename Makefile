@@ -21,6 +21,8 @@ CUDA ?= auto
 V ?= 0
 OPT ?= -O3 -march=native -fno-math-errno
 FUZZ_SECONDS ?= 10
+# `make test` builds with this many jobs (and tests/run.sh runs as many fuzzers at once)
+JOBS ?= $(shell nproc 2>/dev/null || echo 1)
 
 ifeq ($(V),1)
 Q :=
@@ -247,9 +249,9 @@ unit: $(BIN) $(TEST_BINS) $(TOOL_BINS)
 
 # Everything CI runs.  tests/run.sh prints "N passed, N failed, N skipped".
 test: deps
-	$(Q)$(MAKE) --no-print-directory unit
+	$(Q)$(MAKE) --no-print-directory -j$(JOBS) unit
 	$(Q)GM_BIN=./$(BIN) GM_BUILD=$(BUILD) GM_SAN="$(SAN)" FUZZ_SECONDS=$(FUZZ_SECONDS) \
-		bash tests/run.sh $(TEST_BINS)
+		FUZZ_JOBS=$(JOBS) bash tests/run.sh $(TEST_BINS)
 
 # The README's install under a real systemd: two machines booted with systemd-nspawn run its
 # block as written, then a 2-agent job (tests/systemd/boot.sh; root; the first run builds a
