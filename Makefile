@@ -1,7 +1,8 @@
 # gradmesh build.  `make` builds ./gradmesh; see README.md for the rest.
 #
 #   make                  build (release flags, -O3 -march=native)
-#   make test             install missing Debian packages, build, run every test
+#   make test             install missing Debian packages, build, run every test (JOBS=N:
+#                         build with N jobs and run N fuzzers at once; default the cores)
 #   make test-systemd     the README's install under systemd-nspawn machines (root)
 #   make demo             three agents on loopback train LeNet-5 together (tests/demo.sh)
 #   make bench            benchmarks against PyTorch (prints ratios)
