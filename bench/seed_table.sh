@@ -35,7 +35,9 @@
 #   WORKLOAD=finetune: round r with the job seed SEED + r - 1, each timed to its own 1-agent
 #   run's accuracy: one seed's curve crosses its target at an epoch that the test split's noise
 #   decides, so the table's medians are over seeds; SEEDS=vary does the same for LeNet-5,
-#   whose rounds otherwise all run SEED),
+#   whose rounds otherwise all run SEED), FIRST_ROUND (1; WORKLOAD=finetune: the rounds run
+#   are FIRST_ROUND..ROUNDS, so FIRST_ROUND=4 ROUNDS=5 adds seeds 4 and 5 to a table of three
+#   on the same photos),
 #   HOST_CPU (cores each host may use, 0.5; 0: no cap), OVERLAP (true or false: [comm] overlap
 #   of the auto/diloco rows; unset: the job's default, or true with WORKLOAD=finetune),
 #   PAIR_EPOCHS (epochs of the capped pair's rows; EPOCHS + EXTRA).
@@ -520,9 +522,9 @@ if [ "$WORKLOAD" = finetune ] && [ $QUICK = 0 ]; then
 fi
 ROUND=1
 if [ "$WORKLOAD" = finetune ]; then
-    for ROUND in $(seq 1 "${ROUNDS:-1}"); do
+    for ROUND in $(seq "${FIRST_ROUND:-1}" "${ROUNDS:-1}"); do
         JSEED=$((SEED + ROUND - 1))
-        [ "$ROUND" = 1 ] || echo "round $ROUND (seed $JSEED); $(uptime | sed 's/.*load/load/')"
+        [ "$ROUND" = "${FIRST_ROUND:-1}" ] || echo "round $ROUND (seed $JSEED); $(uptime | sed 's/.*load/load/')"
         $PY fresh_head "$WORK/pre.safetensors" "$WORK/init-$JSEED.safetensors" "$JSEED" || fail "fresh_head"
         set_rate 20
         full "1 agent" fp32 "$EPOCHS" a1
