@@ -531,7 +531,8 @@ uint32_t gm_gradsync_diloco_lag(uint32_t h);
  * nothing did).  Pure: every rank computes the same from the same total_steps.
  * The half lag at the cap: auto sizes H so that a quarter of it covers a sync; where the run
  * is too short for that H, the sync would block every lag step for the rest (the 3-agent
- * fine-tune over the tunnel: 5-6 s of each 11 s sync, a quarter of a round's time), and the
+ * fine-tune over the tunnel, 8-bit deltas then DIRECT: 5-6 s of each 11 s sync, a quarter of
+ * a round's time; about 5 s since they run HIER over islands), and the
  * longer lag hides it instead.  Below the cap a longer lag only costs accuracy (LeNet-5 over
  * the tunnel, docs/BENCHMARKS.md "Overlapped DiLoCo"). */
 struct gm_gradsync_diloco_run {
