@@ -11,6 +11,7 @@
  *   parameter hash          vs gm_coll_hash
  *   ReLU6, max pooling with stride/padding, adaptive average pooling (kfn_layers.h)
  *                           vs act_cpu.c, maxpool_cpu.c, avgpool_cpu.c
+ *   batch norm (kfn_bn.h)   vs batchnorm_cpu.c
  * Each runs over several grids, including ones whose grid-stride loops wrap several
  * times and ones larger than the work, so an indexing mistake in a body (a skipped or
  * doubled element, a thread past the end) shows up here, in CI, without a GPU.
@@ -27,6 +28,8 @@
 #include "train/kernels/custom.h"
 #include "train/kernels/act.h"
 #include "train/kernels/avgpool.h"
+#include "train/kernels/batchnorm.h"
+#include "train/kernels/kfn_bn.h"
 #include "train/kernels/layers_host.h"
 #include "train/kernels/xent.h"
 #include "train/nn/optim.h"
@@ -293,39 +296,66 @@ static void test_hash(void)
     GM_CHECK(stripe != tail);
 }
 
-/* The batch-norm view (cuda_plan.h): N within cuDNN's limit, N*H = rows, the old NCHW view
- * wherever it fits. */
-static void bn_view_case(size_t rows, int train, int want_n, int want_h, int want_nhwc)
+/* Batch norm (kfn_bn.h): the CUDA bodies and their driver give the CPU's bits, forward
+ * (training and evaluation) and backward (with and without dx), at row counts that take
+ * one to four levels of partial sums. */
+static void bn_case(struct gm_klaunch l, size_t rows, int c)
 {
-    struct gm_cuda_bn_view v;
-    const size_t limit = train ? GM_CUDA_BN_MAX_N_TRAIN : GM_CUDA_BN_MAX_N_INFER;
+    const size_t n = rows * (size_t)c;
+    float *x = malloc(n * sizeof(float)), *dy = malloc(n * sizeof(float));
+    float *y[2] = {malloc(n * sizeof(float)), malloc(n * sizeof(float))};
+    float *dx[2] = {malloc(n * sizeof(float)), malloc(n * sizeof(float))};
+    float *pc[2][8]; /* gamma beta rmean rvar smean sinv dgamma dbeta, CPU and twin */
 
-    GM_CHECK_OK(gm_cuda_bn_view(rows, train, &v));
-    GM_CHECK(v.n >= 1 && (size_t)v.n <= limit);
-    GM_CHECK_EQ((size_t)v.n * (size_t)v.h, rows);
-    GM_CHECK_EQ(v.nhwc, want_nhwc);
-    if (want_n > 0) {
-        GM_CHECK_EQ(v.n, want_n);
-        GM_CHECK_EQ(v.h, want_h);
+    GM_CHECK(x != NULL && dy != NULL && y[0] != NULL && y[1] != NULL && dx[0] != NULL &&
+             dx[1] != NULL);
+    fill(x, n, 0.5f, 3.0f);
+    fill(dy, n, -1.0f, 1.0f);
+    for (int k = 0; k < 8; k++) {
+        pc[0][k] = malloc((size_t)c * sizeof(float));
+        pc[1][k] = malloc((size_t)c * sizeof(float));
+        fill(pc[0][k], (size_t)c, 0.5f, 1.5f);
+        memcpy(pc[1][k], pc[0][k], (size_t)c * sizeof(float));
     }
+    for (int train = 1; train >= 0; train--) {
+        gm_batchnorm_forward_cpu(rows, c, train, 0.1f, 1e-5f, x, pc[0][0], pc[0][1], pc[0][2],
+                                 pc[0][3], pc[0][4], pc[0][5], y[0]);
+        GM_CHECK_OK(gm_kbatchnorm_forward_host(l, rows, c, train, 0.1f, 1e-5f, x, pc[1][0],
+                                               pc[1][1], pc[1][2], pc[1][3], pc[1][4], pc[1][5],
+                                               y[1]));
+        GM_CHECK_EQ(bits_differ(y[0], y[1], n, sizeof(float)), 0);
+        for (int k = 2; k < 6; k++)
+            GM_CHECK_EQ(bits_differ(pc[0][k], pc[1][k], (size_t)c, sizeof(float)), 0);
+    }
+    for (int with_dx = 1; with_dx >= 0; with_dx--) {
+        gm_batchnorm_backward_cpu(rows, c, x, pc[0][0], pc[0][4], pc[0][5], dy, pc[0][6], pc[0][7],
+                                  with_dx ? dx[0] : NULL);
+        GM_CHECK_OK(gm_kbatchnorm_backward_host(l, rows, c, x, pc[1][0], pc[1][4], pc[1][5], dy,
+                                                pc[1][6], pc[1][7], with_dx ? dx[1] : NULL));
+        GM_CHECK_EQ(bits_differ(pc[0][6], pc[1][6], (size_t)c, sizeof(float)), 0);
+        GM_CHECK_EQ(bits_differ(pc[0][7], pc[1][7], (size_t)c, sizeof(float)), 0);
+        if (with_dx)
+            GM_CHECK_EQ(bits_differ(dx[0], dx[1], n, sizeof(float)), 0);
+    }
+    for (int k = 0; k < 8; k++)
+        free(pc[0][k]), free(pc[1][k]);
+    free(x), free(dy), free(y[0]), free(y[1]), free(dx[0]), free(dx[1]);
 }
 
-static void test_bn_view(void)
+static void test_batchnorm(void)
 {
-    struct gm_cuda_bn_view v;
+    static const size_t shapes[][2] = {
+        {1, 3}, {5, 7}, {32, 16}, {33, 16}, {1000, 3}, {2100, 5}, {40000, 16}, {4096, 64},
+    };
     char name[128];
 
-    bn_view_case(128, 0, 128, 1, 0);
-    bn_view_case(65535, 0, 65535, 1, 0);
-    bn_view_case(70000, 0, 35000, 2, 1);   /* evaluation: past 65,535 */
-    bn_view_case(131072, 0, 32768, 4, 1);  /* ResNet-20 evaluating at batch 128 */
-    bn_view_case(131072, 1, 131072, 1, 0); /* the same rows in training: within 880,801 */
-    bn_view_case(880801, 1, 880801, 1, 0);
-    bn_view_case(1024000, 1, 0, 0, 1);   /* batch 1000 of 32x32 in training */
-    bn_view_case(65537, 0, 1, 65537, 1); /* a prime: one N, all rows in H */
-    bn_view_case((size_t)1 << 31, 1, 0, 0, 1);
-    GM_CHECK_ERR(gm_cuda_bn_view(0, 0, &v), -EINVAL);
-    GM_CHECK_ERR(gm_cuda_bn_view(4294967311u, 0, &v), -EINVAL); /* a prime past INT_MAX */
+    for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
+        for (size_t g = 0; g < NGRIDS; g++)
+            if (shapes[s][0] * shapes[s][1] <= 20000 || g == 4)
+                bn_case(grids[g], shapes[s][0], (int)shapes[s][1]);
+    /* the levels: 40,000 rows take 1,250, 40 and 2 partial sums before the last */
+    GM_CHECK_EQ(gm_kbn_parts(40000), 1250);
+    GM_CHECK_EQ(gm_kbn_parts(gm_kbn_parts(gm_kbn_parts(40000))), 2);
 
     gm_cuda_conv_name(name, sizeof(name), 2, 3, 8, 8, 4, 3, 1, 1);
     GM_CHECK_STREQ(name, "n=2 c=3 h=8 w=8 oc=4 k=3 stride=1 pad=1");
@@ -422,7 +452,7 @@ int main(void)
     GM_TEST_RUN(test_adam);
     GM_TEST_RUN(test_f16);
     GM_TEST_RUN(test_hash);
-    GM_TEST_RUN(test_bn_view);
+    GM_TEST_RUN(test_batchnorm);
     GM_TEST_RUN(test_layers);
     GM_TEST_RUN(test_cuda_stubs);
     return gm_test_finish("test_kernels_host");

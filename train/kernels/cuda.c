@@ -412,7 +412,6 @@ int gm_cuda_new(int index, struct gm_cuda **out)
     if (cu == NULL)
         return -ENOMEM;
     cu->index = index;
-    cu->bn_eps = 1e-5; /* until a training forward sets it */
     /* cuBLAS and cuDNN are opened here, the first time a device is chosen (cuda_libs.h) */
     if ((err = gm_cuda_libs_load(why, sizeof(why))) < 0) {
         fail(cu, err, "loading the CUDA libraries", why);

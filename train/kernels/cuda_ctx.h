@@ -52,7 +52,6 @@ struct gm_cuda {
     cudnnConvolutionDescriptor_t cd;
     cudnnActivationDescriptor_t ad;
     cudnnPoolingDescriptor_t pd;
-    double bn_eps; /* the last training batch norm's epsilon, for its backward */
     char last_error[768];
     int first_err; /* the first error since gm_cuda_take_error (the op table's entries
                       return void and record it here) */

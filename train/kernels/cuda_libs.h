@@ -83,10 +83,7 @@
     X(cudnnTransformTensor)                                                                        \
     X(cudnnActivationForward)                                                                      \
     X(cudnnActivationBackward)                                                                     \
-    X(cudnnPoolingForward)                                                                         \
-    X(cudnnBatchNormalizationForwardTraining)                                                      \
-    X(cudnnBatchNormalizationForwardInference)                                                     \
-    X(cudnnBatchNormalizationBackward)
+    X(cudnnPoolingForward)
 
 #define GM_CUDA_LIBS_MEMBER(f) __typeof__(&f) f;
 struct gm_cuda_libs {
@@ -166,9 +163,6 @@ extern struct gm_cuda_libs gm_cudalib;
 #define cudnnActivationForward gm_cudalib.cudnnActivationForward
 #define cudnnActivationBackward gm_cudalib.cudnnActivationBackward
 #define cudnnPoolingForward gm_cudalib.cudnnPoolingForward
-#define cudnnBatchNormalizationForwardTraining gm_cudalib.cudnnBatchNormalizationForwardTraining
-#define cudnnBatchNormalizationForwardInference gm_cudalib.cudnnBatchNormalizationForwardInference
-#define cudnnBatchNormalizationBackward gm_cudalib.cudnnBatchNormalizationBackward
 #endif
 
 #endif

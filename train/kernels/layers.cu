@@ -12,6 +12,7 @@
  * kfn_layers.h, whose host twins CI checks bit for bit against the CPU.
  */
 #include "train/kernels/cuda_ctx.h"
+#include "train/kernels/kfn_bn.h"
 #include "train/kernels/kfn_layers.h"
 #include "train/kernels/layers_cuda.h"
 #include "train/kernels/maxpool.h"
@@ -201,6 +202,48 @@ __global__ void k_adapool_bwd(int n, int h, int w, int c, int oh, int ow, const 
     gm_kbody_adapool_bwd(here(), n, h, w, c, oh, ow, dy, dx);
 }
 
+/* ---- batch norm: bodies and driver in kfn_bn.h (host twins tested in CI) ---- */
+
+__global__ void k_bn_sum(size_t rows, int c, int mode, gm_kbn_in in, double *out)
+{
+    gm_kbody_bn_sum(here(), rows, c, mode, in, out);
+}
+
+__global__ void k_bn_mean(size_t rows, int c, const double *sum, double *dmean)
+{
+    gm_kbody_bn_mean(here(), rows, c, sum, dmean);
+}
+
+__global__ void k_bn_stats(gm_kbn b, const double *dmean, const double *sq, float *scale,
+                           float *shift)
+{
+    gm_kbody_bn_stats(here(), b.rows, b.c, b.momentum, b.eps, dmean, sq, b.gamma, b.beta,
+                      b.running_mean, b.running_var, b.save_mean, b.save_invstd, scale, shift);
+}
+
+__global__ void k_bn_eval(gm_kbn b, float *scale, float *shift)
+{
+    gm_kbody_bn_eval(here(), b.c, b.eps, b.gamma, b.beta, b.running_mean, b.running_var, scale,
+                     shift);
+}
+
+__global__ void k_bn_apply(gm_kbn b, const float *scale, const float *shift)
+{
+    gm_kbody_bn_apply(here(), b.rows, b.c, b.x, scale, shift, b.y);
+}
+
+__global__ void k_bn_grads(gm_kbn b, const double *sdy, const double *sdyx, float *k, float *fa,
+                           float *fb)
+{
+    gm_kbody_bn_grads(here(), b.rows, b.c, b.gamma, b.save_invstd, sdy, sdyx, b.dgamma, b.dbeta, k,
+                      fa, fb);
+}
+
+__global__ void k_bn_dx(gm_kbn b, const float *k, const float *fa, const float *fb)
+{
+    gm_kbody_bn_dx(here(), b.rows, b.c, b.x, b.dy, b.save_mean, b.save_invstd, k, fa, fb, b.dx);
+}
+
 int launched(gm_cuda *cu, const char *what)
 {
     return gm_cuda_check_rt(cu, cudaGetLastError(), what);
@@ -325,4 +368,86 @@ extern "C" int gm_adapool_backward_cuda(gm_cuda *cu, int n, int h, int w, int c,
         return 0;
     k_adapool_bwd<<<blocks_for(total), kThreads, 0, cu->compute>>>(n, h, w, c, oh, ow, dy, dx);
     return launched(cu, "kernel adaptive_avgpool_backward");
+}
+
+/* One kfn_bn.h step as a kernel on the compute stream. */
+static int bn_run(void *ctx, const gm_kbn *b, const gm_kbn_step *st)
+{
+    gm_cuda *cu = (gm_cuda *)ctx;
+    const size_t cc = (size_t)b->c;
+
+    switch (st->step) {
+    case GM_KBN_STEP_SUM:
+        k_bn_sum<<<blocks_for(gm_kbn_parts(st->rows) * cc), kThreads, 0, cu->compute>>>(
+            st->rows, b->c, st->mode, st->in, st->out);
+        break;
+    case GM_KBN_STEP_MEAN:
+        k_bn_mean<<<blocks_for(cc), kThreads, 0, cu->compute>>>(b->rows, b->c, st->s1, st->dmean);
+        break;
+    case GM_KBN_STEP_STATS:
+        k_bn_stats<<<blocks_for(cc), kThreads, 0, cu->compute>>>(*b, st->s1, st->s2, st->f0,
+                                                                 st->f1);
+        break;
+    case GM_KBN_STEP_EVAL:
+        k_bn_eval<<<blocks_for(cc), kThreads, 0, cu->compute>>>(*b, st->f0, st->f1);
+        break;
+    case GM_KBN_STEP_APPLY:
+        k_bn_apply<<<blocks_for(b->rows * cc), kThreads, 0, cu->compute>>>(*b, st->f0, st->f1);
+        break;
+    case GM_KBN_STEP_GRADS:
+        k_bn_grads<<<blocks_for(cc), kThreads, 0, cu->compute>>>(*b, st->s1, st->s2, st->f0, st->f1,
+                                                                 st->f2);
+        break;
+    default:
+        k_bn_dx<<<blocks_for(b->rows * cc), kThreads, 0, cu->compute>>>(*b, st->f0, st->f1, st->f2);
+        break;
+    }
+    return launched(cu, "kernel batchnorm");
+}
+
+/* The scratch in the context's workspace (kernels queued earlier on the stream are done
+ * with it or wait for it: one stream). */
+static int bn_scratch(gm_cuda *cu, gm_kbn *b)
+{
+    int err = gm_cuda_workspace(cu, gm_kbn_scratch_doubles(b->rows, b->c) * sizeof(double));
+    b->scratch = (double *)cu->workspace;
+    return err;
+}
+
+extern "C" int gm_batchnorm_forward_cuda(gm_cuda *cu, size_t rows, int c, int train, float momentum,
+                                         float eps, const float *x, const float *gamma,
+                                         const float *beta, float *running_mean, float *running_var,
+                                         float *save_mean, float *save_invstd, float *y)
+{
+    gm_kbn b;
+    int err;
+
+    if (rows == 0 || c <= 0)
+        return 0;
+    memset(&b, 0, sizeof(b));
+    b.rows = rows, b.c = c, b.train = train, b.momentum = momentum, b.eps = eps;
+    b.x = x, b.gamma = gamma, b.beta = beta, b.running_mean = running_mean;
+    b.running_var = running_var, b.save_mean = save_mean, b.save_invstd = save_invstd, b.y = y;
+    if ((err = bn_scratch(cu, &b)) < 0)
+        return err;
+    return gm_kbn_forward(&b, bn_run, cu);
+}
+
+extern "C" int gm_batchnorm_backward_cuda(gm_cuda *cu, size_t rows, int c, const float *x,
+                                          const float *gamma, const float *save_mean,
+                                          const float *save_invstd, const float *dy, float *dgamma,
+                                          float *dbeta, float *dx)
+{
+    gm_kbn b;
+    int err;
+
+    if (rows == 0 || c <= 0)
+        return 0;
+    memset(&b, 0, sizeof(b));
+    b.rows = rows, b.c = c, b.train = 1;
+    b.x = x, b.gamma = gamma, b.save_mean = (float *)save_mean;
+    b.save_invstd = (float *)save_invstd, b.dy = dy, b.dgamma = dgamma, b.dbeta = dbeta, b.dx = dx;
+    if ((err = bn_scratch(cu, &b)) < 0)
+        return err;
+    return gm_kbn_backward(&b, bn_run, cu);
 }

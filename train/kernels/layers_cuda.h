@@ -1,7 +1,8 @@
 /*
- * train/kernels/layers_cuda.h - launchers of the layer kernels in layers.cu (see there for
- * why these are custom).  Device pointers; the context's compute stream; 0 or GM_ERR_GPU.
- * Only in builds with the CUDA backend; called by train/nn/ops_cuda.c on the trainer thread.
+ * train/kernels/layers_cuda.h - launchers of the layer kernels in layers.cu (see there, and
+ * kfn_bn.h for batch norm, for why these are custom).  Device pointers; the context's compute
+ * stream; 0 or GM_ERR_GPU. Only in builds with the CUDA backend; called by train/nn/ops_cuda.c on
+ * the trainer thread.
  */
 #ifndef GM_TRAIN_KERNELS_LAYERS_CUDA_H
 #define GM_TRAIN_KERNELS_LAYERS_CUDA_H
@@ -39,6 +40,14 @@ int gm_adapool_forward_cuda(struct gm_cuda *cu, int n, int h, int w, int c, int 
                             const float *x, float *y);
 int gm_adapool_backward_cuda(struct gm_cuda *cu, int n, int h, int w, int c, int oh, int ow,
                              const float *dy, float *dx);
+/* batchnorm.h's semantics (kfn_bn.h); scratch in the context's workspace */
+int gm_batchnorm_forward_cuda(struct gm_cuda *cu, size_t rows, int c, int train, float momentum,
+                              float eps, const float *x, const float *gamma, const float *beta,
+                              float *running_mean, float *running_var, float *save_mean,
+                              float *save_invstd, float *y);
+int gm_batchnorm_backward_cuda(struct gm_cuda *cu, size_t rows, int c, const float *x,
+                               const float *gamma, const float *save_mean, const float *save_invstd,
+                               const float *dy, float *dgamma, float *dbeta, float *dx);
 
 #ifdef __cplusplus
 }

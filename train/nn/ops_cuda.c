@@ -4,10 +4,11 @@
  *
  * Choices:
  * - Library calls wherever one fits the table's contract: linear through cuBLAS (row-major
- *   operands passed as their column-major transposes, so no copy); convolution, batch norm,
+ *   operands passed as their column-major transposes, so no copy); convolution,
  *   ReLU, global average pooling, the NCHW -> NHWC input transform and the bias gradients
  *   through cuDNN.  Custom kernels only where none fits: the loss, the optimizer updates,
- *   the wire codecs and the hash (custom.cu, host twins tested in CI), and max pooling with
+ *   the wire codecs and the hash (custom.cu, host twins tested in CI), batch norm (cuDNN's
+ *   took 87% of ResNet-20's GPU time on an H200: kfn_bn.h), and max pooling with
  *   the CPU's argmax bytes, dropout with the CPU's mask, the ResNet shortcut, and the
  *   torchvision families' ReLU6, padded max pooling and adaptive average pooling (layers.cu).
  *   Grouped and depthwise convolutions are cuDNN's (cudnnSetConvolutionGroupCount).
@@ -19,7 +20,7 @@
  *   handful; a full cache evicts round robin).  The workspace is the context's, grown to the
  *   largest algorithm's need, so conv2d_ws_floats is 0: nothing per layer.
  * - Activations are NHWC: cuDNN tensors are described as NHWC (convolution, pooling) or as
- *   (rows, C, 1, 1) NCHW, which is the same memory (batch norm, bias).
+ *   (rows, C, 1, 1) NCHW, which is the same memory (bias).
  * - Entries return void (ops.h): a failing call is logged with the library's message by
  *   gm_cuda_check_* and its first error kept in the context (gm_cuda_take_error); the entry
  *   returns without touching its outputs further.  The context is the calling thread's
@@ -36,6 +37,7 @@
 #include <string.h>
 
 #include "common/assert.h"
+#include "common/log.h"
 #include "train/kernels/cuda_ctx.h"
 #include "train/kernels/cuda_libs.h"
 #include "train/kernels/cuda_plan.h"
@@ -191,6 +193,14 @@ static const struct gm_cuda_conv_algo *conv_algo(struct gm_cuda *cu,
     a->bwd_filter = bf[0].algo;
     if (bf[0].memory > a->workspace)
         a->workspace = bf[0].memory;
+    { /* GRADMESH_LOG_LEVEL=debug: what the search chose, and its times */
+        char shape[160];
+        gm_cuda_conv_name(shape, sizeof(shape), s->n, s->c, s->h, s->w, s->oc, s->k, s->stride,
+                          s->pad);
+        gm_debug("event=cuda_conv %s fwd=%d/%.3fms dgrad=%d/%.3fms wgrad=%d/%.3fms", shape,
+                 (int)f[0].algo, (double)f[0].time, (int)bd[0].algo, (double)bd[0].time,
+                 (int)bf[0].algo, (double)bf[0].time);
+    }
     if (gm_cuda_workspace(cu, a->workspace) < 0)
         return NULL;
     a->n = s->n, a->h = s->h, a->w = s->w, a->c = s->c, a->oc = s->oc, a->k = s->k;
@@ -384,73 +394,23 @@ static void dropout_backward(size_t n, const float *mask, const float *dy, float
     (void)gm_dropout_backward_cuda(ctx(), n, mask, dy, dx);
 }
 
-/* ---- batch norm: (rows, C) NHWC is (rows, C, 1, 1) NCHW, or, past cuDNN's N limit,
- * (n, C, rows / n, 1) NHWC (cuda_plan.h); per-channel (spatial) mode ---- */
-
-static int bn_descs(struct gm_cuda *cu, size_t rows, int c, int train)
-{
-    struct gm_cuda_bn_view v;
-    int err;
-
-    /* rows = N*H*W may pass cuDNN's N limit (cuda_plan.h): the view splits it */
-    if (gm_cuda_bn_view(rows, train, &v) < 0)
-        return gm_cuda_check_dnn(cu, CUDNN_STATUS_BAD_PARAM, "batchnorm: too many rows");
-    if ((err = tensor(cu, cu->td[0], v.nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW, v.n, c, v.h,
-                      1)) < 0)
-        return err;
-    return tensor(cu, cu->td[1], CUDNN_TENSOR_NCHW, 1, c, 1, 1);
-}
+/* ---- batch norm: our kernels, not cuDNN's (kfn_bn.h says why) ---- */
 
 static void batchnorm_forward(size_t rows, int c, int train, float momentum, float eps,
                               const float *x, const float *gamma, const float *beta,
                               float *running_mean, float *running_var, float *save_mean,
                               float *save_invstd, float *y)
 {
-    struct gm_cuda *cu = ctx();
-    const double e = eps < CUDNN_BN_MIN_EPSILON ? CUDNN_BN_MIN_EPSILON : eps;
-
-    if (bn_descs(cu, rows, c, train) < 0)
-        return;
-    if (train) {
-        /* the backward passes the same epsilon, as cuDNN asks (it uses the saved mean and
-         * inverse deviation; every layer of a model has one epsilon) */
-        cu->bn_eps = e;
-        /* cuDNN's factor is PyTorch's momentum; its running variance is unbiased, like torch */
-        (void)gm_cuda_check_dnn(cu,
-                                cudnnBatchNormalizationForwardTraining(
-                                    cu->dnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, cu->td[0], x,
-                                    cu->td[0], y, cu->td[1], gamma, beta, momentum, running_mean,
-                                    running_var, e, save_mean, save_invstd),
-                                "cudnnBatchNormalizationForwardTraining");
-    } else {
-        (void)gm_cuda_check_dnn(
-            cu,
-            cudnnBatchNormalizationForwardInference(cu->dnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero,
-                                                    cu->td[0], x, cu->td[0], y, cu->td[1], gamma,
-                                                    beta, running_mean, running_var, e),
-            "cudnnBatchNormalizationForwardInference");
-    }
+    recorded(gm_batchnorm_forward_cuda(ctx(), rows, c, train, momentum, eps, x, gamma, beta,
+                                       running_mean, running_var, save_mean, save_invstd, y));
 }
 
 static void batchnorm_backward(size_t rows, int c, const float *x, const float *gamma,
                                const float *save_mean, const float *save_invstd, const float *dy,
                                float *dgamma, float *dbeta, float *dx)
 {
-    struct gm_cuda *cu = ctx();
-
-    if (bn_descs(cu, rows, c, 1) < 0)
-        return;
-    if (dx == NULL) { /* cuDNN always writes dx: the workspace takes it */
-        if (gm_cuda_workspace(cu, rows * (size_t)c * sizeof(float)) < 0)
-            return;
-        dx = cu->workspace;
-    }
-    (void)gm_cuda_check_dnn(
-        cu,
-        cudnnBatchNormalizationBackward(cu->dnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, &one, &zero,
-                                        cu->td[0], x, cu->td[0], dy, cu->td[0], dx, cu->td[1],
-                                        gamma, dgamma, dbeta, cu->bn_eps, save_mean, save_invstd),
-        "cudnnBatchNormalizationBackward");
+    recorded(gm_batchnorm_backward_cuda(ctx(), rows, c, x, gamma, save_mean, save_invstd, dy,
+                                        dgamma, dbeta, dx));
 }
 
 /* ---- residual pieces ---- */
