@@ -235,6 +235,13 @@ $(BUILD)/tests/%: tests/unit/%.c $(LIB) $(FLAGS_STAMP)
 	@echo "  CC      $<"
 	$(Q)$(CC) $(CFLAGS_ALL) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS_ALL)
 
+# bench/models_vs_torch.py's gradmesh side, with this build's backends (the GPU bundle's
+# copy times steps on a GPU)
+$(BUILD)/bench/model_step: bench/model_step.c $(LIB) $(FLAGS_STAMP)
+	@mkdir -p $(dir $@)
+	@echo "  CC      $<"
+	$(Q)$(CC) $(CFLAGS_ALL) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS_ALL)
+
 $(BUILD)/tools/%: tests/tools/%.c
 	@mkdir -p $(dir $@)
 	@echo "  CC      $<"

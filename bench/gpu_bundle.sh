@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Packs what bench/gpu_check.sh needs on a GPU machine that lacks this project's build
-# dependencies (a bare image with CUDA and PyTorch): gradmesh and the GPU test binaries built
+# dependencies (a bare image with CUDA and PyTorch): gradmesh, the GPU test binaries and
+# bench/model_step built
 # here with the CUDA backend for any x86-64-v3 processor (AVX2, FMA: not -march=native, the
 # GPU machine's processor is another), the shared libraries they load that are not glibc's,
 # libstdc++'s or CUDA's (OpenBLAS, libuv, OpenSSL, ...; copied from this machine's Debian
@@ -17,17 +18,18 @@ build=build-bundle
 tests="test_cuda_ops test_cuda_model test_trainer test_cuda_fake test_kernels_host test_cuda_libs"
 
 make -j"$(nproc)" CUDA=1 CUDA_ARCHS="$archs" BUILD="$build" BIN=gradmesh-bundle \
-    OPT="-O3 -march=x86-64-v3 -fno-math-errno" gradmesh-bundle \
+    OPT="-O3 -march=x86-64-v3 -fno-math-errno" gradmesh-bundle "$build/bench/model_step" \
     $(for t in $tests; do printf '%s/tests/%s ' "$build" "$t"; done)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-mkdir -p "$tmp/bin/build/tests" "$tmp/lib" "$out"
+mkdir -p "$tmp/bin/build/tests" "$tmp/bin/build/bench" "$tmp/lib" "$out"
 cp gradmesh-bundle "$tmp/bin/gradmesh"
 echo "built $(date -u +%Y-%m-%dT%H:%M:%SZ) from $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet HEAD 2>/dev/null || echo ' (uncommitted changes)'), CUDA_ARCHS=$archs" >"$tmp/bin/VERSION"
 for t in $tests; do
     cp "$build/tests/$t" "$tmp/bin/build/tests/"
 done
-for f in "$tmp/bin/gradmesh" "$tmp/bin/build/tests/"*; do
+cp "$build/bench/model_step" "$tmp/bin/build/bench/"
+for f in "$tmp/bin/gradmesh" "$tmp/bin/build/tests/"* "$tmp/bin/build/bench/"*; do
     ldd "$f" | awk '$2 == "=>" && $3 ~ /^\// { print $1, $3 }'
 done | sort -u | while read -r soname path; do
     case $soname in

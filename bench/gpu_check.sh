@@ -31,6 +31,10 @@
 #          resnet20 vgg7"): gradmesh vs PyTorch samples/s on this GPU (ROUNDS, default 3)
 #   dist   two agents on loopback on this machine train one job with device = cuda
 #          (bench/dist_train.sh with DEVICE=cuda, gradmesh only, one round)
+#   steps  whole training steps of the torchvision families at STEP_SIZE (224) and
+#          STEP_BATCH (64) against torchvision's models on this GPU's PyTorch
+#          (bench/models_vs_torch.py --device cuda; STEP_MODELS, default "resnet50
+#          resnet18 mobilenet_v2 vgg16_bn"): median step ms, target >= 1.0x
 #   full   (not in the default) the 30-epoch recipes on the GPU
 #
 # Time: each step gets STEP_TIMEOUT seconds (default 180; a step past it is killed and its
@@ -358,8 +362,25 @@ for part in $parts; do
             other "dist: 2 agents, device = cuda" $rc "$log" "$(tail -1 "$log")"
         fi
         ;;
+    steps)
+        for m in ${STEP_MODELS:-resnet50 resnet18 mobilenet_v2 vgg16_bn}; do
+            log=$logs/steps-$m.log
+            step "steps $m" "$log" env GM_LD_LIBRARY_PATH="$gm_ld" "$py" bench/models_vs_torch.py \
+                "$BUILD/bench/model_step" --device cuda --threads 1 --models "$m" \
+                --size "${STEP_SIZE:-224}" --batch "${STEP_BATCH:-64}" --warmup 3 --steps 10 --rounds 1
+            rc=$?
+            if [ $rc -eq 0 ] && r=$(grep -E "^$m " "$log"); then
+                ratio=$(sed -n 's/.*| ratio *\([0-9.]*\).*/\1/p' <<<"$r")
+                row "steps $m ${STEP_SIZE:-224}px b${STEP_BATCH:-64}" \
+                    "$(awk -v r="$ratio" 'BEGIN { print ((r + 0 >= 1.0) ? "PASS" : "FAIL") }')" \
+                    "$(sed 's/  */ /g' <<<"$r" | cut -c1-160)" "$log"
+            else
+                other "steps $m" $rc "$log" "$(tail -1 "$log")"
+            fi
+        done
+        ;;
     *)
-        echo "gpu_check: unknown part $part (tests train speed dist full)" >&2
+        echo "gpu_check: unknown part $part (tests train speed dist steps full)" >&2
         exit 2
         ;;
     esac

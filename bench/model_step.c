@@ -1,12 +1,14 @@
 /*
- * bench/model_step.c - times whole training steps of one gradmesh model on the CPU:
- * forward (train mode), softmax cross-entropy, backward, SGD with momentum 0.9, fp32,
- * as the trainer runs them (train/trainer.c), on a fixed random batch.  Driven by
+ * bench/model_step.c - times whole training steps of one gradmesh model: forward (train
+ * mode), softmax cross-entropy, backward, SGD with momentum 0.9, fp32, as the trainer runs
+ * them (train/trainer.c), on a fixed random batch, on the CPU or a GPU.  Driven by
  * bench/models_vs_torch.py, which times torchvision's model the same way in the same run.
  *
- *   model_step FAMILY THREADS SIZE BATCH WARMUP STEPS
+ *   model_step FAMILY THREADS SIZE BATCH WARMUP STEPS [cpu|cuda]
  * Prints, per timed step, "step WALL_MS CPU_MS" (CPU: the process's CPU time, all threads),
- * then "peak_rss_kib N" (getrusage's maxrss) and "blas_core NAME".
+ * then "peak_rss_kib N" (getrusage's maxrss) and "blas_core NAME".  On the GPU each step ends
+ * when the device has finished it (gm_cuda_sync), and it includes the batch's upload from its
+ * pinned staging buffer, as in training.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <cblas.h>
@@ -17,6 +19,7 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "train/kernels/cuda.h"
 #include "train/nn/model.h"
 #include "train/nn/optim.h"
 
@@ -35,10 +38,12 @@ int main(int argc, char **argv)
     char why[256] = "";
     int rc = 1;
 
-    if (argc != 7) {
-        fprintf(stderr, "usage: model_step FAMILY THREADS SIZE BATCH WARMUP STEPS\n");
+    if (argc != 7 && !(argc == 8 && (strcmp(argv[7], "cpu") == 0 || strcmp(argv[7], "cuda") == 0))) {
+        fprintf(stderr, "usage: model_step FAMILY THREADS SIZE BATCH WARMUP STEPS [cpu|cuda]\n");
         return 2;
     }
+    const enum gm_device dev = argc == 8 && strcmp(argv[7], "cuda") == 0 ? GM_DEVICE_CUDA
+                                                                        : GM_DEVICE_CPU;
     const int threads = atoi(argv[2]), size = atoi(argv[3]), batch = atoi(argv[4]);
     const int warmup = atoi(argv[5]), steps = atoi(argv[6]);
     openblas_set_num_threads(threads);
@@ -47,17 +52,27 @@ int main(int argc, char **argv)
                                  .in_h = size,
                                  .in_w = size,
                                  .classes = 1000,
-                                 .device = GM_DEVICE_CPU,
+                                 .device = dev,
                                  .why = why,
                                  .why_len = sizeof(why)};
-    int err = gm_model_new(&spec, batch, &m);
+    struct gm_cuda *cu = NULL;
+    int err = 0;
+
+    /* the trainer makes its thread's GPU context first (gm_trainer_run): so does this */
+    if (dev == GM_DEVICE_CUDA && (err = gm_cuda_new(0, &cu)) < 0) {
+        fprintf(stderr, "model_step: no GPU context: %d\n", err);
+        return 1;
+    }
+    err = gm_model_new(&spec, batch, &m);
     if (err < 0) {
         fprintf(stderr, "model_step: %s: %s\n", argv[1], why[0] ? why : "cannot build");
+        gm_cuda_free(cu);
         return 1;
     }
     gm_model_init_params(m, 1);
     gm_optim_config_default(&oc, GM_OPTIM_SGD);
     oc.momentum = 0.9f;
+    oc.device = dev;
     if ((err = gm_optim_init(&opt, &oc, gm_model_num_trainable(m))) < 0) {
         fprintf(stderr, "model_step: optimizer: %d\n", err);
         goto out;
@@ -82,6 +97,8 @@ int main(int argc, char **argv)
         if ((err = gm_model_backward(m, batch)) < 0)
             goto out_labels;
         gm_optim_step(&opt, gm_model_params_device(m), gm_model_grads_device(m), 0.01f);
+        if (dev == GM_DEVICE_CUDA && (err = gm_cuda_sync(gm_cuda_current())) < 0)
+            goto out_labels;
         const double w1 = now_ms(CLOCK_MONOTONIC), c1 = now_ms(CLOCK_PROCESS_CPUTIME_ID);
         if (s >= warmup)
             printf("step %.3f %.3f\n", w1 - w0, c1 - c0);
@@ -99,5 +116,6 @@ out:
         fprintf(stderr, "model_step: step failed: %d\n", err);
     gm_optim_free(&opt);
     gm_model_free(m);
+    gm_cuda_free(cu);
     return rc;
 }

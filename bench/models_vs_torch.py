@@ -12,9 +12,16 @@ and in process CPU time (all threads; a loaded machine inflates wall time far mo
 time, and at 2 threads CPU time also counts the workers' spinning), and the peak RSS of its
 process (getrusage maxrss: the whole process, libraries included, the largest of the rounds).
 
+With --device cuda both sides train on the GPU (gradmesh's model_step from a CUDA build):
+fp32 without TF32 on both (gradmesh never uses it; PyTorch is told not to), PyTorch with
+cudnn.benchmark (searched algorithms, as gradmesh's cudnnFind), each step timed to the end
+of the GPU's work (torch.cuda.synchronize; gm_cuda_sync).  gradmesh's step includes its
+batch's upload from pinned memory, as in training; PyTorch's batch stays on the GPU.  CPU
+time and RSS then mean little.
+
 usage: bench/models_vs_torch.py BINARY [--threads 1,2] [--models resnet18,mobilenet_v2]
-       [--size 128] [--batch 32] [--warmup 2] [--steps 3] [--rounds 2]
-       bench/models_vs_torch.py --torch-worker FAMILY THREADS SIZE BATCH WARMUP STEPS
+       [--size 128] [--batch 32] [--warmup 2] [--steps 3] [--rounds 2] [--device cpu|cuda]
+       bench/models_vs_torch.py --torch-worker FAMILY THREADS SIZE BATCH WARMUP STEPS [DEVICE]
 """
 import argparse
 import os
@@ -25,24 +32,33 @@ import sys
 import time
 
 
-def torch_worker(family, threads, size, batch, warmup, steps):
+def torch_worker(family, threads, size, batch, warmup, steps, device="cpu"):
     import torch
     import torchvision
 
     torch.set_num_threads(threads)
     torch.manual_seed(1)
-    model = getattr(torchvision.models, family)(weights=None)
+    cuda = device == "cuda"
+    if cuda:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cudnn.benchmark = True
+    model = getattr(torchvision.models, family)(weights=None).to(device)
     model.train()
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    x = torch.rand(batch, 3, size, size) * 2 - 1
-    y = torch.tensor([(i * 37) % 1000 for i in range(batch)])
+    x = (torch.rand(batch, 3, size, size) * 2 - 1).to(device)
+    y = torch.tensor([(i * 37) % 1000 for i in range(batch)]).to(device)
     loss_fn = torch.nn.CrossEntropyLoss()
     for s in range(warmup + steps):
+        if cuda:
+            torch.cuda.synchronize()
         w0, c0 = time.perf_counter(), time.process_time()
         opt.zero_grad(set_to_none=True)
         loss = loss_fn(model(x), y)
         loss.backward()
         opt.step()
+        if cuda:
+            torch.cuda.synchronize()
         w1, c1 = time.perf_counter(), time.process_time()
         if s >= warmup:
             print(f"step {(w1 - w0) * 1e3:.3f} {(c1 - c0) * 1e3:.3f}", flush=True)
@@ -51,8 +67,11 @@ def torch_worker(family, threads, size, batch, warmup, steps):
           f"threads={torch.get_num_threads()}")
 
 
-def run(cmd):
-    out = subprocess.run(cmd, text=True, capture_output=True, check=True).stdout
+def run(cmd, env=None):
+    p = subprocess.run(cmd, text=True, capture_output=True, env=env)
+    if p.returncode != 0:
+        sys.exit(f"models_vs_torch: {' '.join(cmd)}: exit {p.returncode}\n{p.stderr[-2000:]}")
+    out = p.stdout
     wall, cpu, rss, extra = [], [], 0, ""
     for line in out.splitlines():
         f = line.split()
@@ -69,7 +88,7 @@ def run(cmd):
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "--torch-worker":
         a = sys.argv[2:]
-        torch_worker(a[0], *(int(v) for v in a[1:]))
+        torch_worker(a[0], *(int(v) for v in a[1:6]), *a[6:7])
         return
     ap = argparse.ArgumentParser()
     ap.add_argument("binary")
@@ -80,21 +99,27 @@ def main():
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     a = ap.parse_args()
     core = os.environ.get("OPENBLAS_CORETYPE", "(unset: OpenBLAS picks by CPU)")
     with open("/proc/loadavg") as f:
         load = " ".join(f.read().split()[:3])
-    print(f"# batch {a.batch}, {a.size}x{a.size}, SGD momentum 0.9, fp32; "
+    print(f"# batch {a.batch}, {a.size}x{a.size}, SGD momentum 0.9, fp32, {a.device}; "
           f"OPENBLAS_CORETYPE={core}; load {load}")
     print("# model threads | gradmesh wall ms, cpu ms, RSS MiB | torch wall ms, cpu ms, RSS MiB"
           " | ratio torch/gradmesh wall, cpu")
-    args = [str(a.size), str(a.batch), str(a.warmup), str(a.steps)]
+    args = [str(a.size), str(a.batch), str(a.warmup), str(a.steps), a.device]
+    # GM_LD_LIBRARY_PATH: libraries for gradmesh's binary alone (bench/gpu_check.sh's bundle),
+    # never for PyTorch's process
+    gm_env = None
+    if os.environ.get("GM_LD_LIBRARY_PATH"):
+        gm_env = dict(os.environ, LD_LIBRARY_PATH=os.environ["GM_LD_LIBRARY_PATH"])
     for model in a.models.split(","):
         for th in (int(t) for t in a.threads.split(",")):
             gw, gc, tw, tc = [], [], [], []
             grss = trss = 0
             for _ in range(a.rounds):
-                w, c, rss, gextra = run([a.binary, model, str(th)] + args)
+                w, c, rss, gextra = run([a.binary, model, str(th)] + args, gm_env)
                 gw += w
                 gc += c
                 grss = max(grss, rss)
