@@ -6,7 +6,8 @@
  * no cuDNN file: the decisions the op table makes before the library runs are checked in CI.
  *   - convolution: a search that returns no algorithm, or whose best one failed, records
  *     an error (GM_ERR_GPU) whose line names the search and the shape; a good search runs
- *     the convolution with the algorithm found and is not repeated for the same shape.
+ *     the convolution with the algorithm found and is not repeated for the same shape;
+ *     with gm_cuda_conv_exact the search's fastest FFT answer is passed over.
  * Skips (77) in a build without the CUDA backend.
  */
 #include <stdio.h>
@@ -100,20 +101,26 @@ static cudnnStatus_t set_groups(cudnnConvolutionDescriptor_t d, int groups)
 /* the times the searches report, ms: forward, backward data, backward filter */
 static float find_ms[3];
 
-/* One answer per search: find_got results, the first with find_status at the failing
- * search, CUDNN_STATUS_SUCCESS (algorithm 1, no workspace) at the others. */
+/* One answer per search: find_got results, all with find_status at the failing search;
+ * CUDNN_STATUS_SUCCESS (algorithm 1, no workspace) at the others, or with fft_first two
+ * answers, an FFT algorithm (2, or 4 for the forward) first, then algorithm 1. */
+static int fft_first;
+
 #define FAKE_FIND(name, which, desc_t1, desc_t2, desc_t3, desc_t4, perf_t)                         \
     static cudnnStatus_t name(cudnnHandle_t h, const desc_t1 a, const desc_t2 b, const desc_t3 c,  \
                               const desc_t4 d, const int req, int *got, perf_t *perf)              \
     {                                                                                              \
         (void)h, (void)a, (void)b, (void)c, (void)d, (void)req;                                    \
         find_calls++;                                                                              \
-        memset(perf, 0, sizeof(*perf));                                                            \
-        *got = find_fails_at == (which) ? find_got : 1;                                            \
-        perf[0].status = find_fails_at == (which) ? find_status : CUDNN_STATUS_SUCCESS;            \
-        perf[0].algo = 1;                                                                          \
-        perf[0].memory = 0;                                                                        \
-        perf[0].time = find_ms[which];                                                             \
+        *got = find_fails_at == (which) ? find_got : fft_first ? 2 : 1;                            \
+        memset(perf, 0, sizeof(*perf) * (size_t)(*got > 0 ? *got : 1));                            \
+        for (int i_ = 0; i_ < *got; i_++) { /* cuDNN sorts failures last: all fail */              \
+            perf[i_].status = find_fails_at == (which) ? find_status : CUDNN_STATUS_SUCCESS;       \
+            perf[i_].algo = 1;                                                                     \
+            perf[i_].time = find_ms[which];                                                        \
+        }                                                                                          \
+        if (fft_first && find_fails_at != (which))                                                 \
+            perf[0].algo = (which) == 0 ? 4 : 2; /* FFT in all three enums */                      \
         return CUDNN_STATUS_SUCCESS;                                                               \
     }
 FAKE_FIND(find_fwd, 0, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t,
@@ -184,6 +191,27 @@ static void conv_case(int fails_at, int got, cudnnStatus_t status, const char *s
     gm_cuda_set_current(NULL);
 }
 
+/* The exact policy (GM_CUDA_CONV=exact) passes over FFT and Winograd answers. */
+static void test_conv_exact(void)
+{
+    static float buf[64];
+    struct gm_conv2d_shape s;
+
+    setup();
+    GM_CHECK_OK(gm_conv2d_shape_init(&s, 2, 8, 8, 3, 4, 3, 1, 1));
+    find_fails_at = -1;
+    fft_first = 1;
+    ops->conv2d_forward(&s, 1, buf, buf, NULL, NULL, buf);
+    GM_CHECK_EQ(gm_cuda_take_error(&cu), 0);
+    GM_CHECK_EQ((int)conv_algo_used, (int)CUDNN_CONVOLUTION_FWD_ALGO_FFT); /* the fastest */
+    gm_cuda_conv_exact(&cu, 1);
+    ops->conv2d_forward(&s, 1, buf, buf, NULL, NULL, buf);
+    GM_CHECK_EQ(gm_cuda_take_error(&cu), 0);
+    GM_CHECK_EQ((int)conv_algo_used, 1); /* searched again, FFT left out */
+    fft_first = 0;
+    gm_cuda_set_current(NULL);
+}
+
 static void test_conv_search(void)
 {
     static float buf[64];
@@ -219,6 +247,7 @@ static void test_conv_search(void)
 int main(void)
 {
     GM_TEST_RUN(test_conv_search);
+    GM_TEST_RUN(test_conv_exact);
     return gm_test_finish("test_cuda_fake");
 }
 

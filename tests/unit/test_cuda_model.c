@@ -446,6 +446,17 @@ static void test_models(void)
         nudged_case(&cases[i]);
         fprintf(stderr, "  %s %s, lockstep\n", gm_test_state.failures == f0 ? "ok  " : "FAIL",
                 cases[i].name);
+        if (gm_test_state.failures != f0) {
+            /* a diagnosis, not a second chance: the same steps with cuDNN's FFT and Winograd
+             * algorithms left out (gm_cuda_conv_exact); the failure above stands */
+            const long f1 = gm_test_state.failures;
+            gm_cuda_conv_exact(cu, 1);
+            nudged_case(&cases[i]);
+            gm_cuda_conv_exact(cu, 0);
+            fprintf(stderr, "  %s %s, lockstep without FFT and Winograd algorithms (diagnosis)\n",
+                    gm_test_state.failures == f1 ? "ok  " : "FAIL", cases[i].name);
+            gm_test_state.failures = f1;
+        }
     }
 }
 

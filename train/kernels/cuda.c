@@ -47,6 +47,13 @@ int gm_cuda_take_error(struct gm_cuda *cu)
     return err;
 }
 
+void gm_cuda_conv_exact(struct gm_cuda *cu, int exact)
+{
+    cu->conv_exact = exact != 0;
+    memset(cu->algos, 0, sizeof(cu->algos));
+    cu->algo_next = 0;
+}
+
 /* Logs "what: msg" once and keeps it as the context's last error. */
 static int fail(struct gm_cuda *cu, int err, const char *what, const char *msg)
 {
@@ -419,6 +426,7 @@ int gm_cuda_new(int index, struct gm_cuda **out)
     }
     if ((err = gm_cuda_check_rt(cu, cudaSetDevice(index), "cudaSetDevice")) < 0)
         goto fail;
+    cu->conv_exact = getenv("GM_CUDA_CONV") != NULL && strcmp(getenv("GM_CUDA_CONV"), "exact") == 0;
     if ((err = gm_cuda_check_rt(cu, cudaStreamCreateWithFlags(&cu->compute, cudaStreamNonBlocking),
                                 "cudaStreamCreate")) < 0)
         goto fail;
@@ -562,6 +570,11 @@ int gm_cuda_take_error(struct gm_cuda *cu)
 {
     (void)cu;
     return 0;
+}
+
+void gm_cuda_conv_exact(struct gm_cuda *cu, int exact)
+{
+    (void)cu, (void)exact;
 }
 
 const char *gm_cuda_last_error(const struct gm_cuda *cu)

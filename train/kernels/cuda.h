@@ -68,6 +68,10 @@ int gm_cuda_take_error(struct gm_cuda *cu);
 /* The last error this context logged ("" when none); NULL: the last one the calling thread
  * logged, which says why a gm_cuda_new() failed (a CUDA library that did not load, say). */
 const char *gm_cuda_last_error(const struct gm_cuda *cu);
+/* Convolution algorithms: 0 any (cuDNN's fastest, the default), 1 none of the FFT and
+ * Winograd ones, whose fp32 sums are less exact (GM_CUDA_CONV=exact sets 1 at gm_cuda_new).
+ * Forgets the algorithms found so far. */
+void gm_cuda_conv_exact(struct gm_cuda *cu, int exact);
 /* Waits for the compute and copy streams; 0 or GM_ERR_GPU (a kernel's late error). */
 int gm_cuda_sync(struct gm_cuda *cu) GM_MUST_CHECK;
 

@@ -45,7 +45,8 @@ struct gm_cuda {
     void *scratch;      /* owned: small per-call results (loss, hash lanes), device */
     void *scratch_host; /* owned: pinned mirror of scratch */
     struct gm_cuda_conv_algo algos[GM_CUDA_ALGO_CACHE];
-    int algo_next; /* the slot a new shape takes (round robin once full) */
+    int algo_next;  /* the slot a new shape takes (round robin once full) */
+    int conv_exact; /* gm_cuda_conv_exact: no FFT or Winograd algorithms */
     /* cuDNN descriptors, created once and set per call (setting one is cheap) */
     cudnnTensorDescriptor_t td[4];
     cudnnFilterDescriptor_t fd;

@@ -135,6 +135,56 @@ static int no_algo(struct gm_cuda *cu, const char *search, const struct gm_conv2
                              what);
 }
 
+/* FFT and Winograd algorithms sum in fp32 less exactly (~1e-3 where implicit GEMM is ~1e-6);
+ * gm_cuda_conv_exact() leaves them out. */
+static int fwd_inexact(cudnnConvolutionFwdAlgo_t a)
+{
+    return a == CUDNN_CONVOLUTION_FWD_ALGO_FFT || a == CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING ||
+           a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD ||
+           a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED;
+}
+
+static int bwd_data_inexact(cudnnConvolutionBwdDataAlgo_t a)
+{
+    return a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT ||
+           a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING ||
+           a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD ||
+           a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED;
+}
+
+static int bwd_filter_inexact(cudnnConvolutionBwdFilterAlgo_t a)
+{
+    return a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT ||
+           a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING ||
+           a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD ||
+           a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED;
+}
+
+/* The searches' fastest usable answer (they come fastest first): its index, or -1. */
+static int pick_fwd(const cudnnConvolutionFwdAlgoPerf_t *p, int got, int exact)
+{
+    for (int i = 0; i < got; i++)
+        if (p[i].status == CUDNN_STATUS_SUCCESS && !(exact && fwd_inexact(p[i].algo)))
+            return i;
+    return -1;
+}
+
+static int pick_bwd_data(const cudnnConvolutionBwdDataAlgoPerf_t *p, int got, int exact)
+{
+    for (int i = 0; i < got; i++)
+        if (p[i].status == CUDNN_STATUS_SUCCESS && !(exact && bwd_data_inexact(p[i].algo)))
+            return i;
+    return -1;
+}
+
+static int pick_bwd_filter(const cudnnConvolutionBwdFilterAlgoPerf_t *p, int got, int exact)
+{
+    for (int i = 0; i < got; i++)
+        if (p[i].status == CUDNN_STATUS_SUCCESS && !(exact && bwd_filter_inexact(p[i].algo)))
+            return i;
+    return -1;
+}
+
 /* The cached algorithms for s (descriptors already set), found and timed the first time.
  * NULL with the error recorded (the library's, or no_algo's with the shape).  The
  * descriptor keeps CUDNN_FMA_MATH whatever mathType the search reports: PyTorch copies
@@ -147,7 +197,7 @@ static const struct gm_cuda_conv_algo *conv_algo(struct gm_cuda *cu,
     cudnnConvolutionBwdDataAlgoPerf_t bd[8];
     cudnnConvolutionBwdFilterAlgoPerf_t bf[8];
     struct gm_cuda_conv_algo *a;
-    int got = 0, i;
+    int got = 0, i, kf, kd, kb;
 
     for (i = 0; i < GM_CUDA_ALGO_CACHE; i++)
         if (cu->algos[i].n != 0 && same_shape(&cu->algos[i], s))
@@ -160,46 +210,46 @@ static const struct gm_cuda_conv_algo *conv_algo(struct gm_cuda *cu,
                                                                cu->td[1], 8, &got, f),
                           "cudnnFindConvolutionForwardAlgorithm") < 0)
         return NULL;
-    if (got < 1 || f[0].status != CUDNN_STATUS_SUCCESS) {
+    if ((kf = pick_fwd(f, got, cu->conv_exact)) < 0) {
         (void)no_algo(cu, "cudnnFindConvolutionForwardAlgorithm", s, got,
                       got < 1 ? CUDNN_STATUS_SUCCESS : f[0].status);
         return NULL;
     }
-    a->fwd = f[0].algo;
-    a->workspace = f[0].memory;
+    a->fwd = f[kf].algo;
+    a->workspace = f[kf].memory;
     if (gm_cuda_check_dnn(cu,
                           cudnnFindConvolutionBackwardDataAlgorithm(cu->dnn, cu->fd, cu->td[1],
                                                                     cu->cd, cu->td[0], 8, &got, bd),
                           "cudnnFindConvolutionBackwardDataAlgorithm") < 0)
         return NULL;
-    if (got < 1 || bd[0].status != CUDNN_STATUS_SUCCESS) {
+    if ((kd = pick_bwd_data(bd, got, cu->conv_exact)) < 0) {
         (void)no_algo(cu, "cudnnFindConvolutionBackwardDataAlgorithm", s, got,
                       got < 1 ? CUDNN_STATUS_SUCCESS : bd[0].status);
         return NULL;
     }
-    a->bwd_data = bd[0].algo;
-    if (bd[0].memory > a->workspace)
-        a->workspace = bd[0].memory;
+    a->bwd_data = bd[kd].algo;
+    if (bd[kd].memory > a->workspace)
+        a->workspace = bd[kd].memory;
     if (gm_cuda_check_dnn(cu,
                           cudnnFindConvolutionBackwardFilterAlgorithm(cu->dnn, cu->td[0], cu->td[1],
                                                                       cu->cd, cu->fd, 8, &got, bf),
                           "cudnnFindConvolutionBackwardFilterAlgorithm") < 0)
         return NULL;
-    if (got < 1 || bf[0].status != CUDNN_STATUS_SUCCESS) {
+    if ((kb = pick_bwd_filter(bf, got, cu->conv_exact)) < 0) {
         (void)no_algo(cu, "cudnnFindConvolutionBackwardFilterAlgorithm", s, got,
                       got < 1 ? CUDNN_STATUS_SUCCESS : bf[0].status);
         return NULL;
     }
-    a->bwd_filter = bf[0].algo;
-    if (bf[0].memory > a->workspace)
-        a->workspace = bf[0].memory;
+    a->bwd_filter = bf[kb].algo;
+    if (bf[kb].memory > a->workspace)
+        a->workspace = bf[kb].memory;
     { /* GRADMESH_LOG_LEVEL=debug: what the search chose, and its times */
         char shape[160];
         gm_cuda_conv_name(shape, sizeof(shape), s->n, s->c, s->h, s->w, s->oc, s->k, s->stride,
                           s->pad);
-        gm_debug("event=cuda_conv %s fwd=%d/%.3fms dgrad=%d/%.3fms wgrad=%d/%.3fms", shape,
-                 (int)f[0].algo, (double)f[0].time, (int)bd[0].algo, (double)bd[0].time,
-                 (int)bf[0].algo, (double)bf[0].time);
+        gm_debug("event=cuda_conv %s fwd=%d/%.3fms dgrad=%d/%.3fms wgrad=%d/%.3fms exact=%d", shape,
+                 (int)f[kf].algo, (double)f[kf].time, (int)bd[kd].algo, (double)bd[kd].time,
+                 (int)bf[kb].algo, (double)bf[kb].time, cu->conv_exact);
     }
     if (gm_cuda_workspace(cu, a->workspace) < 0)
         return NULL;
