@@ -18,8 +18,9 @@
  * - per-channel finishing bodies and an element-wise apply, with the CPU's formulas and
  *   roundings (batchnorm_cpu.c), so the result equals the CPU's but for the order of the
  *   double additions (bit for bit in practice: tests/unit/test_kernels_host.c).
- * The driver that strings them together is written twice, in layers.cu and layers_host.c,
- * over the scratch layout of gm_kbn_scratch_doubles.
+ * The driver that strings them together (gm_kbn_forward, gm_kbn_backward, below) is shared;
+ * it hands each step to a runner, written twice: kernel launches in layers.cu, loops over a
+ * simulated grid in layers_host.c.  Its scratch layout is gm_kbn_scratch_doubles's.
  */
 #ifndef GM_TRAIN_KERNELS_KFN_BN_H
 #define GM_TRAIN_KERNELS_KFN_BN_H
