@@ -23,7 +23,6 @@ GM_TEST_DEFINE_STATE;
 #define GM_CUDA_LIBS_NO_CALL_MACROS
 #include "train/kernels/cuda_ctx.h"
 #include "train/kernels/cuda_libs.h"
-#include "train/kernels/cuda_plan.h"
 #include "train/kernels/conv2d.h"
 #include "train/nn/ops.h"
 

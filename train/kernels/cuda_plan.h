@@ -1,15 +1,13 @@
 /*
  * train/kernels/cuda_plan.h - the CUDA backend's decisions that need no GPU: how a
  * convolution's shape is named in an error.
- * Pure functions, compiled in every build (no CUDA header), so tests/unit/test_kernels_host.c
- * checks them in CI; train/nn/ops_cuda.c uses them.
+ * A pure function, compiled in every build (no CUDA header), so tests/unit/test_kernels_host.c
+ * checks it in CI; train/nn/ops_cuda.c uses it.
  */
 #ifndef GM_TRAIN_KERNELS_CUDA_PLAN_H
 #define GM_TRAIN_KERNELS_CUDA_PLAN_H
 
 #include <stddef.h>
-
-#include "common/err.h"
 
 #ifdef __cplusplus
 extern "C" {
