@@ -519,7 +519,12 @@ void gm_gradsync_log_waits(const struct gm_gradsync *g);
  * short of the target where the quarter's did not, so with H re-sized from the measured syncs
  * (up to the cap of 64) the quarter lag reached the target sooner at 20 and at 5 Mbit/s
  * (docs/BENCHMARKS.md, "Overlapped DiLoCo", session 11's pairing; again in session 18, with
- * each epoch evaluated once its round's update was in).  The rank runs the plan's lag
+ * each epoch evaluated once its round's update was in).  Since the lag steps start from the
+ * eager outer step (train/compress/diloco.h, "Eager"), a long lag costs less, and half the
+ * round at half the H reads better in simulation where a sync needs 10 lag steps or more
+ * (docs/BENCHMARKS.md, "Eager outer steps"); not adopted: auto would then pick 16-bit deltas
+ * at a large H over 8-bit ones at a small H, which its order of codecs does not weigh.  The
+ * rank runs the plan's lag
  * (gm_gradsync_diloco_plan below): this, or half the round where auto's H is at the run's cap;
  * auto's pricing uses this one. */
 uint32_t gm_gradsync_diloco_lag(uint32_t h);

@@ -226,21 +226,29 @@ static void boundary_all(struct gm_memnet *net, struct gm_coll **c, struct gm_di
 
 /* Worked by hand: one parameter, 2 ranks, H = 2, the update applied 1 step after its
  * boundary; constant gradients 1 and 3 at inner lr 1; outer lr 0.5, momentum 0.5, Nesterov,
- * fp32.  Steps t = 0..5, boundaries after t = 1, 3, 5, applies after t = 2, 4:
- *   t=1 boundary: anchor 0, params -2 | -6: deltas 2 | 6, D = 4
- *   t=2 (params -3 | -9) apply: m = 4; anchor = 0 - 0.5*(4 + 0.5*4) = -3;
- *       params = -3 + (-3 - -2) = -4 | -3 + (-9 - -6) = -6
- *   t=3 boundary: params -5 | -9: deltas 2 | 6, D = 4
- *   t=4 (params -6 | -12) apply: m = 0.5*4 + 4 = 6; anchor = -3 - 0.5*(4 + 0.5*6) = -6.5;
- *       params = -6.5 + (-6 - -5) = -7.5 | -6.5 + (-12 - -9) = -9.5
- *   t=5 boundary: params -8.5 | -12.5: deltas 2 | 6, D = 4
+ * fp32.  Steps t = 0..5, boundaries after t = 1, 3, 5, applies after t = 2, 4; at each
+ * boundary a rank's params take the eager step of its own delta d (m' = 0.5 m + d,
+ * anchor - 0.5 (d + 0.5 m'), m kept):
+ *   t=1 boundary: anchor 0, m 0, params -2 | -6: deltas 2 | 6, D = 4;
+ *       eager: m' 2 | 6, params 0 - 0.5*(2 + 1) = -1.5 | 0 - 0.5*(6 + 3) = -4.5
+ *   t=2 (params -2.5 | -7.5) apply: m = 4; anchor = 0 - 0.5*(4 + 0.5*4) = -3;
+ *       params = -3 + (-2.5 - -1.5) = -4 | -3 + (-7.5 - -4.5) = -6
+ *   t=3 boundary: params -5 | -9: deltas 2 | 6, D = 4;
+ *       eager: m' 4 | 8, params -3 - 0.5*(2 + 2) = -5 | -3 - 0.5*(6 + 4) = -8
+ *   t=4 (params -6 | -11) apply: m = 0.5*4 + 4 = 6; anchor = -3 - 0.5*(4 + 0.5*6) = -6.5;
+ *       params = -6.5 + (-6 - -5) = -7.5 | -6.5 + (-11 - -8) = -9.5
+ *   t=5 boundary: params -8.5 | -12.5: deltas 2 | 6, D = 4;
+ *       eager: m' 5 | 9, params -6.5 - 0.5*(2 + 2.5) = -8.75 | -6.5 - 0.5*(6 + 4.5) = -11.75
  *   flush: m = 0.5*6 + 4 = 7; anchor = -6.5 - 0.5*(4 + 0.5*7) = -10.25 on both
  * The blocking rounds put the anchor at -3, -6.5, -10.25 at the three boundaries: the
- * overlapped anchor takes the same values, one step later.  All binary fractions: exact. */
+ * overlapped anchor takes the same values, one step later.  With gradients that do not depend
+ * on the params, where the lag steps start does not show after the apply
+ * (test_overlap_reference has gradients that do).  All binary fractions: exact. */
 static void test_overlap_by_hand(void)
 {
     const float grads[2] = {1.0f, 3.0f}, want_anchor[2] = {-3.0f, -6.5f};
     const float want_params[2][2] = {{-4.0f, -6.0f}, {-7.5f, -9.5f}};
+    const float want_eager[3][2] = {{-1.5f, -4.5f}, {-5.0f, -8.0f}, {-8.75f, -11.75f}};
     struct gm_memnet *net = gm_memnet_new(2);
     struct gm_coll_config cc = {0};
     struct gm_coll *c[2];
@@ -248,7 +256,7 @@ static void test_overlap_by_hand(void)
     struct gm_diloco_config cfg;
     float p[2][NP] = {{0}};
     const float *anchor, *mom;
-    int a = 0;
+    int a = 0, b = 0;
 
     gm_diloco_config_default(&cfg);
     cfg.h = 2;
@@ -264,8 +272,12 @@ static void test_overlap_by_hand(void)
             p[r][0] -= grads[r];
         if (gm_diloco_due(d[0], (uint64_t)t)) {
             boundary_all(net, c, d, p, 2, (uint64_t)t);
-            for (int r = 0; r < 2; r++)
+            for (int r = 0; r < 2; r++) {
                 GM_CHECK(gm_diloco_pending(d[r]) != NULL && gm_diloco_pending(d[r])[0] == 4.0f);
+                GM_CHECK(p[r][0] == want_eager[b][r]);
+                GM_CHECK(gm_diloco_round_start(d[r])[0] == want_eager[b][r]);
+            }
+            b++;
         } else if (t > 0) {
             for (int r = 0; r < 2; r++) {
                 GM_CHECK_OK(gm_diloco_overlap_apply(d[r], p[r]));
@@ -278,6 +290,7 @@ static void test_overlap_by_hand(void)
         }
     }
     GM_CHECK_EQ(a, 2);
+    GM_CHECK_EQ(b, 3);
     GM_CHECK_EQ(gm_diloco_syncs(d[0]), 2u);
     for (int r = 0; r < 2; r++) {
         GM_CHECK_OK(gm_diloco_overlap_flush(d[r], p[r]));
@@ -347,9 +360,10 @@ static void run_overlap(const struct gm_diloco_config *cfg, int lag, float lr, i
 }
 
 /* The algorithm written out naively, in double: one shared outer state (theta, m); at each
- * boundary the ranks' deltas from theta and their params are noted; lag steps later the mean
- * delta takes theta one outer step, and each rank goes on from theta plus its steps since the
- * boundary; at the end a pending update is applied and every rank ends on theta. */
+ * boundary the ranks' deltas from theta are noted, and each rank moves to where the outer step
+ * of its own delta alone would take theta (eager), noting that point; lag steps later the mean
+ * delta takes theta one outer step, and each rank goes on from theta plus its steps since
+ * that point; at the end a pending update is applied and every rank ends on theta. */
 static void reference_overlap(int h, int lag, double lr, double olr, double mu, int steps,
                               double *out)
 {
@@ -377,7 +391,10 @@ static void reference_overlap(int h, int lag, double lr, double olr, double mu, 
             for (int k = 0; k < NP; k++) {
                 late[k] = 0;
                 for (int r = 0; r < W; r++) {
-                    late[k] += (theta[k] - p[r][k]) / W;
+                    double own = theta[k] - p[r][k], mo = mu * m[k] + own;
+
+                    late[k] += own / W;
+                    p[r][k] = theta[k] - olr * (own + mu * mo);
                     at[r][k] = p[r][k];
                 }
             }

@@ -113,6 +113,19 @@ static inline void outer_step(const struct gm_diloco *d, size_t i, float g)
     d->anchor[i] -= lr * (d->cfg.nesterov ? g + mu * m : m);
 }
 
+/* Overlapped rounds: where the lag steps start (diloco.h, "Eager"): the anchor after the outer
+ * step that this rank's own delta g alone would give, with the momentum left as it is (it
+ * moves at the apply, with the mean delta).  Written as the rank's params p less the step's
+ * part beyond g (anchor - g is p), so an outer step of plain averaging (lr 1, momentum 0)
+ * leaves p exactly as it is. */
+static inline float eager_step(const struct gm_diloco *d, size_t i, float g, float p)
+{
+    const float lr = d->cfg.outer_lr, mu = d->cfg.momentum;
+    float m = mu * d->momentum[i] + g;
+
+    return p - (d->cfg.nesterov ? (lr - 1.0f) * g + lr * mu * m : lr * m - g);
+}
+
 /* 8-bit deltas, just before the all-reduce (diloco.h): delta += e; the all-reduce then writes
  * e anew, what the wire drops of this rank's contribution (collective.h, "Loss"). */
 static void feed_back(struct gm_diloco *d)
@@ -235,7 +248,10 @@ int gm_diloco_overlap_boundary(struct gm_diloco *d, float *params)
     if (d->pend != PEND_NONE)
         return -EPROTO; /* the round before was never applied */
     for (size_t i = 0; i < d->n; i++) {
-        d->delta[i] = (d->anchor[i] - params[i]) * d->weight;
+        const float own = d->anchor[i] - params[i];
+
+        d->delta[i] = own * d->weight;
+        params[i] = eager_step(d, i, own, params[i]); /* the lag steps start from here (diloco.h) */
         d->start[i] = params[i];
     }
     d->pend = PEND_LOCAL;
