@@ -442,6 +442,41 @@ static void test_overlap_reference(void)
     GM_CHECK(loss(got) < 0.5 * loss(init));
 }
 
+/* With plain averaging as the outer step (lr 1, momentum 0: what auto runs below 16 rounds)
+ * the eager step leaves params exactly as they are, bit for bit, even where anchor - (anchor -
+ * p) would round (p tiny against the anchor); with the defaults it moves them. */
+static void test_overlap_plain_unchanged(void)
+{
+    enum { N = 6 };
+    const float anchor[N] = {1.0f, -3.0f, 1e6f, 0.1f, 0.0f, 7.5f};
+    const float local[N] = {1e-8f, -2.9999998f, 3.0f, 0.3f, -1e-30f, 7.5f};
+    struct gm_diloco_config cfg;
+    struct gm_diloco *d;
+    float p[N];
+
+    for (int nesterov = 0; nesterov < 2; nesterov++) {
+        gm_diloco_config_default(&cfg);
+        cfg.outer_lr = 1.0f;
+        cfg.momentum = 0.0f;
+        cfg.nesterov = nesterov == 1;
+        cfg.codec = GM_CODEC_FP32;
+        GM_CHECK_OK(gm_diloco_new(&cfg, anchor, N, &d));
+        memcpy(p, local, sizeof(p));
+        GM_CHECK_OK(gm_diloco_overlap_boundary(d, p));
+        GM_CHECK_EQ(memcmp(p, local, sizeof(p)), 0);
+        GM_CHECK_EQ(memcmp(gm_diloco_round_start(d), local, sizeof(p)), 0);
+        gm_diloco_free(d);
+    }
+    gm_diloco_config_default(&cfg); /* 0.7 / 0.9, Nesterov: the eager step moves them */
+    GM_CHECK_OK(gm_diloco_new(&cfg, anchor, N, &d));
+    memcpy(p, local, sizeof(p));
+    GM_CHECK_OK(gm_diloco_overlap_boundary(d, p));
+    GM_CHECK(memcmp(p, local, sizeof(p)) != 0);
+    GM_CHECK(p[3] > 0.3f);  /* delta -0.2: the outer step goes on past the rank's own params */
+    GM_CHECK(p[5] == 7.5f); /* no delta, no momentum: nothing moves */
+    gm_diloco_free(d);
+}
+
 static void test_overlap_contracts(void)
 {
     struct gm_memnet *net = gm_memnet_new(1);
@@ -659,6 +694,7 @@ int main(void)
     setup();
     GM_TEST_RUN(test_overlap_by_hand);
     GM_TEST_RUN(test_overlap_reference);
+    GM_TEST_RUN(test_overlap_plain_unchanged);
     GM_TEST_RUN(test_overlap_contracts);
     GM_TEST_RUN(test_contracts);
     GM_TEST_RUN(test_h1_equals_sync_sgd);
