@@ -6,8 +6,10 @@
  * Nesterov 0.7/0.9, H = 4) ranks stay bitwise identical and the loss falls.  Weighted
  * deltas (unequal shares) match SGD on the weighted mean gradient the same way.
  * Overlapped rounds (the outer update applied lag steps after its boundary, the steps since
- * carried over): a case worked by hand, a naive reference of the algorithm written out here
- * (fp32 wire), bitwise identical outer parameters with the defaults, and the contracts.
+ * carried over, taken from the eager outer step of the rank's own delta): a case worked by
+ * hand, a naive reference of the algorithm written out here (fp32 wire), bitwise identical
+ * outer parameters with the defaults, params left bit for bit by plain averaging's eager
+ * step, and the contracts.
  */
 #include <errno.h>
 #include <math.h>
