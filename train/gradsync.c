@@ -421,6 +421,19 @@ static int start_eval_bcast(struct gm_coll *c, void *arg, gm_coll_done_cb done, 
     return gm_coll_broadcast_start(c, g->eval_f, g->eval_n, 0, (uint64_t)g->step, done, done_arg);
 }
 
+/* One of a sharded evaluation's ops on buf[0..n), in place. */
+static int run_eval_op(struct gm_gradsync *g, gm_gradsync_start_fn start, long step, float *buf,
+                       size_t n)
+{
+    int err;
+
+    g->eval_f = buf;
+    g->eval_n = n;
+    err = run(g, start, g->m, step, false);
+    g->eval_f = NULL;
+    return err;
+}
+
 int gm_gradsync_eval_sum(struct gm_gradsync *g, long step, double *v, size_t n)
 {
     float f[2 * GM_GRADSYNC_EVAL_SUM_MAX];
@@ -432,24 +445,20 @@ int gm_gradsync_eval_sum(struct gm_gradsync *g, long step, double *v, size_t n)
         f[2 * i] = (float)v[i];
         f[2 * i + 1] = (float)(v[i] - (double)f[2 * i]);
     }
-    g->eval_f = f;
-    g->eval_n = 2 * n;
-    err = run(g, start_eval_sum, g->m, step, false);
-    g->eval_f = NULL;
+    err = run_eval_op(g, start_eval_sum, step, f, 2 * n);
     for (size_t i = 0; err == 0 && i < n; i++)
         v[i] = (double)f[2 * i] + (double)f[2 * i + 1];
     return err;
 }
 
+int gm_gradsync_eval_fsum(struct gm_gradsync *g, long step, float *buf, size_t n)
+{
+    return run_eval_op(g, start_eval_sum, step, buf, n);
+}
+
 int gm_gradsync_eval_bcast(struct gm_gradsync *g, long step, float *buf, size_t n)
 {
-    int err;
-
-    g->eval_f = buf;
-    g->eval_n = n;
-    err = run(g, start_eval_bcast, g->m, step, false);
-    g->eval_f = NULL;
-    return err;
+    return run_eval_op(g, start_eval_bcast, step, buf, n);
 }
 
 static void drop_pending(float **p, size_t *n)

@@ -266,11 +266,13 @@ long gm_gradsync_eval_defer(const struct gm_gradsync *g, long steps_done, long t
  * over the ranks in place (n <= GM_GRADSYNC_EVAL_SUM_MAX; each double travels as two floats,
  * its float and the float of the rest, summed in float: counts of samples are exact below
  * 2^24, sums of losses good to float rounding, ~1e-7 relative); eval_bcast: rank 0's
- * buf[0..n) to every rank.  0, -EINVAL, or the op's error (GM_ERR_REGROUP in the agent when
- * the group broke). */
+ * buf[0..n) to every rank; eval_fsum: buf[0..n) summed over the ranks in place, in float
+ * (the same sum on every rank).  0, -EINVAL, or the op's error (GM_ERR_REGROUP in the agent
+ * when the group broke). */
 #define GM_GRADSYNC_EVAL_SUM_MAX 8
 GM_MUST_CHECK int gm_gradsync_eval_sum(struct gm_gradsync *g, long step, double *v, size_t n);
 GM_MUST_CHECK int gm_gradsync_eval_bcast(struct gm_gradsync *g, long step, float *buf, size_t n);
+GM_MUST_CHECK int gm_gradsync_eval_fsum(struct gm_gradsync *g, long step, float *buf, size_t n);
 
 /* After backward, before the optimizer step (trainer's reduce_grads).  0 or an error. */
 GM_MUST_CHECK int gm_gradsync_reduce(struct gm_gradsync *g, struct gm_model *m, long step,

@@ -211,7 +211,7 @@ static long hook_eval_defer(void *ctx, long steps_done, long total_steps)
     return gm_gradsync_eval_defer(rc->sync, steps_done, total_steps);
 }
 
-/* A sharded evaluation's collectives (train/trainer.h eval_sum, eval_bcast) */
+/* A sharded evaluation's collectives (train/trainer.h eval_sum, eval_bcast, eval_fsum) */
 static int hook_eval_sum(void *ctx, long step, double *v, size_t n)
 {
     struct rank_ctx *rc = ctx;
@@ -224,6 +224,13 @@ static int hook_eval_bcast(void *ctx, long step, float *buf, size_t n)
     struct rank_ctx *rc = ctx;
 
     return gm_gradsync_eval_bcast(rc->sync, step, buf, n);
+}
+
+static int hook_eval_fsum(void *ctx, long step, float *buf, size_t n)
+{
+    struct rank_ctx *rc = ctx;
+
+    return gm_gradsync_eval_fsum(rc->sync, step, buf, n);
 }
 
 /* Rank 0's checkpoint holds its own codec state and, since every rank lives in this process,
@@ -327,6 +334,7 @@ int gm_sim_train(const struct gm_job *job, const struct gm_train_opts *opts,
                                    .eval_defer = hook_eval_defer,
                                    .eval_sum = so->eval_alone ? NULL : hook_eval_sum,
                                    .eval_bcast = so->eval_alone ? NULL : hook_eval_bcast,
+                                   .eval_fsum = so->eval_alone ? NULL : hook_eval_fsum,
                                    .codec_restore = hook_codec_restore,
                                    .ctx = rc};
         rc->opts = *opts;

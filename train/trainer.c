@@ -59,7 +59,7 @@ struct run {
     uint32_t *eval_idx; /* owned */
     float *eval_keep;   /* owned: the replica's parameters while others are evaluated */
     size_t eval_keep_n; /* floats eval_keep holds */
-    float *eval_bufs;   /* owned: a sharded evaluation's buffers: rank 0's, then this rank's */
+    float *eval_bufs;   /* owned: a sharded evaluation's buffers (shared_buffers: 3 of them) */
     struct gm_train_state st;
     struct gm_device_choice device; /* where the model lives */
     struct gm_cuda *cu;             /* owned: this thread's CUDA context, on a GPU */
@@ -246,26 +246,61 @@ static int buffers_io(struct gm_model *m, float *buf, bool to_model)
     return 0;
 }
 
-/* This rank's slice of a sharded evaluation (train/trainer.h eval_sum), with rank 0's
- * buffers, in proportion to its share of the global batch; its sums over every rank's
- * slice. */
+/* The buffers (batch norm's running statistics) a shared evaluation runs with, into
+ * bufs[0, nb), from this rank's own in bufs[nb, 2 nb) (bufs[2 nb, 3 nb): scratch): the ranks'
+ * mean, each weighted by its share of the global batch, when the comm sums floats
+ * (eval_fsum), else rank 0's.  Each rank's statistics follow its own batches and, under
+ * DiLoCo, its own parameters, while the evaluation is of the parameters every rank agrees on
+ * (the outer ones): rank 0's alone fit them less well than the mean (docs/BENCHMARKS.md,
+ * "Batch norm's statistics").  The mean is rank 0's plus the weighted sum of each rank's
+ * difference from them, so that statistics alike on every rank (a frozen batch norm's) stay
+ * as they are, bit for bit. */
+static int shared_buffers(struct run *r, float *bufs, size_t nb)
+{
+    const struct gm_train_comm *comm = r->opts->comm;
+    float *mean = bufs, *own = bufs + nb, *d = bufs + 2 * nb;
+    double w = 1.0 / r->st.world, total = 0;
+    int err;
+
+    memcpy(mean, own, nb * sizeof(float));
+    if ((err = comm->eval_bcast(comm->ctx, r->st.step, mean, nb)) < 0 || comm->eval_fsum == NULL)
+        return err;
+    if (r->st.share_n == r->st.world) {
+        for (int i = 0; i < r->st.share_n; i++)
+            total += r->st.share_w[i];
+        if (total > 0)
+            w = r->st.share_w[r->st.rank] / total;
+    }
+    for (size_t i = 0; i < nb; i++)
+        d[i] = (float)(w * ((double)own[i] - (double)mean[i]));
+    if ((err = comm->eval_fsum(comm->ctx, r->st.step, d, nb)) < 0)
+        return err;
+    for (size_t i = 0; i < nb; i++)
+        mean[i] += d[i];
+    return 0;
+}
+
+/* This rank's slice of a sharded evaluation (train/trainer.h eval_sum), with the ranks'
+ * buffers (shared_buffers), in proportion to its share of the global batch; its sums over
+ * every rank's slice.  The rank's own buffers are put back after, but at the run's end: the
+ * weights then written are those evaluated, buffers and all. */
 static int evaluate_shard(struct run *r, double *acc, double *loss)
 {
     const struct gm_train_comm *comm = r->opts->comm;
     const size_t nb = buffers_len(r->model);
+    const bool end = r->st.total_steps > 0 && r->st.step >= r->st.total_steps;
     double v[2] = {0, 0};
     long correct = 0;
     int off, cnt, err = 0, err2;
 
     if (r->n_test > (size_t)INT32_MAX)
         return -EINVAL;
-    if (nb > 0) { /* rank 0's running statistics, this rank's kept in the second half */
-        if (r->eval_bufs == NULL && (r->eval_bufs = malloc(2 * nb * sizeof(float))) == NULL)
+    if (nb > 0) { /* this rank's own kept in the second third */
+        if (r->eval_bufs == NULL && (r->eval_bufs = malloc(3 * nb * sizeof(float))) == NULL)
             return -ENOMEM;
         if ((err = buffers_io(r->model, r->eval_bufs + nb, false)) < 0)
             return err;
-        memcpy(r->eval_bufs, r->eval_bufs + nb, nb * sizeof(float));
-        if ((err = comm->eval_bcast(comm->ctx, r->st.step, r->eval_bufs, nb)) < 0 ||
+        if ((err = shared_buffers(r, r->eval_bufs, nb)) < 0 ||
             (err = buffers_io(r->model, r->eval_bufs, true)) < 0)
             goto out;
     }
@@ -281,7 +316,8 @@ static int evaluate_shard(struct run *r, double *acc, double *loss)
     *acc = r->n_test > 0 ? 100.0 * v[1] / (double)r->n_test : 0;
     *loss = r->n_test > 0 ? v[0] / (double)r->n_test : 0;
 out:
-    if (nb > 0 && (err2 = buffers_io(r->model, r->eval_bufs + nb, true)) < 0 && err == 0)
+    if (nb > 0 && (err != 0 || !end) &&
+        (err2 = buffers_io(r->model, r->eval_bufs + nb, true)) < 0 && err == 0)
         err = err2;
     return err;
 }
@@ -289,8 +325,8 @@ out:
 /* A test evaluation: of this replica's parameters, or of those the comm's eval_params names
  * (DiLoCo's outer parameters), put in their place for it and the replica's own put back
  * after, bit for bit: training goes on from them.  The buffers (batch norm's running
- * statistics) are this replica's alone, rank 0's when shared.  shard: every rank calls this
- * at the same evaluation and evaluates its slice (evaluate_shard). */
+ * statistics) are this replica's alone, the ranks' mean when shared (shared_buffers).  shard: every
+ * rank calls this at the same evaluation and evaluates its slice (evaluate_shard). */
 static int evaluate_replica_or_shard(struct run *r, bool shard, double *acc, double *loss)
 {
     return shard ? evaluate_shard(r, acc, loss) : evaluate_replica(r, acc, loss);

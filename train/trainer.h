@@ -167,15 +167,19 @@ struct gm_train_comm {
     long (*eval_defer)(void *ctx, long steps_done, long total_steps);
     /* optional, both or neither: a sharded evaluation.  At an epoch's evaluation every rank
      * evaluates its slice of the test set (split as the global batch is: gm_train_share_by
-     * with the step's shares) instead of rank 0 all of it, with rank 0's buffers (batch
-     * norm's running statistics: eval_bcast copies rank 0's buf[0..n) to every rank, in
-     * place; the rank's own are put back after), and eval_sum adds v[0..n) over the ranks, in
-     * place.  Both are collectives: every rank calls them at the same evaluation with the
-     * same n.  The result is rank 0's evaluation of the whole set up to float rounding of the
-     * loss; an error (a group that broke) makes rank 0 evaluate alone.  NULL: rank 0
-     * evaluates alone (as after a stop, always). */
+     * with the step's shares) instead of rank 0 all of it, and eval_sum adds v[0..n) over the
+     * ranks, in place.  The buffers (batch norm's running statistics) evaluated with are the
+     * ranks' mean when eval_fsum is set, else rank 0's: eval_bcast copies rank 0's buf[0..n)
+     * to every rank, in place, and eval_fsum adds buf[0..n) over the ranks in float, the same
+     * sum on every rank (each rank's own buffers are put back after, but at the run's end,
+     * where they stay for the weights written: train/trainer.c evaluate_shard).  All are
+     * collectives: every rank calls them at the same evaluation with the same n.  The result
+     * is rank 0's evaluation of the whole set, with those buffers, up to float rounding of
+     * the loss; an error (a group that broke) makes rank 0 evaluate alone, with its own.
+     * NULL: rank 0 evaluates alone (as after a stop, always). */
     int (*eval_sum)(void *ctx, long step, double *v, size_t n);
     int (*eval_bcast)(void *ctx, long step, float *buf, size_t n);
+    int (*eval_fsum)(void *ctx, long step, float *buf, size_t n); /* optional even then */
     void *ctx;
 };
 

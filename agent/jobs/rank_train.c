@@ -334,7 +334,7 @@ static long hook_eval_defer(void *ctx, long steps_done, long total_steps)
     return gm_gradsync_eval_defer(rk->gs, steps_done, total_steps);
 }
 
-/* A sharded evaluation's collectives (train/trainer.h eval_sum, eval_bcast) */
+/* A sharded evaluation's collectives (train/trainer.h eval_sum, eval_bcast, eval_fsum) */
 static int hook_eval_sum(void *ctx, long step, double *v, size_t n)
 {
     struct gm_rank *rk = ctx;
@@ -347,6 +347,13 @@ static int hook_eval_bcast(void *ctx, long step, float *buf, size_t n)
     struct gm_rank *rk = ctx;
 
     return gm_gradsync_eval_bcast(rk->gs, step, buf, n);
+}
+
+static int hook_eval_fsum(void *ctx, long step, float *buf, size_t n)
+{
+    struct gm_rank *rk = ctx;
+
+    return gm_gradsync_eval_fsum(rk->gs, step, buf, n);
 }
 
 static int hook_after(void *ctx, struct gm_train_state *st)
@@ -729,6 +736,7 @@ int gm_rank_start(uv_loop_t *loop, const struct gm_job *job, const char *out,
                                       .eval_defer = hook_eval_defer,
                                       .eval_sum = hook_eval_sum,
                                       .eval_bcast = hook_eval_bcast,
+                                      .eval_fsum = hook_eval_fsum,
                                       .codec_restore = hook_codec_restore,
                                       .ctx = rk};
     rk->hooks = (struct gm_train_hooks){.on_step = hook_step, .on_eval = hook_eval, .ctx = rk};

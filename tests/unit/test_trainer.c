@@ -234,6 +234,11 @@ struct fake {
      * calls, one per shared evaluation */
     int shared, sums;
     long sum_at[8];
+    /* eval_fsum too (with shared): a second rank whose buffers are twice rank 0's, as
+     * eval_bcast last gave them (b0) */
+    int fsum, fsums;
+    float *b0;
+    size_t nb0;
 };
 
 static int fake_reduce(void *ctx, struct gm_train_state *st)
@@ -324,7 +329,31 @@ static int fake_eval_sum(void *ctx, long step, double *v, size_t n)
 
 static int fake_eval_bcast(void *ctx, long step, float *buf, size_t n)
 {
-    (void)ctx, (void)step, (void)buf, (void)n; /* rank 0's buffers are its own */
+    struct fake *f = ctx;
+
+    (void)step; /* rank 0's buffers are its own: kept for eval_fsum */
+    if (f->fsum && f->nb0 != n) {
+        free(f->b0);
+        f->nb0 = 0;
+        if ((f->b0 = malloc(n * sizeof(float))) == NULL)
+            return -ENOMEM;
+        f->nb0 = n;
+    }
+    if (f->fsum)
+        memcpy(f->b0, buf, n * sizeof(float));
+    return 0;
+}
+
+static int fake_eval_fsum(void *ctx, long step, float *buf, size_t n)
+{
+    struct fake *f = ctx;
+
+    (void)step;
+    if (f->b0 == NULL || f->nb0 != n)
+        return -EINVAL;
+    f->fsums++;
+    for (size_t i = 0; i < n; i++) /* the second rank's weighted difference from rank 0's */
+        buf[i] += (float)(0.5 * (2.0 * (double)f->b0[i] - (double)f->b0[i]));
     return 0;
 }
 
@@ -355,6 +384,19 @@ static void on_eval(void *ctx, const struct gm_train_eval_info *e)
     v->n++;
 }
 
+/* resnet20 (batch norm) on padded images, 8 samples a step */
+static int bn_job(struct gm_job *job)
+{
+    char text[512];
+    int n = snprintf(text, sizeof(text),
+                     "[job]\nname = bm\nmodel = resnet20\nepochs = 2\nseed = 4\ndevice = cpu\n"
+                     "[data]\nkind = idx\ndir = %s\npad = 4\n"
+                     "[optim]\nname = sgd\nlr = 0.05\nmomentum = 0.9\nglobal_batch = 8\n",
+                     dir);
+
+    return gm_job_parse(text, (size_t)n, "test", job);
+}
+
 /* run_ev: with epochs, the learning rate (< 0: the job's) and the evaluations recorded */
 static int run_ev(const char *out, struct fake *f, struct gm_train_summary *sum, int epochs,
                   float lr, struct evals *ev)
@@ -371,6 +413,7 @@ static int run_ev(const char *out, struct fake *f, struct gm_train_summary *sum,
                                  .eval_defer = f && f->defer > 0 ? fake_eval_defer : NULL,
                                  .eval_sum = f && f->shared ? fake_eval_sum : NULL,
                                  .eval_bcast = f && f->shared ? fake_eval_bcast : NULL,
+                                 .eval_fsum = f && f->fsum ? fake_eval_fsum : NULL,
                                  .ctx = f};
     struct gm_train_hooks hooks = {.on_eval = on_eval, .ctx = ev};
     struct gm_train_opts o = {.progress = 0,
@@ -380,7 +423,7 @@ static int run_ev(const char *out, struct fake *f, struct gm_train_summary *sum,
                               .hooks = ev != NULL ? &hooks : NULL};
     int err;
 
-    if ((err = load_job(&job)) < 0)
+    if ((err = f != NULL && f->fsum ? bn_job(&job) : load_job(&job)) < 0)
         return err;
     if (epochs > 0)
         job.epochs = epochs;
@@ -575,11 +618,11 @@ static void test_batchnorm_checkpoint(void)
 
 static int same_weights(const char *a, const char *b);
 
-/* A simulated resnet20 run (batch norm: its buffers are each rank's own), `workers` ranks of
- * 4 samples a step, 2 epochs, comm's [comm], every evaluation recorded; evaluations shared, or rank
- * 0's alone. */
-static int eval_run(const char *shares, const char *comm, int workers, bool alone, const char *out,
-                    struct evals *ev)
+/* A simulated run of model (resnet20: batch norm, whose buffers are each rank's own; mlp:
+ * none), `workers` ranks of 4 samples a step, 2 epochs, comm's [comm], every evaluation
+ * recorded; evaluations shared, or rank 0's alone. */
+static int eval_run(const char *model, const char *shares, const char *comm, int workers,
+                    bool alone, const char *out, struct evals *ev)
 {
     char text[1024];
     struct gm_job job;
@@ -589,11 +632,11 @@ static int eval_run(const char *shares, const char *comm, int workers, bool alon
     struct gm_train_opts o = {.progress = 0, .stop = &stop, .out = out, .hooks = &hooks};
     struct gm_sim_opts so = {.workers = workers, .error_feedback = true, .eval_alone = alone};
     int n = snprintf(text, sizeof(text),
-                     "[job]\nname = ev\nmodel = resnet20\nepochs = 2\nseed = 4\ndevice = cpu\n"
+                     "[job]\nname = ev\nmodel = %s\nepochs = 2\nseed = 4\ndevice = cpu\n"
                      "%s[data]\nkind = idx\ndir = %s\npad = 4\n"
                      "[optim]\nname = sgd\nlr = 0.05\nmomentum = 0.9\nglobal_batch = %d\n"
                      "[comm]\n%s",
-                     shares, dir, 4 * workers, comm);
+                     model, shares, dir, 4 * workers, comm);
     int err;
 
     memset(ev, 0, sizeof(*ev));
@@ -604,11 +647,42 @@ static int eval_run(const char *shares, const char *comm, int workers, bool alon
     return err;
 }
 
-/* Every rank evaluating its slice of the test set, with rank 0's batch norm statistics, gives
- * rank 0's evaluation of all of it: the same accuracy, the loss to float rounding, the same
- * weights after (the ranks' own statistics put back); with 2 and 3 ranks (slices 8 + 8 and
- * 6 + 5 + 5 of 16; with shares 3:1, 12 + 4), a dense codec and DiLoCo (whose evaluations are of
- * the outer parameters). */
+/* 1 when the two weight files hold the same parameters, bit for bit, and (buffers) the same
+ * batch norm buffers, or (!buffers) different ones: some running statistic differs. */
+static int same_params(const char *a, const char *b, bool buffers)
+{
+    struct gm_st_file fa, fb;
+    int same = 1, nbuf = 0, bufs_same = 1;
+
+    GM_CHECK_OK(gm_safetensors_load(a, &fa));
+    GM_CHECK_OK(gm_safetensors_load(b, &fb));
+    if (fa.n_tensors != fb.n_tensors || fa.n_tensors == 0)
+        same = 0;
+    for (size_t i = 0; same && i < fa.n_tensors; i++) {
+        const struct gm_st_entry *e = gm_safetensors_find(&fb, fa.tensors[i].name);
+        const bool buf = strstr(fa.tensors[i].name, ".running_") != NULL ||
+                         strstr(fa.tensors[i].name, ".num_batches_tracked") != NULL;
+        const bool eq = e != NULL && e->nbytes == fa.tensors[i].nbytes &&
+                        memcmp(e->data, fa.tensors[i].data, e->nbytes) == 0;
+        if (!buf)
+            same = eq;
+        nbuf += buf;
+        if (buf && !eq)
+            bufs_same = 0;
+    }
+    gm_safetensors_free(&fa);
+    gm_safetensors_free(&fb);
+    return same && (buffers ? bufs_same : nbuf > 0 && !bufs_same);
+}
+
+/* Every rank evaluating its slice of the test set gives rank 0's evaluation of all of it: on
+ * a model without buffers (mlp) the same accuracy, the loss to float rounding, the same
+ * weights after; with 2 and 3 ranks (slices 8 + 8 and 6 + 5 + 5 of 16; with shares 3:1,
+ * 12 + 4), a dense codec and DiLoCo (whose evaluations are of the outer parameters).  With
+ * batch norm (resnet20) a shared evaluation runs with the ranks' mean running statistics,
+ * rank 0's alone with its own: the training is the same (the same parameters at the end: each
+ * rank's own statistics put back after every evaluation but the last), and the weights
+ * written carry the mean, not rank 0's (test_eval_mean_buffers checks the mean itself). */
 static void test_eval_shared(void)
 {
     static const char *const comms[] = {"codec = fp32\n", "codec = diloco\nlocal_steps = 3\n",
@@ -627,8 +701,8 @@ static void test_eval_shared(void)
         for (size_t c = 0; c < sizeof(comms) / sizeof(comms[0]); c++) {
             const int w = cases[k].workers;
             struct evals shared, alone;
-            GM_CHECK_OK(eval_run(cases[k].shares, comms[c], w, false, a, &shared));
-            GM_CHECK_OK(eval_run(cases[k].shares, comms[c], w, true, b, &alone));
+            GM_CHECK_OK(eval_run("mlp", cases[k].shares, comms[c], w, false, a, &shared));
+            GM_CHECK_OK(eval_run("mlp", cases[k].shares, comms[c], w, true, b, &alone));
             GM_CHECK_EQ(shared.n, 2);
             GM_CHECK_EQ(alone.n, 2);
             for (int i = 0; i < 2 && i < shared.n && i < alone.n; i++) {
@@ -636,7 +710,81 @@ static void test_eval_shared(void)
                 GM_CHECK_NEAR(shared.loss[i], alone.loss[i], 0, 1e-6);
             }
             GM_CHECK(same_weights(a, b));
+            GM_CHECK_OK(eval_run("resnet20", cases[k].shares, comms[c], w, false, a, &shared));
+            GM_CHECK_OK(eval_run("resnet20", cases[k].shares, comms[c], w, true, b, &alone));
+            GM_CHECK_EQ(shared.n, 2);
+            GM_CHECK_EQ(alone.n, 2);
+            GM_CHECK(same_params(a, b, false));
         }
+    (void)unlink(a);
+    (void)unlink(b);
+}
+
+/* The mean of the ranks' running statistics (train/trainer.c shared_buffers) as rank 0 of two
+ * meets it, the second rank faked by the comm: its statistics twice rank 0's.  Every shared
+ * evaluation sums the weighted differences (one eval_fsum each), rank 0's own statistics are
+ * put back after the first epoch's (the second epoch trains on as without the sum), and the
+ * weights written at the end carry the mean, rank 0's + half the difference, element for
+ * element (batch norm's counter too); the parameters are those of the run without the sum. */
+static void test_eval_mean_buffers(void)
+{
+    char a[128], b[128];
+    struct gm_train_summary sum;
+    struct fake mean = {.regroup_after = -1, .stop_after = -1, .shared = 1, .fsum = 1};
+    struct fake first = {.regroup_after = -1, .stop_after = -1, .shared = 1};
+    struct gm_st_file fa, fb;
+    size_t checked = 0;
+
+    snprintf(a, sizeof(a), "%s/mean.safetensors", dir);
+    snprintf(b, sizeof(b), "%s/rank0.safetensors", dir);
+    GM_CHECK_OK(run_ev(a, &mean, &sum, 2, -1, NULL));
+    GM_CHECK_EQ(mean.fsums, 2);
+    first.fsum = 0;
+    {
+        /* the same job, rank 0's statistics alone (no eval_fsum) */
+        struct gm_job job;
+        volatile sig_atomic_t stop = 0;
+        struct gm_train_comm comm = {.rank = 0,
+                                     .world = 2,
+                                     .reduce_grads = fake_reduce,
+                                     .after_step = fake_after,
+                                     .resync = fake_resync,
+                                     .finish = fake_finish,
+                                     .eval_sum = fake_eval_sum,
+                                     .eval_bcast = fake_eval_bcast,
+                                     .ctx = &first};
+        struct gm_train_opts o = {.progress = 0, .stop = &stop, .out = b, .comm = &comm};
+        first.stop = &stop;
+        GM_CHECK_OK(bn_job(&job));
+        GM_CHECK_OK(gm_trainer_run(&job, &o, &sum));
+        gm_job_free(&job);
+    }
+    GM_CHECK_EQ(first.sums, 2);
+    GM_CHECK(same_params(a, b, false));
+    GM_CHECK_OK(gm_safetensors_load(a, &fa));
+    GM_CHECK_OK(gm_safetensors_load(b, &fb));
+    for (size_t i = 0; i < fa.n_tensors; i++) {
+        const struct gm_st_entry *ea = &fa.tensors[i], *eb = gm_safetensors_find(&fb, ea->name);
+        float x, y, va[64], vb[64];
+        if (strstr(ea->name, ".running_") == NULL && strstr(ea->name, ".num_batches") == NULL)
+            continue;
+        GM_CHECK(eb != NULL && eb->numel == ea->numel);
+        if (eb == NULL || eb->numel != ea->numel || ea->numel > 64)
+            continue;
+        GM_CHECK_OK(gm_safetensors_to_f32(ea, va, ea->numel));
+        GM_CHECK_OK(gm_safetensors_to_f32(eb, vb, eb->numel));
+        for (int64_t j = 0; j < ea->numel; j++) {
+            x = va[j];
+            y = vb[j] + (float)(0.5 * (2.0 * (double)vb[j] - (double)vb[j]));
+            GM_CHECK(x == y);
+            checked++;
+        }
+    }
+    GM_CHECK(checked > 1000); /* resnet20's 19 batch norms: 3 * 16 * 7 + ... statistics */
+    gm_safetensors_free(&fa);
+    gm_safetensors_free(&fb);
+    free(mean.b0);
+    free(first.b0);
     (void)unlink(a);
     (void)unlink(b);
 }
@@ -1044,6 +1192,7 @@ int main(void)
     GM_TEST_RUN(test_bf16_refused_on_cpu);
     GM_TEST_RUN(test_cuda_trainer);
     GM_TEST_RUN(test_eval_shared);
+    GM_TEST_RUN(test_eval_mean_buffers);
     GM_TEST_RUN(test_powersgd_resume);
     GM_TEST_RUN(test_diloco_overlap_resume);
     GM_TEST_RUN(test_trainer_check);
