@@ -616,8 +616,6 @@ static void test_batchnorm_checkpoint(void)
 
 /* --- evaluations shared by the ranks ------------------------------------------------------ */
 
-static int same_weights(const char *a, const char *b);
-
 /* A simulated run of model (resnet20: batch norm, whose buffers are each rank's own; mlp:
  * none), `workers` ranks of 4 samples a step, 2 epochs, comm's [comm], every evaluation
  * recorded; evaluations shared, or rank 0's alone. */
@@ -648,7 +646,8 @@ static int eval_run(const char *model, const char *shares, const char *comm, int
 }
 
 /* 1 when the two weight files hold the same parameters, bit for bit, and (buffers) the same
- * batch norm buffers, or (!buffers) different ones: some running statistic differs. */
+ * batch norm buffers too, so every tensor alike, or (!buffers) different ones: some running
+ * statistic differs. */
 static int same_params(const char *a, const char *b, bool buffers)
 {
     struct gm_st_file fa, fb;
@@ -709,7 +708,7 @@ static void test_eval_shared(void)
                 GM_CHECK(shared.acc[i] == alone.acc[i]);
                 GM_CHECK_NEAR(shared.loss[i], alone.loss[i], 0, 1e-6);
             }
-            GM_CHECK(same_weights(a, b));
+            GM_CHECK(same_params(a, b, true));
             GM_CHECK_OK(eval_run("resnet20", cases[k].shares, comms[c], w, false, a, &shared));
             GM_CHECK_OK(eval_run("resnet20", cases[k].shares, comms[c], w, true, b, &alone));
             GM_CHECK_EQ(shared.n, 2);
@@ -739,7 +738,6 @@ static void test_eval_mean_buffers(void)
     snprintf(b, sizeof(b), "%s/rank0.safetensors", dir);
     GM_CHECK_OK(run_ev(a, &mean, &sum, 2, -1, NULL));
     GM_CHECK_EQ(mean.fsums, 2);
-    first.fsum = 0;
     {
         /* the same job, rank 0's statistics alone (no eval_fsum) */
         struct gm_job job;
@@ -820,26 +818,6 @@ static int sim_run(const char *comm, int workers, const char *ckdir, const char 
     return err;
 }
 
-/* 1 when the two weight files hold the same tensors, bit for bit. */
-static int same_weights(const char *a, const char *b)
-{
-    struct gm_st_file fa, fb;
-    int same = 1;
-
-    GM_CHECK_OK(gm_safetensors_load(a, &fa));
-    GM_CHECK_OK(gm_safetensors_load(b, &fb));
-    if (fa.n_tensors != fb.n_tensors || fa.n_tensors == 0)
-        same = 0;
-    for (size_t i = 0; same && i < fa.n_tensors; i++) {
-        const struct gm_st_entry *e = gm_safetensors_find(&fb, fa.tensors[i].name);
-        same = e != NULL && e->nbytes == fa.tensors[i].nbytes &&
-               memcmp(e->data, fa.tensors[i].data, e->nbytes) == 0;
-    }
-    gm_safetensors_free(&fa);
-    gm_safetensors_free(&fb);
-    return same;
-}
-
 /* Copies checkpoint src to dst without its codec state ("gradmesh.codec.*"); returns how many
  * tensors it left out. */
 static size_t strip_codec(const char *src, const char *dst)
@@ -912,13 +890,13 @@ static void codec_resume(const char *comm, int workers, size_t want_codec_tensor
         gm_safetensors_free(&f);
     }
     GM_CHECK_OK(sim_run(comm, workers, dr, ck8, res));
-    GM_CHECK(same_weights(whole, res));
+    GM_CHECK(same_params(whole, res, true));
 
     GM_CHECK_OK(gm_ckpt_mkdirs(ds));
     GM_CHECK_OK(gm_ckpt_path(ds, 8, cks, sizeof(cks)));
     GM_CHECK_EQ(strip_codec(ck8, cks), want_codec_tensors);
     GM_CHECK_OK(sim_run(comm, workers, ds, cks, strip));
-    GM_CHECK(!same_weights(whole, strip)); /* the codec state is what made them equal */
+    GM_CHECK(!same_params(whole, strip, true)); /* the codec state is what made them equal */
     (void)unlink(whole);
     (void)unlink(res);
     (void)unlink(strip);
