@@ -158,8 +158,8 @@ static int hook_resync(void *ctx, struct gm_train_state *st)
         if (err < 0 && err != GM_ERR_MISMATCH)
             return err;
         same = err == 0;
-        gm_info("event=resync generation=%u bytes=%zu same=%d%s", b.gen & 0xffff,
-                b.n * sizeof(float), same,
+        gm_info("event=resync generation=%u bytes=%zu same=%d step=%ld%s", b.gen & 0xffff,
+                b.n * sizeof(float), same, st->step,
                 same ? ": every rank holds rank 0's state, no broadcast" : "");
     }
     if (world > 1 && !same && (err = gm_rank_bridge_run(rk, start_bcast, &b, false)) < 0)

@@ -124,17 +124,31 @@ grep -q "event=job-group job=$ID generation=${GEN% *} world=3 " "$WORK/alpha.log
     fail "alpha formed no generation ${GEN% *} of world 3"
 pass "gamma rejoined: generation ${GEN% *}, world 3, from step ${GEN#* } (its log and alpha's)"
 # the group's start sends rank 0's state only where it is needed (agent/jobs/rank_train.c):
-# the first group (every rank from the same seed) and the world-2 group after the loss hold
-# the same state and skip the broadcast; gamma, back from a restart at an older step, does not
+# the first group (every rank from the same seed) holds the same state and skips the
+# broadcast; gamma, back from a restart at an older step, does not.  The world-2 group after
+# the loss skips it when alpha and beta stopped at the same step; the loss can also cut a
+# step's all-reduce after one of them had all of it and before the other had (a ring's last
+# chunks), and then their steps differ and the broadcast must run.  Each logs its own step
+# before the resync (step=), so a broadcast between equal steps (diverged replicas) fails.
 for h in alpha beta gamma; do
     grep -q "event=resync generation=1 bytes=[0-9]* same=1" "$WORK/$h.log" ||
         fail "$h: the first group did not skip the broadcast: $(grep 'event=resync' "$WORK/$h.log" | head -n 1)"
 done
-grep -q "event=resync generation=$G2 bytes=[0-9]* same=1" "$WORK/alpha.log" ||
-    fail "alpha: the group after the loss did not skip the broadcast"
+own_step() { sed -n "s/.*event=resync generation=$G2 bytes=[0-9]* same=\([01]\) step=\([0-9]*\).*/\1 \2/p" "$WORK/$1.log" | tail -n 1; }
+RA=$(own_step alpha) RB=$(own_step beta)
+[ -n "$RA" ] && [ -n "$RB" ] || fail "generation $G2: no resync logged by alpha ($RA) or beta ($RB)"
+[ "${RA% *}" = "${RB% *}" ] || fail "generation $G2: alpha and beta disagree on the resync: $RA / $RB"
+if [ "${RA% *}" = 1 ]; then
+    [ "${RA#* }" = "${RB#* }" ] || fail "generation $G2: the broadcast skipped between steps ${RA#* } and ${RB#* }"
+    SKIP2="skipped (both at step ${RA#* })"
+else
+    [ "${RA#* }" != "${RB#* }" ] ||
+        fail "alpha: the group after the loss did not skip the broadcast, both at step ${RA#* }"
+    SKIP2="sent (the loss cut a step: alpha at ${RA#* }, beta at ${RB#* })"
+fi
 grep -q "event=resync generation=${GEN% *} bytes=[0-9]* same=0" "$WORK/gamma.log" ||
     fail "gamma: its rejoin took no broadcast: $(grep 'event=resync' "$WORK/gamma.log" | tail -n 1)"
-pass "resync: the broadcast skipped where every rank held rank 0's state, sent to the rejoining gamma"
+pass "resync: the first group's broadcast skipped, generation $G2's $SKIP2, sent to the rejoining gamma"
 
 wait_until "$JOB_TIMEOUT" "the job to end" job_is alpha "$ID" 'j["state"] != "running"'
 job_is alpha "$ID" 'j["state"] == "done" and j["summary"]["steps"] == '$STEPS' and j["world"] == 3' ||

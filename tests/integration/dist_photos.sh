@@ -63,7 +63,14 @@ submit w1 "$WORK/p.ini"
 samples w1 alpha >"$WORK/w1.samples"
 total=$(wc -l <"$WORK/w1.samples")
 [ "$total" -gt 3000 ] || fail "1 agent: $total samples logged"
-[ "$(cut -d' ' -f3-4 "$WORK/w1.samples" | sort -u | wc -l)" -eq "$total" ] || fail "1 agent: a sample twice"
+twice() { # the (epoch, index) pairs logged more than once since mark RUN, with their lines
+    local d
+    for d in $(cut -d' ' -f3-4 "$WORK/$1.samples" | sort | uniq -d | tr ' ' ,); do
+        since "$1" alpha | grep -n "event=sample split=train ${d/,/ }[^0-9]" | head -n 4
+    done | head -n 20
+}
+[ "$(cut -d' ' -f3-4 "$WORK/w1.samples" | sort -u | wc -l)" -eq "$total" ] ||
+    fail "1 agent: a sample twice (line numbers since the submit): $(twice w1)"
 pass "1 agent: a $n-file folder passes the check; $total samples trained"
 
 start_agent beta
