@@ -179,6 +179,7 @@ static const struct gm_ini_key keys[] = {
     K_F64("comm", "outer_lr", comm.outer_lr, 0, INFINITY, K_FMIN_OPEN),
     K_F64("comm", "outer_momentum", comm.outer_momentum, 0, 1, K_FMAX_OPEN),
     K_OTHER("comm", "overlap", KT_BOOL, comm.overlap),
+    K_INT("comm", "bn_refresh", comm.bn_refresh, 0, 1024, 0),
 };
 #define NKEYS GM_ARRAY_SIZE(keys)
 
@@ -225,6 +226,7 @@ static const struct applies applies[] = {
     {"comm", "outer_lr", OFF(comm.codec), DILOCO_KEY, "codec = diloco, diloco8 or auto"},
     {"comm", "outer_momentum", OFF(comm.codec), DILOCO_KEY, "codec = diloco, diloco8 or auto"},
     {"comm", "overlap", OFF(comm.codec), DILOCO_KEY, "codec = diloco, diloco8 or auto"},
+    {"comm", "bn_refresh", OFF(comm.codec), DILOCO_KEY, "codec = diloco, diloco8 or auto"},
 };
 
 /* --- messages ----------------------------------------------------------------------------- */
@@ -1090,6 +1092,7 @@ void gm_job_defaults(struct gm_job *job)
     job->comm.outer_lr = 0.7;
     job->comm.outer_momentum = 0.9;
     job->comm.overlap = GM_JOB_OVERLAP_DEFAULT;
+    job->comm.bn_refresh = GM_JOB_BN_REFRESH_DEFAULT;
     job->text = NULL;
     job->text_len = 0;
     gm_ckpt_sha256_hex("", 0, job->identity); /* no text: the identity of an empty one */

@@ -55,8 +55,12 @@
  *              2; powersgd), local_steps (>= 1, 16; diloco), outer_lr (> 0, 0.7; diloco),
  *              outer_momentum ([0, 1), 0.9; diloco), overlap (bool, false; diloco: each outer
  *              sync runs during the first quarter of the next round, half with auto's H
- *              at a short run's cap, its update applied then, train/compress/diloco.h); diloco8 is diloco with 8-bit deltas and error
- *              feedback, its keys diloco's; auto may pick any, so it accepts all five keys
+ *              at a short run's cap, its update applied then, train/compress/diloco.h),
+ *              bn_refresh (0..1024 batches, 8; diloco: before an evaluation of the outer
+ *              parameters each rank runs that many of its training batches through them to
+ *              refresh batch norm's running statistics, train/trainer.c refresh_bn); diloco8
+ *              is diloco with 8-bit deltas and error feedback, its keys diloco's; auto may
+ *              pick any, so it accepts all six keys
  *
  * Choices (strict on purpose: a typo must not silently train the wrong thing):
  * - Unknown sections and keys, duplicate keys, keys outside any section, and keys that cannot
@@ -96,6 +100,9 @@
 #define GM_JOB_SHARE_MAX 1000000 /* [job] shares: one weight at most */
 /* [comm] overlap's default (see docs/BENCHMARKS.md, "Overlapped DiLoCo", for why) */
 #define GM_JOB_OVERLAP_DEFAULT false
+/* [comm] bn_refresh's default: batches a rank runs through the outer parameters before an
+ * evaluation (docs/BENCHMARKS.md, "Batch norm's statistics refreshed", for why 8) */
+#define GM_JOB_BN_REFRESH_DEFAULT 8
 
 enum gm_job_model {
     GM_JOB_MODEL_MLP,
@@ -265,7 +272,8 @@ struct gm_job {
         int local_steps; /* diloco: H */
         double outer_lr;
         double outer_momentum;
-        bool overlap; /* diloco: outer sync overlapped with the next round */
+        bool overlap;   /* diloco: outer sync overlapped with the next round */
+        int bn_refresh; /* diloco: training batches a rank runs before an evaluation */
         /* not from the file: codec = auto resolved by a coordinator (agent/jobs/autocodec.h); its
          * DiLoCo H is then cut to 8 rounds in the run (gm_gradsync_diloco_plan) */
         bool auto_resolved;

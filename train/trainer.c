@@ -59,7 +59,8 @@ struct run {
     uint32_t *eval_idx; /* owned */
     float *eval_keep;   /* owned: the replica's parameters while others are evaluated */
     size_t eval_keep_n; /* floats eval_keep holds */
-    float *eval_bufs;   /* owned: a sharded evaluation's buffers (shared_buffers: 3 of them) */
+    float *eval_bufs;   /* owned: an evaluation's buffers, 4 sets (shared_buffers: the first
+                         * 3; refresh_bn: the replica's own kept in the fourth) */
     struct gm_train_state st;
     struct gm_device_choice device; /* where the model lives */
     struct gm_cuda *cu;             /* owned: this thread's CUDA context, on a GPU */
@@ -246,6 +247,55 @@ static int buffers_io(struct gm_model *m, float *buf, bool to_model)
     return 0;
 }
 
+/* r->eval_bufs: 4 sets of nb floats (the model's buffers, buffers_len). */
+static int eval_bufs_alloc(struct run *r, size_t nb)
+{
+    if (r->eval_bufs == NULL && (r->eval_bufs = malloc(4 * nb * sizeof(float))) == NULL)
+        return -ENOMEM;
+    return 0;
+}
+
+/* Batch norm's running statistics refreshed for the parameters in place (an evaluation's,
+ * not this replica's own: DiLoCo's outer parameters): [comm] bn_refresh training forwards,
+ * this rank's share of the first steps of the sampler's epoch, their pixels as in training,
+ * each moving the statistics by batch norm's momentum (0.1) toward its batch's.  The
+ * statistics a replica carries follow its own parameters, which the inner steps since the
+ * last outer update have moved away from the outer ones: evaluated with them, the outer
+ * parameters read several points low (docs/BENCHMARKS.md, "Batch norm's statistics
+ * refreshed").  No gradient, no optimizer step: the caller puts the replica's own statistics
+ * back after the evaluation. */
+static int refresh_bn(struct run *r)
+{
+    const int G = r->st.global_batch;
+    const long k_n =
+        r->job->comm.bn_refresh < r->steps_per_epoch ? r->job->comm.bn_refresh : r->steps_per_epoch;
+    const uint64_t t0 = gm_time_mono_ns();
+    int off, n, err;
+
+    gm_train_share_by(G, r->st.world, r->st.share_n == r->st.world ? r->st.share_w : NULL,
+                      r->st.rank, &off, &n);
+    if (n < 1 || n > r->max_batch || r->epoch < 0)
+        return 0; /* no share this rank can hold (the step would have said): nothing run */
+    for (long k = 0; k < k_n; k++) {
+        const uint32_t *idx = gm_sampler_indices(&r->sampler) + (size_t)k * (size_t)G + off;
+
+        if (k + 1 < k_n) /* the next batch decodes while this one runs */
+            gm_loader_prefetch(r->data, GM_SPLIT_TRAIN, r->epoch, idx + G, (size_t)n);
+        if ((err = gm_loader_batch(r->data, GM_SPLIT_TRAIN, r->epoch, idx, (size_t)n,
+                                   gm_model_input(r->model), r->labels)) < 0)
+            return err; /* logged with the file */
+        if ((err = gm_model_forward(r->model, n, 1,
+                                    r->job->seed * 0x9e3779b97f4a7c15ull + 0x5bd1e995u +
+                                        (uint64_t)k)) < 0)
+            return err;
+    }
+    if ((err = gm_model_take_error(r->model)) < 0) /* a device error (logged) */
+        return err;
+    gm_info("event=bn-refresh rank=%d step=%ld batches=%ld samples=%ld s=%.2f", r->st.rank,
+            r->st.step, k_n, k_n * n, (double)(gm_time_mono_ns() - t0) * 1e-9);
+    return 0;
+}
+
 /* The buffers (batch norm's running statistics) a shared evaluation runs with, into
  * bufs[0, nb), from this rank's own in bufs[nb, 2 nb) (bufs[2 nb, 3 nb): scratch): the ranks'
  * mean, each weighted by its share of the global batch, when the comm sums floats
@@ -295,9 +345,9 @@ static int evaluate_shard(struct run *r, double *acc, double *loss)
 
     if (r->n_test > (size_t)INT32_MAX)
         return -EINVAL;
-    if (nb > 0) { /* this rank's own kept in the second third */
-        if (r->eval_bufs == NULL && (r->eval_bufs = malloc(3 * nb * sizeof(float))) == NULL)
-            return -ENOMEM;
+    if (nb > 0) { /* this rank's own kept in the second set */
+        if ((err = eval_bufs_alloc(r, nb)) < 0)
+            return err;
         if ((err = buffers_io(r->model, r->eval_bufs + nb, false)) < 0)
             return err;
         if ((err = shared_buffers(r, r->eval_bufs, nb)) < 0 ||
@@ -335,9 +385,12 @@ static int evaluate_replica_or_shard(struct run *r, bool shard, double *acc, dou
 static int evaluate_as(struct run *r, bool shard, double *acc, double *loss)
 {
     const struct gm_train_comm *comm = r->opts->comm;
+    const size_t nb = buffers_len(r->model);
+    const bool end = r->st.total_steps > 0 && r->st.step >= r->st.total_steps;
     const float *other = NULL;
     float *p = gm_model_params(r->model);
     size_t n = 0;
+    bool refresh;
     int err, err2;
 
     if (comm != NULL && comm->eval_params != NULL)
@@ -357,8 +410,20 @@ static int evaluate_as(struct run *r, bool shard, double *acc, double *loss)
         return err;
     memcpy(r->eval_keep, p, n * sizeof(float));
     memcpy(p, other, n * sizeof(float));
-    if ((err = gm_model_params_to_device(r->model)) == 0)
+    /* batch norm's statistics for these parameters, not for this replica's own (refresh_bn);
+     * the own put back after but at the run's end: the weights then written carry those
+     * evaluated */
+    refresh = nb > 0 && r->job->comm.bn_refresh > 0 && gm_model_bn_trainable(r->model) > 0;
+    err = 0;
+    if (refresh && ((err = eval_bufs_alloc(r, nb)) < 0 ||
+                    (err = buffers_io(r->model, r->eval_bufs + 3 * nb, false)) < 0))
+        refresh = false; /* nothing kept: nothing to put back */
+    if (err == 0 && (err = gm_model_params_to_device(r->model)) == 0 &&
+        (!refresh || (err = refresh_bn(r)) == 0))
         err = evaluate_replica_or_shard(r, shard, acc, loss);
+    if (refresh && (err != 0 || !end) &&
+        (err2 = buffers_io(r->model, r->eval_bufs + 3 * nb, true)) < 0 && err == 0)
+        err = err2;
     memcpy(p, r->eval_keep, n * sizeof(float));
     err2 = gm_model_params_to_device(r->model);
     return err < 0 ? err : err2;

@@ -283,7 +283,8 @@ static void test_every_key_adam(void)
                                "local_steps = 32\n"
                                "outer_lr = 0.5\n"
                                "outer_momentum = 0.8\n"
-                               "overlap = yes\n";
+                               "overlap = yes\n"
+                               "bn_refresh = 4\n";
     struct gm_job job;
 
     GM_CHECK_OK(parse_quiet(text, &job));
@@ -303,6 +304,7 @@ static void test_every_key_adam(void)
     GM_CHECK(job.comm.outer_lr == 0.5);
     GM_CHECK(job.comm.outer_momentum == 0.8);
     GM_CHECK(job.comm.overlap);
+    GM_CHECK_EQ(job.comm.bn_refresh, 4);
     GM_CHECK_STREQ(gm_job_model_name(job.model), "lenet5");
     GM_CHECK_STREQ(gm_job_data_kind_name(job.data.kind), "cifar10");
     GM_CHECK_STREQ(gm_job_optimizer_name(job.optim.name), "adam");
@@ -507,6 +509,11 @@ static void test_bad_combinations(void)
     expect_bad(
         MINIMAL "[comm]\ncodec = fp32\noverlap = true\n",
         "error: job.ini:12: [comm] overlap only applies with codec = diloco, diloco8 or auto");
+    expect_bad(
+        MINIMAL "[comm]\ncodec = fp16\nbn_refresh = 2\n",
+        "error: job.ini:12: [comm] bn_refresh only applies with codec = diloco, diloco8 or auto");
+    expect_bad(MINIMAL "[comm]\ncodec = diloco\nbn_refresh = 1025\n",
+               "error: job.ini:12: [comm] bn_refresh = 1025: must be an integer from 0 to 1024");
 }
 
 /* [model] init and freeze, and image_size against the model's graph. */

@@ -239,6 +239,8 @@ struct fake {
     int fsum, fsums;
     float *b0;
     size_t nb0;
+    /* run_ev: the job bn_job's (also with fsum), its [comm] bn_refresh this */
+    int bn, refresh;
 };
 
 static int fake_reduce(void *ctx, struct gm_train_state *st)
@@ -423,8 +425,10 @@ static int run_ev(const char *out, struct fake *f, struct gm_train_summary *sum,
                               .hooks = ev != NULL ? &hooks : NULL};
     int err;
 
-    if ((err = f != NULL && f->fsum ? bn_job(&job) : load_job(&job)) < 0)
+    if ((err = f != NULL && (f->fsum || f->bn) ? bn_job(&job) : load_job(&job)) < 0)
         return err;
+    if (f != NULL && f->bn)
+        job.comm.bn_refresh = f->refresh;
     if (epochs > 0)
         job.epochs = epochs;
     if (lr >= 0)
@@ -730,7 +734,7 @@ static void test_eval_mean_buffers(void)
     char a[128], b[128];
     struct gm_train_summary sum;
     struct fake mean = {.regroup_after = -1, .stop_after = -1, .shared = 1, .fsum = 1};
-    struct fake first = {.regroup_after = -1, .stop_after = -1, .shared = 1};
+    struct fake first = {.regroup_after = -1, .stop_after = -1, .shared = 1, .bn = 1, .refresh = 8};
     struct gm_st_file fa, fb;
     size_t checked = 0;
 
@@ -738,25 +742,7 @@ static void test_eval_mean_buffers(void)
     snprintf(b, sizeof(b), "%s/rank0.safetensors", dir);
     GM_CHECK_OK(run_ev(a, &mean, &sum, 2, -1, NULL));
     GM_CHECK_EQ(mean.fsums, 2);
-    {
-        /* the same job, rank 0's statistics alone (no eval_fsum) */
-        struct gm_job job;
-        volatile sig_atomic_t stop = 0;
-        struct gm_train_comm comm = {.rank = 0,
-                                     .world = 2,
-                                     .reduce_grads = fake_reduce,
-                                     .after_step = fake_after,
-                                     .resync = fake_resync,
-                                     .finish = fake_finish,
-                                     .eval_sum = fake_eval_sum,
-                                     .eval_bcast = fake_eval_bcast,
-                                     .ctx = &first};
-        struct gm_train_opts o = {.progress = 0, .stop = &stop, .out = b, .comm = &comm};
-        first.stop = &stop;
-        GM_CHECK_OK(bn_job(&job));
-        GM_CHECK_OK(gm_trainer_run(&job, &o, &sum));
-        gm_job_free(&job);
-    }
+    GM_CHECK_OK(run_ev(b, &first, &sum, 2, -1, NULL)); /* rank 0's statistics alone */
     GM_CHECK_EQ(first.sums, 2);
     GM_CHECK(same_params(a, b, false));
     GM_CHECK_OK(gm_safetensors_load(a, &fa));
@@ -783,6 +769,75 @@ static void test_eval_mean_buffers(void)
     gm_safetensors_free(&fb);
     free(mean.b0);
     free(first.b0);
+    (void)unlink(a);
+    (void)unlink(b);
+}
+
+/* rank 0 alone (world 1) on bn_job, its evaluations of the parameters from before the first
+ * step (eval_params, as DiLoCo's outer ones), with [comm] bn_refresh = refresh, stopped after
+ * step stop_after (-1: never); weights into out, evaluations into ev */
+static int refresh_run(const char *out, int refresh, long stop_after, struct evals *ev)
+{
+    struct gm_train_summary sum;
+    struct fake f = {.regroup_after = -1,
+                     .stop_after = stop_after,
+                     .eval_first = 1,
+                     .bn = 1,
+                     .refresh = refresh};
+    int err;
+
+    memset(ev, 0, sizeof(*ev));
+    err = run_ev(out, &f, &sum, 2, -1, ev);
+    free(f.first);
+    return err;
+}
+
+/* The first batch norm's num_batches_tracked in a weights file, -1 when missing. */
+static long tracked(const char *path)
+{
+    struct gm_st_file fa;
+    long n = -1;
+    float v;
+
+    GM_CHECK_OK(gm_safetensors_load(path, &fa));
+    for (size_t i = 0; i < fa.n_tensors && n < 0; i++)
+        if (strstr(fa.tensors[i].name, ".num_batches_tracked") != NULL &&
+            gm_safetensors_to_f32(&fa.tensors[i], &v, 1) == 0)
+            n = (long)v;
+    gm_safetensors_free(&fa);
+    return n;
+}
+
+/* [comm] bn_refresh (train/trainer.c refresh_bn): an evaluation of parameters that are not
+ * the replica's own runs that many training forwards through them first, so that batch
+ * norm's statistics fit them.  Against the same run without (bn_refresh = 0): the same
+ * parameters, bit for bit (no gradient, no step); other evaluations (both epochs' losses);
+ * the weights written at the end carry the refreshed statistics, whose counter is exactly 3
+ * batches past the other's (so the first evaluation's were put back, else 6); stopped in
+ * epoch 2, after epoch 1's refreshed evaluation, the weights written are the replica's own,
+ * statistics and all, bit for bit those of the run without. */
+static void test_bn_refresh(void)
+{
+    char a[128], b[128];
+    struct evals plain, fresh;
+
+    snprintf(a, sizeof(a), "%s/plain.safetensors", dir);
+    snprintf(b, sizeof(b), "%s/fresh.safetensors", dir);
+    GM_CHECK_OK(refresh_run(a, 0, -1, &plain));
+    GM_CHECK_OK(refresh_run(b, 3, -1, &fresh));
+    GM_CHECK_EQ(plain.n, 2);
+    GM_CHECK_EQ(fresh.n, 2);
+    for (int i = 0; i < 2 && i < plain.n && i < fresh.n; i++)
+        GM_CHECK(plain.loss[i] != fresh.loss[i]);
+    GM_CHECK(same_params(a, b, false));
+    GM_CHECK(tracked(a) > 0);
+    GM_CHECK_EQ(tracked(b), tracked(a) + 3);
+    /* 8 steps an epoch: stopped after step 10, in epoch 2 */
+    GM_CHECK_OK(refresh_run(a, 0, 9, &plain));
+    GM_CHECK_OK(refresh_run(b, 3, 9, &fresh));
+    GM_CHECK_EQ(fresh.n, 2); /* epoch 1's and the stopped run's */
+    GM_CHECK(fresh.n >= 1 && plain.n >= 1 && plain.loss[0] != fresh.loss[0]);
+    GM_CHECK(same_params(a, b, true));
     (void)unlink(a);
     (void)unlink(b);
 }
@@ -1171,6 +1226,7 @@ int main(void)
     GM_TEST_RUN(test_cuda_trainer);
     GM_TEST_RUN(test_eval_shared);
     GM_TEST_RUN(test_eval_mean_buffers);
+    GM_TEST_RUN(test_bn_refresh);
     GM_TEST_RUN(test_powersgd_resume);
     GM_TEST_RUN(test_diloco_overlap_resume);
     GM_TEST_RUN(test_trainer_check);

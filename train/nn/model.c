@@ -1211,6 +1211,15 @@ void gm_model_import_tensor(const struct gm_model *m, size_t i, const float *src
 
 /* ---- buffers ---------------------------------------------------------------- */
 
+int gm_model_bn_trainable(const struct gm_model *m)
+{
+    int n = 0;
+
+    for (int i = 0; i < m->g.nnodes; i++)
+        n += m->g.nodes[i].op == GM_GRAPH_OP_BATCHNORM && !m->g.nodes[i].frozen;
+    return n;
+}
+
 size_t gm_model_num_buffers(const struct gm_model *m)
 {
     return m->g.nbuffers;

@@ -183,5 +183,7 @@ size_t gm_model_buffer_len(const struct gm_model *m, size_t i);
 /* Copies buffer i to / from host memory (gm_model_buffer_len floats). */
 int gm_model_export_buffer(const struct gm_model *m, size_t i, float *dst) GM_MUST_CHECK;
 int gm_model_import_buffer(struct gm_model *m, size_t i, const float *src) GM_MUST_CHECK;
+/* Batch norms whose running statistics a training forward updates (not frozen). */
+int gm_model_bn_trainable(const struct gm_model *m);
 
 #endif
